@@ -1,0 +1,35 @@
+# netctl: `make demo` and `make test` do all set-up on a fresh Debian machine (as root).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CNI_BIN := /usr/lib/cni
+
+.PHONY: setup demo test lint unit clean
+
+setup: $(BIN)/netctl $(CNI_BIN)/bridge
+
+$(CNI_BIN)/bridge:
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins iproute2
+
+$(BIN)/netctl: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(BIN)/netctl
+
+lint: setup
+	$(BIN)/ruff check netctl plugin tests
+	$(BIN)/mypy netctl plugin
+
+test: setup lint
+	$(BIN)/pytest -q
+
+unit: setup
+	$(BIN)/pytest -q tests/unit
+
+demo: setup
+	bash deploy/demo.sh
+
+clean:
+	rm -rf $(VENV) *.egg-info

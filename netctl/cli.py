@@ -1,0 +1,188 @@
+"""``netctl …``: the daemon and the admin commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import socket
+import struct
+import sys
+from datetime import datetime
+from typing import Any
+
+import trio
+
+from netctl.errors import CNIError
+
+DEFAULT_STATE_DIR = "/var/lib/netctl"
+DEFAULT_SOCKET = "/run/netctl/netctl.sock"
+
+
+def _cmd_daemon(args: argparse.Namespace) -> int:
+    from netctl import daemon
+
+    overrides = {
+        "state_dir": args.state_dir, "socket": args.socket, "cni_bin_dir": args.cni_bin_dir,
+        "networks_dir": args.networks_dir, "kubeconfig": args.kubeconfig,
+        "in_cluster": args.in_cluster or None, "node_name": args.node_name,
+        "metrics_addr": args.metrics_addr, "log_level": args.log_level,
+    }
+    cfg = daemon.load_config(args.config, overrides)
+    logging.basicConfig(level=cfg.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    trio.run(daemon.run, cfg)
+    return 0
+
+
+def _cmd_install_cni(args: argparse.Namespace) -> int:
+    from netctl.install import install
+
+    for path in install(args.bin_dir, args.python):
+        print(f"installed {path}")
+    return 0
+
+
+def _fmt_time(t: float | None) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
+def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    cells = [[str(r.get(c, "")) if r.get(c) is not None else "-" for c in cols] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(cols, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def _cmd_journal(args: argparse.Namespace) -> int:
+    from netctl.journal import query
+
+    conn = query.connect(args.state_dir)
+    at = query.parse_time(args.at) if args.at else None
+    since = query.parse_time(args.since) if args.since else None
+    atts = query.attachments(conn, pod=args.pod, container=args.container, ip=args.ip, at=at,
+                             since=since, network=args.network)
+    ops = [] if (args.ip or args.pod or args.network) else query.operations(
+        conn, container=args.container, since=since)
+    if args.json:
+        print(json.dumps({"attachments": atts, "operations": ops}, indent=2))
+        return 0
+    for row in atts:
+        row["addresses"] = ",".join(row["addresses"]) or "-"
+        row["since"], row["until"] = _fmt_time(row["since"]), _fmt_time(row["until"])
+    print(_table(atts, ["container", "pod", "network", "ifname", "addresses", "state", "since",
+                        "until"]))
+    if ops:
+        for row in ops:
+            row["started_at"] = _fmt_time(row["started_at"])
+        print()
+        print(_table(ops, ["id", "verb", "container_id", "origin", "state", "code", "started_at",
+                           "error"]))
+    return 0
+
+
+def admin_request(socket_path: str, timeout: float = 5.0) -> dict[str, Any]:
+    body = json.dumps({"command": "STATUS", "plugin": "netctl-admin"}).encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(socket_path)
+        sock.sendall(struct.pack(">I", len(body)) + body)
+        head = sock.recv(4, socket.MSG_WAITALL)
+        (size,) = struct.unpack(">I", head)
+        data = b""
+        while len(data) < size:
+            chunk = sock.recv(size - len(data))
+            if not chunk:
+                break
+            data += chunk
+    reply = json.loads(data)
+    out: dict[str, Any] = json.loads(reply["output"])
+    return out
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    try:
+        health = admin_request(args.socket)
+    except OSError as exc:
+        print(f"netctl daemon not reachable at {args.socket}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(health, indent=2))
+    else:
+        for key, value in health.items():
+            print(f"{key:16} {value}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from netctl import bench
+
+    return bench.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="netctl", description="node network controller")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("daemon", help="run the per-node daemon")
+    p.add_argument("--config")
+    p.add_argument("--state-dir")
+    p.add_argument("--socket")
+    p.add_argument("--cni-bin-dir")
+    p.add_argument("--networks-dir")
+    p.add_argument("--kubeconfig")
+    p.add_argument("--in-cluster", action="store_true")
+    p.add_argument("--node-name")
+    p.add_argument("--metrics-addr")
+    p.add_argument("--log-level")
+    p.set_defaults(fn=_cmd_daemon)
+
+    p = sub.add_parser("install-cni", help="install the thin plugin into a CNI bin dir")
+    p.add_argument("--bin-dir", default="/opt/cni/bin")
+    p.add_argument("--python", help="interpreter for the plugin (default: this one)")
+    p.set_defaults(fn=_cmd_install_cni)
+
+    p = sub.add_parser("journal", help="who held what, when: attachments and operations")
+    p.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+    p.add_argument("--pod", metavar="NS/NAME")
+    p.add_argument("--container", metavar="ID")
+    p.add_argument("--ip", metavar="ADDR")
+    p.add_argument("--at", metavar="TIME")
+    p.add_argument("--since", metavar="DURATION|TIME")
+    p.add_argument("--network", metavar="NAME")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_journal)
+
+    p = sub.add_parser("status", help="health of the daemon, over its socket")
+    p.add_argument("--socket", default=DEFAULT_SOCKET)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_status)
+
+    p = sub.add_parser("bench", help="benchmarks on real namespaces and real plugins")
+    bsub = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    b = bsub.add_parser("churn", help="pod ADD/DEL churn: netctl vs direct sequential exec")
+    b.add_argument("--pods", type=int, default=100)
+    b.add_argument("--concurrency", type=int, default=8)
+    b.add_argument("--networks", type=int, default=1)
+    b.add_argument("--ipam", choices=["host-local"], default="host-local")
+    b.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.fn(args)
+    except CNIError as exc:
+        print(f"netctl: {exc.msg}", file=sys.stderr)
+        return 1
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"netctl: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+

@@ -1,0 +1,1 @@
+"""The CNI protocol: versions and result conversion, configs, validation, invoking plugins."""

@@ -1,0 +1,122 @@
+"""``netctl daemon``: configuration, start-up replay, serving, and SIGTERM drain."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import msgspec.yaml
+import trio
+import trio_asyncio
+
+from netctl.engine.chains import Runner
+from netctl.engine.engine import Engine, Limits
+from netctl.engine.networks import NetworkDir
+from netctl.errors import INVALID_CONFIG, CNIError
+from netctl.journal.store import open_journal
+from netctl.reconcile.replay import replay
+from netctl.server import Server, ServerConfig
+
+log = logging.getLogger("netctl.daemon")
+
+
+@dataclass
+class DaemonConfig:
+    """Every daemon setting; ``--config`` files use the same keys as the flags
+    (``state-dir``, ``stateDir`` and ``state_dir`` are all accepted)."""
+
+    state_dir: str = "/var/lib/netctl"
+    socket: str = "/run/netctl/netctl.sock"
+    cni_bin_dir: str = "/opt/cni/bin:/usr/lib/cni"
+    networks_dir: str = "/etc/netctl/networks.d"
+    kubeconfig: str | None = None
+    in_cluster: bool = False
+    node_name: str | None = None
+    metrics_addr: str | None = None
+    log_level: str = "info"
+    plugin_timeout: float = 60.0
+    max_concurrent: int = 32
+    max_queue: int = 256
+    compensate_timeout: float = 30.0
+    drain_timeout: float = 30.0
+    max_request_bytes: int = 1 << 20
+    allowed_uids: tuple[int, ...] = (0,)
+
+    @property
+    def bin_dirs(self) -> list[str]:
+        return [d for d in self.cni_bin_dir.split(":") if d]
+
+
+def _normalize(key: str) -> str:
+    out = []
+    for ch in key.replace("-", "_"):
+        if ch.isupper():
+            out.append("_" + ch.lower())
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
+    """Defaults, then the ``--config`` file, then the flags given on the command line."""
+    values: dict[str, Any] = {}
+    fields = {f.name for f in dataclasses.fields(DaemonConfig)}
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read()
+            data = msgspec.yaml.decode(raw) if not path.endswith(".json") \
+                else msgspec.json.decode(raw)
+        except (OSError, msgspec.MsgspecError) as exc:
+            raise CNIError(INVALID_CONFIG, f"daemon config {path}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise CNIError(INVALID_CONFIG, f"daemon config {path}: not a mapping")
+        for key, value in data.items():
+            name = _normalize(str(key))
+            if name not in fields:
+                raise CNIError(INVALID_CONFIG, f"daemon config {path}: unknown key {key!r}")
+            values[name] = value
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    if "allowed_uids" in values:
+        values["allowed_uids"] = tuple(int(u) for u in values["allowed_uids"])
+    try:
+        return msgspec.convert(values, DaemonConfig, strict=False)
+    except msgspec.ValidationError as exc:
+        raise CNIError(INVALID_CONFIG, f"daemon config: {exc}") from exc
+
+
+async def run(cfg: DaemonConfig, *,
+              task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
+    if cfg.kubeconfig or cfg.in_cluster:
+        raise CNIError(INVALID_CONFIG, "Kubernetes mode is not available yet; "
+                       "run without --kubeconfig/--in-cluster (standalone)")
+    async with trio_asyncio.open_loop(), open_journal(cfg.state_dir) as journal:
+        runner = Runner(journal, cfg.bin_dirs, cfg.plugin_timeout)
+        engine = Engine(runner, NetworkDir(cfg.networks_dir),
+                        Limits(cfg.max_concurrent, cfg.max_queue, cfg.compensate_timeout))
+        report = await replay(engine)
+        log.info("start-up replay: %d unfinished operations, %d attachments of %d containers "
+                 "undone, %d failures", report.operations, report.attachments,
+                 report.containers, len(report.failed))
+        for failure in report.failed:
+            log.warning("replay: %s", failure)
+        server = Server(engine, ServerConfig(cfg.socket, cfg.allowed_uids,
+                                             cfg.max_request_bytes,
+                                             drain_timeout=cfg.drain_timeout))
+        server.replay = dataclasses.asdict(report)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(server.serve)
+                log.info("netctl daemon %d listening on %s (journal %s)", os.getpid(),
+                         cfg.socket, journal.path)
+                task_status.started(server)
+                async for signum in signals:
+                    log.info("signal %s: draining", signal.Signals(signum).name)
+                    server.stop()
+                    break
+    log.info("netctl daemon stopped")

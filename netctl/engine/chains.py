@@ -1,0 +1,130 @@
+"""Running one attachment's delegate chain: ADD forward, DEL in reverse, CHECK forward.
+
+Every step is journaled before the plugin starts and after it ends (config
+bytes, netns, ifname, result or error, stderr, seconds). ADD keeps the chain's
+latest result and how many steps started on the :class:`ChainState`, which is
+exactly what a DEL needs: the started steps, in reverse, with that result as
+``prevResult`` — from memory during compensation, from the journal later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from netctl.cni.config import Chain, parse_chain, plugin_config
+from netctl.cni.invoke import PluginError, run_plugin
+from netctl.errors import CNIError
+from netctl.journal.store import Attachment, Journal
+
+
+@dataclass
+class Runner:
+    """What running a plugin needs from the daemon."""
+
+    journal: Journal
+    bin_dirs: Sequence[str]
+    timeout: float = 60.0
+
+
+@dataclass
+class ChainState:
+    att_id: int
+    network: str
+    container_id: str
+    netns: str
+    ifname: str
+    chain: Chain
+    capability_args: dict[str, Any] = field(default_factory=dict)
+    cni_args: dict[str, Any] = field(default_factory=dict)
+    steps_started: int = 0
+    result: dict[str, Any] | None = None
+
+    @classmethod
+    def from_journal(cls, att: Attachment) -> ChainState:
+        return cls(att.id, att.network, att.container_id, att.netns, att.ifname,
+                   parse_chain(att.chain, f"network {att.network}"), att.capability_args,
+                   att.cni_args, att.steps_started, att.result)
+
+    def where(self, index: int) -> str:
+        return (f"network {self.network!r} (interface {self.ifname}), "
+                f"plugin {self.chain.types[index]!r}")
+
+
+class StepError(CNIError):
+    """A delegate step failed; the message names the network, interface and plugin."""
+
+
+async def _step(runner: Runner, op_id: int, st: ChainState, index: int, verb: str,
+                prev: dict[str, Any] | None) -> dict[str, Any] | None:
+    ptype = st.chain.types[index]
+    conf = plugin_config(st.chain, index, prev, st.capability_args, st.cni_args)
+    step_id = await runner.journal.begin_step(op_id, st.att_id, index, verb, ptype, conf,
+                                              st.netns, st.ifname)
+    if verb == "ADD":
+        st.steps_started = max(st.steps_started, index + 1)
+    try:
+        out = await run_plugin(runner.bin_dirs, ptype, verb, conf, container_id=st.container_id,
+                               netns=st.netns, ifname=st.ifname, timeout=runner.timeout)
+    except CNIError as exc:
+        stderr = exc.stderr if isinstance(exc, PluginError) else b""
+        await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb, result=None,
+                                      code=exc.code, error=exc.msg, stderr=stderr, seconds=0.0)
+        raise StepError(exc.code, f"{st.where(index)}: {verb} failed: {exc.msg}",
+                        exc.details) from exc
+    except BaseException:
+        await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb, result=None,
+                                      code=None, error="cancelled", stderr=b"", seconds=0.0)
+        raise
+    await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb, result=out.result,
+                                  code=None, error=None, stderr=out.stderr, seconds=out.seconds)
+    return out.result
+
+
+async def add_chain(runner: Runner, op_id: int, st: ChainState) -> dict[str, Any] | None:
+    """ADD every step in order, each getting the previous result; return the final result."""
+    prev: dict[str, Any] | None = None
+    for index in range(len(st.chain.plugins)):
+        prev = await _step(runner, op_id, st, index, "ADD", prev)
+        st.result = prev
+    return prev
+
+
+async def del_chain(runner: Runner, op_id: int, st: ChainState) -> list[str]:
+    """DEL every started step in reverse with the latest result; go on past failures.
+
+    Returns the failures (empty when all went); things already gone are the
+    plugins' business to tolerate, as the spec asks of them.
+    """
+    errors: list[str] = []
+    for index in reversed(range(st.steps_started)):
+        try:
+            await _step(runner, op_id, st, index, "DEL", st.result)
+        except StepError as exc:
+            errors.append(exc.msg)
+    return errors
+
+
+async def check_chain(runner: Runner, op_id: int, st: ChainState) -> None:
+    """CHECK every step in order with the stored final result."""
+    for index in range(len(st.chain.plugins)):
+        await _step(runner, op_id, st, index, "CHECK", st.result)
+
+
+async def del_all(runner: Runner, op_id: int, states: Sequence[ChainState]) -> dict[int, list[str]]:
+    """DEL several chains concurrently and record each outcome; return failures by attachment."""
+    failures: dict[int, list[str]] = {}
+
+    async def one(st: ChainState) -> None:
+        errors = await del_chain(runner, op_id, st)
+        await runner.journal.mark_removed(st.att_id, "; ".join(errors) if errors else None)
+        if errors:
+            failures[st.att_id] = errors
+
+    async with trio.open_nursery() as nursery:
+        for st in states:
+            nursery.start_soon(one, st)
+    return failures

@@ -1,0 +1,317 @@
+"""The engine: one CNI request → journaled, concurrent, compensated delegate chains.
+
+- ADD journals the operation, then runs every attachment's chain in one
+  nursery. Any failure or cancellation cancels the siblings, and every step
+  that started is DELeted again in reverse (shielded, with its own deadline).
+- DEL needs nothing but the journal; CHECK replays the stored results.
+- Requests for one container are serialized; a DEL cancels a running ADD of
+  the same container (which compensates) and runs after it. Different
+  containers run concurrently up to ``max_concurrent``; beyond that requests
+  wait, and when ``max_queue`` are waiting, ADD and CHECK get code 11.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import msgspec
+import trio
+
+from netctl.cni import validate, versions
+from netctl.cni.request import Request
+from netctl.engine.chains import ChainState, Runner, add_chain, check_chain, del_all
+from netctl.engine.networks import NetworkDir
+from netctl.engine.plan import AttachmentPlan, NetctlConf, Pod, decode_conf, plan
+from netctl.errors import (
+    CANCELLED,
+    DEL_INCOMPLETE,
+    INCOMPATIBLE_VERSION,
+    INVALID_ENVIRONMENT,
+    TRY_AGAIN_LATER,
+    UNKNOWN_CONTAINER,
+    CNIError,
+)
+from netctl.journal.store import Attachment
+
+T = TypeVar("T")
+
+
+@dataclass
+class Limits:
+    max_concurrent: int = 32
+    max_queue: int = 256
+    compensate_timeout: float = 30.0
+
+
+@dataclass
+class _Gate:
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    adds: set[trio.CancelScope] = field(default_factory=set)
+    users: int = 0
+
+
+def first_error(exc: BaseException) -> CNIError | None:
+    """The first CNIError inside an exception (group), if any."""
+    if isinstance(exc, CNIError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = first_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+class Engine:
+    def __init__(self, runner: Runner, networks: NetworkDir, limits: Limits | None = None) -> None:
+        self.runner = runner
+        self.journal = runner.journal
+        self.networks = networks
+        self.limits = limits or Limits()
+        self._limiter = trio.CapacityLimiter(self.limits.max_concurrent)
+        self._waiting = 0
+        self._gates: dict[str, _Gate] = {}
+
+    @property
+    def in_flight(self) -> int:
+        return int(self._limiter.borrowed_tokens)
+
+    # -- entry point -------------------------------------------------------------
+
+    async def handle(self, req: Request) -> dict[str, Any] | None:
+        """Serve one request; return the result to print (None for none) or raise CNIError."""
+        command = validate.command(req.command)
+        if command == "STATUS":
+            conf = decode_conf(req.stdin)
+            if not versions.supports_gc(conf.cniVersion):
+                raise CNIError(INCOMPATIBLE_VERSION,
+                               f"STATUS needs cniVersion 1.1.0 or later, not {conf.cniVersion}")
+            return None
+        if command == "GC":
+            return await self.gc(decode_conf(req.stdin))
+        if command == "VERSION":
+            return {"cniVersion": versions.LATEST, "supportedVersions": list(versions.SUPPORTED)}
+        container_id = validate.container_id(req.container_id)
+        validate.ifname(req.ifname)
+        validate.parse_cni_args(req.args)
+        if command == "ADD":
+            conf = decode_conf(req.stdin)
+            return await self._serialized(container_id, command,
+                                          lambda: self.add(req, conf))
+        if command == "DEL":
+            await self._serialized(container_id, command, lambda: self.delete(req))
+            return None
+        conf = decode_conf(req.stdin)
+        return await self._serialized(container_id, command, lambda: self.check(req, conf))
+
+    async def _serialized(self, container_id: str, verb: str,
+                          fn: Callable[[], Awaitable[T]]) -> T:
+        gate = self._gates.setdefault(container_id, _Gate())
+        gate.users += 1
+        try:
+            if verb == "DEL":
+                for scope in gate.adds:
+                    scope.cancel()
+            with trio.CancelScope() as scope:
+                if verb == "ADD":
+                    gate.adds.add(scope)
+                try:
+                    async with gate.lock:
+                        return await self._admitted(verb, fn)
+                finally:
+                    gate.adds.discard(scope)
+            raise CNIError(CANCELLED, f"ADD of container {container_id} was cancelled by a DEL "
+                           "for the same container; what it had done was undone")
+        finally:
+            gate.users -= 1
+            if gate.users == 0:
+                self._gates.pop(container_id, None)
+
+    async def _admitted(self, verb: str, fn: Callable[[], Awaitable[T]]) -> T:
+        if self._limiter.available_tokens == 0 and verb != "DEL" \
+                and self._waiting >= self.limits.max_queue:
+            raise CNIError(TRY_AGAIN_LATER, f"daemon busy: {self.in_flight} requests running and "
+                           f"{self._waiting} queued (max_queue {self.limits.max_queue}); "
+                           "try again later")
+        self._waiting += 1
+        try:
+            await self._limiter.acquire()
+        finally:
+            self._waiting -= 1
+        try:
+            return await fn()
+        finally:
+            self._limiter.release()
+
+    # -- ADD ---------------------------------------------------------------------
+
+    async def add(self, req: Request, conf: NetctlConf) -> dict[str, Any]:
+        if not req.netns:
+            raise CNIError(INVALID_ENVIRONMENT, "CNI_NETNS is missing")
+        if not os.path.exists(req.netns):
+            raise CNIError(INVALID_ENVIRONMENT, f"CNI_NETNS {req.netns} does not exist")
+        plans = plan(conf, req.ifname, req.args, self.networks)
+        mine = [a for a in await self.journal.live_attachments(req.container_id)
+                if a.caller_ifname == req.ifname and a.caller_network == conf.name]
+        if mine:
+            same = self._repeat_of(mine, plans, req.netns)
+            if same is not None:
+                return versions.convert_result(same, conf.cniVersion)
+            await self.delete_attachments(req.container_id, mine, "ADD")  # leftovers of a failed ADD
+        pod = Pod.from_args(validate.parse_cni_args(req.args))
+        op_id = await self.journal.begin_operation(
+            "ADD", req.container_id, netns=req.netns, ifname=req.ifname,
+            caller_network=conf.name, caller_version=conf.cniVersion,
+            pod=(pod.namespace, pod.name, pod.uid), request=req.stdin.encode())
+        states: list[ChainState] = []
+
+        async def attach(p: AttachmentPlan) -> None:
+            att_id = await self.journal.begin_attachment(op_id, {
+                "container_id": req.container_id, "ifname": p.ifname, "network": p.network,
+                "network_name": p.chain.name, "is_default": p.is_default,
+                "caller_network": conf.name, "caller_ifname": req.ifname, "netns": req.netns,
+                "pod_namespace": pod.namespace, "pod_name": pod.name, "pod_uid": pod.uid,
+                "cni_version": p.chain.cni_version, "chain": p.chain.raw,
+                "capability_args": p.capability_args, "cni_args": p.cni_args})
+            st = ChainState(att_id, p.network, req.container_id, req.netns, p.ifname, p.chain,
+                            p.capability_args, p.cni_args)
+            states.append(st)
+            await add_chain(self.runner, op_id, st)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for p in plans:
+                    nursery.start_soon(attach, p)
+        except BaseException as exc:
+            cause = first_error(exc)
+            failures, finished = await self._compensate(op_id, states)
+            state = "compensated" if finished and not failures else "compensate_failed"
+            msg = cause.msg if cause else "cancelled"
+            if failures or not finished:
+                msg += ("; compensation incomplete: " + "; ".join(
+                    e for errs in failures.values() for e in errs)
+                    if failures else "; compensation ran out of time")
+            await self.journal.finish_operation(op_id, state, cause.code if cause else CANCELLED,
+                                                msg)
+            if cause is None:
+                raise
+            raise CNIError(cause.code, msg, cause.details) from None
+        await self.journal.finish_operation(op_id, "done",
+                                            attached=[(s.att_id, s.result) for s in states])
+        default = next(s for s in states if s.ifname == plans[0].ifname)  # plans[0]: cluster
+        return versions.convert_result(default.result or {}, conf.cniVersion)
+
+    @staticmethod
+    def _repeat_of(mine: list[Attachment], plans: list[AttachmentPlan],
+                   netns: str) -> dict[str, Any] | None:
+        """The stored result when an ADD repeats a completed one exactly, else None."""
+        if any(a.state != "attached" or a.netns != netns for a in mine):
+            return None
+        if sorted((a.network, a.ifname) for a in mine) != sorted(
+                (p.network, p.ifname) for p in plans):
+            return None
+        return next((a.result for a in mine if a.is_default), None)
+
+    async def _compensate(self, op_id: int,
+                          states: list[ChainState]) -> tuple[dict[int, list[str]], bool]:
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(self.limits.compensate_timeout) as scope:
+                failures = await del_all(self.runner, op_id, states)
+            return (failures if not scope.cancelled_caught else {}), not scope.cancelled_caught
+
+    # -- DEL ---------------------------------------------------------------------
+
+    async def delete(self, req: Request) -> None:
+        name = _conf_name(req.stdin)
+        mine = [a for a in await self.journal.live_attachments(req.container_id)
+                if a.caller_ifname == req.ifname and (name is None or a.caller_network == name)]
+        await self.delete_attachments(req.container_id, mine, "DEL", netns=req.netns, ifname=req.ifname,
+                           caller_network=name or "", request=req.stdin.encode())
+
+    async def delete_attachments(self, container_id: str, atts: list[Attachment], why: str,
+                      origin: str = "runtime", **op: Any) -> None:
+        op_id = await self.journal.begin_operation("DEL", container_id, origin=origin, **op)
+        if atts:
+            await self.journal.mark_removing([a.id for a in atts], op_id)
+        try:
+            failures = await del_all(self.runner, op_id, [ChainState.from_journal(a)
+                                                          for a in atts])
+        except BaseException as exc:
+            await self.journal.finish_operation(op_id, "failed", CANCELLED, repr(exc))
+            raise
+        if failures:
+            msg = (f"{why} of container {container_id}: could not remove everything; "
+                   "a later DEL or the reconciler retries: "
+                   + "; ".join(e for errs in failures.values() for e in errs))
+            await self.journal.finish_operation(op_id, "failed", DEL_INCOMPLETE, msg)
+            raise CNIError(DEL_INCOMPLETE, msg)
+        await self.journal.finish_operation(op_id, "done")
+
+    # -- CHECK -------------------------------------------------------------------
+
+    async def check(self, req: Request, conf: NetctlConf) -> None:
+        if not versions.supports_check(conf.cniVersion):
+            raise CNIError(INCOMPATIBLE_VERSION,
+                           f"CHECK needs cniVersion 0.4.0 or later, not {conf.cniVersion}")
+        mine = [a for a in await self.journal.live_attachments(req.container_id)
+                if a.caller_ifname == req.ifname and a.caller_network == conf.name
+                and a.state == "attached"]
+        if not mine:
+            raise CNIError(UNKNOWN_CONTAINER, f"no attachments of container {req.container_id} "
+                           f"interface {req.ifname} in the journal")
+        op_id = await self.journal.begin_operation(
+            "CHECK", req.container_id, netns=req.netns, ifname=req.ifname,
+            caller_network=conf.name, caller_version=conf.cniVersion)
+        try:
+            async with trio.open_nursery() as nursery:
+                for att in mine:
+                    st = ChainState.from_journal(att)
+                    if versions.supports_check(st.chain.cni_version):
+                        nursery.start_soon(check_chain, self.runner, op_id, st)
+        except BaseException as exc:
+            cause = first_error(exc)
+            await self.journal.finish_operation(op_id, "failed", cause.code if cause else None,
+                                                cause.msg if cause else "cancelled")
+            if cause is None:
+                raise
+            raise CNIError(cause.code, cause.msg, cause.details) from None
+        await self.journal.finish_operation(op_id, "done")
+
+    # -- GC ----------------------------------------------------------------------
+
+    async def gc(self, conf: NetctlConf) -> None:
+        """DEL every attachment of this netctl network not in ``cni.dev/valid-attachments``."""
+        if not versions.supports_gc(conf.cniVersion):
+            raise CNIError(INCOMPATIBLE_VERSION,
+                           f"GC needs cniVersion 1.1.0 or later, not {conf.cniVersion}")
+        valid = {(str(v.get("containerID")), str(v.get("ifname")))
+                 for v in conf.valid_attachments or []}
+        stale: dict[str, list[Attachment]] = {}
+        for att in await self.journal.live_attachments():
+            if att.caller_network == conf.name and \
+                    (att.container_id, att.caller_ifname) not in valid:
+                stale.setdefault(att.container_id, []).append(att)
+        errors = []
+        for container_id, atts in stale.items():
+            try:
+                await self._serialized(container_id, "DEL", lambda c=container_id, a=atts:
+                                       self.delete_attachments(c, a, "GC", origin="gc",
+                                                    caller_network=conf.name))
+            except CNIError as exc:
+                errors.append(exc.msg)
+        if errors:
+            raise CNIError(DEL_INCOMPLETE, "GC: " + "; ".join(errors))
+
+
+def _conf_name(stdin: str) -> str | None:
+    """The netctl conf's ``name`` if stdin decodes; DEL must work without it."""
+    try:
+        obj = msgspec.json.decode(stdin.encode())
+    except msgspec.DecodeError:
+        return None
+    name = obj.get("name") if isinstance(obj, dict) else None
+    return name if isinstance(name, str) else None
+

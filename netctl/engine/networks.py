@@ -1,0 +1,133 @@
+"""Networks in standalone mode: NetworkAttachmentDefinition files in a directory.
+
+Each ``*.yaml|*.yml|*.json`` file holds one NAD (``metadata.name``,
+``metadata.namespace`` default ``default``, ``spec.config`` a conf or conflist
+as a string). The directory is re-read only when a file changed (mtime and
+size per file), so a lookup costs a few ``stat`` calls. A broken file is kept
+aside with its error, so a lookup of that network names the file and the fault.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import msgspec.yaml
+
+from netctl.cni.config import Chain, parse_chain
+from netctl.errors import INVALID_CONFIG, CNIError
+
+_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class _Meta(msgspec.Struct):
+    name: str
+    namespace: str = "default"
+
+
+class _Spec(msgspec.Struct):
+    config: str = ""
+
+
+class NAD(msgspec.Struct):
+    metadata: _Meta
+    spec: _Spec
+    apiVersion: str = "k8s.cni.cncf.io/v1"
+    kind: str = "NetworkAttachmentDefinition"
+
+
+@dataclass(frozen=True)
+class Network:
+    key: str  # "ns/name" of its NAD, or the file path
+    chain: Chain
+
+
+@dataclass
+class NetworkDir:
+    directory: str
+    _stamp: tuple[tuple[str, int, int], ...] = ()
+    _by_key: dict[str, Network] = field(default_factory=dict)
+    _by_chain_name: dict[str, Network] = field(default_factory=dict)
+    _broken: dict[str, str] = field(default_factory=dict)  # file → error
+
+    def _scan(self) -> None:
+        try:
+            names = sorted(n for n in os.listdir(self.directory) if n.endswith(_SUFFIXES))
+        except FileNotFoundError:
+            names = []
+        stamp = []
+        for name in names:
+            try:
+                st = os.stat(os.path.join(self.directory, name))
+            except OSError:
+                continue
+            stamp.append((name, st.st_mtime_ns, st.st_size))
+        if tuple(stamp) == self._stamp:
+            return
+        by_key: dict[str, Network] = {}
+        by_chain: dict[str, Network] = {}
+        broken: dict[str, str] = {}
+        for name, _, _ in stamp:
+            path = os.path.join(self.directory, name)
+            try:
+                with open(path, "rb") as fh:
+                    raw = fh.read()
+                nad = (msgspec.json.decode(raw, type=NAD) if name.endswith(".json")
+                       else msgspec.yaml.decode(raw, type=NAD))
+                key = f"{nad.metadata.namespace}/{nad.metadata.name}"
+                if not nad.spec.config:
+                    raise CNIError(INVALID_CONFIG, "spec.config is empty")
+                chain = parse_chain(nad.spec.config, f"network {key}")
+            except (OSError, msgspec.MsgspecError, CNIError) as exc:
+                broken[name] = str(exc)
+                continue
+            net = Network(key=key, chain=chain)
+            by_key[key] = net
+            by_chain.setdefault(chain.name, net)
+        self._stamp = tuple(stamp)
+        self._by_key, self._by_chain_name, self._broken = by_key, by_chain, broken
+
+    def resolve(self, ref: str, namespace: str) -> Network:
+        """Find a network by ``ns/name``, NAD name in ``namespace`` or ``default``,
+        chain name, or an absolute path to a conf/conflist file."""
+        if ref.startswith("/"):
+            return self._from_file(ref)
+        self._scan()
+        if "/" in ref:
+            candidates = [ref]
+        else:
+            candidates = [f"{namespace}/{ref}", f"default/{ref}"]
+        for key in candidates:
+            if key in self._by_key:
+                return self._by_key[key]
+        if "/" not in ref and ref in self._by_chain_name:
+            return self._by_chain_name[ref]
+        hint = ""
+        if self._broken:
+            hint = "; unreadable files: " + "; ".join(
+                f"{name}: {err}" for name, err in sorted(self._broken.items()))
+        raise CNIError(
+            INVALID_CONFIG,
+            f"network {ref!r} not found: no NetworkAttachmentDefinition "
+            f"{' or '.join(candidates)} and no network named {ref!r} in {self.directory}{hint}",
+        )
+
+    def _from_file(self, path: str) -> Network:
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read()
+        except OSError as exc:
+            raise CNIError(INVALID_CONFIG, f"network file {path}: {exc.strerror}") from exc
+        return Network(key=path, chain=parse_chain(raw, f"network file {path}"))
+
+    def all(self) -> list[Network]:
+        self._scan()
+        return list(self._by_key.values())
+
+
+def inline(obj: dict[str, Any], index: int) -> Network:
+    """A delegate given inline in the netctl conf (``delegates``)."""
+    chain = parse_chain(obj, f"delegates[{index}]")
+    return Network(key=f"delegate:{chain.name}", chain=chain)

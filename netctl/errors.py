@@ -1,0 +1,73 @@
+"""netctl's errors: one flat hierarchy, each error carrying its CNI code.
+
+Every failure that reaches a runtime is a :class:`CNIError`, printed by the thin
+plugin as the spec's error JSON ``{"cniVersion", "code", "msg", "details"}``.
+Codes below 100 are the spec's; 100 and up are netctl's own and are listed in
+the README ("Error codes").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The CNI spec's well-known codes.
+INCOMPATIBLE_VERSION = 1
+UNSUPPORTED_FIELD = 2
+UNKNOWN_CONTAINER = 3
+INVALID_ENVIRONMENT = 4
+IO_FAILURE = 5
+DECODE_FAILURE = 6
+INVALID_CONFIG = 7
+TRY_AGAIN_LATER = 11
+NOT_AVAILABLE = 50
+NOT_AVAILABLE_LIMITED = 51
+
+# netctl's own codes (documented in the README).
+POOL_EXHAUSTED = 100
+DELEGATE_TIMEOUT = 101
+DELEGATE_CRASHED = 102
+DELEGATE_BAD_OUTPUT = 103
+PERMISSION_DENIED = 104
+REQUEST_TOO_LARGE = 105
+CANCELLED = 106
+DEL_INCOMPLETE = 107
+
+CODE_NAMES: dict[int, str] = {
+    INCOMPATIBLE_VERSION: "incompatible CNI version",
+    UNSUPPORTED_FIELD: "unsupported field",
+    UNKNOWN_CONTAINER: "unknown container",
+    INVALID_ENVIRONMENT: "invalid environment variables",
+    IO_FAILURE: "I/O failure",
+    DECODE_FAILURE: "failed to decode content",
+    INVALID_CONFIG: "invalid network config",
+    TRY_AGAIN_LATER: "try again later",
+    NOT_AVAILABLE: "plugin not available",
+    NOT_AVAILABLE_LIMITED: "plugin not available, existing networks may be limited",
+    POOL_EXHAUSTED: "address pool exhausted",
+    DELEGATE_TIMEOUT: "delegate plugin timed out",
+    DELEGATE_CRASHED: "delegate plugin failed without a CNI error",
+    DELEGATE_BAD_OUTPUT: "delegate plugin printed malformed output",
+    PERMISSION_DENIED: "caller not allowed",
+    REQUEST_TOO_LARGE: "request too large",
+    CANCELLED: "operation cancelled",
+    DEL_INCOMPLETE: "DEL could not remove everything",
+}
+
+
+class CNIError(Exception):
+    """A failure with a CNI error code, a message naming what failed, and details."""
+
+    def __init__(self, code: int, msg: str, details: str = "") -> None:
+        super().__init__(msg)
+        self.code = code
+        self.msg = msg
+        self.details = details
+
+    def to_json(self, cni_version: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"cniVersion": cni_version, "code": self.code, "msg": self.msg}
+        if self.details:
+            out["details"] = self.details
+        return out
+
+    def __repr__(self) -> str:
+        return f"CNIError({self.code}, {self.msg!r})"

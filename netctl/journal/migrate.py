@@ -1,0 +1,78 @@
+"""The migrations runner: applies ``migrations/NNNN_name.sql`` in order, once each.
+
+Applied versions are recorded in ``schema_migrations``. A database that has a
+version this code does not know (written by a newer netctl) is refused rather
+than used: an older daemon must not write into a schema it does not understand.
+Runs synchronously with the stdlib ``sqlite3``: it happens once, before serving.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from importlib import resources
+from pathlib import Path
+
+from netctl.errors import IO_FAILURE, CNIError
+
+_NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+class SchemaTooNew(CNIError):
+    def __init__(self, found: int, known: int, path: str) -> None:
+        super().__init__(
+            IO_FAILURE,
+            f"journal {path} has schema version {found}, newer than this netctl knows "
+            f"({known}); upgrade netctl or use another --state-dir",
+        )
+
+
+def available() -> list[tuple[int, str, str]]:
+    """(version, name, sql) for every migration shipped with this code, in order."""
+    out = []
+    for entry in resources.files("netctl_migrations").iterdir():
+        match = _NAME_RE.match(entry.name)
+        if match:
+            out.append((int(match.group(1)), match.group(2), entry.read_text()))
+    return sorted(out)
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=5000")
+    return conn
+
+
+def applied(conn: sqlite3.Connection) -> list[int]:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+    return [row[0] for row in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")]
+
+
+def migrate(path: str | Path) -> list[int]:
+    """Bring the journal at ``path`` up to date; return the versions applied now."""
+    known = available()
+    newest = known[-1][0] if known else 0
+    conn = connect(path)
+    try:
+        done = set(applied(conn))
+        if done and max(done) > newest:
+            raise SchemaTooNew(max(done), newest, str(path))
+        now_applied = []
+        for version, name, sql in known:
+            if version in done:
+                continue
+            conn.executescript(
+                "BEGIN;\n" + sql + "\nINSERT INTO schema_migrations VALUES "
+                f"({version}, '{name}', {time.time()});\nCOMMIT;"
+            )
+            now_applied.append(version)
+        return now_applied
+    finally:
+        conn.close()

@@ -1,0 +1,320 @@
+"""The journal store: aiosqlite behind trio (through trio-asyncio), one writer connection.
+
+Every write is one short transaction made in a single trip across the
+trio/asyncio bridge, serialized by a trio lock (one connection, one writer).
+The engine calls it before and after every side effect; the reconciler reads
+what was left unfinished; the CLI reads the same tables (plain sqlite3, WAL
+lets it read while the daemon writes).
+
+Must be used inside ``trio_asyncio.open_loop()``; :func:`open_journal` opens
+one when the caller has none.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+import msgspec
+import trio
+import trio_asyncio
+
+from netctl.journal.migrate import migrate
+
+T = TypeVar("T")
+
+
+class Attachment(msgspec.Struct, kw_only=True):
+    """One network of one container, as the journal keeps it."""
+
+    id: int
+    container_id: str
+    ifname: str
+    network: str
+    network_name: str
+    is_default: bool
+    caller_network: str
+    caller_ifname: str
+    netns: str
+    pod_namespace: str
+    pod_name: str
+    pod_uid: str
+    cni_version: str
+    chain: bytes
+    capability_args: dict[str, Any]
+    cni_args: dict[str, Any]
+    steps_started: int
+    result: dict[str, Any] | None
+    state: str
+    add_op: int | None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Attachment:
+        return cls(
+            id=row["id"],
+            container_id=row["container_id"],
+            ifname=row["ifname"],
+            network=row["network"],
+            network_name=row["network_name"],
+            is_default=bool(row["is_default"]),
+            caller_network=row["caller_network"],
+            caller_ifname=row["caller_ifname"],
+            netns=row["netns"],
+            pod_namespace=row["pod_namespace"],
+            pod_name=row["pod_name"],
+            pod_uid=row["pod_uid"],
+            cni_version=row["cni_version"],
+            chain=bytes(row["chain"]),
+            capability_args=msgspec.json.decode(row["capability_args"]),
+            cni_args=msgspec.json.decode(row["cni_args"]),
+            steps_started=row["steps_started"],
+            result=msgspec.json.decode(row["result"]) if row["result"] else None,
+            state=row["state"],
+            add_op=row["add_op"],
+        )
+
+
+class Operation(msgspec.Struct, kw_only=True):
+    id: int
+    verb: str
+    container_id: str
+    netns: str
+    ifname: str
+    state: str
+    origin: str
+
+
+def _json(value: Any) -> bytes | None:
+    return None if value is None else msgspec.json.encode(value)
+
+
+class Journal:
+    """Typed writes and reads of the journal tables."""
+
+    def __init__(self, db: aiosqlite.Connection, path: str) -> None:
+        self._db = db
+        self._lock = trio.Lock()
+        self.path = path
+
+    # -- plumbing ---------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], write: bool) -> T:
+        db = self._db
+
+        async def body() -> T:
+            if not write:
+                return await fn(db)
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                out = await fn(db)
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+            await db.execute("COMMIT")
+            return out
+
+        with trio.CancelScope(shield=True):  # a journal write always completes
+            async with self._lock:
+                return await trio_asyncio.aio_as_trio(body)()
+
+    async def _write(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+        return await self._run(fn, True)
+
+    async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        async def fn(db: aiosqlite.Connection) -> list[sqlite3.Row]:
+            async with db.execute(sql, params) as cur:
+                return list(await cur.fetchall())
+
+        return await self._run(fn, False)
+
+    # -- operations -------------------------------------------------------------
+
+    async def begin_operation(
+        self,
+        verb: str,
+        container_id: str,
+        *,
+        netns: str = "",
+        ifname: str = "",
+        caller_network: str = "",
+        caller_version: str = "",
+        pod: tuple[str, str, str] = ("", "", ""),
+        request: bytes | None = None,
+        origin: str = "runtime",
+    ) -> int:
+        async def fn(db: aiosqlite.Connection) -> int:
+            cur = await db.execute(
+                "INSERT INTO operations (verb, container_id, netns, ifname, caller_network,"
+                " caller_version, pod_namespace, pod_name, pod_uid, request, origin, state,"
+                " started_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,'running',?)",
+                (verb, container_id, netns, ifname, caller_network, caller_version, *pod,
+                 request, origin, time.time()),
+            )
+            assert cur.lastrowid is not None
+            return cur.lastrowid
+
+        return await self._write(fn)
+
+    async def finish_operation(
+        self, op_id: int, state: str, code: int | None = None, error: str | None = None,
+        attached: Iterable[tuple[int, dict[str, Any] | None]] = (),
+    ) -> None:
+        """Close an operation; ``attached`` (id, final result) pairs become live attachments."""
+        rows = list(attached)
+
+        async def fn(db: aiosqlite.Connection) -> None:
+            now = time.time()
+            for att_id, result in rows:
+                await db.execute(
+                    "UPDATE attachments SET state='attached', result=? WHERE id=?",
+                    (_json(result), att_id),
+                )
+            await db.execute(
+                "UPDATE operations SET state=?, code=?, error=?, finished_at=? WHERE id=?",
+                (state, code, error, now, op_id),
+            )
+
+        await self._write(fn)
+
+    async def unfinished_operations(self) -> list[Operation]:
+        rows = await self._read(
+            "SELECT id, verb, container_id, netns, ifname, state, origin FROM operations"
+            " WHERE state='running' ORDER BY id"
+        )
+        return [Operation(**dict(row)) for row in rows]
+
+    # -- attachments ------------------------------------------------------------
+
+    async def begin_attachment(self, op_id: int, att: dict[str, Any]) -> int:
+        async def fn(db: aiosqlite.Connection) -> int:
+            cur = await db.execute(
+                "INSERT INTO attachments (container_id, ifname, network, network_name,"
+                " is_default, caller_network, caller_ifname, netns, pod_namespace, pod_name,"
+                " pod_uid, cni_version, chain, capability_args, cni_args, state, add_op,"
+                " created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'adding',?,?)",
+                (att["container_id"], att["ifname"], att["network"], att["network_name"],
+                 int(att["is_default"]), att["caller_network"], att["caller_ifname"],
+                 att["netns"], att["pod_namespace"], att["pod_name"], att["pod_uid"],
+                 att["cni_version"], att["chain"], _json(att["capability_args"]),
+                 _json(att["cni_args"]), op_id, time.time()),
+            )
+            assert cur.lastrowid is not None
+            return cur.lastrowid
+
+        return await self._write(fn)
+
+    async def live_attachments(self, container_id: str | None = None) -> list[Attachment]:
+        """Attachments not yet removed (all of them, or one container's)."""
+        if container_id is None:
+            rows = await self._read(
+                "SELECT * FROM attachments WHERE state != 'removed' ORDER BY id")
+        else:
+            rows = await self._read(
+                "SELECT * FROM attachments WHERE state != 'removed' AND container_id=?"
+                " ORDER BY id", (container_id,))
+        return [Attachment.from_row(r) for r in rows]
+
+    async def attachments_of(self, op_id: int) -> list[Attachment]:
+        rows = await self._read(
+            "SELECT * FROM attachments WHERE add_op=? ORDER BY id", (op_id,))
+        return [Attachment.from_row(r) for r in rows]
+
+    async def mark_removing(self, att_ids: Sequence[int], op_id: int) -> None:
+        async def fn(db: aiosqlite.Connection) -> None:
+            for att_id in att_ids:
+                await db.execute(
+                    "UPDATE attachments SET state='removing', del_op=? WHERE id=?",
+                    (op_id, att_id))
+
+        await self._write(fn)
+
+    async def mark_removed(self, att_id: int, error: str | None = None) -> None:
+        """Removed (``error`` None), or left for a later DEL with the error that stopped it."""
+        async def fn(db: aiosqlite.Connection) -> None:
+            if error is None:
+                await db.execute(
+                    "UPDATE attachments SET state='removed', error=NULL, removed_at=?"
+                    " WHERE id=?", (time.time(), att_id))
+            else:
+                await db.execute("UPDATE attachments SET error=? WHERE id=?", (error, att_id))
+
+        await self._write(fn)
+
+    # -- steps ------------------------------------------------------------------
+
+    async def begin_step(
+        self, op_id: int, att_id: int, position: int, verb: str, plugin_type: str,
+        config: bytes, netns: str, ifname: str,
+    ) -> int:
+        async def fn(db: aiosqlite.Connection) -> int:
+            cur = await db.execute(
+                "INSERT INTO steps (operation_id, attachment_id, position, verb, plugin_type,"
+                " config, netns, ifname, state, started_at) VALUES (?,?,?,?,?,?,?,?,"
+                "'running',?)",
+                (op_id, att_id, position, verb, plugin_type, config, netns, ifname,
+                 time.time()),
+            )
+            if verb == "ADD":
+                await db.execute(
+                    "UPDATE attachments SET steps_started=MAX(steps_started, ?) WHERE id=?",
+                    (position + 1, att_id))
+            assert cur.lastrowid is not None
+            return cur.lastrowid
+
+        return await self._write(fn)
+
+    async def end_step(
+        self, step_id: int, *, att_id: int, verb: str, result: dict[str, Any] | None,
+        code: int | None, error: str | None, stderr: bytes, seconds: float,
+    ) -> None:
+        async def fn(db: aiosqlite.Connection) -> None:
+            await db.execute(
+                "UPDATE steps SET state=?, result=?, code=?, error=?, stderr=?, finished_at=?,"
+                " seconds=? WHERE id=?",
+                ("failed" if error else "ok", _json(result), code, error, stderr or None,
+                 time.time(), seconds, step_id),
+            )
+            if verb == "ADD" and error is None and result is not None:
+                await db.execute("UPDATE attachments SET result=? WHERE id=?",
+                                 (_json(result), att_id))
+
+        await self._write(fn)
+
+
+@asynccontextmanager
+async def open_journal(state_dir: str | Path) -> AsyncIterator[Journal]:
+    """Migrate and open ``<state_dir>/journal.db``, inside a trio-asyncio loop."""
+    directory = Path(state_dir)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = str(directory / "journal.db")
+    migrate(path)
+    if trio_asyncio.current_loop.get() is None:
+        async with trio_asyncio.open_loop():
+            async with _connected(path) as journal:
+                yield journal
+    else:
+        async with _connected(path) as journal:
+            yield journal
+
+
+@asynccontextmanager
+async def _connected(path: str) -> AsyncIterator[Journal]:
+    async def connect() -> aiosqlite.Connection:
+        db = await aiosqlite.connect(path, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON",
+                       "busy_timeout=5000"):
+            await db.execute(f"PRAGMA {pragma}")
+        return db
+
+    db = await trio_asyncio.aio_as_trio(connect)()
+    try:
+        yield Journal(db, path)
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio_asyncio.aio_as_trio(db.close)()

@@ -1,0 +1,1 @@
+"""Reconcile: finishing what a previous run left unfinished, and (later) leak clean-up."""

@@ -1,0 +1,53 @@
+"""Start-up replay: finish or compensate what a previous run left unfinished.
+
+Runs before the socket accepts requests. Every attachment the journal has in
+``adding`` (an ADD that never completed, or whose compensation failed) or
+``removing`` (a DEL that never completed) is DELeted through its chain from
+the journal alone; then every operation still ``running`` is closed: an ADD
+as ``compensated`` (or ``compensate_failed`` if something could not be
+removed), a DEL as ``done``/``failed``, a CHECK as ``abandoned``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from netctl.engine.engine import Engine
+from netctl.errors import CNIError
+from netctl.journal.store import Attachment
+
+
+@dataclass
+class ReplayReport:
+    operations: int = 0
+    attachments: int = 0
+    containers: int = 0
+    failed: list[str] = field(default_factory=list)
+
+
+async def replay(engine: Engine) -> ReplayReport:
+    journal = engine.journal
+    report = ReplayReport()
+    ops = await journal.unfinished_operations()
+    pending: dict[str, list[Attachment]] = {}
+    for att in await journal.live_attachments():
+        if att.state in ("adding", "removing"):
+            pending.setdefault(att.container_id, []).append(att)
+    left_over: set[int] = set()
+    for container_id, atts in pending.items():
+        report.containers += 1
+        report.attachments += len(atts)
+        try:
+            await engine.delete_attachments(container_id, atts, "replay", origin="replay",
+                                            netns=atts[0].netns)
+        except CNIError as exc:
+            report.failed.append(exc.msg)
+            left_over.update(a.add_op for a in atts if a.add_op is not None)
+    for op in ops:
+        report.operations += 1
+        state = {"ADD": "compensated", "DEL": "done"}.get(op.verb, "abandoned")
+        if op.id in left_over:
+            state = "compensate_failed"
+        await journal.finish_operation(op.id, state, None,
+                                       "interrupted by a daemon stop; finished at start-up")
+    return report

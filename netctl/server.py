@@ -1,0 +1,184 @@
+"""The Unix socket server: framing, peer credentials, dispatch, graceful drain.
+
+Wire format, both ways: a 4-byte big-endian length, then that many bytes of
+JSON (a :class:`~netctl.cni.request.Request` in, a
+:class:`~netctl.cni.request.Response` out). One request per connection.
+
+The socket's directory is 0700 and the socket 0600; on top of that every peer's
+uid is read with SO_PEERCRED and must be in ``allowed_uids``. Frames larger
+than ``max_request_bytes`` are answered with code 105 without being read;
+malformed frames with code 6. Nothing a client sends can stop the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import trio
+
+from netctl import __version__
+from netctl.cni import versions
+from netctl.cni.request import Request, Response
+from netctl.engine.engine import Engine
+from netctl.errors import (
+    DECODE_FAILURE,
+    IO_FAILURE,
+    PERMISSION_DENIED,
+    REQUEST_TOO_LARGE,
+    CNIError,
+)
+
+log = logging.getLogger("netctl.server")
+_HEADER = struct.Struct(">I")
+ADMIN = "netctl-admin"
+
+
+@dataclass
+class ServerConfig:
+    socket_path: str
+    allowed_uids: tuple[int, ...] = (0,)
+    max_request_bytes: int = 1 << 20
+    read_timeout: float = 10.0
+    drain_timeout: float = 30.0
+
+
+async def _read_exact(stream: trio.SocketStream, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = await stream.receive_some(min(65536, n - len(buf)))
+        if not chunk:
+            raise EOFError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def _caller_version(stdin: str) -> str:
+    try:
+        obj = msgspec.json.decode(stdin.encode())
+        version = obj.get("cniVersion") if isinstance(obj, dict) else None
+        if isinstance(version, str) and version in versions.SUPPORTED:
+            return version
+    except msgspec.DecodeError:
+        pass
+    return versions.LATEST
+
+
+@dataclass
+class Server:
+    engine: Engine
+    config: ServerConfig
+    started_at: float = field(default_factory=time.time)
+    served: int = 0
+    replay: dict[str, Any] = field(default_factory=dict)
+    _accept_scope: trio.CancelScope | None = None
+    _listener: trio.socket.SocketType | None = None
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen, tell the caller we are listening, serve until :meth:`stop`, then drain."""
+        path = self.config.socket_path
+        directory = os.path.dirname(path) or "."
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        os.chmod(directory, 0o700)
+        if os.path.exists(path):
+            os.unlink(path)  # a stale socket of a previous run
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            await sock.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        sock.listen(512)
+        self._listener = sock
+        listener = trio.SocketListener(sock)
+        async with trio.open_nursery() as handlers:
+            with trio.CancelScope() as self._accept_scope:
+                task_status.started()
+                while True:
+                    stream = await listener.accept()
+                    handlers.start_soon(self._handle, stream)
+            # Draining: no new connections; in-flight requests get drain_timeout.
+            await listener.aclose()
+            if os.path.exists(path):
+                os.unlink(path)
+            log.info("draining %d in-flight requests (deadline %.0fs)",
+                     self.engine.in_flight, self.config.drain_timeout)
+            handlers.cancel_scope.deadline = trio.current_time() + self.config.drain_timeout
+
+    def stop(self) -> None:
+        if self._accept_scope is not None:
+            self._accept_scope.cancel()
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            try:
+                response = await self._respond(stream)
+            except (EOFError, trio.BrokenResourceError, trio.TooSlowError) as exc:
+                log.warning("dropped a connection: %s", exc)
+                return
+            data = msgspec.json.encode(response)
+            try:
+                await stream.send_all(_HEADER.pack(len(data)) + data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                log.warning("client went away before its answer")
+
+    async def _respond(self, stream: trio.SocketStream) -> Response:
+        version = versions.LATEST
+        try:
+            self._check_peer(stream)
+            with trio.fail_after(self.config.read_timeout):
+                (size,) = _HEADER.unpack(await _read_exact(stream, _HEADER.size))
+                if size > self.config.max_request_bytes:
+                    raise CNIError(REQUEST_TOO_LARGE, f"request of {size} bytes exceeds the "
+                                   f"daemon's limit of {self.config.max_request_bytes} bytes")
+                body = await _read_exact(stream, size)
+            try:
+                req = msgspec.json.decode(body, type=Request)
+            except msgspec.MsgspecError as exc:
+                raise CNIError(DECODE_FAILURE, f"malformed request frame: {exc}") from None
+            version = _caller_version(req.stdin)
+            self.served += 1
+            if req.plugin == ADMIN:
+                return Response(output=msgspec.json.encode(self.health()).decode())
+            result = await self.engine.handle(req)
+            out = msgspec.json.encode(result).decode() if result is not None else ""
+            return Response(output=out)
+        except CNIError as exc:
+            if exc.code >= 100 or exc.code in (IO_FAILURE,):
+                log.info("request failed: %s (code %d)", exc.msg, exc.code)
+            return Response(status=1, output=msgspec.json.encode(exc.to_json(version)).decode())
+        except (EOFError, trio.BrokenResourceError, trio.TooSlowError):
+            raise
+        except Exception as exc:  # a bug: answer, log, keep serving
+            log.exception("internal error")
+            err = CNIError(IO_FAILURE, f"netctl internal error: {exc!r}")
+            return Response(status=1, output=msgspec.json.encode(err.to_json(version)).decode())
+
+    def _check_peer(self, stream: trio.SocketStream) -> None:
+        creds = stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                         struct.calcsize("3i"))
+        pid, uid, _gid = struct.unpack("3i", creds)
+        if uid not in self.config.allowed_uids:
+            raise CNIError(PERMISSION_DENIED, f"caller uid {uid} (pid {pid}) is not allowed on "
+                           f"{self.config.socket_path}; allowed uids: "
+                           f"{', '.join(map(str, self.config.allowed_uids))}")
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "ready": True,
+            "version": __version__,
+            "pid": os.getpid(),
+            "uptime_seconds": round(time.time() - self.started_at, 3),
+            "in_flight": self.engine.in_flight,
+            "served": self.served,
+            "journal": self.engine.journal.path,
+            "socket": self.config.socket_path,
+            "replay": self.replay,
+        }
