@@ -21,7 +21,7 @@ def plugin_source() -> str:
 def install(bin_dir: str, python: str | None = None) -> list[str]:
     interpreter = python or os.path.realpath(sys.executable)
     body = plugin_source().split("\n", 1)[1]  # drop the development shebang
-    script = f"#!{interpreter} -I -S\n{body}"
+    script = f"#!{interpreter} -IS\n{body}"  # one shebang argument: -I and -S
     os.makedirs(bin_dir, exist_ok=True)
     written = []
     for name in PLUGIN_NAMES:
