@@ -118,7 +118,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from netctl import bench
 
-    return bench.main(args)
+    code: int = bench.main(args)
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,12 +24,12 @@ CONNECT_TIMEOUT = 2.0
 REPLY_TIMEOUT = float(os.environ.get("NETCTL_REPLY_TIMEOUT", "300"))
 
 
-def _error(version, code, msg):
+def _error(version: str, code: int, msg: str) -> int:
     sys.stdout.write(json.dumps({"cniVersion": version, "code": code, "msg": msg}) + "\n")
     return 1
 
 
-def _recv_exact(sock, n):
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
     buf = b""
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
@@ -39,7 +39,7 @@ def _recv_exact(sock, n):
     return buf
 
 
-def main():
+def main() -> int:
     env = os.environ
     command = env.get("CNI_COMMAND", "")
     stdin = sys.stdin.buffer.read()
@@ -49,7 +49,9 @@ def main():
             conf = {}
     except ValueError:
         conf = {}
-    version = conf.get("cniVersion") if isinstance(conf.get("cniVersion"), str) else "1.1.0"
+    version = conf.get("cniVersion")
+    if not isinstance(version, str):
+        version = "1.1.0"
     if command == "VERSION":
         sys.stdout.write(json.dumps({"cniVersion": version, "supportedVersions": SUPPORTED}))
         return 0
@@ -75,10 +77,10 @@ def main():
         sock.connect(path)
     except OSError as exc:
         sock.close()
-        why = "netctl daemon not reachable at %s (%s)" % (path, exc.strerror or exc)
+        why = f"netctl daemon not reachable at {path} ({exc.strerror or exc})"
         if command == "DEL":
-            sys.stderr.write("warning: %s; the DEL is left to the daemon's journal and "
-                             "reconciler\n" % why)
+            sys.stderr.write(f"warning: {why}; the DEL is left to the daemon's journal and "
+                             "reconciler\n")
             return 0
         if command == "STATUS":
             return _error(version, 50, why)
@@ -92,15 +94,15 @@ def main():
         (size,) = struct.unpack(">I", _recv_exact(sock, 4))
         reply = json.loads(_recv_exact(sock, size))
     except (OSError, ValueError, struct.error) as exc:
-        why = "netctl daemon at %s gave no answer (%s)" % (path, exc)
+        why = f"netctl daemon at {path} gave no answer ({exc})"
         if command == "DEL":
-            sys.stderr.write("warning: %s; the DEL is left to the daemon's journal\n" % why)
+            sys.stderr.write(f"warning: {why}; the DEL is left to the daemon's journal\n")
             return 0
         return _error(version, 11, why + "; try again later")
     finally:
         sock.close()
     if reply.get("warning"):
-        sys.stderr.write("warning: %s\n" % reply["warning"])
+        sys.stderr.write(f"warning: {reply['warning']}\n")
     output = reply.get("output") or ""
     if output:
         sys.stdout.write(output + "\n")

@@ -73,7 +73,7 @@ async def _read_capped(stream: trio.abc.ReceiveStream, cap: int, what: str) -> b
         size += len(data)
         if size > cap:
             raise PluginError(DELEGATE_BAD_OUTPUT, f"printed more than {cap} bytes on {what}")
-        chunks.append(data)
+        chunks.append(bytes(data))
 
 
 async def run_plugin(
@@ -148,6 +148,7 @@ async def run_plugin(
             await proc.wait()
         raise
     seconds = time.monotonic() - started
+    assert proc.returncode is not None  # waited for above
     return PluginOutput(result=interpret(command, proc.returncode, out, err), stderr=err,
                         seconds=seconds)
 

@@ -98,9 +98,9 @@ def plan(conf: NetctlConf, ifname: str, cni_args: str, networks: Resolver) -> li
         out.append(AttachmentPlan(cluster.key, ifname, cluster.chain, True,
                                   dict(conf.runtimeConfig)))
         extra.extend((networks.resolve(ref, namespace), None) for ref in conf.defaultNetworks)
-    for sel in selection.parse(args.get(SELECTION_ARG, "")):
-        ref = f"{sel.namespace}/{sel.name}" if sel.namespace else sel.name
-        extra.append((networks.resolve(ref, namespace), sel))
+    for chosen in selection.parse(args.get(SELECTION_ARG, "")):
+        ref = f"{chosen.namespace}/{chosen.name}" if chosen.namespace else chosen.name
+        extra.append((networks.resolve(ref, namespace), chosen))
     names = selection.assign_ifnames(ifname, [s.interface if s else None for _, s in extra])
     for (net, sel), name in zip(extra, names, strict=True):
         out.append(AttachmentPlan(

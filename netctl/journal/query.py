@@ -57,7 +57,8 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
                 container: str | None = None, ip: str | None = None, at: float | None = None,
                 since: float | None = None, network: str | None = None) -> list[dict[str, Any]]:
     """Attachments (live and past) matching every filter given."""
-    where, params = [], []
+    where: list[str] = []
+    params: list[Any] = []
     if pod:
         ns, _, name = pod.partition("/")
         where.append("pod_namespace=? AND pod_name=?")
@@ -98,7 +99,8 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
 
 def operations(conn: sqlite3.Connection, *, container: str | None = None,
                since: float | None = None, limit: int = 200) -> list[dict[str, Any]]:
-    where, params = [], []
+    where: list[str] = []
+    params: list[Any] = []
     if container:
         where.append("container_id=?")
         params.append(container)
