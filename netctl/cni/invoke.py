@@ -6,6 +6,9 @@
 - A per-call timeout bounds it; on timeout or cancellation the child is killed
   (SIGKILL) and reaped inside a shielded scope, so no process outlives the call.
 - stdout is capped; stderr is kept (capped too) for the journal.
+- Each child runs in its own session (a timeout kills its whole process group)
+  and carries ``NETCTL_OWNER`` in its environment, so the next daemon can find
+  and kill what a SIGKILLed one left running (:func:`kill_orphans`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,33 @@ from netctl.errors import (
 MAX_STDOUT = 1 << 20
 MAX_STDERR = 64 << 10
 _SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+OWNER_VAR = "NETCTL_OWNER"
+
+
+def kill_orphans(owner: str) -> list[int]:
+    """SIGKILL every process still carrying ``NETCTL_OWNER=<owner>`` in its environment.
+
+    Delegates a previous daemon started (and their children, which inherit the
+    environment) survive a SIGKILL of that daemon; the next one calls this before
+    its start-up replay, so no orphan goes on adding after the replay undid it.
+    """
+    marker = f"{OWNER_VAR}={owner}".encode() + b"\0"
+    killed = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read() + b"\0"
+        except OSError:
+            continue
+        if marker in environ:
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+                killed.append(int(entry))
+            except OSError:
+                pass
+    return killed
 
 
 class PluginError(CNIError):
@@ -87,6 +117,7 @@ async def run_plugin(
     ifname: str,
     cni_args: str = "",
     timeout: float = 60.0,
+    owner: str = "",
 ) -> PluginOutput:
     """Run ``ptype`` with ``command``; return its decoded result or raise :class:`PluginError`."""
     path = find_plugin(bin_dirs, ptype)
@@ -98,6 +129,7 @@ async def run_plugin(
         "CNI_ARGS": cni_args,
         "CNI_PATH": ":".join(bin_dirs),
         "PATH": _SAFE_PATH,
+        OWNER_VAR: owner,
     }
     started = time.monotonic()
     proc = await trio.lowlevel.open_process(

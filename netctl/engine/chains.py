@@ -28,6 +28,7 @@ class Runner:
     journal: Journal
     bin_dirs: Sequence[str]
     timeout: float = 60.0
+    owner: str = ""  # marks every child, see netctl.cni.invoke.kill_orphans
 
 
 @dataclass
@@ -68,7 +69,8 @@ async def _step(runner: Runner, op_id: int, st: ChainState, index: int, verb: st
         st.steps_started = max(st.steps_started, index + 1)
     try:
         out = await run_plugin(runner.bin_dirs, ptype, verb, conf, container_id=st.container_id,
-                               netns=st.netns, ifname=st.ifname, timeout=runner.timeout)
+                               netns=st.netns, ifname=st.ifname, timeout=runner.timeout,
+                               owner=runner.owner)
     except CNIError as exc:
         stderr = exc.stderr if isinstance(exc, PluginError) else b""
         await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb, result=None,
