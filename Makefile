@@ -4,13 +4,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 CNI_BIN := /usr/lib/cni
 
-.PHONY: setup demo test lint unit clean
+.PHONY: setup system-packages demo test lint unit clean
 
-setup: $(BIN)/netctl $(CNI_BIN)/bridge
+setup: $(BIN)/netctl system-packages
 
-$(CNI_BIN)/bridge:
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins iproute2
+# Debian's CNI plugins (the real delegates), iproute2, and ping for the demo.
+system-packages:
+	@if [ ! -x $(CNI_BIN)/bridge ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null; then \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins \
+	    iproute2 iputils-ping; \
+	fi
 
 $(BIN)/netctl: pyproject.toml
 	$(PY) -m venv $(VENV)

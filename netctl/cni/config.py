@@ -37,7 +37,7 @@ def validate_plugin_type(ptype: object, where: str) -> str:
     """A plugin ``type`` is a bare executable name: no ``/``, no ``..``."""
     if not isinstance(ptype, str) or not ptype:
         raise CNIError(INVALID_CONFIG, f"{where}: plugin 'type' is missing or not a string")
-    if "/" in ptype or ".." in ptype or not _TYPE_RE.match(ptype):
+    if "/" in ptype or ".." in ptype or not _TYPE_RE.fullmatch(ptype):
         raise CNIError(
             INVALID_CONFIG,
             f"{where}: plugin type {ptype!r} is not a bare plugin name "

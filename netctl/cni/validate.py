@@ -13,7 +13,7 @@ VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
 def container_id(value: str | None) -> str:
     if not value:
         raise CNIError(INVALID_ENVIRONMENT, "CNI_CONTAINERID is missing")
-    if len(value) > 1024 or not _CONTAINER_ID_RE.match(value):
+    if len(value) > 1024 or not _CONTAINER_ID_RE.fullmatch(value):
         raise CNIError(
             INVALID_ENVIRONMENT,
             f"CNI_CONTAINERID {value[:80]!r} is invalid: it must start with a letter or digit "

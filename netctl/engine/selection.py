@@ -44,7 +44,7 @@ class Selection(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
 
 
 def _check_name(value: str, what: str) -> str:
-    if len(value) > 253 or not _DNS1123_RE.match(value):
+    if len(value) > 253 or not _DNS1123_RE.fullmatch(value):
         raise CNIError(INVALID_CONFIG, f"network selection: {what} {value!r} is not a DNS-1123 "
                        "name (lower-case letters, digits and '-')")
     return value

@@ -7,6 +7,7 @@ it is down. Each function returns plain dicts, ready for a table or JSON.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 import sqlite3
 import time
@@ -27,9 +28,12 @@ def parse_time(value: str, now: float | None = None) -> float:
     if match:
         return now - float(match.group(1)) * _UNITS[match.group(2)]
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if math.isfinite(seconds):  # float() also takes "nan" and "inf"
+            return seconds
     try:
         return datetime.fromisoformat(value).timestamp()
     except ValueError:

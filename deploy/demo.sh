@@ -1,0 +1,405 @@
+#!/usr/bin/env bash
+# netctl demo (`make demo`): the main job, end to end, on real network namespaces.
+#
+# Run as root from the repository root, after `make setup`. It starts a standalone
+# daemon on a temporary state dir, attaches three pods (network namespaces) to a
+# bridge network and a macvlan network at once through the installed thin plugin,
+# shows what each pod got and that two pods reach each other, shows the journal,
+# removes every pod and checks that nothing is left behind, then stops the daemon
+# with SIGTERM. Every check that fails stops the demo with a message and exit 1.
+# A trap removes everything the demo made (daemon, netns, links, temp dir) on any
+# exit. All host names it makes start with "ndemo-"; all traffic stays inside the
+# demo's own bridge.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO=$(pwd)
+NETCTL="$REPO/.venv/bin/netctl"
+PYTHON="$REPO/.venv/bin/python"
+CNI_BIN=/usr/lib/cni
+
+BRIDGE=ndemo-br0            # the bridge network's Linux bridge
+PARENT=ndemo-par0           # the macvlan network's parent: a host veth …
+PARENT_PEER=ndemo-par1      # … and its peer
+BRIDGE_NET=demo-bridge      # NAD names (namespace "default")
+MACVLAN_NET=demo-macvlan
+BRIDGE_SUBNET=10.250.1.0/24
+MACVLAN_SUBNET=10.250.2.0/24
+POD_NAMESPACE=demo
+PODS=(pod1 pod2 pod3)
+READY_TIMEOUT=30            # seconds for the daemon to answer `netctl status`
+STOP_TIMEOUT=40             # seconds for the daemon to exit after SIGTERM
+
+TMP=""
+DAEMON_PID=""
+POD2_ADDR=""                # pod2's bridge address, asked about after the pods are gone
+declare -A CONTAINER        # pod → container id
+declare -A HOST_VETHS=()    # host-side veths seen on the bridge while pods were up
+
+# --- output -------------------------------------------------------------------
+
+if [[ -t 1 ]]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD="" PLAIN=""; fi
+step() { printf '\n%s==> %s%s\n' "$BOLD" "$*" "$PLAIN"; }
+ok() { printf '    ok: %s\n' "$*"; }
+fail() {
+    printf '\ndemo: FAILED: %s\n' "$*" >&2
+    if [[ -n "$TMP" && -s "$TMP/daemon.log" ]]; then
+        printf -- '--- last lines of the daemon log (%s) ---\n' "$TMP/daemon.log" >&2
+        tail -n 30 "$TMP/daemon.log" >&2 || true
+    fi
+    exit 1
+}
+
+netns_of() { echo "ndemo-$1"; }
+
+# --- clean-up (also run before starting, for leftovers of an interrupted run) ----
+
+stop_daemon_hard() {
+    [[ -n "$DAEMON_PID" ]] || return 0
+    if kill -0 "$DAEMON_PID" 2>/dev/null; then
+        kill -TERM "$DAEMON_PID" 2>/dev/null || true
+        for _ in $(seq 100); do
+            kill -0 "$DAEMON_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$DAEMON_PID" 2>/dev/null || true
+    fi
+    wait "$DAEMON_PID" 2>/dev/null || true
+    DAEMON_PID=""
+}
+
+remove_host_objects() {
+    local pod
+    for pod in "${PODS[@]}"; do
+        ip netns del "$(netns_of "$pod")" 2>/dev/null || true
+    done
+    ip link del "$BRIDGE" 2>/dev/null || true
+    ip link del "$PARENT" 2>/dev/null || true   # takes its peer with it
+}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    stop_daemon_hard
+    remove_host_objects
+    [[ -n "$TMP" ]] && rm -rf "$TMP"
+    exit "$rc"
+}
+
+# --- set-up -------------------------------------------------------------------
+
+check_prerequisites() {
+    [[ $(id -u) -eq 0 ]] || fail "run as root (network namespaces and links need it)"
+    [[ -x "$NETCTL" ]] || fail "$NETCTL missing: run 'make setup' first"
+    [[ -x "$CNI_BIN/bridge" && -x "$CNI_BIN/macvlan" && -x "$CNI_BIN/host-local" ]] \
+        || fail "the CNI plugins are missing from $CNI_BIN: apt-get install containernetworking-plugins"
+    if ! command -v ping >/dev/null; then
+        echo "installing iputils-ping (for the connectivity check)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iputils-ping >/dev/null \
+            || fail "ping is missing and iputils-ping could not be installed"
+    fi
+}
+
+make_tmp() {
+    TMP=$(mktemp -d /tmp/netctl-demo.XXXXXX)
+    mkdir -p "$TMP/nets" "$TMP/ipam" "$TMP/run" "$TMP/bin" "$TMP/out"
+    echo "temp dir: $TMP"
+}
+
+make_parent_link() {
+    ip link add "$PARENT" type veth peer name "$PARENT_PEER" \
+        || fail "cannot create the veth pair $PARENT/$PARENT_PEER"
+    ip link set "$PARENT" up
+    ip link set "$PARENT_PEER" up
+    echo "macvlan parent: host veth $PARENT (peer $PARENT_PEER), both up"
+}
+
+# write_nad FILE NAME CONFIG: a NetworkAttachmentDefinition with spec.config = CONFIG
+write_nad() {
+    local file=$1 name=$2 config=$3
+    {
+        echo "apiVersion: k8s.cni.cncf.io/v1"
+        echo "kind: NetworkAttachmentDefinition"
+        echo "metadata:"
+        echo "  name: $name"
+        echo "  namespace: default"
+        echo "spec:"
+        echo "  config: |"
+        sed 's/^/    /' <<<"$config"
+    } >"$TMP/nets/$file"
+}
+
+write_networks() {
+    write_nad "$BRIDGE_NET.yaml" "$BRIDGE_NET" "{
+  \"cniVersion\": \"1.0.0\",
+  \"name\": \"$BRIDGE_NET\",
+  \"plugins\": [{
+    \"type\": \"bridge\",
+    \"bridge\": \"$BRIDGE\",
+    \"ipam\": {\"type\": \"host-local\", \"subnet\": \"$BRIDGE_SUBNET\",
+             \"dataDir\": \"$TMP/ipam\"}
+  }]
+}"
+    write_nad "$MACVLAN_NET.yaml" "$MACVLAN_NET" "{
+  \"cniVersion\": \"1.0.0\",
+  \"name\": \"$MACVLAN_NET\",
+  \"plugins\": [{
+    \"type\": \"macvlan\",
+    \"master\": \"$PARENT\",
+    \"mode\": \"bridge\",
+    \"ipam\": {\"type\": \"host-local\", \"subnet\": \"$MACVLAN_SUBNET\",
+             \"dataDir\": \"$TMP/ipam\"}
+  }]
+}"
+    echo "networks in $TMP/nets:"
+    ls -1 "$TMP/nets" | sed 's/^/    /'
+    sed 's/^/    | /' "$TMP/nets/$BRIDGE_NET.yaml"
+}
+
+install_plugin() {
+    "$NETCTL" install-cni --bin-dir "$TMP/bin" || fail "netctl install-cni failed"
+    [[ -x "$TMP/bin/netctl-cni" ]] || fail "install-cni did not install $TMP/bin/netctl-cni"
+}
+
+start_daemon() {
+    "$NETCTL" daemon --state-dir "$TMP/state" --socket "$TMP/run/netctl.sock" \
+        --networks-dir "$TMP/nets" --cni-bin-dir "$CNI_BIN" >"$TMP/daemon.log" 2>&1 &
+    DAEMON_PID=$!
+    echo "daemon pid $DAEMON_PID, log $TMP/daemon.log"
+}
+
+wait_daemon_ready() {
+    local deadline=$((SECONDS + READY_TIMEOUT))
+    until "$NETCTL" status --socket "$TMP/run/netctl.sock" >"$TMP/out/status" 2>&1; do
+        kill -0 "$DAEMON_PID" 2>/dev/null || fail "the daemon exited during start-up"
+        ((SECONDS < deadline)) || fail "the daemon did not answer within ${READY_TIMEOUT}s"
+        sleep 0.1
+    done
+    sed 's/^/    /' "$TMP/out/status"
+}
+
+# --- the pods -----------------------------------------------------------------
+
+netctl_conf() {
+    cat <<EOF
+{
+  "cniVersion": "1.1.0",
+  "name": "netctl",
+  "type": "netctl-cni",
+  "socket": "$TMP/run/netctl.sock",
+  "clusterNetwork": "$BRIDGE_NET"
+}
+EOF
+}
+
+# cni VERB POD: exec the installed thin plugin exactly as a runtime would;
+# its stdout goes to $TMP/out/POD.VERB.json, and its exit status is returned.
+cni() {
+    local verb=$1 pod=$2
+    netctl_conf | env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+        CNI_COMMAND="$verb" CNI_CONTAINERID="${CONTAINER[$pod]}" \
+        CNI_NETNS="/var/run/netns/$(netns_of "$pod")" CNI_IFNAME=eth0 CNI_PATH="$TMP/bin" \
+        CNI_ARGS="K8S_POD_NAMESPACE=$POD_NAMESPACE;K8S_POD_NAME=$pod;NETCTL_NETWORKS=$MACVLAN_NET" \
+        "$TMP/bin/netctl-cni" >"$TMP/out/$pod.$verb.json" 2>"$TMP/out/$pod.$verb.err"
+}
+
+create_pods() {
+    local pod
+    for pod in "${PODS[@]}"; do
+        ip netns add "$(netns_of "$pod")" || fail "cannot create netns $(netns_of "$pod")"
+        CONTAINER[$pod]=$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
+        echo "netns $(netns_of "$pod") for $POD_NAMESPACE/$pod, container ${CONTAINER[$pod]}"
+    done
+}
+
+add_pods() {
+    local pod
+    for pod in "${PODS[@]}"; do
+        cni ADD "$pod" || fail "ADD of $pod exited $?: $(cat "$TMP/out/$pod.ADD.json" \
+            "$TMP/out/$pod.ADD.err")"
+        echo "ADD $pod: $("$PYTHON" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("cniVersion", r["cniVersion"], "|", ", ".join(
+    r["interfaces"][ip["interface"]]["name"] + " " + ip["address"] for ip in r["ips"]))
+' "$TMP/out/$pod.ADD.json")"
+    done
+}
+
+# addr_of POD IFNAME: the IPv4 address (no prefix) of IFNAME inside POD's netns
+addr_of() {
+    ip -n "$(netns_of "$1")" -4 -o addr show dev "$2" 2>/dev/null \
+        | awk '{split($4, a, "/"); print a[1]; exit}'
+}
+
+show_pods() {
+    local pod line
+    printf '    %-6s %-14s %-10s %s\n' POD INTERFACE STATE ADDRESSES
+    for pod in "${PODS[@]}"; do
+        while read -r line; do
+            # shellcheck disable=SC2086 # split the `ip -br` columns
+            set -- $line
+            [[ $1 == lo ]] && continue
+            printf '    %-6s %-14s %-10s %s\n' "$pod" "$1" "$2" "${*:3}"
+        done < <(ip -n "$(netns_of "$pod")" -br addr)
+    done
+}
+
+check_attached() {
+    local pod a b
+    for pod in "${PODS[@]}"; do
+        a=$(addr_of "$pod" eth0)
+        b=$(addr_of "$pod" net1)
+        [[ $a == 10.250.1.* ]] || fail "$pod has no $BRIDGE_NET address on eth0 (got '$a')"
+        [[ $b == 10.250.2.* ]] || fail "$pod has no $MACVLAN_NET address on net1 (got '$b')"
+    done
+    ok "every pod has eth0 on $BRIDGE_NET and net1 on $MACVLAN_NET"
+    local ports
+    ports=$(bridge_ports)
+    [[ $(wc -w <<<"$ports") -eq ${#PODS[@]} ]] \
+        || fail "expected ${#PODS[@]} ports on $BRIDGE, found: $ports"
+    for a in $ports; do HOST_VETHS[$a]=1; done
+    ok "$BRIDGE has ${#PODS[@]} ports: $ports"
+}
+
+check_ping() {
+    local target
+    target=$(addr_of pod2 eth0)
+    POD2_ADDR=$target
+    echo "    ip netns exec $(netns_of pod1) ping -c1 -W1 $target"
+    ip netns exec "$(netns_of pod1)" ping -c1 -W1 "$target" | sed 's/^/    | /' \
+        || fail "pod1 cannot reach pod2 at $target over $BRIDGE"
+    ok "pod1 reaches pod2 ($target) over $BRIDGE"
+}
+
+show_journal() {
+    "$NETCTL" journal --state-dir "$TMP/state" "$@" | sed 's/^/    /' \
+        || fail "netctl journal $* failed"
+}
+
+# who_had_ip POD: ask the journal which pod held POD's bridge address, after the fact
+who_had_ip() {
+    local pod=$1 addr=$2 holder
+    echo "    netctl journal --ip $addr"
+    show_journal --ip "$addr"
+    holder=$("$NETCTL" journal --state-dir "$TMP/state" --ip "$addr" --json | "$PYTHON" -c '
+import json, sys
+print(" ".join(sorted({a["pod"] for a in json.load(sys.stdin)["attachments"]})))') \
+        || fail "netctl journal --ip $addr --json failed"
+    [[ $holder == "$POD_NAMESPACE/$pod" ]] \
+        || fail "the journal says $addr was held by '$holder', not $POD_NAMESPACE/$pod"
+    ok "the journal answers: $addr was held by $POD_NAMESPACE/$pod"
+}
+
+del_pods() {
+    local pod
+    for pod in "${PODS[@]}"; do
+        cni DEL "$pod" || fail "DEL of $pod exited $?: $(cat "$TMP/out/$pod.DEL.json" \
+            "$TMP/out/$pod.DEL.err")"
+        echo "DEL $pod: ok"
+    done
+}
+
+# --- checks that nothing is left ------------------------------------------------
+
+bridge_ports() {
+    ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{sub(/@.*/, "", $2); print $2}' \
+        | xargs
+}
+
+check_clean() {
+    local pod links veth leases
+    for pod in "${PODS[@]}"; do
+        links=$(ip -n "$(netns_of "$pod")" -o link show | awk -F': ' '{print $2}' | xargs)
+        [[ $links == lo ]] || fail "$(netns_of "$pod") still has interfaces: $links"
+    done
+    ok "no interface but lo in any pod netns"
+    links=$(bridge_ports)
+    [[ -z $links ]] || fail "$BRIDGE still has ports: $links"
+    ok "no port left on $BRIDGE"
+    for veth in "${!HOST_VETHS[@]}"; do
+        ! ip link show "$veth" >/dev/null 2>&1 || fail "host veth $veth is still there"
+    done
+    ok "none of the pods' host veths is left (${!HOST_VETHS[*]})"
+    leases=$(find "$TMP/ipam" -type f -name '10.*' -printf '%f ' 2>/dev/null || true)
+    [[ -z $leases ]] || fail "host-local still holds addresses: $leases"
+    ok "no address left allocated in host-local's $TMP/ipam"
+    "$NETCTL" journal --state-dir "$TMP/state" --json >"$TMP/out/journal.json" \
+        || fail "netctl journal --json failed"
+    "$PYTHON" - "$TMP/out/journal.json" "${#PODS[@]}" <<'EOF' || fail "the journal disagrees"
+import json, sys
+atts = json.load(open(sys.argv[1]))["attachments"]
+want = 2 * int(sys.argv[2])
+if len(atts) != want:
+    sys.exit(f"demo: the journal has {len(atts)} attachments, expected {want}")
+live = [a for a in atts if a["state"] != "removed" or a["until"] is None]
+if live:
+    sys.exit("demo: attachments not removed: " + ", ".join(
+        f"{a['pod']} {a['network']} {a['ifname']} ({a['state']})" for a in live))
+EOF
+    ok "the journal shows all $((2 * ${#PODS[@]})) attachments removed"
+}
+
+stop_daemon() {
+    local pid=$DAEMON_PID rc deadline=$((SECONDS + STOP_TIMEOUT))
+    kill -TERM "$pid"
+    while kill -0 "$pid" 2>/dev/null; do
+        ((SECONDS < deadline)) || fail "the daemon did not exit within ${STOP_TIMEOUT}s of SIGTERM"
+        sleep 0.1
+    done
+    rc=0
+    wait "$pid" || rc=$?
+    DAEMON_PID=""
+    [[ $rc -eq 0 ]] || fail "the daemon exited with status $rc after SIGTERM"
+    [[ ! -e "$TMP/run/netctl.sock" ]] || fail "the daemon left its socket behind"
+    ok "the daemon exited 0 after SIGTERM"
+}
+
+main() {
+    trap cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    check_prerequisites
+    remove_host_objects
+
+    step "Set-up: temp dir, networks, macvlan parent, thin plugin"
+    make_tmp
+    make_parent_link
+    write_networks
+    install_plugin
+
+    step "Start the daemon (standalone)"
+    start_daemon
+    wait_daemon_ready
+
+    step "ADD ${#PODS[*]} pods, each on $BRIDGE_NET (eth0) and $MACVLAN_NET (net1)"
+    create_pods
+    add_pods
+
+    step "What each pod has, read inside its netns"
+    show_pods
+    check_attached
+
+    step "Connectivity between two pods"
+    check_ping
+
+    step "The journal"
+    show_journal
+
+    step "DEL every pod"
+    del_pods
+
+    step "Nothing is left"
+    check_clean
+    show_journal
+
+    step "Who had pod2's address? (asked after every pod is gone)"
+    who_had_ip pod2 "$POD2_ADDR"
+
+    step "Stop the daemon with SIGTERM"
+    stop_daemon
+
+    printf '\ndemo: all checks passed\n'
+}
+
+main "$@"
