@@ -168,7 +168,7 @@ class Daemon:
         config = self.root / "daemon.json"
         config.write_text(json.dumps(cfg))
         self.log_path = self.root / "daemon.log"
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it
+        log = open(self.log_path, "ab")  # the child process keeps it open
         self.proc = subprocess.Popen([NETCTL, "daemon", "--config", str(config)],
                                      stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -305,3 +305,30 @@ def veth_parent(daemon: Daemon) -> Iterator[str]:
         yield parent
     finally:
         ip("link", "del", parent, check=False)
+
+
+def journal_results(daemon: Daemon, container: str) -> list[dict[str, Any]]:
+    """Every delegate result the journal holds for ``container`` (live or removed)."""
+    rows = daemon.db("SELECT result FROM attachments WHERE container_id=? AND result IS NOT NULL"
+                     " ORDER BY id", (container,))
+    return [json.loads(row[0]) for row in rows]
+
+
+def host_veths(results: list[dict[str, Any]]) -> list[str]:
+    """The host-side veths (interfaces with no sandbox) named in these results."""
+    return [i["name"] for r in results for i in r.get("interfaces") or []
+            if not i.get("sandbox") and i.get("name", "").startswith("veth")]
+
+
+def ipam_held(ipam_dir: str) -> list[str]:
+    """Addresses host-local still holds under ``ipam_dir`` (it keeps one file per address)."""
+    import ipaddress
+
+    held = []
+    for path in Path(ipam_dir).glob("*/*"):
+        try:
+            ipaddress.ip_address(path.name)
+        except ValueError:
+            continue
+        held.append(f"{path.parent.name}/{path.name}")
+    return sorted(held)
