@@ -44,6 +44,7 @@ class DaemonConfig:
     max_concurrent: int = 32
     max_queue: int = 256
     compensate_timeout: float = 30.0
+    cancel_grace: float = 5.0
     drain_timeout: float = 30.0
     max_request_bytes: int = 1 << 20
     allowed_uids: tuple[int, ...] = (0,)
@@ -113,7 +114,8 @@ async def run(cfg: DaemonConfig, *,
         raise CNIError(INVALID_CONFIG, "Kubernetes mode is not available yet; "
                        "run without --kubeconfig/--in-cluster (standalone)")
     async with trio_asyncio.open_loop(), open_journal(cfg.state_dir) as journal:
-        runner = Runner(journal, cfg.bin_dirs, cfg.plugin_timeout, owner=journal.path)
+        runner = Runner(journal, cfg.bin_dirs, cfg.plugin_timeout, owner=journal.path,
+                        cancel_grace=cfg.cancel_grace)
         orphans = await trio.to_thread.run_sync(kill_orphans, journal.path)
         if orphans:
             log.warning("killed %d delegate processes a previous run left behind: %s",

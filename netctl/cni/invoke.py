@@ -3,8 +3,11 @@
 - The plugin is found by its bare ``type`` name as a regular executable in the
   daemon's own bin dirs; ``CNI_PATH`` is set to those dirs, never the client's.
 - The child gets a clean environment: the ``CNI_*`` variables and a fixed PATH.
-- A per-call timeout bounds it; on timeout or cancellation the child is killed
-  (SIGKILL) and reaped inside a shielded scope, so no process outlives the call.
+- A per-call timeout bounds it: then the child is killed (SIGKILL). On
+  cancellation a child that has its config gets ``cancel_grace`` seconds to
+  finish what it is doing before it is killed (plugins are not written to be
+  killed half-way through their netlink work). Either way it is reaped inside a
+  shielded scope, so no process outlives the call.
 - stdout is capped; stderr is kept (capped too) for the journal.
 - Each child runs in its own session (a timeout kills its whole process group)
   and carries ``NETCTL_OWNER`` in its environment, so the next daemon can find
@@ -77,6 +80,18 @@ class PluginOutput(msgspec.Struct):
     seconds: float
 
 
+class Cancellation(msgspec.Struct):
+    """What happened to a plugin run that was cancelled (filled in before re-raising)."""
+
+    fed: bool = False  # it had its whole config, so it may have started side effects
+    finished: PluginOutput | None = None  # it finished successfully within the grace
+
+    def describe(self, grace: float) -> str:
+        if not self.fed:
+            return "cancelled before the plugin had its config; killed"
+        return f"cancelled; still running after {grace:g}s of grace, killed"
+
+
 def find_plugin(bin_dirs: Sequence[str], ptype: str) -> str:
     validate_plugin_type(ptype, "plugin")
     for directory in bin_dirs:
@@ -93,17 +108,17 @@ def find_plugin(bin_dirs: Sequence[str], ptype: str) -> str:
     )
 
 
-async def _read_capped(stream: trio.abc.ReceiveStream, cap: int, what: str) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
+async def _read_capped(stream: trio.abc.ReceiveStream, cap: int, what: str,
+                       buf: bytearray | None = None) -> bytes:
+    """Read to EOF into ``buf`` (kept by the caller if this is cancelled half-way)."""
+    buf = bytearray() if buf is None else buf
     while True:
         data = await stream.receive_some(65536)
         if not data:
-            return b"".join(chunks)
-        size += len(data)
-        if size > cap:
+            return bytes(buf)
+        buf += data
+        if len(buf) > cap:
             raise PluginError(DELEGATE_BAD_OUTPUT, f"printed more than {cap} bytes on {what}")
-        chunks.append(bytes(data))
 
 
 async def run_plugin(
@@ -118,8 +133,15 @@ async def run_plugin(
     cni_args: str = "",
     timeout: float = 60.0,
     owner: str = "",
+    cancel_grace: float = 5.0,
+    cancellation: Cancellation | None = None,
 ) -> PluginOutput:
-    """Run ``ptype`` with ``command``; return its decoded result or raise :class:`PluginError`."""
+    """Run ``ptype`` with ``command``; return its decoded result or raise :class:`PluginError`.
+
+    If the call is cancelled, ``cancellation`` is filled in before the
+    cancellation goes on (did the plugin have its config, did it finish within
+    ``cancel_grace``), so the caller can record what really happened.
+    """
     path = find_plugin(bin_dirs, ptype)
     env = {
         "CNI_COMMAND": command,
@@ -141,7 +163,9 @@ async def run_plugin(
         start_new_session=True,
     )
     out = b""
+    out_buf = bytearray()
     err = b""
+    cancel = cancellation if cancellation is not None else Cancellation()
     try:
         assert proc.stdin and proc.stdout and proc.stderr
         with trio.fail_after(timeout):
@@ -153,6 +177,7 @@ async def run_plugin(
                 except trio.BrokenResourceError:
                     pass  # the plugin stopped reading; its exit status tells
                 await proc.stdin.aclose()
+                cancel.fed = True
 
             async def drain_err() -> None:
                 nonlocal err
@@ -165,7 +190,7 @@ async def run_plugin(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(feed)
                 nursery.start_soon(drain_err)
-                out = await _read_capped(proc.stdout, MAX_STDOUT, "stdout")
+                out = await _read_capped(proc.stdout, MAX_STDOUT, "stdout", out_buf)
             await proc.wait()
     except trio.TooSlowError:
         _kill(proc)
@@ -175,8 +200,25 @@ async def run_plugin(
             DELEGATE_TIMEOUT, f"did not finish {command} within {timeout:g}s and was killed"
         ) from None
     except BaseException:
-        _kill(proc)
+        # Cancelled (a sibling failed, a DEL came, shutdown). A plugin that has its whole
+        # config is in the middle of netlink work and is not written to be killed there
+        # (a bridge killed before it sets the bridge's MAC leaves a bridge no later ADD
+        # can use; a macvlan killed before its rename leaves a link no DEL knows): let it
+        # finish for up to ``cancel_grace`` seconds, then kill it. Compensation follows.
         with trio.CancelScope(shield=True):
+            if cancel.fed:
+                with trio.move_on_after(cancel_grace):
+                    try:
+                        assert proc.stdout is not None
+                        out = await _read_capped(proc.stdout, MAX_STDOUT, "stdout", out_buf)
+                        await proc.wait()
+                        if proc.returncode == 0:
+                            cancel.finished = PluginOutput(
+                                result=interpret(command, 0, out, err), stderr=err,
+                                seconds=time.monotonic() - started)
+                    except PluginError:
+                        pass  # it finished, but badly: nothing to record as done
+            _kill(proc)
             await proc.wait()
         raise
     seconds = time.monotonic() - started

@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from netctl.cni.config import Chain, parse_chain, plugin_config
-from netctl.cni.invoke import PluginError, run_plugin
+from netctl.cni.invoke import Cancellation, PluginError, run_plugin
 from netctl.errors import CNIError
 from netctl.journal.store import Attachment, Journal
 
@@ -29,6 +29,7 @@ class Runner:
     bin_dirs: Sequence[str]
     timeout: float = 60.0
     owner: str = ""  # marks every child, see netctl.cni.invoke.kill_orphans
+    cancel_grace: float = 5.0  # a cancelled delegate may finish its step this long
 
 
 @dataclass
@@ -67,10 +68,12 @@ async def _step(runner: Runner, op_id: int, st: ChainState, index: int, verb: st
                                               st.netns, st.ifname)
     if verb == "ADD":
         st.steps_started = max(st.steps_started, index + 1)
+    cancel = Cancellation()
     try:
         out = await run_plugin(runner.bin_dirs, ptype, verb, conf, container_id=st.container_id,
                                netns=st.netns, ifname=st.ifname, timeout=runner.timeout,
-                               owner=runner.owner)
+                               owner=runner.owner, cancel_grace=runner.cancel_grace,
+                               cancellation=cancel)
     except CNIError as exc:
         stderr = exc.stderr if isinstance(exc, PluginError) else b""
         await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb, result=None,
@@ -78,8 +81,17 @@ async def _step(runner: Runner, op_id: int, st: ChainState, index: int, verb: st
         raise StepError(exc.code, f"{st.where(index)}: {verb} failed: {exc.msg}",
                         exc.details) from exc
     except BaseException:
-        await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb, result=None,
-                                      code=None, error="cancelled", stderr=b"", seconds=0.0)
+        done = cancel.finished
+        if done is not None:  # cancelled, but the plugin finished its step within the grace
+            await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb,
+                                          result=done.result, code=None, error=None,
+                                          stderr=done.stderr, seconds=done.seconds)
+            if verb == "ADD":
+                st.result = done.result
+        else:
+            await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb, result=None,
+                                          code=None, error=cancel.describe(runner.cancel_grace),
+                                          stderr=b"", seconds=0.0)
         raise
     await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb, result=out.result,
                                   code=None, error=None, stderr=out.stderr, seconds=out.seconds)

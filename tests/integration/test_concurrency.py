@@ -237,7 +237,9 @@ def test_del_during_add_cancels_it(daemon: Daemon, netns) -> None:
     steps = daemon.db("SELECT plugin_type, verb, state, error FROM steps WHERE operation_id=?"
                       " ORDER BY plugin_type, verb", (add_op[0],))
     assert steps == [("bridge", "ADD", "ok", None), ("bridge", "DEL", "ok", None),
-                     ("slow", "ADD", "failed", "cancelled"), ("slow", "DEL", "ok", None)]
+                     ("slow", "ADD", "failed",
+                      "cancelled; still running after 5s of grace, killed"),
+                     ("slow", "DEL", "ok", None)]
     assert daemon.db("SELECT COUNT(*) FROM steps WHERE operation_id=?", (del_op[0],)) == [(0,)]
     # The slow plugin and its sleep were killed, not left behind.
     wait_for(lambda: not sleeping("37.25"), what="the slow plugin's sleep to be killed")
