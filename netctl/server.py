@@ -28,6 +28,7 @@ from netctl.cni import versions
 from netctl.cni.request import Request, Response
 from netctl.engine.engine import Engine
 from netctl.errors import (
+    CANCELLED,
     DECODE_FAILURE,
     IO_FAILURE,
     PERMISSION_DENIED,
@@ -57,6 +58,13 @@ async def _read_exact(stream: trio.SocketStream, n: int) -> bytes:
             raise EOFError(f"connection closed after {len(buf)} of {n} bytes")
         buf += chunk
     return bytes(buf)
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    """A trio cancellation, possibly grouped by the nurseries it passed through."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(e) for e in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)
 
 
 def _caller_version(stdin: str) -> str:
@@ -160,6 +168,24 @@ class Server:
             log.exception("internal error")
             err = CNIError(IO_FAILURE, f"netctl internal error: {exc!r}")
             return Response(status=1, output=msgspec.json.encode(err.to_json(version)).decode())
+        except BaseException as exc:
+            if _only_cancelled(exc):
+                # The drain deadline ran out; the engine compensated (shielded) on the way
+                # out. Still tell the caller, briefly, then let the cancellation go on.
+                await self._say_cancelled(stream, version)
+            raise
+
+    async def _say_cancelled(self, stream: trio.SocketStream, version: str) -> None:
+        err = CNIError(CANCELLED, "the netctl daemon shut down before this request finished "
+                       f"(its drain-timeout of {self.config.drain_timeout:g}s ran out); what "
+                       "it had done is undone, or left to the next start-up replay to finish")
+        data = msgspec.json.encode(Response(status=1, output=msgspec.json.encode(
+            err.to_json(version)).decode()))
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
+            try:
+                await stream.send_all(_HEADER.pack(len(data)) + data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
 
     def _check_peer(self, stream: trio.SocketStream) -> None:
         creds = stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,

@@ -6,7 +6,8 @@ can: read the CNI_* variables and stdin, make CNI_NETNS absolute, send one
 length-framed JSON request to the daemon's Unix socket (``"socket"`` in the
 network config, default /run/netctl/netctl.sock), print the answer, exit 0 or 1.
 
-- VERSION is answered here, without the daemon.
+- VERSION is answered here, without the daemon; so is a stdin that is not a
+  JSON object (code 6): it cannot say which socket to use.
 - Daemon unreachable: ADD and CHECK fail at once with code 11 (try again
   later); STATUS with code 50; DEL exits 0 with a warning on stderr, because
   the daemon's journal holds all it needs to finish that DEL later.
@@ -43,18 +44,24 @@ def main() -> int:
     env = os.environ
     command = env.get("CNI_COMMAND", "")
     stdin = sys.stdin.buffer.read()
+    undecodable = ""
     try:
         conf = json.loads(stdin)
         if not isinstance(conf, dict):
-            conf = {}
-    except ValueError:
-        conf = {}
+            conf, undecodable = {}, "not a JSON object"
+    except ValueError as exc:
+        conf, undecodable = {}, str(exc)
     version = conf.get("cniVersion")
     if not isinstance(version, str):
         version = "1.1.0"
     if command == "VERSION":
         sys.stdout.write(json.dumps({"cniVersion": version, "supportedVersions": SUPPORTED}))
         return 0
+    if undecodable and command != "DEL":
+        # No config, so no "socket" to send it to: answer here (a DEL still goes
+        # to the default socket, which may well be the daemon's).
+        return _error(version, 6, f"netctl-cni: the network config on stdin is not valid: "
+                      f"{undecodable}")
     path = conf.get("socket") if isinstance(conf.get("socket"), str) else ""
     path = path or DEFAULT_SOCKET
     netns = env.get("CNI_NETNS", "")

@@ -1,4 +1,4 @@
-"""We test these aspects: one pod, one bridge network, ADD/CHECK/DEL through the installed plugin."""
+"""We test these aspects: one pod, one bridge network, ADD/CHECK/DEL through the plugin."""
 
 from __future__ import annotations
 

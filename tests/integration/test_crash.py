@@ -1,0 +1,274 @@
+"""We test these aspects: the daemon dying or stopping in the middle of an ADD.
+
+- SIGKILL while one network (bridge) is done and another (``hang``) still runs:
+  the caller gets code 11, the bridge half is left on the host; the restarted
+  daemon kills the delegate the dead one left running, and before its socket
+  accepts anything its start-up replay has DELeted every started step, so the
+  operation is 'compensated', nothing of the pod is left, and new pods work.
+- SIGTERM while an ADD runs: the socket goes away at once (new callers get
+  code 11), the in-flight ADD finishes and is answered, and the daemon exits 0.
+- SIGTERM with an in-flight ADD longer than ``drain-timeout``: it is cancelled
+  and compensated, the daemon exits 0, and nothing is left.
+
+Subnets: 10.113.0-2.0/24.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import (
+    SYSTEM_CNI,
+    CNIResult,
+    Daemon,
+    bridge_conf,
+    bridge_ports,
+    netns_links,
+    wait_for,
+)
+
+pytestmark = pytest.mark.netns
+
+
+def owned_processes(daemon: Daemon) -> list[int]:
+    """Live processes carrying this daemon's delegate marker (NETCTL_OWNER=<journal>)."""
+    marker = f"NETCTL_OWNER={daemon.state_dir / 'journal.db'}".encode() + b"\0"
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read() + b"\0"
+            with open(f"/proc/{entry}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in environ and state not in ("Z", "X"):
+            pids.append(int(entry))
+    return pids
+
+
+def comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+@pytest.fixture
+def background(daemon: Daemon) -> Iterator[Callable[..., Future[CNIResult]]]:
+    """Run ``daemon.cni`` in a thread; on the way out, kill whatever delegate a test
+    left running (a SIGKILLed daemon leaves its children) so no thread waits forever."""
+    pool = ThreadPoolExecutor(2)
+    calls: list[Future[CNIResult]] = []
+
+    def submit(*args: Any, **kw: Any) -> Future[CNIResult]:
+        calls.append(pool.submit(daemon.cni, *args, **kw))
+        return calls[-1]
+
+    try:
+        yield submit
+    finally:
+        if not all(c.done() for c in calls):
+            daemon.kill()
+        for pid in owned_processes(daemon):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        pool.shutdown(wait=True)
+
+
+def step_states(daemon: Daemon, container: str) -> dict[str, str]:
+    """plugin type → state of its ADD step, for the container's ADD operation."""
+    rows = daemon.db("SELECT s.plugin_type, s.state FROM steps s JOIN operations o"
+                     " ON o.id = s.operation_id WHERE o.verb='ADD' AND o.container_id=?"
+                     " AND s.verb='ADD'", (container,))
+    return dict(rows)
+
+
+def add_op(daemon: Daemon, container: str) -> tuple[int, str, int | None]:
+    rows = daemon.db("SELECT id, state, code FROM operations WHERE verb='ADD'"
+                     " AND container_id=?", (container,))
+    assert len(rows) == 1, rows
+    op_id, state, code = rows[0]
+    return op_id, state, code
+
+
+def undone_steps(daemon: Daemon, op_id: int) -> list[tuple[Any, ...]]:
+    """Started ADD steps of the operation with no ok DEL step (in any operation) after them."""
+    return daemon.db(
+        "SELECT a.attachment_id, a.position, a.plugin_type FROM steps a WHERE a.operation_id=?"
+        " AND a.verb='ADD' AND NOT EXISTS (SELECT 1 FROM steps d WHERE d.verb='DEL'"
+        " AND d.state='ok' AND d.attachment_id=a.attachment_id AND d.position=a.position"
+        " AND d.id > a.id)", (op_id,))
+
+
+def ipam_leases(ipam_dir: str) -> list[str]:
+    return sorted(p.name for p in Path(ipam_dir).glob("*/*")
+                  if p.name.count(".") == 3 and p.name.replace(".", "").isdigit())
+
+
+def socket_refuses(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(path)
+        except OSError:
+            return True
+    return False
+
+
+def assert_serves(daemon: Daemon, ns: str, cluster: str, bridge: str) -> None:
+    conf = daemon.conf(cluster)
+    res = daemon.cni("ADD", "after1", ns, conf)
+    assert res.rc == 0, res.stdout + res.stderr
+    assert len(bridge_ports(bridge)) == 1
+    res = daemon.cni("DEL", "after1", ns, conf)
+    assert res.rc == 0, res.stdout + res.stderr
+    assert bridge_ports(bridge) == []
+    assert netns_links(ns) == ["lo"]
+
+
+def test_sigkill_mid_add_is_compensated_at_restart(daemon: Daemon, netns, background) -> None:
+    br = daemon.name("b")
+    daemon.add_network("br", bridge_conf("br", br, "10.113.0.0/24", ipam_dir=daemon.ipam_dir))
+    daemon.add_network("hung", {"cniVersion": "1.0.0", "name": "hung",
+                                "plugins": [{"type": "hang"}]})
+    daemon.settings["plugin-timeout"] = 300
+    daemon.start()
+    ns = netns()
+    call = background("ADD", "crash1", ns, daemon.conf("br"), networks="hung",
+                      pod="default/crash1")
+    wait_for(lambda: step_states(daemon, "crash1") == {"bridge": "ok", "hang": "running"},
+             20, "the bridge step done and the hang step running")
+    orphans = wait_for(lambda: [p for p in owned_processes(daemon) if comm(p) == "sleep"], 10,
+                       "the hang plugin's sleep")
+
+    daemon.kill()
+
+    res = call.result(timeout=30)
+    assert res.rc == 1 and res.out is not None, res
+    assert res.out["code"] == 11 and "gave no answer" in res.out["msg"], res.out
+    # Half done: the bridge attachment is in place, the journal says 'running'.
+    assert len(bridge_ports(br)) == 1
+    assert "eth0" in netns_links(ns)
+    op_id, state, _ = add_op(daemon, "crash1")
+    assert state == "running"
+    # The dead daemon's delegate is still running (it has its own session).
+    assert set(orphans) <= set(owned_processes(daemon))
+
+    daemon.start()  # the same state dir; returns once the socket accepts
+
+    assert owned_processes(daemon) == [], "the restarted daemon left the orphan running"
+    assert add_op(daemon, "crash1")[1:] == ("compensated", None)
+    assert undone_steps(daemon, op_id) == []
+    assert daemon.db("SELECT state FROM attachments WHERE add_op=?", (op_id,)) == [
+        ("removed",), ("removed",)]
+    assert daemon.db("SELECT verb, state FROM operations WHERE origin='replay'") == [
+        ("DEL", "done")]
+    assert bridge_ports(br) == []
+    assert netns_links(ns) == ["lo"]
+    assert ipam_leases(daemon.ipam_dir) == []
+    assert_serves(daemon, netns(), "br", br)
+
+
+def gated_bridge(daemon: Daemon, name: str, bridge: str, subnet: str) -> Path:
+    """A network whose plugin is the real bridge, held at ADD until a gate file exists.
+
+    Returns the gate. The plugin lives in a bin dir of its own, first in the list.
+    """
+    bin_dir = daemon.root / "gated-bin"
+    bin_dir.mkdir()
+    gate = daemon.root / "gate"
+    plugin = bin_dir / "gatedbridge"
+    plugin.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$CNI_COMMAND" = ADD ]; then\n'
+        f'    while [ ! -e "{gate}" ]; do sleep 0.02; done\n'
+        "fi\n"
+        f"exec {SYSTEM_CNI}/bridge\n")
+    plugin.chmod(0o755)
+    daemon.bin_dirs.insert(0, str(bin_dir))
+    conf = bridge_conf(name, bridge, subnet, ipam_dir=daemon.ipam_dir)
+    conf["plugins"][0]["type"] = "gatedbridge"
+    daemon.add_network(name, conf)
+    return gate
+
+
+def test_sigterm_drains_an_inflight_add(daemon: Daemon, netns, background) -> None:
+    br = daemon.name("b")
+    gate = gated_bridge(daemon, "slowbr", br, "10.113.1.0/24")
+    daemon.start()
+    ns = netns()
+    conf = daemon.conf("slowbr")
+    call = background("ADD", "drain1", ns, conf)
+    wait_for(lambda: step_states(daemon, "drain1") == {"gatedbridge": "running"}, 20,
+             "the gated bridge step running")
+
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGTERM)
+
+    # Draining: the socket is gone at once, a new caller is told to come back later.
+    wait_for(lambda: not os.path.exists(daemon.socket), 10, "the socket removed")
+    late = daemon.cni("ADD", "late1", netns(), conf)
+    assert late.rc == 1 and late.out is not None and late.out["code"] == 11, late
+    assert not call.done() and daemon.proc.poll() is None
+    gate.touch()
+    res = call.result(timeout=30)
+    assert res.rc == 0, res.stdout + res.stderr
+    assert res.out is not None and res.out["ips"][0]["address"].startswith("10.113.1."), res.out
+    assert daemon.proc.wait(30) == 0
+    assert add_op(daemon, "drain1")[1:] == ("done", None)
+    assert len(bridge_ports(br)) == 1
+
+    # The next daemon has nothing to replay and DELs the drained pod normally.
+    daemon.start()
+    assert daemon.db("SELECT COUNT(*) FROM operations WHERE origin='replay'") == [(0,)]
+    res = daemon.cni("DEL", "drain1", ns, conf)
+    assert res.rc == 0, res.stdout + res.stderr
+    assert bridge_ports(br) == []
+    assert netns_links(ns) == ["lo"]
+    assert ipam_leases(daemon.ipam_dir) == []
+
+
+def test_sigterm_past_drain_timeout_compensates(daemon: Daemon, netns, background) -> None:
+    br = daemon.name("b")
+    daemon.add_network("br", bridge_conf("br", br, "10.113.2.0/24", ipam_dir=daemon.ipam_dir))
+    daemon.add_network("hung", {"cniVersion": "1.0.0", "name": "hung",
+                                "plugins": [{"type": "hang"}]})
+    daemon.settings["plugin-timeout"] = 300
+    daemon.settings["drain-timeout"] = 1
+    daemon.start()
+    ns = netns()
+    call = background("ADD", "drain2", ns, daemon.conf("br"), networks="hung")
+    wait_for(lambda: step_states(daemon, "drain2") == {"bridge": "ok", "hang": "running"},
+             20, "the bridge step done and the hang step running")
+
+    assert daemon.proc is not None
+    started = time.monotonic()
+    daemon.proc.send_signal(signal.SIGTERM)
+    assert daemon.proc.wait(30) == 0
+    assert time.monotonic() - started < 15
+
+    res = call.result(timeout=30)
+    assert res.rc == 1 and res.out is not None, res
+    assert res.out["code"] == 106, res.out
+    assert "shut down" in res.out["msg"] and "drain-timeout of 1s" in res.out["msg"], res.out
+    op_id, state, code = add_op(daemon, "drain2")
+    assert (state, code) == ("compensated", 106)
+    assert undone_steps(daemon, op_id) == []
+    assert owned_processes(daemon) == []
+    assert bridge_ports(br) == []
+    assert netns_links(ns) == ["lo"]
+    assert ipam_leases(daemon.ipam_dir) == []

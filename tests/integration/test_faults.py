@@ -1,0 +1,175 @@
+"""We test these aspects: a faulty delegate as the second of three networks.
+
+For each way a delegate can fail (a CNI error, a hang, a crash, garbage on
+stdout) the caller gets rc 1 and the expected code with a message naming the
+network and the plugin; every step that started is DELeted again (the journal
+shows a DEL step per started ADD step and the operation 'compensated'); the
+netns and the host hold nothing of the pod; and the daemon keeps serving.
+
+A failure stops the sibling chains between steps but does not kill the step
+each is running: so every sibling step in the journal is 'ok' (none killed
+half-way, which could leave a macvlan under its temporary name in the netns
+or a bridge without its MAC that the bridge plugin can no longer ADD to), and
+the same bridge serves the next pod.
+
+Subnets: 10.111.0-1.0/24.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from tests.conftest import (
+    Daemon,
+    bridge_conf,
+    bridge_ports,
+    host_links,
+    macvlan_conf,
+    netns_links,
+)
+
+pytestmark = pytest.mark.netns
+
+FAULTY = "faulty"
+# plugin → (expected code, a fragment of the message that says what went wrong)
+FAULTS = {
+    "fail": (7, "netctl-test-fail: refused on purpose"),
+    "hang": (101, "did not finish ADD within 2s and was killed"),
+    "crash": (102, "was killed by signal 11 without a CNI error"),
+    "garbage": (103, "printed malformed JSON on ADD"),
+}
+
+
+def faulty_conf(name: str, plugin: str) -> dict[str, object]:
+    return {"cniVersion": "1.0.0", "name": name, "plugins": [{"type": plugin}]}
+
+
+def ipam_leases(ipam_dir: str) -> list[str]:
+    """host-local's reservation files (one per leased address) under ``ipam_dir``."""
+    found = []
+    for dirpath, _dirs, files in os.walk(ipam_dir):
+        found += [os.path.join(dirpath, f) for f in files
+                  if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", f)]
+    return found
+
+
+def add_steps_undone(daemon: Daemon, op_id: int) -> list[tuple[object, ...]]:
+    """(attachment, position, plugin) of every started ADD step lacking an ok DEL step."""
+    return daemon.db(
+        "SELECT a.attachment_id, a.position, a.plugin_type FROM steps a WHERE a.operation_id=?"
+        " AND a.verb='ADD' AND NOT EXISTS (SELECT 1 FROM steps d WHERE d.operation_id=?"
+        " AND d.verb='DEL' AND d.state='ok' AND d.attachment_id=a.attachment_id"
+        " AND d.position=a.position)", (op_id, op_id))
+
+
+def delegates_running(daemon: Daemon) -> list[int]:
+    """Live processes the daemon started (they carry NETCTL_OWNER=<its journal>)."""
+    marker = f"NETCTL_OWNER={daemon.state_dir / 'journal.db'}".encode() + b"\0"
+    pids = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read() + b"\0"
+            with open(f"/proc/{entry}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in environ and state not in ("Z", "X"):
+            pids.append(int(entry))
+    return pids
+
+
+def host_side_links(daemon: Daemon, op_id: int) -> list[str]:
+    """Host interfaces (no ``sandbox``) that the operation's ADD steps reported creating."""
+    names = []
+    for (raw,) in daemon.db("SELECT result FROM steps WHERE operation_id=? AND verb='ADD'"
+                            " AND result IS NOT NULL", (op_id,)):
+        names += [i["name"] for i in json.loads(raw).get("interfaces", [])
+                  if not i.get("sandbox")]
+    return names
+
+
+def assert_serves(daemon: Daemon, ns: str, cluster: str, bridge: str) -> None:
+    conf = daemon.conf(cluster)
+    res = daemon.cni("ADD", "after-fault", ns, conf)
+    assert res.rc == 0, res.stdout + res.stderr
+    assert len(bridge_ports(bridge)) == 1
+    assert len(ipam_leases(daemon.ipam_dir)) == 1
+    res = daemon.cni("DEL", "after-fault", ns, conf)
+    assert res.rc == 0, res.stdout + res.stderr
+    assert bridge_ports(bridge) == []
+    assert netns_links(ns) == ["lo"]
+
+
+@pytest.mark.parametrize("plugin", list(FAULTS))
+def test_faulty_second_network_is_compensated(daemon: Daemon, netns, veth_parent: str,
+                                              plugin: str) -> None:
+    code, what = FAULTS[plugin]
+    br = daemon.name("b")
+    daemon.add_network("br", bridge_conf("br", br, "10.111.0.0/24", ipam_dir=daemon.ipam_dir))
+    daemon.add_network(FAULTY, faulty_conf(FAULTY, plugin))
+    daemon.add_network("mv", macvlan_conf("mv", veth_parent, "10.111.1.0/24",
+                                          ipam_dir=daemon.ipam_dir))
+    daemon.settings["plugin-timeout"] = 2
+    daemon.start()
+    ns = netns()
+    mine_before = set(host_links(daemon.name("")))
+    conf = daemon.conf("br")
+
+    res = daemon.cni("ADD", "fault1", ns, conf, networks=f"{FAULTY},mv", pod="default/fault1")
+
+    assert res.rc == 1, res.stdout + res.stderr
+    assert res.out is not None, res.stdout
+    assert res.out["code"] == code, res.out
+    assert res.out["cniVersion"] == "1.1.0"
+    msg = res.out["msg"]
+    assert f"network 'default/{FAULTY}'" in msg and f"plugin '{plugin}'" in msg, msg
+    assert what in msg, msg
+    # Nothing of the pod is left: no delegate process (the hang's sleep was killed),
+    # nothing in its netns, not on the bridge, no host veth, no address lease.
+    assert delegates_running(daemon) == []
+    assert netns_links(ns) == ["lo"]
+    assert bridge_ports(br) == []
+    assert set(host_links(daemon.name(""))) - mine_before <= {br}
+    assert ipam_leases(daemon.ipam_dir) == []
+    # The journal: compensated, with a DEL for every ADD step that started.
+    ops = daemon.db("SELECT id, state, code FROM operations WHERE verb='ADD'"
+                    " AND container_id='fault1'")
+    assert len(ops) == 1
+    op_id, state, op_code = ops[0]
+    assert (state, op_code) == ("compensated", code)
+    started = daemon.db("SELECT plugin_type FROM steps WHERE operation_id=? AND verb='ADD'",
+                        (op_id,))
+    assert (plugin,) in started
+    assert add_steps_undone(daemon, op_id) == []
+    atts = daemon.db("SELECT network, state FROM attachments WHERE add_op=?", (op_id,))
+    assert ("default/faulty", "removed") in atts
+    assert all(s == "removed" for _, s in atts), atts
+    failed = daemon.db("SELECT plugin_type, code FROM steps WHERE operation_id=? AND verb='ADD'"
+                       " AND state='failed' AND error NOT LIKE 'cancelled%'", (op_id,))
+    assert failed == [(plugin, code)]
+    # No sibling step was killed half-way: each that had its config finished (within the
+    # cancel grace); one cancelled before it had its config was killed before doing anything.
+    siblings = daemon.db("SELECT plugin_type, state, error FROM steps WHERE operation_id=?"
+                         " AND verb='ADD' AND plugin_type != ?", (op_id, plugin))
+    assert all(state == "ok" or error == "cancelled before the plugin had its config; killed"
+               for _, state, error in siblings), siblings
+    leftovers = set(host_side_links(daemon, op_id)) & set(host_links())
+    assert leftovers <= {br}, leftovers
+    if plugin == "hang":
+        # The siblings finished long before the timeout: compensation undid real work.
+        done = daemon.db("SELECT plugin_type FROM steps WHERE operation_id=? AND verb='ADD'"
+                         " AND state='ok' ORDER BY plugin_type", (op_id,))
+        assert done == [("bridge",), ("macvlan",)]
+        assert any(n.startswith("veth") for n in host_side_links(daemon, op_id))
+
+    # The runtime's DEL after a failed ADD finds nothing left to do.
+    res = daemon.cni("DEL", "fault1", ns, conf, networks=f"{FAULTY},mv", pod="default/fault1")
+    assert res.rc == 0, res.stdout + res.stderr
+    assert daemon.db("SELECT COUNT(*) FROM steps WHERE operation_id != ?", (op_id,)) == [(0,)]
+
+    assert_serves(daemon, netns(), "br", br)
