@@ -1,0 +1,918 @@
+"""``netctl bench``: benchmarks on real namespaces and real plugins.
+
+``churn`` runs N pods (at most C at a time) through ADD and DEL twice on the
+same K bridge networks (host-local IPAM), on a temporary state dir:
+
+- **netctl**: the installed thin plugin is exec'd as kubelet's runtime would,
+  with network 1 as the cluster network on ``eth0`` and networks 2..K selected
+  in ``NETCTL_NETWORKS``; a real ``netctl daemon`` child process runs the chains.
+- **direct**: what a runtime does without netctl, the libcni way: for ADD, every
+  network in order and every plugin of its chain exec'd one after the other with
+  the stdin :func:`netctl.cni.config.plugin_config` builds; DEL in reverse with
+  the final result as ``prevResult``.
+
+Each pod is ``ip netns add`` (not timed), ADD (timed: exec start to exit), DEL
+(timed), ``ip netns del`` (not timed). Every ADD and DEL must succeed, no
+address may stay allocated and no port may stay on a bridge; any failure makes
+the run exit 1. Everything it creates on the host starts with one prefix
+(``ncb`` + random hex) and is removed at the end, also after a failure, Ctrl-C
+or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import json
+import math
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from netctl.cni.config import Chain, parse_chain, plugin_config
+from netctl.install import install
+
+SYSTEM_CNI = "/usr/lib/cni"
+BENCH_RANGE = ipaddress.IPv4Network("10.200.0.0/16")
+DELEGATE_VERSION = "1.0.0"  # the newest the system plugins (v1.1.1) speak
+NETNS_DIR = "/var/run/netns"
+POD_NAMESPACE = "bench"
+EXEC_TIMEOUT = 120.0
+VERSION_RUNS = 50
+_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+# -- small helpers ----------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile ``q`` (0..100); 0.0 for no values."""
+    data = sorted(values)
+    if not data:
+        return 0.0
+    k = (len(data) - 1) * q / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (k - lo)
+
+
+def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
+    ms = [s * 1000.0 for s in seconds]
+    return {"p50": round(percentile(ms, 50), 2), "p95": round(percentile(ms, 95), 2),
+            "p99": round(percentile(ms, 99), 2),
+            "mean": round(sum(ms) / len(ms), 2) if ms else 0.0,
+            "max": round(max(ms), 2) if ms else 0.0, "n": len(ms)}
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+def _run(argv: Sequence[str], *, data: bytes = b"", env: dict[str, str] | None = None,
+         timeout: float = EXEC_TIMEOUT) -> subprocess.CompletedProcess[bytes]:
+    """Exec ``argv`` in its own session (a Ctrl-C on the terminal reaches only us)."""
+    return subprocess.run(list(argv), input=data, env=env, capture_output=True,
+                          timeout=timeout, start_new_session=True, check=False)
+
+
+def _ip(*args: str, check: bool = True) -> str:
+    proc = _run(["ip", *args], env={"PATH": _PATH}, timeout=30)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {proc.stderr.decode().strip()}")
+    return proc.stdout.decode()
+
+
+def _links(*extra: str) -> list[str]:
+    out = _ip("-o", "link", "show", *extra, check=False)
+    return [line.split(":")[1].strip().split("@")[0] for line in out.splitlines()
+            if line.count(":") >= 2]
+
+
+def _netns_names() -> list[str]:
+    return [line.split()[0] for line in _ip("netns", "list", check=False).splitlines()
+            if line.strip()]
+
+
+def _proc_cpu(pid: int) -> tuple[float, float]:
+    """(own, waited-for children) CPU seconds of a process, from /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+    return (utime + stime) / tick, (cutime + cstime) / tick
+
+
+def _tail(data: bytes, limit: int = 300) -> str:
+    text = data.decode(errors="replace").strip().replace("\n", " | ")
+    return text[-limit:]
+
+
+def preflight() -> str | None:
+    """Why churn cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, bridges)"
+    if shutil.which("ip") is None:
+        return "needs iproute2 (`ip`)"
+    for ptype in ("bridge", "host-local"):
+        if not os.access(os.path.join(SYSTEM_CNI, ptype), os.X_OK):
+            return f"needs the CNI plugins in {SYSTEM_CNI} ({ptype} is missing)"
+    return None
+
+
+def pick_subnets(count: int, pods: int) -> list[ipaddress.IPv4Network]:
+    """``count`` subnets of 10.200.0.0/16 big enough for ``pods`` addresses (plus the
+    network, gateway and broadcast addresses), none overlapping a route on this host."""
+    size = max(256, 1 << math.ceil(math.log2(pods + 3)))
+    prefix = 32 - int(math.log2(size))
+    if prefix < BENCH_RANGE.prefixlen:
+        raise ValueError(f"{pods} pods do not fit in {BENCH_RANGE}")
+    taken: list[ipaddress.IPv4Network] = []
+    try:
+        routes = json.loads(_ip("-j", "-4", "route", "show", "table", "all", check=False)
+                            or "[]")
+    except ValueError:
+        routes = []
+    for route in routes:
+        dst = route.get("dst", "")
+        if not dst or dst == "default":
+            continue
+        with contextlib.suppress(ValueError):
+            net = ipaddress.ip_network(dst, strict=False)
+            if isinstance(net, ipaddress.IPv4Network):
+                taken.append(net)
+    out: list[ipaddress.IPv4Network] = []
+    for net in BENCH_RANGE.subnets(new_prefix=prefix):
+        if not any(net.overlaps(t) for t in taken):
+            out.append(net)
+            if len(out) == count:
+                return out
+    raise ValueError(f"no room for {count} free /{prefix} subnets in {BENCH_RANGE} "
+                     "(routes on this host overlap it)")
+
+
+# -- the set-up -------------------------------------------------------------------------
+
+
+@dataclass
+class BenchNet:
+    name: str  # NAD name == the chain's CNI name
+    bridge: str
+    subnet: ipaddress.IPv4Network
+    chain: Chain
+    conf: dict[str, Any]
+
+
+@dataclass
+class PodRun:
+    """One pod of one side: wall clock and monotonic times of its ADD and DEL."""
+
+    index: int
+    container: str
+    add_s: float = 0.0
+    del_s: float = 0.0
+    add_t0: float = 0.0
+    add_t1: float = 0.0
+    del_t0: float = 0.0
+    del_t1: float = 0.0
+    ok: bool = False
+
+
+@dataclass
+class Side:
+    name: str
+    pods: list[PodRun] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    exec_add_s: list[float] = field(default_factory=list)  # direct: each delegate exec
+    exec_del_s: list[float] = field(default_factory=list)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds used in the phase
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fail(self, msg: str) -> None:
+        with self.lock:
+            self.failures.append(msg)
+
+
+class Interrupted(Exception):
+    """SIGTERM, turned into an exception so the clean-up runs."""
+
+
+class Churn:
+    def __init__(self, pods: int, concurrency: int, networks: int, ipam: str) -> None:
+        self.pods = pods
+        self.concurrency = concurrency
+        self.k = networks
+        self.ipam = ipam
+        self.prefix = "ncb" + secrets.token_hex(2)
+        self.root = Path(tempfile.mkdtemp(prefix=f"netctl-bench-{self.prefix}-"))
+        self.plugin = ""
+        self.socket = str(self.root / "run" / "netctl.sock")
+        self.state_dir = self.root / "state"
+        self.networks_dir = self.root / "networks"
+        self.ipam_dir = self.root / "ipam"
+        self.nets: list[BenchNet] = []
+        self.daemon: subprocess.Popen[bytes] | None = None
+        self.daemon_pid = 0
+        self.stop = threading.Event()
+        self.netctl_conf = b""
+
+    # -- host objects ------------------------------------------------------------
+
+    def make_networks(self) -> None:
+        subnets = pick_subnets(self.k, self.pods)
+        self.networks_dir.mkdir(parents=True)
+        self.ipam_dir.mkdir(parents=True)
+        for i, subnet in enumerate(subnets, start=1):
+            name = f"{self.prefix}-{i}"
+            bridge = f"{self.prefix}b{i}"
+            conf: dict[str, Any] = {"cniVersion": DELEGATE_VERSION, "name": name, "plugins": [{
+                "type": "bridge", "bridge": bridge, "isGateway": True,
+                "ipam": {"type": "host-local", "subnet": str(subnet),
+                         "dataDir": str(self.ipam_dir)}}]}
+            nad = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                   "metadata": {"name": name, "namespace": "default"},
+                   "spec": {"config": json.dumps(conf)}}
+            (self.networks_dir / f"default-{name}.json").write_text(json.dumps(nad))
+            self.nets.append(BenchNet(name, bridge, subnet, parse_chain(json.dumps(conf), name),
+                                      conf))
+        self.netctl_conf = json.dumps({
+            "cniVersion": DELEGATE_VERSION, "name": f"{self.prefix}-netctl",
+            "type": "netctl-cni", "socket": self.socket,
+            "clusterNetwork": self.nets[0].name}).encode()
+
+    def netns_add(self, name: str) -> str:
+        _ip("netns", "add", name)
+        return os.path.join(NETNS_DIR, name)
+
+    def netns_del(self, name: str) -> None:
+        _ip("netns", "del", name, check=False)
+
+    def cni_args(self, index: int, selection: bool) -> str:
+        args = ["IgnoreUnknown=1", f"K8S_POD_NAMESPACE={POD_NAMESPACE}",
+                f"K8S_POD_NAME=pod-{index}"]
+        if selection and self.k > 1:
+            args.append("NETCTL_NETWORKS=" + ",".join(n.name for n in self.nets[1:]))
+        return ";".join(args)
+
+    # -- the daemon --------------------------------------------------------------
+
+    def start_daemon(self) -> None:
+        (self.root / "run").mkdir(parents=True, exist_ok=True)
+        config = self.root / "daemon.json"
+        config.write_text(json.dumps({
+            "state-dir": str(self.state_dir), "socket": self.socket,
+            "cni-bin-dir": SYSTEM_CNI, "networks-dir": str(self.networks_dir),
+            "log-level": "info"}))
+        log = open(self.root / "daemon.log", "ab")  # the child keeps it
+        code = "import sys; from netctl.cli import main; sys.exit(main())"
+        self.daemon = subprocess.Popen(
+            [sys.executable, "-c", code, "daemon", "--config", str(config)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.daemon_pid = self.daemon.pid
+        deadline = time.monotonic() + 30
+        while True:
+            if self.daemon.poll() is not None:
+                raise RuntimeError(f"netctl daemon exited with {self.daemon.returncode}:\n"
+                                   + self.daemon_log())
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.connect(self.socket)
+                    return
+                except OSError:
+                    pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("netctl daemon did not listen within 30s:\n"
+                                   + self.daemon_log())
+            time.sleep(0.02)
+
+    def daemon_log(self) -> str:
+        try:
+            return (self.root / "daemon.log").read_text()[-4000:]
+        except OSError:
+            return ""
+
+    def daemon_peak_rss_kib(self) -> int:
+        try:
+            with open(f"/proc/{self.daemon_pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def stop_daemon(self) -> int | None:
+        proc, self.daemon = self.daemon, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return proc.returncode
+
+    # -- one pod, each side ------------------------------------------------------
+
+    def exec_netctl(self, command: str, container: str, netns: str, index: int,
+                    stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        env = {"PATH": _PATH, "CNI_COMMAND": command, "CNI_CONTAINERID": container,
+               "CNI_NETNS": netns, "CNI_IFNAME": "eth0", "CNI_PATH": SYSTEM_CNI,
+               "CNI_ARGS": self.cni_args(index, selection=True)}
+        return _run([self.plugin], data=self.netctl_conf if stdin is None else stdin, env=env)
+
+    def pod_netctl(self, side: Side, index: int, tag: str = "n") -> PodRun:
+        run = PodRun(index, f"{self.prefix}-{tag}-{index}")
+        ns_name = f"{self.prefix}-{tag}{index}"
+        netns = self.netns_add(ns_name)
+        try:
+            run.add_t0, p0 = time.time(), time.perf_counter()
+            try:
+                add = self.exec_netctl("ADD", run.container, netns, index)
+            except subprocess.TimeoutExpired:
+                side.fail(f"pod {index}: ADD did not exit within {EXEC_TIMEOUT:g}s")
+                add = None
+            run.add_s, run.add_t1 = time.perf_counter() - p0, time.time()
+            ok = add is not None and add.returncode == 0
+            if add is not None and not ok:
+                side.fail(f"pod {index}: ADD exited {add.returncode}: {_tail(add.stdout)} "
+                          f"{_tail(add.stderr)}".strip())
+            elif add is not None:
+                problem = self.check_result(add.stdout, self.nets[0])
+                if problem:
+                    ok = False
+                    side.fail(f"pod {index}: ADD result: {problem}")
+            run.del_t0, p0 = time.time(), time.perf_counter()
+            try:
+                rm = self.exec_netctl("DEL", run.container, netns, index)
+            except subprocess.TimeoutExpired:
+                side.fail(f"pod {index}: DEL did not exit within {EXEC_TIMEOUT:g}s")
+                rm = None
+            run.del_s, run.del_t1 = time.perf_counter() - p0, time.time()
+            if rm is not None and rm.returncode != 0:
+                ok = False
+                side.fail(f"pod {index}: DEL exited {rm.returncode}: {_tail(rm.stdout)} "
+                          f"{_tail(rm.stderr)}".strip())
+            run.ok = ok and rm is not None
+        finally:
+            self.netns_del(ns_name)
+        return run
+
+    @staticmethod
+    def check_result(stdout: bytes, net: BenchNet) -> str | None:
+        try:
+            result = json.loads(stdout)
+        except ValueError:
+            return f"not JSON: {_tail(stdout)}"
+        ips = result.get("ips") if isinstance(result, dict) else None
+        if not ips:
+            return f"no ips: {_tail(stdout)}"
+        addr = str(ips[0].get("address", "")).split("/")[0]
+        try:
+            if ipaddress.ip_address(addr) not in net.subnet:
+                return f"address {addr} is not in {net.subnet} of network {net.name}"
+        except ValueError:
+            return f"bad address {addr!r}"
+        return None
+
+    def exec_delegate(self, side: Side, ptype: str, command: str, conf: bytes, container: str,
+                      netns: str, ifname: str, index: int) -> subprocess.CompletedProcess[bytes]:
+        env = {"PATH": _PATH, "CNI_COMMAND": command, "CNI_CONTAINERID": container,
+               "CNI_NETNS": netns, "CNI_IFNAME": ifname, "CNI_PATH": SYSTEM_CNI,
+               "CNI_ARGS": self.cni_args(index, selection=False)}
+        p0 = time.perf_counter()
+        proc = _run([os.path.join(SYSTEM_CNI, ptype)], data=conf, env=env)
+        took = time.perf_counter() - p0
+        with side.lock:
+            (side.exec_add_s if command == "ADD" else side.exec_del_s).append(took)
+        return proc
+
+    def pod_direct(self, side: Side, index: int, tag: str = "d") -> PodRun:
+        run = PodRun(index, f"{self.prefix}-{tag}-{index}")
+        ns_name = f"{self.prefix}-{tag}{index}"
+        netns = self.netns_add(ns_name)
+        ifnames = ["eth0"] + [f"net{j}" for j in range(1, self.k)]
+        finals: list[dict[str, Any] | None] = [None] * self.k
+        ok = True
+        try:
+            run.add_t0, p0 = time.time(), time.perf_counter()
+            try:
+                for n, (net, ifname) in enumerate(zip(self.nets, ifnames, strict=True)):
+                    prev: dict[str, Any] | None = None
+                    for i, ptype in enumerate(net.chain.types):
+                        conf = plugin_config(net.chain, i, prev, {})
+                        proc = self.exec_delegate(side, ptype, "ADD", conf, run.container,
+                                                  netns, ifname, index)
+                        if proc.returncode != 0:
+                            raise RuntimeError(f"{net.name} {ptype} exited {proc.returncode}: "
+                                               f"{_tail(proc.stdout)} {_tail(proc.stderr)}")
+                        prev = json.loads(proc.stdout)
+                    finals[n] = prev
+            except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+                ok = False
+                side.fail(f"pod {index}: ADD: {exc}")
+            run.add_s, run.add_t1 = time.perf_counter() - p0, time.time()
+            if ok:
+                for net, final in zip(self.nets, finals, strict=True):
+                    problem = self.check_result(json.dumps(final).encode(), net)
+                    if problem:
+                        ok = False
+                        side.fail(f"pod {index}: ADD result of {net.name}: {problem}")
+            run.del_t0, p0 = time.time(), time.perf_counter()
+            for n in reversed(range(self.k)):
+                net = self.nets[n]
+                for i in reversed(range(len(net.chain.plugins))):
+                    conf = plugin_config(net.chain, i, finals[n], {})
+                    try:
+                        proc = self.exec_delegate(side, net.chain.types[i], "DEL", conf,
+                                                  run.container, netns, ifnames[n], index)
+                    except subprocess.TimeoutExpired:
+                        ok = False
+                        side.fail(f"pod {index}: DEL {net.name} did not exit in time")
+                        continue
+                    if proc.returncode != 0:
+                        ok = False
+                        side.fail(f"pod {index}: DEL {net.name} {net.chain.types[i]} exited "
+                                  f"{proc.returncode}: {_tail(proc.stdout)} "
+                                  f"{_tail(proc.stderr)}")
+            run.del_s, run.del_t1 = time.perf_counter() - p0, time.time()
+            run.ok = ok
+        finally:
+            self.netns_del(ns_name)
+        return run
+
+    # -- a churn phase -----------------------------------------------------------
+
+    def churn(self, side: Side, pod: Callable[[Side, int], PodRun]) -> None:
+        """N pods through ``pod``, at most C at a time; stops early when asked."""
+        lock = threading.Lock()
+        counter = iter(range(self.pods))
+
+        def worker() -> None:
+            while not self.stop.is_set():
+                with lock:
+                    index = next(counter, None)
+                if index is None:
+                    return
+                try:
+                    run = pod(side, index)
+                except Exception as exc:  # a bench bug or a host failure: count it, go on
+                    side.fail(f"pod {index}: {exc!r}")
+                    continue
+                with side.lock:
+                    side.pods.append(run)
+
+        threads = [threading.Thread(target=worker, name=f"{side.name}-{i}", daemon=True)
+                   for i in range(self.concurrency)]
+        cpu0 = self.cpu_snapshot()
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+        finally:
+            self.stop_workers_if_interrupted(threads)
+        side.wall_s = time.perf_counter() - started
+        cpu1 = self.cpu_snapshot()
+        side.cpu_s = {k: round(cpu1[k] - cpu0[k], 3) for k in cpu0}
+
+    def cpu_snapshot(self) -> dict[str, float]:
+        """CPU seconds so far: this process (all its threads), the processes it waited for
+        (the thin plugin or the delegates, and ``ip``), the daemon itself and the
+        delegates the daemon waited for."""
+        t = os.times()
+        daemon_self, daemon_children = _proc_cpu(self.daemon_pid) if self.daemon else (0.0, 0.0)
+        return {"bench": t.user + t.system, "execs": t.children_user + t.children_system,
+                "daemon": daemon_self, "daemon_delegates": daemon_children}
+
+    def stop_workers_if_interrupted(self, threads: list[threading.Thread]) -> None:
+        if all(not t.is_alive() for t in threads):
+            return
+        # Interrupted: let every worker finish its pod (DEL, netns del), start no more.
+        self.stop.set()
+        print("netctl bench: interrupted; finishing the pods in flight", file=sys.stderr)
+        with _signals_ignored():
+            for t in threads:
+                t.join(EXEC_TIMEOUT * 2)
+
+    # -- checks after a phase -------------------------------------------------
+
+    def leftovers(self) -> list[str]:
+        """Addresses still allocated and ports still on the bridges: a phase must leave none."""
+        found: list[str] = []
+        for net in self.nets:
+            ports = _links("master", net.bridge)
+            if ports:
+                found.append(f"bridge {net.bridge} still has ports {', '.join(ports)}")
+            d = self.ipam_dir / net.name
+            if d.is_dir():
+                held = sorted(p.name for p in d.iterdir()
+                              if p.name != "lock" and not p.name.startswith("last_reserved_ip"))
+                if held:
+                    found.append(f"network {net.name}: host-local still holds "
+                                 f"{', '.join(held[:10])}" + (" …" if len(held) > 10 else ""))
+        stray = [n for n in _netns_names() if n.startswith(self.prefix)]
+        if stray:
+            found.append(f"netns left: {', '.join(stray)}")
+        return found
+
+    # -- timings outside the churn ---------------------------------------------
+
+    def time_plugin(self, command: str, stdin: bytes, runs: int = VERSION_RUNS) -> list[float]:
+        env = {"PATH": _PATH, "CNI_COMMAND": command, "CNI_PATH": SYSTEM_CNI}
+        times = []
+        for _ in range(runs):
+            p0 = time.perf_counter()
+            proc = _run([self.plugin], data=stdin, env=env)
+            times.append(time.perf_counter() - p0)
+            if proc.returncode != 0:
+                raise RuntimeError(f"netctl-cni {command} exited {proc.returncode}: "
+                                   f"{_tail(proc.stdout)} {_tail(proc.stderr)}")
+        return times
+
+    def time_delegate_version(self, runs: int = VERSION_RUNS) -> list[float]:
+        env = {"PATH": _PATH, "CNI_COMMAND": "VERSION", "CNI_PATH": SYSTEM_CNI}
+        stdin = json.dumps({"cniVersion": DELEGATE_VERSION}).encode()
+        times = []
+        for _ in range(runs):
+            p0 = time.perf_counter()
+            _run([os.path.join(SYSTEM_CNI, "bridge")], data=stdin, env=env)
+            times.append(time.perf_counter() - p0)
+        return times
+
+    # -- clean-up ----------------------------------------------------------------
+
+    def cleanup(self) -> list[str]:
+        """Remove everything this run made; return what could not be removed."""
+        problems: list[str] = []
+        with _signals_ignored():
+            self.stop.set()
+            try:
+                self.stop_daemon()
+            except Exception as exc:
+                problems.append(f"daemon: {exc!r}")
+            for name in _netns_names():
+                if name.startswith(self.prefix):
+                    _ip("netns", "del", name, check=False)
+            for net in self.nets:
+                for port in _links("master", net.bridge):
+                    _ip("link", "del", port, check=False)
+            for name in _links():
+                if name.startswith(self.prefix):
+                    _ip("link", "del", name, check=False)
+            shutil.rmtree(self.root, ignore_errors=True)
+            left = [n for n in _netns_names() if n.startswith(self.prefix)]
+            left += [n for n in _links() if n.startswith(self.prefix)]
+            if left:
+                problems.append("could not remove: " + ", ".join(left))
+            if self.root.exists():
+                problems.append(f"could not remove {self.root}")
+        return problems
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """No Ctrl-C or SIGTERM while cleaning up (only possible on the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+# -- the journal's view of the netctl run -------------------------------------------------
+
+
+def journal_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
+    """Where a netctl ADD/DEL spends its time, from the client's clock and the journal's
+    timestamps (one host clock): before the operation starts (plugin start, socket, request,
+    the journal read), inside it (delegates on the critical path, and the rest: journal
+    writes and scheduling), and after it ends (last commit, reply, plugin exit)."""
+    try:
+        return _breakdown(db_path, runs)
+    except sqlite3.Error as exc:
+        return {"error": f"journal {db_path}: {exc}",
+                "operations_not_done": [f"journal unreadable: {exc}"]}
+
+
+def _breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        ops = {(r["container_id"], r["verb"]): r for r in conn.execute(
+            "SELECT id, verb, container_id, state, started_at, finished_at FROM operations"
+            " WHERE origin='runtime'")}
+        steps: dict[int, list[sqlite3.Row]] = {}
+        for r in conn.execute("SELECT operation_id, attachment_id, started_at, finished_at,"
+                              " seconds, state FROM steps"):
+            steps.setdefault(r["operation_id"], []).append(r)
+        not_done = [f"{r['verb']} of {r['container_id']}: {r['state']}" for r in ops.values()
+                    if r["state"] != "done"]
+        counts = dict(conn.execute("SELECT verb, count(*) FROM operations GROUP BY verb")
+                      .fetchall())
+        step_count = conn.execute("SELECT count(*) FROM steps").fetchone()[0]
+    finally:
+        conn.close()
+    out: dict[str, Any] = {"operations": counts, "steps": step_count,
+                           "operations_not_done": not_done}
+    for verb in ("ADD", "DEL"):
+        pre: list[float] = []
+        inside: list[float] = []
+        delegates: list[float] = []
+        rest: list[float] = []
+        post: list[float] = []
+        per_step: list[float] = []
+        total: list[float] = []
+        for run in runs:
+            op = ops.get((run.container, verb))
+            if op is None or op["finished_at"] is None:
+                continue
+            t0, t1 = (run.add_t0, run.add_t1) if verb == "ADD" else (run.del_t0, run.del_t1)
+            chains: dict[int, float] = {}
+            for s in steps.get(op["id"], []):
+                chains[s["attachment_id"]] = chains.get(s["attachment_id"], 0.0) + \
+                    float(s["seconds"] or 0.0)
+                if s["finished_at"] is not None and s["seconds"] is not None:
+                    per_step.append(s["finished_at"] - s["started_at"] - s["seconds"])
+            critical = max(chains.values(), default=0.0)
+            op_s = op["finished_at"] - op["started_at"]
+            total.append(t1 - t0)
+            pre.append(op["started_at"] - t0)
+            inside.append(op_s)
+            delegates.append(critical)
+            rest.append(op_s - critical)
+            post.append(t1 - op["finished_at"])
+        out[verb] = {
+            "pods": len(total),
+            "exec_ms": summary_ms(total),
+            "before_operation_ms": summary_ms(pre),
+            "operation_ms": summary_ms(inside),
+            "delegates_critical_path_ms": summary_ms(delegates),
+            "journal_and_scheduling_ms": summary_ms(rest),
+            "after_operation_ms": summary_ms(post),
+            "step_overhead_ms": summary_ms(per_step),
+        }
+    return out
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+def side_report(side: Side, pods_planned: int) -> dict[str, Any]:
+    done = list(side.pods)
+    return {
+        "pods": len(done),
+        "pods_planned": pods_planned,
+        "wall_s": round(side.wall_s, 3),
+        "pods_per_s": round(len(done) / side.wall_s, 3) if side.wall_s else 0.0,
+        "add_ms": summary_ms([p.add_s for p in done]),
+        "del_ms": summary_ms([p.del_s for p in done]),
+        "failures": len(side.failures),
+        "errors": side.failures[:100],
+        "cpu_s": side.cpu_s,
+        "cpu_ms_per_pod": round(sum(side.cpu_s.values()) * 1000 / len(done), 2) if done else 0.0,
+    }
+
+
+def ratios(netctl: dict[str, Any], direct: dict[str, Any]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {"pods_per_s": _ratio(netctl["pods_per_s"],
+                                                         direct["pods_per_s"])}
+    for verb in ("add", "del"):
+        for q in ("p50", "p95", "p99"):
+            out[f"{verb}_{q}"] = _ratio(netctl[f"{verb}_ms"][q], direct[f"{verb}_ms"][q])
+    return out
+
+
+def _grid(rows: Sequence[Sequence[str]]) -> list[str]:
+    """First column left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join([row[0].ljust(widths[0])]
+                      + [v.rjust(w) for v, w in zip(row[1:], widths[1:], strict=True)]).rstrip()
+            for row in rows]
+
+
+def render(report: dict[str, Any]) -> str:
+    p = report["params"]
+    n, d, r = report["netctl"], report["direct"], report["ratio"]
+    lines = [f"netctl bench churn: {p['pods']} pods, concurrency {p['concurrency']}, "
+             f"{p['networks']} network(s) (bridge + {p['ipam']}), {p['cpus']} CPUs, "
+             f"prefix {report['prefix']}",
+             f"load average (1, 5, 15 min) at start {p['loadavg_start']}, "
+             f"at end {p['loadavg_end']}", ""]
+
+    def num(v: Any, fmt: str = "{:.2f}") -> str:
+        return "-" if v is None else fmt.format(v)
+
+    rows: list[tuple[str, str, str, str]] = [
+        ("", "netctl", "direct", "ratio"),
+        ("pods/s", num(n["pods_per_s"]), num(d["pods_per_s"]), num(r["pods_per_s"])),
+        ("churn wall time (s)", num(n["wall_s"]), num(d["wall_s"]),
+         num(_ratio(n["wall_s"], d["wall_s"]))),
+    ]
+    for verb in ("ADD", "DEL"):
+        for q in ("p50", "p95", "p99"):
+            key = f"{verb.lower()}_ms"
+            rows.append((f"{verb} {q} (ms)", num(n[key][q]), num(d[key][q]),
+                         num(r[f"{verb.lower()}_{q}"])))
+    rows.append(("CPU per pod (ms, all processes)", num(n["cpu_ms_per_pod"]),
+                 num(d["cpu_ms_per_pod"]), num(_ratio(n["cpu_ms_per_pod"],
+                                                      d["cpu_ms_per_pod"]))))
+    rows.append(("failures", str(n["failures"]), str(d["failures"]), ""))
+    rows.append(("leftovers after the run", str(len(n["leftovers"])),
+                 str(len(d["leftovers"])), ""))
+    rss = report["daemon"]["peak_rss_kib"]
+    rows.append(("daemon peak RSS (MiB)", num(rss / 1024 if rss else None), "-", ""))
+    pv, dv = report["plugin"]["version_ms"], report["plugin"]["delegate_version_ms"]
+    for q in ("p50", "p95"):
+        rows.append((f"plugin VERSION {q} (ms)", num(pv[q]), num(dv[q]),
+                     num(_ratio(pv[q], dv[q]))))
+    lines += _grid(rows)
+    lines.append("  (direct VERSION: /usr/lib/cni/bridge; netctl VERSION: the installed "
+                 "netctl-cni, no daemon involved)")
+    cpu = n["cpu_s"]
+    pods = max(n["pods"], 1)
+    lines.append("  netctl CPU per pod (ms): daemon {:.1f}, its delegates {:.1f}, thin plugin "
+                 "+ ip {:.1f}, bench {:.1f}; direct: delegates + ip {:.1f}, bench {:.1f}".format(
+                     *(cpu.get(k, 0.0) * 1000 / pods
+                       for k in ("daemon", "daemon_delegates", "execs", "bench")),
+                     *(d["cpu_s"].get(k, 0.0) * 1000 / max(d["pods"], 1)
+                       for k in ("execs", "bench"))))
+    st = report["plugin"]["status_ms"]
+    lines.append(f"  plugin STATUS round trip (start, socket, daemon, no journal): "
+                 f"p50 {st['p50']:.2f} ms, p95 {st['p95']:.2f} ms")
+    lines.append(f"  direct: one delegate exec p50 ADD "
+                 f"{report['direct']['delegate_exec_ms']['ADD']['p50']:.2f} ms, DEL "
+                 f"{report['direct']['delegate_exec_ms']['DEL']['p50']:.2f} ms")
+    b = report.get("breakdown")
+    if b and "ADD" in b:
+        lines += ["", "netctl: where a pod's time goes (medians, ms; client clock and journal "
+                  "timestamps)"]
+        brow: list[tuple[str, str, str]] = [("", "ADD", "DEL")]
+        for label, key in (("plugin exec, start to exit", "exec_ms"),
+                           ("  before the operation starts", "before_operation_ms"),
+                           ("  the operation in the daemon", "operation_ms"),
+                           ("    delegates (critical path)", "delegates_critical_path_ms"),
+                           ("    journal writes + scheduling", "journal_and_scheduling_ms"),
+                           ("  after the operation ends", "after_operation_ms"),
+                           ("journal overhead per step", "step_overhead_ms")):
+            brow.append((label, num(b["ADD"][key]["p50"]), num(b["DEL"][key]["p50"])))
+        lines += _grid(brow)
+        lines.append("  (before: plugin start, socket, request decode, journal read, the "
+                     "operation's first commit;")
+        lines.append("   after: the last commit, the reply, plugin exit; per step: step row "
+                     "span minus the plugin's own run)")
+        ops = ", ".join(f"{n} {verb}" for verb, n in sorted(b["operations"].items()))
+        lines.append(f"  journal: operations {ops}; {b['steps']} steps; "
+                     f"{len(b['operations_not_done'])} operations not done")
+    problems = report["problems"]
+    if problems:
+        lines += ["", f"FAILED: {len(problems)} problem(s):"]
+        lines += [f"  {msg}" for msg in problems[:50]]
+        if len(problems) > 50:
+            lines.append(f"  … and {len(problems) - 50} more")
+    else:
+        lines += ["", "ok: every ADD and DEL succeeded; nothing left behind"]
+    return "\n".join(lines)
+
+
+# -- entry points -------------------------------------------------------------------------
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def _progress(msg: str) -> None:
+    print(f"netctl bench: {msg}", file=sys.stderr, flush=True)
+
+
+def run_churn(args: argparse.Namespace) -> int:
+    if args.pods < 1 or args.concurrency < 1 or args.networks < 1:
+        print("netctl bench churn: --pods, --concurrency and --networks must be ≥ 1",
+              file=sys.stderr)
+        return 2
+    if args.networks > 64:
+        print("netctl bench churn: at most 64 networks", file=sys.stderr)
+        return 2
+    why = preflight()
+    if why:
+        print(f"netctl bench churn: {why}", file=sys.stderr)
+        return 2
+    bench = Churn(args.pods, args.concurrency, args.networks, args.ipam)
+    load_start = os.getloadavg()
+    old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
+    netctl, direct = Side("netctl"), Side("direct")
+    report: dict[str, Any] = {}
+    interrupted = False
+    cleanup_problems: list[str] = []
+    try:
+        bench.make_networks()
+        bench.plugin = install(str(bench.root / "bin"))[0]
+        _progress(f"{bench.k} networks {', '.join(str(n.subnet) for n in bench.nets)}; "
+                  f"starting the daemon")
+        bench.start_daemon()
+        # One pod per side first, not timed: warm caches, create the bridges.
+        warm = Side("warm-up")
+        bench.pod_netctl(warm, 0, tag="nw")
+        version_s = bench.time_plugin("VERSION", bench.netctl_conf)
+        status_conf = json.dumps({"cniVersion": "1.1.0", "name": f"{bench.prefix}-netctl",
+                                  "type": "netctl-cni", "socket": bench.socket,
+                                  "clusterNetwork": bench.nets[0].name}).encode()
+        status_s = bench.time_plugin("STATUS", status_conf)
+        _progress(f"netctl: {bench.pods} pods, concurrency {bench.concurrency}")
+        bench.churn(netctl, bench.pod_netctl)
+        rss = bench.daemon_peak_rss_kib()
+        code = bench.stop_daemon()
+        netctl_left = bench.leftovers()
+        breakdown = journal_breakdown(bench.state_dir / "journal.db", netctl.pods)
+        bench.pod_direct(warm, 0, tag="dw")
+        delegate_version_s = bench.time_delegate_version()
+        _progress(f"direct: {bench.pods} pods, concurrency {bench.concurrency}")
+        bench.churn(direct, bench.pod_direct)
+        direct_left = bench.leftovers()
+        n_rep, d_rep = side_report(netctl, bench.pods), side_report(direct, bench.pods)
+        n_rep["leftovers"], d_rep["leftovers"] = netctl_left, direct_left
+        d_rep["delegate_exec_ms"] = {"ADD": summary_ms(direct.exec_add_s),
+                                     "DEL": summary_ms(direct.exec_del_s)}
+        problems = [f"warm-up: {m}" for m in warm.failures]
+        problems += [f"netctl: {m}" for m in netctl.failures + netctl_left]
+        problems += [f"netctl journal: {m}" for m in breakdown["operations_not_done"]]
+        problems += [f"direct: {m}" for m in direct.failures + direct_left]
+        if code not in (0, None):
+            problems.append(f"netctl daemon exited with {code} on SIGTERM")
+        report = {
+            "bench": "churn",
+            "params": {"pods": bench.pods, "concurrency": bench.concurrency,
+                       "networks": bench.k, "ipam": bench.ipam, "cpus": os.cpu_count(),
+                       "loadavg_start": [round(x, 2) for x in load_start],
+                       "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
+            "prefix": bench.prefix,
+            "root": str(bench.root),
+            "subnets": [str(n.subnet) for n in bench.nets],
+            "netctl": n_rep,
+            "direct": d_rep,
+            "ratio": ratios(n_rep, d_rep),
+            "daemon": {"pid": bench.daemon_pid, "peak_rss_kib": rss, "exit_code": code},
+            "plugin": {"runs": VERSION_RUNS, "version_ms": summary_ms(version_s),
+                       "status_ms": summary_ms(status_s),
+                       "delegate_version_ms": summary_ms(delegate_version_s)},
+            "breakdown": breakdown,
+            "problems": problems,
+        }
+    except (KeyboardInterrupt, Interrupted):
+        interrupted = True
+        print("netctl bench: interrupted; cleaning up", file=sys.stderr)
+    except Exception as exc:
+        print(f"netctl bench churn failed: {exc}", file=sys.stderr)
+        if bench.daemon is not None:
+            print(bench.daemon_log(), file=sys.stderr)
+        report = {}
+    finally:
+        cleanup_problems = bench.cleanup()
+        signal.signal(signal.SIGTERM, old_term)
+    for msg in cleanup_problems:
+        print(f"netctl bench: clean-up: {msg}", file=sys.stderr)
+    if not report:
+        return 130 if interrupted else 1
+    report["problems"] += [f"clean-up: {m}" for m in cleanup_problems]
+    report["ok"] = not report["problems"]
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(render(report))
+    for msg in report["problems"][:50]:
+        print(f"netctl bench: {msg}", file=sys.stderr)
+    return 0 if report["ok"] else 1
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.bench == "churn":
+        return run_churn(args)
+    print(f"netctl bench {args.bench}: not implemented yet", file=sys.stderr)
+    return 2
