@@ -117,11 +117,11 @@ def test_stdin_not_json_is_code_6_from_the_plugin(daemon: Daemon, netns) -> None
 
 
 def test_stdin_the_daemon_cannot_decode_is_code_6(daemon: Daemon, netns) -> None:
-    """JSON Python accepts but strict JSON does not (NaN): the daemon answers 6."""
+    """JSON Python's json accepts but strict JSON does not (NaN): code 6, naming NaN."""
     br = setup(daemon)
     ns = netns()
     raw = json.dumps(daemon.conf("br"))[:-1] + ', "mtu": NaN}'
-    assert_error(daemon.cni("ADD", "bad1", ns, raw), 6, "netctl config on stdin is not valid")
+    assert_error(daemon.cni("ADD", "bad1", ns, raw), 6, "not valid", "NaN")
     nothing_ran(daemon)
     assert_serves(daemon, ns, br)
 
