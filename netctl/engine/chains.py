@@ -128,17 +128,15 @@ async def check_chain(runner: Runner, op_id: int, st: ChainState) -> None:
         await _step(runner, op_id, st, index, "CHECK", st.result)
 
 
-async def del_all(runner: Runner, op_id: int, states: Sequence[ChainState]) -> dict[int, list[str]]:
-    """DEL several chains concurrently and record each outcome; return failures by attachment."""
-    failures: dict[int, list[str]] = {}
+async def del_all(runner: Runner, op_id: int, states: Sequence[ChainState],
+                  outcome: dict[int, list[str]]) -> None:
+    """DEL several chains concurrently; as each finishes, ``outcome[att_id]`` gets its
+    errors (empty: all removed). Filled in as it goes, so a caller that is cancelled or
+    runs out of time still knows which chains finished."""
 
     async def one(st: ChainState) -> None:
-        errors = await del_chain(runner, op_id, st)
-        await runner.journal.mark_removed(st.att_id, "; ".join(errors) if errors else None)
-        if errors:
-            failures[st.att_id] = errors
+        outcome[st.att_id] = await del_chain(runner, op_id, st)
 
     async with trio.open_nursery() as nursery:
         for st in states:
             nursery.start_soon(one, st)
-    return failures

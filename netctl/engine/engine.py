@@ -165,47 +165,43 @@ class Engine:
             # leftovers of an ADD that failed and could not be undone: remove them first
             await self.delete_attachments(req.container_id, mine, "ADD")
         pod = Pod.from_args(validate.parse_cni_args(req.args))
-        op_id = await self.journal.begin_operation(
+        op_id, att_ids = await self.journal.begin_operation(
             "ADD", req.container_id, netns=req.netns, ifname=req.ifname,
             caller_network=conf.name, caller_version=conf.cniVersion,
-            pod=(pod.namespace, pod.name, pod.uid), request=req.stdin.encode())
-        states: list[ChainState] = []
-
-        async def attach(p: AttachmentPlan) -> None:
-            att_id = await self.journal.begin_attachment(op_id, {
+            pod=(pod.namespace, pod.name, pod.uid), request=req.stdin.encode(),
+            attachments=[{
                 "container_id": req.container_id, "ifname": p.ifname, "network": p.network,
                 "network_name": p.chain.name, "is_default": p.is_default,
                 "caller_network": conf.name, "caller_ifname": req.ifname, "netns": req.netns,
                 "pod_namespace": pod.namespace, "pod_name": pod.name, "pod_uid": pod.uid,
                 "cni_version": p.chain.cni_version, "chain": p.chain.raw,
-                "capability_args": p.capability_args, "cni_args": p.cni_args})
-            st = ChainState(att_id, p.network, req.container_id, req.netns, p.ifname, p.chain,
-                            p.capability_args, p.cni_args)
-            states.append(st)
-            await add_chain(self.runner, op_id, st)
-
+                "capability_args": p.capability_args, "cni_args": p.cni_args} for p in plans])
+        states = [ChainState(att_id, p.network, req.container_id, req.netns, p.ifname, p.chain,
+                             p.capability_args, p.cni_args)
+                  for att_id, p in zip(att_ids, plans, strict=True)]
         try:
             async with trio.open_nursery() as nursery:
-                for p in plans:
-                    nursery.start_soon(attach, p)
+                for st in states:
+                    nursery.start_soon(add_chain, self.runner, op_id, st)
         except BaseException as exc:
             cause = first_error(exc)
-            failures, finished = await self._compensate(op_id, states)
+            outcome, finished = await self._compensate(op_id, states)
+            failures = [e for errs in outcome.values() for e in errs]
             state = "compensated" if finished and not failures else "compensate_failed"
             msg = cause.msg if cause else "cancelled"
-            if failures or not finished:
-                msg += ("; compensation incomplete: " + "; ".join(
-                    e for errs in failures.values() for e in errs)
-                    if failures else "; compensation ran out of time")
-            await self.journal.finish_operation(op_id, state, cause.code if cause else CANCELLED,
-                                                msg)
+            if failures:
+                msg += "; compensation incomplete: " + "; ".join(failures)
+            elif not finished:
+                msg += "; compensation ran out of time"
+            await self.journal.finish_operation(
+                op_id, state, cause.code if cause else CANCELLED, msg,
+                removed=[(att_id, "; ".join(errs) or None) for att_id, errs in outcome.items()])
             if cause is None:
                 raise
             raise CNIError(cause.code, msg, cause.details) from None
         await self.journal.finish_operation(op_id, "done",
                                             attached=[(s.att_id, s.result) for s in states])
-        default = next(s for s in states if s.ifname == plans[0].ifname)  # plans[0]: cluster
-        return versions.convert_result(default.result or {}, conf.cniVersion)
+        return versions.convert_result(states[0].result or {}, conf.cniVersion)  # cluster
 
     @staticmethod
     def _repeat_of(mine: list[Attachment], plans: list[AttachmentPlan],
@@ -220,11 +216,14 @@ class Engine:
 
     async def _compensate(self, op_id: int,
                           states: list[ChainState]) -> tuple[dict[int, list[str]], bool]:
+        """DEL what the failed ADD started, shielded, within ``compensate_timeout``.
+
+        Returns the errors of every chain whose DEL finished, and whether all did."""
+        outcome: dict[int, list[str]] = {}
         with trio.CancelScope(shield=True):
             with trio.move_on_after(self.limits.compensate_timeout) as scope:
-                failures = await del_all(self.runner, op_id, states)
-            return (failures if not scope.cancelled_caught else {}), not scope.cancelled_caught
-        raise AssertionError("unreachable: a shielded scope is never cancelled")
+                await del_all(self.runner, op_id, states, outcome)
+        return outcome, not scope.cancelled_caught
 
     # -- DEL ---------------------------------------------------------------------
 
@@ -238,22 +237,26 @@ class Engine:
 
     async def delete_attachments(self, container_id: str, atts: list[Attachment], why: str,
                       origin: str = "runtime", **op: Any) -> None:
-        op_id = await self.journal.begin_operation("DEL", container_id, origin=origin, **op)
-        if atts:
-            await self.journal.mark_removing([a.id for a in atts], op_id)
+        op_id, _ = await self.journal.begin_operation("DEL", container_id, origin=origin,
+                                                      removing=[a.id for a in atts], **op)
+        outcome: dict[int, list[str]] = {}
         try:
-            failures = await del_all(self.runner, op_id, [ChainState.from_journal(a)
-                                                          for a in atts])
+            await del_all(self.runner, op_id, [ChainState.from_journal(a) for a in atts],
+                          outcome)
         except BaseException as exc:
-            await self.journal.finish_operation(op_id, "failed", CANCELLED, repr(exc))
+            await self.journal.finish_operation(  # journal writes are shielded
+                op_id, "failed", CANCELLED, repr(exc),
+                removed=[(i, "; ".join(e) or None) for i, e in outcome.items()])
             raise
+        removed = [(att_id, "; ".join(errs) or None) for att_id, errs in outcome.items()]
+        failures = [e for errs in outcome.values() for e in errs]
         if failures:
             msg = (f"{why} of container {container_id}: could not remove everything; "
-                   "a later DEL or the reconciler retries: "
-                   + "; ".join(e for errs in failures.values() for e in errs))
-            await self.journal.finish_operation(op_id, "failed", DEL_INCOMPLETE, msg)
+                   "a later DEL or the reconciler retries: " + "; ".join(failures))
+            await self.journal.finish_operation(op_id, "failed", DEL_INCOMPLETE, msg,
+                                                removed=removed)
             raise CNIError(DEL_INCOMPLETE, msg)
-        await self.journal.finish_operation(op_id, "done")
+        await self.journal.finish_operation(op_id, "done", removed=removed)
 
     # -- CHECK -------------------------------------------------------------------
 
@@ -267,7 +270,7 @@ class Engine:
         if not mine:
             raise CNIError(UNKNOWN_CONTAINER, f"no attachments of container {req.container_id} "
                            f"interface {req.ifname} in the journal")
-        op_id = await self.journal.begin_operation(
+        op_id, _ = await self.journal.begin_operation(
             "CHECK", req.container_id, netns=req.netns, ifname=req.ifname,
             caller_network=conf.name, caller_version=conf.cniVersion)
         try:

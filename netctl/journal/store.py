@@ -1,7 +1,11 @@
 """The journal store: aiosqlite behind trio (through trio-asyncio), one writer connection.
 
-Every write is one short transaction made in a single trip across the
-trio/asyncio bridge, serialized by a trio lock (one connection, one writer).
+Writes are group-committed: a write queues its statements; whichever writer
+holds the (one-connection) lock next runs every queued write in one
+transaction, in one trip across the trio/asyncio bridge, and wakes their
+callers. A lone write costs one transaction as before; under load, the steps
+of many concurrent chains share a commit. If a batch fails, its writes are
+retried one transaction each, so one bad write cannot fail the others.
 The engine calls it before and after every side effect; the reconciler reads
 what was left unfinished; the CLI reads the same tables (plain sqlite3, WAL
 lets it read while the daemon writes).
@@ -93,45 +97,94 @@ def _json(value: Any) -> bytes | None:
     return None if value is None else msgspec.json.encode(value)
 
 
+class _Write:
+    """One queued write and, once its batch committed, its outcome."""
+
+    __slots__ = ("done", "error", "fn", "result")
+
+    def __init__(self, fn: Callable[[aiosqlite.Connection], Awaitable[Any]]) -> None:
+        self.fn = fn
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
 class Journal:
     """Typed writes and reads of the journal tables."""
 
     def __init__(self, db: aiosqlite.Connection, path: str) -> None:
         self._db = db
         self._lock = trio.Lock()
+        self._queue: list[_Write] = []
         self.path = path
+        self.commits = 0  # transactions committed (batches), for benchmarks
+        self.writes = 0  # writes committed
 
     # -- plumbing ---------------------------------------------------------------
 
-    async def _run(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], write: bool) -> T:
+    async def _commit(self, batch: list[_Write]) -> None:
+        """Run ``batch`` in one transaction; on failure, each write in its own."""
         db = self._db
 
-        async def body() -> T:
-            if not write:
-                return await fn(db)
+        async def one_transaction(items: list[_Write]) -> list[Any]:
             await db.execute("BEGIN IMMEDIATE")
             try:
-                out = await fn(db)
+                results = [await item.fn(db) for item in items]
             except BaseException:
                 await db.execute("ROLLBACK")
                 raise
             await db.execute("COMMIT")
-            return out
+            return results
 
-        with trio.CancelScope(shield=True):  # a journal write always completes
-            async with self._lock:
-                return cast(T, await trio_asyncio.aio_as_trio(body)())
-        raise AssertionError("unreachable: a shielded scope is never cancelled")
+        async def body() -> None:
+            try:
+                results = await one_transaction(batch)
+            except Exception:
+                if len(batch) == 1:
+                    raise
+                for item in batch:  # find the bad one; commit the others
+                    try:
+                        [item.result] = await one_transaction([item])
+                    except Exception as exc:
+                        item.error = exc
+                    self.commits += 1
+            else:
+                for item, result in zip(batch, results, strict=True):
+                    item.result = result
+                self.commits += 1
+
+        try:
+            await trio_asyncio.aio_as_trio(body)()
+        except Exception as exc:
+            for item in batch:
+                item.error = exc
+        for item in batch:
+            item.done = True
+        self.writes += len(batch)
 
     async def _write(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
-        return await self._run(fn, True)
+        item = _Write(fn)
+        self._queue.append(item)
+        with trio.CancelScope(shield=True):  # a journal write always completes
+            async with self._lock:
+                if not item.done:  # nobody took it along: commit what is queued now
+                    batch, self._queue = self._queue, []
+                    await self._commit(batch)
+        if item.error is not None:
+            raise item.error
+        return cast(T, item.result)
 
     async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        async def fn(db: aiosqlite.Connection) -> list[sqlite3.Row]:
+        db = self._db
+
+        async def body() -> list[sqlite3.Row]:
             async with db.execute(sql, params) as cur:
                 return list(await cur.fetchall())
 
-        return await self._run(fn, False)
+        with trio.CancelScope(shield=True):
+            async with self._lock:
+                return cast(list[sqlite3.Row], await trio_asyncio.aio_as_trio(body)())
+        raise AssertionError("unreachable: a shielded scope is never cancelled")
 
     # -- operations -------------------------------------------------------------
 
@@ -147,26 +200,55 @@ class Journal:
         pod: tuple[str, str, str] = ("", "", ""),
         request: bytes | None = None,
         origin: str = "runtime",
-    ) -> int:
-        async def fn(db: aiosqlite.Connection) -> int:
+        attachments: Sequence[dict[str, Any]] = (),
+        removing: Sequence[int] = (),
+    ) -> tuple[int, list[int]]:
+        """Record an operation before its first side effect, in one transaction with the
+        attachments it will add (state ``adding``) and those it will remove (``removing``).
+        Returns the operation's id and the new attachments' ids."""
+        async def fn(db: aiosqlite.Connection) -> tuple[int, list[int]]:
+            now = time.time()
             cur = await db.execute(
                 "INSERT INTO operations (verb, container_id, netns, ifname, caller_network,"
                 " caller_version, pod_namespace, pod_name, pod_uid, request, origin, state,"
                 " started_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,'running',?)",
                 (verb, container_id, netns, ifname, caller_network, caller_version, *pod,
-                 request, origin, time.time()),
+                 request, origin, now),
             )
-            assert cur.lastrowid is not None
-            return cur.lastrowid
+            op_id = cur.lastrowid
+            assert op_id is not None
+            att_ids = []
+            for att in attachments:
+                cur = await db.execute(
+                    "INSERT INTO attachments (container_id, ifname, network, network_name,"
+                    " is_default, caller_network, caller_ifname, netns, pod_namespace,"
+                    " pod_name, pod_uid, cni_version, chain, capability_args, cni_args, state,"
+                    " add_op, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'adding',?,?)",
+                    (att["container_id"], att["ifname"], att["network"], att["network_name"],
+                     int(att["is_default"]), att["caller_network"], att["caller_ifname"],
+                     att["netns"], att["pod_namespace"], att["pod_name"], att["pod_uid"],
+                     att["cni_version"], att["chain"], _json(att["capability_args"]),
+                     _json(att["cni_args"]), op_id, now),
+                )
+                assert cur.lastrowid is not None
+                att_ids.append(cur.lastrowid)
+            for att_id in removing:
+                await db.execute("UPDATE attachments SET state='removing', del_op=? WHERE id=?",
+                                 (op_id, att_id))
+            return op_id, att_ids
 
         return await self._write(fn)
 
     async def finish_operation(
         self, op_id: int, state: str, code: int | None = None, error: str | None = None,
         attached: Iterable[tuple[int, dict[str, Any] | None]] = (),
+        removed: Iterable[tuple[int, str | None]] = (),
     ) -> None:
-        """Close an operation; ``attached`` (id, final result) pairs become live attachments."""
+        """Close an operation. ``attached`` (id, final result) pairs become live
+        attachments; ``removed`` (id, error) pairs are removed when error is None, else
+        keep their state (for a later DEL or the replay) with that error."""
         rows = list(attached)
+        gone = list(removed)
 
         async def fn(db: aiosqlite.Connection) -> None:
             now = time.time()
@@ -175,6 +257,12 @@ class Journal:
                     "UPDATE attachments SET state='attached', result=? WHERE id=?",
                     (_json(result), att_id),
                 )
+            for att_id, err in gone:
+                if err is None:
+                    await db.execute("UPDATE attachments SET state='removed', error=NULL,"
+                                     " removed_at=? WHERE id=?", (now, att_id))
+                else:
+                    await db.execute("UPDATE attachments SET error=? WHERE id=?", (err, att_id))
             await db.execute(
                 "UPDATE operations SET state=?, code=?, error=?, finished_at=? WHERE id=?",
                 (state, code, error, now, op_id),
@@ -191,24 +279,6 @@ class Journal:
 
     # -- attachments ------------------------------------------------------------
 
-    async def begin_attachment(self, op_id: int, att: dict[str, Any]) -> int:
-        async def fn(db: aiosqlite.Connection) -> int:
-            cur = await db.execute(
-                "INSERT INTO attachments (container_id, ifname, network, network_name,"
-                " is_default, caller_network, caller_ifname, netns, pod_namespace, pod_name,"
-                " pod_uid, cni_version, chain, capability_args, cni_args, state, add_op,"
-                " created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'adding',?,?)",
-                (att["container_id"], att["ifname"], att["network"], att["network_name"],
-                 int(att["is_default"]), att["caller_network"], att["caller_ifname"],
-                 att["netns"], att["pod_namespace"], att["pod_name"], att["pod_uid"],
-                 att["cni_version"], att["chain"], _json(att["capability_args"]),
-                 _json(att["cni_args"]), op_id, time.time()),
-            )
-            assert cur.lastrowid is not None
-            return cur.lastrowid
-
-        return await self._write(fn)
-
     async def live_attachments(self, container_id: str | None = None) -> list[Attachment]:
         """Attachments not yet removed (all of them, or one container's)."""
         if container_id is None:
@@ -219,32 +289,6 @@ class Journal:
                 "SELECT * FROM attachments WHERE state != 'removed' AND container_id=?"
                 " ORDER BY id", (container_id,))
         return [Attachment.from_row(r) for r in rows]
-
-    async def attachments_of(self, op_id: int) -> list[Attachment]:
-        rows = await self._read(
-            "SELECT * FROM attachments WHERE add_op=? ORDER BY id", (op_id,))
-        return [Attachment.from_row(r) for r in rows]
-
-    async def mark_removing(self, att_ids: Sequence[int], op_id: int) -> None:
-        async def fn(db: aiosqlite.Connection) -> None:
-            for att_id in att_ids:
-                await db.execute(
-                    "UPDATE attachments SET state='removing', del_op=? WHERE id=?",
-                    (op_id, att_id))
-
-        await self._write(fn)
-
-    async def mark_removed(self, att_id: int, error: str | None = None) -> None:
-        """Removed (``error`` None), or left for a later DEL with the error that stopped it."""
-        async def fn(db: aiosqlite.Connection) -> None:
-            if error is None:
-                await db.execute(
-                    "UPDATE attachments SET state='removed', error=NULL, removed_at=?"
-                    " WHERE id=?", (time.time(), att_id))
-            else:
-                await db.execute("UPDATE attachments SET error=? WHERE id=?", (error, att_id))
-
-        await self._write(fn)
 
     # -- steps ------------------------------------------------------------------
 
