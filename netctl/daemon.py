@@ -14,7 +14,7 @@ import msgspec.yaml
 import trio
 import trio_asyncio
 
-from netctl.cni.invoke import kill_orphans
+from netctl.cni.invoke import kill_orphans, owned_processes
 from netctl.engine.chains import Runner
 from netctl.engine.engine import Engine, Limits
 from netctl.engine.networks import NetworkDir
@@ -92,19 +92,10 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
         raise CNIError(INVALID_CONFIG, f"daemon config: {exc}") from exc
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")  # a zombie has stopped doing anything
-
-
-async def _wait_gone(pids: list[int], timeout: float = 5.0) -> None:
-    """Wait until killed processes have stopped (nothing to notify us: poll /proc)."""
+async def _wait_gone(owner: str, timeout: float = 5.0) -> None:
+    """Wait until killed orphans have stopped (nothing to notify us: poll /proc)."""
     with trio.move_on_after(timeout):
-        while any(_running(pid) for pid in pids):  # noqa: ASYNC110
+        while owned_processes(owner):  # noqa: ASYNC110
             await trio.sleep(0.01)
 
 
@@ -120,7 +111,7 @@ async def run(cfg: DaemonConfig, *,
         if orphans:
             log.warning("killed %d delegate processes a previous run left behind: %s",
                         len(orphans), orphans)
-            await _wait_gone(orphans)
+            await _wait_gone(journal.path)
         engine = Engine(runner, NetworkDir(cfg.networks_dir),
                         Limits(cfg.max_concurrent, cfg.max_queue, cfg.compensate_timeout))
         report = await replay(engine)

@@ -332,3 +332,33 @@ def ipam_held(ipam_dir: str) -> list[str]:
             continue
         held.append(f"{path.parent.name}/{path.name}")
     return sorted(held)
+
+
+def owned_processes(daemon: Daemon) -> list[int]:
+    """Live processes carrying this daemon's delegate marker (NETCTL_OWNER=<journal>)."""
+    marker = f"NETCTL_OWNER={daemon.state_dir / 'journal.db'}".encode() + b"\0"
+    pids = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read() + b"\0"
+            with open(f"/proc/{entry}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in environ and state not in ("Z", "X"):
+            pids.append(int(entry))
+    return pids
+
+
+def assert_still_serves(daemon: Daemon, ns: str, cluster: str, bridge: str) -> None:
+    """A good ADD and DEL on ``cluster`` (a bridge network) work, and leave nothing."""
+    conf = daemon.conf(cluster)
+    res = daemon.cni("ADD", "after1", ns, conf)
+    assert res.rc == 0, res.stdout + res.stderr
+    assert len(bridge_ports(bridge)) == 1
+    assert len(ipam_held(daemon.ipam_dir)) == 1
+    res = daemon.cni("DEL", "after1", ns, conf)
+    assert res.rc == 0, res.stdout + res.stderr
+    assert bridge_ports(bridge) == []
+    assert netns_links(ns) == ["lo"]

@@ -40,29 +40,39 @@ _SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 OWNER_VAR = "NETCTL_OWNER"
 
 
-def kill_orphans(owner: str) -> list[int]:
-    """SIGKILL every process still carrying ``NETCTL_OWNER=<owner>`` in its environment.
-
-    Delegates a previous daemon started (and their children, which inherit the
-    environment) survive a SIGKILL of that daemon; the next one calls this before
-    its start-up replay, so no orphan goes on adding after the replay undid it.
-    """
+def owned_processes(owner: str) -> list[int]:
+    """Live (not zombie) processes carrying ``NETCTL_OWNER=<owner>`` in their environment."""
     marker = f"{OWNER_VAR}={owner}".encode() + b"\0"
-    killed = []
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as fh:
                 environ = fh.read() + b"\0"
-        except OSError:
+            with open(f"/proc/{entry}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
             continue
-        if marker in environ:
-            try:
-                os.kill(int(entry), signal.SIGKILL)
-                killed.append(int(entry))
-            except OSError:
-                pass
+        if marker in environ and state not in ("Z", "X"):  # a zombie does nothing more
+            found.append(int(entry))
+    return found
+
+
+def kill_orphans(owner: str) -> list[int]:
+    """SIGKILL every process a previous daemon on this journal left running.
+
+    Delegates a previous daemon started (and their children, which inherit the
+    environment) survive a SIGKILL of that daemon; the next one calls this before
+    its start-up replay, so no orphan goes on adding after the replay undid it.
+    """
+    killed = []
+    for pid in owned_processes(owner):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except OSError:
+            pass
     return killed
 
 

@@ -30,32 +30,16 @@ from tests.conftest import (
     SYSTEM_CNI,
     CNIResult,
     Daemon,
+    assert_still_serves,
     bridge_conf,
     bridge_ports,
+    ipam_held,
     netns_links,
+    owned_processes,
     wait_for,
 )
 
 pytestmark = pytest.mark.netns
-
-
-def owned_processes(daemon: Daemon) -> list[int]:
-    """Live processes carrying this daemon's delegate marker (NETCTL_OWNER=<journal>)."""
-    marker = f"NETCTL_OWNER={daemon.state_dir / 'journal.db'}".encode() + b"\0"
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                environ = fh.read() + b"\0"
-            with open(f"/proc/{entry}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker in environ and state not in ("Z", "X"):
-            pids.append(int(entry))
-    return pids
 
 
 def comm(pid: int) -> str:
@@ -115,11 +99,6 @@ def undone_steps(daemon: Daemon, op_id: int) -> list[tuple[Any, ...]]:
         " AND d.id > a.id)", (op_id,))
 
 
-def ipam_leases(ipam_dir: str) -> list[str]:
-    return sorted(p.name for p in Path(ipam_dir).glob("*/*")
-                  if p.name.count(".") == 3 and p.name.replace(".", "").isdigit())
-
-
 def socket_refuses(path: str) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         try:
@@ -127,17 +106,6 @@ def socket_refuses(path: str) -> bool:
         except OSError:
             return True
     return False
-
-
-def assert_serves(daemon: Daemon, ns: str, cluster: str, bridge: str) -> None:
-    conf = daemon.conf(cluster)
-    res = daemon.cni("ADD", "after1", ns, conf)
-    assert res.rc == 0, res.stdout + res.stderr
-    assert len(bridge_ports(bridge)) == 1
-    res = daemon.cni("DEL", "after1", ns, conf)
-    assert res.rc == 0, res.stdout + res.stderr
-    assert bridge_ports(bridge) == []
-    assert netns_links(ns) == ["lo"]
 
 
 def test_sigkill_mid_add_is_compensated_at_restart(daemon: Daemon, netns, background) -> None:
@@ -179,8 +147,8 @@ def test_sigkill_mid_add_is_compensated_at_restart(daemon: Daemon, netns, backgr
         ("DEL", "done")]
     assert bridge_ports(br) == []
     assert netns_links(ns) == ["lo"]
-    assert ipam_leases(daemon.ipam_dir) == []
-    assert_serves(daemon, netns(), "br", br)
+    assert ipam_held(daemon.ipam_dir) == []
+    assert_still_serves(daemon, netns(), "br", br)
 
 
 def gated_bridge(daemon: Daemon, name: str, bridge: str, subnet: str) -> Path:
@@ -239,7 +207,7 @@ def test_sigterm_drains_an_inflight_add(daemon: Daemon, netns, background) -> No
     assert res.rc == 0, res.stdout + res.stderr
     assert bridge_ports(br) == []
     assert netns_links(ns) == ["lo"]
-    assert ipam_leases(daemon.ipam_dir) == []
+    assert ipam_held(daemon.ipam_dir) == []
 
 
 def test_sigterm_past_drain_timeout_compensates(daemon: Daemon, netns, background) -> None:
@@ -271,4 +239,4 @@ def test_sigterm_past_drain_timeout_compensates(daemon: Daemon, netns, backgroun
     assert owned_processes(daemon) == []
     assert bridge_ports(br) == []
     assert netns_links(ns) == ["lo"]
-    assert ipam_leases(daemon.ipam_dir) == []
+    assert ipam_held(daemon.ipam_dir) == []

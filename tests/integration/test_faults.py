@@ -18,18 +18,19 @@ Subnets: 10.111.0-1.0/24.
 from __future__ import annotations
 
 import json
-import os
-import re
 
 import pytest
 
 from tests.conftest import (
     Daemon,
+    assert_still_serves,
     bridge_conf,
     bridge_ports,
     host_links,
+    ipam_held,
     macvlan_conf,
     netns_links,
+    owned_processes,
 )
 
 pytestmark = pytest.mark.netns
@@ -48,15 +49,6 @@ def faulty_conf(name: str, plugin: str) -> dict[str, object]:
     return {"cniVersion": "1.0.0", "name": name, "plugins": [{"type": plugin}]}
 
 
-def ipam_leases(ipam_dir: str) -> list[str]:
-    """host-local's reservation files (one per leased address) under ``ipam_dir``."""
-    found = []
-    for dirpath, _dirs, files in os.walk(ipam_dir):
-        found += [os.path.join(dirpath, f) for f in files
-                  if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", f)]
-    return found
-
-
 def add_steps_undone(daemon: Daemon, op_id: int) -> list[tuple[object, ...]]:
     """(attachment, position, plugin) of every started ADD step lacking an ok DEL step."""
     return daemon.db(
@@ -64,23 +56,6 @@ def add_steps_undone(daemon: Daemon, op_id: int) -> list[tuple[object, ...]]:
         " AND a.verb='ADD' AND NOT EXISTS (SELECT 1 FROM steps d WHERE d.operation_id=?"
         " AND d.verb='DEL' AND d.state='ok' AND d.attachment_id=a.attachment_id"
         " AND d.position=a.position)", (op_id, op_id))
-
-
-def delegates_running(daemon: Daemon) -> list[int]:
-    """Live processes the daemon started (they carry NETCTL_OWNER=<its journal>)."""
-    marker = f"NETCTL_OWNER={daemon.state_dir / 'journal.db'}".encode() + b"\0"
-    pids = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                environ = fh.read() + b"\0"
-            with open(f"/proc/{entry}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker in environ and state not in ("Z", "X"):
-            pids.append(int(entry))
-    return pids
 
 
 def host_side_links(daemon: Daemon, op_id: int) -> list[str]:
@@ -91,18 +66,6 @@ def host_side_links(daemon: Daemon, op_id: int) -> list[str]:
         names += [i["name"] for i in json.loads(raw).get("interfaces", [])
                   if not i.get("sandbox")]
     return names
-
-
-def assert_serves(daemon: Daemon, ns: str, cluster: str, bridge: str) -> None:
-    conf = daemon.conf(cluster)
-    res = daemon.cni("ADD", "after-fault", ns, conf)
-    assert res.rc == 0, res.stdout + res.stderr
-    assert len(bridge_ports(bridge)) == 1
-    assert len(ipam_leases(daemon.ipam_dir)) == 1
-    res = daemon.cni("DEL", "after-fault", ns, conf)
-    assert res.rc == 0, res.stdout + res.stderr
-    assert bridge_ports(bridge) == []
-    assert netns_links(ns) == ["lo"]
 
 
 @pytest.mark.parametrize("plugin", list(FAULTS))
@@ -131,11 +94,11 @@ def test_faulty_second_network_is_compensated(daemon: Daemon, netns, veth_parent
     assert what in msg, msg
     # Nothing of the pod is left: no delegate process (the hang's sleep was killed),
     # nothing in its netns, not on the bridge, no host veth, no address lease.
-    assert delegates_running(daemon) == []
+    assert owned_processes(daemon) == []
     assert netns_links(ns) == ["lo"]
     assert bridge_ports(br) == []
     assert set(host_links(daemon.name(""))) - mine_before <= {br}
-    assert ipam_leases(daemon.ipam_dir) == []
+    assert ipam_held(daemon.ipam_dir) == []
     # The journal: compensated, with a DEL for every ADD step that started.
     ops = daemon.db("SELECT id, state, code FROM operations WHERE verb='ADD'"
                     " AND container_id='fault1'")
@@ -172,4 +135,4 @@ def test_faulty_second_network_is_compensated(daemon: Daemon, netns, veth_parent
     assert res.rc == 0, res.stdout + res.stderr
     assert daemon.db("SELECT COUNT(*) FROM steps WHERE operation_id != ?", (op_id,)) == [(0,)]
 
-    assert_serves(daemon, netns(), "br", br)
+    assert_still_serves(daemon, netns(), "br", br)
