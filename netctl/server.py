@@ -203,6 +203,7 @@ class Server:
             "pid": os.getpid(),
             "uptime_seconds": round(time.time() - self.started_at, 3),
             "in_flight": self.engine.in_flight,
+            "queued": self.engine.queued,
             "served": self.served,
             "journal": self.engine.journal.path,
             "socket": self.config.socket_path,

@@ -80,6 +80,10 @@ class Engine:
     def in_flight(self) -> int:
         return int(self._limiter.borrowed_tokens)
 
+    @property
+    def queued(self) -> int:
+        return self._waiting
+
     # -- entry point -------------------------------------------------------------
 
     async def handle(self, req: Request) -> dict[str, Any] | None:
