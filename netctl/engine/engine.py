@@ -1,8 +1,10 @@
 """The engine: one CNI request → journaled, concurrent, compensated delegate chains.
 
-- ADD journals the operation, then runs every attachment's chain in one
-  nursery. Any failure or cancellation cancels the siblings, and every step
-  that started is DELeted again in reverse (shielded, with its own deadline).
+- ADD journals the operation with all its attachments, then runs every
+  attachment's chain in one nursery. Any failure or cancellation cancels the
+  siblings (a delegate already running gets the runner's ``cancel_grace`` to
+  finish its step), and every step that started is DELeted again in reverse
+  (shielded, with its own deadline).
 - DEL needs nothing but the journal; CHECK replays the stored results.
 - Requests for one container are serialized; a DEL cancels a running ADD of
   the same container (which compensates) and runs after it. Different
