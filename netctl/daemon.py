@@ -48,6 +48,7 @@ class DaemonConfig:
     drain_timeout: float = 30.0
     max_request_bytes: int = 1 << 20
     allowed_uids: tuple[int, ...] = (0,)
+    ipam_takeover: tuple[str, ...] = ()  # IPAM types served by netctl-ipam, e.g. whereabouts
 
     @property
     def bin_dirs(self) -> list[str]:
@@ -86,6 +87,8 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
     values.update({k: v for k, v in overrides.items() if v is not None})
     if "allowed_uids" in values:
         values["allowed_uids"] = tuple(int(u) for u in values["allowed_uids"])
+    if "ipam_takeover" in values:
+        values["ipam_takeover"] = tuple(str(t) for t in values["ipam_takeover"])
     try:
         return msgspec.convert(values, DaemonConfig, strict=False)
     except msgspec.ValidationError as exc:
@@ -106,7 +109,8 @@ async def run(cfg: DaemonConfig, *,
                        "run without --kubeconfig/--in-cluster (standalone)")
     async with trio_asyncio.open_loop(), open_journal(cfg.state_dir) as journal:
         runner = Runner(journal, cfg.bin_dirs, cfg.plugin_timeout, owner=journal.path,
-                        cancel_grace=cfg.cancel_grace)
+                        cancel_grace=cfg.cancel_grace,
+                        ipam_types=frozenset({"netctl-ipam", *cfg.ipam_takeover}))
         orphans = await trio.to_thread.run_sync(kill_orphans, journal.path)
         if orphans:
             log.warning("killed %d delegate processes a previous run left behind: %s",

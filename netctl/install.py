@@ -11,7 +11,7 @@ import os
 import sys
 from importlib import resources
 
-PLUGIN_NAMES = ("netctl-cni",)
+PLUGIN_NAMES = ("netctl-cni", "netctl-ipam")  # one script; it knows its name
 
 
 def plugin_source() -> str:

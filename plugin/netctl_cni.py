@@ -4,7 +4,8 @@
 Kubelet's runtime execs this once per pod sandbox, so it does as little as it
 can: read the CNI_* variables and stdin, make CNI_NETNS absolute, send one
 length-framed JSON request to the daemon's Unix socket (``"socket"`` in the
-network config, default /run/netctl/netctl.sock), print the answer, exit 0 or 1.
+network config — in its ``ipam`` section when run as ``netctl-ipam`` — default
+/run/netctl/netctl.sock), print the answer, exit 0 or 1.
 
 - VERSION is answered here, without the daemon; so is a stdin that is not a
   JSON object (code 6): it cannot say which socket to use.
@@ -114,8 +115,10 @@ def main() -> int:
         # to the default socket, which may well be the daemon's).
         return _error(version, 6, f"netctl-cni: the network config on stdin is not valid: "
                       f"{undecodable}")
-    path = conf.get("socket") if isinstance(conf.get("socket"), str) else ""
-    path = path or DEFAULT_SOCKET
+    plugin = os.path.basename(sys.argv[0]) or "netctl-cni"
+    section = conf.get("ipam") if plugin == "netctl-ipam" else conf  # where "socket" is
+    path = section.get("socket") if isinstance(section, dict) else ""
+    path = path if isinstance(path, str) and path else DEFAULT_SOCKET
     netns = env.get("CNI_NETNS", "")
     if netns and not os.path.isabs(netns):
         netns = os.path.abspath(netns)
@@ -127,7 +130,7 @@ def main() -> int:
         "args": env.get("CNI_ARGS", ""),
         "path": env.get("CNI_PATH", ""),
         "stdin": stdin.decode("utf-8", "replace"),
-        "plugin": os.path.basename(sys.argv[0]) or "netctl-cni",
+        "plugin": plugin,
     }
     body = dumps(request).encode()
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)

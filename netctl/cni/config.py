@@ -95,9 +95,13 @@ def plugin_config(
     prev_result: dict[str, Any] | None,
     capability_args: dict[str, Any],
     cni_args: dict[str, Any] | None = None,
+    ipam: dict[str, Any] | None = None,
 ) -> bytes:
-    """The exact stdin for step ``index`` of ``chain``."""
+    """The exact stdin for step ``index`` of ``chain`` (with ``ipam`` replacing its
+    IPAM section when given)."""
     conf = dict(chain.plugins[index])
+    if ipam is not None:
+        conf["ipam"] = ipam
     conf["name"] = chain.name
     conf["cniVersion"] = chain.cni_version
     conf.pop("prevResult", None)

@@ -9,15 +9,20 @@ exactly what a DEL needs: the started steps, in reverse, with that result as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import trio
+from aiosqlite import Connection
 
 from netctl.cni.config import Chain, parse_chain, plugin_config
 from netctl.cni.invoke import Cancellation, PluginError, run_plugin
 from netctl.errors import CNIError
+from netctl.ipam import ranges as ranges_mod
+from netctl.ipam import sqlite as ipam_store
+from netctl.ipam.sqlite import Owner
 from netctl.journal.store import Attachment, Journal
 
 
@@ -30,6 +35,7 @@ class Runner:
     timeout: float = 60.0
     owner: str = ""  # marks every child, see netctl.cni.invoke.kill_orphans
     cancel_grace: float = 5.0  # a cancelled delegate may finish its step this long
+    ipam_types: frozenset[str] = frozenset({"netctl-ipam"})  # IPAM types served in-process
 
 
 @dataclass
@@ -44,12 +50,14 @@ class ChainState:
     cni_args: dict[str, Any] = field(default_factory=dict)
     steps_started: int = 0
     result: dict[str, Any] | None = None
+    pod: tuple[str, str, str] = ("", "", "")
 
     @classmethod
     def from_journal(cls, att: Attachment) -> ChainState:
         return cls(att.id, att.network, att.container_id, att.netns, att.ifname,
                    parse_chain(att.chain, f"network {att.network}"), att.capability_args,
-                   att.cni_args, att.steps_started, att.result)
+                   att.cni_args, att.steps_started, att.result,
+                   (att.pod_namespace, att.pod_name, att.pod_uid))
 
     def where(self, index: int) -> str:
         return (f"network {self.network!r} (interface {self.ifname}), "
@@ -60,12 +68,47 @@ class StepError(CNIError):
     """A delegate step failed; the message names the network, interface and plugin."""
 
 
+def served_ipam(plugin: dict[str, Any], types: frozenset[str]) -> dict[str, Any] | None:
+    """The plugin's ``ipam`` section when netctl allocates for it in-process, else None."""
+    ipam = plugin.get("ipam")
+    if isinstance(ipam, dict) and ipam.get("type") in types:
+        return ipam
+    return None
+
+
+def _config_for(runner: Runner, op_id: int, st: ChainState, index: int, verb: str,
+                prev: dict[str, Any] | None) -> bytes | Callable[[Connection], Awaitable[bytes]]:
+    """The step's stdin; for a served IPAM, a function that allocates (ADD) or looks up
+    (DEL, CHECK) its addresses inside the step's journal transaction and hands the
+    delegate a ``static`` IPAM section holding them."""
+    ipam = served_ipam(st.chain.plugins[index], runner.ipam_types)
+    if ipam is None:
+        return plugin_config(st.chain, index, prev, st.capability_args, st.cni_args)
+    cfg, ranges = ranges_mod.parse_config(ipam)
+    owner = Owner(st.container_id, st.ifname, st.netns, st.pod, st.att_id, op_id)
+    wanted = [str(ip) for ip in st.capability_args.get("ips") or []]
+
+    async def build(db: Connection) -> bytes:
+        if verb == "ADD":
+            leases = await ipam_store.allocate(db, cfg, ranges, owner, wanted)
+        else:
+            leases = await ipam_store.held_by(db, cfg, ranges, attachment_id=st.att_id)
+        return plugin_config(st.chain, index, prev, st.capability_args, st.cni_args,
+                             ipam=ipam_store.static_ipam(cfg, leases))
+
+    return build
+
+
 async def _step(runner: Runner, op_id: int, st: ChainState, index: int, verb: str,
                 prev: dict[str, Any] | None) -> dict[str, Any] | None:
     ptype = st.chain.types[index]
-    conf = plugin_config(st.chain, index, prev, st.capability_args, st.cni_args)
-    step_id = await runner.journal.begin_step(op_id, st.att_id, index, verb, ptype, conf,
-                                              st.netns, st.ifname)
+    try:
+        step_id, conf = await runner.journal.begin_step(
+            op_id, st.att_id, index, verb, ptype,
+            _config_for(runner, op_id, st, index, verb, prev), st.netns, st.ifname)
+    except CNIError as exc:  # e.g. an exhausted pool: nothing ran, nothing to undo
+        raise StepError(exc.code, f"{st.where(index)}: {verb} refused: {exc.msg}",
+                        exc.details) from exc
     if verb == "ADD":
         st.steps_started = max(st.steps_started, index + 1)
     cancel = Cancellation()
@@ -93,8 +136,12 @@ async def _step(runner: Runner, op_id: int, st: ChainState, index: int, verb: st
                                           code=None, error=cancel.describe(runner.cancel_grace),
                                           stderr=b"", seconds=0.0)
         raise
+    release = None
+    if verb == "DEL" and served_ipam(st.chain.plugins[index], runner.ipam_types) is not None:
+        release = partial(ipam_store.release, op_id=op_id, attachment_id=st.att_id)
     await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb, result=out.result,
-                                  code=None, error=None, stderr=out.stderr, seconds=out.seconds)
+                                  code=None, error=None, stderr=out.stderr, seconds=out.seconds,
+                                  also=release)
     return out.result
 
 

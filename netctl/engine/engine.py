@@ -24,18 +24,37 @@ import msgspec
 import trio
 
 from netctl.cni import validate, versions
+from netctl.cni.config import decode_json_object
 from netctl.cni.request import Request
-from netctl.engine.chains import ChainState, Runner, add_chain, check_chain, del_all
+from netctl.engine.chains import (
+    ChainState,
+    Runner,
+    add_chain,
+    check_chain,
+    del_all,
+    served_ipam,
+)
 from netctl.engine.networks import NetworkDir
 from netctl.engine.plan import AttachmentPlan, NetctlConf, Pod, decode_conf, plan
 from netctl.errors import (
     CANCELLED,
     DEL_INCOMPLETE,
     INCOMPATIBLE_VERSION,
+    INVALID_CONFIG,
     INVALID_ENVIRONMENT,
     TRY_AGAIN_LATER,
     UNKNOWN_CONTAINER,
     CNIError,
+)
+from netctl.ipam.ranges import parse_config as parse_ipam
+from netctl.ipam.sqlite import (
+    Owner,
+    allocate,
+    held_by,
+    ipam_result,
+    pool_key,
+    release,
+    release_stale,
 )
 from netctl.journal.store import Attachment
 
@@ -91,6 +110,8 @@ class Engine:
     async def handle(self, req: Request) -> dict[str, Any] | None:
         """Serve one request; return the result to print (None for none) or raise CNIError."""
         command = validate.command(req.command)
+        if req.plugin == "netctl-ipam" and command != "VERSION":
+            return await self.ipam_plugin(command, req)
         if command == "STATUS":
             conf = decode_conf(req.stdin)
             if not versions.supports_gc(conf.cniVersion):
@@ -162,6 +183,7 @@ class Engine:
         if not os.path.exists(req.netns):  # noqa: ASYNC240 - one stat of a local path
             raise CNIError(INVALID_ENVIRONMENT, f"CNI_NETNS {req.netns} does not exist")
         plans = plan(conf, req.ifname, req.args, self.networks)
+        self._check_ipam(plans)
         mine = [a for a in await self.journal.live_attachments(req.container_id)
                 if a.caller_ifname == req.ifname and a.caller_network == conf.name]
         if mine:
@@ -183,7 +205,8 @@ class Engine:
                 "cni_version": p.chain.cni_version, "chain": p.chain.raw,
                 "capability_args": p.capability_args, "cni_args": p.cni_args} for p in plans])
         states = [ChainState(att_id, p.network, req.container_id, req.netns, p.ifname, p.chain,
-                             p.capability_args, p.cni_args)
+                             p.capability_args, p.cni_args,
+                             pod=(pod.namespace, pod.name, pod.uid))
                   for att_id, p in zip(att_ids, plans, strict=True)]
         try:
             async with trio.open_nursery() as nursery:
@@ -208,6 +231,17 @@ class Engine:
         await self.journal.finish_operation(op_id, "done",
                                             attached=[(s.att_id, s.result) for s in states])
         return versions.convert_result(states[0].result or {}, conf.cniVersion)  # cluster
+
+    def _check_ipam(self, plans: list[AttachmentPlan]) -> None:
+        """Refuse a bad netctl-ipam section before anything runs (code 7, naming the key)."""
+        for p in plans:
+            for plugin in p.chain.plugins:
+                ipam = served_ipam(plugin, self.runner.ipam_types)
+                if ipam is not None:
+                    try:
+                        parse_ipam(ipam)
+                    except CNIError as exc:
+                        raise CNIError(exc.code, f"network {p.network!r}: {exc.msg}") from None
 
     @staticmethod
     def _repeat_of(mine: list[Attachment], plans: list[AttachmentPlan],
@@ -293,6 +327,72 @@ class Engine:
                 raise
             raise CNIError(cause.code, cause.msg, cause.details) from None
         await self.journal.finish_operation(op_id, "done")
+
+    # -- netctl-ipam as a plain IPAM plugin --------------------------------------
+
+    async def ipam_plugin(self, command: str, req: Request) -> dict[str, Any] | None:
+        """ADD/DEL/CHECK/GC for a main plugin that execs ``netctl-ipam`` itself: the same
+        allocator and journal, with the allocation owned by (container id, ifname)."""
+        conf = decode_json_object(req.stdin.encode(), "the network config on stdin")
+        version = versions.check_supported(str(conf.get("cniVersion")))
+        ipam = conf.get("ipam")
+        if not isinstance(ipam, dict) or ipam.get("type") not in self.runner.ipam_types:
+            raise CNIError(INVALID_CONFIG, "netctl-ipam: the config has no 'ipam' section of "
+                           "type netctl-ipam")
+        cfg, ranges = parse_ipam(ipam)
+        pools = [pool_key(cfg, r) for r in ranges]
+        name = str(conf.get("name", ""))
+        if command == "STATUS":
+            return None
+        if command == "GC":
+            valid = {(str(v.get("containerID")), str(v.get("ifname")))
+                     for v in conf.get("cni.dev/valid-attachments") or []}
+            op_id, _ = await self.journal.begin_operation("GC", "", caller_network=name,
+                                                          origin="ipam")
+            count = await self.journal.write(partial(release_stale, pools=pools, valid=valid,
+                                                     op_id=op_id))
+            await self.journal.finish_operation(op_id, "done", error=f"released {count}")
+            return None
+        container_id = validate.container_id(req.container_id)
+        ifname = validate.ifname(req.ifname)
+        pod = Pod.from_args(validate.parse_cni_args(req.args))
+
+        async def serve() -> dict[str, Any] | None:
+            op_id, _ = await self.journal.begin_operation(
+                command, container_id, netns=req.netns, ifname=ifname, caller_network=name,
+                caller_version=version, pod=(pod.namespace, pod.name, pod.uid),
+                request=req.stdin.encode(), origin="ipam")
+            try:
+                if command == "ADD":
+                    wanted = [str(ip) for ip in (conf.get("runtimeConfig") or {}).get("ips")
+                              or []]
+                    owner = Owner(container_id, ifname, req.netns,
+                                  (pod.namespace, pod.name, pod.uid), None, op_id)
+                    leases = await self.journal.write(
+                        partial(allocate, cfg=cfg, ranges=ranges, owner=owner, wanted=wanted))
+                    result: dict[str, Any] | None = versions.convert_result(
+                        ipam_result(cfg, leases, version), version)
+                elif command == "DEL":
+                    await self.journal.write(partial(release, op_id=op_id,
+                                                     container_id=container_id,
+                                                     ifname=ifname, pools=pools))
+                    result = None
+                else:
+                    held = await self.journal.write(partial(
+                        held_by, cfg=cfg, ranges=ranges, container_id=container_id,
+                        ifname=ifname))
+                    if not held:
+                        raise CNIError(UNKNOWN_CONTAINER, f"netctl-ipam: container "
+                                       f"{container_id} ifname {ifname} holds no address in "
+                                       f"{', '.join(pools)}")
+                    result = None
+            except CNIError as exc:
+                await self.journal.finish_operation(op_id, "failed", exc.code, exc.msg)
+                raise
+            await self.journal.finish_operation(op_id, "done")
+            return result
+
+        return await self._serialized(container_id, command, serve)
 
     # -- GC ----------------------------------------------------------------------
 

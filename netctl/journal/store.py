@@ -174,6 +174,10 @@ class Journal:
             raise item.error
         return cast(T, item.result)
 
+    async def write(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+        """Run ``fn`` in a journal transaction (group-committed like every write)."""
+        return await self._write(fn)
+
     async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         db = self._db
 
@@ -294,14 +298,21 @@ class Journal:
 
     async def begin_step(
         self, op_id: int, att_id: int, position: int, verb: str, plugin_type: str,
-        config: bytes, netns: str, ifname: str,
-    ) -> int:
-        async def fn(db: aiosqlite.Connection) -> int:
+        config: bytes | Callable[[aiosqlite.Connection], Awaitable[bytes]], netns: str,
+        ifname: str,
+    ) -> tuple[int, bytes]:
+        """Record a step before its plugin runs; return its id and config bytes.
+
+        ``config`` may be a function computing the bytes inside the same transaction
+        (the engine allocates addresses that way: committed with the step, or not at all).
+        """
+        async def fn(db: aiosqlite.Connection) -> tuple[int, bytes]:
+            conf = config if isinstance(config, bytes) else await config(db)
             cur = await db.execute(
                 "INSERT INTO steps (operation_id, attachment_id, position, verb, plugin_type,"
                 " config, netns, ifname, state, started_at) VALUES (?,?,?,?,?,?,?,?,"
                 "'running',?)",
-                (op_id, att_id, position, verb, plugin_type, config, netns, ifname,
+                (op_id, att_id, position, verb, plugin_type, conf, netns, ifname,
                  time.time()),
             )
             if verb == "ADD":
@@ -309,15 +320,19 @@ class Journal:
                     "UPDATE attachments SET steps_started=MAX(steps_started, ?) WHERE id=?",
                     (position + 1, att_id))
             assert cur.lastrowid is not None
-            return cur.lastrowid
+            return cur.lastrowid, conf
 
         return await self._write(fn)
 
     async def end_step(
         self, step_id: int, *, att_id: int, verb: str, result: dict[str, Any] | None,
         code: int | None, error: str | None, stderr: bytes, seconds: float,
+        also: Callable[[aiosqlite.Connection], Awaitable[Any]] | None = None,
     ) -> None:
+        """Record a step's outcome; ``also`` runs in the same transaction (e.g. a release)."""
         async def fn(db: aiosqlite.Connection) -> None:
+            if also is not None:
+                await also(db)
             await db.execute(
                 "UPDATE steps SET state=?, result=?, code=?, error=?, stderr=?, finished_at=?,"
                 " seconds=? WHERE id=?",

@@ -1,0 +1,1 @@
+"""Central IPAM: pure range maths (:mod:`.ranges`), the allocator and its backends."""
