@@ -21,8 +21,8 @@ from netctl.cni.config import Chain, parse_chain, plugin_config
 from netctl.cni.invoke import Cancellation, PluginError, run_plugin
 from netctl.errors import CNIError
 from netctl.ipam import ranges as ranges_mod
-from netctl.ipam import sqlite as ipam_store
-from netctl.ipam.sqlite import Owner
+from netctl.ipam.backend import Backend, Owner, static_ipam
+from netctl.ipam.sqlite import SqliteBackend
 from netctl.journal.store import Attachment, Journal
 
 
@@ -36,6 +36,7 @@ class Runner:
     owner: str = ""  # marks every child, see netctl.cni.invoke.kill_orphans
     cancel_grace: float = 5.0  # a cancelled delegate may finish its step this long
     ipam_types: frozenset[str] = frozenset({"netctl-ipam"})  # IPAM types served in-process
+    ipam: Backend = field(default_factory=SqliteBackend)  # where allocations live
 
 
 @dataclass
@@ -90,11 +91,11 @@ def _config_for(runner: Runner, op_id: int, st: ChainState, index: int, verb: st
 
     async def build(db: Connection) -> bytes:
         if verb == "ADD":
-            leases = await ipam_store.allocate(db, cfg, ranges, owner, wanted)
+            leases = await runner.ipam.allocate(db, cfg, ranges, owner, wanted)
         else:
-            leases = await ipam_store.held_by(db, cfg, ranges, attachment_id=st.att_id)
+            leases = await runner.ipam.held_by(db, cfg, ranges, attachment_id=st.att_id)
         return plugin_config(st.chain, index, prev, st.capability_args, st.cni_args,
-                             ipam=ipam_store.static_ipam(cfg, leases))
+                             ipam=static_ipam(cfg, leases))
 
     return build
 
@@ -138,7 +139,7 @@ async def _step(runner: Runner, op_id: int, st: ChainState, index: int, verb: st
         raise
     release = None
     if verb == "DEL" and served_ipam(st.chain.plugins[index], runner.ipam_types) is not None:
-        release = partial(ipam_store.release, op_id=op_id, attachment_id=st.att_id)
+        release = partial(runner.ipam.release, op_id=op_id, attachment_id=st.att_id)
     await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb, result=out.result,
                                   code=None, error=None, stderr=out.stderr, seconds=out.seconds,
                                   also=release)

@@ -46,16 +46,8 @@ from netctl.errors import (
     UNKNOWN_CONTAINER,
     CNIError,
 )
+from netctl.ipam.backend import Owner, ipam_result, pool_key
 from netctl.ipam.ranges import parse_config as parse_ipam
-from netctl.ipam.sqlite import (
-    Owner,
-    allocate,
-    held_by,
-    ipam_result,
-    pool_key,
-    release,
-    release_stale,
-)
 from netctl.journal.store import Attachment
 
 T = TypeVar("T")
@@ -349,8 +341,8 @@ class Engine:
                      for v in conf.get("cni.dev/valid-attachments") or []}
             op_id, _ = await self.journal.begin_operation("GC", "", caller_network=name,
                                                           origin="ipam")
-            count = await self.journal.write(partial(release_stale, pools=pools, valid=valid,
-                                                     op_id=op_id))
+            count = await self.journal.write(partial(
+                self.runner.ipam.release_stale, pools=pools, valid=valid, op_id=op_id))
             await self.journal.finish_operation(op_id, "done", error=f"released {count}")
             return None
         container_id = validate.container_id(req.container_id)
@@ -369,17 +361,18 @@ class Engine:
                     owner = Owner(container_id, ifname, req.netns,
                                   (pod.namespace, pod.name, pod.uid), None, op_id)
                     leases = await self.journal.write(
-                        partial(allocate, cfg=cfg, ranges=ranges, owner=owner, wanted=wanted))
+                        partial(self.runner.ipam.allocate, cfg=cfg, ranges=ranges, owner=owner,
+                                wanted=wanted))
                     result: dict[str, Any] | None = versions.convert_result(
                         ipam_result(cfg, leases, version), version)
                 elif command == "DEL":
-                    await self.journal.write(partial(release, op_id=op_id,
+                    await self.journal.write(partial(self.runner.ipam.release, op_id=op_id,
                                                      container_id=container_id,
                                                      ifname=ifname, pools=pools))
                     result = None
                 else:
                     held = await self.journal.write(partial(
-                        held_by, cfg=cfg, ranges=ranges, container_id=container_id,
+                        self.runner.ipam.held_by, cfg=cfg, ranges=ranges, container_id=container_id,
                         ifname=ifname))
                     if not held:
                         raise CNIError(UNKNOWN_CONTAINER, f"netctl-ipam: container "

@@ -14,65 +14,13 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import aiosqlite
 
 from netctl.errors import INVALID_CONFIG, POOL_EXHAUSTED, CNIError
+from netctl.ipam.backend import Backend, Lease, Owner, pool_key, scope_of
 from netctl.ipam.ranges import IPAMConfig, Range, next_free, requested
-
-
-@dataclass(frozen=True)
-class Owner:
-    """Who an allocation is for; it is released only by the same owner."""
-
-    container_id: str
-    ifname: str
-    netns: str = ""
-    pod: tuple[str, str, str] = ("", "", "")
-    attachment_id: int | None = None
-    op_id: int | None = None
-
-
-@dataclass(frozen=True)
-class Lease:
-    pool: str
-    address: str  # CIDR form, e.g. "10.1.0.5/24"
-    gateway: str | None
-
-
-def pool_key(cfg: IPAMConfig, rng: Range) -> str:
-    return f"{cfg.network_name}/{rng.key}" if cfg.network_name else rng.key
-
-
-def _scope(cfg: IPAMConfig, key: str) -> str:
-    """Overlapping ranges of one network_name share uniqueness (whereabouts' default)."""
-    return f"network:{cfg.network_name}" if cfg.enable_overlapping_ranges else f"pool:{key}"
-
-
-def static_ipam(cfg: IPAMConfig, leases: list[Lease]) -> dict[str, Any]:
-    """The ``static`` IPAM section a delegate runs with instead of a second IPAM exec."""
-    section: dict[str, Any] = {"type": "static", "addresses": [
-        {"address": lease.address, **({"gateway": lease.gateway} if lease.gateway else {})}
-        for lease in leases]}
-    if cfg.routes:
-        section["routes"] = cfg.routes
-    if cfg.dns:
-        section["dns"] = cfg.dns
-    return section
-
-
-def ipam_result(cfg: IPAMConfig, leases: list[Lease], cni_version: str) -> dict[str, Any]:
-    """What a plain IPAM plugin returns for ``leases`` (1.0.0 shape; convert after)."""
-    out: dict[str, Any] = {"cniVersion": cni_version, "ips": [
-        {"address": lease.address, **({"gateway": lease.gateway} if lease.gateway else {})}
-        for lease in leases]}
-    if cfg.routes:
-        out["routes"] = cfg.routes
-    if cfg.dns:
-        out["dns"] = cfg.dns
-    return out
 
 
 async def _rows(db: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
@@ -95,7 +43,7 @@ async def allocate(db: aiosqlite.Connection, cfg: IPAMConfig, ranges: list[Range
     leases = []
     for rng in ranges:
         key = pool_key(cfg, rng)
-        scope = _scope(cfg, key)
+        scope = scope_of(cfg, key)
         await db.execute(
             "INSERT OR IGNORE INTO ipam_pools (key, network_name, range, family, size,"
             " created_at) VALUES (?,?,?,?,?,?)",
@@ -195,3 +143,31 @@ async def release_stale(db: aiosqlite.Connection, pools: list[str],
         await db.execute("UPDATE ipam_allocations SET released_at=?, released_op=? WHERE id=?",
                          (now, op_id, alloc_id))
     return len(stale)
+
+
+class SqliteBackend:
+    """:class:`~netctl.ipam.backend.Backend` over the journal database: ``tx`` is the
+    aiosqlite connection of the journal transaction the call runs in."""
+
+    async def allocate(self, tx: Any, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
+                       wanted: list[str]) -> list[Lease]:
+        return await allocate(tx, cfg, ranges, owner, wanted)
+
+    async def held_by(self, tx: Any, cfg: IPAMConfig, ranges: list[Range], *,
+                      attachment_id: int | None = None, container_id: str | None = None,
+                      ifname: str | None = None) -> list[Lease]:
+        return await held_by(tx, cfg, ranges, attachment_id=attachment_id,
+                             container_id=container_id, ifname=ifname)
+
+    async def release(self, tx: Any, *, op_id: int | None, attachment_id: int | None = None,
+                      container_id: str | None = None, ifname: str | None = None,
+                      pools: list[str] | None = None) -> int:
+        return await release(tx, op_id=op_id, attachment_id=attachment_id,
+                             container_id=container_id, ifname=ifname, pools=pools)
+
+    async def release_stale(self, tx: Any, pools: list[str], valid: set[tuple[str, str]],
+                            op_id: int | None) -> int:
+        return await release_stale(tx, pools, valid, op_id)
+
+
+_CHECK: Backend = SqliteBackend()  # mypy: the sqlite backend implements the interface
