@@ -4,9 +4,11 @@
 # Run as root from the repository root, after `make setup`. It starts a standalone
 # daemon on a temporary state dir, attaches three pods (network namespaces) to a
 # bridge network and a macvlan network at once through the installed thin plugin,
-# shows what each pod got and that two pods reach each other, shows the journal,
-# removes every pod and checks that nothing is left behind, then stops the daemon
-# with SIGTERM. Every check that fails stops the demo with a message and exit 1.
+# both with addresses from netctl's central IPAM (netctl-ipam, allocations kept in the
+# journal), shows what each pod got and that two pods reach each other, shows the
+# journal, removes every pod and checks that nothing is left behind (no interface, no
+# live allocation), asks the allocation history who held pod2's address while it was
+# up, then stops the daemon with SIGTERM. Every check that fails stops the demo with a message and exit 1.
 # A trap removes everything the demo made (daemon, netns, links, temp dir) on any
 # exit. All host names it makes start with "ndemo-"; all traffic stays inside the
 # demo's own bridge.
@@ -33,6 +35,7 @@ STOP_TIMEOUT=40             # seconds for the daemon to exit after SIGTERM
 TMP=""
 DAEMON_PID=""
 POD2_ADDR=""                # pod2's bridge address, asked about after the pods are gone
+POD2_AT=""                  # a time (ISO 8601) while pod2 held it
 declare -A CONTAINER        # pod → container id
 declare -A HOST_VETHS=()    # host-side veths seen on the bridge while pods were up
 
@@ -91,7 +94,8 @@ cleanup() {
 check_prerequisites() {
     [[ $(id -u) -eq 0 ]] || fail "run as root (network namespaces and links need it)"
     [[ -x "$NETCTL" ]] || fail "$NETCTL missing: run 'make setup' first"
-    [[ -x "$CNI_BIN/bridge" && -x "$CNI_BIN/macvlan" && -x "$CNI_BIN/host-local" ]] \
+    # netctl-ipam is served inside the daemon: it hands each delegate a `static` IPAM section
+    [[ -x "$CNI_BIN/bridge" && -x "$CNI_BIN/macvlan" && -x "$CNI_BIN/static" ]] \
         || fail "the CNI plugins are missing from $CNI_BIN: apt-get install containernetworking-plugins"
     if ! command -v ping >/dev/null; then
         echo "installing iputils-ping (for the connectivity check)"
@@ -102,7 +106,7 @@ check_prerequisites() {
 
 make_tmp() {
     TMP=$(mktemp -d /tmp/netctl-demo.XXXXXX)
-    mkdir -p "$TMP/nets" "$TMP/ipam" "$TMP/run" "$TMP/bin" "$TMP/out"
+    mkdir -p "$TMP/nets" "$TMP/run" "$TMP/bin" "$TMP/out"
     echo "temp dir: $TMP"
 }
 
@@ -129,6 +133,9 @@ write_nad() {
     } >"$TMP/nets/$file"
 }
 
+# Both networks take their addresses from netctl's central IPAM (netctl-ipam): the daemon
+# allocates inside the journal transaction of the step that uses the address. No gateway:
+# the pods reach each other on the bridge's own subnet, and nothing is routed via the host.
 write_networks() {
     write_nad "$BRIDGE_NET.yaml" "$BRIDGE_NET" "{
   \"cniVersion\": \"1.0.0\",
@@ -136,8 +143,7 @@ write_networks() {
   \"plugins\": [{
     \"type\": \"bridge\",
     \"bridge\": \"$BRIDGE\",
-    \"ipam\": {\"type\": \"host-local\", \"subnet\": \"$BRIDGE_SUBNET\",
-             \"dataDir\": \"$TMP/ipam\"}
+    \"ipam\": {\"type\": \"netctl-ipam\", \"range\": \"$BRIDGE_SUBNET\"}
   }]
 }"
     write_nad "$MACVLAN_NET.yaml" "$MACVLAN_NET" "{
@@ -147,8 +153,7 @@ write_networks() {
     \"type\": \"macvlan\",
     \"master\": \"$PARENT\",
     \"mode\": \"bridge\",
-    \"ipam\": {\"type\": \"host-local\", \"subnet\": \"$MACVLAN_SUBNET\",
-             \"dataDir\": \"$TMP/ipam\"}
+    \"ipam\": {\"type\": \"netctl-ipam\", \"range\": \"$MACVLAN_SUBNET\"}
   }]
 }"
     echo "networks in $TMP/nets:"
@@ -232,17 +237,56 @@ addr_of() {
         | awk '{split($4, a, "/"); print a[1]; exit}'
 }
 
+# journal_py ARGS… <<'EOF' … EOF: a read-only Python look at the journal database
+# (sys.argv[1] is its path, then ARGS)
+journal_py() {
+    "$PYTHON" - "$TMP/state/journal.db" "$@"
+}
+
+# live_allocations: the central allocator's live allocations, one line each:
+# "CONTAINER IFNAME ADDRESS/PREFIX POOL"
+live_allocations() {
+    journal_py <<'EOF'
+import sqlite3, sys
+db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+for cid, ifname, addr, prefix, pool in db.execute(
+        "SELECT container_id, ifname, address, prefix, pool FROM ipam_allocations"
+        " WHERE released_at IS NULL ORDER BY id"):
+    print(cid, ifname, f"{addr}/{prefix}", pool)
+EOF
+}
+
+# show_pods: each pod's interfaces as read inside its netns, next to what the central
+# allocator (netctl-ipam, in the journal) holds for that container and interface
 show_pods() {
-    local pod line
-    printf '    %-6s %-14s %-10s %s\n' POD INTERFACE STATE ADDRESSES
+    local pod line cid ifname addr pool
+    local -A alloc=()
+    while read -r cid ifname addr pool; do
+        alloc["$cid/$ifname"]="$addr  (pool $pool)"
+    done < <(live_allocations)
+    printf '    %-6s %-9s %-6s %-15s %s\n' POD INTERFACE STATE "IN THE NETNS" \
+        "ALLOCATED BY netctl-ipam"
     for pod in "${PODS[@]}"; do
         while read -r line; do
             # shellcheck disable=SC2086 # split the `ip -br` columns
             set -- $line
             [[ $1 == lo ]] && continue
-            printf '    %-6s %-14s %-10s %s\n' "$pod" "$1" "$2" "${*:3}"
-        done < <(ip -n "$(netns_of "$pod")" -br addr)
+            ifname=${1%@*}
+            printf '    %-6s %-9s %-6s %-15s %s\n' "$pod" "$ifname" "$2" "${3:-}" \
+                "${alloc["${CONTAINER[$pod]}/$ifname"]:-none}"
+        done < <(ip -n "$(netns_of "$pod")" -br -4 addr)
     done
+}
+
+# show_ipam_pools: `netctl ipam pools`, when this netctl has that command
+show_ipam_pools() {
+    if ! "$NETCTL" ipam pools --help >/dev/null 2>&1; then
+        echo "    (skipped: this netctl has no 'netctl ipam pools' command yet)"
+        return 0
+    fi
+    echo "    netctl ipam pools"
+    "$NETCTL" ipam pools --state-dir "$TMP/state" | sed 's/^/    /' \
+        || fail "netctl ipam pools failed"
 }
 
 check_attached() {
@@ -254,6 +298,19 @@ check_attached() {
         [[ $b == 10.250.2.* ]] || fail "$pod has no $MACVLAN_NET address on net1 (got '$b')"
     done
     ok "every pod has eth0 on $BRIDGE_NET and net1 on $MACVLAN_NET"
+    local want got
+    want=$(for pod in "${PODS[@]}"; do
+        echo "${CONTAINER[$pod]} eth0 $(addr_of "$pod" eth0)"
+        echo "${CONTAINER[$pod]} net1 $(addr_of "$pod" net1)"
+    done | sort)
+    got=$(live_allocations | awk '{split($3, a, "/"); print $1, $2, a[1]}' | sort)
+    [[ $got == "$want" ]] || fail "the central allocator's live allocations are not the \
+pods' addresses; allocator:
+$got
+pods:
+$want"
+    ok "each pod address is netctl-ipam's live allocation for that container and interface" \
+        "($(wc -l <<<"$got") allocations, no other)"
     local ports
     ports=$(bridge_ports)
     [[ $(wc -w <<<"$ports") -eq ${#PODS[@]} ]] \
@@ -270,25 +327,75 @@ check_ping() {
     ip netns exec "$(netns_of pod1)" ping -c1 -W1 "$target" | sed 's/^/    | /' \
         || fail "pod1 cannot reach pod2 at $target over $BRIDGE"
     ok "pod1 reaches pod2 ($target) over $BRIDGE"
+    POD2_AT=$(now_iso)   # pod2 holds $target now: asked about after the pods are gone
 }
+
+now_iso() { date +%Y-%m-%dT%H:%M:%S.%6N%:z; }
 
 show_journal() {
     "$NETCTL" journal --state-dir "$TMP/state" "$@" | sed 's/^/    /' \
         || fail "netctl journal $* failed"
 }
 
-# who_had_ip POD: ask the journal which pod held POD's bridge address, after the fact
-who_had_ip() {
-    local pod=$1 addr=$2 holder
-    echo "    netctl journal --ip $addr"
-    show_journal --ip "$addr"
-    holder=$("$NETCTL" journal --state-dir "$TMP/state" --ip "$addr" --json | "$PYTHON" -c '
+# holders_at ADDR AT: the pods `netctl journal --ip ADDR --at AT --json` names, space-separated
+# (from the attachments' results and, when this netctl reports it, the allocation history);
+# with --need-allocation, an answer without an allocation of ADDR is an error
+holders_at() {
+    "$NETCTL" journal --state-dir "$TMP/state" --ip "$1" --at "$2" --json | "$PYTHON" -c '
 import json, sys
-print(" ".join(sorted({a["pod"] for a in json.load(sys.stdin)["attachments"]})))') \
-        || fail "netctl journal --ip $addr --json failed"
+answer = json.load(sys.stdin)
+pods = {a["pod"] for a in answer["attachments"]}
+if "allocations" in answer:
+    if "--need-allocation" in sys.argv and not answer["allocations"]:
+        sys.exit("demo: netctl journal reports no allocation of the address at that time")
+    pods |= {a["pod"] for a in answer["allocations"]}
+print(" ".join(sorted(pods)))' "${@:3}"
+}
+
+# who_had_ip POD ADDR AT: after the fact, ask the journal which pod held ADDR at time AT
+# (while POD was up), and check the answer against the central allocator's history, where
+# an allocation is released, never deleted
+who_had_ip() {
+    local pod=$1 addr=$2 at=$3 holder now
+    echo "    netctl journal --ip $addr --at $at"
+    show_journal --ip "$addr" --at "$at"
+    holder=$(holders_at "$addr" "$at" --need-allocation) \
+        || fail "netctl journal --ip $addr --at $at --json failed"
     [[ $holder == "$POD_NAMESPACE/$pod" ]] \
-        || fail "the journal says $addr was held by '$holder', not $POD_NAMESPACE/$pod"
-    ok "the journal answers: $addr was held by $POD_NAMESPACE/$pod"
+        || fail "the journal says $addr was held at $at by '$holder', not $POD_NAMESPACE/$pod"
+    ok "the journal answers: at $at, $addr was held by $POD_NAMESPACE/$pod"
+    journal_py "$addr" "$at" "$POD_NAMESPACE/$pod" "${CONTAINER[$pod]}" <<'EOF' \
+        || fail "the allocation history disagrees"
+import sqlite3, sys
+from datetime import datetime
+path, addr, at, want, container = sys.argv[1:]
+when = datetime.fromisoformat(at).timestamp()
+db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+rows = db.execute(
+    "SELECT al.pool, al.pod_namespace || '/' || al.pod_name, al.container_id, al.ifname,"
+    " al.allocated_at, al.released_at, a.verb, r.verb, r.origin"
+    " FROM ipam_allocations al JOIN operations a ON a.id = al.allocated_op"
+    " LEFT JOIN operations r ON r.id = al.released_op"
+    " WHERE al.address=? AND al.allocated_at<=? AND (al.released_at IS NULL"
+    " OR al.released_at>?)", (addr, when, when)).fetchall()
+if len(rows) != 1:
+    sys.exit(f"demo: {len(rows)} allocations held {addr} at {at}, expected 1: {rows}")
+pool, pod, cid, ifname, since, until, add_verb, del_verb, del_origin = rows[0]
+def fmt(t):
+    return datetime.fromtimestamp(t).astimezone().isoformat(timespec="milliseconds")
+print(f"    ipam_allocations: {addr} (pool {pool}) held by {pod}, container {cid}, {ifname}:")
+print(f"        allocated {fmt(since)} by its {add_verb}, released "
+      f"{fmt(until) if until else '(never)'} by {del_verb or '-'} ({del_origin or '-'})")
+if (pod, cid, add_verb, del_verb, del_origin) != (want, container, "ADD", "DEL", "runtime"):
+    sys.exit(f"demo: the allocation of {addr} at {at} is {rows[0]}; expected {want}'s,"
+             " allocated by its ADD and released by the runtime's DEL")
+EOF
+    ok "the allocation history agrees: $POD_NAMESPACE/$pod's, allocated by its ADD," \
+        "released by its DEL"
+    now=$(now_iso)
+    holder=$(holders_at "$addr" "$now") || fail "netctl journal --ip $addr --at $now failed"
+    [[ -z $holder ]] || fail "the journal says $addr is held now (after the DELs), by '$holder'"
+    ok "and now ($now) nobody holds $addr"
 }
 
 del_pods() {
@@ -308,7 +415,7 @@ bridge_ports() {
 }
 
 check_clean() {
-    local pod links veth leases
+    local pod links veth
     for pod in "${PODS[@]}"; do
         links=$(ip -n "$(netns_of "$pod")" -o link show | awk -F': ' '{print $2}' | xargs)
         [[ $links == lo ]] || fail "$(netns_of "$pod") still has interfaces: $links"
@@ -321,9 +428,20 @@ check_clean() {
         ! ip link show "$veth" >/dev/null 2>&1 || fail "host veth $veth is still there"
     done
     ok "none of the pods' host veths is left (${!HOST_VETHS[*]})"
-    leases=$(find "$TMP/ipam" -type f -name '10.*' -printf '%f ' 2>/dev/null || true)
-    [[ -z $leases ]] || fail "host-local still holds addresses: $leases"
-    ok "no address left allocated in host-local's $TMP/ipam"
+    journal_py "$((2 * ${#PODS[@]}))" <<'EOF' || fail "the central allocator still holds addresses"
+import sqlite3, sys
+db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+live = db.execute("SELECT address, container_id, ifname FROM ipam_allocations"
+                  " WHERE released_at IS NULL").fetchall()
+if live:
+    sys.exit("demo: live allocations left: " + ", ".join(" ".join(r) for r in live))
+released = db.execute("SELECT COUNT(*) FROM ipam_allocations al JOIN operations o"
+                      " ON o.id = al.released_op WHERE o.verb = 'DEL'").fetchone()[0]
+if released != int(sys.argv[2]):
+    sys.exit(f"demo: {released} allocations released by a DEL, expected {sys.argv[2]}")
+EOF
+    ok "no live allocation in the journal (all $((2 * ${#PODS[@]})) released by the DELs," \
+        "kept as history)"
     "$NETCTL" journal --state-dir "$TMP/state" --json >"$TMP/out/journal.json" \
         || fail "netctl journal --json failed"
     "$PYTHON" - "$TMP/out/journal.json" "${#PODS[@]}" <<'EOF' || fail "the journal disagrees"
@@ -376,9 +494,10 @@ main() {
     create_pods
     add_pods
 
-    step "What each pod has, read inside its netns"
+    step "What each pod has: read inside its netns, and held by the central allocator"
     show_pods
     check_attached
+    show_ipam_pools
 
     step "Connectivity between two pods"
     check_ping
@@ -391,10 +510,11 @@ main() {
 
     step "Nothing is left"
     check_clean
+    show_ipam_pools
     show_journal
 
-    step "Who had pod2's address? (asked after every pod is gone)"
-    who_had_ip pod2 "$POD2_ADDR"
+    step "Who had pod2's address while it was up? (asked after every pod is gone)"
+    who_had_ip pod2 "$POD2_ADDR" "$POD2_AT"
 
     step "Stop the daemon with SIGTERM"
     stop_daemon

@@ -334,6 +334,9 @@ class Engine:
         cfg, ranges = parse_ipam(ipam)
         pools = [pool_key(cfg, r) for r in ranges]
         name = str(conf.get("name", ""))
+        if command in ("STATUS", "GC") and not versions.supports_gc(version):
+            raise CNIError(INCOMPATIBLE_VERSION, f"netctl-ipam: {command} needs cniVersion "
+                           f"1.1.0 or later, not {version}")
         if command == "STATUS":
             return None
         if command == "GC":

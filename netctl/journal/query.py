@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 import re
 import sqlite3
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -83,7 +85,7 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY id"
-    wanted = ipaddress.ip_address(ip) if ip else None
+    wanted = ipaddress.ip_interface(ip.strip()).ip if ip else None  # "10.1.0.5[/24]"
     out = []
     for row in conn.execute(sql, params):
         addrs = _addresses(row["result"])
@@ -124,3 +126,118 @@ def steps(conn: sqlite3.Connection, operation_id: int) -> list[dict[str, Any]]:
         "SELECT s.id, s.verb, a.network, s.ifname, s.position, s.plugin_type, s.state, s.code,"
         " s.error, s.seconds FROM steps s JOIN attachments a ON a.id = s.attachment_id"
         " WHERE s.operation_id=? ORDER BY s.id", (operation_id,))]
+
+
+# -- the central IPAM's pools and allocations (migrations/0002_ipam.sql) ------------------------
+
+
+class UnknownPool(ValueError):
+    """``netctl ipam show`` of a pool the journal has never seen."""
+
+    def __init__(self, key: str, known: list[str]) -> None:
+        self.key, self.known = key, known
+        listed = ", ".join(known) if known else "none yet"
+        super().__init__(f"no IPAM pool {key!r} in the journal (known pools: {listed})")
+
+
+def _address_order(address: str) -> tuple[int, int]:
+    addr = ipaddress.ip_address(address)
+    return addr.version, int(addr)
+
+
+def _allocation(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "pool": row["pool"], "address": f"{row['address']}/{row['prefix']}",
+        "container": row["container_id"],
+        "pod": f"{row['pod_namespace']}/{row['pod_name']}" if row["pod_name"] else "",
+        "pod_uid": row["pod_uid"], "ifname": row["ifname"], "netns": row["netns"],
+        "attachment": row["attachment_id"], "since": row["allocated_at"],
+        "until": row["released_at"], "allocated_op": row["allocated_op"],
+        "released_op": row["released_op"],
+    }
+
+
+def pools(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every pool with its size, live allocations and free addresses (exact ints: an IPv6
+    pool's size passes 2**63)."""
+    live = dict(conn.execute("SELECT pool, COUNT(*) FROM ipam_allocations"
+                             " WHERE released_at IS NULL GROUP BY pool").fetchall())
+    out = []
+    for row in conn.execute("SELECT key, network_name, range, family, size FROM ipam_pools"
+                            " ORDER BY key"):
+        size, in_use = int(row["size"]), int(live.get(row["key"], 0))
+        out.append({"key": row["key"], "network_name": row["network_name"],
+                    "range": row["range"], "family": row["family"], "size": size,
+                    "in_use": in_use, "free": size - in_use})
+    return out
+
+
+def pool_allocations(conn: sqlite3.Connection, key: str,
+                     include_released: bool = False) -> list[dict[str, Any]]:
+    """The allocations of pool ``key`` (live ones; with ``include_released`` its whole
+    history), in address order. :class:`UnknownPool` when the journal has no such pool."""
+    if conn.execute("SELECT 1 FROM ipam_pools WHERE key=?", (key,)).fetchone() is None:
+        known = [r[0] for r in conn.execute("SELECT key FROM ipam_pools ORDER BY key")]
+        raise UnknownPool(key, known)
+    sql = "SELECT * FROM ipam_allocations WHERE pool=?"
+    if not include_released:
+        sql += " AND released_at IS NULL"
+    rows = [_allocation(r) for r in conn.execute(sql + " ORDER BY id", (key,))]
+    rows.sort(key=lambda a: (_address_order(a["address"].split("/")[0]), a["since"]))
+    return rows
+
+
+def leaks(conn: sqlite3.Connection,
+          netns_exists: Callable[[str], bool] = os.path.exists) -> list[dict[str, Any]]:
+    """Live allocations nothing live holds any more, each with a ``reason``:
+
+    - ``attachment-removed``: its attachment is in state ``removed``;
+    - ``attachment-missing``: its attachment is not in the journal;
+    - ``netns-gone``: a plain-plugin allocation (no attachment) whose netns path no
+      longer exists (the sandbox went away without a DEL). An empty netns says nothing.
+    """
+    out = []
+    for row in conn.execute(
+            "SELECT al.*, at.id AS att_id, at.state AS att_state, at.removed_at AS att_removed"
+            " FROM ipam_allocations al LEFT JOIN attachments at ON at.id = al.attachment_id"
+            " WHERE al.released_at IS NULL ORDER BY al.id"):
+        if row["attachment_id"] is not None:
+            if row["att_id"] is None:
+                reason = "attachment-missing"
+                detail = f"attachment {row['attachment_id']} is not in the journal"
+            elif row["att_state"] == "removed":
+                reason = "attachment-removed"
+                detail = f"attachment {row['attachment_id']} is removed"
+            else:
+                continue
+        elif row["netns"] and not netns_exists(row["netns"]):
+            reason, detail = "netns-gone", f"netns {row['netns']} no longer exists"
+        else:
+            continue
+        out.append({**_allocation(row), "reason": reason, "detail": detail})
+    return out
+
+
+def allocations_at(conn: sqlite3.Connection, ip: str, at: float | None = None, *,
+                   since: float | None = None, container: str | None = None,
+                   pod: str | None = None) -> list[dict[str, Any]]:
+    """Who held address ``ip`` (``10.1.0.5`` or ``10.1.0.5/24``): the allocations live at
+    time ``at``, or its whole history without it; oldest first."""
+    address = str(ipaddress.ip_interface(ip.strip()).ip)
+    where = ["address=?"]
+    params: list[Any] = [address]
+    if at is not None:
+        where.append("allocated_at<=? AND (released_at IS NULL OR released_at>?)")
+        params += [at, at]
+    if since is not None:
+        where.append("(allocated_at>=? OR released_at>=? OR released_at IS NULL)")
+        params += [since, since]
+    if container:
+        where.append("container_id=?")
+        params.append(container)
+    if pod:
+        ns, _, name = pod.partition("/")
+        where.append("pod_namespace=? AND pod_name=?")
+        params += [ns, name]
+    sql = f"SELECT * FROM ipam_allocations WHERE {' AND '.join(where)} ORDER BY allocated_at, id"
+    return [_allocation(r) for r in conn.execute(sql, params)]
