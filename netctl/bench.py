@@ -1,7 +1,7 @@
 """``netctl bench``: benchmarks on real namespaces and real plugins.
 
 ``churn`` runs N pods (at most C at a time) through ADD and DEL twice on the
-same K bridge networks (host-local IPAM), on a temporary state dir:
+same K bridge networks, on a temporary state dir:
 
 - **netctl**: the installed thin plugin is exec'd as kubelet's runtime would,
   with network 1 as the cluster network on ``eth0`` and networks 2..K selected
@@ -11,12 +11,26 @@ same K bridge networks (host-local IPAM), on a temporary state dir:
   the stdin :func:`netctl.cni.config.plugin_config` builds; DEL in reverse with
   the final result as ``prevResult``.
 
+``--ipam host-local`` (the default) gives both sides host-local; with
+``--ipam netctl-ipam`` the netctl side's networks use the daemon's central IPAM
+(``{"type": "netctl-ipam", "range": …}``: allocated in-process, the bridge runs
+with a ``static`` IPAM section) while the direct side keeps host-local, which is
+all a runtime without netctl has.
+
 Each pod is ``ip netns add`` (not timed), ADD (timed: exec start to exit), DEL
 (timed), ``ip netns del`` (not timed). Every ADD and DEL must succeed, no
 address may stay allocated and no port may stay on a bridge; any failure makes
 the run exit 1. Everything it creates on the host starts with one prefix
 (``ncb`` + random hex) and is removed at the end, also after a failure, Ctrl-C
 or SIGTERM.
+
+``ipam`` execs ``netctl-ipam`` the way a main plugin execs its IPAM plugin (its
+``ipam`` section names the daemon's socket): N ADDs (distinct container ids,
+``eth0``, at most C at a time), then their N DELs; and the same against
+host-local on a pool of the same size (one subnet, the same gateway kept out),
+in the same run. Every ADD must succeed with an address of the pool, no address
+may be handed out twice, and after the DELs netctl's journal must hold no live
+allocation and host-local's data dir no lease; any failure makes the run exit 1.
 """
 
 from __future__ import annotations
@@ -37,6 +51,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +60,7 @@ from typing import Any
 
 from netctl.cni.config import Chain, parse_chain, plugin_config
 from netctl.install import install
+from netctl.ipam.ranges import parse_config as parse_ipam
 
 SYSTEM_CNI = "/usr/lib/cni"
 BENCH_RANGE = ipaddress.IPv4Network("10.200.0.0/16")
@@ -176,7 +192,7 @@ class BenchNet:
     bridge: str
     subnet: ipaddress.IPv4Network
     chain: Chain
-    conf: dict[str, Any]
+    conf: dict[str, Any]  # the netctl side's (its NAD); chain: the direct side's
 
 
 @dataclass
@@ -192,6 +208,7 @@ class PodRun:
     del_t0: float = 0.0
     del_t1: float = 0.0
     ok: bool = False
+    address: str = ""  # ipam: the address the ADD handed out
 
 
 @dataclass
@@ -203,6 +220,7 @@ class Side:
     exec_add_s: list[float] = field(default_factory=list)  # direct: each delegate exec
     exec_del_s: list[float] = field(default_factory=list)
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds used in the phase
+    phase_s: dict[str, float] = field(default_factory=dict)  # ipam: wall time of ADD, DEL
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def fail(self, msg: str) -> None:
@@ -214,12 +232,13 @@ class Interrupted(Exception):
     """SIGTERM, turned into an exception so the clean-up runs."""
 
 
-class Churn:
-    def __init__(self, pods: int, concurrency: int, networks: int, ipam: str) -> None:
-        self.pods = pods
+class Bench:
+    """What every bench has: one prefix for what it makes on the host, a temporary dir,
+    the installed plugin, a ``netctl daemon`` child process, a pool of workers, and the
+    clean-up."""
+
+    def __init__(self, concurrency: int) -> None:
         self.concurrency = concurrency
-        self.k = networks
-        self.ipam = ipam
         self.prefix = "ncb" + secrets.token_hex(2)
         self.root = Path(tempfile.mkdtemp(prefix=f"netctl-bench-{self.prefix}-"))
         self.plugin = ""
@@ -227,35 +246,11 @@ class Churn:
         self.state_dir = self.root / "state"
         self.networks_dir = self.root / "networks"
         self.ipam_dir = self.root / "ipam"
-        self.nets: list[BenchNet] = []
         self.daemon: subprocess.Popen[bytes] | None = None
         self.daemon_pid = 0
         self.stop = threading.Event()
-        self.netctl_conf = b""
 
     # -- host objects ------------------------------------------------------------
-
-    def make_networks(self) -> None:
-        subnets = pick_subnets(self.k, self.pods)
-        self.networks_dir.mkdir(parents=True)
-        self.ipam_dir.mkdir(parents=True)
-        for i, subnet in enumerate(subnets, start=1):
-            name = f"{self.prefix}-{i}"
-            bridge = f"{self.prefix}b{i}"
-            conf: dict[str, Any] = {"cniVersion": DELEGATE_VERSION, "name": name, "plugins": [{
-                "type": "bridge", "bridge": bridge, "isGateway": True,
-                "ipam": {"type": "host-local", "subnet": str(subnet),
-                         "dataDir": str(self.ipam_dir)}}]}
-            nad = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-                   "metadata": {"name": name, "namespace": "default"},
-                   "spec": {"config": json.dumps(conf)}}
-            (self.networks_dir / f"default-{name}.json").write_text(json.dumps(nad))
-            self.nets.append(BenchNet(name, bridge, subnet, parse_chain(json.dumps(conf), name),
-                                      conf))
-        self.netctl_conf = json.dumps({
-            "cniVersion": DELEGATE_VERSION, "name": f"{self.prefix}-netctl",
-            "type": "netctl-cni", "socket": self.socket,
-            "clusterNetwork": self.nets[0].name}).encode()
 
     def netns_add(self, name: str) -> str:
         _ip("netns", "add", name)
@@ -264,17 +259,11 @@ class Churn:
     def netns_del(self, name: str) -> None:
         _ip("netns", "del", name, check=False)
 
-    def cni_args(self, index: int, selection: bool) -> str:
-        args = ["IgnoreUnknown=1", f"K8S_POD_NAMESPACE={POD_NAMESPACE}",
-                f"K8S_POD_NAME=pod-{index}"]
-        if selection and self.k > 1:
-            args.append("NETCTL_NETWORKS=" + ",".join(n.name for n in self.nets[1:]))
-        return ";".join(args)
-
     # -- the daemon --------------------------------------------------------------
 
     def start_daemon(self) -> None:
         (self.root / "run").mkdir(parents=True, exist_ok=True)
+        self.networks_dir.mkdir(parents=True, exist_ok=True)
         config = self.root / "daemon.json"
         config.write_text(json.dumps({
             "state-dir": str(self.state_dir), "socket": self.socket,
@@ -331,6 +320,166 @@ class Churn:
                 proc.kill()
                 proc.wait()
         return proc.returncode
+
+    # -- a phase: N items, at most C at a time -----------------------------------
+
+    def parallel(self, side: Side, count: int, work: Callable[[int], None],
+                 what: str = "pod") -> tuple[float, dict[str, float]]:
+        """``work(0..count-1)``, at most C at a time; stops early when asked. Returns the
+        wall time and the CPU seconds used meanwhile (see :meth:`cpu_snapshot`)."""
+        lock = threading.Lock()
+        counter = iter(range(count))
+
+        def worker() -> None:
+            while not self.stop.is_set():
+                with lock:
+                    index = next(counter, None)
+                if index is None:
+                    return
+                try:
+                    work(index)
+                except Exception as exc:  # a bench bug or a host failure: count it, go on
+                    side.fail(f"{what} {index}: {exc!r}")
+
+        threads = [threading.Thread(target=worker, name=f"{side.name}-{i}", daemon=True)
+                   for i in range(self.concurrency)]
+        cpu0 = self.cpu_snapshot()
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+        finally:
+            self.stop_workers_if_interrupted(threads)
+        wall = time.perf_counter() - started
+        cpu1 = self.cpu_snapshot()
+        return wall, {k: round(cpu1[k] - cpu0[k], 3) for k in cpu0}
+
+    def cpu_snapshot(self) -> dict[str, float]:
+        """CPU seconds so far: this process (all its threads), the processes it waited for
+        (the thin plugin or the delegates, and ``ip``), the daemon itself and the
+        delegates the daemon waited for."""
+        t = os.times()
+        daemon_self, daemon_children = _proc_cpu(self.daemon_pid) if self.daemon else (0.0, 0.0)
+        return {"bench": t.user + t.system, "execs": t.children_user + t.children_system,
+                "daemon": daemon_self, "daemon_delegates": daemon_children}
+
+    def stop_workers_if_interrupted(self, threads: list[threading.Thread]) -> None:
+        if all(not t.is_alive() for t in threads):
+            return
+        # Interrupted: let every worker finish its item (DEL, netns del), start no more.
+        self.stop.set()
+        print("netctl bench: interrupted; finishing the work in flight", file=sys.stderr)
+        with _signals_ignored():
+            for t in threads:
+                t.join(EXEC_TIMEOUT * 2)
+
+    # -- timings outside the phases --------------------------------------------
+
+    def time_plugin(self, command: str, stdin: bytes, runs: int = VERSION_RUNS,
+                    plugin: str | None = None) -> list[float]:
+        path = plugin or self.plugin
+        env = {"PATH": _PATH, "CNI_COMMAND": command, "CNI_PATH": SYSTEM_CNI}
+        times = []
+        for _ in range(runs):
+            p0 = time.perf_counter()
+            proc = _run([path], data=stdin, env=env)
+            times.append(time.perf_counter() - p0)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{os.path.basename(path)} {command} exited "
+                                   f"{proc.returncode}: {_tail(proc.stdout)} "
+                                   f"{_tail(proc.stderr)}")
+        return times
+
+    def time_delegate_version(self, ptype: str = "bridge",
+                              runs: int = VERSION_RUNS) -> list[float]:
+        env = {"PATH": _PATH, "CNI_COMMAND": "VERSION", "CNI_PATH": SYSTEM_CNI}
+        stdin = json.dumps({"cniVersion": DELEGATE_VERSION}).encode()
+        times = []
+        for _ in range(runs):
+            p0 = time.perf_counter()
+            _run([os.path.join(SYSTEM_CNI, ptype)], data=stdin, env=env)
+            times.append(time.perf_counter() - p0)
+        return times
+
+    # -- clean-up ----------------------------------------------------------------
+
+    def remove_more(self) -> None:
+        """What a bench made beyond netns and links with the prefix (a hook)."""
+
+    def cleanup(self) -> list[str]:
+        """Remove everything this run made; return what could not be removed."""
+        problems: list[str] = []
+        with _signals_ignored():
+            self.stop.set()
+            try:
+                self.stop_daemon()
+            except Exception as exc:
+                problems.append(f"daemon: {exc!r}")
+            for name in _netns_names():
+                if name.startswith(self.prefix):
+                    _ip("netns", "del", name, check=False)
+            self.remove_more()
+            for name in _links():
+                if name.startswith(self.prefix):
+                    _ip("link", "del", name, check=False)
+            shutil.rmtree(self.root, ignore_errors=True)
+            left = [n for n in _netns_names() if n.startswith(self.prefix)]
+            left += [n for n in _links() if n.startswith(self.prefix)]
+            if left:
+                problems.append("could not remove: " + ", ".join(left))
+            if self.root.exists():
+                problems.append(f"could not remove {self.root}")
+        return problems
+
+
+class Churn(Bench):
+    def __init__(self, pods: int, concurrency: int, networks: int, ipam: str) -> None:
+        super().__init__(concurrency)
+        self.pods = pods
+        self.k = networks
+        self.ipam = ipam  # the netctl side's; the direct side always has host-local
+        self.nets: list[BenchNet] = []
+        self.netctl_conf = b""
+
+    # -- host objects ------------------------------------------------------------
+
+    def make_networks(self) -> None:
+        subnets = pick_subnets(self.k, self.pods)
+        self.networks_dir.mkdir(parents=True)
+        self.ipam_dir.mkdir(parents=True)
+        for i, subnet in enumerate(subnets, start=1):
+            name = f"{self.prefix}-{i}"
+            bridge = f"{self.prefix}b{i}"
+            host_local = {"type": "host-local", "subnet": str(subnet),
+                          "dataDir": str(self.ipam_dir)}
+            # The bridge (isGateway) takes the subnet's first address, as host-local's
+            # default gateway; netctl-ipam must keep it out of the range too.
+            netctl_ipam = {"type": "netctl-ipam", "range": str(subnet),
+                           "gateway": str(subnet.network_address + 1)}
+            conf, direct = ({"cniVersion": DELEGATE_VERSION, "name": name, "plugins": [{
+                "type": "bridge", "bridge": bridge, "isGateway": True, "ipam": ipam}]}
+                for ipam in (netctl_ipam if self.ipam == "netctl-ipam" else host_local,
+                             host_local))
+            nad = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                   "metadata": {"name": name, "namespace": "default"},
+                   "spec": {"config": json.dumps(conf)}}
+            (self.networks_dir / f"default-{name}.json").write_text(json.dumps(nad))
+            self.nets.append(BenchNet(name, bridge, subnet,
+                                      parse_chain(json.dumps(direct), name), conf))
+        self.netctl_conf = json.dumps({
+            "cniVersion": DELEGATE_VERSION, "name": f"{self.prefix}-netctl",
+            "type": "netctl-cni", "socket": self.socket,
+            "clusterNetwork": self.nets[0].name}).encode()
+
+    def cni_args(self, index: int, selection: bool) -> str:
+        args = ["IgnoreUnknown=1", f"K8S_POD_NAMESPACE={POD_NAMESPACE}",
+                f"K8S_POD_NAME=pod-{index}"]
+        if selection and self.k > 1:
+            args.append("NETCTL_NETWORKS=" + ",".join(n.name for n in self.nets[1:]))
+        return ";".join(args)
 
     # -- one pod, each side ------------------------------------------------------
 
@@ -465,131 +614,69 @@ class Churn:
 
     def churn(self, side: Side, pod: Callable[[Side, int], PodRun]) -> None:
         """N pods through ``pod``, at most C at a time; stops early when asked."""
-        lock = threading.Lock()
-        counter = iter(range(self.pods))
 
-        def worker() -> None:
-            while not self.stop.is_set():
-                with lock:
-                    index = next(counter, None)
-                if index is None:
-                    return
-                try:
-                    run = pod(side, index)
-                except Exception as exc:  # a bench bug or a host failure: count it, go on
-                    side.fail(f"pod {index}: {exc!r}")
-                    continue
-                with side.lock:
-                    side.pods.append(run)
+        def one(index: int) -> None:
+            run = pod(side, index)
+            with side.lock:
+                side.pods.append(run)
 
-        threads = [threading.Thread(target=worker, name=f"{side.name}-{i}", daemon=True)
-                   for i in range(self.concurrency)]
-        cpu0 = self.cpu_snapshot()
-        started = time.perf_counter()
-        for t in threads:
-            t.start()
-        try:
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.2)
-        finally:
-            self.stop_workers_if_interrupted(threads)
-        side.wall_s = time.perf_counter() - started
-        cpu1 = self.cpu_snapshot()
-        side.cpu_s = {k: round(cpu1[k] - cpu0[k], 3) for k in cpu0}
-
-    def cpu_snapshot(self) -> dict[str, float]:
-        """CPU seconds so far: this process (all its threads), the processes it waited for
-        (the thin plugin or the delegates, and ``ip``), the daemon itself and the
-        delegates the daemon waited for."""
-        t = os.times()
-        daemon_self, daemon_children = _proc_cpu(self.daemon_pid) if self.daemon else (0.0, 0.0)
-        return {"bench": t.user + t.system, "execs": t.children_user + t.children_system,
-                "daemon": daemon_self, "daemon_delegates": daemon_children}
-
-    def stop_workers_if_interrupted(self, threads: list[threading.Thread]) -> None:
-        if all(not t.is_alive() for t in threads):
-            return
-        # Interrupted: let every worker finish its pod (DEL, netns del), start no more.
-        self.stop.set()
-        print("netctl bench: interrupted; finishing the pods in flight", file=sys.stderr)
-        with _signals_ignored():
-            for t in threads:
-                t.join(EXEC_TIMEOUT * 2)
+        side.wall_s, side.cpu_s = self.parallel(side, self.pods, one)
 
     # -- checks after a phase -------------------------------------------------
 
-    def leftovers(self) -> list[str]:
-        """Addresses still allocated and ports still on the bridges: a phase must leave none."""
+    def leftovers(self, journal: bool = False) -> list[str]:
+        """Addresses still allocated (by host-local; with ``journal``, also in netctl's
+        journal) and ports still on the bridges: a phase must leave none."""
         found: list[str] = []
         for net in self.nets:
             ports = _links("master", net.bridge)
             if ports:
                 found.append(f"bridge {net.bridge} still has ports {', '.join(ports)}")
-            d = self.ipam_dir / net.name
-            if d.is_dir():
-                held = sorted(p.name for p in d.iterdir()
-                              if p.name != "lock" and not p.name.startswith("last_reserved_ip"))
-                if held:
-                    found.append(f"network {net.name}: host-local still holds "
-                                 f"{', '.join(held[:10])}" + (" …" if len(held) > 10 else ""))
+            held = host_local_leases(self.ipam_dir / net.name)
+            if held:
+                found.append(f"network {net.name}: host-local still holds "
+                             f"{', '.join(held[:10])}" + (" …" if len(held) > 10 else ""))
+        if journal:
+            found += journal_live_allocations(self.state_dir / "journal.db")
         stray = [n for n in _netns_names() if n.startswith(self.prefix)]
         if stray:
             found.append(f"netns left: {', '.join(stray)}")
         return found
 
-    # -- timings outside the churn ---------------------------------------------
-
-    def time_plugin(self, command: str, stdin: bytes, runs: int = VERSION_RUNS) -> list[float]:
-        env = {"PATH": _PATH, "CNI_COMMAND": command, "CNI_PATH": SYSTEM_CNI}
-        times = []
-        for _ in range(runs):
-            p0 = time.perf_counter()
-            proc = _run([self.plugin], data=stdin, env=env)
-            times.append(time.perf_counter() - p0)
-            if proc.returncode != 0:
-                raise RuntimeError(f"netctl-cni {command} exited {proc.returncode}: "
-                                   f"{_tail(proc.stdout)} {_tail(proc.stderr)}")
-        return times
-
-    def time_delegate_version(self, runs: int = VERSION_RUNS) -> list[float]:
-        env = {"PATH": _PATH, "CNI_COMMAND": "VERSION", "CNI_PATH": SYSTEM_CNI}
-        stdin = json.dumps({"cniVersion": DELEGATE_VERSION}).encode()
-        times = []
-        for _ in range(runs):
-            p0 = time.perf_counter()
-            _run([os.path.join(SYSTEM_CNI, "bridge")], data=stdin, env=env)
-            times.append(time.perf_counter() - p0)
-        return times
-
     # -- clean-up ----------------------------------------------------------------
 
-    def cleanup(self) -> list[str]:
-        """Remove everything this run made; return what could not be removed."""
-        problems: list[str] = []
-        with _signals_ignored():
-            self.stop.set()
-            try:
-                self.stop_daemon()
-            except Exception as exc:
-                problems.append(f"daemon: {exc!r}")
-            for name in _netns_names():
-                if name.startswith(self.prefix):
-                    _ip("netns", "del", name, check=False)
-            for net in self.nets:
-                for port in _links("master", net.bridge):
-                    _ip("link", "del", port, check=False)
-            for name in _links():
-                if name.startswith(self.prefix):
-                    _ip("link", "del", name, check=False)
-            shutil.rmtree(self.root, ignore_errors=True)
-            left = [n for n in _netns_names() if n.startswith(self.prefix)]
-            left += [n for n in _links() if n.startswith(self.prefix)]
-            if left:
-                problems.append("could not remove: " + ", ".join(left))
-            if self.root.exists():
-                problems.append(f"could not remove {self.root}")
-        return problems
+    def remove_more(self) -> None:
+        for net in self.nets:
+            for port in _links("master", net.bridge):
+                _ip("link", "del", port, check=False)
+
+
+def host_local_leases(directory: Path) -> list[str]:
+    """The addresses host-local holds in one network's data dir (file per address)."""
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir()
+                  if p.name != "lock" and not p.name.startswith("last_reserved_ip"))
+
+
+def journal_live_allocations(db_path: Path) -> list[str]:
+    """netctl-ipam allocations the journal still holds (not released), described."""
+    if not db_path.exists():
+        return [f"journal {db_path} is missing"]
+    try:
+        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        try:
+            rows = conn.execute("SELECT container_id, ifname, address FROM ipam_allocations"
+                                " WHERE released_at IS NULL ORDER BY id").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return [f"journal {db_path}: {exc}"]
+    if not rows:
+        return []
+    shown = ", ".join(f"{a} ({c} {i})" for c, i, a in rows[:10])
+    return [f"netctl journal still holds {len(rows)} allocation(s): {shown}"
+            + (" …" if len(rows) > 10 else "")]
 
 
 @contextlib.contextmanager
@@ -637,10 +724,11 @@ def _breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
         counts = dict(conn.execute("SELECT verb, count(*) FROM operations GROUP BY verb")
                       .fetchall())
         step_count = conn.execute("SELECT count(*) FROM steps").fetchone()[0]
+        allocations = conn.execute("SELECT count(*) FROM ipam_allocations").fetchone()[0]
     finally:
         conn.close()
     out: dict[str, Any] = {"operations": counts, "steps": step_count,
-                           "operations_not_done": not_done}
+                           "ipam_allocations": allocations, "operations_not_done": not_done}
     for verb in ("ADD", "DEL"):
         pre: list[float] = []
         inside: list[float] = []
@@ -709,6 +797,10 @@ def ratios(netctl: dict[str, Any], direct: dict[str, Any]) -> dict[str, float | 
     return out
 
 
+def _num(v: Any, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
 def _grid(rows: Sequence[Sequence[str]]) -> list[str]:
     """First column left-aligned, the others right-aligned."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -720,38 +812,40 @@ def _grid(rows: Sequence[Sequence[str]]) -> list[str]:
 def render(report: dict[str, Any]) -> str:
     p = report["params"]
     n, d, r = report["netctl"], report["direct"], report["ratio"]
+    sides = p["ipam_by_side"]
+    how = {"netctl-ipam": "central, allocated in the daemon; bridge gets a static IPAM section",
+           "host-local": "exec'd by bridge"}
     lines = [f"netctl bench churn: {p['pods']} pods, concurrency {p['concurrency']}, "
-             f"{p['networks']} network(s) (bridge + {p['ipam']}), {p['cpus']} CPUs, "
+             f"{p['networks']} network(s) of bridge, {p['cpus']} CPUs, "
              f"prefix {report['prefix']}",
+             f"IPAM: netctl side {sides['netctl']} ({how[sides['netctl']]}); direct side "
+             f"{sides['direct']} ({how[sides['direct']]})",
              f"load average (1, 5, 15 min) at start {p['loadavg_start']}, "
              f"at end {p['loadavg_end']}", ""]
 
-    def num(v: Any, fmt: str = "{:.2f}") -> str:
-        return "-" if v is None else fmt.format(v)
-
     rows: list[tuple[str, str, str, str]] = [
         ("", "netctl", "direct", "ratio"),
-        ("pods/s", num(n["pods_per_s"]), num(d["pods_per_s"]), num(r["pods_per_s"])),
-        ("churn wall time (s)", num(n["wall_s"]), num(d["wall_s"]),
-         num(_ratio(n["wall_s"], d["wall_s"]))),
+        ("pods/s", _num(n["pods_per_s"]), _num(d["pods_per_s"]), _num(r["pods_per_s"])),
+        ("churn wall time (s)", _num(n["wall_s"]), _num(d["wall_s"]),
+         _num(_ratio(n["wall_s"], d["wall_s"]))),
     ]
     for verb in ("ADD", "DEL"):
         for q in ("p50", "p95", "p99"):
             key = f"{verb.lower()}_ms"
-            rows.append((f"{verb} {q} (ms)", num(n[key][q]), num(d[key][q]),
-                         num(r[f"{verb.lower()}_{q}"])))
-    rows.append(("CPU per pod (ms, all processes)", num(n["cpu_ms_per_pod"]),
-                 num(d["cpu_ms_per_pod"]), num(_ratio(n["cpu_ms_per_pod"],
-                                                      d["cpu_ms_per_pod"]))))
+            rows.append((f"{verb} {q} (ms)", _num(n[key][q]), _num(d[key][q]),
+                         _num(r[f"{verb.lower()}_{q}"])))
+    rows.append(("CPU per pod (ms, all processes)", _num(n["cpu_ms_per_pod"]),
+                 _num(d["cpu_ms_per_pod"]), _num(_ratio(n["cpu_ms_per_pod"],
+                                                        d["cpu_ms_per_pod"]))))
     rows.append(("failures", str(n["failures"]), str(d["failures"]), ""))
     rows.append(("leftovers after the run", str(len(n["leftovers"])),
                  str(len(d["leftovers"])), ""))
     rss = report["daemon"]["peak_rss_kib"]
-    rows.append(("daemon peak RSS (MiB)", num(rss / 1024 if rss else None), "-", ""))
+    rows.append(("daemon peak RSS (MiB)", _num(rss / 1024 if rss else None), "-", ""))
     pv, dv = report["plugin"]["version_ms"], report["plugin"]["delegate_version_ms"]
     for q in ("p50", "p95"):
-        rows.append((f"plugin VERSION {q} (ms)", num(pv[q]), num(dv[q]),
-                     num(_ratio(pv[q], dv[q]))))
+        rows.append((f"plugin VERSION {q} (ms)", _num(pv[q]), _num(dv[q]),
+                     _num(_ratio(pv[q], dv[q]))))
     lines += _grid(rows)
     lines.append("  (direct VERSION: /usr/lib/cni/bridge; netctl VERSION: the installed "
                  "netctl-cni, no daemon involved)")
@@ -781,7 +875,7 @@ def render(report: dict[str, Any]) -> str:
                            ("    journal writes + scheduling", "journal_and_scheduling_ms"),
                            ("  after the operation ends", "after_operation_ms"),
                            ("journal overhead per step", "step_overhead_ms")):
-            brow.append((label, num(b["ADD"][key]["p50"]), num(b["DEL"][key]["p50"])))
+            brow.append((label, _num(b["ADD"][key]["p50"]), _num(b["DEL"][key]["p50"])))
         lines += _grid(brow)
         lines.append("  (before: plugin start, socket, request decode, journal read, the "
                      "operation's first commit;")
@@ -789,16 +883,351 @@ def render(report: dict[str, Any]) -> str:
                      "span minus the plugin's own run)")
         ops = ", ".join(f"{n} {verb}" for verb, n in sorted(b["operations"].items()))
         lines.append(f"  journal: operations {ops}; {b['steps']} steps; "
+                     f"{b['ipam_allocations']} netctl-ipam allocations; "
                      f"{len(b['operations_not_done'])} operations not done")
-    problems = report["problems"]
-    if problems:
-        lines += ["", f"FAILED: {len(problems)} problem(s):"]
-        lines += [f"  {msg}" for msg in problems[:50]]
-        if len(problems) > 50:
-            lines.append(f"  … and {len(problems) - 50} more")
-    else:
-        lines += ["", "ok: every ADD and DEL succeeded; nothing left behind"]
+    lines += _verdict(report["problems"], "every ADD and DEL succeeded; nothing left behind")
     return "\n".join(lines)
+
+
+# -- bench ipam -----------------------------------------------------------------------------
+
+
+IPAM_SIDES = ("netctl", "host_local")
+IPAM_LABELS = {"netctl": "netctl-ipam", "host_local": "host-local"}
+
+
+class IpamBench(Bench):
+    """N allocations, then their releases, through netctl-ipam exec'd as a plain IPAM
+    plugin (it forwards to the daemon), then the same through host-local."""
+
+    def __init__(self, allocations: int, concurrency: int) -> None:
+        super().__init__(concurrency)
+        self.n = allocations
+        self.name = f"{self.prefix}-ipam"  # the network's CNI name, both sides
+        self.netns = ""
+        self.ipam_plugin = ""
+        self.subnet = ipaddress.IPv4Network("0.0.0.0/32")
+        self.gateway = ipaddress.IPv4Address(0)
+        self.confs: dict[str, bytes] = {}
+        self.pool_size: dict[str, int] = {}
+
+    def setup(self) -> None:
+        """One subnet for N (both pools the same size: network, broadcast and the gateway
+        kept out), the two configs as a main plugin hands them to its IPAM plugin, the
+        installed plugins, one netns for CNI_NETNS (IPAM plugins do not enter it)."""
+        self.subnet = pick_subnets(1, self.n)[0]
+        self.gateway = self.subnet.network_address + 1
+        self.ipam_dir.mkdir(parents=True)
+        ipams: dict[str, dict[str, Any]] = {
+            "netctl": {"type": "netctl-ipam", "socket": self.socket,
+                       "range": str(self.subnet), "gateway": str(self.gateway)},
+            "host_local": {"type": "host-local", "subnet": str(self.subnet),
+                           "gateway": str(self.gateway), "dataDir": str(self.ipam_dir)}}
+        for key, ipam in ipams.items():
+            self.confs[key] = json.dumps({
+                "cniVersion": DELEGATE_VERSION, "name": self.name, "type": "bridge",
+                "bridge": f"{self.prefix}b0", "ipam": ipam}).encode()
+        self.pool_size = {"netctl": parse_ipam(ipams["netctl"])[1][0].size,
+                          "host_local": self.subnet.num_addresses - 3}
+        written = install(str(self.root / "bin"))
+        self.plugin = next(p for p in written if p.endswith("/netctl-cni"))
+        self.ipam_plugin = next(p for p in written if p.endswith("/netctl-ipam"))
+        self.netns = self.netns_add(self.name)
+
+    def plugin_path(self, key: str) -> str:
+        return self.ipam_plugin if key == "netctl" else os.path.join(SYSTEM_CNI, "host-local")
+
+    def exec_ipam(self, key: str, command: str, container: str,
+                  index: int) -> subprocess.CompletedProcess[bytes]:
+        env = {"PATH": _PATH, "CNI_COMMAND": command, "CNI_CONTAINERID": container,
+               "CNI_NETNS": self.netns, "CNI_IFNAME": "eth0", "CNI_PATH": SYSTEM_CNI,
+               "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE={POD_NAMESPACE};"
+                           f"K8S_POD_NAME=alloc-{index}"}
+        return _run([self.plugin_path(key)], data=self.confs[key], env=env)
+
+    def check_address(self, stdout: bytes) -> tuple[str | None, str]:
+        """(problem or None, the address) of an IPAM result: one address of the pool."""
+        try:
+            result = json.loads(stdout)
+        except ValueError:
+            return f"not JSON: {_tail(stdout)}", ""
+        ips = result.get("ips") if isinstance(result, dict) else None
+        if not isinstance(ips, list) or len(ips) != 1 or not isinstance(ips[0], dict):
+            return f"not one address: {_tail(stdout)}", ""
+        text = str(ips[0].get("address", ""))
+        try:
+            iface = ipaddress.ip_interface(text)
+        except ValueError:
+            return f"bad address {text!r}", ""
+        addr = iface.ip
+        if iface.network.prefixlen != self.subnet.prefixlen or addr not in self.subnet:
+            return f"address {text} is not in {self.subnet}", ""
+        if addr in (self.subnet.network_address, self.subnet.broadcast_address, self.gateway):
+            return f"address {text} is the network, broadcast or gateway address", ""
+        return None, str(addr)
+
+    # -- one allocation, ADD then (later) DEL ------------------------------------
+
+    def add(self, side: Side, key: str, run: PodRun) -> None:
+        run.add_t0, p0 = time.time(), time.perf_counter()
+        try:
+            proc: subprocess.CompletedProcess[bytes] | None = \
+                self.exec_ipam(key, "ADD", run.container, run.index)
+        except subprocess.TimeoutExpired:
+            proc = None
+        run.add_s, run.add_t1 = time.perf_counter() - p0, time.time()
+        if proc is None:
+            side.fail(f"allocation {run.index}: ADD did not exit within {EXEC_TIMEOUT:g}s")
+        elif proc.returncode != 0:
+            side.fail(f"allocation {run.index}: ADD exited {proc.returncode}: "
+                      f"{_tail(proc.stdout)} {_tail(proc.stderr)}".strip())
+        else:
+            problem, run.address = self.check_address(proc.stdout)
+            if problem:
+                side.fail(f"allocation {run.index}: ADD result: {problem}")
+            run.ok = not problem
+
+    def delete(self, side: Side, key: str, run: PodRun) -> None:
+        run.del_t0, p0 = time.time(), time.perf_counter()
+        try:
+            proc: subprocess.CompletedProcess[bytes] | None = \
+                self.exec_ipam(key, "DEL", run.container, run.index)
+        except subprocess.TimeoutExpired:
+            proc = None
+        run.del_s, run.del_t1 = time.perf_counter() - p0, time.time()
+        if proc is None or proc.returncode != 0:
+            run.ok = False
+            side.fail(f"allocation {run.index}: DEL " + (
+                f"did not exit within {EXEC_TIMEOUT:g}s" if proc is None else
+                f"exited {proc.returncode}: {_tail(proc.stdout)} {_tail(proc.stderr)}".strip()))
+
+    def warm_up(self, side: Side, key: str) -> None:
+        """One ADD and DEL, not timed: page cache, the pool's first row, host-local's dir."""
+        run = PodRun(0, f"{self.prefix}-{key[0]}w")
+        self.add(side, key, run)
+        self.delete(side, key, run)
+
+    # -- a side: the ADD phase, then the DEL phase -------------------------------
+
+    def run_side(self, side: Side, key: str) -> None:
+        runs = [PodRun(i, f"{self.prefix}-{key[0]}-{i}") for i in range(self.n)]
+        side.pods = runs
+        for verb, step in (("ADD", self.add), ("DEL", self.delete)):
+            def work(index: int, step: Callable[[Side, str, PodRun], None] = step) -> None:
+                step(side, key, runs[index])
+
+            wall, cpu = self.parallel(side, self.n, work, what="allocation")
+            side.phase_s[verb] = wall
+            side.wall_s += wall
+            for k, v in cpu.items():
+                side.cpu_s[k] = round(side.cpu_s.get(k, 0.0) + v, 3)
+
+    def held_after(self, key: str) -> list[str]:
+        if key == "netctl":
+            return journal_live_allocations(self.state_dir / "journal.db")
+        held = host_local_leases(self.ipam_dir / self.name)
+        return [f"host-local still holds {len(held)} lease(s): {', '.join(held[:10])}"
+                + (" …" if len(held) > 10 else "")] if held else []
+
+
+def ipam_side_report(side: Side, planned: int, pool_size: int) -> dict[str, Any]:
+    runs = side.pods
+    addresses = [r.address for r in runs if r.address]
+    counts = Counter(addresses)
+    released = [r for r in runs if r.ok]  # ADD gave a good address and DEL succeeded
+    add_s, del_s = side.phase_s.get("ADD", 0.0), side.phase_s.get("DEL", 0.0)
+    cpu_ms = sum(side.cpu_s.values()) * 1000
+    return {
+        "allocations": len(addresses),
+        "allocations_planned": planned,
+        "pool_size": pool_size,
+        "add_wall_s": round(add_s, 3),
+        "del_wall_s": round(del_s, 3),
+        "allocations_per_s": round(len(addresses) / add_s, 3) if add_s else 0.0,
+        "releases_per_s": round(len(released) / del_s, 3) if del_s else 0.0,
+        "add_ms": summary_ms([r.add_s for r in runs if r.add_t1]),
+        "del_ms": summary_ms([r.del_s for r in runs if r.del_t1]),
+        "distinct_addresses": len(counts),
+        "duplicates": sorted(a for a, c in counts.items() if c > 1)[:20],
+        "failures": len(side.failures),
+        "errors": side.failures[:100],
+        "cpu_s": side.cpu_s,
+        "cpu_ms_per_allocation": round(cpu_ms / len(runs), 2) if runs else 0.0,
+    }
+
+
+def ipam_ratios(netctl: dict[str, Any], host_local: dict[str, Any]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {
+        key: _ratio(netctl[key], host_local[key])
+        for key in ("allocations_per_s", "releases_per_s", "cpu_ms_per_allocation")}
+    for verb in ("add", "del"):
+        for q in ("p50", "p95", "p99"):
+            out[f"{verb}_{q}"] = _ratio(netctl[f"{verb}_ms"][q], host_local[f"{verb}_ms"][q])
+    return out
+
+
+def ipam_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
+    """Where a netctl-ipam ADD/DEL spends its time, from the client's clock and the
+    journal's timestamps: before the operation (plugin start, socket, request, config
+    parse, waiting for the journal), its first commit and the wait for its next write
+    (started_at → the allocation's allocated_at / released_at), the allocation or release
+    with its commit and the wait for the last write (→ finished_at), and after (the last
+    commit, the reply, plugin exit)."""
+    try:
+        return _ipam_breakdown(db_path, runs)
+    except sqlite3.Error as exc:
+        return {"error": f"journal {db_path}: {exc}",
+                "operations_not_done": [f"journal unreadable: {exc}"]}
+
+
+def _ipam_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        ops = {(r["container_id"], r["verb"]): r for r in conn.execute(
+            "SELECT id, verb, container_id, state, started_at, finished_at FROM operations"
+            " WHERE origin='ipam'")}
+        mid: dict[int, float] = {}
+        for r in conn.execute("SELECT allocated_op, allocated_at, released_op, released_at"
+                              " FROM ipam_allocations"):
+            if r["allocated_op"] is not None:
+                mid[r["allocated_op"]] = r["allocated_at"]
+            if r["released_op"] is not None:
+                mid[r["released_op"]] = r["released_at"]
+        not_done = [f"{r['verb']} of {r['container_id']}: {r['state']}" for r in ops.values()
+                    if r["state"] != "done"]
+        counts = dict(conn.execute("SELECT verb, count(*) FROM operations GROUP BY verb")
+                      .fetchall())
+        allocations = conn.execute("SELECT count(*) FROM ipam_allocations").fetchone()[0]
+    finally:
+        conn.close()
+    out: dict[str, Any] = {"operations": counts, "allocation_rows": allocations,
+                           "operations_not_done": not_done}
+    for verb in ("ADD", "DEL"):
+        total: list[float] = []
+        pre: list[float] = []
+        inside: list[float] = []
+        first: list[float] = []
+        second: list[float] = []
+        post: list[float] = []
+        for run in runs:
+            op = ops.get((run.container, verb))
+            if op is None or op["finished_at"] is None or op["id"] not in mid:
+                continue
+            t0, t1 = (run.add_t0, run.add_t1) if verb == "ADD" else (run.del_t0, run.del_t1)
+            total.append(t1 - t0)
+            pre.append(op["started_at"] - t0)
+            inside.append(op["finished_at"] - op["started_at"])
+            first.append(mid[op["id"]] - op["started_at"])
+            second.append(op["finished_at"] - mid[op["id"]])
+            post.append(t1 - op["finished_at"])
+        tenth = max(len(inside) // 10, 1)  # inside is in index order: allocations in order
+        out[verb] = {
+            "allocations": len(total),
+            "operation_first_tenth_ms": summary_ms(inside[:tenth]),
+            "operation_last_tenth_ms": summary_ms(inside[-tenth:]),
+            "exec_ms": summary_ms(total),
+            "before_operation_ms": summary_ms(pre),
+            "operation_ms": summary_ms(inside),
+            "begin_commit_and_wait_ms": summary_ms(first),
+            "ipam_write_and_finish_wait_ms": summary_ms(second),
+            "after_operation_ms": summary_ms(post),
+        }
+    return out
+
+
+def render_ipam(report: dict[str, Any]) -> str:
+    p = report["params"]
+    n, h, r = report["netctl"], report["host_local"], report["ratio"]
+    lines = [f"netctl bench ipam: {p['allocations']} allocations, concurrency "
+             f"{p['concurrency']}, pool {p['subnet']} ({n['pool_size']} addresses netctl-ipam, "
+             f"{h['pool_size']} host-local; gateway {p['gateway']} kept out), {p['cpus']} CPUs, "
+             f"prefix {report['prefix']}",
+             "both exec'd as a main plugin execs its IPAM plugin: netctl-ipam (the thin plugin, "
+             "forwarding to the daemon) vs /usr/lib/cni/host-local",
+             f"load average (1, 5, 15 min) at start {p['loadavg_start']}, "
+             f"at end {p['loadavg_end']}", ""]
+    rows: list[tuple[str, str, str, str]] = [
+        ("", "netctl-ipam", "host-local", "ratio"),
+        ("allocations/s (ADD phase)", _num(n["allocations_per_s"]),
+         _num(h["allocations_per_s"]), _num(r["allocations_per_s"])),
+        ("releases/s (DEL phase)", _num(n["releases_per_s"]), _num(h["releases_per_s"]),
+         _num(r["releases_per_s"])),
+        ("ADD phase wall time (s)", _num(n["add_wall_s"]), _num(h["add_wall_s"]),
+         _num(_ratio(n["add_wall_s"], h["add_wall_s"]))),
+        ("DEL phase wall time (s)", _num(n["del_wall_s"]), _num(h["del_wall_s"]),
+         _num(_ratio(n["del_wall_s"], h["del_wall_s"]))),
+    ]
+    for verb in ("ADD", "DEL"):
+        for q in ("p50", "p95", "p99"):
+            key = f"{verb.lower()}_ms"
+            rows.append((f"{verb} {q} (ms)", _num(n[key][q]), _num(h[key][q]),
+                         _num(r[f"{verb.lower()}_{q}"])))
+    rows.append(("CPU per ADD+DEL (ms, all processes)", _num(n["cpu_ms_per_allocation"]),
+                 _num(h["cpu_ms_per_allocation"]), _num(r["cpu_ms_per_allocation"])))
+    rows.append(("failures", str(n["failures"]), str(h["failures"]), ""))
+    rows.append(("distinct addresses handed out", str(n["distinct_addresses"]),
+                 str(h["distinct_addresses"]), ""))
+    rows.append(("addresses handed out twice", str(len(n["duplicates"])),
+                 str(len(h["duplicates"])), ""))
+    rows.append(("still held after the DELs", str(len(n["held_after"])),
+                 str(len(h["held_after"])), ""))
+    rss = report["daemon"]["peak_rss_kib"]
+    rows.append(("daemon peak RSS (MiB)", _num(rss / 1024 if rss else None), "-", ""))
+    pv, hv = report["plugin"]["version_ms"], report["plugin"]["host_local_version_ms"]
+    for q in ("p50", "p95"):
+        rows.append((f"plugin VERSION {q} (ms, no daemon)", _num(pv[q]), _num(hv[q]),
+                     _num(_ratio(pv[q], hv[q]))))
+    lines += _grid(rows)
+    st = report["plugin"]["status_ms"]
+    lines.append(f"  netctl-ipam STATUS round trip (plugin start, socket, the daemon parses the "
+                 f"config; no journal): p50 {st['p50']:.2f} ms, p95 {st['p95']:.2f} ms")
+    per = max(n["allocations"], 1)
+    lines.append("  CPU per ADD+DEL (ms): netctl: daemon {:.2f}, thin plugin {:.2f}, bench {:.2f};"
+                 " host-local: plugin {:.2f}, bench {:.2f}".format(
+                     *(n["cpu_s"].get(k, 0.0) * 1000 / per for k in ("daemon", "execs", "bench")),
+                     *(h["cpu_s"].get(k, 0.0) * 1000 / max(h["allocations"], 1)
+                       for k in ("execs", "bench"))))
+    b = report.get("breakdown")
+    if b and "ADD" in b:
+        lines += ["", "netctl-ipam: where an ADD/DEL's time goes (medians, ms; client clock and "
+                  "journal timestamps)"]
+        brow: list[tuple[str, str, str]] = [("", "ADD", "DEL")]
+        for label, key in (("plugin exec, start to exit", "exec_ms"),
+                           ("  before the operation starts", "before_operation_ms"),
+                           ("  the operation in the daemon", "operation_ms"),
+                           ("    its first commit, wait for the IPAM write",
+                            "begin_commit_and_wait_ms"),
+                           ("    allocate/release, its commit, wait for the last write",
+                            "ipam_write_and_finish_wait_ms"),
+                           ("  after the operation ends", "after_operation_ms")):
+            brow.append((label, _num(b["ADD"][key]["p50"]), _num(b["DEL"][key]["p50"])))
+        lines += _grid(brow)
+        lines.append("  (before: plugin start, socket, request decode, config parse, the wait "
+                     "for the journal writer; after: the last commit, the reply, plugin exit)")
+        a, d = b["ADD"], b["DEL"]
+        lines.append("  the operation, first vs last tenth of the phase (p50 ms): ADD {:.2f} → "
+                     "{:.2f}, DEL {:.2f} → {:.2f} (pool filling up, then emptying)".format(
+                         a["operation_first_tenth_ms"]["p50"], a["operation_last_tenth_ms"]["p50"],
+                         d["operation_first_tenth_ms"]["p50"],
+                         d["operation_last_tenth_ms"]["p50"]))
+        ops = ", ".join(f"{c} {verb}" for verb, c in sorted(b["operations"].items()))
+        lines.append(f"  journal: operations {ops}; {b['allocation_rows']} allocation rows; "
+                     f"{len(b['operations_not_done'])} operations not done; each ADD or DEL "
+                     "is 3 journal writes (begin, IPAM, finish)")
+    lines += _verdict(report["problems"], "every ADD and DEL succeeded; every address distinct "
+                      "and in the pool; nothing held after the DELs")
+    return "\n".join(lines)
+
+
+def _verdict(problems: list[str], ok: str) -> list[str]:
+    if not problems:
+        return ["", f"ok: {ok}"]
+    lines = ["", f"FAILED: {len(problems)} problem(s):"]
+    lines += [f"  {msg}" for msg in problems[:50]]
+    if len(problems) > 50:
+        lines.append(f"  … and {len(problems) - 50} more")
+    return lines
 
 
 # -- entry points -------------------------------------------------------------------------
@@ -849,7 +1278,7 @@ def run_churn(args: argparse.Namespace) -> int:
         bench.churn(netctl, bench.pod_netctl)
         rss = bench.daemon_peak_rss_kib()
         code = bench.stop_daemon()
-        netctl_left = bench.leftovers()
+        netctl_left = bench.leftovers(journal=bench.ipam == "netctl-ipam")
         breakdown = journal_breakdown(bench.state_dir / "journal.db", netctl.pods)
         bench.pod_direct(warm, 0, tag="dw")
         delegate_version_s = bench.time_delegate_version()
@@ -869,7 +1298,9 @@ def run_churn(args: argparse.Namespace) -> int:
         report = {
             "bench": "churn",
             "params": {"pods": bench.pods, "concurrency": bench.concurrency,
-                       "networks": bench.k, "ipam": bench.ipam, "cpus": os.cpu_count(),
+                       "networks": bench.k, "ipam": bench.ipam,
+                       "ipam_by_side": {"netctl": bench.ipam, "direct": "host-local"},
+                       "cpus": os.cpu_count(),
                        "loadavg_start": [round(x, 2) for x in load_start],
                        "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
             "prefix": bench.prefix,
@@ -896,16 +1327,107 @@ def run_churn(args: argparse.Namespace) -> int:
     finally:
         cleanup_problems = bench.cleanup()
         signal.signal(signal.SIGTERM, old_term)
+    return _finish(report, cleanup_problems, interrupted, args.json, render)
+
+
+def run_ipam(args: argparse.Namespace) -> int:
+    if args.allocations < 1 or args.concurrency < 1:
+        print("netctl bench ipam: --allocations and --concurrency must be ≥ 1", file=sys.stderr)
+        return 2
+    why = preflight()
+    if why:
+        print(f"netctl bench ipam: {why}", file=sys.stderr)
+        return 2
+    bench = IpamBench(args.allocations, args.concurrency)
+    load_start = os.getloadavg()
+    old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
+    sides = {key: Side(key) for key in IPAM_SIDES}
+    report: dict[str, Any] = {}
+    interrupted = False
+    cleanup_problems: list[str] = []
+    try:
+        bench.setup()
+        _progress(f"pool {bench.subnet} ({bench.pool_size['netctl']} addresses); "
+                  "starting the daemon")
+        bench.start_daemon()
+        warm = Side("warm-up")
+        bench.warm_up(warm, "netctl")
+        version_s = bench.time_plugin("VERSION", bench.confs["netctl"],
+                                      plugin=bench.ipam_plugin)
+        status_conf = json.dumps({**json.loads(bench.confs["netctl"]),
+                                  "cniVersion": "1.1.0"}).encode()  # STATUS is 1.1.0
+        status_s = bench.time_plugin("STATUS", status_conf, plugin=bench.ipam_plugin)
+        _progress(f"netctl-ipam: {bench.n} allocations, concurrency {bench.concurrency}")
+        bench.run_side(sides["netctl"], "netctl")
+        rss = bench.daemon_peak_rss_kib()
+        code = bench.stop_daemon()
+        breakdown = ipam_breakdown(bench.state_dir / "journal.db", sides["netctl"].pods)
+        bench.warm_up(warm, "host_local")
+        host_local_version_s = bench.time_delegate_version("host-local")
+        _progress(f"host-local: {bench.n} allocations, concurrency {bench.concurrency}")
+        bench.run_side(sides["host_local"], "host_local")
+        reps = {key: ipam_side_report(sides[key], bench.n, bench.pool_size[key])
+                for key in IPAM_SIDES}
+        problems = [f"warm-up: {m}" for m in warm.failures]
+        for key in IPAM_SIDES:
+            rep, label = reps[key], IPAM_LABELS[key]
+            rep["held_after"] = bench.held_after(key)
+            problems += [f"{label}: {m}" for m in sides[key].failures + rep["held_after"]]
+            if rep["allocations"] != bench.n:
+                problems.append(f"{label}: {rep['allocations']} of {bench.n} allocations "
+                                "succeeded")
+            if rep["duplicates"]:
+                problems.append(f"{label}: addresses handed out twice: "
+                                f"{', '.join(rep['duplicates'])}")
+        problems += [f"netctl journal: {m}" for m in breakdown["operations_not_done"]]
+        if code not in (0, None):
+            problems.append(f"netctl daemon exited with {code} on SIGTERM")
+        report = {
+            "bench": "ipam",
+            "params": {"allocations": bench.n, "concurrency": bench.concurrency,
+                       "subnet": str(bench.subnet), "gateway": str(bench.gateway),
+                       "cpus": os.cpu_count(),
+                       "loadavg_start": [round(x, 2) for x in load_start],
+                       "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
+            "prefix": bench.prefix,
+            "root": str(bench.root),
+            "netctl": reps["netctl"],
+            "host_local": reps["host_local"],
+            "ratio": ipam_ratios(reps["netctl"], reps["host_local"]),
+            "daemon": {"pid": bench.daemon_pid, "peak_rss_kib": rss, "exit_code": code},
+            "plugin": {"runs": VERSION_RUNS, "version_ms": summary_ms(version_s),
+                       "status_ms": summary_ms(status_s),
+                       "host_local_version_ms": summary_ms(host_local_version_s)},
+            "breakdown": breakdown,
+            "problems": problems,
+        }
+    except (KeyboardInterrupt, Interrupted):
+        interrupted = True
+        print("netctl bench: interrupted; cleaning up", file=sys.stderr)
+    except Exception as exc:
+        print(f"netctl bench ipam failed: {exc}", file=sys.stderr)
+        if bench.daemon is not None:
+            print(bench.daemon_log(), file=sys.stderr)
+        report = {}
+    finally:
+        cleanup_problems = bench.cleanup()
+        signal.signal(signal.SIGTERM, old_term)
+    return _finish(report, cleanup_problems, interrupted, args.json, render_ipam)
+
+
+def _finish(report: dict[str, Any], cleanup_problems: list[str], interrupted: bool,
+            as_json: bool, render_fn: Callable[[dict[str, Any]], str]) -> int:
+    """Print the report (JSON or text) and the problems; the exit status."""
     for msg in cleanup_problems:
         print(f"netctl bench: clean-up: {msg}", file=sys.stderr)
     if not report:
         return 130 if interrupted else 1
     report["problems"] += [f"clean-up: {m}" for m in cleanup_problems]
     report["ok"] = not report["problems"]
-    if args.json:
+    if as_json:
         print(json.dumps(report, indent=2))
     else:
-        print(render(report))
+        print(render_fn(report))
     for msg in report["problems"][:50]:
         print(f"netctl bench: {msg}", file=sys.stderr)
     return 0 if report["ok"] else 1
@@ -914,5 +1436,7 @@ def run_churn(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     if args.bench == "churn":
         return run_churn(args)
+    if args.bench == "ipam":
+        return run_ipam(args)
     print(f"netctl bench {args.bench}: not implemented yet", file=sys.stderr)
     return 2

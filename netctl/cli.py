@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import socket
+import sqlite3
 import struct
 import sys
 from datetime import datetime
@@ -63,16 +64,24 @@ def _cmd_journal(args: argparse.Namespace) -> int:
     since = query.parse_time(args.since) if args.since else None
     atts = query.attachments(conn, pod=args.pod, container=args.container, ip=args.ip, at=at,
                              since=since, network=args.network)
+    # the IPAM's record of the address: the only one in plain-plugin mode (no attachment)
+    allocs = query.allocations_at(conn, args.ip, at, since=since, container=args.container,
+                                  pod=args.pod) if args.ip else []
     ops = [] if (args.ip or args.pod or args.network) else query.operations(
         conn, container=args.container, since=since)
     if args.json:
-        print(json.dumps({"attachments": atts, "operations": ops}, indent=2))
+        print(json.dumps({"attachments": atts, "allocations": allocs, "operations": ops},
+                         indent=2))
         return 0
     for row in atts:
         row["addresses"] = ",".join(row["addresses"]) or "-"
         row["since"], row["until"] = _fmt_time(row["since"]), _fmt_time(row["until"])
     print(_table(atts, ["container", "pod", "network", "ifname", "addresses", "state", "since",
                         "until"]))
+    if args.ip:
+        print()
+        print(_table(_timed(allocs), ["pool", "address", "container", "pod", "ifname", "since",
+                                      "until"]))
     if ops:
         for row in ops:
             row["started_at"] = _fmt_time(row["started_at"])
@@ -80,6 +89,50 @@ def _cmd_journal(args: argparse.Namespace) -> int:
         print(_table(ops, ["id", "verb", "container_id", "origin", "state", "code", "started_at",
                            "error"]))
     return 0
+
+
+def _timed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of allocation rows with ``since``/``until`` readable, for a table."""
+    return [{**r, "since": _fmt_time(r["since"]), "until": _fmt_time(r["until"])} for r in rows]
+
+
+def _cmd_ipam(args: argparse.Namespace) -> int:
+    """``netctl ipam pools|show POOL|leaks``: read-only, from the journal (daemon up or down)."""
+    from netctl.journal import query
+
+    conn = query.connect(args.state_dir)
+    try:
+        _ipam_report(args, conn)
+    finally:
+        conn.close()
+    return 0
+
+
+def _ipam_report(args: argparse.Namespace, conn: sqlite3.Connection) -> None:
+    from netctl.journal import query
+
+    alloc_cols = ["address", "container", "pod", "ifname", "since"]
+    if args.ipam == "pools":
+        rows = query.pools(conn)
+        if args.json:
+            print(json.dumps({"pools": rows}, indent=2))
+        else:
+            print(_table(rows, ["key", "range", "family", "size", "in_use", "free"]))
+    elif args.ipam == "show":
+        allocs = query.pool_allocations(conn, args.pool, include_released=args.all)
+        pool = next(p for p in query.pools(conn) if p["key"] == args.pool)
+        if args.json:
+            print(json.dumps({"pool": pool, "allocations": allocs}, indent=2))
+        else:
+            print(f"pool {pool['key']}: range {pool['range']}, IPv{pool['family']}, size "
+                  f"{pool['size']}, in use {pool['in_use']}, free {pool['free']}")
+            print(_table(_timed(allocs), alloc_cols + (["until"] if args.all else [])))
+    else:
+        rows = query.leaks(conn)
+        if args.json:
+            print(json.dumps({"leaks": rows}, indent=2))
+        else:
+            print(_table(_timed(rows), ["pool", *alloc_cols, "reason", "detail"]))
 
 
 def admin_request(socket_path: str, timeout: float = 5.0) -> dict[str, Any]:
@@ -160,13 +213,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_status)
 
+    p = sub.add_parser("ipam", help="the central IPAM's pools, allocations and leaks")
+    isub = p.add_subparsers(dest="ipam", required=True, metavar="WHAT")
+    read = argparse.ArgumentParser(add_help=False)
+    read.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+    read.add_argument("--json", action="store_true")
+    isub.add_parser("pools", parents=[read], help="every pool: size, in use, free")
+    i = isub.add_parser("show", parents=[read], help="a pool's allocations")
+    i.add_argument("pool", metavar="POOL", help="the pool's key, as `netctl ipam pools` shows")
+    i.add_argument("--all", action="store_true", help="released allocations too (history)")
+    isub.add_parser("leaks", parents=[read], help="live allocations no live attachment holds")
+    p.set_defaults(fn=_cmd_ipam)
+
     p = sub.add_parser("bench", help="benchmarks on real namespaces and real plugins")
     bsub = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
     b = bsub.add_parser("churn", help="pod ADD/DEL churn: netctl vs direct sequential exec")
     b.add_argument("--pods", type=int, default=100)
     b.add_argument("--concurrency", type=int, default=8)
     b.add_argument("--networks", type=int, default=1)
-    b.add_argument("--ipam", choices=["host-local"], default="host-local")
+    b.add_argument("--ipam", choices=["netctl-ipam", "host-local"], default="host-local")
+    b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("ipam", help="netctl-ipam as a plain IPAM plugin vs host-local")
+    b.add_argument("--allocations", type=int, default=500)
+    b.add_argument("--concurrency", type=int, default=8)
     b.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_bench)
     return parser

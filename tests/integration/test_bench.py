@@ -1,5 +1,7 @@
-"""We test these aspects: `netctl bench churn` runs both sides on real namespaces, reports
-numbers for each, sees no failures, and leaves nothing with its prefix behind."""
+"""We test these aspects: `netctl bench churn` (host-local, and netctl-ipam on the netctl
+side) and `netctl bench ipam` run both sides on real namespaces, report numbers for each,
+see no failures (every address distinct, none held after the DELs), and leave nothing with
+their prefix behind."""
 
 from __future__ import annotations
 
@@ -36,6 +38,58 @@ def test_churn_small_json() -> None:
 
     prefix = report["prefix"]
     assert prefix.startswith("ncb")
+    assert host_links(prefix) == []
+    netns = [line.split()[0] for line in ip("netns", "list").stdout.splitlines() if line]
+    assert [n for n in netns if n.startswith(prefix)] == []
+    assert not os.path.exists(report["root"])
+    assert not os.path.exists(f"/proc/{report['daemon']['pid']}")
+
+
+def test_churn_with_netctl_ipam_json() -> None:
+    """The netctl side allocates in the daemon (mode a); the direct side keeps host-local."""
+    proc = subprocess.run([NETCTL, "bench", "churn", "--pods", "6", "--concurrency", "2",
+                           "--networks", "2", "--ipam", "netctl-ipam", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    assert report["params"]["ipam_by_side"] == {"netctl": "netctl-ipam", "direct": "host-local"}
+    for side in ("netctl", "direct"):
+        rep = report[side]
+        assert rep["pods"] == 6 and rep["failures"] == 0 and rep["leftovers"] == []
+        assert rep["pods_per_s"] > 0
+        assert all(rep[verb]["p50"] > 0 for verb in ("add_ms", "del_ms"))
+    b = report["breakdown"]
+    assert b["operations_not_done"] == []
+    assert b["ipam_allocations"] == 7 * 2  # every pod (and the warm-up) on both networks
+    assert b["steps"] == 7 * 2 * 2  # bridge alone, ADD and DEL: no IPAM exec
+    assert host_links(report["prefix"]) == []
+    assert not os.path.exists(report["root"])
+
+
+def test_ipam_small_json() -> None:
+    proc = subprocess.run([NETCTL, "bench", "ipam", "--allocations", "20", "--concurrency", "4",
+                           "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    for side in ("netctl", "host_local"):
+        rep = report[side]
+        assert rep["allocations"] == 20 and rep["distinct_addresses"] == 20
+        assert rep["failures"] == 0 and rep["errors"] == [] and rep["duplicates"] == []
+        assert rep["held_after"] == []
+        assert rep["allocations_per_s"] > 0 and rep["releases_per_s"] > 0
+        for verb in ("add_ms", "del_ms"):
+            assert all(rep[verb][q] > 0 for q in ("p50", "p95", "p99"))
+    assert report["netctl"]["pool_size"] == report["host_local"]["pool_size"]
+    assert all(v is not None and v > 0 for v in report["ratio"].values())
+    assert report["daemon"]["peak_rss_kib"] > 0
+    b = report["breakdown"]
+    assert b["operations_not_done"] == []
+    assert b["operations"] == {"ADD": 21, "DEL": 21}  # with the warm-up
+    assert b["ADD"]["allocations"] == 20 and b["DEL"]["allocations"] == 20
+
+    prefix = report["prefix"]
     assert host_links(prefix) == []
     netns = [line.split()[0] for line in ip("netns", "list").stdout.splitlines() if line]
     assert [n for n in netns if n.startswith(prefix)] == []
