@@ -46,7 +46,7 @@ from netctl.errors import (
     UNKNOWN_CONTAINER,
     CNIError,
 )
-from netctl.ipam.backend import Owner, ipam_result, pool_key
+from netctl.ipam.backend import Backend, Owner, ipam_result, pool_key
 from netctl.ipam.ranges import parse_config as parse_ipam
 from netctl.journal.store import Attachment
 
@@ -342,51 +342,39 @@ class Engine:
         if command == "GC":
             valid = {(str(v.get("containerID")), str(v.get("ifname")))
                      for v in conf.get("cni.dev/valid-attachments") or []}
-            op_id, _ = await self.journal.begin_operation("GC", "", caller_network=name,
-                                                          origin="ipam")
-            count = await self.journal.write(partial(
-                self.runner.ipam.release_stale, pools=pools, valid=valid, op_id=op_id))
-            await self.journal.finish_operation(op_id, "done", error=f"released {count}")
+            await self.journal.whole_operation(
+                "GC", "", partial(_release_stale, self.runner.ipam, pools, valid),
+                caller_network=name, origin="ipam")
             return None
         container_id = validate.container_id(req.container_id)
         ifname = validate.ifname(req.ifname)
         pod = Pod.from_args(validate.parse_cni_args(req.args))
 
+        ipam = self.runner.ipam
+        fields = {"netns": req.netns, "ifname": ifname, "caller_network": name,
+                  "caller_version": version, "pod": (pod.namespace, pod.name, pod.uid),
+                  "request": req.stdin.encode(), "origin": "ipam"}
+        wanted = [str(ip) for ip in (conf.get("runtimeConfig") or {}).get("ips") or []]
+
+        async def body(db: Any, op_id: int) -> dict[str, Any] | None:
+            """The whole request in one journal transaction: no crash can split it."""
+            if command == "ADD":
+                owner = Owner(container_id, ifname, req.netns,
+                              (pod.namespace, pod.name, pod.uid), None, op_id)
+                leases = await ipam.allocate(db, cfg, ranges, owner, wanted)
+                return versions.convert_result(ipam_result(cfg, leases, version), version)
+            if command == "DEL":
+                await ipam.release(db, op_id=op_id, container_id=container_id, ifname=ifname,
+                                   pools=pools)
+                return None
+            if not await ipam.held_by(db, cfg, ranges, container_id=container_id,
+                                      ifname=ifname):
+                raise CNIError(UNKNOWN_CONTAINER, f"netctl-ipam: container {container_id} "
+                               f"ifname {ifname} holds no address in {', '.join(pools)}")
+            return None
+
         async def serve() -> dict[str, Any] | None:
-            op_id, _ = await self.journal.begin_operation(
-                command, container_id, netns=req.netns, ifname=ifname, caller_network=name,
-                caller_version=version, pod=(pod.namespace, pod.name, pod.uid),
-                request=req.stdin.encode(), origin="ipam")
-            try:
-                if command == "ADD":
-                    wanted = [str(ip) for ip in (conf.get("runtimeConfig") or {}).get("ips")
-                              or []]
-                    owner = Owner(container_id, ifname, req.netns,
-                                  (pod.namespace, pod.name, pod.uid), None, op_id)
-                    leases = await self.journal.write(
-                        partial(self.runner.ipam.allocate, cfg=cfg, ranges=ranges, owner=owner,
-                                wanted=wanted))
-                    result: dict[str, Any] | None = versions.convert_result(
-                        ipam_result(cfg, leases, version), version)
-                elif command == "DEL":
-                    await self.journal.write(partial(self.runner.ipam.release, op_id=op_id,
-                                                     container_id=container_id,
-                                                     ifname=ifname, pools=pools))
-                    result = None
-                else:
-                    held = await self.journal.write(partial(
-                        self.runner.ipam.held_by, cfg=cfg, ranges=ranges, container_id=container_id,
-                        ifname=ifname))
-                    if not held:
-                        raise CNIError(UNKNOWN_CONTAINER, f"netctl-ipam: container "
-                                       f"{container_id} ifname {ifname} holds no address in "
-                                       f"{', '.join(pools)}")
-                    result = None
-            except CNIError as exc:
-                await self.journal.finish_operation(op_id, "failed", exc.code, exc.msg)
-                raise
-            await self.journal.finish_operation(op_id, "done")
-            return result
+            return await self.journal.whole_operation(command, container_id, body, **fields)
 
         return await self._serialized(container_id, command, serve)
 
@@ -425,3 +413,7 @@ def _conf_name(stdin: str) -> str | None:
     name = obj.get("name") if isinstance(obj, dict) else None
     return name if isinstance(name, str) else None
 
+
+async def _release_stale(ipam: Backend, pools: list[str], valid: set[tuple[str, str]],
+                         db: Any, op_id: int) -> None:
+    await ipam.release_stale(db, pools, valid, op_id)

@@ -24,8 +24,7 @@ from netctl.ipam.ranges import IPAMConfig, Range, next_free, requested
 
 
 async def _rows(db: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
-    async with db.execute(sql, params) as cur:
-        return list(await cur.fetchall())
+    return list(await db.execute_fetchall(sql, params))  # one trip to the database thread
 
 
 async def allocate(db: aiosqlite.Connection, cfg: IPAMConfig, ranges: list[Range], owner: Owner,

@@ -20,6 +20,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -28,6 +29,7 @@ import msgspec
 import trio
 import trio_asyncio
 
+from netctl.errors import CNIError
 from netctl.journal.migrate import migrate
 
 T = TypeVar("T")
@@ -91,6 +93,30 @@ class Operation(msgspec.Struct, kw_only=True):
     ifname: str
     state: str
     origin: str
+
+
+async def _insert_operation(
+    db: aiosqlite.Connection, verb: str, container_id: str, state: str, now: float, *,
+    netns: str = "", ifname: str = "", caller_network: str = "", caller_version: str = "",
+    pod: tuple[str, str, str] = ("", "", ""), request: bytes | None = None,
+    origin: str = "runtime",
+) -> int:
+    """One operations row; a closed one (not ``running``) gets its finish time too."""
+    cur = await db.execute(
+        "INSERT INTO operations (verb, container_id, netns, ifname, caller_network,"
+        " caller_version, pod_namespace, pod_name, pod_uid, request, origin, state,"
+        " started_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (verb, container_id, netns, ifname, caller_network, caller_version, *pod, request,
+         origin, state, now, None if state == "running" else now),
+    )
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+async def _record_failure(db: aiosqlite.Connection, *, verb: str, container_id: str,
+                          code: int, msg: str, fields: dict[str, Any]) -> None:
+    op_id = await _insert_operation(db, verb, container_id, "failed", time.time(), **fields)
+    await db.execute("UPDATE operations SET code=?, error=? WHERE id=?", (code, msg, op_id))
 
 
 def _json(value: Any) -> bytes | None:
@@ -182,8 +208,7 @@ class Journal:
         db = self._db
 
         async def body() -> list[sqlite3.Row]:
-            async with db.execute(sql, params) as cur:
-                return list(await cur.fetchall())
+            return list(await db.execute_fetchall(sql, params))
 
         with trio.CancelScope(shield=True):
             async with self._lock:
@@ -197,30 +222,17 @@ class Journal:
         verb: str,
         container_id: str,
         *,
-        netns: str = "",
-        ifname: str = "",
-        caller_network: str = "",
-        caller_version: str = "",
-        pod: tuple[str, str, str] = ("", "", ""),
-        request: bytes | None = None,
-        origin: str = "runtime",
         attachments: Sequence[dict[str, Any]] = (),
         removing: Sequence[int] = (),
+        **fields: Any,
     ) -> tuple[int, list[int]]:
         """Record an operation before its first side effect, in one transaction with the
         attachments it will add (state ``adding``) and those it will remove (``removing``).
+        ``fields``: netns, ifname, caller_network, caller_version, pod, request, origin.
         Returns the operation's id and the new attachments' ids."""
         async def fn(db: aiosqlite.Connection) -> tuple[int, list[int]]:
             now = time.time()
-            cur = await db.execute(
-                "INSERT INTO operations (verb, container_id, netns, ifname, caller_network,"
-                " caller_version, pod_namespace, pod_name, pod_uid, request, origin, state,"
-                " started_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,'running',?)",
-                (verb, container_id, netns, ifname, caller_network, caller_version, *pod,
-                 request, origin, now),
-            )
-            op_id = cur.lastrowid
-            assert op_id is not None
+            op_id = await _insert_operation(db, verb, container_id, "running", now, **fields)
             att_ids = []
             for att in attachments:
                 cur = await db.execute(
@@ -242,6 +254,25 @@ class Journal:
             return op_id, att_ids
 
         return await self._write(fn)
+
+    async def whole_operation(
+        self, verb: str, container_id: str,
+        body: Callable[[aiosqlite.Connection, int], Awaitable[T]], **fields: Any,
+    ) -> T:
+        """An operation whose only side effects are journal rows (an IPAM allocation or
+        release): recorded, done and closed in one transaction, so it happened entirely or
+        not at all. If ``body`` fails, nothing of it stays and the failure is recorded."""
+        async def fn(db: aiosqlite.Connection) -> T:
+            op_id = await _insert_operation(db, verb, container_id, "done", time.time(),
+                                            **fields)
+            return await body(db, op_id)
+
+        try:
+            return await self._write(fn)
+        except CNIError as exc:
+            await self._write(partial(_record_failure, verb=verb, container_id=container_id,
+                                      code=exc.code, msg=exc.msg, fields=fields))
+            raise
 
     async def finish_operation(
         self, op_id: int, state: str, code: int | None = None, error: str | None = None,
