@@ -1069,10 +1069,9 @@ def ipam_ratios(netctl: dict[str, Any], host_local: dict[str, Any]) -> dict[str,
 def ipam_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
     """Where a netctl-ipam ADD/DEL spends its time, from the client's clock and the
     journal's timestamps: before the operation (plugin start, socket, request, config
-    parse, waiting for the journal), its first commit and the wait for its next write
-    (started_at → the allocation's allocated_at / released_at), the allocation or release
-    with its commit and the wait for the last write (→ finished_at), and after (the last
-    commit, the reply, plugin exit)."""
+    parse, waiting for the journal writer), the operation's one transaction (started_at →
+    finished_at: the allocation or release), and after (its commit, the reply, plugin
+    exit)."""
     try:
         return _ipam_breakdown(db_path, runs)
     except sqlite3.Error as exc:
@@ -1087,13 +1086,6 @@ def _ipam_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
         ops = {(r["container_id"], r["verb"]): r for r in conn.execute(
             "SELECT id, verb, container_id, state, started_at, finished_at FROM operations"
             " WHERE origin='ipam'")}
-        mid: dict[int, float] = {}
-        for r in conn.execute("SELECT allocated_op, allocated_at, released_op, released_at"
-                              " FROM ipam_allocations"):
-            if r["allocated_op"] is not None:
-                mid[r["allocated_op"]] = r["allocated_at"]
-            if r["released_op"] is not None:
-                mid[r["released_op"]] = r["released_at"]
         not_done = [f"{r['verb']} of {r['container_id']}: {r['state']}" for r in ops.values()
                     if r["state"] != "done"]
         counts = dict(conn.execute("SELECT verb, count(*) FROM operations GROUP BY verb")
@@ -1107,19 +1099,15 @@ def _ipam_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
         total: list[float] = []
         pre: list[float] = []
         inside: list[float] = []
-        first: list[float] = []
-        second: list[float] = []
         post: list[float] = []
         for run in runs:
             op = ops.get((run.container, verb))
-            if op is None or op["finished_at"] is None or op["id"] not in mid:
+            if op is None or op["finished_at"] is None:
                 continue
             t0, t1 = (run.add_t0, run.add_t1) if verb == "ADD" else (run.del_t0, run.del_t1)
             total.append(t1 - t0)
             pre.append(op["started_at"] - t0)
             inside.append(op["finished_at"] - op["started_at"])
-            first.append(mid[op["id"]] - op["started_at"])
-            second.append(op["finished_at"] - mid[op["id"]])
             post.append(t1 - op["finished_at"])
         tenth = max(len(inside) // 10, 1)  # inside is in index order: allocations in order
         out[verb] = {
@@ -1129,8 +1117,6 @@ def _ipam_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
             "exec_ms": summary_ms(total),
             "before_operation_ms": summary_ms(pre),
             "operation_ms": summary_ms(inside),
-            "begin_commit_and_wait_ms": summary_ms(first),
-            "ipam_write_and_finish_wait_ms": summary_ms(second),
             "after_operation_ms": summary_ms(post),
         }
     return out
@@ -1195,16 +1181,12 @@ def render_ipam(report: dict[str, Any]) -> str:
         brow: list[tuple[str, str, str]] = [("", "ADD", "DEL")]
         for label, key in (("plugin exec, start to exit", "exec_ms"),
                            ("  before the operation starts", "before_operation_ms"),
-                           ("  the operation in the daemon", "operation_ms"),
-                           ("    its first commit, wait for the IPAM write",
-                            "begin_commit_and_wait_ms"),
-                           ("    allocate/release, its commit, wait for the last write",
-                            "ipam_write_and_finish_wait_ms"),
+                           ("  the operation's transaction (allocate/release)", "operation_ms"),
                            ("  after the operation ends", "after_operation_ms")):
             brow.append((label, _num(b["ADD"][key]["p50"]), _num(b["DEL"][key]["p50"])))
         lines += _grid(brow)
         lines.append("  (before: plugin start, socket, request decode, config parse, the wait "
-                     "for the journal writer; after: the last commit, the reply, plugin exit)")
+                     "for the journal writer; after: its commit, the reply, plugin exit)")
         a, d = b["ADD"], b["DEL"]
         lines.append("  the operation, first vs last tenth of the phase (p50 ms): ADD {:.2f} → "
                      "{:.2f}, DEL {:.2f} → {:.2f} (pool filling up, then emptying)".format(
@@ -1214,7 +1196,7 @@ def render_ipam(report: dict[str, Any]) -> str:
         ops = ", ".join(f"{c} {verb}" for verb, c in sorted(b["operations"].items()))
         lines.append(f"  journal: operations {ops}; {b['allocation_rows']} allocation rows; "
                      f"{len(b['operations_not_done'])} operations not done; each ADD or DEL "
-                     "is 3 journal writes (begin, IPAM, finish)")
+                     "is one journal transaction (operation and allocation together)")
     lines += _verdict(report["problems"], "every ADD and DEL succeeded; every address distinct "
                       "and in the pool; nothing held after the DELs")
     return "\n".join(lines)

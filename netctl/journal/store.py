@@ -265,7 +265,10 @@ class Journal:
         async def fn(db: aiosqlite.Connection) -> T:
             op_id = await _insert_operation(db, verb, container_id, "done", time.time(),
                                             **fields)
-            return await body(db, op_id)
+            out = await body(db, op_id)
+            await db.execute("UPDATE operations SET finished_at=? WHERE id=?",
+                             (time.time(), op_id))
+            return out
 
         try:
             return await self._write(fn)
