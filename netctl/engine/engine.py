@@ -46,7 +46,7 @@ from netctl.errors import (
     UNKNOWN_CONTAINER,
     CNIError,
 )
-from netctl.ipam.backend import Backend, Owner, ipam_result, pool_key
+from netctl.ipam.backend import Owner, ipam_result, pool_key
 from netctl.ipam.ranges import parse_config as parse_ipam
 from netctl.journal.store import Attachment
 
@@ -334,6 +334,7 @@ class Engine:
         cfg, ranges = parse_ipam(ipam)
         pools = [pool_key(cfg, r) for r in ranges]
         name = str(conf.get("name", ""))
+        backend = self.runner.ipam
         if command in ("STATUS", "GC") and not versions.supports_gc(version):
             raise CNIError(INCOMPATIBLE_VERSION, f"netctl-ipam: {command} needs cniVersion "
                            f"1.1.0 or later, not {version}")
@@ -343,14 +344,12 @@ class Engine:
             valid = {(str(v.get("containerID")), str(v.get("ifname")))
                      for v in conf.get("cni.dev/valid-attachments") or []}
             await self.journal.whole_operation(
-                "GC", "", partial(_release_stale, self.runner.ipam, pools, valid),
+                "GC", "", lambda db, op_id: backend.release_stale(db, pools, valid, op_id),
                 caller_network=name, origin="ipam")
             return None
         container_id = validate.container_id(req.container_id)
         ifname = validate.ifname(req.ifname)
         pod = Pod.from_args(validate.parse_cni_args(req.args))
-
-        ipam = self.runner.ipam
         fields = {"netns": req.netns, "ifname": ifname, "caller_network": name,
                   "caller_version": version, "pod": (pod.namespace, pod.name, pod.uid),
                   "request": req.stdin.encode(), "origin": "ipam"}
@@ -361,13 +360,13 @@ class Engine:
             if command == "ADD":
                 owner = Owner(container_id, ifname, req.netns,
                               (pod.namespace, pod.name, pod.uid), None, op_id)
-                leases = await ipam.allocate(db, cfg, ranges, owner, wanted)
+                leases = await backend.allocate(db, cfg, ranges, owner, wanted)
                 return versions.convert_result(ipam_result(cfg, leases, version), version)
             if command == "DEL":
-                await ipam.release(db, op_id=op_id, container_id=container_id, ifname=ifname,
+                await backend.release(db, op_id=op_id, container_id=container_id, ifname=ifname,
                                    pools=pools)
                 return None
-            if not await ipam.held_by(db, cfg, ranges, container_id=container_id,
+            if not await backend.held_by(db, cfg, ranges, container_id=container_id,
                                       ifname=ifname):
                 raise CNIError(UNKNOWN_CONTAINER, f"netctl-ipam: container {container_id} "
                                f"ifname {ifname} holds no address in {', '.join(pools)}")
@@ -412,8 +411,3 @@ def _conf_name(stdin: str) -> str | None:
         return None
     name = obj.get("name") if isinstance(obj, dict) else None
     return name if isinstance(name, str) else None
-
-
-async def _release_stale(ipam: Backend, pools: list[str], valid: set[tuple[str, str]],
-                         db: Any, op_id: int) -> None:
-    await ipam.release_stale(db, pools, valid, op_id)
