@@ -26,6 +26,7 @@ import msgspec
 import trio
 
 from netctl.cni.config import validate_plugin_type
+from netctl.cni.types import check_result
 from netctl.errors import (
     DELEGATE_BAD_OUTPUT,
     DELEGATE_CRASHED,
@@ -277,4 +278,9 @@ def interpret(command: str, returncode: int, out: bytes, err: bytes) -> dict[str
     if command == "ADD" and isinstance(obj.get("code"), int) and "msg" in obj:
         raise PluginError(int(obj["code"]), str(obj["msg"]), str(obj.get("details") or ""),
                           stderr=err)
+    if command == "ADD":
+        problem = check_result(obj)
+        if problem is not None:
+            raise PluginError(DELEGATE_BAD_OUTPUT, f"printed a result that is not a CNI "
+                              f"result: {problem}", stderr=err)
     return obj

@@ -109,3 +109,26 @@ def test_version_output() -> None:
     out = b'{"cniVersion": "1.0.0", "supportedVersions": ["0.3.1", "0.4.0", "1.0.0"]}'
     result = interpret("VERSION", 0, out, b"")
     assert result is not None and result["supportedVersions"][-1] == "1.0.0"
+
+
+def test_add_result_of_the_wrong_shape_is_bad_output_naming_the_field() -> None:
+    with pytest.raises(PluginError) as exc:
+        interpret("ADD", 0, b'{"cniVersion": "1.0.0", "ips": "10.0.0.2/24"}', b"")
+    assert exc.value.code == 103 and "ips" in exc.value.msg
+
+
+def test_add_result_naming_a_missing_interface_is_bad_output() -> None:
+    out = b'{"cniVersion": "1.0.0", "interfaces": [{"name": "eth0"}],' \
+          b' "ips": [{"address": "10.0.0.2/24", "interface": 3}]}'
+    with pytest.raises(PluginError) as exc:
+        interpret("ADD", 0, out, b"")
+    assert exc.value.code == 103 and "interface index 3" in exc.value.msg
+
+
+def test_add_result_keeps_fields_netctl_does_not_know() -> None:
+    out = (b'{"cniVersion": "1.1.0", "interfaces": [{"name": "eth0", "mtu": 1400,'
+           b' "x-vendor": 1}], "ips": [{"address": "fd00::2/64", "interface": 0}],'
+           b' "custom": {"a": 1}}')
+    result = interpret("ADD", 0, out, b"")
+    assert result is not None
+    assert result["custom"] == {"a": 1} and result["interfaces"][0]["x-vendor"] == 1
