@@ -206,6 +206,8 @@ class Server:
             "queued": self.engine.queued,
             "served": self.served,
             "journal": self.engine.journal.path,
+            "journal_writes": self.engine.journal.writes,
+            "journal_commits": self.engine.journal.commits,  # fewer than writes: group commit
             "socket": self.config.socket_path,
             "replay": self.replay,
         }
