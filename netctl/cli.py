@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import socket
 import sqlite3
 import struct
@@ -135,8 +136,9 @@ def _ipam_report(args: argparse.Namespace, conn: sqlite3.Connection) -> None:
             print(_table(_timed(rows), ["pool", *alloc_cols, "reason", "detail"]))
 
 
-def admin_request(socket_path: str, timeout: float = 5.0) -> dict[str, Any]:
-    body = json.dumps({"command": "STATUS", "plugin": "netctl-admin"}).encode()
+def admin_request(socket_path: str, timeout: float = 5.0, command: str = "STATUS",
+                  args: str = "") -> dict[str, Any]:
+    body = json.dumps({"command": command, "plugin": "netctl-admin", "args": args}).encode()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(socket_path)
@@ -152,6 +154,43 @@ def admin_request(socket_path: str, timeout: float = 5.0) -> dict[str, Any]:
     reply = json.loads(data)
     out: dict[str, Any] = json.loads(reply["output"])
     return out
+
+
+def _cmd_reconcile(args: argparse.Namespace) -> int:
+    """Ask the daemon to reconcile (or only plan, with --dry-run); plan offline if it is down."""
+    try:
+        report = admin_request(args.socket, timeout=300, command="RECONCILE",
+                               args="dry-run" if args.dry_run else "")
+    except OSError as exc:
+        if not args.dry_run:
+            print(f"netctl: daemon not reachable at {args.socket} ({exc}); acting needs the "
+                  "daemon (it serializes with the runtime's requests). --dry-run plans from "
+                  "the journal alone.", file=sys.stderr)
+            return 1
+        from netctl.reconcile.facts import gather
+        from netctl.reconcile.plan import plan
+
+        path = f"{args.state_dir}/journal.db"
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no journal at {path}") from None
+        report = {"dry_run": True, "offline": True,
+                  "plan": plan(gather(path), args.grace).to_json(), "errors": []}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 1 if report["errors"] else 0
+    found = report["plan"]
+    verb = "would" if report["dry_run"] else "did"
+    for key, what in (("attachments", "DEL attachment"), ("allocations", "release allocation"),
+                      ("links", "delete host link")):
+        for item in found[key]:
+            ident = item.get("attachment") or item.get("allocation") or item.get("link")
+            extra = item.get("container") or item.get("address") or ""
+            print(f"{verb} {what} {ident} {extra}: {item['reason']}")
+    if not any(found.values()):
+        print("nothing to reconcile")
+    for err in report["errors"]:
+        print(f"error: {err}", file=sys.stderr)
+    return 1 if report["errors"] else 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -212,6 +251,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--socket", default=DEFAULT_SOCKET)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_status)
+
+    p = sub.add_parser("reconcile", help="find and clean what nothing owns any more")
+    p.add_argument("--socket", default=DEFAULT_SOCKET)
+    p.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+    p.add_argument("--dry-run", action="store_true", help="only print the plan")
+    p.add_argument("--grace", type=float, default=30.0,
+                   help="offline --dry-run: allocations younger than this are kept")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_reconcile)
 
     p = sub.add_parser("ipam", help="the central IPAM's pools, allocations and leaks")
     isub = p.add_subparsers(dest="ipam", required=True, metavar="WHAT")

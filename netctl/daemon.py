@@ -20,6 +20,7 @@ from netctl.engine.engine import Engine, Limits
 from netctl.engine.networks import NetworkDir
 from netctl.errors import INVALID_CONFIG, CNIError
 from netctl.journal.store import open_journal
+from netctl.reconcile.leaks import reconcile_every
 from netctl.reconcile.replay import replay
 from netctl.server import Server, ServerConfig
 
@@ -49,6 +50,8 @@ class DaemonConfig:
     max_request_bytes: int = 1 << 20
     allowed_uids: tuple[int, ...] = (0,)
     ipam_takeover: tuple[str, ...] = ()  # IPAM types served by netctl-ipam, e.g. whereabouts
+    reconcile_interval: float = 60.0  # seconds between periodic reconciles; 0: never
+    reconcile_grace: float = 30.0  # allocations younger than this are never released
 
     @property
     def bin_dirs(self) -> list[str]:
@@ -126,11 +129,15 @@ async def run(cfg: DaemonConfig, *,
             log.warning("replay: %s", failure)
         server = Server(engine, ServerConfig(cfg.socket, cfg.allowed_uids,
                                              cfg.max_request_bytes,
-                                             drain_timeout=cfg.drain_timeout))
+                                             drain_timeout=cfg.drain_timeout,
+                                             reconcile_grace=cfg.reconcile_grace))
         server.replay = dataclasses.asdict(report)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(server.serve)
+                if cfg.reconcile_interval > 0:
+                    nursery.start_soon(reconcile_every, engine, cfg.reconcile_interval,
+                                       cfg.reconcile_grace)
                 log.info("netctl daemon %d listening on %s (journal %s)", os.getpid(),
                          cfg.socket, journal.path)
                 task_status.started(server)

@@ -35,6 +35,7 @@ from netctl.errors import (
     REQUEST_TOO_LARGE,
     CNIError,
 )
+from netctl.reconcile.leaks import reconcile
 
 log = logging.getLogger("netctl.server")
 _HEADER = struct.Struct(">I")
@@ -48,6 +49,7 @@ class ServerConfig:
     max_request_bytes: int = 1 << 20
     read_timeout: float = 10.0
     drain_timeout: float = 30.0
+    reconcile_grace: float = 30.0
 
 
 async def _read_exact(stream: trio.SocketStream, n: int) -> bytes:
@@ -154,7 +156,7 @@ class Server:
             version = _caller_version(req.stdin)
             self.served += 1
             if req.plugin == ADMIN:
-                return Response(output=msgspec.json.encode(self.health()).decode())
+                return Response(output=msgspec.json.encode(await self._admin(req)).decode())
             result = await self.engine.handle(req)
             out = msgspec.json.encode(result).decode() if result is not None else ""
             return Response(output=out)
@@ -186,6 +188,13 @@ class Server:
                 await stream.send_all(_HEADER.pack(len(data)) + data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
+
+    async def _admin(self, req: Request) -> dict[str, Any]:
+        """``netctl status`` and ``netctl reconcile`` over the socket."""
+        if req.command == "RECONCILE":
+            return await reconcile(self.engine, dry_run=req.args == "dry-run",
+                                   grace=self.config.reconcile_grace)
+        return self.health()
 
     def _check_peer(self, stream: trio.SocketStream) -> None:
         creds = stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,

@@ -164,7 +164,7 @@ class Daemon:
         cfg = {"state-dir": str(self.state_dir), "socket": self.socket,
                "cni-bin-dir": ":".join(self.bin_dirs), "networks-dir": str(self.networks_dir),
                "log-level": "debug", "plugin-timeout": 5, "compensate-timeout": 20,
-               "drain-timeout": 10, **self.settings}
+               "drain-timeout": 10, "reconcile-interval": 0, **self.settings}
         config = self.root / "daemon.json"
         config.write_text(json.dumps(cfg))
         self.log_path = self.root / "daemon.log"

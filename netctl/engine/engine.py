@@ -97,6 +97,14 @@ class Engine:
     def queued(self) -> int:
         return self._waiting
 
+    def busy_containers(self) -> set[str]:
+        """Containers with a request running or waiting (the reconciler leaves them be)."""
+        return set(self._gates)
+
+    async def serialized_del(self, container_id: str, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run ``fn`` as a DEL of ``container_id``: after (and cancelling) its ADDs."""
+        return await self._serialized(container_id, "DEL", fn)
+
     # -- entry point -------------------------------------------------------------
 
     async def handle(self, req: Request) -> dict[str, Any] | None:

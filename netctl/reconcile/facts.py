@@ -1,0 +1,75 @@
+"""Gathering the reconciler's facts: the journal (read-only sqlite3), netns paths, host links.
+
+Synchronous on purpose: the daemon runs it in a worker thread, and
+``netctl reconcile --dry-run`` runs it directly while the daemon is down. A
+read-only WAL reader never blocks the daemon's writer. Host links come from
+pyroute2 in the host's own netns (no setns anywhere).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgspec
+from pyroute2 import IPRoute
+
+from netctl.reconcile.plan import AllocationFact, AttachmentFact, Facts, Link
+
+REMOVED_WINDOW = 24 * 3600.0  # removed attachments whose host links are still checked
+
+
+def host_links() -> dict[str, Link]:
+    out = {}
+    with IPRoute() as ipr:
+        for msg in ipr.get_links():
+            info = msg.get_attr("IFLA_LINKINFO")
+            kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
+            out[str(msg.get_attr("IFLA_IFNAME"))] = Link(
+                str(kind or ""), str(msg.get_attr("IFLA_ADDRESS") or "").lower())
+    return out
+
+
+def _result(blob: bytes | None) -> dict[str, object] | None:
+    if not blob:
+        return None
+    obj = msgspec.json.decode(blob)
+    return obj if isinstance(obj, dict) else None
+
+
+def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None = None,
+           links: dict[str, Link] | None = None) -> Facts:
+    now = time.time() if now is None else now
+    conn = sqlite3.connect(f"file:{journal_path}?mode=ro", uri=True)
+    try:
+        running = {row[0] for row in conn.execute(
+            "SELECT id FROM operations WHERE state='running'")}
+        attachments = [
+            AttachmentFact(id=r[0], container_id=r[1], network=r[2], ifname=r[3], netns=r[4],
+                           state=r[5], op_running=(r[6] in running or r[7] in running),
+                           result=_result(r[8]))
+            for r in conn.execute(
+                "SELECT id, container_id, network, ifname, netns, state, add_op, del_op, result"
+                " FROM attachments WHERE state != 'removed' ORDER BY id")]
+        removed = [(r[0], _result(r[1])) for r in conn.execute(
+            "SELECT id, result FROM attachments WHERE state='removed' AND removed_at > ?",
+            (now - REMOVED_WINDOW,))]
+        allocations = [
+            AllocationFact(id=r[0], pool=r[1], address=r[2], container_id=r[3], ifname=r[4],
+                           netns=r[5], attachment_id=r[6], attachment_state=r[7],
+                           age=now - r[8])
+            for r in conn.execute(
+                "SELECT a.id, a.pool, a.address, a.container_id, a.ifname, a.netns,"
+                " a.attachment_id, t.state, a.allocated_at FROM ipam_allocations a"
+                " LEFT JOIN attachments t ON t.id = a.attachment_id"
+                " WHERE a.released_at IS NULL ORDER BY a.id")]
+    finally:
+        conn.close()
+    paths = {a.netns for a in attachments if a.netns} | {a.netns for a in allocations if a.netns}
+    return Facts(
+        attachments=attachments, removed_results=removed, allocations=allocations,
+        netns_exists={p: os.path.exists(p) for p in paths},
+        host_links=host_links() if links is None else links, busy=frozenset(busy))
