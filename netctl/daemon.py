@@ -6,7 +6,9 @@ import dataclasses
 import logging
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -105,6 +107,11 @@ async def _wait_gone(owner: str, timeout: float = 5.0) -> None:
             await trio.sleep(0.01)
 
 
+async def _in_scope(scope: trio.CancelScope, fn: Callable[[], Awaitable[None]]) -> None:
+    with scope:
+        await fn()
+
+
 async def run(cfg: DaemonConfig, *,
               task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
     if cfg.kubeconfig or cfg.in_cluster:
@@ -135,14 +142,16 @@ async def run(cfg: DaemonConfig, *,
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(server.serve)
+                periodic = trio.CancelScope()
                 if cfg.reconcile_interval > 0:
-                    nursery.start_soon(reconcile_every, engine, cfg.reconcile_interval,
-                                       cfg.reconcile_grace)
+                    nursery.start_soon(_in_scope, periodic, partial(
+                        reconcile_every, engine, cfg.reconcile_interval, cfg.reconcile_grace))
                 log.info("netctl daemon %d listening on %s (journal %s)", os.getpid(),
                          cfg.socket, journal.path)
                 task_status.started(server)
                 async for signum in signals:
                     log.info("signal %s: draining", signal.Signals(signum).name)
                     server.stop()
+                    periodic.cancel()  # an interrupted round is finished by the next start
                     break
     log.info("netctl daemon stopped")

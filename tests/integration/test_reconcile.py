@@ -86,3 +86,9 @@ def test_periodic_reconcile_cleans_without_being_asked(daemon: Daemon, netns) ->
     assert "attached" == dict(daemon.db("SELECT container_id, state FROM attachments"))[
         "rc-keep"]
     assert daemon.cni("DEL", "rc-keep", keep, daemon.conf("recon")).rc == 0
+
+
+def test_sigterm_stops_a_daemon_with_periodic_reconcile(daemon: Daemon) -> None:
+    daemon.settings["reconcile-interval"] = 60
+    daemon.start()
+    assert daemon.stop(timeout=15) == 0
