@@ -29,6 +29,7 @@ BRIDGE_SUBNET=10.250.1.0/24
 MACVLAN_SUBNET=10.250.2.0/24
 POD_NAMESPACE=demo
 PODS=(pod1 pod2 pod3)
+CHURN=(churn1 churn2 churn3 churn4 churn5 churn6)   # pods of the crash scene
 READY_TIMEOUT=30            # seconds for the daemon to answer `netctl status`
 STOP_TIMEOUT=40             # seconds for the daemon to exit after SIGTERM
 
@@ -73,7 +74,7 @@ stop_daemon_hard() {
 
 remove_host_objects() {
     local pod
-    for pod in "${PODS[@]}"; do
+    for pod in "${PODS[@]}" "${CHURN[@]}"; do
         ip netns del "$(netns_of "$pod")" 2>/dev/null || true
     done
     ip link del "$BRIDGE" 2>/dev/null || true
@@ -473,6 +474,100 @@ stop_daemon() {
     ok "the daemon exited 0 after SIGTERM"
 }
 
+# --- a crash in the middle of a churn ------------------------------------------
+
+# running_adds: how many ADD operations the journal has in flight right now
+running_adds() {
+    "$PYTHON" -c '
+import sqlite3, sys
+db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+print(db.execute("SELECT count(*) FROM operations WHERE verb=? AND state=?",
+                 ("ADD", "running")).fetchone()[0])
+' "$TMP/state/journal.db"
+}
+
+crash_mid_churn() {
+    local pod pids=() deadline=$((SECONDS + READY_TIMEOUT))
+    for pod in "${CHURN[@]}"; do
+        ip netns add "$(netns_of "$pod")" || fail "cannot create netns $(netns_of "$pod")"
+        CONTAINER[$pod]=$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
+    done
+    cni ADD churn1 || fail "ADD of churn1 failed: $(cat "$TMP/out/churn1.ADD.json")"
+    echo "churn1 attached; now ADD the other $((${#CHURN[@]} - 1)) at once, and SIGKILL the" \
+        "daemon while ADDs are in flight"
+    for pod in "${CHURN[@]:1}"; do
+        cni ADD "$pod" &
+        pids+=($!)
+    done
+    until [[ $(running_adds) -gt 0 ]]; do
+        ((SECONDS < deadline)) || fail "no ADD was ever seen in flight"
+        sleep 0.005
+    done
+    kill -KILL "$DAEMON_PID"
+    wait "$DAEMON_PID" 2>/dev/null || true
+    DAEMON_PID=""
+    echo "    killed the daemon with $(running_adds) ADD(s) in flight (journal: running)"
+    local i ok_pods=0
+    for i in "${!pids[@]}"; do
+        pod=${CHURN[$((i + 1))]}
+        if wait "${pids[$i]}"; then
+            ok_pods=$((ok_pods + 1))
+        else
+            echo "    $pod: $("$PYTHON" -c 'import json,sys; e=json.load(open(sys.argv[1])); print("code", e["code"], "-", e["msg"][:70])' "$TMP/out/$pod.ADD.json" 2>/dev/null || echo "no answer")"
+        fi
+    done
+    echo "    $ok_pods of the others had finished before the kill"
+    ip netns del "$(netns_of churn1)"
+    echo "    and churn1's sandbox vanished while the daemon was down (no DEL will come)"
+}
+
+restart_and_reconcile() {
+    start_daemon
+    wait_daemon_ready
+    "$NETCTL" status --socket "$TMP/run/netctl.sock" --json >"$TMP/out/status.json"
+    "$PYTHON" - "$TMP/out/status.json" <<'EOF' || fail "the start-up replay did not run"
+import json, sys
+r = json.load(open(sys.argv[1]))["replay"]
+print(f"    start-up replay: {r['operations']} unfinished operation(s) closed, "
+      f"{r['attachments']} half-done attachment(s) of {r['containers']} container(s) undone")
+if r["failed"]:
+    sys.exit(f"demo: replay failures: {r['failed']}")
+EOF
+    [[ $(running_adds) -eq 0 ]] || fail "operations still running after the restart"
+    ok "no operation is left running: every interrupted ADD was compensated before serving"
+    echo "    netctl reconcile --dry-run"
+    "$NETCTL" reconcile --socket "$TMP/run/netctl.sock" --dry-run | sed 's/^/    | /'
+    "$NETCTL" reconcile --socket "$TMP/run/netctl.sock" --json >"$TMP/out/reconcile.json" \
+        || fail "netctl reconcile failed: $(cat "$TMP/out/reconcile.json")"
+    "$PYTHON" - "$TMP/out/reconcile.json" "${CONTAINER[churn1]}" <<'EOF' \
+        || fail "the reconciler did not clean what the crash left"
+import json, sys
+plan = json.load(open(sys.argv[1]))["plan"]
+gone = [a for a in plan["attachments"] if a["container"] == sys.argv[2]]
+print(f"    reconcile: {len(plan['attachments'])} attachment(s) DELeted, "
+      f"{len(plan['allocations'])} allocation(s) released, {len(plan['links'])} link(s) removed")
+if not gone:
+    sys.exit("demo: the reconciler did not DEL churn1, whose netns vanished")
+EOF
+    ok "the reconciler found churn1's vanished sandbox and released what it held"
+}
+
+del_churn_and_check() {
+    local pod
+    for pod in "${CHURN[@]:1}"; do
+        cni DEL "$pod" || fail "DEL of $pod failed: $(cat "$TMP/out/$pod.DEL.json")"
+    done
+    for pod in "${CHURN[@]:1}"; do
+        [[ $(ip -n "$(netns_of "$pod")" -o link show | wc -l) -eq 1 ]] \
+            || fail "interfaces left in $(netns_of "$pod")"
+    done
+    [[ -z $(ip -o link show master "$BRIDGE" 2>/dev/null) ]] \
+        || fail "ports left on $BRIDGE: $(ip -o link show master "$BRIDGE")"
+    [[ $(live_allocations | wc -l) -eq 0 ]] || fail "live allocations left: $(live_allocations)"
+    ok "after the runtime's DELs: no interface, no bridge port, no live allocation left"
+    "$NETCTL" ipam leaks --state-dir "$TMP/state" | sed 's/^/    | /'
+}
+
 main() {
     trap cleanup EXIT
     trap 'exit 130' INT
@@ -515,6 +610,13 @@ main() {
 
     step "Who had pod2's address while it was up? (asked after every pod is gone)"
     who_had_ip pod2 "$POD2_ADDR" "$POD2_AT"
+
+    step "A crash in the middle of a churn"
+    crash_mid_churn
+
+    step "Restart: replay before serving, then the reconciler"
+    restart_and_reconcile
+    del_churn_and_check
 
     step "Stop the daemon with SIGTERM"
     stop_daemon
