@@ -140,6 +140,22 @@ def _tail(data: bytes, limit: int = 300) -> str:
     return text[-limit:]
 
 
+def _exited(proc: subprocess.CompletedProcess[bytes]) -> str:
+    return f"exited {proc.returncode}: {_tail(proc.stdout)} {_tail(proc.stderr)}".strip()
+
+
+def _some(items: Sequence[str], limit: int = 10) -> str:
+    """The first ``limit`` items, comma-separated, and " …" when there are more."""
+    return ", ".join(items[:limit]) + (" …" if len(items) > limit else "")
+
+
+def _cni_env(command: str, container: str, netns: str, ifname: str,
+             args: str) -> dict[str, str]:
+    """The environment a runtime execs a CNI plugin with."""
+    return {"PATH": _PATH, "CNI_COMMAND": command, "CNI_CONTAINERID": container,
+            "CNI_NETNS": netns, "CNI_IFNAME": ifname, "CNI_PATH": SYSTEM_CNI, "CNI_ARGS": args}
+
+
 def preflight() -> str | None:
     """Why churn cannot run here, or None."""
     if os.geteuid() != 0:
@@ -210,6 +226,27 @@ class PodRun:
     ok: bool = False
     address: str = ""  # ipam: the address the ADD handed out
 
+    @contextlib.contextmanager
+    def timing(self, verb: str) -> Iterator[None]:
+        """Time the block into the ADD or DEL fields (not when it raises)."""
+        t0, p0 = time.time(), time.perf_counter()
+        yield
+        took, t1 = time.perf_counter() - p0, time.time()
+        if verb == "ADD":
+            self.add_t0, self.add_s, self.add_t1 = t0, took, t1
+        else:
+            self.del_t0, self.del_s, self.del_t1 = t0, took, t1
+
+    def timed(self, verb: str, call: Callable[[], subprocess.CompletedProcess[bytes]],
+              ) -> subprocess.CompletedProcess[bytes] | None:
+        """``call()`` (one plugin exec) timed into the ADD or DEL fields; None when it did
+        not exit within EXEC_TIMEOUT."""
+        with self.timing(verb):
+            try:
+                return call()
+            except subprocess.TimeoutExpired:
+                return None
+
 
 @dataclass
 class Side:
@@ -227,9 +264,32 @@ class Side:
         with self.lock:
             self.failures.append(msg)
 
+    def exited_ok(self, what: str, proc: subprocess.CompletedProcess[bytes] | None) -> bool:
+        """Whether ``proc`` (None: it timed out) exited 0; a failure of ``what`` if not."""
+        if proc is None:
+            self.fail(f"{what} did not exit within {EXEC_TIMEOUT:g}s")
+        elif proc.returncode != 0:
+            self.fail(f"{what} {_exited(proc)}")
+        return proc is not None and proc.returncode == 0
+
 
 class Interrupted(Exception):
     """SIGTERM, turned into an exception so the clean-up runs."""
+
+
+@dataclass
+class Measured:
+    """What a bench's run measured: its own parts of the report, and what every bench
+    reports (see :func:`bench_report`)."""
+
+    params: dict[str, Any]  # the bench's own (the CPUs and load averages are added)
+    parts: dict[str, Any]  # its own top-level keys: the sides, their ratio, …
+    plugin_s: dict[str, list[float]]  # plugin exec timings (seconds) by report key
+    peak_rss_kib: int
+    exit_code: int | None  # the daemon's, on SIGTERM
+    breakdown: dict[str, Any]
+    warm_up: Side
+    problems: list[str]  # its own (the warm-up's and the daemon's exit are added)
 
 
 class Bench:
@@ -308,6 +368,11 @@ class Bench:
             pass
         return 0
 
+    def finish_daemon(self) -> tuple[int, int | None]:
+        """The daemon's peak RSS (KiB), then its exit code on SIGTERM."""
+        rss = self.daemon_peak_rss_kib()
+        return rss, self.stop_daemon()
+
     def stop_daemon(self) -> int | None:
         proc, self.daemon = self.daemon, None
         if proc is None:
@@ -379,7 +444,7 @@ class Bench:
     # -- timings outside the phases --------------------------------------------
 
     def time_plugin(self, command: str, stdin: bytes, runs: int = VERSION_RUNS,
-                    plugin: str | None = None) -> list[float]:
+                    plugin: str | None = None, check: bool = True) -> list[float]:
         path = plugin or self.plugin
         env = {"PATH": _PATH, "CNI_COMMAND": command, "CNI_PATH": SYSTEM_CNI}
         times = []
@@ -387,22 +452,25 @@ class Bench:
             p0 = time.perf_counter()
             proc = _run([path], data=stdin, env=env)
             times.append(time.perf_counter() - p0)
-            if proc.returncode != 0:
+            if check and proc.returncode != 0:
                 raise RuntimeError(f"{os.path.basename(path)} {command} exited "
                                    f"{proc.returncode}: {_tail(proc.stdout)} "
                                    f"{_tail(proc.stderr)}")
         return times
 
+    def time_version_and_status(self, conf: bytes,
+                                plugin: str | None = None) -> dict[str, list[float]]:
+        """The plugin's VERSION with ``conf`` and its STATUS (a 1.1.0 verb) with ``conf`` at
+        cniVersion 1.1.0, by report key."""
+        status_conf = json.dumps({**json.loads(conf), "cniVersion": "1.1.0"}).encode()
+        return {"version_ms": self.time_plugin("VERSION", conf, plugin=plugin),
+                "status_ms": self.time_plugin("STATUS", status_conf, plugin=plugin)}
+
     def time_delegate_version(self, ptype: str = "bridge",
                               runs: int = VERSION_RUNS) -> list[float]:
-        env = {"PATH": _PATH, "CNI_COMMAND": "VERSION", "CNI_PATH": SYSTEM_CNI}
         stdin = json.dumps({"cniVersion": DELEGATE_VERSION}).encode()
-        times = []
-        for _ in range(runs):
-            p0 = time.perf_counter()
-            _run([os.path.join(SYSTEM_CNI, ptype)], data=stdin, env=env)
-            times.append(time.perf_counter() - p0)
-        return times
+        return self.time_plugin("VERSION", stdin, runs, os.path.join(SYSTEM_CNI, ptype),
+                                check=False)
 
     # -- clean-up ----------------------------------------------------------------
 
@@ -485,46 +553,31 @@ class Churn(Bench):
 
     def exec_netctl(self, command: str, container: str, netns: str, index: int,
                     stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        env = {"PATH": _PATH, "CNI_COMMAND": command, "CNI_CONTAINERID": container,
-               "CNI_NETNS": netns, "CNI_IFNAME": "eth0", "CNI_PATH": SYSTEM_CNI,
-               "CNI_ARGS": self.cni_args(index, selection=True)}
+        env = _cni_env(command, container, netns, "eth0", self.cni_args(index, selection=True))
         return _run([self.plugin], data=self.netctl_conf if stdin is None else stdin, env=env)
 
-    def pod_netctl(self, side: Side, index: int, tag: str = "n") -> PodRun:
+    @contextlib.contextmanager
+    def pod_netns(self, tag: str, index: int) -> Iterator[tuple[PodRun, str]]:
+        """A pod's record and its netns (the path), deleted on the way out."""
         run = PodRun(index, f"{self.prefix}-{tag}-{index}")
         ns_name = f"{self.prefix}-{tag}{index}"
         netns = self.netns_add(ns_name)
         try:
-            run.add_t0, p0 = time.time(), time.perf_counter()
-            try:
-                add = self.exec_netctl("ADD", run.container, netns, index)
-            except subprocess.TimeoutExpired:
-                side.fail(f"pod {index}: ADD did not exit within {EXEC_TIMEOUT:g}s")
-                add = None
-            run.add_s, run.add_t1 = time.perf_counter() - p0, time.time()
-            ok = add is not None and add.returncode == 0
-            if add is not None and not ok:
-                side.fail(f"pod {index}: ADD exited {add.returncode}: {_tail(add.stdout)} "
-                          f"{_tail(add.stderr)}".strip())
-            elif add is not None:
+            yield run, netns
+        finally:
+            self.netns_del(ns_name)
+
+    def pod_netctl(self, side: Side, index: int, tag: str = "n") -> PodRun:
+        with self.pod_netns(tag, index) as (run, netns):
+            add = run.timed("ADD", lambda: self.exec_netctl("ADD", run.container, netns, index))
+            ok = side.exited_ok(f"pod {index}: ADD", add)
+            if ok and add is not None:
                 problem = self.check_result(add.stdout, self.nets[0])
                 if problem:
                     ok = False
                     side.fail(f"pod {index}: ADD result: {problem}")
-            run.del_t0, p0 = time.time(), time.perf_counter()
-            try:
-                rm = self.exec_netctl("DEL", run.container, netns, index)
-            except subprocess.TimeoutExpired:
-                side.fail(f"pod {index}: DEL did not exit within {EXEC_TIMEOUT:g}s")
-                rm = None
-            run.del_s, run.del_t1 = time.perf_counter() - p0, time.time()
-            if rm is not None and rm.returncode != 0:
-                ok = False
-                side.fail(f"pod {index}: DEL exited {rm.returncode}: {_tail(rm.stdout)} "
-                          f"{_tail(rm.stderr)}".strip())
-            run.ok = ok and rm is not None
-        finally:
-            self.netns_del(ns_name)
+            rm = run.timed("DEL", lambda: self.exec_netctl("DEL", run.container, netns, index))
+            run.ok = side.exited_ok(f"pod {index}: DEL", rm) and ok
         return run
 
     @staticmethod
@@ -546,9 +599,7 @@ class Churn(Bench):
 
     def exec_delegate(self, side: Side, ptype: str, command: str, conf: bytes, container: str,
                       netns: str, ifname: str, index: int) -> subprocess.CompletedProcess[bytes]:
-        env = {"PATH": _PATH, "CNI_COMMAND": command, "CNI_CONTAINERID": container,
-               "CNI_NETNS": netns, "CNI_IFNAME": ifname, "CNI_PATH": SYSTEM_CNI,
-               "CNI_ARGS": self.cni_args(index, selection=False)}
+        env = _cni_env(command, container, netns, ifname, self.cni_args(index, selection=False))
         p0 = time.perf_counter()
         proc = _run([os.path.join(SYSTEM_CNI, ptype)], data=conf, env=env)
         took = time.perf_counter() - p0
@@ -557,57 +608,51 @@ class Churn(Bench):
         return proc
 
     def pod_direct(self, side: Side, index: int, tag: str = "d") -> PodRun:
-        run = PodRun(index, f"{self.prefix}-{tag}-{index}")
-        ns_name = f"{self.prefix}-{tag}{index}"
-        netns = self.netns_add(ns_name)
         ifnames = ["eth0"] + [f"net{j}" for j in range(1, self.k)]
         finals: list[dict[str, Any] | None] = [None] * self.k
         ok = True
-        try:
-            run.add_t0, p0 = time.time(), time.perf_counter()
-            try:
-                for n, (net, ifname) in enumerate(zip(self.nets, ifnames, strict=True)):
-                    prev: dict[str, Any] | None = None
-                    for i, ptype in enumerate(net.chain.types):
-                        conf = plugin_config(net.chain, i, prev, {})
-                        proc = self.exec_delegate(side, ptype, "ADD", conf, run.container,
-                                                  netns, ifname, index)
-                        if proc.returncode != 0:
-                            raise RuntimeError(f"{net.name} {ptype} exited {proc.returncode}: "
-                                               f"{_tail(proc.stdout)} {_tail(proc.stderr)}")
-                        prev = json.loads(proc.stdout)
-                    finals[n] = prev
-            except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
-                ok = False
-                side.fail(f"pod {index}: ADD: {exc}")
-            run.add_s, run.add_t1 = time.perf_counter() - p0, time.time()
+        with self.pod_netns(tag, index) as (run, netns):
+            with run.timing("ADD"):
+                try:
+                    for n, (net, ifname) in enumerate(zip(self.nets, ifnames, strict=True)):
+                        prev: dict[str, Any] | None = None
+                        for i, ptype in enumerate(net.chain.types):
+                            conf = plugin_config(net.chain, i, prev, {})
+                            proc = self.exec_delegate(side, ptype, "ADD", conf, run.container,
+                                                      netns, ifname, index)
+                            if proc.returncode != 0:
+                                raise RuntimeError(f"{net.name} {ptype} exited "
+                                                   f"{proc.returncode}: {_tail(proc.stdout)} "
+                                                   f"{_tail(proc.stderr)}")
+                            prev = json.loads(proc.stdout)
+                        finals[n] = prev
+                except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+                    ok = False
+                    side.fail(f"pod {index}: ADD: {exc}")
             if ok:
                 for net, final in zip(self.nets, finals, strict=True):
                     problem = self.check_result(json.dumps(final).encode(), net)
                     if problem:
                         ok = False
                         side.fail(f"pod {index}: ADD result of {net.name}: {problem}")
-            run.del_t0, p0 = time.time(), time.perf_counter()
-            for n in reversed(range(self.k)):
-                net = self.nets[n]
-                for i in reversed(range(len(net.chain.plugins))):
-                    conf = plugin_config(net.chain, i, finals[n], {})
-                    try:
-                        proc = self.exec_delegate(side, net.chain.types[i], "DEL", conf,
-                                                  run.container, netns, ifnames[n], index)
-                    except subprocess.TimeoutExpired:
-                        ok = False
-                        side.fail(f"pod {index}: DEL {net.name} did not exit in time")
-                        continue
-                    if proc.returncode != 0:
-                        ok = False
-                        side.fail(f"pod {index}: DEL {net.name} {net.chain.types[i]} exited "
-                                  f"{proc.returncode}: {_tail(proc.stdout)} "
-                                  f"{_tail(proc.stderr)}")
-            run.del_s, run.del_t1 = time.perf_counter() - p0, time.time()
+            with run.timing("DEL"):
+                for n in reversed(range(self.k)):
+                    net = self.nets[n]
+                    for i in reversed(range(len(net.chain.plugins))):
+                        conf = plugin_config(net.chain, i, finals[n], {})
+                        try:
+                            proc = self.exec_delegate(side, net.chain.types[i], "DEL", conf,
+                                                      run.container, netns, ifnames[n], index)
+                        except subprocess.TimeoutExpired:
+                            ok = False
+                            side.fail(f"pod {index}: DEL {net.name} did not exit in time")
+                            continue
+                        if proc.returncode != 0:
+                            ok = False
+                            side.fail(f"pod {index}: DEL {net.name} {net.chain.types[i]} "
+                                      f"exited {proc.returncode}: {_tail(proc.stdout)} "
+                                      f"{_tail(proc.stderr)}")
             run.ok = ok
-        finally:
-            self.netns_del(ns_name)
         return run
 
     # -- a churn phase -----------------------------------------------------------
@@ -622,6 +667,45 @@ class Churn(Bench):
 
         side.wall_s, side.cpu_s = self.parallel(side, self.pods, one)
 
+    # -- the whole run: the netctl side, then the direct side -------------------
+
+    def measure(self) -> Measured:
+        self.make_networks()
+        self.plugin = install(str(self.root / "bin"))[0]
+        _progress(f"{self.k} networks {', '.join(str(n.subnet) for n in self.nets)}; "
+                  f"starting the daemon")
+        self.start_daemon()
+        # One pod per side first, not timed: warm caches, create the bridges.
+        warm = Side("warm-up")
+        self.pod_netctl(warm, 0, tag="nw")
+        plugin_s = self.time_version_and_status(self.netctl_conf)
+        netctl, direct = Side("netctl"), Side("direct")
+        _progress(f"netctl: {self.pods} pods, concurrency {self.concurrency}")
+        self.churn(netctl, self.pod_netctl)
+        rss, code = self.finish_daemon()
+        netctl_left = self.leftovers(journal=self.ipam == "netctl-ipam")
+        breakdown = journal_breakdown(self.state_dir / "journal.db", netctl.pods)
+        self.pod_direct(warm, 0, tag="dw")
+        plugin_s["delegate_version_ms"] = self.time_delegate_version()
+        _progress(f"direct: {self.pods} pods, concurrency {self.concurrency}")
+        self.churn(direct, self.pod_direct)
+        direct_left = self.leftovers()
+        n_rep, d_rep = side_report(netctl, self.pods), side_report(direct, self.pods)
+        n_rep["leftovers"], d_rep["leftovers"] = netctl_left, direct_left
+        d_rep["delegate_exec_ms"] = {"ADD": summary_ms(direct.exec_add_s),
+                                     "DEL": summary_ms(direct.exec_del_s)}
+        problems = [f"netctl: {m}" for m in netctl.failures + netctl_left]
+        problems += [f"netctl journal: {m}" for m in breakdown["operations_not_done"]]
+        problems += [f"direct: {m}" for m in direct.failures + direct_left]
+        return Measured(
+            params={"pods": self.pods, "concurrency": self.concurrency, "networks": self.k,
+                    "ipam": self.ipam,
+                    "ipam_by_side": {"netctl": self.ipam, "direct": "host-local"}},
+            parts={"subnets": [str(n.subnet) for n in self.nets], "netctl": n_rep,
+                   "direct": d_rep, "ratio": ratios(n_rep, d_rep)},
+            plugin_s=plugin_s, peak_rss_kib=rss, exit_code=code, breakdown=breakdown,
+            warm_up=warm, problems=problems)
+
     # -- checks after a phase -------------------------------------------------
 
     def leftovers(self, journal: bool = False) -> list[str]:
@@ -634,8 +718,7 @@ class Churn(Bench):
                 found.append(f"bridge {net.bridge} still has ports {', '.join(ports)}")
             held = host_local_leases(self.ipam_dir / net.name)
             if held:
-                found.append(f"network {net.name}: host-local still holds "
-                             f"{', '.join(held[:10])}" + (" …" if len(held) > 10 else ""))
+                found.append(f"network {net.name}: host-local still holds {_some(held)}")
         if journal:
             found += journal_live_allocations(self.state_dir / "journal.db")
         stray = [n for n in _netns_names() if n.startswith(self.prefix)]
@@ -674,9 +757,8 @@ def journal_live_allocations(db_path: Path) -> list[str]:
         return [f"journal {db_path}: {exc}"]
     if not rows:
         return []
-    shown = ", ".join(f"{a} ({c} {i})" for c, i, a in rows[:10])
-    return [f"netctl journal still holds {len(rows)} allocation(s): {shown}"
-            + (" …" if len(rows) > 10 else "")]
+    shown = _some([f"{a} ({c} {i})" for c, i, a in rows])
+    return [f"netctl journal still holds {len(rows)} allocation(s): {shown}"]
 
 
 @contextlib.contextmanager
@@ -701,69 +783,97 @@ def journal_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
     timestamps (one host clock): before the operation starts (plugin start, socket, request,
     the journal read), inside it (delegates on the critical path, and the rest: journal
     writes and scheduling), and after it ends (last commit, reply, plugin exit)."""
+    return _from_journal(db_path, lambda conn: _breakdown(conn, runs))
+
+
+def _from_journal(db_path: Path,
+                  read: Callable[[sqlite3.Connection], dict[str, Any]]) -> dict[str, Any]:
+    """``read`` on a read-only connection to the journal (rows by column name); a journal
+    that cannot be read is an error and an operation not done."""
     try:
-        return _breakdown(db_path, runs)
+        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        conn.row_factory = sqlite3.Row
+        try:
+            return read(conn)
+        finally:
+            conn.close()
     except sqlite3.Error as exc:
         return {"error": f"journal {db_path}: {exc}",
                 "operations_not_done": [f"journal unreadable: {exc}"]}
 
 
-def _breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    conn.row_factory = sqlite3.Row
-    try:
-        ops = {(r["container_id"], r["verb"]): r for r in conn.execute(
-            "SELECT id, verb, container_id, state, started_at, finished_at FROM operations"
-            " WHERE origin='runtime'")}
-        steps: dict[int, list[sqlite3.Row]] = {}
-        for r in conn.execute("SELECT operation_id, attachment_id, started_at, finished_at,"
-                              " seconds, state FROM steps"):
-            steps.setdefault(r["operation_id"], []).append(r)
-        not_done = [f"{r['verb']} of {r['container_id']}: {r['state']}" for r in ops.values()
-                    if r["state"] != "done"]
-        counts = dict(conn.execute("SELECT verb, count(*) FROM operations GROUP BY verb")
-                      .fetchall())
-        step_count = conn.execute("SELECT count(*) FROM steps").fetchone()[0]
-        allocations = conn.execute("SELECT count(*) FROM ipam_allocations").fetchone()[0]
-    finally:
-        conn.close()
+Operations = dict[tuple[str, str], sqlite3.Row]
+
+
+def _operations(conn: sqlite3.Connection,
+                origin: str) -> tuple[Operations, list[str], dict[str, int]]:
+    """The journal's operations of ``origin`` by (container, verb), those not done
+    (described), and the count of every operation by verb."""
+    ops = {(r["container_id"], r["verb"]): r for r in conn.execute(
+        "SELECT id, verb, container_id, state, started_at, finished_at FROM operations"
+        " WHERE origin=?", (origin,))}
+    not_done = [f"{r['verb']} of {r['container_id']}: {r['state']}" for r in ops.values()
+                if r["state"] != "done"]
+    counts = dict(conn.execute("SELECT verb, count(*) FROM operations GROUP BY verb")
+                  .fetchall())
+    return ops, not_done, counts
+
+
+@dataclass
+class OpTimes:
+    """One run's finished operation of one verb, and its exec split by the journal's
+    timestamps (seconds)."""
+
+    op: sqlite3.Row
+    exec_s: float  # plugin exec, start to exit (client clock)
+    before_s: float  # exec start → the operation's start
+    op_s: float  # the operation's start → finish
+    after_s: float  # the operation's finish → exec exit
+
+
+def _timed_operations(ops: Operations, runs: list[PodRun], verb: str) -> list[OpTimes]:
+    out = []
+    for run in runs:
+        op = ops.get((run.container, verb))
+        if op is None or op["finished_at"] is None:
+            continue
+        t0, t1 = (run.add_t0, run.add_t1) if verb == "ADD" else (run.del_t0, run.del_t1)
+        out.append(OpTimes(op, t1 - t0, op["started_at"] - t0,
+                         op["finished_at"] - op["started_at"], t1 - op["finished_at"]))
+    return out
+
+
+def _breakdown(conn: sqlite3.Connection, runs: list[PodRun]) -> dict[str, Any]:
+    ops, not_done, counts = _operations(conn, "runtime")
+    steps: dict[int, list[sqlite3.Row]] = {}
+    for r in conn.execute("SELECT operation_id, attachment_id, started_at, finished_at,"
+                          " seconds, state FROM steps"):
+        steps.setdefault(r["operation_id"], []).append(r)
+    step_count = conn.execute("SELECT count(*) FROM steps").fetchone()[0]
+    allocations = conn.execute("SELECT count(*) FROM ipam_allocations").fetchone()[0]
     out: dict[str, Any] = {"operations": counts, "steps": step_count,
                            "ipam_allocations": allocations, "operations_not_done": not_done}
     for verb in ("ADD", "DEL"):
-        pre: list[float] = []
-        inside: list[float] = []
+        timed = _timed_operations(ops, runs, verb)
         delegates: list[float] = []
-        rest: list[float] = []
-        post: list[float] = []
         per_step: list[float] = []
-        total: list[float] = []
-        for run in runs:
-            op = ops.get((run.container, verb))
-            if op is None or op["finished_at"] is None:
-                continue
-            t0, t1 = (run.add_t0, run.add_t1) if verb == "ADD" else (run.del_t0, run.del_t1)
+        for t in timed:
             chains: dict[int, float] = {}
-            for s in steps.get(op["id"], []):
+            for s in steps.get(t.op["id"], []):
                 chains[s["attachment_id"]] = chains.get(s["attachment_id"], 0.0) + \
                     float(s["seconds"] or 0.0)
                 if s["finished_at"] is not None and s["seconds"] is not None:
                     per_step.append(s["finished_at"] - s["started_at"] - s["seconds"])
-            critical = max(chains.values(), default=0.0)
-            op_s = op["finished_at"] - op["started_at"]
-            total.append(t1 - t0)
-            pre.append(op["started_at"] - t0)
-            inside.append(op_s)
-            delegates.append(critical)
-            rest.append(op_s - critical)
-            post.append(t1 - op["finished_at"])
+            delegates.append(max(chains.values(), default=0.0))
         out[verb] = {
-            "pods": len(total),
-            "exec_ms": summary_ms(total),
-            "before_operation_ms": summary_ms(pre),
-            "operation_ms": summary_ms(inside),
+            "pods": len(timed),
+            "exec_ms": summary_ms([t.exec_s for t in timed]),
+            "before_operation_ms": summary_ms([t.before_s for t in timed]),
+            "operation_ms": summary_ms([t.op_s for t in timed]),
             "delegates_critical_path_ms": summary_ms(delegates),
-            "journal_and_scheduling_ms": summary_ms(rest),
-            "after_operation_ms": summary_ms(post),
+            "journal_and_scheduling_ms": summary_ms(
+                [t.op_s - critical for t, critical in zip(timed, delegates, strict=True)]),
+            "after_operation_ms": summary_ms([t.after_s for t in timed]),
             "step_overhead_ms": summary_ms(per_step),
         }
     return out
@@ -788,12 +898,14 @@ def side_report(side: Side, pods_planned: int) -> dict[str, Any]:
     }
 
 
-def ratios(netctl: dict[str, Any], direct: dict[str, Any]) -> dict[str, float | None]:
-    out: dict[str, float | None] = {"pods_per_s": _ratio(netctl["pods_per_s"],
-                                                         direct["pods_per_s"])}
+def ratios(netctl: dict[str, Any], other: dict[str, Any],
+           keys: Sequence[str] = ("pods_per_s",)) -> dict[str, float | None]:
+    """The netctl side's numbers over the other side's: ``keys``, then the ADD and DEL
+    latency percentiles."""
+    out: dict[str, float | None] = {key: _ratio(netctl[key], other[key]) for key in keys}
     for verb in ("add", "del"):
         for q in ("p50", "p95", "p99"):
-            out[f"{verb}_{q}"] = _ratio(netctl[f"{verb}_ms"][q], direct[f"{verb}_ms"][q])
+            out[f"{verb}_{q}"] = _ratio(netctl[f"{verb}_ms"][q], other[f"{verb}_ms"][q])
     return out
 
 
@@ -809,6 +921,58 @@ def _grid(rows: Sequence[Sequence[str]]) -> list[str]:
             for row in rows]
 
 
+Row = tuple[str, str, str, str]
+
+
+def _compare(label: str, netctl: dict[str, Any], other: dict[str, Any], key: str) -> Row:
+    """A row: ``key`` of both sides and their ratio."""
+    return (label, _num(netctl[key]), _num(other[key]), _num(_ratio(netctl[key], other[key])))
+
+
+def _load_line(params: dict[str, Any]) -> str:
+    return (f"load average (1, 5, 15 min) at start {params['loadavg_start']}, "
+            f"at end {params['loadavg_end']}")
+
+
+def _latency_rows(netctl: dict[str, Any], other: dict[str, Any],
+                  ratio: dict[str, Any]) -> list[Row]:
+    rows = []
+    for verb in ("ADD", "DEL"):
+        for q in ("p50", "p95", "p99"):
+            key = f"{verb.lower()}_ms"
+            rows.append((f"{verb} {q} (ms)", _num(netctl[key][q]), _num(other[key][q]),
+                         _num(ratio[f"{verb.lower()}_{q}"])))
+    return rows
+
+
+def _daemon_rows(report: dict[str, Any], other_version: str, note: str = "") -> list[Row]:
+    """The daemon's peak RSS; the plugin's VERSION against the other side's plugin's."""
+    rss = report["daemon"]["peak_rss_kib"]
+    rows: list[Row] = [("daemon peak RSS (MiB)", _num(rss / 1024 if rss else None), "-", "")]
+    pv, ov = report["plugin"]["version_ms"], report["plugin"][other_version]
+    for q in ("p50", "p95"):
+        rows.append((f"plugin VERSION {q} (ms{note})", _num(pv[q]), _num(ov[q]),
+                     _num(_ratio(pv[q], ov[q]))))
+    return rows
+
+
+def _status_line(report: dict[str, Any], what: str) -> str:
+    st = report["plugin"]["status_ms"]
+    return f"  {what}: p50 {st['p50']:.2f} ms, p95 {st['p95']:.2f} ms"
+
+
+def _breakdown_lines(b: dict[str, Any], heading: str,
+                     rows: Sequence[tuple[str, str]]) -> list[str]:
+    """``heading`` and the median ADD and DEL of each (label, key) of the breakdown."""
+    grid = [("", "ADD", "DEL")] + [(label, _num(b["ADD"][key]["p50"]),
+                                    _num(b["DEL"][key]["p50"])) for label, key in rows]
+    return ["", heading, *_grid(grid)]
+
+
+def _operations_text(b: dict[str, Any]) -> str:
+    return ", ".join(f"{count} {verb}" for verb, count in sorted(b["operations"].items()))
+
+
 def render(report: dict[str, Any]) -> str:
     p = report["params"]
     n, d, r = report["netctl"], report["direct"], report["ratio"]
@@ -820,32 +984,18 @@ def render(report: dict[str, Any]) -> str:
              f"prefix {report['prefix']}",
              f"IPAM: netctl side {sides['netctl']} ({how[sides['netctl']]}); direct side "
              f"{sides['direct']} ({how[sides['direct']]})",
-             f"load average (1, 5, 15 min) at start {p['loadavg_start']}, "
-             f"at end {p['loadavg_end']}", ""]
+             _load_line(p), ""]
 
-    rows: list[tuple[str, str, str, str]] = [
+    rows: list[Row] = [
         ("", "netctl", "direct", "ratio"),
-        ("pods/s", _num(n["pods_per_s"]), _num(d["pods_per_s"]), _num(r["pods_per_s"])),
-        ("churn wall time (s)", _num(n["wall_s"]), _num(d["wall_s"]),
-         _num(_ratio(n["wall_s"], d["wall_s"]))),
+        _compare("pods/s", n, d, "pods_per_s"),
+        _compare("churn wall time (s)", n, d, "wall_s"),
+        *_latency_rows(n, d, r),
+        _compare("CPU per pod (ms, all processes)", n, d, "cpu_ms_per_pod"),
+        ("failures", str(n["failures"]), str(d["failures"]), ""),
+        ("leftovers after the run", str(len(n["leftovers"])), str(len(d["leftovers"])), ""),
+        *_daemon_rows(report, "delegate_version_ms"),
     ]
-    for verb in ("ADD", "DEL"):
-        for q in ("p50", "p95", "p99"):
-            key = f"{verb.lower()}_ms"
-            rows.append((f"{verb} {q} (ms)", _num(n[key][q]), _num(d[key][q]),
-                         _num(r[f"{verb.lower()}_{q}"])))
-    rows.append(("CPU per pod (ms, all processes)", _num(n["cpu_ms_per_pod"]),
-                 _num(d["cpu_ms_per_pod"]), _num(_ratio(n["cpu_ms_per_pod"],
-                                                        d["cpu_ms_per_pod"]))))
-    rows.append(("failures", str(n["failures"]), str(d["failures"]), ""))
-    rows.append(("leftovers after the run", str(len(n["leftovers"])),
-                 str(len(d["leftovers"])), ""))
-    rss = report["daemon"]["peak_rss_kib"]
-    rows.append(("daemon peak RSS (MiB)", _num(rss / 1024 if rss else None), "-", ""))
-    pv, dv = report["plugin"]["version_ms"], report["plugin"]["delegate_version_ms"]
-    for q in ("p50", "p95"):
-        rows.append((f"plugin VERSION {q} (ms)", _num(pv[q]), _num(dv[q]),
-                     _num(_ratio(pv[q], dv[q]))))
     lines += _grid(rows)
     lines.append("  (direct VERSION: /usr/lib/cni/bridge; netctl VERSION: the installed "
                  "netctl-cni, no daemon involved)")
@@ -857,32 +1007,28 @@ def render(report: dict[str, Any]) -> str:
                        for k in ("daemon", "daemon_delegates", "execs", "bench")),
                      *(d["cpu_s"].get(k, 0.0) * 1000 / max(d["pods"], 1)
                        for k in ("execs", "bench"))))
-    st = report["plugin"]["status_ms"]
-    lines.append(f"  plugin STATUS round trip (start, socket, daemon, no journal): "
-                 f"p50 {st['p50']:.2f} ms, p95 {st['p95']:.2f} ms")
+    lines.append(_status_line(report, "plugin STATUS round trip (start, socket, daemon, "
+                                      "no journal)"))
     lines.append(f"  direct: one delegate exec p50 ADD "
                  f"{report['direct']['delegate_exec_ms']['ADD']['p50']:.2f} ms, DEL "
                  f"{report['direct']['delegate_exec_ms']['DEL']['p50']:.2f} ms")
     b = report.get("breakdown")
     if b and "ADD" in b:
-        lines += ["", "netctl: where a pod's time goes (medians, ms; client clock and journal "
-                  "timestamps)"]
-        brow: list[tuple[str, str, str]] = [("", "ADD", "DEL")]
-        for label, key in (("plugin exec, start to exit", "exec_ms"),
-                           ("  before the operation starts", "before_operation_ms"),
-                           ("  the operation in the daemon", "operation_ms"),
-                           ("    delegates (critical path)", "delegates_critical_path_ms"),
-                           ("    journal writes + scheduling", "journal_and_scheduling_ms"),
-                           ("  after the operation ends", "after_operation_ms"),
-                           ("journal overhead per step", "step_overhead_ms")):
-            brow.append((label, _num(b["ADD"][key]["p50"]), _num(b["DEL"][key]["p50"])))
-        lines += _grid(brow)
+        lines += _breakdown_lines(
+            b, "netctl: where a pod's time goes (medians, ms; client clock and journal "
+            "timestamps)",
+            (("plugin exec, start to exit", "exec_ms"),
+             ("  before the operation starts", "before_operation_ms"),
+             ("  the operation in the daemon", "operation_ms"),
+             ("    delegates (critical path)", "delegates_critical_path_ms"),
+             ("    journal writes + scheduling", "journal_and_scheduling_ms"),
+             ("  after the operation ends", "after_operation_ms"),
+             ("journal overhead per step", "step_overhead_ms")))
         lines.append("  (before: plugin start, socket, request decode, journal read, the "
                      "operation's first commit;")
         lines.append("   after: the last commit, the reply, plugin exit; per step: step row "
                      "span minus the plugin's own run)")
-        ops = ", ".join(f"{n} {verb}" for verb, n in sorted(b["operations"].items()))
-        lines.append(f"  journal: operations {ops}; {b['steps']} steps; "
+        lines.append(f"  journal: operations {_operations_text(b)}; {b['steps']} steps; "
                      f"{b['ipam_allocations']} netctl-ipam allocations; "
                      f"{len(b['operations_not_done'])} operations not done")
     lines += _verdict(report["problems"], "every ADD and DEL succeeded; nothing left behind")
@@ -894,6 +1040,7 @@ def render(report: dict[str, Any]) -> str:
 
 IPAM_SIDES = ("netctl", "host_local")
 IPAM_LABELS = {"netctl": "netctl-ipam", "host_local": "host-local"}
+IPAM_RATIO_KEYS = ("allocations_per_s", "releases_per_s", "cpu_ms_per_allocation")
 
 
 class IpamBench(Bench):
@@ -939,10 +1086,9 @@ class IpamBench(Bench):
 
     def exec_ipam(self, key: str, command: str, container: str,
                   index: int) -> subprocess.CompletedProcess[bytes]:
-        env = {"PATH": _PATH, "CNI_COMMAND": command, "CNI_CONTAINERID": container,
-               "CNI_NETNS": self.netns, "CNI_IFNAME": "eth0", "CNI_PATH": SYSTEM_CNI,
-               "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE={POD_NAMESPACE};"
-                           f"K8S_POD_NAME=alloc-{index}"}
+        env = _cni_env(command, container, self.netns, "eth0",
+                       f"IgnoreUnknown=1;K8S_POD_NAMESPACE={POD_NAMESPACE};"
+                       f"K8S_POD_NAME=alloc-{index}")
         return _run([self.plugin_path(key)], data=self.confs[key], env=env)
 
     def check_address(self, stdout: bytes) -> tuple[str | None, str]:
@@ -969,37 +1115,17 @@ class IpamBench(Bench):
     # -- one allocation, ADD then (later) DEL ------------------------------------
 
     def add(self, side: Side, key: str, run: PodRun) -> None:
-        run.add_t0, p0 = time.time(), time.perf_counter()
-        try:
-            proc: subprocess.CompletedProcess[bytes] | None = \
-                self.exec_ipam(key, "ADD", run.container, run.index)
-        except subprocess.TimeoutExpired:
-            proc = None
-        run.add_s, run.add_t1 = time.perf_counter() - p0, time.time()
-        if proc is None:
-            side.fail(f"allocation {run.index}: ADD did not exit within {EXEC_TIMEOUT:g}s")
-        elif proc.returncode != 0:
-            side.fail(f"allocation {run.index}: ADD exited {proc.returncode}: "
-                      f"{_tail(proc.stdout)} {_tail(proc.stderr)}".strip())
-        else:
+        proc = run.timed("ADD", lambda: self.exec_ipam(key, "ADD", run.container, run.index))
+        if side.exited_ok(f"allocation {run.index}: ADD", proc) and proc is not None:
             problem, run.address = self.check_address(proc.stdout)
             if problem:
                 side.fail(f"allocation {run.index}: ADD result: {problem}")
             run.ok = not problem
 
     def delete(self, side: Side, key: str, run: PodRun) -> None:
-        run.del_t0, p0 = time.time(), time.perf_counter()
-        try:
-            proc: subprocess.CompletedProcess[bytes] | None = \
-                self.exec_ipam(key, "DEL", run.container, run.index)
-        except subprocess.TimeoutExpired:
-            proc = None
-        run.del_s, run.del_t1 = time.perf_counter() - p0, time.time()
-        if proc is None or proc.returncode != 0:
+        proc = run.timed("DEL", lambda: self.exec_ipam(key, "DEL", run.container, run.index))
+        if not side.exited_ok(f"allocation {run.index}: DEL", proc):
             run.ok = False
-            side.fail(f"allocation {run.index}: DEL " + (
-                f"did not exit within {EXEC_TIMEOUT:g}s" if proc is None else
-                f"exited {proc.returncode}: {_tail(proc.stdout)} {_tail(proc.stderr)}".strip()))
 
     def warm_up(self, side: Side, key: str) -> None:
         """One ADD and DEL, not timed: page cache, the pool's first row, host-local's dir."""
@@ -1022,12 +1148,52 @@ class IpamBench(Bench):
             for k, v in cpu.items():
                 side.cpu_s[k] = round(side.cpu_s.get(k, 0.0) + v, 3)
 
+    # -- the whole run: netctl-ipam, then host-local ---------------------------
+
+    def measure(self) -> Measured:
+        self.setup()
+        _progress(f"pool {self.subnet} ({self.pool_size['netctl']} addresses); "
+                  "starting the daemon")
+        self.start_daemon()
+        warm = Side("warm-up")
+        self.warm_up(warm, "netctl")
+        plugin_s = self.time_version_and_status(self.confs["netctl"], plugin=self.ipam_plugin)
+        sides = {key: Side(key) for key in IPAM_SIDES}
+        _progress(f"netctl-ipam: {self.n} allocations, concurrency {self.concurrency}")
+        self.run_side(sides["netctl"], "netctl")
+        rss, code = self.finish_daemon()
+        breakdown = ipam_breakdown(self.state_dir / "journal.db", sides["netctl"].pods)
+        self.warm_up(warm, "host_local")
+        plugin_s["host_local_version_ms"] = self.time_delegate_version("host-local")
+        _progress(f"host-local: {self.n} allocations, concurrency {self.concurrency}")
+        self.run_side(sides["host_local"], "host_local")
+        reps = {key: ipam_side_report(sides[key], self.n, self.pool_size[key])
+                for key in IPAM_SIDES}
+        problems = []
+        for key in IPAM_SIDES:
+            rep, label = reps[key], IPAM_LABELS[key]
+            rep["held_after"] = self.held_after(key)
+            problems += [f"{label}: {m}" for m in sides[key].failures + rep["held_after"]]
+            if rep["allocations"] != self.n:
+                problems.append(f"{label}: {rep['allocations']} of {self.n} allocations "
+                                "succeeded")
+            if rep["duplicates"]:
+                problems.append(f"{label}: addresses handed out twice: "
+                                f"{', '.join(rep['duplicates'])}")
+        problems += [f"netctl journal: {m}" for m in breakdown["operations_not_done"]]
+        return Measured(
+            params={"allocations": self.n, "concurrency": self.concurrency,
+                    "subnet": str(self.subnet), "gateway": str(self.gateway)},
+            parts={"netctl": reps["netctl"], "host_local": reps["host_local"],
+                   "ratio": ratios(reps["netctl"], reps["host_local"], IPAM_RATIO_KEYS)},
+            plugin_s=plugin_s, peak_rss_kib=rss, exit_code=code, breakdown=breakdown,
+            warm_up=warm, problems=problems)
+
     def held_after(self, key: str) -> list[str]:
         if key == "netctl":
             return journal_live_allocations(self.state_dir / "journal.db")
         held = host_local_leases(self.ipam_dir / self.name)
-        return [f"host-local still holds {len(held)} lease(s): {', '.join(held[:10])}"
-                + (" …" if len(held) > 10 else "")] if held else []
+        return [f"host-local still holds {len(held)} lease(s): {_some(held)}"] if held else []
 
 
 def ipam_side_report(side: Side, planned: int, pool_size: int) -> dict[str, Any]:
@@ -1056,68 +1222,32 @@ def ipam_side_report(side: Side, planned: int, pool_size: int) -> dict[str, Any]
     }
 
 
-def ipam_ratios(netctl: dict[str, Any], host_local: dict[str, Any]) -> dict[str, float | None]:
-    out: dict[str, float | None] = {
-        key: _ratio(netctl[key], host_local[key])
-        for key in ("allocations_per_s", "releases_per_s", "cpu_ms_per_allocation")}
-    for verb in ("add", "del"):
-        for q in ("p50", "p95", "p99"):
-            out[f"{verb}_{q}"] = _ratio(netctl[f"{verb}_ms"][q], host_local[f"{verb}_ms"][q])
-    return out
-
-
 def ipam_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
     """Where a netctl-ipam ADD/DEL spends its time, from the client's clock and the
     journal's timestamps: before the operation (plugin start, socket, request, config
     parse, waiting for the journal writer), the operation's one transaction (started_at →
     finished_at: the allocation or release), and after (its commit, the reply, plugin
     exit)."""
-    try:
-        return _ipam_breakdown(db_path, runs)
-    except sqlite3.Error as exc:
-        return {"error": f"journal {db_path}: {exc}",
-                "operations_not_done": [f"journal unreadable: {exc}"]}
+    return _from_journal(db_path, lambda conn: _ipam_breakdown(conn, runs))
 
 
-def _ipam_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    conn.row_factory = sqlite3.Row
-    try:
-        ops = {(r["container_id"], r["verb"]): r for r in conn.execute(
-            "SELECT id, verb, container_id, state, started_at, finished_at FROM operations"
-            " WHERE origin='ipam'")}
-        not_done = [f"{r['verb']} of {r['container_id']}: {r['state']}" for r in ops.values()
-                    if r["state"] != "done"]
-        counts = dict(conn.execute("SELECT verb, count(*) FROM operations GROUP BY verb")
-                      .fetchall())
-        allocations = conn.execute("SELECT count(*) FROM ipam_allocations").fetchone()[0]
-    finally:
-        conn.close()
+def _ipam_breakdown(conn: sqlite3.Connection, runs: list[PodRun]) -> dict[str, Any]:
+    ops, not_done, counts = _operations(conn, "ipam")
+    allocations = conn.execute("SELECT count(*) FROM ipam_allocations").fetchone()[0]
     out: dict[str, Any] = {"operations": counts, "allocation_rows": allocations,
                            "operations_not_done": not_done}
     for verb in ("ADD", "DEL"):
-        total: list[float] = []
-        pre: list[float] = []
-        inside: list[float] = []
-        post: list[float] = []
-        for run in runs:
-            op = ops.get((run.container, verb))
-            if op is None or op["finished_at"] is None:
-                continue
-            t0, t1 = (run.add_t0, run.add_t1) if verb == "ADD" else (run.del_t0, run.del_t1)
-            total.append(t1 - t0)
-            pre.append(op["started_at"] - t0)
-            inside.append(op["finished_at"] - op["started_at"])
-            post.append(t1 - op["finished_at"])
-        tenth = max(len(inside) // 10, 1)  # inside is in index order: allocations in order
+        timed = _timed_operations(ops, runs, verb)
+        inside = [t.op_s for t in timed]  # in index order: allocations in order
+        tenth = max(len(inside) // 10, 1)
         out[verb] = {
-            "allocations": len(total),
+            "allocations": len(timed),
             "operation_first_tenth_ms": summary_ms(inside[:tenth]),
             "operation_last_tenth_ms": summary_ms(inside[-tenth:]),
-            "exec_ms": summary_ms(total),
-            "before_operation_ms": summary_ms(pre),
+            "exec_ms": summary_ms([t.exec_s for t in timed]),
+            "before_operation_ms": summary_ms([t.before_s for t in timed]),
             "operation_ms": summary_ms(inside),
-            "after_operation_ms": summary_ms(post),
+            "after_operation_ms": summary_ms([t.after_s for t in timed]),
         }
     return out
 
@@ -1131,43 +1261,25 @@ def render_ipam(report: dict[str, Any]) -> str:
              f"prefix {report['prefix']}",
              "both exec'd as a main plugin execs its IPAM plugin: netctl-ipam (the thin plugin, "
              "forwarding to the daemon) vs /usr/lib/cni/host-local",
-             f"load average (1, 5, 15 min) at start {p['loadavg_start']}, "
-             f"at end {p['loadavg_end']}", ""]
-    rows: list[tuple[str, str, str, str]] = [
+             _load_line(p), ""]
+    rows: list[Row] = [
         ("", "netctl-ipam", "host-local", "ratio"),
-        ("allocations/s (ADD phase)", _num(n["allocations_per_s"]),
-         _num(h["allocations_per_s"]), _num(r["allocations_per_s"])),
-        ("releases/s (DEL phase)", _num(n["releases_per_s"]), _num(h["releases_per_s"]),
-         _num(r["releases_per_s"])),
-        ("ADD phase wall time (s)", _num(n["add_wall_s"]), _num(h["add_wall_s"]),
-         _num(_ratio(n["add_wall_s"], h["add_wall_s"]))),
-        ("DEL phase wall time (s)", _num(n["del_wall_s"]), _num(h["del_wall_s"]),
-         _num(_ratio(n["del_wall_s"], h["del_wall_s"]))),
+        _compare("allocations/s (ADD phase)", n, h, "allocations_per_s"),
+        _compare("releases/s (DEL phase)", n, h, "releases_per_s"),
+        _compare("ADD phase wall time (s)", n, h, "add_wall_s"),
+        _compare("DEL phase wall time (s)", n, h, "del_wall_s"),
+        *_latency_rows(n, h, r),
+        _compare("CPU per ADD+DEL (ms, all processes)", n, h, "cpu_ms_per_allocation"),
+        ("failures", str(n["failures"]), str(h["failures"]), ""),
+        ("distinct addresses handed out", str(n["distinct_addresses"]),
+         str(h["distinct_addresses"]), ""),
+        ("addresses handed out twice", str(len(n["duplicates"])), str(len(h["duplicates"])), ""),
+        ("still held after the DELs", str(len(n["held_after"])), str(len(h["held_after"])), ""),
+        *_daemon_rows(report, "host_local_version_ms", ", no daemon"),
     ]
-    for verb in ("ADD", "DEL"):
-        for q in ("p50", "p95", "p99"):
-            key = f"{verb.lower()}_ms"
-            rows.append((f"{verb} {q} (ms)", _num(n[key][q]), _num(h[key][q]),
-                         _num(r[f"{verb.lower()}_{q}"])))
-    rows.append(("CPU per ADD+DEL (ms, all processes)", _num(n["cpu_ms_per_allocation"]),
-                 _num(h["cpu_ms_per_allocation"]), _num(r["cpu_ms_per_allocation"])))
-    rows.append(("failures", str(n["failures"]), str(h["failures"]), ""))
-    rows.append(("distinct addresses handed out", str(n["distinct_addresses"]),
-                 str(h["distinct_addresses"]), ""))
-    rows.append(("addresses handed out twice", str(len(n["duplicates"])),
-                 str(len(h["duplicates"])), ""))
-    rows.append(("still held after the DELs", str(len(n["held_after"])),
-                 str(len(h["held_after"])), ""))
-    rss = report["daemon"]["peak_rss_kib"]
-    rows.append(("daemon peak RSS (MiB)", _num(rss / 1024 if rss else None), "-", ""))
-    pv, hv = report["plugin"]["version_ms"], report["plugin"]["host_local_version_ms"]
-    for q in ("p50", "p95"):
-        rows.append((f"plugin VERSION {q} (ms, no daemon)", _num(pv[q]), _num(hv[q]),
-                     _num(_ratio(pv[q], hv[q]))))
     lines += _grid(rows)
-    st = report["plugin"]["status_ms"]
-    lines.append(f"  netctl-ipam STATUS round trip (plugin start, socket, the daemon parses the "
-                 f"config; no journal): p50 {st['p50']:.2f} ms, p95 {st['p95']:.2f} ms")
+    lines.append(_status_line(report, "netctl-ipam STATUS round trip (plugin start, socket, the "
+                                      "daemon parses the config; no journal)"))
     per = max(n["allocations"], 1)
     lines.append("  CPU per ADD+DEL (ms): netctl: daemon {:.2f}, thin plugin {:.2f}, bench {:.2f};"
                  " host-local: plugin {:.2f}, bench {:.2f}".format(
@@ -1176,15 +1288,13 @@ def render_ipam(report: dict[str, Any]) -> str:
                        for k in ("execs", "bench"))))
     b = report.get("breakdown")
     if b and "ADD" in b:
-        lines += ["", "netctl-ipam: where an ADD/DEL's time goes (medians, ms; client clock and "
-                  "journal timestamps)"]
-        brow: list[tuple[str, str, str]] = [("", "ADD", "DEL")]
-        for label, key in (("plugin exec, start to exit", "exec_ms"),
-                           ("  before the operation starts", "before_operation_ms"),
-                           ("  the operation's transaction (allocate/release)", "operation_ms"),
-                           ("  after the operation ends", "after_operation_ms")):
-            brow.append((label, _num(b["ADD"][key]["p50"]), _num(b["DEL"][key]["p50"])))
-        lines += _grid(brow)
+        lines += _breakdown_lines(
+            b, "netctl-ipam: where an ADD/DEL's time goes (medians, ms; client clock and "
+            "journal timestamps)",
+            (("plugin exec, start to exit", "exec_ms"),
+             ("  before the operation starts", "before_operation_ms"),
+             ("  the operation's transaction (allocate/release)", "operation_ms"),
+             ("  after the operation ends", "after_operation_ms")))
         lines.append("  (before: plugin start, socket, request decode, config parse, the wait "
                      "for the journal writer; after: its commit, the reply, plugin exit)")
         a, d = b["ADD"], b["DEL"]
@@ -1193,10 +1303,10 @@ def render_ipam(report: dict[str, Any]) -> str:
                          a["operation_first_tenth_ms"]["p50"], a["operation_last_tenth_ms"]["p50"],
                          d["operation_first_tenth_ms"]["p50"],
                          d["operation_last_tenth_ms"]["p50"]))
-        ops = ", ".join(f"{c} {verb}" for verb, c in sorted(b["operations"].items()))
-        lines.append(f"  journal: operations {ops}; {b['allocation_rows']} allocation rows; "
-                     f"{len(b['operations_not_done'])} operations not done; each ADD or DEL "
-                     "is one journal transaction (operation and allocation together)")
+        lines.append(f"  journal: operations {_operations_text(b)}; {b['allocation_rows']} "
+                     f"allocation rows; {len(b['operations_not_done'])} operations not done; "
+                     "each ADD or DEL is one journal transaction (operation and allocation "
+                     "together)")
     lines += _verdict(report["problems"], "every ADD and DEL succeeded; every address distinct "
                       "and in the pool; nothing held after the DELs")
     return "\n".join(lines)
@@ -1236,80 +1346,7 @@ def run_churn(args: argparse.Namespace) -> int:
         print(f"netctl bench churn: {why}", file=sys.stderr)
         return 2
     bench = Churn(args.pods, args.concurrency, args.networks, args.ipam)
-    load_start = os.getloadavg()
-    old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
-    netctl, direct = Side("netctl"), Side("direct")
-    report: dict[str, Any] = {}
-    interrupted = False
-    cleanup_problems: list[str] = []
-    try:
-        bench.make_networks()
-        bench.plugin = install(str(bench.root / "bin"))[0]
-        _progress(f"{bench.k} networks {', '.join(str(n.subnet) for n in bench.nets)}; "
-                  f"starting the daemon")
-        bench.start_daemon()
-        # One pod per side first, not timed: warm caches, create the bridges.
-        warm = Side("warm-up")
-        bench.pod_netctl(warm, 0, tag="nw")
-        version_s = bench.time_plugin("VERSION", bench.netctl_conf)
-        status_conf = json.dumps({"cniVersion": "1.1.0", "name": f"{bench.prefix}-netctl",
-                                  "type": "netctl-cni", "socket": bench.socket,
-                                  "clusterNetwork": bench.nets[0].name}).encode()
-        status_s = bench.time_plugin("STATUS", status_conf)
-        _progress(f"netctl: {bench.pods} pods, concurrency {bench.concurrency}")
-        bench.churn(netctl, bench.pod_netctl)
-        rss = bench.daemon_peak_rss_kib()
-        code = bench.stop_daemon()
-        netctl_left = bench.leftovers(journal=bench.ipam == "netctl-ipam")
-        breakdown = journal_breakdown(bench.state_dir / "journal.db", netctl.pods)
-        bench.pod_direct(warm, 0, tag="dw")
-        delegate_version_s = bench.time_delegate_version()
-        _progress(f"direct: {bench.pods} pods, concurrency {bench.concurrency}")
-        bench.churn(direct, bench.pod_direct)
-        direct_left = bench.leftovers()
-        n_rep, d_rep = side_report(netctl, bench.pods), side_report(direct, bench.pods)
-        n_rep["leftovers"], d_rep["leftovers"] = netctl_left, direct_left
-        d_rep["delegate_exec_ms"] = {"ADD": summary_ms(direct.exec_add_s),
-                                     "DEL": summary_ms(direct.exec_del_s)}
-        problems = [f"warm-up: {m}" for m in warm.failures]
-        problems += [f"netctl: {m}" for m in netctl.failures + netctl_left]
-        problems += [f"netctl journal: {m}" for m in breakdown["operations_not_done"]]
-        problems += [f"direct: {m}" for m in direct.failures + direct_left]
-        if code not in (0, None):
-            problems.append(f"netctl daemon exited with {code} on SIGTERM")
-        report = {
-            "bench": "churn",
-            "params": {"pods": bench.pods, "concurrency": bench.concurrency,
-                       "networks": bench.k, "ipam": bench.ipam,
-                       "ipam_by_side": {"netctl": bench.ipam, "direct": "host-local"},
-                       "cpus": os.cpu_count(),
-                       "loadavg_start": [round(x, 2) for x in load_start],
-                       "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
-            "prefix": bench.prefix,
-            "root": str(bench.root),
-            "subnets": [str(n.subnet) for n in bench.nets],
-            "netctl": n_rep,
-            "direct": d_rep,
-            "ratio": ratios(n_rep, d_rep),
-            "daemon": {"pid": bench.daemon_pid, "peak_rss_kib": rss, "exit_code": code},
-            "plugin": {"runs": VERSION_RUNS, "version_ms": summary_ms(version_s),
-                       "status_ms": summary_ms(status_s),
-                       "delegate_version_ms": summary_ms(delegate_version_s)},
-            "breakdown": breakdown,
-            "problems": problems,
-        }
-    except (KeyboardInterrupt, Interrupted):
-        interrupted = True
-        print("netctl bench: interrupted; cleaning up", file=sys.stderr)
-    except Exception as exc:
-        print(f"netctl bench churn failed: {exc}", file=sys.stderr)
-        if bench.daemon is not None:
-            print(bench.daemon_log(), file=sys.stderr)
-        report = {}
-    finally:
-        cleanup_problems = bench.cleanup()
-        signal.signal(signal.SIGTERM, old_term)
-    return _finish(report, cleanup_problems, interrupted, args.json, render)
+    return drive(bench, "churn", bench.measure, render, args.json)
 
 
 def run_ipam(args: argparse.Namespace) -> int:
@@ -1321,80 +1358,53 @@ def run_ipam(args: argparse.Namespace) -> int:
         print(f"netctl bench ipam: {why}", file=sys.stderr)
         return 2
     bench = IpamBench(args.allocations, args.concurrency)
+    return drive(bench, "ipam", bench.measure, render_ipam, args.json)
+
+
+def drive(bench: Bench, name: str, body: Callable[[], Measured],
+          render_fn: Callable[[dict[str, Any]], str], as_json: bool) -> int:
+    """Run ``body`` with SIGTERM turned into :class:`Interrupted`; on a failure say so
+    with the daemon's log; clean up whatever happened; then print the report (see
+    :func:`_finish`) and return the exit status."""
     load_start = os.getloadavg()
     old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
-    sides = {key: Side(key) for key in IPAM_SIDES}
     report: dict[str, Any] = {}
     interrupted = False
-    cleanup_problems: list[str] = []
     try:
-        bench.setup()
-        _progress(f"pool {bench.subnet} ({bench.pool_size['netctl']} addresses); "
-                  "starting the daemon")
-        bench.start_daemon()
-        warm = Side("warm-up")
-        bench.warm_up(warm, "netctl")
-        version_s = bench.time_plugin("VERSION", bench.confs["netctl"],
-                                      plugin=bench.ipam_plugin)
-        status_conf = json.dumps({**json.loads(bench.confs["netctl"]),
-                                  "cniVersion": "1.1.0"}).encode()  # STATUS is 1.1.0
-        status_s = bench.time_plugin("STATUS", status_conf, plugin=bench.ipam_plugin)
-        _progress(f"netctl-ipam: {bench.n} allocations, concurrency {bench.concurrency}")
-        bench.run_side(sides["netctl"], "netctl")
-        rss = bench.daemon_peak_rss_kib()
-        code = bench.stop_daemon()
-        breakdown = ipam_breakdown(bench.state_dir / "journal.db", sides["netctl"].pods)
-        bench.warm_up(warm, "host_local")
-        host_local_version_s = bench.time_delegate_version("host-local")
-        _progress(f"host-local: {bench.n} allocations, concurrency {bench.concurrency}")
-        bench.run_side(sides["host_local"], "host_local")
-        reps = {key: ipam_side_report(sides[key], bench.n, bench.pool_size[key])
-                for key in IPAM_SIDES}
-        problems = [f"warm-up: {m}" for m in warm.failures]
-        for key in IPAM_SIDES:
-            rep, label = reps[key], IPAM_LABELS[key]
-            rep["held_after"] = bench.held_after(key)
-            problems += [f"{label}: {m}" for m in sides[key].failures + rep["held_after"]]
-            if rep["allocations"] != bench.n:
-                problems.append(f"{label}: {rep['allocations']} of {bench.n} allocations "
-                                "succeeded")
-            if rep["duplicates"]:
-                problems.append(f"{label}: addresses handed out twice: "
-                                f"{', '.join(rep['duplicates'])}")
-        problems += [f"netctl journal: {m}" for m in breakdown["operations_not_done"]]
-        if code not in (0, None):
-            problems.append(f"netctl daemon exited with {code} on SIGTERM")
-        report = {
-            "bench": "ipam",
-            "params": {"allocations": bench.n, "concurrency": bench.concurrency,
-                       "subnet": str(bench.subnet), "gateway": str(bench.gateway),
-                       "cpus": os.cpu_count(),
-                       "loadavg_start": [round(x, 2) for x in load_start],
-                       "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
-            "prefix": bench.prefix,
-            "root": str(bench.root),
-            "netctl": reps["netctl"],
-            "host_local": reps["host_local"],
-            "ratio": ipam_ratios(reps["netctl"], reps["host_local"]),
-            "daemon": {"pid": bench.daemon_pid, "peak_rss_kib": rss, "exit_code": code},
-            "plugin": {"runs": VERSION_RUNS, "version_ms": summary_ms(version_s),
-                       "status_ms": summary_ms(status_s),
-                       "host_local_version_ms": summary_ms(host_local_version_s)},
-            "breakdown": breakdown,
-            "problems": problems,
-        }
+        report = bench_report(bench, name, load_start, body())
     except (KeyboardInterrupt, Interrupted):
         interrupted = True
         print("netctl bench: interrupted; cleaning up", file=sys.stderr)
     except Exception as exc:
-        print(f"netctl bench ipam failed: {exc}", file=sys.stderr)
+        print(f"netctl bench {name} failed: {exc}", file=sys.stderr)
         if bench.daemon is not None:
             print(bench.daemon_log(), file=sys.stderr)
-        report = {}
     finally:
         cleanup_problems = bench.cleanup()
         signal.signal(signal.SIGTERM, old_term)
-    return _finish(report, cleanup_problems, interrupted, args.json, render_ipam)
+    return _finish(report, cleanup_problems, interrupted, as_json, render_fn)
+
+
+def bench_report(bench: Bench, name: str, load_start: tuple[float, float, float],
+                 m: Measured) -> dict[str, Any]:
+    """The report: what every bench has around the bench's own parameters and parts."""
+    problems = [f"warm-up: {msg}" for msg in m.warm_up.failures] + m.problems
+    if m.exit_code not in (0, None):
+        problems.append(f"netctl daemon exited with {m.exit_code} on SIGTERM")
+    return {
+        "bench": name,
+        "params": {**m.params, "cpus": os.cpu_count(),
+                   "loadavg_start": [round(x, 2) for x in load_start],
+                   "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
+        "prefix": bench.prefix,
+        "root": str(bench.root),
+        **m.parts,
+        "daemon": {"pid": bench.daemon_pid, "peak_rss_kib": m.peak_rss_kib,
+                   "exit_code": m.exit_code},
+        "plugin": {"runs": VERSION_RUNS, **{k: summary_ms(v) for k, v in m.plugin_s.items()}},
+        "breakdown": m.breakdown,
+        "problems": problems,
+    }
 
 
 def _finish(report: dict[str, Any], cleanup_problems: list[str], interrupted: bool,

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -362,3 +363,95 @@ def assert_still_serves(daemon: Daemon, ns: str, cluster: str, bridge: str) -> N
     assert res.rc == 0, res.stdout + res.stderr
     assert bridge_ports(bridge) == []
     assert netns_links(ns) == ["lo"]
+
+
+# -- daemons dying mid-ADD (test_crash, test_ipam_more) ------------------------------------
+
+Background = Callable[..., Future[CNIResult]]
+
+
+@pytest.fixture
+def background(daemon: Daemon) -> Iterator[Background]:
+    """Run ``daemon.cni`` in a thread; on the way out, kill whatever delegate a test
+    left running (a SIGKILLed daemon leaves its children) so no thread waits forever."""
+    pool = ThreadPoolExecutor(2)
+    calls: list[Future[CNIResult]] = []
+
+    def submit(*args: Any, **kw: Any) -> Future[CNIResult]:
+        calls.append(pool.submit(daemon.cni, *args, **kw))
+        return calls[-1]
+
+    try:
+        yield submit
+    finally:
+        if not all(c.done() for c in calls):
+            daemon.kill()
+        for pid in owned_processes(daemon):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        pool.shutdown(wait=True)
+
+
+def step_states(daemon: Daemon, container: str) -> dict[str, str]:
+    """plugin type → state of its ADD step, for the container's ADD operation."""
+    rows = daemon.db("SELECT s.plugin_type, s.state FROM steps s JOIN operations o"
+                     " ON o.id = s.operation_id WHERE o.verb='ADD' AND o.container_id=?"
+                     " AND s.verb='ADD'", (container,))
+    return dict(rows)
+
+
+def comm(pid: int) -> str:
+    """The process's command name, or "" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def add_hanging(daemon: Daemon, netns: Callable[[], str], background: Background,
+                cluster: str, container: str, pod: str = "",
+                settings: dict[str, Any] | None = None) -> tuple[Future[CNIResult], str]:
+    """Start the daemon (plugin-timeout 300, then ``settings``) with a network ``hung``
+    (the ``hang`` test plugin) beside ``cluster``, and in the background an ADD of
+    ``container`` in a new netns on both; return once the bridge step is done and the hang
+    step runs: the call and the netns."""
+    daemon.add_network("hung", {"cniVersion": "1.0.0", "name": "hung",
+                                "plugins": [{"type": "hang"}]})
+    daemon.settings["plugin-timeout"] = 300
+    daemon.settings.update(settings or {})
+    daemon.start()
+    ns = netns()
+    call = background("ADD", container, ns, daemon.conf(cluster), networks="hung", pod=pod)
+    wait_for(lambda: step_states(daemon, container) == {"bridge": "ok", "hang": "running"},
+             20, "the bridge step done and the hang step running")
+    return call, ns
+
+
+def hang_sleeps(daemon: Daemon) -> list[int]:
+    """Wait for the hang plugin's ``sleep`` (a delegate of this daemon); its pids."""
+    pids: list[int] = wait_for(
+        lambda: [p for p in owned_processes(daemon) if comm(p) == "sleep"], 10,
+        "the hang plugin's sleep")
+    return pids
+
+
+# -- the central IPAM (test_ipam, test_ipam_more) -----------------------------------------
+
+
+def ipam_bridge(name: str, bridge: str, ipam: dict[str, Any]) -> dict[str, Any]:
+    """A bridge network whose IPAM section is ``ipam``."""
+    return {"cniVersion": "1.0.0", "name": name, "plugins": [{
+        "type": "bridge", "bridge": bridge, "ipam": ipam}]}
+
+
+def live(daemon: Daemon) -> list[tuple[str, str, str]]:
+    """(container, ifname, address) of every allocation the journal has not released."""
+    return daemon.db("SELECT container_id, ifname, address FROM ipam_allocations"
+                     " WHERE released_at IS NULL ORDER BY id")
+
+
+def eth0_addr(ns: str) -> str:
+    return netns_addrs(ns)["eth0"][0]

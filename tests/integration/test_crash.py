@@ -19,8 +19,6 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,58 +26,20 @@ import pytest
 
 from tests.conftest import (
     SYSTEM_CNI,
-    CNIResult,
     Daemon,
+    add_hanging,
     assert_still_serves,
     bridge_conf,
     bridge_ports,
+    hang_sleeps,
     ipam_held,
     netns_links,
     owned_processes,
+    step_states,
     wait_for,
 )
 
 pytestmark = pytest.mark.netns
-
-
-def comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
-
-
-@pytest.fixture
-def background(daemon: Daemon) -> Iterator[Callable[..., Future[CNIResult]]]:
-    """Run ``daemon.cni`` in a thread; on the way out, kill whatever delegate a test
-    left running (a SIGKILLed daemon leaves its children) so no thread waits forever."""
-    pool = ThreadPoolExecutor(2)
-    calls: list[Future[CNIResult]] = []
-
-    def submit(*args: Any, **kw: Any) -> Future[CNIResult]:
-        calls.append(pool.submit(daemon.cni, *args, **kw))
-        return calls[-1]
-
-    try:
-        yield submit
-    finally:
-        if not all(c.done() for c in calls):
-            daemon.kill()
-        for pid in owned_processes(daemon):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        pool.shutdown(wait=True)
-
-
-def step_states(daemon: Daemon, container: str) -> dict[str, str]:
-    """plugin type → state of its ADD step, for the container's ADD operation."""
-    rows = daemon.db("SELECT s.plugin_type, s.state FROM steps s JOIN operations o"
-                     " ON o.id = s.operation_id WHERE o.verb='ADD' AND o.container_id=?"
-                     " AND s.verb='ADD'", (container,))
-    return dict(rows)
 
 
 def add_op(daemon: Daemon, container: str) -> tuple[int, str, int | None]:
@@ -111,17 +71,8 @@ def socket_refuses(path: str) -> bool:
 def test_sigkill_mid_add_is_compensated_at_restart(daemon: Daemon, netns, background) -> None:
     br = daemon.name("b")
     daemon.add_network("br", bridge_conf("br", br, "10.113.0.0/24", ipam_dir=daemon.ipam_dir))
-    daemon.add_network("hung", {"cniVersion": "1.0.0", "name": "hung",
-                                "plugins": [{"type": "hang"}]})
-    daemon.settings["plugin-timeout"] = 300
-    daemon.start()
-    ns = netns()
-    call = background("ADD", "crash1", ns, daemon.conf("br"), networks="hung",
-                      pod="default/crash1")
-    wait_for(lambda: step_states(daemon, "crash1") == {"bridge": "ok", "hang": "running"},
-             20, "the bridge step done and the hang step running")
-    orphans = wait_for(lambda: [p for p in owned_processes(daemon) if comm(p) == "sleep"], 10,
-                       "the hang plugin's sleep")
+    call, ns = add_hanging(daemon, netns, background, "br", "crash1", pod="default/crash1")
+    orphans = hang_sleeps(daemon)
 
     daemon.kill()
 
@@ -213,15 +164,8 @@ def test_sigterm_drains_an_inflight_add(daemon: Daemon, netns, background) -> No
 def test_sigterm_past_drain_timeout_compensates(daemon: Daemon, netns, background) -> None:
     br = daemon.name("b")
     daemon.add_network("br", bridge_conf("br", br, "10.113.2.0/24", ipam_dir=daemon.ipam_dir))
-    daemon.add_network("hung", {"cniVersion": "1.0.0", "name": "hung",
-                                "plugins": [{"type": "hang"}]})
-    daemon.settings["plugin-timeout"] = 300
-    daemon.settings["drain-timeout"] = 1
-    daemon.start()
-    ns = netns()
-    call = background("ADD", "drain2", ns, daemon.conf("br"), networks="hung")
-    wait_for(lambda: step_states(daemon, "drain2") == {"bridge": "ok", "hang": "running"},
-             20, "the bridge step done and the hang step running")
+    call, ns = add_hanging(daemon, netns, background, "br", "drain2",
+                           settings={"drain-timeout": 1})
 
     assert daemon.proc is not None
     started = time.monotonic()

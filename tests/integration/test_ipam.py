@@ -14,23 +14,18 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SYSTEM_CNI, Daemon, bridge_ports, netns_addrs, netns_links
+from tests.conftest import (
+    SYSTEM_CNI,
+    Daemon,
+    bridge_ports,
+    eth0_addr,
+    ipam_bridge,
+    live,
+    netns_addrs,
+    netns_links,
+)
 
 pytestmark = pytest.mark.netns
-
-
-def ipam_bridge(name: str, bridge: str, ipam: dict[str, Any]) -> dict[str, Any]:
-    return {"cniVersion": "1.0.0", "name": name, "plugins": [{
-        "type": "bridge", "bridge": bridge, "ipam": ipam}]}
-
-
-def live(daemon: Daemon) -> list[tuple[str, str, str]]:
-    return daemon.db("SELECT container_id, ifname, address FROM ipam_allocations"
-                     " WHERE released_at IS NULL ORDER BY id")
-
-
-def eth0_addr(ns: str) -> str:
-    return netns_addrs(ns)["eth0"][0]
 
 
 def test_allocates_unique_addresses_and_releases_on_del(daemon: Daemon, netns) -> None:

@@ -20,43 +20,29 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from tests.conftest import (
     SYSTEM_CNI,
+    Background,
     CNIResult,
     Daemon,
+    add_hanging,
     bridge_ports,
-    netns_addrs,
+    eth0_addr,
+    hang_sleeps,
+    ipam_bridge,
+    live,
     netns_links,
-    owned_processes,
-    wait_for,
 )
 
 pytestmark = pytest.mark.netns
 
 NetnsFactory = Callable[[], str]
-Background = Callable[..., Future[CNIResult]]
-
-
-def ipam_bridge(name: str, bridge: str, ipam: dict[str, Any]) -> dict[str, Any]:
-    return {"cniVersion": "1.0.0", "name": name, "plugins": [{
-        "type": "bridge", "bridge": bridge, "ipam": ipam}]}
-
-
-def live(daemon: Daemon) -> list[tuple[str, str, str]]:
-    return daemon.db("SELECT container_id, ifname, address FROM ipam_allocations"
-                     " WHERE released_at IS NULL ORDER BY id")
-
-
-def eth0_addr(ns: str) -> str:
-    return netns_addrs(ns)["eth0"][0]
 
 
 def ok(res: CNIResult) -> dict[str, Any] | None:
@@ -74,61 +60,13 @@ def refused(res: CNIResult, code: int) -> str:
 # -- SIGKILL mid-ADD -------------------------------------------------------------------
 
 
-@pytest.fixture
-def background(daemon: Daemon) -> Iterator[Background]:
-    """Run ``daemon.cni`` in a thread; on the way out kill whatever delegate a SIGKILLed
-    daemon left running, so no thread waits forever."""
-    pool = ThreadPoolExecutor(2)
-    calls: list[Future[CNIResult]] = []
-
-    def submit(*args: Any, **kw: Any) -> Future[CNIResult]:
-        calls.append(pool.submit(daemon.cni, *args, **kw))
-        return calls[-1]
-
-    try:
-        yield submit
-    finally:
-        if not all(c.done() for c in calls):
-            daemon.kill()
-        for pid in owned_processes(daemon):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        pool.shutdown(wait=True)
-
-
-def step_states(daemon: Daemon, container: str) -> dict[str, str]:
-    rows = daemon.db("SELECT s.plugin_type, s.state FROM steps s JOIN operations o"
-                     " ON o.id = s.operation_id WHERE o.verb='ADD' AND o.container_id=?"
-                     " AND s.verb='ADD'", (container,))
-    return dict(rows)
-
-
-def comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
-
-
 def test_sigkill_mid_add_releases_the_allocation_at_restart(daemon: Daemon, netns: NetnsFactory,
                                                             background: Background) -> None:
     br = daemon.name("k")
     daemon.add_network("kbr", ipam_bridge("kbr", br, {
         "type": "netctl-ipam", "range": "10.151.0.0/24"}))
-    daemon.add_network("hung", {"cniVersion": "1.0.0", "name": "hung",
-                                "plugins": [{"type": "hang"}]})
-    daemon.settings["plugin-timeout"] = 300
-    daemon.start()
-    ns = netns()
-    call = background("ADD", "ikill1", ns, daemon.conf("kbr"), networks="hung",
-                      pod="default/ikill1")
-    wait_for(lambda: step_states(daemon, "ikill1") == {"bridge": "ok", "hang": "running"},
-             20, "the bridge step done and the hang step running")
-    wait_for(lambda: [p for p in owned_processes(daemon) if comm(p) == "sleep"], 10,
-             "the hang plugin's sleep")
+    call, ns = add_hanging(daemon, netns, background, "kbr", "ikill1", pod="default/ikill1")
+    hang_sleeps(daemon)
     allocs = daemon.db("SELECT id, address, released_at FROM ipam_allocations"
                        " WHERE container_id='ikill1'")
     assert len(allocs) == 1 and allocs[0][2] is None, allocs
