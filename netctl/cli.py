@@ -13,8 +13,6 @@ import sys
 from datetime import datetime
 from typing import Any
 
-import trio
-
 from netctl.errors import CNIError
 
 DEFAULT_STATE_DIR = "/var/lib/netctl"
@@ -33,6 +31,8 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
     cfg = daemon.load_config(args.config, overrides)
     logging.basicConfig(level=cfg.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import trio  # only the daemon needs it: the read-only commands start faster
+
     trio.run(daemon.run, cfg)
     return 0
 
@@ -284,6 +284,13 @@ def build_parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("ipam", help="netctl-ipam as a plain IPAM plugin vs host-local")
     b.add_argument("--allocations", type=int, default=500)
     b.add_argument("--concurrency", type=int, default=8)
+    b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("journal", help="latency of the journal's read paths on N rows")
+    b.add_argument("--rows", type=int, default=100000)
+    b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("crash", help="SIGKILL the daemon mid-churn: replay, reconcile, "
+                        "nothing left")
+    b.add_argument("--iterations", type=int, default=10)
     b.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_bench)
     return parser

@@ -59,12 +59,29 @@ def _addresses(result: bytes | None) -> list[str]:
     return [str(ip.get("address", "")) for ip in obj.get("ips") or []]
 
 
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                        (name,)).fetchone() is not None
+
+
 def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
                 container: str | None = None, ip: str | None = None, at: float | None = None,
                 since: float | None = None, network: str | None = None) -> list[dict[str, Any]]:
-    """Attachments (live and past) matching every filter given."""
+    """Attachments (live and past) matching every filter given.
+
+    With ``ip``, the candidates come from the address index (``attachment_addresses``,
+    migrations/0003: the addresses of every result, as the plugins wrote them), then each
+    is confirmed on its decoded result; a journal not migrated that far yet (the daemon of
+    an older netctl still running) is searched by decoding every result."""
     where: list[str] = []
     params: list[Any] = []
+    wanted = ipaddress.ip_interface(ip.strip()).ip if ip else None  # "10.1.0.5[/24]"
+    if ip and wanted is not None and _has_table(conn, "attachment_addresses"):
+        # the canonical text plugins write, and the text as given (lower case, no prefix)
+        forms = sorted({str(wanted), ip.strip().split("/")[0].lower()})
+        where.append("id IN (SELECT attachment_id FROM attachment_addresses WHERE address IN"
+                     f" ({','.join('?' * len(forms))}))")
+        params += forms
     if pod:
         ns, _, name = pod.partition("/")
         where.append("pod_namespace=? AND pod_name=?")
@@ -84,8 +101,10 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
     sql = "SELECT * FROM attachments"
     if where:
         sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY id"
-    wanted = ipaddress.ip_interface(ip.strip()).ip if ip else None  # "10.1.0.5[/24]"
+    if since is None:
+        sql += " ORDER BY id"
+    # else sorted below: unordered, the since filter's OR runs on the created_at and
+    # removed_at indexes instead of a scan of the table in id order
     out = []
     for row in conn.execute(sql, params):
         addrs = _addresses(row["result"])
@@ -100,6 +119,8 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
             "since": row["created_at"], "until": row["removed_at"], "add_op": row["add_op"],
             "del_op": row["del_op"], "error": row["error"],
         })
+    if since is not None:
+        out.sort(key=lambda a: int(a["attachment"]))
     return out
 
 
@@ -197,10 +218,14 @@ def leaks(conn: sqlite3.Connection,
       longer exists (the sandbox went away without a DEL). An empty netns says nothing.
     """
     out = []
-    for row in conn.execute(
+    # The live allocations through the ipam_live_pool index (migrations/0003), not a scan
+    # of the whole history in id order (so sorted here); those a live attachment holds
+    # are left out in SQL.
+    for row in sorted(conn.execute(
             "SELECT al.*, at.id AS att_id, at.state AS att_state, at.removed_at AS att_removed"
             " FROM ipam_allocations al LEFT JOIN attachments at ON at.id = al.attachment_id"
-            " WHERE al.released_at IS NULL ORDER BY al.id"):
+            " WHERE al.released_at IS NULL AND (al.attachment_id IS NULL OR at.id IS NULL"
+            " OR at.state = 'removed')"), key=lambda r: int(r["id"])):
         if row["attachment_id"] is not None:
             if row["att_id"] is None:
                 reason = "attachment-missing"

@@ -1,7 +1,9 @@
 """We test these aspects: `netctl bench churn` (host-local, and netctl-ipam on the netctl
 side) and `netctl bench ipam` run both sides on real namespaces, report numbers for each,
 see no failures (every address distinct, none held after the DELs), and leave nothing with
-their prefix behind."""
+their prefix behind; `netctl bench journal` fills a journal made by the real migrations with
+the rows it promises and times every read path, each answer right; `netctl bench crash`
+SIGKILLs the daemon in each iteration, vanishes sandboxes, and finds nothing left behind."""
 
 from __future__ import annotations
 
@@ -88,6 +90,74 @@ def test_ipam_small_json() -> None:
     assert b["operations_not_done"] == []
     assert b["operations"] == {"ADD": 21, "DEL": 21}  # with the warm-up
     assert b["ADD"]["allocations"] == 20 and b["DEL"]["allocations"] == 20
+
+    prefix = report["prefix"]
+    assert host_links(prefix) == []
+    netns = [line.split()[0] for line in ip("netns", "list").stdout.splitlines() if line]
+    assert [n for n in netns if n.startswith(prefix)] == []
+    assert not os.path.exists(report["root"])
+    assert not os.path.exists(f"/proc/{report['daemon']['pid']}")
+
+
+def test_journal_small_json() -> None:
+    """A simulated week of 2000 attachments and 2000 allocations; every read path timed, every
+    answer checked against the simulation."""
+    from netctl.journal.migrate import available
+
+    proc = subprocess.run([NETCTL, "bench", "journal", "--rows", "2000", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    j = report["journal"]
+    assert j["rows"]["attachments"] == 2000 and j["rows"]["ipam_allocations"] == 2000
+    assert j["rows"]["ipam_pools"] == 4
+    assert j["rows"]["operations"] > 2000 and j["rows"]["steps"] > 2000  # ADD and DEL each
+    assert 0 < j["live"]["attachments"] < 2000 and 0 < j["live"]["ipam_allocations"] < 2000
+    assert j["db_bytes"] > 0
+    assert j["schema_version"] == available()[-1][0]  # the real migrations, all of them
+    assert "attachment_addresses_address" in j["indexes"]
+    queries = report["queries"]
+    assert set(queries) == {
+        "attachments_ip_at", "attachments_ip", "attachments_pod", "attachments_container",
+        "attachments_since", "allocations_at", "pools", "pool_allocations", "leaks",
+        "operations_container", "cli_journal_ip_at"}
+    for key, q in queries.items():
+        assert q["wrong"] == 0, key
+        assert q["n"] == (5 if key == "cli_journal_ip_at" else 50), key
+        assert 0 < q["p50"] <= q["p95"] <= q["p99"] <= q["max"], key
+    assert queries["attachments_ip_at"]["rows_mean"] >= 1
+    assert queries["pools"]["rows_mean"] == 4
+    assert "daemon" not in report  # no daemon in this bench
+    assert not os.path.exists(report["root"])
+
+
+def test_crash_small_json() -> None:
+    """Two iterations: the daemon SIGKILLed mid-churn each time, sandboxes vanished, restart,
+    reconcile, the runtime's DELs; nothing left, everything cleaned up."""
+    proc = subprocess.run([NETCTL, "bench", "crash", "--iterations", "2", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    assert report["iterations_run"] == 2 and len(report["iterations"]) == 2
+    f = report["faults"]
+    assert f["kills"] >= 2
+    assert f["vanished_sandboxes"] >= 2  # one or two per iteration
+    assert len(f["operations_running_per_kill"]) == 2
+    assert set(report["leftovers"]) == {
+        "operations_running", "attachments_live", "allocations_live", "host_local_leases",
+        "bridge_ports", "host_veths", "delegates", "netns"}
+    assert all(n == 0 for n in report["leftovers"].values()), report["leftover_items"]
+    assert report["failures"] == 0
+    assert report["reconcile"]["errors"] == [] and report["replay"]["failed"] == []
+    # every vanished sandbox's attachments are DELeted by the reconcile (netns gone)
+    assert report["reconcile"]["attachments"] >= 2 * f["vanished_sandboxes"]
+    assert report["recovery_ms"]["n"] == 2 and report["recovery_ms"]["p50"] > 0
+    for it in report["iterations"]:
+        assert it["exit_code"] == 0 and it["failures"] == []
+        assert all(n == 0 for n in it["leftovers"].values())
+    assert report["daemon"]["peak_rss_kib"] > 0
 
     prefix = report["prefix"]
     assert host_links(prefix) == []

@@ -1,0 +1,30 @@
+"""``netctl bench``: benchmarks on real namespaces and real plugins, one module each
+(:mod:`~netctl.bench.churn`, :mod:`~netctl.bench.ipam`, :mod:`~netctl.bench.journal`,
+:mod:`~netctl.bench.crash`) on the shared driver and base of :mod:`~netctl.bench.common`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.bench == "churn":
+        from netctl.bench.churn import run_churn
+
+        return run_churn(args)
+    if args.bench == "ipam":
+        from netctl.bench.ipam import run_ipam
+
+        return run_ipam(args)
+    if args.bench == "journal":
+        from netctl.bench.journal import run_journal
+
+        return run_journal(args)
+    if args.bench == "crash":
+        from netctl.bench.crash import run_crash
+
+        return run_crash(args)
+    print(f"netctl bench: no bench {args.bench!r}", file=sys.stderr)
+    return 2

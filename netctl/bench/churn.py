@@ -1,0 +1,458 @@
+"""``netctl bench churn``: runs N pods (at most C at a time) through ADD and DEL twice on the
+same K bridge networks, on a temporary state dir:
+
+- **netctl**: the installed thin plugin is exec'd as kubelet's runtime would,
+  with network 1 as the cluster network on ``eth0`` and networks 2..K selected
+  in ``NETCTL_NETWORKS``; a real ``netctl daemon`` child process runs the chains.
+- **direct**: what a runtime does without netctl, the libcni way: for ADD, every
+  network in order and every plugin of its chain exec'd one after the other with
+  the stdin :func:`netctl.cni.config.plugin_config` builds; DEL in reverse with
+  the final result as ``prevResult``.
+
+``--ipam host-local`` (the default) gives both sides host-local; with
+``--ipam netctl-ipam`` the netctl side's networks use the daemon's central IPAM
+(``{"type": "netctl-ipam", "range": …}``: allocated in-process, the bridge runs
+with a ``static`` IPAM section) while the direct side keeps host-local, which is
+all a runtime without netctl has.
+
+Each pod is ``ip netns add`` (not timed), ADD (timed: exec start to exit), DEL
+(timed), ``ip netns del`` (not timed). Every ADD and DEL must succeed, no
+address may stay allocated and no port may stay on a bridge; any failure makes
+the run exit 1. Everything it creates on the host starts with one prefix
+(``ncb`` + random hex) and is removed at the end, also after a failure, Ctrl-C
+or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from netctl.bench.common import (
+    DELEGATE_VERSION,
+    POD_NAMESPACE,
+    SYSTEM_CNI,
+    Bench,
+    BenchNet,
+    Measured,
+    PodRun,
+    Row,
+    Side,
+    _breakdown_lines,
+    _cni_env,
+    _compare,
+    _daemon_rows,
+    _from_journal,
+    _grid,
+    _ip,
+    _latency_rows,
+    _links,
+    _load_line,
+    _netns_names,
+    _operations,
+    _operations_text,
+    _progress,
+    _run,
+    _some,
+    _status_line,
+    _tail,
+    _timed_operations,
+    _verdict,
+    drive,
+    host_local_leases,
+    journal_live_allocations,
+    pick_subnets,
+    preflight,
+    ratios,
+    summary_ms,
+)
+from netctl.cni.config import parse_chain, plugin_config
+from netctl.install import install
+
+
+class Churn(Bench):
+    def __init__(self, pods: int, concurrency: int, networks: int, ipam: str) -> None:
+        super().__init__(concurrency)
+        self.pods = pods
+        self.k = networks
+        self.ipam = ipam  # the netctl side's; the direct side always has host-local
+        self.nets: list[BenchNet] = []
+        self.netctl_conf = b""
+
+    # -- host objects ------------------------------------------------------------
+
+    def make_networks(self) -> None:
+        subnets = pick_subnets(self.k, self.pods)
+        self.networks_dir.mkdir(parents=True)
+        self.ipam_dir.mkdir(parents=True)
+        for i, subnet in enumerate(subnets, start=1):
+            name = f"{self.prefix}-{i}"
+            bridge = f"{self.prefix}b{i}"
+            host_local = {"type": "host-local", "subnet": str(subnet),
+                          "dataDir": str(self.ipam_dir)}
+            # The bridge (isGateway) takes the subnet's first address, as host-local's
+            # default gateway; netctl-ipam must keep it out of the range too.
+            netctl_ipam = {"type": "netctl-ipam", "range": str(subnet),
+                           "gateway": str(subnet.network_address + 1)}
+            conf, direct = ({"cniVersion": DELEGATE_VERSION, "name": name, "plugins": [{
+                "type": "bridge", "bridge": bridge, "isGateway": True, "ipam": ipam}]}
+                for ipam in (netctl_ipam if self.ipam == "netctl-ipam" else host_local,
+                             host_local))
+            nad = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                   "metadata": {"name": name, "namespace": "default"},
+                   "spec": {"config": json.dumps(conf)}}
+            (self.networks_dir / f"default-{name}.json").write_text(json.dumps(nad))
+            self.nets.append(BenchNet(name, bridge, subnet,
+                                      parse_chain(json.dumps(direct), name), conf))
+        self.netctl_conf = json.dumps({
+            "cniVersion": DELEGATE_VERSION, "name": f"{self.prefix}-netctl",
+            "type": "netctl-cni", "socket": self.socket,
+            "clusterNetwork": self.nets[0].name}).encode()
+
+    def cni_args(self, index: int, selection: bool) -> str:
+        args = ["IgnoreUnknown=1", f"K8S_POD_NAMESPACE={POD_NAMESPACE}",
+                f"K8S_POD_NAME=pod-{index}"]
+        if selection and self.k > 1:
+            args.append("NETCTL_NETWORKS=" + ",".join(n.name for n in self.nets[1:]))
+        return ";".join(args)
+
+    # -- one pod, each side ------------------------------------------------------
+
+    def exec_netctl(self, command: str, container: str, netns: str, index: int,
+                    stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        env = _cni_env(command, container, netns, "eth0", self.cni_args(index, selection=True))
+        return _run([self.plugin], data=self.netctl_conf if stdin is None else stdin, env=env)
+
+    @contextlib.contextmanager
+    def pod_netns(self, tag: str, index: int) -> Iterator[tuple[PodRun, str]]:
+        """A pod's record and its netns (the path), deleted on the way out."""
+        run = PodRun(index, f"{self.prefix}-{tag}-{index}")
+        ns_name = f"{self.prefix}-{tag}{index}"
+        netns = self.netns_add(ns_name)
+        try:
+            yield run, netns
+        finally:
+            self.netns_del(ns_name)
+
+    def pod_netctl(self, side: Side, index: int, tag: str = "n") -> PodRun:
+        with self.pod_netns(tag, index) as (run, netns):
+            add = run.timed("ADD", lambda: self.exec_netctl("ADD", run.container, netns, index))
+            ok = side.exited_ok(f"pod {index}: ADD", add)
+            if ok and add is not None:
+                problem = self.check_result(add.stdout, self.nets[0])
+                if problem:
+                    ok = False
+                    side.fail(f"pod {index}: ADD result: {problem}")
+            rm = run.timed("DEL", lambda: self.exec_netctl("DEL", run.container, netns, index))
+            run.ok = side.exited_ok(f"pod {index}: DEL", rm) and ok
+        return run
+
+    @staticmethod
+    def check_result(stdout: bytes, net: BenchNet) -> str | None:
+        try:
+            result = json.loads(stdout)
+        except ValueError:
+            return f"not JSON: {_tail(stdout)}"
+        ips = result.get("ips") if isinstance(result, dict) else None
+        if not ips:
+            return f"no ips: {_tail(stdout)}"
+        addr = str(ips[0].get("address", "")).split("/")[0]
+        try:
+            if ipaddress.ip_address(addr) not in net.subnet:
+                return f"address {addr} is not in {net.subnet} of network {net.name}"
+        except ValueError:
+            return f"bad address {addr!r}"
+        return None
+
+    def exec_delegate(self, side: Side, ptype: str, command: str, conf: bytes, container: str,
+                      netns: str, ifname: str, index: int) -> subprocess.CompletedProcess[bytes]:
+        env = _cni_env(command, container, netns, ifname, self.cni_args(index, selection=False))
+        p0 = time.perf_counter()
+        proc = _run([os.path.join(SYSTEM_CNI, ptype)], data=conf, env=env)
+        took = time.perf_counter() - p0
+        with side.lock:
+            (side.exec_add_s if command == "ADD" else side.exec_del_s).append(took)
+        return proc
+
+    def pod_direct(self, side: Side, index: int, tag: str = "d") -> PodRun:
+        ifnames = ["eth0"] + [f"net{j}" for j in range(1, self.k)]
+        finals: list[dict[str, Any] | None] = [None] * self.k
+        ok = True
+        with self.pod_netns(tag, index) as (run, netns):
+            with run.timing("ADD"):
+                try:
+                    for n, (net, ifname) in enumerate(zip(self.nets, ifnames, strict=True)):
+                        prev: dict[str, Any] | None = None
+                        for i, ptype in enumerate(net.chain.types):
+                            conf = plugin_config(net.chain, i, prev, {})
+                            proc = self.exec_delegate(side, ptype, "ADD", conf, run.container,
+                                                      netns, ifname, index)
+                            if proc.returncode != 0:
+                                raise RuntimeError(f"{net.name} {ptype} exited "
+                                                   f"{proc.returncode}: {_tail(proc.stdout)} "
+                                                   f"{_tail(proc.stderr)}")
+                            prev = json.loads(proc.stdout)
+                        finals[n] = prev
+                except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+                    ok = False
+                    side.fail(f"pod {index}: ADD: {exc}")
+            if ok:
+                for net, final in zip(self.nets, finals, strict=True):
+                    problem = self.check_result(json.dumps(final).encode(), net)
+                    if problem:
+                        ok = False
+                        side.fail(f"pod {index}: ADD result of {net.name}: {problem}")
+            with run.timing("DEL"):
+                for n in reversed(range(self.k)):
+                    net = self.nets[n]
+                    for i in reversed(range(len(net.chain.plugins))):
+                        conf = plugin_config(net.chain, i, finals[n], {})
+                        try:
+                            proc = self.exec_delegate(side, net.chain.types[i], "DEL", conf,
+                                                      run.container, netns, ifnames[n], index)
+                        except subprocess.TimeoutExpired:
+                            ok = False
+                            side.fail(f"pod {index}: DEL {net.name} did not exit in time")
+                            continue
+                        if proc.returncode != 0:
+                            ok = False
+                            side.fail(f"pod {index}: DEL {net.name} {net.chain.types[i]} "
+                                      f"exited {proc.returncode}: {_tail(proc.stdout)} "
+                                      f"{_tail(proc.stderr)}")
+            run.ok = ok
+        return run
+
+    # -- a churn phase -----------------------------------------------------------
+
+    def churn(self, side: Side, pod: Callable[[Side, int], PodRun]) -> None:
+        """N pods through ``pod``, at most C at a time; stops early when asked."""
+
+        def one(index: int) -> None:
+            run = pod(side, index)
+            with side.lock:
+                side.pods.append(run)
+
+        side.wall_s, side.cpu_s = self.parallel(side, self.pods, one)
+
+    # -- the whole run: the netctl side, then the direct side -------------------
+
+    def measure(self) -> Measured:
+        self.make_networks()
+        self.plugin = install(str(self.root / "bin"))[0]
+        _progress(f"{self.k} networks {', '.join(str(n.subnet) for n in self.nets)}; "
+                  f"starting the daemon")
+        self.start_daemon()
+        # One pod per side first, not timed: warm caches, create the bridges.
+        warm = Side("warm-up")
+        self.pod_netctl(warm, 0, tag="nw")
+        plugin_s = self.time_version_and_status(self.netctl_conf)
+        netctl, direct = Side("netctl"), Side("direct")
+        _progress(f"netctl: {self.pods} pods, concurrency {self.concurrency}")
+        self.churn(netctl, self.pod_netctl)
+        rss, code = self.finish_daemon()
+        netctl_left = self.leftovers(journal=self.ipam == "netctl-ipam")
+        breakdown = journal_breakdown(self.state_dir / "journal.db", netctl.pods)
+        self.pod_direct(warm, 0, tag="dw")
+        plugin_s["delegate_version_ms"] = self.time_delegate_version()
+        _progress(f"direct: {self.pods} pods, concurrency {self.concurrency}")
+        self.churn(direct, self.pod_direct)
+        direct_left = self.leftovers()
+        n_rep, d_rep = side_report(netctl, self.pods), side_report(direct, self.pods)
+        n_rep["leftovers"], d_rep["leftovers"] = netctl_left, direct_left
+        d_rep["delegate_exec_ms"] = {"ADD": summary_ms(direct.exec_add_s),
+                                     "DEL": summary_ms(direct.exec_del_s)}
+        problems = [f"netctl: {m}" for m in netctl.failures + netctl_left]
+        problems += [f"netctl journal: {m}" for m in breakdown["operations_not_done"]]
+        problems += [f"direct: {m}" for m in direct.failures + direct_left]
+        return Measured(
+            params={"pods": self.pods, "concurrency": self.concurrency, "networks": self.k,
+                    "ipam": self.ipam,
+                    "ipam_by_side": {"netctl": self.ipam, "direct": "host-local"}},
+            parts={"subnets": [str(n.subnet) for n in self.nets], "netctl": n_rep,
+                   "direct": d_rep, "ratio": ratios(n_rep, d_rep)},
+            plugin_s=plugin_s, peak_rss_kib=rss, exit_code=code, breakdown=breakdown,
+            warm_up=warm, problems=problems)
+
+    # -- checks after a phase -------------------------------------------------
+
+    def leftovers(self, journal: bool = False) -> list[str]:
+        """Addresses still allocated (by host-local; with ``journal``, also in netctl's
+        journal) and ports still on the bridges: a phase must leave none."""
+        found: list[str] = []
+        for net in self.nets:
+            ports = _links("master", net.bridge)
+            if ports:
+                found.append(f"bridge {net.bridge} still has ports {', '.join(ports)}")
+            held = host_local_leases(self.ipam_dir / net.name)
+            if held:
+                found.append(f"network {net.name}: host-local still holds {_some(held)}")
+        if journal:
+            found += journal_live_allocations(self.state_dir / "journal.db")
+        stray = [n for n in _netns_names() if n.startswith(self.prefix)]
+        if stray:
+            found.append(f"netns left: {', '.join(stray)}")
+        return found
+
+    # -- clean-up ----------------------------------------------------------------
+
+    def remove_more(self) -> None:
+        for net in self.nets:
+            for port in _links("master", net.bridge):
+                _ip("link", "del", port, check=False)
+
+
+# -- the journal's view of the netctl run -------------------------------------------------
+
+
+def journal_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
+    """Where a netctl ADD/DEL spends its time, from the client's clock and the journal's
+    timestamps (one host clock): before the operation starts (plugin start, socket, request,
+    the journal read), inside it (delegates on the critical path, and the rest: journal
+    writes and scheduling), and after it ends (last commit, reply, plugin exit)."""
+    return _from_journal(db_path, lambda conn: _breakdown(conn, runs))
+
+
+def _breakdown(conn: sqlite3.Connection, runs: list[PodRun]) -> dict[str, Any]:
+    ops, not_done, counts = _operations(conn, "runtime")
+    steps: dict[int, list[sqlite3.Row]] = {}
+    for r in conn.execute("SELECT operation_id, attachment_id, started_at, finished_at,"
+                          " seconds, state FROM steps"):
+        steps.setdefault(r["operation_id"], []).append(r)
+    step_count = conn.execute("SELECT count(*) FROM steps").fetchone()[0]
+    allocations = conn.execute("SELECT count(*) FROM ipam_allocations").fetchone()[0]
+    out: dict[str, Any] = {"operations": counts, "steps": step_count,
+                           "ipam_allocations": allocations, "operations_not_done": not_done}
+    for verb in ("ADD", "DEL"):
+        timed = _timed_operations(ops, runs, verb)
+        delegates: list[float] = []
+        per_step: list[float] = []
+        for t in timed:
+            chains: dict[int, float] = {}
+            for s in steps.get(t.op["id"], []):
+                chains[s["attachment_id"]] = chains.get(s["attachment_id"], 0.0) + \
+                    float(s["seconds"] or 0.0)
+                if s["finished_at"] is not None and s["seconds"] is not None:
+                    per_step.append(s["finished_at"] - s["started_at"] - s["seconds"])
+            delegates.append(max(chains.values(), default=0.0))
+        out[verb] = {
+            "pods": len(timed),
+            "exec_ms": summary_ms([t.exec_s for t in timed]),
+            "before_operation_ms": summary_ms([t.before_s for t in timed]),
+            "operation_ms": summary_ms([t.op_s for t in timed]),
+            "delegates_critical_path_ms": summary_ms(delegates),
+            "journal_and_scheduling_ms": summary_ms(
+                [t.op_s - critical for t, critical in zip(timed, delegates, strict=True)]),
+            "after_operation_ms": summary_ms([t.after_s for t in timed]),
+            "step_overhead_ms": summary_ms(per_step),
+        }
+    return out
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+def side_report(side: Side, pods_planned: int) -> dict[str, Any]:
+    done = list(side.pods)
+    return {
+        "pods": len(done),
+        "pods_planned": pods_planned,
+        "wall_s": round(side.wall_s, 3),
+        "pods_per_s": round(len(done) / side.wall_s, 3) if side.wall_s else 0.0,
+        "add_ms": summary_ms([p.add_s for p in done]),
+        "del_ms": summary_ms([p.del_s for p in done]),
+        "failures": len(side.failures),
+        "errors": side.failures[:100],
+        "cpu_s": side.cpu_s,
+        "cpu_ms_per_pod": round(sum(side.cpu_s.values()) * 1000 / len(done), 2) if done else 0.0,
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    p = report["params"]
+    n, d, r = report["netctl"], report["direct"], report["ratio"]
+    sides = p["ipam_by_side"]
+    how = {"netctl-ipam": "central, allocated in the daemon; bridge gets a static IPAM section",
+           "host-local": "exec'd by bridge"}
+    lines = [f"netctl bench churn: {p['pods']} pods, concurrency {p['concurrency']}, "
+             f"{p['networks']} network(s) of bridge, {p['cpus']} CPUs, "
+             f"prefix {report['prefix']}",
+             f"IPAM: netctl side {sides['netctl']} ({how[sides['netctl']]}); direct side "
+             f"{sides['direct']} ({how[sides['direct']]})",
+             _load_line(p), ""]
+
+    rows: list[Row] = [
+        ("", "netctl", "direct", "ratio"),
+        _compare("pods/s", n, d, "pods_per_s"),
+        _compare("churn wall time (s)", n, d, "wall_s"),
+        *_latency_rows(n, d, r),
+        _compare("CPU per pod (ms, all processes)", n, d, "cpu_ms_per_pod"),
+        ("failures", str(n["failures"]), str(d["failures"]), ""),
+        ("leftovers after the run", str(len(n["leftovers"])), str(len(d["leftovers"])), ""),
+        *_daemon_rows(report, "delegate_version_ms"),
+    ]
+    lines += _grid(rows)
+    lines.append("  (direct VERSION: /usr/lib/cni/bridge; netctl VERSION: the installed "
+                 "netctl-cni, no daemon involved)")
+    cpu = n["cpu_s"]
+    pods = max(n["pods"], 1)
+    lines.append("  netctl CPU per pod (ms): daemon {:.1f}, its delegates {:.1f}, thin plugin "
+                 "+ ip {:.1f}, bench {:.1f}; direct: delegates + ip {:.1f}, bench {:.1f}".format(
+                     *(cpu.get(k, 0.0) * 1000 / pods
+                       for k in ("daemon", "daemon_delegates", "execs", "bench")),
+                     *(d["cpu_s"].get(k, 0.0) * 1000 / max(d["pods"], 1)
+                       for k in ("execs", "bench"))))
+    lines.append(_status_line(report, "plugin STATUS round trip (start, socket, daemon, "
+                                      "no journal)"))
+    lines.append(f"  direct: one delegate exec p50 ADD "
+                 f"{report['direct']['delegate_exec_ms']['ADD']['p50']:.2f} ms, DEL "
+                 f"{report['direct']['delegate_exec_ms']['DEL']['p50']:.2f} ms")
+    b = report.get("breakdown")
+    if b and "ADD" in b:
+        lines += _breakdown_lines(
+            b, "netctl: where a pod's time goes (medians, ms; client clock and journal "
+            "timestamps)",
+            (("plugin exec, start to exit", "exec_ms"),
+             ("  before the operation starts", "before_operation_ms"),
+             ("  the operation in the daemon", "operation_ms"),
+             ("    delegates (critical path)", "delegates_critical_path_ms"),
+             ("    journal writes + scheduling", "journal_and_scheduling_ms"),
+             ("  after the operation ends", "after_operation_ms"),
+             ("journal overhead per step", "step_overhead_ms")))
+        lines.append("  (before: plugin start, socket, request decode, journal read, the "
+                     "operation's first commit;")
+        lines.append("   after: the last commit, the reply, plugin exit; per step: step row "
+                     "span minus the plugin's own run)")
+        lines.append(f"  journal: operations {_operations_text(b)}; {b['steps']} steps; "
+                     f"{b['ipam_allocations']} netctl-ipam allocations; "
+                     f"{len(b['operations_not_done'])} operations not done")
+    lines += _verdict(report["problems"], "every ADD and DEL succeeded; nothing left behind")
+    return "\n".join(lines)
+
+
+# -- entry point ---------------------------------------------------------------------------
+
+
+def run_churn(args: argparse.Namespace) -> int:
+    if args.pods < 1 or args.concurrency < 1 or args.networks < 1:
+        print("netctl bench churn: --pods, --concurrency and --networks must be ≥ 1",
+              file=sys.stderr)
+        return 2
+    if args.networks > 64:
+        print("netctl bench churn: at most 64 networks", file=sys.stderr)
+        return 2
+    why = preflight()
+    if why:
+        print(f"netctl bench churn: {why}", file=sys.stderr)
+        return 2
+    bench = Churn(args.pods, args.concurrency, args.networks, args.ipam)
+    return drive(bench, "churn", bench.measure, render, args.json)
