@@ -124,12 +124,3 @@ def plugin_config(
         args["cni"] = merged
         conf["args"] = args
     return msgspec.json.encode(conf)
-
-
-def with_prev_result(config: bytes, prev_result: dict[str, Any] | None) -> bytes:
-    """A stored step config with its ``prevResult`` replaced (for DEL and compensation)."""
-    conf = msgspec.json.decode(config)
-    conf.pop("prevResult", None)
-    if prev_result is not None:
-        conf["prevResult"] = versions.convert_result(prev_result, conf["cniVersion"])
-    return msgspec.json.encode(conf)

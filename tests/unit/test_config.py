@@ -5,7 +5,6 @@
 - malformed configs are refused with the right code and name where they failed;
 - ``plugin_config`` injects ``name``/``cniVersion``, the previous result converted to the
   chain's version, ``runtimeConfig`` only for declared capabilities, and merges ``args.cni``;
-- ``with_prev_result`` swaps the stored ``prevResult``.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from netctl.cni.config import parse_chain, plugin_config, validate_plugin_type, with_prev_result
+from netctl.cni.config import parse_chain, plugin_config, validate_plugin_type
 from netctl.errors import DECODE_FAILURE, INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError
 
 BRIDGE = {"type": "bridge", "bridge": "cni0", "isGateway": True,
@@ -140,18 +139,3 @@ def test_args_cni_merge() -> None:
     assert bridge["args"] == {"cni": {"added": 1}}
     assert "args" not in json.loads(plugin_config(chain, 0, None, {}, {}))
     assert chain.plugins == before, "plugin_config changed the chain"
-
-
-def test_with_prev_result() -> None:
-    chain = parse_chain(CONFLIST, "w")
-    stored = plugin_config(chain, 1, {"cniVersion": "1.0.0", "ips": []}, {})
-    swapped = json.loads(with_prev_result(stored, PREV_1_1))
-    assert swapped["prevResult"]["cniVersion"] == "1.0.0"
-    assert swapped["prevResult"]["ips"] == [
-        {"address": "10.1.0.5/24", "gateway": "10.1.0.1", "interface": 0},
-        {"address": "fd00::5/64", "interface": 0}]
-    assert "mtu" not in swapped["prevResult"]["interfaces"][0]
-    assert swapped["type"] == "portmap" and swapped["name"] == "chained"
-    cleared = json.loads(with_prev_result(stored, None))
-    assert "prevResult" not in cleared
-    assert cleared == {k: v for k, v in swapped.items() if k != "prevResult"}
