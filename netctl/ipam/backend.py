@@ -73,21 +73,9 @@ def scope_of(cfg: IPAMConfig, key: str) -> str:
     return f"network:{cfg.network_name}" if cfg.enable_overlapping_ranges else f"pool:{key}"
 
 
-def static_ipam(cfg: IPAMConfig, leases: list[Lease]) -> dict[str, Any]:
-    """The ``static`` IPAM section a delegate runs with instead of a second IPAM exec."""
-    section: dict[str, Any] = {"type": "static", "addresses": [
-        {"address": lease.address, **({"gateway": lease.gateway} if lease.gateway else {})}
-        for lease in leases]}
-    if cfg.routes:
-        section["routes"] = cfg.routes
-    if cfg.dns:
-        section["dns"] = cfg.dns
-    return section
-
-
-def ipam_result(cfg: IPAMConfig, leases: list[Lease], cni_version: str) -> dict[str, Any]:
-    """What a plain IPAM plugin returns for ``leases`` (1.0.0 shape; convert after)."""
-    out: dict[str, Any] = {"cniVersion": cni_version, "ips": [
+def _addressing(cfg: IPAMConfig, leases: list[Lease], key: str) -> dict[str, Any]:
+    """``leases`` as a list under ``key``, with the config's routes and dns."""
+    out: dict[str, Any] = {key: [
         {"address": lease.address, **({"gateway": lease.gateway} if lease.gateway else {})}
         for lease in leases]}
     if cfg.routes:
@@ -95,3 +83,13 @@ def ipam_result(cfg: IPAMConfig, leases: list[Lease], cni_version: str) -> dict[
     if cfg.dns:
         out["dns"] = cfg.dns
     return out
+
+
+def static_ipam(cfg: IPAMConfig, leases: list[Lease]) -> dict[str, Any]:
+    """The ``static`` IPAM section a delegate runs with instead of a second IPAM exec."""
+    return {"type": "static", **_addressing(cfg, leases, "addresses")}
+
+
+def ipam_result(cfg: IPAMConfig, leases: list[Lease], cni_version: str) -> dict[str, Any]:
+    """What a plain IPAM plugin returns for ``leases`` (1.0.0 shape; convert after)."""
+    return {"cniVersion": cni_version, **_addressing(cfg, leases, "ips")}

@@ -10,12 +10,23 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from typing import Any
 
 import pytest
 
 from tests.conftest import NETCTL, host_links, ip
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+
+def assert_left_nothing(report: dict[str, Any]) -> None:
+    """No link or netns with the bench's prefix, no temp dir, no daemon process."""
+    prefix = report["prefix"]
+    assert host_links(prefix) == []
+    netns = [line.split()[0] for line in ip("netns", "list").stdout.splitlines() if line]
+    assert [n for n in netns if n.startswith(prefix)] == []
+    assert not os.path.exists(report["root"])
+    assert not os.path.exists(f"/proc/{report['daemon']['pid']}")
 
 
 def test_churn_small_json() -> None:
@@ -38,13 +49,8 @@ def test_churn_small_json() -> None:
     assert report["breakdown"]["operations_not_done"] == []
     assert report["breakdown"]["operations"] == {"ADD": 7, "DEL": 7}  # with the warm-up pod
 
-    prefix = report["prefix"]
-    assert prefix.startswith("ncb")
-    assert host_links(prefix) == []
-    netns = [line.split()[0] for line in ip("netns", "list").stdout.splitlines() if line]
-    assert [n for n in netns if n.startswith(prefix)] == []
-    assert not os.path.exists(report["root"])
-    assert not os.path.exists(f"/proc/{report['daemon']['pid']}")
+    assert report["prefix"].startswith("ncb")
+    assert_left_nothing(report)
 
 
 def test_churn_with_netctl_ipam_json() -> None:
@@ -91,12 +97,7 @@ def test_ipam_small_json() -> None:
     assert b["operations"] == {"ADD": 21, "DEL": 21}  # with the warm-up
     assert b["ADD"]["allocations"] == 20 and b["DEL"]["allocations"] == 20
 
-    prefix = report["prefix"]
-    assert host_links(prefix) == []
-    netns = [line.split()[0] for line in ip("netns", "list").stdout.splitlines() if line]
-    assert [n for n in netns if n.startswith(prefix)] == []
-    assert not os.path.exists(report["root"])
-    assert not os.path.exists(f"/proc/{report['daemon']['pid']}")
+    assert_left_nothing(report)
 
 
 def test_journal_small_json() -> None:
@@ -159,9 +160,4 @@ def test_crash_small_json() -> None:
         assert all(n == 0 for n in it["leftovers"].values())
     assert report["daemon"]["peak_rss_kib"] > 0
 
-    prefix = report["prefix"]
-    assert host_links(prefix) == []
-    netns = [line.split()[0] for line in ip("netns", "list").stdout.splitlines() if line]
-    assert [n for n in netns if n.startswith(prefix)] == []
-    assert not os.path.exists(report["root"])
-    assert not os.path.exists(f"/proc/{report['daemon']['pid']}")
+    assert_left_nothing(report)
