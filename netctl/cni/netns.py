@@ -1,0 +1,72 @@
+"""Is this path a network namespace? Decided without side effects on other files.
+
+``CNI_NETNS`` names the sandbox's network namespace: a bind-mounted nsfs file
+(``/var/run/netns/NAME``) or a ``/proc/PID/ns/net`` link. A path that exists
+but is something else (a regular file, a directory, a device, the UTS
+namespace) must be refused before anything is journaled or run, so this module
+tells the three cases apart:
+
+1. ``stat`` (following symlinks, as a runtime's path may be one). A missing
+   path is ``"missing"``. An nsfs file stats as an empty regular file, so
+   anything that is not a regular file of size 0 (directories, character and
+   block devices, FIFOs, sockets, files with content) is ``"not-netns"``
+   without being opened: opening a FIFO or a device can block or act.
+2. Open it ``O_RDONLY|O_NONBLOCK|O_CLOEXEC``, check with ``fstat`` that the
+   opened file is still a regular file (the path may have been swapped), and
+   ask the kernel its namespace type with the ``NS_GET_NSTYPE`` ioctl; only
+   ``CLONE_NEWNET`` is ``"ok"``. An ordinary empty file answers ``ENOTTY``.
+
+Any ``OSError`` on the way (permissions, a path too long, a race) makes it
+``"not-netns"`` — except ``ENOENT``/``ENOTDIR`` at the ``stat``, which mean
+``"missing"``. A path holding a NUL byte cannot name a file: ``"missing"``.
+Plain functions, no trio: a ``stat``, an ``open`` and an ``ioctl`` on a local
+path never wait for anything once the FIFOs and devices are sorted out.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+from typing import Literal
+
+NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3), linux/nsfs.h
+CLONE_NEWNET = 0x40000000
+
+NetnsState = Literal["ok", "missing", "not-netns"]
+
+_MISSING_ERRNOS = (errno.ENOENT, errno.ENOTDIR)
+
+
+def netns_state(path: str) -> NetnsState:
+    """``"ok"`` for a network namespace file, ``"missing"`` when nothing is at
+    ``path``, ``"not-netns"`` for anything else (see the module docstring)."""
+    if not path:
+        return "missing"
+    try:
+        st = os.stat(path)
+    except ValueError:  # an embedded NUL byte
+        return "missing"
+    except OSError as exc:
+        return "missing" if exc.errno in _MISSING_ERRNOS else "not-netns"
+    if not stat.S_ISREG(st.st_mode) or st.st_size != 0:
+        return "not-netns"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return "not-netns"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "not-netns"
+        nstype = fcntl.ioctl(fd, NS_GET_NSTYPE)
+    except OSError:
+        return "not-netns"
+    finally:
+        os.close(fd)
+    return "ok" if nstype == CLONE_NEWNET else "not-netns"
+
+
+def is_netns(path: str) -> bool:
+    """True only when ``path`` is a network namespace file."""
+    return netns_state(path) == "ok"
