@@ -1,0 +1,195 @@
+"""Which CNI versions a delegate binary supports: asked once, remembered.
+
+A delegate refuses a config whose ``cniVersion`` it does not know (Debian's
+bridge 1.1.1 stops at 1.0.0), and it refuses the DEL that would undo it the
+same way. So the version is checked while planning, before anything is
+journaled or run: :func:`check_delegate_version` raises code 1 naming the
+plugin, its path, the version asked for and the versions it supports.
+
+How the versions are learnt, the way libcni's ``GetVersionInfo`` does it:
+
+- exec the binary with ``CNI_COMMAND=VERSION`` and stdin
+  ``{"cniVersion": "<latest>"}``, in a clean environment (``CNI_COMMAND`` and a
+  fixed ``PATH``; no netns, no container), in its own session, with a short
+  timeout after which its process group is killed, stdout capped;
+- parse ``supportedVersions`` (:func:`parse_supported`, pure);
+- remember the answer per binary, keyed by ``(realpath, mtime_ns, size)``:
+  each binary is exec'd once per daemon life while it is unchanged, and again
+  after an upgrade replaces it. Concurrent askers of the same binary share one
+  exec.
+
+A binary whose VERSION fails — a non-zero exit, a timeout, output that is not
+a JSON object with a list of version strings, or no exec at all — is
+**unknown**, and unknown is the empty set: :func:`check_delegate_version` then
+refuses nothing and leaves the verdict to the real call. Unknown answers are
+remembered like the others (a broken binary stays broken until it changes); a
+binary that cannot be stat'ed is not remembered.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, field
+
+import msgspec
+import trio
+
+from netctl.cni import versions
+from netctl.errors import INCOMPATIBLE_VERSION, CNIError
+
+UNKNOWN: frozenset[str] = frozenset()
+MAX_OUTPUT = 64 << 10
+_SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+Stamp = tuple[str, int, int]  # realpath, mtime_ns, size
+
+
+def parse_supported(out: bytes) -> frozenset[str]:
+    """The ``supportedVersions`` of a VERSION answer; :data:`UNKNOWN` for anything else."""
+    try:
+        obj = msgspec.json.decode(out)
+    except msgspec.DecodeError:
+        return UNKNOWN
+    listed = obj.get("supportedVersions") if isinstance(obj, dict) else None
+    if not isinstance(listed, list) or not all(isinstance(v, str) and v for v in listed):
+        return UNKNOWN
+    return frozenset(listed)
+
+
+def _order(version: str) -> tuple[int, tuple[int, int, int] | str]:
+    try:
+        return (0, versions.parse(version))
+    except CNIError:
+        return (1, version)
+
+
+def check_delegate_version(ptype: str, path: str, version: str,
+                           supported: frozenset[str]) -> None:
+    """Refuse (code 1) a ``version`` the plugin ``ptype`` at ``path`` does not list.
+
+    ``supported`` empty means unknown (its VERSION failed): nothing is refused."""
+    if not supported or version in supported:
+        return
+    listed = ", ".join(sorted(supported, key=_order))
+    raise CNIError(INCOMPATIBLE_VERSION,
+                   f"plugin {ptype!r} ({path}) does not support cniVersion {version}; "
+                   f"it supports {listed}")
+
+
+def binary_stamp(path: str) -> Stamp | None:
+    """``(realpath, mtime_ns, size)`` of the binary, or None when it cannot be stat'ed."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return None
+    return real, st.st_mtime_ns, st.st_size
+
+
+async def exec_version(path: str, *, timeout: float, probe_version: str) -> bytes | None:
+    """Run ``path`` with CNI_COMMAND=VERSION; its stdout, or None when it failed."""
+    env = {"CNI_COMMAND": "VERSION", "PATH": _SAFE_PATH}
+    stdin = msgspec.json.encode({"cniVersion": probe_version})
+    try:
+        proc = await trio.lowlevel.open_process(
+            [path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    except OSError:
+        return None
+    out = bytearray()
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        with trio.move_on_after(timeout):
+
+            async def feed() -> None:
+                assert proc.stdin is not None
+                try:
+                    await proc.stdin.send_all(stdin)
+                    await proc.stdin.aclose()
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass  # it does not read stdin; its answer tells
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(feed)
+                while len(out) <= MAX_OUTPUT:
+                    data = await proc.stdout.receive_some(65536)
+                    if not data:
+                        break
+                    out += data
+            if len(out) <= MAX_OUTPUT:
+                await proc.wait()
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(timeout):
+            if proc.returncode is None:
+                _kill(proc)
+            await proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    await stream.aclose()
+    if proc.returncode != 0 or len(out) > MAX_OUTPUT:
+        return None
+    return bytes(out)
+
+
+def _kill(proc: trio.Process) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        proc.kill()
+    except OSError:
+        pass
+
+
+@dataclass
+class VersionProbe:
+    """The per-daemon memory of which versions each delegate binary supports."""
+
+    timeout: float = 5.0
+    probe_version: str = versions.LATEST
+    execs: int = 0  # how many VERSION execs ran (for tests and metrics)
+    _known: dict[str, tuple[Stamp, frozenset[str]]] = field(default_factory=dict)
+    _pending: dict[Stamp, trio.Event] = field(default_factory=dict)
+
+    def cached(self, path: str) -> frozenset[str] | None:
+        """What is remembered for the binary as it is now; None when it must be asked."""
+        stamp = binary_stamp(path)
+        known = self._known.get(stamp[0]) if stamp else None
+        return known[1] if known and known[0] == stamp else None
+
+    async def supported_versions(self, path: str) -> frozenset[str]:
+        """The versions ``path`` supports; :data:`UNKNOWN` when its VERSION failed."""
+        while True:
+            stamp = binary_stamp(path)
+            if stamp is None:
+                return UNKNOWN
+            known = self._known.get(stamp[0])
+            if known is not None and known[0] == stamp:
+                return known[1]
+            pending = self._pending.get(stamp)
+            if pending is None:
+                break
+            await pending.wait()  # someone else asks it; then look again
+        done = self._pending[stamp] = trio.Event()
+        try:
+            self.execs += 1
+            out = await exec_version(stamp[0], timeout=self.timeout,
+                                     probe_version=self.probe_version)
+            supported = UNKNOWN if out is None else parse_supported(out)
+            self._known[stamp[0]] = (stamp, supported)
+            return supported
+        finally:
+            del self._pending[stamp]
+            done.set()
+
+
+_default = VersionProbe()
+
+
+async def supported_versions(path: str) -> frozenset[str]:
+    """The versions the delegate binary at ``path`` supports, asked once per daemon life
+    while it is unchanged; :data:`UNKNOWN` (empty) when its VERSION fails."""
+    return await _default.supported_versions(path)
