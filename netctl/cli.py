@@ -94,7 +94,8 @@ def _cmd_journal(args: argparse.Namespace) -> int:
 
 def _timed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Copies of allocation rows with ``since``/``until`` readable, for a table."""
-    return [{**r, "since": _fmt_time(r["since"]), "until": _fmt_time(r["until"])} for r in rows]
+    return [{**r, "since": _fmt_time(r["since"]), "until": _fmt_time(r.get("until"))}
+            for r in rows]
 
 
 def _cmd_ipam(args: argparse.Namespace) -> int:
@@ -129,16 +130,21 @@ def _ipam_report(args: argparse.Namespace, conn: sqlite3.Connection) -> None:
                   f"{pool['size']}, in use {pool['in_use']}, free {pool['free']}")
             print(_table(_timed(allocs), alloc_cols + (["until"] if args.all else [])))
     else:
-        rows = query.leaks(conn)
+        from netctl.reconcile.facts import gather
+        from netctl.reconcile.plan import leaks, plan
+
+        facts = gather(f"{args.state_dir}/journal.db", links={})
+        rows = leaks(facts, plan(facts, args.grace))
         if args.json:
             print(json.dumps({"leaks": rows}, indent=2))
         else:
             print(_table(_timed(rows), ["pool", *alloc_cols, "reason", "detail"]))
 
 
-def admin_request(socket_path: str, timeout: float = 5.0, command: str = "STATUS",
-                  args: str = "") -> dict[str, Any]:
-    body = json.dumps({"command": command, "plugin": "netctl-admin", "args": args}).encode()
+def admin_request(socket_path: str, timeout: float = 5.0, call: str = "status",
+                  dry_run: bool = False) -> dict[str, Any]:
+    """One admin call over the daemon's socket (an ``AdminRequest`` frame)."""
+    body = json.dumps({"kind": "admin", "call": call, "dry_run": dry_run}).encode()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(socket_path)
@@ -159,8 +165,8 @@ def admin_request(socket_path: str, timeout: float = 5.0, command: str = "STATUS
 def _cmd_reconcile(args: argparse.Namespace) -> int:
     """Ask the daemon to reconcile (or only plan, with --dry-run); plan offline if it is down."""
     try:
-        report = admin_request(args.socket, timeout=300, command="RECONCILE",
-                               args="dry-run" if args.dry_run else "")
+        report = admin_request(args.socket, timeout=300, call="reconcile",
+                               dry_run=args.dry_run)
     except OSError as exc:
         if not args.dry_run:
             print(f"netctl: daemon not reachable at {args.socket} ({exc}); acting needs the "
@@ -270,7 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
     i = isub.add_parser("show", parents=[read], help="a pool's allocations")
     i.add_argument("pool", metavar="POOL", help="the pool's key, as `netctl ipam pools` shows")
     i.add_argument("--all", action="store_true", help="released allocations too (history)")
-    isub.add_parser("leaks", parents=[read], help="live allocations no live attachment holds")
+    i = isub.add_parser("leaks", parents=[read], help="live addresses nothing live holds: the "
+                        "reconciler's plan")
+    i.add_argument("--grace", type=float, default=0.0, help="leave out allocations younger "
+                   "than this many seconds (the daemon's reconciler waits reconcile-grace)")
     p.set_defaults(fn=_cmd_ipam)
 
     p = sub.add_parser("bench", help="benchmarks on real namespaces and real plugins")

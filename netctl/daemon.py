@@ -1,4 +1,10 @@
-"""``netctl daemon``: configuration, start-up replay, serving, and SIGTERM drain."""
+"""``netctl daemon``: configuration, and the composition of the parts.
+
+:func:`run` builds every part once and hands each what it needs — the journal,
+the IPAM store loaded from it, the delegates, the engine, the plain IPAM
+plugin, the reconciler, the server — then kills orphans, replays, reconciles,
+serves, and drains on SIGTERM. Nothing else reaches through one part to another.
+"""
 
 from __future__ import annotations
 
@@ -16,15 +22,20 @@ import msgspec.yaml
 import trio
 import trio_asyncio
 
+from netctl import __version__
 from netctl.cni.invoke import kill_orphans, owned_processes
-from netctl.engine.chains import Runner
+from netctl.engine.admission import Admission
+from netctl.engine.chains import Chains, Delegates
 from netctl.engine.engine import Engine, Limits
+from netctl.engine.ipam_plugin import IpamPlugin
 from netctl.engine.networks import NetworkDir
+from netctl.engine.plan import ArgsSelector
 from netctl.errors import INVALID_CONFIG, CNIError
+from netctl.ipam.store import IndexStore
 from netctl.journal.store import open_journal
-from netctl.reconcile.leaks import reconcile_every
+from netctl.reconcile.leaks import Reconciler
 from netctl.reconcile.replay import replay
-from netctl.server import Server, ServerConfig
+from netctl.server import Handlers, Server, ServerConfig
 
 log = logging.getLogger("netctl.daemon")
 
@@ -118,34 +129,54 @@ async def run(cfg: DaemonConfig, *,
         raise CNIError(INVALID_CONFIG, "Kubernetes mode is not available yet; "
                        "run without --kubeconfig/--in-cluster (standalone)")
     async with trio_asyncio.open_loop(), open_journal(cfg.state_dir) as journal:
-        runner = Runner(journal, cfg.bin_dirs, cfg.plugin_timeout, owner=journal.path,
-                        cancel_grace=cfg.cancel_grace,
-                        ipam_types=frozenset({"netctl-ipam", *cfg.ipam_takeover}))
         orphans = await trio.to_thread.run_sync(kill_orphans, journal.path)
         if orphans:
             log.warning("killed %d delegate processes a previous run left behind: %s",
                         len(orphans), orphans)
             await _wait_gone(journal.path)
-        engine = Engine(runner, NetworkDir(cfg.networks_dir),
-                        Limits(cfg.max_concurrent, cfg.max_queue, cfg.compensate_timeout))
+        ipam = IndexStore.of(*await journal.live_allocations())
+        ipam_types = frozenset({"netctl-ipam", *cfg.ipam_takeover})
+        delegates = Delegates(cfg.bin_dirs, cfg.plugin_timeout, owner=journal.path,
+                              cancel_grace=cfg.cancel_grace, ipam_types=ipam_types)
+        admission = Admission(cfg.max_concurrent, cfg.max_queue)
+        engine = Engine(Chains(journal, delegates, ipam), NetworkDir(cfg.networks_dir),
+                        ArgsSelector(), admission,
+                        Limits(cfg.compensate_timeout, gc_grace=cfg.reconcile_grace))
+        plain = IpamPlugin(journal, ipam, admission, ipam_types, gc_grace=cfg.reconcile_grace)
+        reconciler = Reconciler(engine, ipam, cfg.reconcile_grace)
         report = await replay(engine)
         log.info("start-up replay: %d unfinished operations, %d attachments of %d containers "
                  "undone, %d failures", report.operations, report.attachments,
                  report.containers, len(report.failed))
         for failure in report.failed:
             log.warning("replay: %s", failure)
-        server = Server(engine, ServerConfig(cfg.socket, cfg.allowed_uids,
-                                             cfg.max_request_bytes,
-                                             drain_timeout=cfg.drain_timeout,
-                                             reconcile_grace=cfg.reconcile_grace))
-        server.replay = dataclasses.asdict(report)
+        started = dataclasses.asdict(report)
+
+        async def status() -> dict[str, Any]:
+            return {
+                "ready": True, "version": __version__, "pid": os.getpid(),
+                "in_flight": admission.in_flight, "queued": admission.queued,
+                "journal": journal.path, "journal_writes": journal.writes,
+                "journal_commits": journal.commits,  # fewer than writes: group commit
+                "journal_trips": journal.trips,  # calls on the database thread
+                "replay": started,
+                "stuck": await journal.stuck_attachments(),
+            }
+
+        async def reconcile(dry_run: bool) -> dict[str, Any]:
+            return await reconciler.run(dry_run=dry_run)
+
+        server = Server(Handlers(cni=engine.handle, ipam=plain.handle, status=status,
+                                 reconcile=reconcile, in_flight=lambda: admission.in_flight),
+                        ServerConfig(cfg.socket, cfg.allowed_uids, cfg.max_request_bytes,
+                                     drain_timeout=cfg.drain_timeout))
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(server.serve)
                 periodic = trio.CancelScope()
                 if cfg.reconcile_interval > 0:
                     nursery.start_soon(_in_scope, periodic, partial(
-                        reconcile_every, engine, cfg.reconcile_interval, cfg.reconcile_grace))
+                        reconciler.every, cfg.reconcile_interval))
                 log.info("netctl daemon %d listening on %s (journal %s)", os.getpid(),
                          cfg.socket, journal.path)
                 task_status.started(server)

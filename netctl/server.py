@@ -1,8 +1,12 @@
 """The Unix socket server: framing, peer credentials, dispatch, graceful drain.
 
 Wire format, both ways: a 4-byte big-endian length, then that many bytes of
-JSON (a :class:`~netctl.cni.request.Request` in, a
-:class:`~netctl.cni.request.Response` out). One request per connection.
+JSON (a :class:`~netctl.cni.request.Request` or an
+:class:`~netctl.cni.request.AdminRequest` in, told apart by ``kind``; a
+:class:`~netctl.cni.request.Response` out). One request per connection. A CNI
+request is decoded once, here, into an :class:`~netctl.cni.request.Invocation`
+and handed to the engine (``netctl-cni``) or the plain IPAM plugin
+(``netctl-ipam``); an admin request to the daemon's status or reconciler.
 
 The socket's directory is 0700 and the socket 0600; on top of that every peer's
 uid is read with SO_PEERCRED and must be in ``allowed_uids``. Frames larger
@@ -17,16 +21,16 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import trio
 
-from netctl import __version__
-from netctl.cni import versions
-from netctl.cni.request import Request, Response
-from netctl.engine.engine import Engine
+from netctl.cni.request import AdminRequest, Envelope, Invocation, Request, Response, decode
+from netctl.cni.versions import LATEST
+from netctl.engine.engine import Reply
 from netctl.errors import (
     CANCELLED,
     DECODE_FAILURE,
@@ -35,11 +39,9 @@ from netctl.errors import (
     REQUEST_TOO_LARGE,
     CNIError,
 )
-from netctl.reconcile.leaks import reconcile
 
 log = logging.getLogger("netctl.server")
 _HEADER = struct.Struct(">I")
-ADMIN = "netctl-admin"
 
 
 @dataclass
@@ -49,7 +51,17 @@ class ServerConfig:
     max_request_bytes: int = 1 << 20
     read_timeout: float = 10.0
     drain_timeout: float = 30.0
-    reconcile_grace: float = 30.0
+
+
+@dataclass(frozen=True)
+class Handlers:
+    """What the server hands requests to (composed by the daemon)."""
+
+    cni: Callable[[Invocation], Awaitable[Reply]]  # netctl-cni
+    ipam: Callable[[Invocation], Awaitable[Reply]]  # netctl-ipam
+    status: Callable[[], Awaitable[dict[str, Any]]]
+    reconcile: Callable[[bool], Awaitable[dict[str, Any]]]  # dry_run → report
+    in_flight: Callable[[], int]
 
 
 async def _read_exact(stream: trio.SocketStream, n: int) -> bytes:
@@ -69,24 +81,12 @@ def _only_cancelled(exc: BaseException) -> bool:
     return isinstance(exc, trio.Cancelled)
 
 
-def _caller_version(stdin: str) -> str:
-    try:
-        obj = msgspec.json.decode(stdin.encode())
-        version = obj.get("cniVersion") if isinstance(obj, dict) else None
-        if isinstance(version, str) and version in versions.SUPPORTED:
-            return version
-    except msgspec.DecodeError:
-        pass
-    return versions.LATEST
-
-
 @dataclass
 class Server:
-    engine: Engine
+    handlers: Handlers
     config: ServerConfig
     started_at: float = field(default_factory=time.time)
     served: int = 0
-    replay: dict[str, Any] = field(default_factory=dict)
     _accept_scope: trio.CancelScope | None = None
     _listener: trio.socket.SocketType | None = None
 
@@ -119,7 +119,7 @@ class Server:
             if os.path.exists(path):  # noqa: ASYNC240 - shutdown, local path
                 os.unlink(path)
             log.info("draining %d in-flight requests (deadline %.0fs)",
-                     self.engine.in_flight, self.config.drain_timeout)
+                     self.handlers.in_flight(), self.config.drain_timeout)
             handlers.cancel_scope.deadline = trio.current_time() + self.config.drain_timeout
 
     def stop(self) -> None:
@@ -140,7 +140,7 @@ class Server:
                 log.warning("client went away before its answer")
 
     async def _respond(self, stream: trio.SocketStream) -> Response:
-        version = versions.LATEST
+        version = LATEST
         try:
             self._check_peer(stream)
             with trio.fail_after(self.config.read_timeout):
@@ -150,16 +150,22 @@ class Server:
                                    f"daemon's limit of {self.config.max_request_bytes} bytes")
                 body = await _read_exact(stream, size)
             try:
+                kind = msgspec.json.decode(body, type=Envelope).kind
+                if kind == "admin":
+                    admin = msgspec.json.decode(body, type=AdminRequest)
+                    self.served += 1
+                    return Response(output=msgspec.json.encode(await self._admin(admin)).decode())
                 req = msgspec.json.decode(body, type=Request)
             except msgspec.MsgspecError as exc:
                 raise CNIError(DECODE_FAILURE, f"malformed request frame: {exc}") from None
-            version = _caller_version(req.stdin)
             self.served += 1
-            if req.plugin == ADMIN:
-                return Response(output=msgspec.json.encode(await self._admin(req)).decode())
-            result = await self.engine.handle(req)
-            out = msgspec.json.encode(result).decode() if result is not None else ""
-            return Response(output=out)
+            inv = decode(req)
+            version = inv.caller_version
+            handler = self.handlers.ipam if inv.plugin == "netctl-ipam" and \
+                inv.verb != "VERSION" else self.handlers.cni
+            reply = await handler(inv)
+            out = msgspec.json.encode(reply.result).decode() if reply.result is not None else ""
+            return Response(output=out, warning=reply.warning)
         except CNIError as exc:
             if exc.code >= 100 or exc.code in (IO_FAILURE,):
                 log.info("request failed: %s (code %d)", exc.msg, exc.code)
@@ -189,12 +195,13 @@ class Server:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
 
-    async def _admin(self, req: Request) -> dict[str, Any]:
+    async def _admin(self, req: AdminRequest) -> dict[str, Any]:
         """``netctl status`` and ``netctl reconcile`` over the socket."""
-        if req.command == "RECONCILE":
-            return await reconcile(self.engine, dry_run=req.args == "dry-run",
-                                   grace=self.config.reconcile_grace)
-        return self.health()
+        if req.call == "reconcile":
+            return await self.handlers.reconcile(req.dry_run)
+        return {**await self.handlers.status(), "served": self.served,
+                "uptime_seconds": round(time.time() - self.started_at, 3),
+                "socket": self.config.socket_path}
 
     def _check_peer(self, stream: trio.SocketStream) -> None:
         creds = stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
@@ -204,19 +211,3 @@ class Server:
             raise CNIError(PERMISSION_DENIED, f"caller uid {uid} (pid {pid}) is not allowed on "
                            f"{self.config.socket_path}; allowed uids: "
                            f"{', '.join(map(str, self.config.allowed_uids))}")
-
-    def health(self) -> dict[str, Any]:
-        return {
-            "ready": True,
-            "version": __version__,
-            "pid": os.getpid(),
-            "uptime_seconds": round(time.time() - self.started_at, 3),
-            "in_flight": self.engine.in_flight,
-            "queued": self.engine.queued,
-            "served": self.served,
-            "journal": self.engine.journal.path,
-            "journal_writes": self.engine.journal.writes,
-            "journal_commits": self.engine.journal.commits,  # fewer than writes: group commit
-            "socket": self.config.socket_path,
-            "replay": self.replay,
-        }

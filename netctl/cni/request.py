@@ -1,13 +1,27 @@
-"""One CNI invocation as the thin plugin forwards it: the CNI_* environment and stdin."""
+"""The socket's messages, and one CNI invocation decoded once at the edge.
+
+On the wire a frame is a :class:`Request` (what the thin plugin read from its
+environment and stdin, unchanged but for the netns path) or an
+:class:`AdminRequest` (``netctl status``/``netctl reconcile``), told apart by
+``kind``. The server turns a ``Request`` into an :class:`Invocation` exactly
+once — CNI_ARGS split, the pod named, stdin decoded — and nothing deeper parses
+them again.
+"""
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import msgspec
+
+from netctl.cni import validate, versions
+from netctl.errors import CNIError
 
 
 class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     """What the plugin read from its environment and stdin, unchanged but for the netns path."""
 
+    kind: Literal["cni"] = "cni"
     command: str = ""
     container_id: str = ""
     netns: str = ""
@@ -18,9 +32,88 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     plugin: str = "netctl-cni"  # which executable name the runtime ran
 
 
+class AdminRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """An operator's call over the socket: ``status`` or ``reconcile``."""
+
+    kind: Literal["admin"] = "admin"
+    call: Literal["status", "reconcile"] = "status"
+    dry_run: bool = False
+
+
+class Envelope(msgspec.Struct, forbid_unknown_fields=False):
+    """Just enough of a frame to tell which message it is."""
+
+    kind: str = "cni"
+
+
 class Response(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The daemon's answer: ``output`` to print on stdout, and the exit status."""
 
     status: int = 0
     output: str = ""
     warning: str = ""
+
+
+class Pod(msgspec.Struct, frozen=True, kw_only=True):
+    """Who a container belongs to (``K8S_POD_*`` in CNI_ARGS; empty for podman's)."""
+
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+
+    @classmethod
+    def from_args(cls, args: dict[str, str]) -> Pod:
+        return cls(namespace=args.get("K8S_POD_NAMESPACE", ""),
+                   name=args.get("K8S_POD_NAME", ""), uid=args.get("K8S_POD_UID", ""))
+
+
+class Invocation(msgspec.Struct, kw_only=True):
+    """One CNI request, decoded once: every layer below the server reads this."""
+
+    verb: str
+    plugin: str
+    container_id: str
+    netns: str
+    ifname: str
+    args: dict[str, str]
+    pod: Pod
+    stdin: bytes
+    conf: dict[str, Any] | None  # stdin as a JSON object; None when it is not one
+    conf_error: str = ""  # why ``conf`` is None
+    args_error: CNIError | None = None  # why ``args`` is empty (CNI_ARGS malformed)
+    caller_version: str = versions.LATEST  # the stdin's cniVersion when it is one we serve
+
+    @property
+    def conf_name(self) -> str:
+        name = (self.conf or {}).get("name")
+        return name if isinstance(name, str) else ""
+
+
+def decode(req: Request) -> Invocation:
+    """Split a request into its typed parts. Only the verb is validated here; the
+    engine's verb table says which other parts a verb needs."""
+    verb = validate.command(req.command)
+    raw = req.stdin.encode()
+    conf: dict[str, Any] | None = None
+    error = ""
+    try:
+        obj = msgspec.json.decode(raw)
+        if isinstance(obj, dict):
+            conf = obj
+        else:
+            error = "not a JSON object"
+    except msgspec.DecodeError as exc:
+        error = str(exc)
+    version = (conf or {}).get("cniVersion")
+    caller = version if isinstance(version, str) and version in versions.SUPPORTED \
+        else versions.LATEST
+    args: dict[str, str] = {}
+    args_error: CNIError | None = None
+    try:
+        args = validate.parse_cni_args(req.args)
+    except CNIError as exc:
+        args_error = exc  # refused by the verbs that read CNI_ARGS
+    return Invocation(verb=verb, plugin=req.plugin, container_id=req.container_id,
+                      netns=req.netns, ifname=req.ifname, args=args, args_error=args_error,
+                      pod=Pod.from_args(args), stdin=raw, conf=conf, conf_error=error,
+                      caller_version=caller)

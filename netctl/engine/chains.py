@@ -2,67 +2,51 @@
 
 Every step is journaled before the plugin starts and after it ends (config
 bytes, netns, ifname, result or error, stderr, seconds). ADD keeps the chain's
-latest result and how many steps started on the :class:`ChainState`, which is
+latest result and how many steps started on the :class:`Attachment`, which is
 exactly what a DEL needs: the started steps, in reverse, with that result as
 ``prevResult`` — from memory during compensation, from the journal later.
+
+For a delegate whose ``ipam.type`` netctl serves (``netctl-ipam``, or a type
+taken over), the ADD step allocates in-process — planned and reserved before
+the step, recorded in the step's journal transaction — and the delegate runs
+with a ``static`` IPAM section holding the addresses; the DEL step releases them
+in its end transaction.
+
+A DEL whose netns is gone (missing, or not a network namespace any more) gives
+the delegates an empty ``CNI_NETNS``, as the spec allows, so their IPAM still
+releases. A step whose ADD the plugin refused with code 1 (incompatible
+version) did nothing, so it does not count as started and is never DELeted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from functools import partial
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import trio
-from aiosqlite import Connection
 
-from netctl.cni.config import Chain, parse_chain, plugin_config
+from netctl.cni.config import plugin_config
 from netctl.cni.invoke import Cancellation, PluginError, run_plugin
-from netctl.errors import CNIError
+from netctl.cni.netns import is_netns
+from netctl.errors import INCOMPATIBLE_VERSION, CNIError
 from netctl.ipam import ranges as ranges_mod
-from netctl.ipam.backend import Backend, Owner, static_ipam
-from netctl.ipam.sqlite import SqliteBackend
-from netctl.journal.store import Attachment, Journal
+from netctl.ipam.planner import Allocation, Lease, Owner, pool_key, static_ipam
+from netctl.ipam.store import IndexStore, allocate
+from netctl.journal.records import Attachment, StepEnd, StepStart
+from netctl.journal.store import Journal
 
 
-@dataclass
-class Runner:
-    """What running a plugin needs from the daemon."""
+@dataclass(frozen=True)
+class Delegates:
+    """How delegate plugins are run."""
 
-    journal: Journal
     bin_dirs: Sequence[str]
     timeout: float = 60.0
     owner: str = ""  # marks every child, see netctl.cni.invoke.kill_orphans
     cancel_grace: float = 5.0  # a cancelled delegate may finish its step this long
     ipam_types: frozenset[str] = frozenset({"netctl-ipam"})  # IPAM types served in-process
-    ipam: Backend = field(default_factory=SqliteBackend)  # where allocations live
-
-
-@dataclass
-class ChainState:
-    att_id: int
-    network: str
-    container_id: str
-    netns: str
-    ifname: str
-    chain: Chain
-    capability_args: dict[str, Any] = field(default_factory=dict)
-    cni_args: dict[str, Any] = field(default_factory=dict)
-    steps_started: int = 0
-    result: dict[str, Any] | None = None
-    pod: tuple[str, str, str] = ("", "", "")
-
-    @classmethod
-    def from_journal(cls, att: Attachment) -> ChainState:
-        return cls(att.id, att.network, att.container_id, att.netns, att.ifname,
-                   parse_chain(att.chain, f"network {att.network}"), att.capability_args,
-                   att.cni_args, att.steps_started, att.result,
-                   (att.pod_namespace, att.pod_name, att.pod_uid))
-
-    def where(self, index: int) -> str:
-        return (f"network {self.network!r} (interface {self.ifname}), "
-                f"plugin {self.chain.types[index]!r}")
 
 
 class StepError(CNIError):
@@ -77,114 +61,131 @@ def served_ipam(plugin: dict[str, Any], types: frozenset[str]) -> dict[str, Any]
     return None
 
 
-def _config_for(runner: Runner, op_id: int, st: ChainState, index: int, verb: str,
-                prev: dict[str, Any] | None) -> bytes | Callable[[Connection], Awaitable[bytes]]:
-    """The step's stdin; for a served IPAM, a function that allocates (ADD) or looks up
-    (DEL, CHECK) its addresses inside the step's journal transaction and hands the
-    delegate a ``static`` IPAM section holding them."""
-    ipam = served_ipam(st.chain.plugins[index], runner.ipam_types)
-    if ipam is None:
-        return plugin_config(st.chain, index, prev, st.capability_args, st.cni_args)
-    cfg, ranges = ranges_mod.parse_config(ipam)
-    owner = Owner(st.container_id, st.ifname, st.netns, st.pod, st.att_id, op_id)
-    wanted = [str(ip) for ip in st.capability_args.get("ips") or []]
+@dataclass
+class Chains:
+    """Runs chains with the journal, the delegates and the node's IPAM store."""
 
-    async def build(db: Connection) -> bytes:
+    journal: Journal
+    delegates: Delegates
+    ipam: IndexStore
+
+    async def _config(self, op_id: int, att: Attachment, index: int, verb: str,
+                      prev: dict[str, Any] | None, netns: str
+                      ) -> tuple[bytes, list[Allocation], Any]:
+        """The step's stdin, and for a served IPAM the addresses it gets (new ones to
+        record with the step, and the planner's decision)."""
+        ipam = served_ipam(att.chain.plugins[index], self.delegates.ipam_types)
+        if ipam is None:
+            return plugin_config(att.chain, index, prev, att.capability_args,
+                                 att.cni_args), [], None
+        cfg, ranges = ranges_mod.parse_config(ipam)
         if verb == "ADD":
-            leases = await runner.ipam.allocate(db, cfg, ranges, owner, wanted)
+            owner = Owner(att.container_id, att.ifname, netns, att.pod, att.id)
+            wanted = [str(ip) for ip in att.capability_args.get("ips") or []]
+            decision = await allocate(self.ipam, cfg, ranges, owner, wanted, time.time())
+            leases, new = decision.leases, decision.new
         else:
-            leases = await runner.ipam.held_by(db, cfg, ranges, attachment_id=st.att_id)
-        return plugin_config(st.chain, index, prev, st.capability_args, st.cni_args,
-                             ipam=static_ipam(cfg, leases))
+            gateways = {pool_key(cfg, rng): rng.gateway for rng in ranges}
+            decision = None
+            leases = [Lease(a.pool, a.cidr, gateways.get(a.pool))
+                      for a in self.ipam.of_attachment(att.id)]
+            new = []
+        return plugin_config(att.chain, index, prev, att.capability_args, att.cni_args,
+                             ipam=static_ipam(cfg, leases)), new, decision
 
-    return build
-
-
-async def _step(runner: Runner, op_id: int, st: ChainState, index: int, verb: str,
-                prev: dict[str, Any] | None) -> dict[str, Any] | None:
-    ptype = st.chain.types[index]
-    try:
-        step_id, conf = await runner.journal.begin_step(
-            op_id, st.att_id, index, verb, ptype,
-            _config_for(runner, op_id, st, index, verb, prev), st.netns, st.ifname)
-    except CNIError as exc:  # e.g. an exhausted pool: nothing ran, nothing to undo
-        raise StepError(exc.code, f"{st.where(index)}: {verb} refused: {exc.msg}",
-                        exc.details) from exc
-    if verb == "ADD":
-        st.steps_started = max(st.steps_started, index + 1)
-    cancel = Cancellation()
-    try:
-        out = await run_plugin(runner.bin_dirs, ptype, verb, conf, container_id=st.container_id,
-                               netns=st.netns, ifname=st.ifname, timeout=runner.timeout,
-                               owner=runner.owner, cancel_grace=runner.cancel_grace,
-                               cancellation=cancel)
-    except CNIError as exc:
-        stderr = exc.stderr if isinstance(exc, PluginError) else b""
-        await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb, result=None,
-                                      code=exc.code, error=exc.msg, stderr=stderr, seconds=0.0)
-        raise StepError(exc.code, f"{st.where(index)}: {verb} failed: {exc.msg}",
-                        exc.details) from exc
-    except BaseException:
-        done = cancel.finished
-        if done is not None:  # cancelled, but the plugin finished its step within the grace
-            await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb,
-                                          result=done.result, code=None, error=None,
-                                          stderr=done.stderr, seconds=done.seconds)
-            if verb == "ADD":
-                st.result = done.result
-        else:
-            await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb, result=None,
-                                          code=None, error=cancel.describe(runner.cancel_grace),
-                                          stderr=b"", seconds=0.0)
-        raise
-    release = None
-    if verb == "DEL" and served_ipam(st.chain.plugins[index], runner.ipam_types) is not None:
-        release = partial(runner.ipam.release, op_id=op_id, attachment_id=st.att_id)
-    await runner.journal.end_step(step_id, att_id=st.att_id, verb=verb, result=out.result,
-                                  code=None, error=None, stderr=out.stderr, seconds=out.seconds,
-                                  also=release)
-    return out.result
-
-
-async def add_chain(runner: Runner, op_id: int, st: ChainState) -> dict[str, Any] | None:
-    """ADD every step in order, each getting the previous result; return the final result."""
-    prev: dict[str, Any] | None = None
-    for index in range(len(st.chain.plugins)):
-        prev = await _step(runner, op_id, st, index, "ADD", prev)
-        st.result = prev
-    return prev
-
-
-async def del_chain(runner: Runner, op_id: int, st: ChainState) -> list[str]:
-    """DEL every started step in reverse with the latest result; go on past failures.
-
-    Returns the failures (empty when all went); things already gone are the
-    plugins' business to tolerate, as the spec asks of them.
-    """
-    errors: list[str] = []
-    for index in reversed(range(st.steps_started)):
+    async def step(self, op_id: int, att: Attachment, index: int, verb: str,
+                   prev: dict[str, Any] | None) -> dict[str, Any] | None:
+        ptype = att.chain.types[index]
+        netns = att.netns if verb == "ADD" or is_netns(att.netns) else ""
         try:
-            await _step(runner, op_id, st, index, "DEL", st.result)
-        except StepError as exc:
-            errors.append(exc.msg)
-    return errors
+            conf, new, decision = await self._config(op_id, att, index, verb, prev, netns)
+        except CNIError as exc:  # e.g. an exhausted pool: nothing ran, nothing to undo
+            raise StepError(exc.code, f"{att.where(index)}: {verb} refused: {exc.msg}",
+                            exc.details) from exc
+        start = StepStart(op_id=op_id, attachment=att.id, position=index, verb=verb,
+                          plugin_type=ptype, config=conf, netns=netns, ifname=att.ifname)
+        try:
+            step_id = await self.journal.begin_step(
+                start, new=new, pools=decision.pools if decision else None)
+        except BaseException:
+            self.ipam.unreserve(new)
+            raise
+        self.ipam.recorded(new)
+        if verb == "ADD":
+            att.steps_started = max(att.steps_started, index + 1)
+        end = StepEnd(step_id=step_id, attachment=att.id, verb=verb, position=index)
+        cancel = Cancellation()
+        d = self.delegates
+        try:
+            out = await run_plugin(d.bin_dirs, ptype, verb, conf, container_id=att.container_id,
+                                   netns=netns, ifname=att.ifname, timeout=d.timeout,
+                                   owner=d.owner, cancel_grace=d.cancel_grace,
+                                   cancellation=cancel)
+        except CNIError as exc:
+            end.code, end.error = exc.code, exc.msg
+            end.stderr = exc.stderr if isinstance(exc, PluginError) else b""
+            if verb == "ADD" and exc.code == INCOMPATIBLE_VERSION and isinstance(
+                    exc, PluginError):
+                end.started = False  # refused before it did anything
+                att.steps_started = min(att.steps_started, index)
+            await self.journal.end_step(end, op_id=op_id)
+            raise StepError(exc.code, f"{att.where(index)}: {verb} failed: {exc.msg}",
+                            exc.details) from exc
+        except BaseException:
+            done = cancel.finished
+            if done is not None:  # cancelled, but the plugin finished its step in the grace
+                end.result, end.stderr, end.seconds = done.result, done.stderr, done.seconds
+                if verb == "ADD":
+                    att.result = done.result
+            else:
+                end.error = cancel.describe(d.cancel_grace)
+            await self.journal.end_step(end, op_id=op_id)
+            raise
+        end.result, end.stderr, end.seconds = out.result, out.stderr, out.seconds
+        gone = []
+        if verb == "DEL" and served_ipam(att.chain.plugins[index], d.ipam_types) is not None:
+            gone = self.ipam.of_attachment(att.id)
+        await self.journal.end_step(end, op_id=op_id, gone=gone)
+        self.ipam.released(gone)
+        return out.result
 
+    async def add(self, op_id: int, att: Attachment) -> dict[str, Any] | None:
+        """ADD every step in order, each getting the previous result; return the final."""
+        prev: dict[str, Any] | None = None
+        for index in range(len(att.chain.plugins)):
+            prev = await self.step(op_id, att, index, "ADD", prev)
+            att.result = prev
+        return prev
 
-async def check_chain(runner: Runner, op_id: int, st: ChainState) -> None:
-    """CHECK every step in order with the stored final result."""
-    for index in range(len(st.chain.plugins)):
-        await _step(runner, op_id, st, index, "CHECK", st.result)
+    async def delete(self, op_id: int, att: Attachment) -> list[StepError]:
+        """DEL every started step in reverse with the latest result; go on past failures.
 
+        Returns the failures (empty when all went); things already gone are the
+        plugins' business to tolerate, as the spec asks of them.
+        """
+        errors: list[StepError] = []
+        for index in reversed(range(att.steps_started)):
+            try:
+                await self.step(op_id, att, index, "DEL", att.result)
+            except StepError as exc:
+                errors.append(exc)
+        return errors
 
-async def del_all(runner: Runner, op_id: int, states: Sequence[ChainState],
-                  outcome: dict[int, list[str]]) -> None:
-    """DEL several chains concurrently; as each finishes, ``outcome[att_id]`` gets its
-    errors (empty: all removed). Filled in as it goes, so a caller that is cancelled or
-    runs out of time still knows which chains finished."""
+    async def check(self, op_id: int, att: Attachment) -> None:
+        """CHECK every step in order with the stored final result."""
+        for index in range(len(att.chain.plugins)):
+            await self.step(op_id, att, index, "CHECK", att.result)
 
-    async def one(st: ChainState) -> None:
-        outcome[st.att_id] = await del_chain(runner, op_id, st)
+    async def delete_all(self, op_id: int, atts: Sequence[Attachment],
+                         outcome: dict[int, list[StepError]]) -> None:
+        """DEL several chains concurrently; as each finishes, ``outcome[att.id]`` gets
+        its errors (empty: all removed). Filled in as it goes, so a caller that is
+        cancelled or runs out of time still knows which chains finished."""
 
-    async with trio.open_nursery() as nursery:
-        for st in states:
-            nursery.start_soon(one, st)
+        async def one(att: Attachment) -> None:
+            outcome[att.id] = await self.delete(op_id, att)
+
+        async with trio.open_nursery() as nursery:
+            for att in atts:
+                nursery.start_soon(one, att)
+

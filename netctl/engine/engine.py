@@ -1,70 +1,102 @@
-"""The engine: one CNI request → journaled, concurrent, compensated delegate chains.
+"""The engine: one CNI invocation → journaled, concurrent, compensated delegate chains.
 
-- ADD journals the operation with all its attachments, then runs every
-  attachment's chain in one nursery. Any failure or cancellation cancels the
-  siblings (a delegate already running gets the runner's ``cancel_grace`` to
-  finish its step), and every step that started is DELeted again in reverse
+The verbs are a table (:data:`VERBS`): the oldest cniVersion that has the verb,
+whether it names a container (CNI_CONTAINERID, CNI_IFNAME and CNI_ARGS must be
+valid), whether it is serialized with the container's other requests, and its
+handler. :meth:`Engine.handle` applies the table; the handlers only do the work.
+
+- ADD plans every attachment (refusing a netns that is not one, a bad IPAM
+  section, a delegate that does not speak the network's cniVersion — before
+  anything is journaled), journals the operation with all its attachments,
+  then runs every chain in one nursery. Any failure or cancellation cancels
+  the siblings, and every step that started is DELeted again in reverse
   (shielded, with its own deadline).
 - DEL needs nothing but the journal; CHECK replays the stored results.
-- Requests for one container are serialized; a DEL cancels a running ADD of
-  the same container (which compensates) and runs after it. Different
-  containers run concurrently up to ``max_concurrent``; beyond that requests
-  wait, and when ``max_queue`` are waiting, ADD and CHECK get code 11.
+- GC DELetes this network's attachments that the runtime's valid list does not
+  name (and that are older than ``gc_grace``); a GC without any list collects
+  nothing.
+- A DEL from the runtime fails (code 107, so it retries) only while retrying can
+  help: when a delegate refuses for good (codes 1, 2, 4, 7), or the attachment
+  has failed ``MAX_DEL_FAILURES`` DELs, the DEL succeeds with a warning and the
+  attachment is left, visible, to the reconciler and its back-off.
 """
 
 from __future__ import annotations
 
-import os
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 import trio
 
 from netctl.cni import validate, versions
-from netctl.cni.config import decode_json_object
-from netctl.cni.request import Request
-from netctl.engine.chains import (
-    ChainState,
-    Runner,
-    add_chain,
-    check_chain,
-    del_all,
-    served_ipam,
-)
+from netctl.cni.invoke import find_plugin
+from netctl.cni.netns import netns_state
+from netctl.cni.probe import check_delegate_version, supported_versions
+from netctl.cni.request import Invocation
+from netctl.engine.admission import Admission
+from netctl.engine.chains import Chains, StepError, served_ipam
 from netctl.engine.networks import NetworkDir
-from netctl.engine.plan import AttachmentPlan, NetctlConf, Pod, decode_conf, plan
+from netctl.engine.plan import Selector, decode_conf, plan
 from netctl.errors import (
     CANCELLED,
     DEL_INCOMPLETE,
     INCOMPATIBLE_VERSION,
     INVALID_CONFIG,
     INVALID_ENVIRONMENT,
-    TRY_AGAIN_LATER,
     UNKNOWN_CONTAINER,
+    UNSUPPORTED_FIELD,
     CNIError,
 )
-from netctl.ipam.backend import Owner, ipam_result, pool_key
 from netctl.ipam.ranges import parse_config as parse_ipam
-from netctl.journal.store import Attachment
+from netctl.journal.records import Attachment, OpEnd, OpStart
 
-T = TypeVar("T")
+MAX_DEL_FAILURES = 3  # a runtime's DEL of one attachment fails at most this often
+PERMANENT = frozenset({INCOMPATIBLE_VERSION, UNSUPPORTED_FIELD, INVALID_ENVIRONMENT,
+                       INVALID_CONFIG})  # no retry repairs these
+RETRY_BASE = 10.0  # the reconciler's back-off on a stuck attachment: 10 s, 20 s, … 1 h
+RETRY_CAP = 3600.0
+
+
+def retry_at(failures: int, now: float | None = None) -> float:
+    """When the reconciler may next try an attachment whose clean-up failed ``failures``
+    times: exponential back-off, capped."""
+    delay = min(RETRY_CAP, RETRY_BASE * 2.0 ** max(0, failures - 1))
+    return (time.time() if now is None else now) + delay
 
 
 @dataclass
 class Limits:
-    max_concurrent: int = 32
-    max_queue: int = 256
     compensate_timeout: float = 30.0
+    gc_grace: float = 30.0  # GC never collects attachments younger than this
 
 
-@dataclass
-class _Gate:
-    lock: trio.Lock = field(default_factory=trio.Lock)
-    adds: set[trio.CancelScope] = field(default_factory=set)
-    users: int = 0
+class DelIncomplete(CNIError):
+    """A DEL that could not remove everything: what was kept, and which of those a
+    retry cannot help (a delegate refused for good)."""
+
+    def __init__(self, msg: str, kept: list[Attachment], permanent: set[int]) -> None:
+        super().__init__(DEL_INCOMPLETE, msg)
+        self.kept, self.permanent = kept, permanent
+
+
+class Reply(msgspec.Struct, omit_defaults=True):
+    """What a handler answers: the result to print (None: nothing), and a warning."""
+
+    result: dict[str, Any] | None = None
+    warning: str = ""
+
+
+@dataclass(frozen=True)
+class Verb:
+    min_version: tuple[int, int, int]  # the oldest cniVersion that has it
+    needs_container: bool
+    serialized: bool
+    needs_conf: bool  # the netctl conf must decode (DEL works without it)
+    handler: Callable[[Engine, Invocation], Awaitable[Reply]]
 
 
 def first_error(exc: BaseException) -> CNIError | None:
@@ -80,342 +112,264 @@ def first_error(exc: BaseException) -> CNIError | None:
 
 
 class Engine:
-    def __init__(self, runner: Runner, networks: NetworkDir, limits: Limits | None = None) -> None:
-        self.runner = runner
-        self.journal = runner.journal
+    def __init__(self, chains: Chains, networks: NetworkDir, selector: Selector,
+                 admission: Admission, limits: Limits | None = None) -> None:
+        self.chains = chains
+        self.journal = chains.journal
         self.networks = networks
+        self.selector = selector
+        self.admission = admission
         self.limits = limits or Limits()
-        self._limiter = trio.CapacityLimiter(self.limits.max_concurrent)
-        self._waiting = 0
-        self._gates: dict[str, _Gate] = {}
 
-    @property
-    def in_flight(self) -> int:
-        return int(self._limiter.borrowed_tokens)
+    # -- entry point ------------------------------------------------------------------------
 
-    @property
-    def queued(self) -> int:
-        return self._waiting
+    async def handle(self, inv: Invocation) -> Reply:
+        """Serve one invocation of netctl-cni; raise CNIError to refuse it."""
+        verb = VERBS[inv.verb]
+        if verb.needs_conf:
+            conf = decode_conf(inv)
+            if versions.parse(conf.cniVersion) < verb.min_version:
+                need = ".".join(map(str, verb.min_version))
+                raise CNIError(INCOMPATIBLE_VERSION, f"{inv.verb} needs cniVersion {need} or "
+                               f"later, not {conf.cniVersion}")
+        if verb.needs_container:
+            validate.container_id(inv.container_id)
+            validate.ifname(inv.ifname)
+            if inv.args_error is not None:
+                raise inv.args_error
+        if verb.serialized:
+            return await self.admission.serialized(inv.container_id, inv.verb,
+                                                   partial(verb.handler, self, inv))
+        return await verb.handler(self, inv)
 
-    def busy_containers(self) -> set[str]:
-        """Containers with a request running or waiting (the reconciler leaves them be)."""
-        return set(self._gates)
+    # -- ADD --------------------------------------------------------------------------------
 
-    async def serialized_del(self, container_id: str, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run ``fn`` as a DEL of ``container_id``: after (and cancelling) its ADDs."""
-        return await self._serialized(container_id, "DEL", fn)
-
-    # -- entry point -------------------------------------------------------------
-
-    async def handle(self, req: Request) -> dict[str, Any] | None:
-        """Serve one request; return the result to print (None for none) or raise CNIError."""
-        command = validate.command(req.command)
-        if req.plugin == "netctl-ipam" and command != "VERSION":
-            return await self.ipam_plugin(command, req)
-        if command == "STATUS":
-            conf = decode_conf(req.stdin)
-            if not versions.supports_gc(conf.cniVersion):
-                raise CNIError(INCOMPATIBLE_VERSION,
-                               f"STATUS needs cniVersion 1.1.0 or later, not {conf.cniVersion}")
-            return None
-        if command == "GC":
-            await self.gc(decode_conf(req.stdin))
-            return None
-        if command == "VERSION":
-            return {"cniVersion": versions.LATEST, "supportedVersions": list(versions.SUPPORTED)}
-        container_id = validate.container_id(req.container_id)
-        validate.ifname(req.ifname)
-        validate.parse_cni_args(req.args)
-        if command == "ADD":
-            conf = decode_conf(req.stdin)
-            return await self._serialized(container_id, command,
-                                          lambda: self.add(req, conf))
-        if command == "DEL":
-            await self._serialized(container_id, command, partial(self.delete, req))
-            return None
-        conf = decode_conf(req.stdin)
-        return await self._serialized(container_id, command, lambda: self.check(req, conf))
-
-    async def _serialized(self, container_id: str, verb: str,
-                          fn: Callable[[], Awaitable[T]]) -> T:
-        gate = self._gates.setdefault(container_id, _Gate())
-        gate.users += 1
-        try:
-            if verb == "DEL":
-                for scope in gate.adds:
-                    scope.cancel()
-            with trio.CancelScope() as scope:
-                if verb == "ADD":
-                    gate.adds.add(scope)
-                try:
-                    async with gate.lock:
-                        return await self._admitted(verb, fn)
-                finally:
-                    gate.adds.discard(scope)
-            raise CNIError(CANCELLED, f"ADD of container {container_id} was cancelled by a DEL "
-                           "for the same container; what it had done was undone")
-        finally:
-            gate.users -= 1
-            if gate.users == 0:
-                self._gates.pop(container_id, None)
-
-    async def _admitted(self, verb: str, fn: Callable[[], Awaitable[T]]) -> T:
-        if self._limiter.available_tokens == 0 and verb != "DEL" \
-                and self._waiting >= self.limits.max_queue:
-            raise CNIError(TRY_AGAIN_LATER, f"daemon busy: {self.in_flight} requests running and "
-                           f"{self._waiting} queued (max_queue {self.limits.max_queue}); "
-                           "try again later")
-        self._waiting += 1
-        try:
-            await self._limiter.acquire()
-        finally:
-            self._waiting -= 1
-        try:
-            return await fn()
-        finally:
-            self._limiter.release()
-
-    # -- ADD ---------------------------------------------------------------------
-
-    async def add(self, req: Request, conf: NetctlConf) -> dict[str, Any]:
-        if not req.netns:
+    async def add(self, inv: Invocation) -> Reply:
+        conf = decode_conf(inv)
+        if not inv.netns:
             raise CNIError(INVALID_ENVIRONMENT, "CNI_NETNS is missing")
-        if not os.path.exists(req.netns):  # noqa: ASYNC240 - one stat of a local path
-            raise CNIError(INVALID_ENVIRONMENT, f"CNI_NETNS {req.netns} does not exist")
-        plans = plan(conf, req.ifname, req.args, self.networks)
-        self._check_ipam(plans)
-        mine = [a for a in await self.journal.live_attachments(req.container_id)
-                if a.caller_ifname == req.ifname and a.caller_network == conf.name]
+        found = netns_state(inv.netns)
+        if found != "ok":
+            what = "does not exist" if found == "missing" else "is not a network namespace"
+            raise CNIError(INVALID_ENVIRONMENT, f"CNI_NETNS {inv.netns} {what}")
+        atts = plan(conf, inv, await self.selector.select(inv), self.networks)
+        self._check_ipam(atts)
+        await self._check_versions(atts)
+        mine = [a for a in await self.journal.live_attachments(inv.container_id)
+                if a.caller_ifname == inv.ifname and a.caller_network == conf.name]
         if mine:
-            same = self._repeat_of(mine, plans, req.netns)
+            same = _repeat_of(mine, atts, inv.netns)
             if same is not None:
-                return versions.convert_result(same, conf.cniVersion)
+                return Reply(versions.convert_result(same, conf.cniVersion))
             # leftovers of an ADD that failed and could not be undone: remove them first
-            await self.delete_attachments(req.container_id, mine, "ADD")
-        pod = Pod.from_args(validate.parse_cni_args(req.args))
-        op_id, att_ids = await self.journal.begin_operation(
-            "ADD", req.container_id, netns=req.netns, ifname=req.ifname,
-            caller_network=conf.name, caller_version=conf.cniVersion,
-            pod=(pod.namespace, pod.name, pod.uid), request=req.stdin.encode(),
-            attachments=[{
-                "container_id": req.container_id, "ifname": p.ifname, "network": p.network,
-                "network_name": p.chain.name, "is_default": p.is_default,
-                "caller_network": conf.name, "caller_ifname": req.ifname, "netns": req.netns,
-                "pod_namespace": pod.namespace, "pod_name": pod.name, "pod_uid": pod.uid,
-                "cni_version": p.chain.cni_version, "chain": p.chain.raw,
-                "capability_args": p.capability_args, "cni_args": p.cni_args} for p in plans])
-        states = [ChainState(att_id, p.network, req.container_id, req.netns, p.ifname, p.chain,
-                             p.capability_args, p.cni_args,
-                             pod=(pod.namespace, pod.name, pod.uid))
-                  for att_id, p in zip(att_ids, plans, strict=True)]
+            await self.delete_attachments(inv.container_id, mine, OpStart(
+                verb="DEL", container_id=inv.container_id, origin="runtime"), "ADD")
+        op_id = await self.journal.begin(OpStart(
+            verb="ADD", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
+            caller_network=conf.name, caller_version=conf.cniVersion, pod=inv.pod,
+            request=inv.stdin), adding=atts)
         try:
             async with trio.open_nursery() as nursery:
-                for st in states:
-                    nursery.start_soon(add_chain, self.runner, op_id, st)
+                for att in atts:
+                    nursery.start_soon(self.chains.add, op_id, att)
         except BaseException as exc:
             cause = first_error(exc)
-            outcome, finished = await self._compensate(op_id, states)
-            failures = [e for errs in outcome.values() for e in errs]
+            outcome, finished = await self._compensate(op_id, atts)
+            failures = [e.msg for errs in outcome.values() for e in errs]
             state = "compensated" if finished and not failures else "compensate_failed"
             msg = cause.msg if cause else "cancelled"
             if failures:
                 msg += "; compensation incomplete: " + "; ".join(failures)
             elif not finished:
                 msg += "; compensation ran out of time"
-            await self.journal.finish_operation(
-                op_id, state, cause.code if cause else CANCELLED, msg,
-                removed=[(att_id, "; ".join(errs) or None) for att_id, errs in outcome.items()])
+            await self.journal.finish(op_id, _del_end(
+                state, cause.code if cause else CANCELLED, msg, atts, outcome))
             if cause is None:
                 raise
             raise CNIError(cause.code, msg, cause.details) from None
-        await self.journal.finish_operation(op_id, "done",
-                                            attached=[(s.att_id, s.result) for s in states])
-        return versions.convert_result(states[0].result or {}, conf.cniVersion)  # cluster
+        await self.journal.finish(op_id, OpEnd(state="done", attached=atts))
+        return Reply(versions.convert_result(atts[0].result or {}, conf.cniVersion))
 
-    def _check_ipam(self, plans: list[AttachmentPlan]) -> None:
+    def _check_ipam(self, atts: list[Attachment]) -> None:
         """Refuse a bad netctl-ipam section before anything runs (code 7, naming the key)."""
-        for p in plans:
-            for plugin in p.chain.plugins:
-                ipam = served_ipam(plugin, self.runner.ipam_types)
+        for att in atts:
+            for plugin in att.chain.plugins:
+                ipam = served_ipam(plugin, self.chains.delegates.ipam_types)
                 if ipam is not None:
                     try:
                         parse_ipam(ipam)
                     except CNIError as exc:
-                        raise CNIError(exc.code, f"network {p.network!r}: {exc.msg}") from None
+                        raise CNIError(exc.code, f"network {att.network!r}: {exc.msg}") from None
 
-    @staticmethod
-    def _repeat_of(mine: list[Attachment], plans: list[AttachmentPlan],
-                   netns: str) -> dict[str, Any] | None:
-        """The stored result when an ADD repeats a completed one exactly, else None."""
-        if any(a.state != "attached" or a.netns != netns for a in mine):
-            return None
-        if sorted((a.network, a.ifname) for a in mine) != sorted(
-                (p.network, p.ifname) for p in plans):
-            return None
-        return next((a.result for a in mine if a.is_default), None)
+    async def _check_versions(self, atts: list[Attachment]) -> None:
+        """Refuse (code 1) a network whose cniVersion one of its delegates does not speak,
+        asking each binary once (its VERSION answer is cached while it is unchanged)."""
+        d = self.chains.delegates
+        for att in atts:
+            for plugin in att.chain.plugins:
+                types = [str(plugin["type"])]
+                ipam = plugin.get("ipam")
+                if isinstance(ipam, dict) and isinstance(ipam.get("type"), str) \
+                        and served_ipam(plugin, d.ipam_types) is None:
+                    types.append(ipam["type"])
+                for ptype in types:
+                    path = find_plugin(d.bin_dirs, ptype)
+                    supported = await supported_versions(path)
+                    try:
+                        check_delegate_version(ptype, path, att.chain.cni_version, supported)
+                    except CNIError as exc:
+                        raise CNIError(exc.code, f"network {att.network!r}: {exc.msg}") from None
 
-    async def _compensate(self, op_id: int,
-                          states: list[ChainState]) -> tuple[dict[int, list[str]], bool]:
+    async def _compensate(self, op_id: int, atts: list[Attachment]
+                          ) -> tuple[dict[int, list[StepError]], bool]:
         """DEL what the failed ADD started, shielded, within ``compensate_timeout``.
 
         Returns the errors of every chain whose DEL finished, and whether all did."""
-        outcome: dict[int, list[str]] = {}
+        outcome: dict[int, list[StepError]] = {}
         with trio.CancelScope(shield=True):
             with trio.move_on_after(self.limits.compensate_timeout) as scope:
-                await del_all(self.runner, op_id, states, outcome)
+                await self.chains.delete_all(op_id, atts, outcome)
         return outcome, not scope.cancelled_caught
 
-    # -- DEL ---------------------------------------------------------------------
+    # -- DEL --------------------------------------------------------------------------------
 
-    async def delete(self, req: Request) -> None:
-        name = _conf_name(req.stdin)
-        mine = [a for a in await self.journal.live_attachments(req.container_id)
-                if a.caller_ifname == req.ifname and (name is None or a.caller_network == name)]
-        await self.delete_attachments(req.container_id, mine, "DEL", netns=req.netns,
-                                      ifname=req.ifname, caller_network=name or "",
-                                      request=req.stdin.encode())
-
-    async def delete_attachments(self, container_id: str, atts: list[Attachment], why: str,
-                      origin: str = "runtime", **op: Any) -> None:
-        op_id, _ = await self.journal.begin_operation("DEL", container_id, origin=origin,
-                                                      removing=[a.id for a in atts], **op)
-        outcome: dict[int, list[str]] = {}
+    async def delete(self, inv: Invocation) -> Reply:
+        name = inv.conf_name or None
+        mine = [a for a in await self.journal.live_attachments(inv.container_id)
+                if a.caller_ifname == inv.ifname and (name is None or a.caller_network == name)]
         try:
-            await del_all(self.runner, op_id, [ChainState.from_journal(a) for a in atts],
-                          outcome)
+            await self.delete_attachments(inv.container_id, mine, OpStart(
+                verb="DEL", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
+                caller_network=name or "", pod=inv.pod, request=inv.stdin), "DEL")
+        except DelIncomplete as exc:
+            if not all(a.del_failures >= MAX_DEL_FAILURES or a.id in exc.permanent
+                       for a in exc.kept):
+                raise
+            return Reply(warning=f"{exc.msg}; left to the reconciler (netctl status shows "
+                         "stuck attachments), so this DEL does not fail for ever")
+        return Reply()
+
+    async def delete_attachments(self, container_id: str, atts: list[Attachment],
+                                 op: OpStart, why: str) -> None:
+        """DEL ``atts`` through their chains as one operation; CNIError 107 naming what
+        could not be removed (those keep their state, one more failure counted)."""
+        op_id = await self.journal.begin(op, removing=atts)
+        outcome: dict[int, list[StepError]] = {}
+        try:
+            await self.chains.delete_all(op_id, atts, outcome)
         except BaseException as exc:
-            await self.journal.finish_operation(  # journal writes are shielded
-                op_id, "failed", CANCELLED, repr(exc),
-                removed=[(i, "; ".join(e) or None) for i, e in outcome.items()])
+            await self.journal.finish(op_id, _del_end("failed", CANCELLED, repr(exc), atts,
+                                                      outcome), retry_at=retry_at)
             raise
-        removed = [(att_id, "; ".join(errs) or None) for att_id, errs in outcome.items()]
-        failures = [e for errs in outcome.values() for e in errs]
+        failures = [e.msg for errs in outcome.values() for e in errs]
         if failures:
             msg = (f"{why} of container {container_id}: could not remove everything; "
                    "a later DEL or the reconciler retries: " + "; ".join(failures))
-            await self.journal.finish_operation(op_id, "failed", DEL_INCOMPLETE, msg,
-                                                removed=removed)
-            raise CNIError(DEL_INCOMPLETE, msg)
-        await self.journal.finish_operation(op_id, "done", removed=removed)
+            end = _del_end("failed", DEL_INCOMPLETE, msg, atts, outcome)
+            await self.journal.finish(op_id, end, retry_at=retry_at)
+            raise DelIncomplete(msg, [a for a, _ in end.kept], {
+                att_id for att_id, errs in outcome.items()
+                if any(e.code in PERMANENT for e in errs)})
+        await self.journal.finish(op_id, _del_end("done", None, None, atts, outcome))
 
-    # -- CHECK -------------------------------------------------------------------
+    # -- CHECK ------------------------------------------------------------------------------
 
-    async def check(self, req: Request, conf: NetctlConf) -> None:
-        if not versions.supports_check(conf.cniVersion):
-            raise CNIError(INCOMPATIBLE_VERSION,
-                           f"CHECK needs cniVersion 0.4.0 or later, not {conf.cniVersion}")
-        mine = [a for a in await self.journal.live_attachments(req.container_id)
-                if a.caller_ifname == req.ifname and a.caller_network == conf.name
+    async def check(self, inv: Invocation) -> Reply:
+        conf = decode_conf(inv)
+        mine = [a for a in await self.journal.live_attachments(inv.container_id)
+                if a.caller_ifname == inv.ifname and a.caller_network == conf.name
                 and a.state == "attached"]
         if not mine:
-            raise CNIError(UNKNOWN_CONTAINER, f"no attachments of container {req.container_id} "
-                           f"interface {req.ifname} in the journal")
-        op_id, _ = await self.journal.begin_operation(
-            "CHECK", req.container_id, netns=req.netns, ifname=req.ifname,
-            caller_network=conf.name, caller_version=conf.cniVersion)
+            raise CNIError(UNKNOWN_CONTAINER, f"no attachments of container {inv.container_id} "
+                           f"interface {inv.ifname} in the journal")
+        op_id = await self.journal.begin(OpStart(
+            verb="CHECK", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
+            caller_network=conf.name, caller_version=conf.cniVersion, pod=inv.pod))
         try:
             async with trio.open_nursery() as nursery:
                 for att in mine:
-                    st = ChainState.from_journal(att)
-                    if versions.supports_check(st.chain.cni_version):
-                        nursery.start_soon(check_chain, self.runner, op_id, st)
+                    if versions.supports_check(att.chain.cni_version):
+                        nursery.start_soon(self.chains.check, op_id, att)
         except BaseException as exc:
             cause = first_error(exc)
-            await self.journal.finish_operation(op_id, "failed", cause.code if cause else None,
-                                                cause.msg if cause else "cancelled")
+            await self.journal.finish(op_id, OpEnd(
+                state="failed", code=cause.code if cause else None,
+                error=cause.msg if cause else "cancelled"))
             if cause is None:
                 raise
             raise CNIError(cause.code, cause.msg, cause.details) from None
-        await self.journal.finish_operation(op_id, "done")
+        await self.journal.finish(op_id, OpEnd(state="done"))
+        return Reply()
 
-    # -- netctl-ipam as a plain IPAM plugin --------------------------------------
+    # -- GC, STATUS, VERSION ----------------------------------------------------------------
 
-    async def ipam_plugin(self, command: str, req: Request) -> dict[str, Any] | None:
-        """ADD/DEL/CHECK/GC for a main plugin that execs ``netctl-ipam`` itself: the same
-        allocator and journal, with the allocation owned by (container id, ifname)."""
-        conf = decode_json_object(req.stdin.encode(), "the network config on stdin")
-        version = versions.check_supported(str(conf.get("cniVersion")))
-        ipam = conf.get("ipam")
-        if not isinstance(ipam, dict) or ipam.get("type") not in self.runner.ipam_types:
-            raise CNIError(INVALID_CONFIG, "netctl-ipam: the config has no 'ipam' section of "
-                           "type netctl-ipam")
-        cfg, ranges = parse_ipam(ipam)
-        pools = [pool_key(cfg, r) for r in ranges]
-        name = str(conf.get("name", ""))
-        backend = self.runner.ipam
-        if command in ("STATUS", "GC") and not versions.supports_gc(version):
-            raise CNIError(INCOMPATIBLE_VERSION, f"netctl-ipam: {command} needs cniVersion "
-                           f"1.1.0 or later, not {version}")
-        if command == "STATUS":
-            return None
-        if command == "GC":
-            valid = {(str(v.get("containerID")), str(v.get("ifname")))
-                     for v in conf.get("cni.dev/valid-attachments") or []}
-            await self.journal.whole_operation(
-                "GC", "", lambda db, op_id: backend.release_stale(db, pools, valid, op_id),
-                caller_network=name, origin="ipam")
-            return None
-        container_id = validate.container_id(req.container_id)
-        ifname = validate.ifname(req.ifname)
-        pod = Pod.from_args(validate.parse_cni_args(req.args))
-        fields = {"netns": req.netns, "ifname": ifname, "caller_network": name,
-                  "caller_version": version, "pod": (pod.namespace, pod.name, pod.uid),
-                  "request": req.stdin.encode(), "origin": "ipam"}
-        wanted = [str(ip) for ip in (conf.get("runtimeConfig") or {}).get("ips") or []]
-
-        async def body(db: Any, op_id: int) -> dict[str, Any] | None:
-            """The whole request in one journal transaction: no crash can split it."""
-            if command == "ADD":
-                owner = Owner(container_id, ifname, req.netns,
-                              (pod.namespace, pod.name, pod.uid), None, op_id)
-                leases = await backend.allocate(db, cfg, ranges, owner, wanted)
-                return versions.convert_result(ipam_result(cfg, leases, version), version)
-            if command == "DEL":
-                await backend.release(db, op_id=op_id, container_id=container_id, ifname=ifname,
-                                   pools=pools)
-                return None
-            if not await backend.held_by(db, cfg, ranges, container_id=container_id,
-                                      ifname=ifname):
-                raise CNIError(UNKNOWN_CONTAINER, f"netctl-ipam: container {container_id} "
-                               f"ifname {ifname} holds no address in {', '.join(pools)}")
-            return None
-
-        async def serve() -> dict[str, Any] | None:
-            return await self.journal.whole_operation(command, container_id, body, **fields)
-
-        return await self._serialized(container_id, command, serve)
-
-    # -- GC ----------------------------------------------------------------------
-
-    async def gc(self, conf: NetctlConf) -> None:
-        """DEL every attachment of this netctl network not in ``cni.dev/valid-attachments``."""
-        if not versions.supports_gc(conf.cniVersion):
-            raise CNIError(INCOMPATIBLE_VERSION,
-                           f"GC needs cniVersion 1.1.0 or later, not {conf.cniVersion}")
-        valid = {(str(v.get("containerID")), str(v.get("ifname")))
-                 for v in conf.valid_attachments or []}
+    async def gc(self, inv: Invocation) -> Reply:
+        """DEL every attachment of this netctl network the valid list does not name."""
+        conf = decode_conf(inv)
+        valid = conf.valid_list()
+        if valid is None:
+            return Reply(warning="GC carried no cni.dev/valid-attachments (nor "
+                         "cni.dev/attachments) list: nothing collected")
+        young = time.time() - self.limits.gc_grace
         stale: dict[str, list[Attachment]] = {}
         for att in await self.journal.live_attachments():
-            if att.caller_network == conf.name and \
+            if att.caller_network == conf.name and att.created_at <= young and \
                     (att.container_id, att.caller_ifname) not in valid:
                 stale.setdefault(att.container_id, []).append(att)
         errors = []
         for container_id, atts in stale.items():
             try:
-                await self._serialized(container_id, "DEL", partial(
-                    self.delete_attachments, container_id, atts, "GC", origin="gc",
-                    caller_network=conf.name))
+                await self.admission.serialized(container_id, "DEL", partial(
+                    self.delete_attachments, container_id, atts, OpStart(
+                        verb="DEL", container_id=container_id, caller_network=conf.name,
+                        origin="gc"), "GC"))
             except CNIError as exc:
                 errors.append(exc.msg)
         if errors:
             raise CNIError(DEL_INCOMPLETE, "GC: " + "; ".join(errors))
+        return Reply()
+
+    async def status(self, inv: Invocation) -> Reply:
+        return Reply()
+
+    async def version(self, inv: Invocation) -> Reply:
+        return Reply({"cniVersion": versions.LATEST,
+                      "supportedVersions": list(versions.SUPPORTED)})
 
 
-def _conf_name(stdin: str) -> str | None:
-    """The netctl conf's ``name`` if stdin decodes; DEL must work without it."""
-    try:
-        obj = msgspec.json.decode(stdin.encode())
-    except msgspec.DecodeError:
+def _repeat_of(mine: list[Attachment], planned: list[Attachment],
+               netns: str) -> dict[str, Any] | None:
+    """The stored result when an ADD repeats a completed one exactly, else None."""
+    if any(a.state != "attached" or a.netns != netns for a in mine):
         return None
-    name = obj.get("name") if isinstance(obj, dict) else None
-    return name if isinstance(name, str) else None
+    if sorted((a.network, a.ifname) for a in mine) != sorted(
+            (p.network, p.ifname) for p in planned):
+        return None
+    return next((a.result for a in mine if a.is_default), None)
+
+
+def _del_end(state: str, code: int | None, error: str | None, atts: list[Attachment],
+             outcome: dict[int, list[StepError]]) -> OpEnd:
+    """An operation's end after DELs: attachments whose chain DEL finished cleanly are
+    removed; the others keep their state with their errors (or "not finished")."""
+    removed = [a for a in atts if a.id in outcome and not outcome[a.id]]
+    kept = [(a, "; ".join(e.msg for e in outcome.get(a.id) or []) or "DEL did not finish")
+            for a in atts if a.id not in outcome or outcome[a.id]]
+    return OpEnd(state=state, code=code, error=error, removed=removed, kept=kept)
+
+
+ANY = (0, 0, 0)
+VERBS: dict[str, Verb] = {
+    "ADD": Verb(ANY, needs_container=True, serialized=True, needs_conf=True,
+                handler=Engine.add),
+    "DEL": Verb(ANY, needs_container=True, serialized=True, needs_conf=False,
+                handler=Engine.delete),
+    "CHECK": Verb((0, 4, 0), needs_container=True, serialized=True, needs_conf=True,
+                  handler=Engine.check),
+    "GC": Verb((1, 1, 0), needs_container=False, serialized=False, needs_conf=True,
+               handler=Engine.gc),
+    "STATUS": Verb((1, 1, 0), needs_container=False, serialized=False, needs_conf=True,
+                   handler=Engine.status),
+    "VERSION": Verb(ANY, needs_container=False, serialized=False, needs_conf=False,
+                    handler=Engine.version),
+}

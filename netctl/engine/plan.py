@@ -1,25 +1,26 @@
-"""From one request to the list of attachments it needs. Pure but for network lookup.
+"""From one invocation to the list of attachments it needs. Pure but for network lookup.
 
 The netctl conf names the pod's cluster network (``clusterNetwork`` on
 CNI_IFNAME), networks every pod gets (``defaultNetworks``), or Multus-style
-inline ``delegates`` (the first on CNI_IFNAME); the pod's own selection
-(``NETCTL_NETWORKS`` in CNI_ARGS) adds more. Each becomes an
-:class:`AttachmentPlan` with its interface name, chain and arguments.
+inline ``delegates`` (the first on CNI_IFNAME); the pod's own selection adds
+more. The selection comes in as data — from CNI_ARGS in standalone mode
+(:class:`ArgsSelector`), from the pod in Kubernetes mode — and each network
+becomes an :class:`~netctl.journal.records.Attachment` with its interface
+name, chain and arguments, ready to be journaled.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
 
 from netctl.cni import versions
-from netctl.cni.config import Chain
-from netctl.cni.validate import parse_cni_args
+from netctl.cni.request import Invocation
 from netctl.engine import selection
 from netctl.engine.networks import Network, inline
 from netctl.errors import DECODE_FAILURE, INVALID_CONFIG, CNIError
+from netctl.journal.records import Attachment
 
 SELECTION_ARG = "NETCTL_NETWORKS"
 
@@ -38,15 +39,28 @@ class NetctlConf(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
     prevResult: dict[str, Any] | None = None
     valid_attachments: list[dict[str, Any]] | None = msgspec.field(
         default=None, name="cni.dev/valid-attachments")
+    # the key's name before libcni 1.2.3 renamed it; some runtimes still send only this
+    old_valid_attachments: list[dict[str, Any]] | None = msgspec.field(
+        default=None, name="cni.dev/attachments")
+
+    def valid_list(self) -> set[tuple[str, str]] | None:
+        """GC's valid (container id, ifname) pairs; None when the request carries no list."""
+        items = self.valid_attachments if self.valid_attachments is not None \
+            else self.old_valid_attachments
+        if items is None:
+            return None
+        return {(str(v.get("containerID")), str(v.get("ifname"))) for v in items
+                if isinstance(v, dict)}
 
 
-def decode_conf(raw: str) -> NetctlConf:
+def decode_conf(inv: Invocation) -> NetctlConf:
+    if inv.conf is None:
+        raise CNIError(DECODE_FAILURE, "netctl config on stdin is not valid JSON: "
+                       f"{inv.conf_error}")
     try:
-        conf = msgspec.json.decode(raw.encode(), type=NetctlConf)
+        conf = msgspec.convert(inv.conf, NetctlConf)
     except msgspec.ValidationError as exc:
         raise CNIError(INVALID_CONFIG, f"netctl config: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        raise CNIError(DECODE_FAILURE, f"netctl config on stdin is not valid JSON: {exc}") from exc
     versions.check_supported(conf.cniVersion)
     if conf.delegates and (conf.clusterNetwork or conf.defaultNetworks):
         raise CNIError(INVALID_CONFIG, "netctl config: 'delegates' cannot be combined with "
@@ -60,52 +74,41 @@ class Resolver(Protocol):
     def resolve(self, ref: str, namespace: str) -> Network: ...
 
 
-@dataclass(frozen=True)
-class Pod:
-    namespace: str = ""
-    name: str = ""
-    uid: str = ""
+class Selector(Protocol):
+    """Where a pod's network selection comes from."""
 
-    @classmethod
-    def from_args(cls, args: dict[str, str]) -> Pod:
-        return cls(args.get("K8S_POD_NAMESPACE", ""), args.get("K8S_POD_NAME", ""),
-                   args.get("K8S_POD_UID", ""))
+    async def select(self, inv: Invocation) -> list[selection.Selection]: ...
 
 
-@dataclass(frozen=True)
-class AttachmentPlan:
-    network: str
-    ifname: str
-    chain: Chain
-    is_default: bool
-    capability_args: dict[str, Any] = field(default_factory=dict)
-    cni_args: dict[str, Any] = field(default_factory=dict)
+class ArgsSelector:
+    """Standalone mode: ``NETCTL_NETWORKS=<annotation syntax>`` in CNI_ARGS."""
+
+    async def select(self, inv: Invocation) -> list[selection.Selection]:
+        return selection.parse(inv.args.get(SELECTION_ARG, ""))
 
 
-def plan(conf: NetctlConf, ifname: str, cni_args: str, networks: Resolver) -> list[AttachmentPlan]:
-    args = parse_cni_args(cni_args)
-    pod = Pod.from_args(args)
-    namespace = pod.namespace or "default"
-    out: list[AttachmentPlan] = []
-    extra: list[tuple[Network, selection.Selection | None]] = []
+def plan(conf: NetctlConf, inv: Invocation, chosen: list[selection.Selection],
+         networks: Resolver) -> list[Attachment]:
+    namespace = inv.pod.namespace or "default"
+    planned: list[tuple[Network, bool, dict[str, Any], dict[str, Any], str | None]] = []
+    extra: list[tuple[Network, selection.Selection | None]]
     if conf.delegates:
         first, *rest = [inline(d, i) for i, d in enumerate(conf.delegates)]
-        out.append(AttachmentPlan(first.key, ifname, first.chain, True,
-                                  dict(conf.runtimeConfig)))
-        extra.extend((net, None) for net in rest)
+        planned.append((first, True, dict(conf.runtimeConfig), {}, inv.ifname))
+        extra = [(net, None) for net in rest]
     else:
         cluster = networks.resolve(conf.clusterNetwork, namespace)
-        out.append(AttachmentPlan(cluster.key, ifname, cluster.chain, True,
-                                  dict(conf.runtimeConfig)))
-        extra.extend((networks.resolve(ref, namespace), None) for ref in conf.defaultNetworks)
-    for chosen in selection.parse(args.get(SELECTION_ARG, "")):
-        ref = f"{chosen.namespace}/{chosen.name}" if chosen.namespace else chosen.name
-        extra.append((networks.resolve(ref, namespace), chosen))
-    names = selection.assign_ifnames(ifname, [s.interface if s else None for _, s in extra])
+        planned.append((cluster, True, dict(conf.runtimeConfig), {}, inv.ifname))
+        extra = [(networks.resolve(ref, namespace), None) for ref in conf.defaultNetworks]
+    for chose in chosen:
+        ref = f"{chose.namespace}/{chose.name}" if chose.namespace else chose.name
+        extra.append((networks.resolve(ref, namespace), chose))
+    names = selection.assign_ifnames(inv.ifname, [s.interface if s else None for _, s in extra])
     for (net, sel), name in zip(extra, names, strict=True):
-        out.append(AttachmentPlan(
-            net.key, name, net.chain, False,
-            sel.capability_args() if sel else {},
-            dict(sel.cni_args) if sel and sel.cni_args else {},
-        ))
-    return out
+        planned.append((net, False, sel.capability_args() if sel else {},
+                        dict(sel.cni_args) if sel and sel.cni_args else {}, name))
+    return [Attachment(container_id=inv.container_id, ifname=str(ifname), network=net.key,
+                       chain=net.chain, is_default=default, caller_network=conf.name,
+                       caller_ifname=inv.ifname, netns=inv.netns, pod=inv.pod,
+                       capability_args=caps, cni_args=cni_args)
+            for net, default, caps, cni_args, ifname in planned]

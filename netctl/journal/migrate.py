@@ -38,12 +38,13 @@ def available() -> list[tuple[int, str, str]]:
     return sorted(out)
 
 
+PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "busy_timeout=5000")
+
+
 def connect(path: str | Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute("PRAGMA busy_timeout=5000")
+    for pragma in PRAGMAS:
+        conn.execute(f"PRAGMA {pragma}")
     return conn
 
 

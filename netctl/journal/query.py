@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import ipaddress
 import math
-import os
 import re
 import sqlite3
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -206,41 +204,6 @@ def pool_allocations(conn: sqlite3.Connection, key: str,
     rows = [_allocation(r) for r in conn.execute(sql + " ORDER BY id", (key,))]
     rows.sort(key=lambda a: (_address_order(a["address"].split("/")[0]), a["since"]))
     return rows
-
-
-def leaks(conn: sqlite3.Connection,
-          netns_exists: Callable[[str], bool] = os.path.exists) -> list[dict[str, Any]]:
-    """Live allocations nothing live holds any more, each with a ``reason``:
-
-    - ``attachment-removed``: its attachment is in state ``removed``;
-    - ``attachment-missing``: its attachment is not in the journal;
-    - ``netns-gone``: a plain-plugin allocation (no attachment) whose netns path no
-      longer exists (the sandbox went away without a DEL). An empty netns says nothing.
-    """
-    out = []
-    # The live allocations through the ipam_live_pool index (migrations/0003), not a scan
-    # of the whole history in id order (so sorted here); those a live attachment holds
-    # are left out in SQL.
-    for row in sorted(conn.execute(
-            "SELECT al.*, at.id AS att_id, at.state AS att_state, at.removed_at AS att_removed"
-            " FROM ipam_allocations al LEFT JOIN attachments at ON at.id = al.attachment_id"
-            " WHERE al.released_at IS NULL AND (al.attachment_id IS NULL OR at.id IS NULL"
-            " OR at.state = 'removed')"), key=lambda r: int(r["id"])):
-        if row["attachment_id"] is not None:
-            if row["att_id"] is None:
-                reason = "attachment-missing"
-                detail = f"attachment {row['attachment_id']} is not in the journal"
-            elif row["att_state"] == "removed":
-                reason = "attachment-removed"
-                detail = f"attachment {row['attachment_id']} is removed"
-            else:
-                continue
-        elif row["netns"] and not netns_exists(row["netns"]):
-            reason, detail = "netns-gone", f"netns {row['netns']} no longer exists"
-        else:
-            continue
-        out.append({**_allocation(row), "reason": reason, "detail": detail})
-    return out
 
 
 def allocations_at(conn: sqlite3.Connection, ip: str, at: float | None = None, *,

@@ -1,26 +1,31 @@
-"""The journal store: aiosqlite behind trio (through trio-asyncio), one writer connection.
+"""The journal store: typed, trio-facing operations on the journal database.
 
-Writes are group-committed: a write queues its statements; whichever writer
-holds the (one-connection) lock next runs every queued write in one
-transaction, in one trip across the trio/asyncio bridge, and wakes their
-callers. A lone write costs one transaction as before; under load, the steps
-of many concurrent chains share a commit. If a batch fails, its writes are
-retried one transaction each, so one bad write cannot fail the others.
-The engine calls it before and after every side effect; the reconciler reads
-what was left unfinished; the CLI reads the same tables (plain sqlite3, WAL
-lets it read while the daemon writes).
+Callers name what happened — :meth:`Journal.begin` an operation with the
+attachments it adds or removes, :meth:`~Journal.begin_step` /
+:meth:`~Journal.end_step` around every plugin run (with the addresses the step
+allocates or releases), :meth:`~Journal.finish` — and never see SQL, aiosqlite
+or asyncio: those live here, behind trio-asyncio.
 
-Must be used inside ``trio_asyncio.open_loop()``; :func:`open_journal` opens
-one when the caller has none.
+Every call is one synchronous function run on aiosqlite's connection thread:
+one trip across the bridge per transaction, not one per statement. Writes are
+group-committed: a write queues its function; whichever writer goes next runs
+every queued one in one transaction (each inside a savepoint, so one bad write
+is rolled back alone and the others still commit) and wakes their callers.
+Writes are shielded from cancellation — a journal write, once asked for,
+completes — but bounded by ``write_deadline``: a database that hangs fails the
+request with code 5 instead of hanging the daemon.
+
+The CLI reads the same file read-only with plain sqlite3 (WAL lets it read
+while the daemon writes); see :mod:`netctl.journal.query`.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -29,98 +34,104 @@ import msgspec
 import trio
 import trio_asyncio
 
-from netctl.errors import CNIError
-from netctl.journal.migrate import migrate
+from netctl.cni.config import Chain, parse_chain
+from netctl.cni.request import Pod
+from netctl.errors import IO_FAILURE, CNIError
+from netctl.ipam.planner import Allocation, Owner, PoolInfo
+from netctl.journal.migrate import PRAGMAS, migrate
+from netctl.journal.records import Attachment, OpEnd, Operation, OpStart, StepEnd, StepStart
 
 T = TypeVar("T")
-
-
-class Attachment(msgspec.Struct, kw_only=True):
-    """One network of one container, as the journal keeps it."""
-
-    id: int
-    container_id: str
-    ifname: str
-    network: str
-    network_name: str
-    is_default: bool
-    caller_network: str
-    caller_ifname: str
-    netns: str
-    pod_namespace: str
-    pod_name: str
-    pod_uid: str
-    cni_version: str
-    chain: bytes
-    capability_args: dict[str, Any]
-    cni_args: dict[str, Any]
-    steps_started: int
-    result: dict[str, Any] | None
-    state: str
-    add_op: int | None
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> Attachment:
-        return cls(
-            id=row["id"],
-            container_id=row["container_id"],
-            ifname=row["ifname"],
-            network=row["network"],
-            network_name=row["network_name"],
-            is_default=bool(row["is_default"]),
-            caller_network=row["caller_network"],
-            caller_ifname=row["caller_ifname"],
-            netns=row["netns"],
-            pod_namespace=row["pod_namespace"],
-            pod_name=row["pod_name"],
-            pod_uid=row["pod_uid"],
-            cni_version=row["cni_version"],
-            chain=bytes(row["chain"]),
-            capability_args=msgspec.json.decode(row["capability_args"]),
-            cni_args=msgspec.json.decode(row["cni_args"]),
-            steps_started=row["steps_started"],
-            result=msgspec.json.decode(row["result"]) if row["result"] else None,
-            state=row["state"],
-            add_op=row["add_op"],
-        )
-
-
-class Operation(msgspec.Struct, kw_only=True):
-    id: int
-    verb: str
-    container_id: str
-    netns: str
-    ifname: str
-    state: str
-    origin: str
-
-
-async def _insert_operation(
-    db: aiosqlite.Connection, verb: str, container_id: str, state: str, now: float, *,
-    netns: str = "", ifname: str = "", caller_network: str = "", caller_version: str = "",
-    pod: tuple[str, str, str] = ("", "", ""), request: bytes | None = None,
-    origin: str = "runtime",
-) -> int:
-    """One operations row; a closed one (not ``running``) gets its finish time too."""
-    cur = await db.execute(
-        "INSERT INTO operations (verb, container_id, netns, ifname, caller_network,"
-        " caller_version, pod_namespace, pod_name, pod_uid, request, origin, state,"
-        " started_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (verb, container_id, netns, ifname, caller_network, caller_version, *pod, request,
-         origin, state, now, None if state == "running" else now),
-    )
-    assert cur.lastrowid is not None
-    return cur.lastrowid
-
-
-async def _record_failure(db: aiosqlite.Connection, *, verb: str, container_id: str,
-                          code: int, msg: str, fields: dict[str, Any]) -> None:
-    op_id = await _insert_operation(db, verb, container_id, "failed", time.time(), **fields)
-    await db.execute("UPDATE operations SET code=?, error=? WHERE id=?", (code, msg, op_id))
+Sync = Callable[[sqlite3.Connection], T]
 
 
 def _json(value: Any) -> bytes | None:
     return None if value is None else msgspec.json.encode(value)
+
+
+def _attachment(row: sqlite3.Row) -> Attachment:
+    return Attachment(
+        id=row["id"], container_id=row["container_id"], ifname=row["ifname"],
+        network=row["network"], chain=_chain(bytes(row["chain"]), row["network"]),
+        is_default=bool(row["is_default"]), caller_network=row["caller_network"],
+        caller_ifname=row["caller_ifname"], netns=row["netns"],
+        pod=Pod(namespace=row["pod_namespace"], name=row["pod_name"], uid=row["pod_uid"]),
+        capability_args=msgspec.json.decode(row["capability_args"]),
+        cni_args=msgspec.json.decode(row["cni_args"]), steps_started=row["steps_started"],
+        result=msgspec.json.decode(row["result"]) if row["result"] else None,
+        state=row["state"], add_op=row["add_op"], del_op=row["del_op"], error=row["error"],
+        del_failures=row["del_failures"], retry_at=row["retry_at"],
+        created_at=row["created_at"])
+
+
+_CHAINS: dict[bytes, Chain] = {}
+
+
+def _chain(raw: bytes, network: str) -> Chain:
+    """Chains as journaled were valid when planned; parse each distinct one once."""
+    chain = _CHAINS.get(raw)
+    if chain is None:
+        if len(_CHAINS) > 1024:
+            _CHAINS.clear()
+        chain = _CHAINS[raw] = parse_chain(raw, f"network {network}")
+    return chain
+
+
+def _allocation(row: sqlite3.Row) -> Allocation:
+    addr = ipaddress.ip_address(row["address"])
+    return Allocation(
+        pool=row["pool"], scope=row["scope"], ip=int(addr), version=addr.version,
+        prefix=row["prefix"], allocated_at=row["allocated_at"],
+        owner=Owner(row["container_id"], row["ifname"], row["netns"],
+                    Pod(namespace=row["pod_namespace"], name=row["pod_name"],
+                        uid=row["pod_uid"]), row["attachment_id"]))
+
+
+# -- the statements, each a function of (connection, …) run on the database thread ------------
+
+
+def _insert_operation(db: sqlite3.Connection, op: OpStart, now: float) -> int:
+    cur = db.execute(
+        "INSERT INTO operations (verb, container_id, netns, ifname, caller_network,"
+        " caller_version, pod_namespace, pod_name, pod_uid, request, origin, state,"
+        " started_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,'running',?)",
+        (op.verb, op.container_id, op.netns, op.ifname, op.caller_network, op.caller_version,
+         op.pod.namespace, op.pod.name, op.pod.uid, op.request, op.origin, now))
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def _close_operation(db: sqlite3.Connection, op_id: int, state: str, code: int | None,
+                     error: str | None, now: float) -> None:
+    db.execute("UPDATE operations SET state=?, code=?, error=?, finished_at=? WHERE id=?",
+               (state, code, error, now, op_id))
+
+
+def _record_allocations(db: sqlite3.Connection, new: Sequence[Allocation], op_id: int,
+                        pools: dict[str, PoolInfo], now: float) -> None:
+    """``pools`` describes each allocation's pool for ``ipam_pools``."""
+    for alloc in new:
+        info = pools[alloc.pool]
+        db.execute("INSERT OR IGNORE INTO ipam_pools (key, network_name, range, family, size,"
+                   " created_at) VALUES (?,?,?,?,?,?)",
+                   (alloc.pool, info.network_name, info.range, info.family, str(info.size),
+                    now))
+        db.execute("UPDATE ipam_pools SET cursor=? WHERE key=?", (str(alloc.ip), alloc.pool))
+        o = alloc.owner
+        db.execute(
+            "INSERT INTO ipam_allocations (pool, scope, address, prefix, container_id, ifname,"
+            " netns, pod_namespace, pod_name, pod_uid, attachment_id, allocated_op,"
+            " allocated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (alloc.pool, alloc.scope, alloc.address, alloc.prefix, o.container_id, o.ifname,
+             o.netns, o.pod.namespace, o.pod.name, o.pod.uid, o.attachment_id, op_id,
+             alloc.allocated_at or now))
+
+
+def _release_allocations(db: sqlite3.Connection, gone: Iterable[Allocation], op_id: int | None,
+                         now: float) -> None:
+    db.executemany(
+        "UPDATE ipam_allocations SET released_at=?, released_op=? WHERE scope=? AND address=?"
+        " AND released_at IS NULL", [(now, op_id, a.scope, a.address) for a in gone])
 
 
 class _Write:
@@ -128,287 +139,315 @@ class _Write:
 
     __slots__ = ("done", "error", "fn", "result")
 
-    def __init__(self, fn: Callable[[aiosqlite.Connection], Awaitable[Any]]) -> None:
+    def __init__(self, fn: Sync[Any]) -> None:
         self.fn = fn
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
 
 
-class Journal:
-    """Typed writes and reads of the journal tables."""
+def _run_batch(batch: list[_Write], db: sqlite3.Connection) -> None:
+    """On the database thread: the batch in one transaction, each write in a savepoint."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for item in batch:
+            db.execute("SAVEPOINT w")
+            try:
+                item.result = item.fn(db)
+            except Exception as exc:
+                db.execute("ROLLBACK TO w")
+                item.error = exc
+            db.execute("RELEASE w")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
-    def __init__(self, db: aiosqlite.Connection, path: str) -> None:
+
+class Journal:
+    """Typed writes and reads of the journal (see the module's docstring)."""
+
+    def __init__(self, db: aiosqlite.Connection, path: str, write_deadline: float) -> None:
         self._db = db
         self._lock = trio.Lock()
         self._queue: list[_Write] = []
         self.path = path
-        self.commits = 0  # transactions committed (batches), for benchmarks
+        self.write_deadline = write_deadline
+        self.commits = 0  # transactions committed (batches)
         self.writes = 0  # writes committed
+        self.trips = 0  # calls run on the database thread (reads and batches)
 
-    # -- plumbing ---------------------------------------------------------------
+    # -- plumbing ---------------------------------------------------------------------------
 
-    async def _commit(self, batch: list[_Write]) -> None:
-        """Run ``batch`` in one transaction; on failure, each write in its own."""
+    async def _on_thread(self, fn: Sync[T]) -> T:
+        """Run ``fn(connection)`` on aiosqlite's thread: one trip across trio-asyncio."""
         db = self._db
+        self.trips += 1
 
-        async def one_transaction(items: list[_Write]) -> list[Any]:
-            await db.execute("BEGIN IMMEDIATE")
-            try:
-                results = [await item.fn(db) for item in items]
-            except BaseException:
-                await db.execute("ROLLBACK")
-                raise
-            await db.execute("COMMIT")
-            return results
+        async def call() -> T:
+            # aiosqlite's own way of running a function on its connection thread
+            result = await db._execute(fn, db._conn)  # type: ignore[no-untyped-call]
+            return cast(T, result)
 
-        async def body() -> None:
-            try:
-                results = await one_transaction(batch)
-            except Exception:
-                if len(batch) == 1:
-                    raise
-                for item in batch:  # find the bad one; commit the others
-                    try:
-                        [item.result] = await one_transaction([item])
-                    except Exception as exc:
-                        item.error = exc
-                    self.commits += 1
-            else:
-                for item, result in zip(batch, results, strict=True):
-                    item.result = result
-                self.commits += 1
+        return cast(T, await trio_asyncio.aio_as_trio(call)())
 
-        try:
-            await trio_asyncio.aio_as_trio(body)()
-        except Exception as exc:
-            for item in batch:
-                item.error = exc
-        for item in batch:
-            item.done = True
-        self.writes += len(batch)
-
-    async def _write(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+    async def _write(self, fn: Sync[T]) -> T:
         item = _Write(fn)
         self._queue.append(item)
-        with trio.CancelScope(shield=True):  # a journal write always completes
-            async with self._lock:
-                if not item.done:  # nobody took it along: commit what is queued now
-                    batch, self._queue = self._queue, []
-                    await self._commit(batch)
+        with trio.CancelScope(shield=True):  # a journal write, once asked for, completes…
+            with trio.move_on_after(self.write_deadline) as late:  # …or fails, in time
+                async with self._lock:
+                    if not item.done:  # nobody took it along: commit what is queued now
+                        batch, self._queue = self._queue, []
+                        try:
+                            await self._on_thread(lambda db: _run_batch(batch, db))
+                            self.commits += 1
+                        except BaseException as exc:
+                            cause = exc if isinstance(exc, Exception) else CNIError(
+                                IO_FAILURE, f"journal {self.path}: a write did not finish "
+                                f"within {self.write_deadline:g}s")
+                            for other in batch:
+                                other.error = other.error or cause
+                            if not isinstance(exc, Exception):
+                                raise
+                        finally:
+                            for other in batch:
+                                other.done = True
+                            self.writes += len(batch)
+        if late.cancelled_caught and not item.done:
+            raise CNIError(IO_FAILURE, f"journal {self.path}: a write did not finish within "
+                           f"{self.write_deadline:g}s")
         if item.error is not None:
-            raise item.error
+            if isinstance(item.error, CNIError):
+                raise item.error
+            raise CNIError(IO_FAILURE, f"journal {self.path}: {item.error}") from item.error
         return cast(T, item.result)
 
-    async def write(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
-        """Run ``fn`` in a journal transaction (group-committed like every write)."""
-        return await self._write(fn)
+    async def _read(self, fn: Sync[T]) -> T:
+        """A read runs alone on the database thread, between write batches."""
+        with trio.CancelScope(shield=True), trio.fail_after(self.write_deadline):
+            return await self._on_thread(fn)
+        raise AssertionError("unreachable")
 
-    async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        db = self._db
+    # -- operations -------------------------------------------------------------------------
 
-        async def body() -> list[sqlite3.Row]:
-            return list(await db.execute_fetchall(sql, params))
-
-        with trio.CancelScope(shield=True):
-            async with self._lock:
-                return cast(list[sqlite3.Row], await trio_asyncio.aio_as_trio(body)())
-        raise AssertionError("unreachable: a shielded scope is never cancelled")
-
-    # -- operations -------------------------------------------------------------
-
-    async def begin_operation(
-        self,
-        verb: str,
-        container_id: str,
-        *,
-        attachments: Sequence[dict[str, Any]] = (),
-        removing: Sequence[int] = (),
-        **fields: Any,
-    ) -> tuple[int, list[int]]:
+    async def begin(self, op: OpStart, *, adding: Sequence[Attachment] = (),
+                    removing: Sequence[Attachment] = ()) -> int:
         """Record an operation before its first side effect, in one transaction with the
-        attachments it will add (state ``adding``) and those it will remove (``removing``).
-        ``fields``: netns, ifname, caller_network, caller_version, pod, request, origin.
-        Returns the operation's id and the new attachments' ids."""
-        async def fn(db: aiosqlite.Connection) -> tuple[int, list[int]]:
+        attachments it will add (they get their ids, state ``adding``) and those it will
+        remove (state ``removing``). Returns the operation's id."""
+        def fn(db: sqlite3.Connection) -> tuple[int, list[int]]:
             now = time.time()
-            op_id = await _insert_operation(db, verb, container_id, "running", now, **fields)
-            att_ids = []
-            for att in attachments:
-                cur = await db.execute(
+            op_id = _insert_operation(db, op, now)
+            ids = []
+            for att in adding:
+                att.created_at = now
+                cur = db.execute(
                     "INSERT INTO attachments (container_id, ifname, network, network_name,"
                     " is_default, caller_network, caller_ifname, netns, pod_namespace,"
                     " pod_name, pod_uid, cni_version, chain, capability_args, cni_args, state,"
                     " add_op, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'adding',?,?)",
-                    (att["container_id"], att["ifname"], att["network"], att["network_name"],
-                     int(att["is_default"]), att["caller_network"], att["caller_ifname"],
-                     att["netns"], att["pod_namespace"], att["pod_name"], att["pod_uid"],
-                     att["cni_version"], att["chain"], _json(att["capability_args"]),
-                     _json(att["cni_args"]), op_id, now),
-                )
+                    (att.container_id, att.ifname, att.network, att.chain.name,
+                     int(att.is_default), att.caller_network, att.caller_ifname, att.netns,
+                     att.pod.namespace, att.pod.name, att.pod.uid, att.chain.cni_version,
+                     att.chain.raw, _json(att.capability_args), _json(att.cni_args), op_id,
+                     now))
                 assert cur.lastrowid is not None
-                att_ids.append(cur.lastrowid)
-            for att_id in removing:
-                await db.execute("UPDATE attachments SET state='removing', del_op=? WHERE id=?",
-                                 (op_id, att_id))
-            return op_id, att_ids
+                ids.append(cur.lastrowid)
+            db.executemany("UPDATE attachments SET state='removing', del_op=? WHERE id=?",
+                           [(op_id, att.id) for att in removing])
+            return op_id, ids
+
+        op_id, ids = await self._write(fn)
+        for att, att_id in zip(adding, ids, strict=True):
+            att.id, att.state, att.add_op = att_id, "adding", op_id
+        for att in removing:
+            att.state, att.del_op = "removing", op_id
+        return op_id
+
+    async def finish(self, op_id: int, end: OpEnd, *, retry_at: Callable[[int], float] | None
+                     = None) -> None:
+        """Close an operation: attached ones go live with their results, removed ones
+        are removed, kept ones keep their state with the error and one more DEL failure
+        (``retry_at(failures)`` says when the reconciler may try them again)."""
+        def fn(db: sqlite3.Connection) -> None:
+            now = time.time()
+            db.executemany("UPDATE attachments SET state='attached', result=? WHERE id=?",
+                           [(_json(a.result), a.id) for a in end.attached])
+            db.executemany("UPDATE attachments SET state='removed', error=NULL, removed_at=?"
+                           " WHERE id=?", [(now, a.id) for a in end.removed])
+            db.executemany(
+                "UPDATE attachments SET error=?, del_failures=del_failures+1, retry_at=?"
+                " WHERE id=?", [(err, retry_at(a.del_failures + 1) if retry_at else None, a.id)
+                                for a, err in end.kept])
+            _close_operation(db, op_id, end.state, end.code, end.error, now)
+
+        await self._write(fn)
+        for att in end.attached:
+            att.state = "attached"
+        for att in end.removed:
+            att.state = "removed"
+        for att, err in end.kept:
+            att.error = err
+            att.del_failures += 1
+
+    async def one_transaction(self, op: OpStart, *, new: Sequence[Allocation] = (),
+                              gone: Sequence[Allocation] = (),
+                              pools: dict[str, PoolInfo] | None = None,
+                              failure: CNIError | None = None) -> int:
+        """An operation whose only side effects are journal rows (a plain IPAM request, a
+        release by the reconciler): begun, done and closed in one transaction, so it
+        happened entirely or not at all; with ``failure``, recorded as failed."""
+        def fn(db: sqlite3.Connection) -> int:
+            now = time.time()
+            op_id = _insert_operation(db, op, now)
+            _record_allocations(db, new, op_id, pools or {}, now)
+            _release_allocations(db, gone, op_id, now)
+            if failure is None:
+                _close_operation(db, op_id, "done", None, None, now)
+            else:
+                _close_operation(db, op_id, "failed", failure.code, failure.msg, now)
+            return op_id
 
         return await self._write(fn)
 
-    async def whole_operation(
-        self, verb: str, container_id: str,
-        body: Callable[[aiosqlite.Connection, int], Awaitable[T]], **fields: Any,
-    ) -> T:
-        """An operation whose only side effects are journal rows (an IPAM allocation or
-        release): recorded, done and closed in one transaction, so it happened entirely or
-        not at all. If ``body`` fails, nothing of it stays and the failure is recorded."""
-        async def fn(db: aiosqlite.Connection) -> T:
-            op_id = await _insert_operation(db, verb, container_id, "done", time.time(),
-                                            **fields)
-            out = await body(db, op_id)
-            await db.execute("UPDATE operations SET finished_at=? WHERE id=?",
-                             (time.time(), op_id))
-            return out
+    async def unfinished_operations(self) -> list[Operation]:
+        rows = await self._read(lambda db: db.execute(
+            "SELECT id, verb, container_id, netns, ifname, state, origin FROM operations"
+            " WHERE state='running' ORDER BY id").fetchall())
+        return [Operation(**dict(row)) for row in rows]
 
-        try:
-            return await self._write(fn)
-        except CNIError as exc:
-            await self._write(partial(_record_failure, verb=verb, container_id=container_id,
-                                      code=exc.code, msg=exc.msg, fields=fields))
-            raise
-
-    async def finish_operation(
-        self, op_id: int, state: str, code: int | None = None, error: str | None = None,
-        attached: Iterable[tuple[int, dict[str, Any] | None]] = (),
-        removed: Iterable[tuple[int, str | None]] = (),
-    ) -> None:
-        """Close an operation. ``attached`` (id, final result) pairs become live
-        attachments; ``removed`` (id, error) pairs are removed when error is None, else
-        keep their state (for a later DEL or the replay) with that error."""
-        rows = list(attached)
-        gone = list(removed)
-
-        async def fn(db: aiosqlite.Connection) -> None:
+    async def close_operations(self, ops: Sequence[tuple[int, str, str]]) -> None:
+        """Close operations a previous run left running: (id, state, error)."""
+        def fn(db: sqlite3.Connection) -> None:
             now = time.time()
-            for att_id, result in rows:
-                await db.execute(
-                    "UPDATE attachments SET state='attached', result=? WHERE id=?",
-                    (_json(result), att_id),
-                )
-            for att_id, err in gone:
-                if err is None:
-                    await db.execute("UPDATE attachments SET state='removed', error=NULL,"
-                                     " removed_at=? WHERE id=?", (now, att_id))
-                else:
-                    await db.execute("UPDATE attachments SET error=? WHERE id=?", (err, att_id))
-            await db.execute(
-                "UPDATE operations SET state=?, code=?, error=?, finished_at=? WHERE id=?",
-                (state, code, error, now, op_id),
-            )
+            for op_id, state, error in ops:
+                _close_operation(db, op_id, state, None, error, now)
 
         await self._write(fn)
 
-    async def unfinished_operations(self) -> list[Operation]:
-        rows = await self._read(
-            "SELECT id, verb, container_id, netns, ifname, state, origin FROM operations"
-            " WHERE state='running' ORDER BY id"
-        )
-        return [Operation(**dict(row)) for row in rows]
-
-    # -- attachments ------------------------------------------------------------
+    # -- attachments ------------------------------------------------------------------------
 
     async def live_attachments(self, container_id: str | None = None) -> list[Attachment]:
         """Attachments not yet removed (all of them, or one container's)."""
         if container_id is None:
-            rows = await self._read(
-                "SELECT * FROM attachments WHERE state != 'removed' ORDER BY id")
+            rows = await self._read(lambda db: db.execute(
+                "SELECT * FROM attachments WHERE state != 'removed' ORDER BY id").fetchall())
         else:
-            rows = await self._read(
+            rows = await self._read(lambda db: db.execute(
                 "SELECT * FROM attachments WHERE state != 'removed' AND container_id=?"
-                " ORDER BY id", (container_id,))
-        return [Attachment.from_row(r) for r in rows]
+                " ORDER BY id", (container_id,)).fetchall())
+        return [_attachment(r) for r in rows]
 
-    # -- steps ------------------------------------------------------------------
+    async def stuck_attachments(self) -> list[dict[str, Any]]:
+        """Attachments whose clean-up failed and that are not removed yet (for status)."""
+        rows = await self._read(lambda db: db.execute(
+            "SELECT id AS attachment, container_id AS container, network, ifname, state,"
+            " del_failures AS failures, retry_at, error FROM attachments"
+            " WHERE state != 'removed' AND del_failures > 0 ORDER BY id").fetchall())
+        return [dict(r) for r in rows]
 
-    async def begin_step(
-        self, op_id: int, att_id: int, position: int, verb: str, plugin_type: str,
-        config: bytes | Callable[[aiosqlite.Connection], Awaitable[bytes]], netns: str,
-        ifname: str,
-    ) -> tuple[int, bytes]:
-        """Record a step before its plugin runs; return its id and config bytes.
+    # -- steps ------------------------------------------------------------------------------
 
-        ``config`` may be a function computing the bytes inside the same transaction
-        (the engine allocates addresses that way: committed with the step, or not at all).
-        """
-        async def fn(db: aiosqlite.Connection) -> tuple[int, bytes]:
-            conf = config if isinstance(config, bytes) else await config(db)
-            cur = await db.execute(
+    async def begin_step(self, step: StepStart, *, new: Sequence[Allocation] = (),
+                         pools: dict[str, PoolInfo] | None = None) -> int:
+        """Record a step before its plugin runs, with the addresses it is given (``new``,
+        recorded in the same transaction: committed with the step, or not at all)."""
+        def fn(db: sqlite3.Connection) -> int:
+            now = time.time()
+            _record_allocations(db, new, step.op_id, pools or {}, now)
+            cur = db.execute(
                 "INSERT INTO steps (operation_id, attachment_id, position, verb, plugin_type,"
                 " config, netns, ifname, state, started_at) VALUES (?,?,?,?,?,?,?,?,"
                 "'running',?)",
-                (op_id, att_id, position, verb, plugin_type, conf, netns, ifname,
-                 time.time()),
-            )
-            if verb == "ADD":
-                await db.execute(
+                (step.op_id, step.attachment, step.position, step.verb, step.plugin_type,
+                 step.config, step.netns, step.ifname, now))
+            if step.verb == "ADD":
+                db.execute(
                     "UPDATE attachments SET steps_started=MAX(steps_started, ?) WHERE id=?",
-                    (position + 1, att_id))
+                    (step.position + 1, step.attachment))
             assert cur.lastrowid is not None
-            return cur.lastrowid, conf
+            return cur.lastrowid
 
         return await self._write(fn)
 
-    async def end_step(
-        self, step_id: int, *, att_id: int, verb: str, result: dict[str, Any] | None,
-        code: int | None, error: str | None, stderr: bytes, seconds: float,
-        also: Callable[[aiosqlite.Connection], Awaitable[Any]] | None = None,
-    ) -> None:
-        """Record a step's outcome; ``also`` runs in the same transaction (e.g. a release)."""
-        async def fn(db: aiosqlite.Connection) -> None:
-            if also is not None:
-                await also(db)
-            await db.execute(
+    async def end_step(self, end: StepEnd, *, op_id: int,
+                       gone: Sequence[Allocation] = ()) -> None:
+        """Record a step's outcome, with the addresses it released (``gone``). A step
+        that did not start (refused before any side effect) no longer counts as
+        started, so no DEL is ever sent for it."""
+        def fn(db: sqlite3.Connection) -> None:
+            now = time.time()
+            _release_allocations(db, gone, op_id, now)
+            db.execute(
                 "UPDATE steps SET state=?, result=?, code=?, error=?, stderr=?, finished_at=?,"
                 " seconds=? WHERE id=?",
-                ("failed" if error else "ok", _json(result), code, error, stderr or None,
-                 time.time(), seconds, step_id),
-            )
-            if verb == "ADD" and error is None and result is not None:
-                await db.execute("UPDATE attachments SET result=? WHERE id=?",
-                                 (_json(result), att_id))
+                ("failed" if end.error else "ok", _json(end.result), end.code, end.error,
+                 end.stderr or None, now, end.seconds, end.step_id))
+            if end.verb == "ADD" and not end.started:
+                db.execute("UPDATE attachments SET steps_started=? WHERE id=? AND"
+                           " steps_started=?", (end.position, end.attachment, end.position + 1))
+            if end.verb == "ADD" and end.error is None and end.result is not None:
+                db.execute("UPDATE attachments SET result=? WHERE id=?",
+                           (_json(end.result), end.attachment))
+
+        await self._write(fn)
+
+    # -- IPAM -------------------------------------------------------------------------------
+
+    async def live_allocations(self) -> tuple[list[Allocation], dict[str, int]]:
+        """Every live allocation and every pool's cursor (the store's start-up load)."""
+        def fn(db: sqlite3.Connection) -> tuple[list[Allocation], dict[str, int]]:
+            rows = db.execute("SELECT * FROM ipam_allocations WHERE released_at IS NULL"
+                              " ORDER BY id").fetchall()
+            cursors = {key: int(cursor) for key, cursor in db.execute(
+                "SELECT key, cursor FROM ipam_pools WHERE cursor IS NOT NULL")}
+            return [_allocation(r) for r in rows], cursors
+
+        return await self._read(fn)
+
+    async def set_retry(self, attachments: Sequence[Attachment],
+                        retry_at: Callable[[int], float]) -> None:
+        """Count one more failed clean-up on ``attachments`` without an operation."""
+        def fn(db: sqlite3.Connection) -> None:
+            db.executemany("UPDATE attachments SET del_failures=del_failures+1, retry_at=?"
+                           " WHERE id=?",
+                           [(retry_at(a.del_failures + 1), a.id) for a in attachments])
 
         await self._write(fn)
 
 
 @asynccontextmanager
-async def open_journal(state_dir: str | Path) -> AsyncIterator[Journal]:
-    """Migrate and open ``<state_dir>/journal.db``, inside a trio-asyncio loop."""
+async def open_journal(state_dir: str | Path, write_deadline: float = 30.0
+                       ) -> AsyncIterator[Journal]:
+    """Migrate and open ``<state_dir>/journal.db``, inside a trio-asyncio loop (one is
+    opened when the caller has none)."""
     directory = Path(state_dir)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # noqa: ASYNC240 - start-up
     path = str(directory / "journal.db")
     migrate(path)
     if trio_asyncio.current_loop.get() is None:
         async with trio_asyncio.open_loop():
-            async with _connected(path) as journal:
+            async with _connected(path, write_deadline) as journal:
                 yield journal
     else:
-        async with _connected(path) as journal:
+        async with _connected(path, write_deadline) as journal:
             yield journal
 
 
 @asynccontextmanager
-async def _connected(path: str) -> AsyncIterator[Journal]:
+async def _connected(path: str, write_deadline: float) -> AsyncIterator[Journal]:
     async def connect() -> aiosqlite.Connection:
         db = await aiosqlite.connect(path, isolation_level=None)
         db.row_factory = sqlite3.Row
-        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON",
-                       "busy_timeout=5000"):
+        for pragma in PRAGMAS:
             await db.execute(f"PRAGMA {pragma}")
         return db
 
     db = await trio_asyncio.aio_as_trio(connect)()
     try:
-        yield Journal(db, path)
+        yield Journal(db, path, write_deadline)
     finally:
         with trio.CancelScope(shield=True):
             await trio_asyncio.aio_as_trio(db.close)()

@@ -8,7 +8,6 @@ pyroute2 in the host's own netns (no setns anywhere).
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -17,6 +16,7 @@ from pathlib import Path
 import msgspec
 from pyroute2 import IPRoute
 
+from netctl.cni.netns import is_netns
 from netctl.reconcile.plan import AllocationFact, AttachmentFact, Facts, Link
 
 REMOVED_WINDOW = 24 * 3600.0  # removed attachments whose host links are still checked
@@ -50,20 +50,24 @@ def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None
         attachments = [
             AttachmentFact(id=r[0], container_id=r[1], network=r[2], ifname=r[3], netns=r[4],
                            state=r[5], op_running=(r[6] in running or r[7] in running),
-                           result=_result(r[8]))
+                           result=_result(r[8]), del_failures=r[9], retry_at=r[10],
+                           error=r[11])
             for r in conn.execute(
-                "SELECT id, container_id, network, ifname, netns, state, add_op, del_op, result"
-                " FROM attachments WHERE state != 'removed' ORDER BY id")]
+                "SELECT id, container_id, network, ifname, netns, state, add_op, del_op, result,"
+                " del_failures, retry_at, error FROM attachments WHERE state != 'removed'"
+                " ORDER BY id")]
         removed = [(r[0], _result(r[1])) for r in conn.execute(
             "SELECT id, result FROM attachments WHERE state='removed' AND removed_at > ?",
             (now - REMOVED_WINDOW,))]
         allocations = [
             AllocationFact(id=r[0], pool=r[1], address=r[2], container_id=r[3], ifname=r[4],
                            netns=r[5], attachment_id=r[6], attachment_state=r[7],
-                           age=now - r[8])
+                           age=now - r[8], scope=r[9], prefix=r[10], since=r[8],
+                           pod=f"{r[11]}/{r[12]}" if r[12] else "")
             for r in conn.execute(
                 "SELECT a.id, a.pool, a.address, a.container_id, a.ifname, a.netns,"
-                " a.attachment_id, t.state, a.allocated_at FROM ipam_allocations a"
+                " a.attachment_id, t.state, a.allocated_at, a.scope, a.prefix,"
+                " a.pod_namespace, a.pod_name FROM ipam_allocations a"
                 " LEFT JOIN attachments t ON t.id = a.attachment_id"
                 " WHERE a.released_at IS NULL ORDER BY a.id")]
     finally:
@@ -71,5 +75,5 @@ def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None
     paths = {a.netns for a in attachments if a.netns} | {a.netns for a in allocations if a.netns}
     return Facts(
         attachments=attachments, removed_results=removed, allocations=allocations,
-        netns_exists={p: os.path.exists(p) for p in paths},
-        host_links=host_links() if links is None else links, busy=frozenset(busy))
+        netns_exists={p: is_netns(p) for p in paths},  # not a netns any more: gone too
+        host_links=host_links() if links is None else links, busy=frozenset(busy), now=now)

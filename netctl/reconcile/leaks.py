@@ -1,16 +1,21 @@
 """The reconciler's acting shell: gather facts, plan (pure), carry the plan out, journal it.
 
-Runs on demand (``netctl reconcile``) and every ``reconcile-interval`` seconds in
-the daemon. Each attachment is DELeted through its own chain from the journal,
-serialized with the runtime's requests for that container; allocations are
-released through the IPAM backend; host links are deleted with pyroute2. The
-run is an operation of its own (verb RECONCILE, origin reconcile) whose request
-column holds the plan, and each DEL or release is journaled as usual.
+Runs on demand (``netctl reconcile``), right after the start-up replay, and every
+``reconcile-interval`` seconds in the daemon. A run that finds work is an
+operation of its own (verb RECONCILE, origin reconcile): begun with the plan as
+its request, then finished with its outcome and errors. Each attachment is
+DELeted through its own chain from the journal, serialized with the runtime's
+requests for that container; allocations are released through the IPAM store
+(one journaled RELEASE each); host links are deleted with pyroute2. A clean-up
+that fails counts a failure on its attachment, and the next rounds leave it be
+until its back-off passes (see :func:`netctl.engine.engine.retry_at`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -21,8 +26,10 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from netctl.engine.engine import Engine
 from netctl.errors import CNIError
+from netctl.ipam.store import IndexStore
+from netctl.journal.records import OpEnd, OpStart
 from netctl.reconcile.facts import gather
-from netctl.reconcile.plan import Plan, plan
+from netctl.reconcile.plan import AllocationFact, Plan, plan
 
 log = logging.getLogger("netctl.reconcile")
 
@@ -38,68 +45,75 @@ def _unlink(name: str) -> str | None:
     return None
 
 
-async def reconcile(engine: Engine, *, dry_run: bool, grace: float) -> dict[str, Any]:
-    facts = await trio.to_thread.run_sync(partial(gather, engine.journal.path,
-                                                  engine.busy_containers()))
-    todo = plan(facts, grace)
-    report: dict[str, Any] = {"dry_run": dry_run, "plan": todo.to_json(), "errors": []}
-    if dry_run or todo.empty:
+@dataclass
+class Reconciler:
+    engine: Engine
+    ipam: IndexStore
+    grace: float = 30.0
+
+    async def run(self, *, dry_run: bool) -> dict[str, Any]:
+        engine = self.engine
+        facts = await trio.to_thread.run_sync(partial(
+            gather, engine.journal.path, engine.admission.busy()))
+        todo = plan(facts, self.grace)
+        report: dict[str, Any] = {"dry_run": dry_run, "plan": todo.to_json(), "errors": []}
+        if dry_run or todo.empty:
+            return report
+        op_id = await engine.journal.begin(OpStart(
+            verb="RECONCILE", origin="reconcile", request=msgspec.json.encode(todo.to_json())))
+        errors: list[str] = []
+        try:
+            errors = await self._carry_out(todo, facts.allocations)
+        finally:
+            with trio.CancelScope(shield=True):
+                await engine.journal.finish(op_id, OpEnd(
+                    state="failed" if errors else "done", error="; ".join(errors) or None))
+        report["errors"] = errors
+        if errors:
+            log.warning("reconcile: %s", "; ".join(errors))
+        log.info("reconcile: %d attachments DELeted, %d allocations released, %d links deleted",
+                 len(todo.delete), len(todo.release), len(todo.unlink))
         return report
-    await engine.journal.whole_operation(
-        "RECONCILE", "", _nothing, origin="reconcile", request=msgspec.json.encode(
-            todo.to_json()))
-    report["errors"] = await _carry_out(engine, todo, facts.allocations)
-    if report["errors"]:
-        log.warning("reconcile: %s", "; ".join(report["errors"]))
-    log.info("reconcile: %d attachments DELeted, %d allocations released, %d links deleted",
-             len(todo.delete), len(todo.release), len(todo.unlink))
-    return report
 
+    async def _carry_out(self, todo: Plan, allocations: list[AllocationFact]) -> list[str]:
+        engine = self.engine
+        errors: list[str] = []
+        by_id = {a.id: a for a in await engine.journal.live_attachments()}
+        by_container: dict[str, list[Any]] = {}
+        for att_id, container, _ in todo.delete:
+            if att_id in by_id:
+                by_container.setdefault(container, []).append(by_id[att_id])
+        for container, atts in by_container.items():
+            try:
+                await engine.admission.serialized(container, "DEL", partial(
+                    engine.delete_attachments, container, atts, OpStart(
+                        verb="DEL", container_id=container, netns=atts[0].netns,
+                        origin="reconcile"), "reconcile"))
+            except CNIError as exc:
+                errors.append(exc.msg)
+        allocs = {a.id: a for a in allocations}
+        for alloc_id, _, reason in todo.release:
+            fact = allocs[alloc_id]
+            addr = ipaddress.ip_address(fact.address)
+            held = self.ipam.holder(fact.scope, addr.version, int(addr))
+            if held is None or (held.owner.container_id, held.owner.ifname) != (
+                    fact.container_id, fact.ifname):
+                continue  # released (or taken again) since the facts were read
+            await engine.journal.one_transaction(OpStart(
+                verb="RELEASE", container_id=fact.container_id, ifname=fact.ifname,
+                netns=fact.netns, origin="reconcile", request=reason.encode()), gone=[held])
+            self.ipam.released([held])
+        for name, _ in todo.unlink:
+            failure = await trio.to_thread.run_sync(_unlink, name)
+            if failure:
+                errors.append(failure)
+        return errors
 
-async def _nothing(db: Any, op_id: int) -> None:
-    return None
-
-
-async def _carry_out(engine: Engine, todo: Plan, allocations: list[Any]) -> list[str]:
-    errors: list[str] = []
-    by_id = {a.id: a for a in await engine.journal.live_attachments()}
-    by_container: dict[str, list[Any]] = {}
-    for att_id, container, _ in todo.delete:
-        if att_id in by_id:
-            by_container.setdefault(container, []).append(by_id[att_id])
-    for container, atts in by_container.items():
-        try:
-            await engine.serialized_del(container, partial(
-                engine.delete_attachments, container, atts, "reconcile", origin="reconcile"))
-        except CNIError as exc:
-            errors.append(exc.msg)
-    allocs = {a.id: a for a in allocations}
-    backend = engine.runner.ipam
-    for alloc_id, _, reason in todo.release:
-        alloc = allocs[alloc_id]
-
-        async def release(db: Any, op_id: int, alloc: Any = alloc) -> None:
-            if alloc.attachment_id is not None:
-                await backend.release(db, op_id=op_id, attachment_id=alloc.attachment_id)
-            else:
-                await backend.release(db, op_id=op_id, container_id=alloc.container_id,
-                                      ifname=alloc.ifname, pools=[alloc.pool])
-
-        await engine.journal.whole_operation("RELEASE", alloc.container_id, release,
-                                             ifname=alloc.ifname, netns=alloc.netns,
-                                             origin="reconcile", request=reason.encode())
-    for name, _ in todo.unlink:
-        failure = await trio.to_thread.run_sync(_unlink, name)
-        if failure:
-            errors.append(failure)
-    return errors
-
-
-async def reconcile_every(engine: Engine, interval: float, grace: float) -> None:
-    """The daemon's periodic reconcile; a failing round is logged and retried next time."""
-    while True:
-        await trio.sleep(interval)
-        try:
-            await reconcile(engine, dry_run=False, grace=grace)
-        except (CNIError, OSError) as exc:
-            log.warning("periodic reconcile failed: %s", exc)
+    async def every(self, interval: float) -> None:
+        """The daemon's periodic reconcile; a failing round is logged and retried later."""
+        while True:
+            await trio.sleep(interval)
+            try:
+                await self.run(dry_run=False)
+            except (CNIError, OSError) as exc:
+                log.warning("periodic reconcile failed: %s", exc)

@@ -17,7 +17,13 @@ three kinds of clean-up, each with its reason:
   and named by no live attachment. Bridges and other shared links are never
   touched.
 
-Containers with a request in flight are left alone this round.
+Containers with a request in flight are left alone this round, and so is an
+attachment whose clean-up failed before, until its back-off (``retry_at``)
+passes; such *stuck* attachments are listed in the plan either way, so that
+``netctl status`` and ``netctl ipam leaks`` show them.
+
+The same plan answers ``netctl ipam leaks`` (:func:`leaks`): the addresses it
+would free, each with its reason — one decision, whoever asks.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ class AttachmentFact:
     state: str
     op_running: bool  # its ADD (adding) or DEL (removing) operation is still running
     result: dict[str, Any] | None
+    del_failures: int = 0  # failed DELs of it so far
+    retry_at: float | None = None  # left alone until then (back-off)
+    error: str | None = None  # its last DEL's error
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,10 @@ class AllocationFact:
     attachment_id: int | None
     attachment_state: str | None  # None: no such attachment (or a plain-plugin allocation)
     age: float  # seconds since it was allocated
+    scope: str = ""
+    pod: str = ""  # ns/name, or ""
+    prefix: int = 0
+    since: float = 0.0  # when it was allocated
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,7 @@ class Facts:
     netns_exists: dict[str, bool]
     host_links: dict[str, Link]
     busy: frozenset[str] = frozenset()  # containers with a request in flight
+    now: float = 0.0
 
 
 @dataclass
@@ -72,6 +86,7 @@ class Plan:
     delete: list[tuple[int, str, str]] = field(default_factory=list)  # (att, container, why)
     release: list[tuple[int, str, str]] = field(default_factory=list)  # (alloc, address, why)
     unlink: list[tuple[str, str]] = field(default_factory=list)  # (link name, why)
+    stuck: list[AttachmentFact] = field(default_factory=list)  # clean-up failed before
 
     @property
     def empty(self) -> bool:
@@ -84,7 +99,14 @@ class Plan:
             "allocations": [{"allocation": a, "address": ad, "reason": r}
                             for a, ad, r in self.release],
             "links": [{"link": n, "reason": r} for n, r in self.unlink],
+            "stuck": [stuck_json(a) for a in self.stuck],
         }
+
+
+def stuck_json(att: AttachmentFact) -> dict[str, Any]:
+    return {"attachment": att.id, "container": att.container_id, "network": att.network,
+            "ifname": att.ifname, "state": att.state, "failures": att.del_failures,
+            "retry_at": att.retry_at, "error": att.error}
 
 
 def host_interfaces(result: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -99,8 +121,12 @@ def host_interfaces(result: dict[str, Any] | None) -> list[tuple[str, str]]:
 def plan(facts: Facts, grace: float) -> Plan:
     out = Plan()
     for att in facts.attachments:
+        if att.del_failures and att.state != "attached":
+            out.stuck.append(att)
         if att.container_id in facts.busy:
             continue
+        if att.retry_at is not None and att.retry_at > facts.now:
+            continue  # backing off: its last clean-up failed
         if att.state == "attached" and att.netns and not facts.netns_exists.get(att.netns, True):
             out.delete.append((att.id, att.container_id, f"netns {att.netns} is gone"))
         elif att.state in ("adding", "removing") and not att.op_running:
@@ -132,3 +158,53 @@ def plan(facts: Facts, grace: float) -> Plan:
                 continue  # the name was reused by something else
             out.unlink.append((name, f"host end of removed attachment {att_id}"))
     return out
+
+
+def leaks(facts: Facts, todo: Plan) -> list[dict[str, Any]]:
+    """The live addresses ``todo`` frees or cannot free yet, each with its reason:
+
+    - ``attachment-removed`` / ``attachment-missing``: an allocation whose attachment
+      is removed, or not in the journal;
+    - ``netns-gone``: a plain-plugin allocation whose netns is gone, or an
+      attachment's whose netns is gone (its DEL releases it);
+    - ``failed-add`` / ``unfinished-del``: held by the leftovers of a failed ADD or
+      an unfinished DEL;
+    - ``stuck``: held by an attachment whose clean-up keeps failing (backing off).
+    """
+    by_att: dict[int, list[AllocationFact]] = {}
+    for alloc in facts.allocations:
+        if alloc.attachment_id is not None:
+            by_att.setdefault(alloc.attachment_id, []).append(alloc)
+    atts = {a.id: a for a in facts.attachments}
+    out: list[dict[str, Any]] = []
+    for alloc_id, _, why in todo.release:
+        alloc = next(a for a in facts.allocations if a.id == alloc_id)
+        if alloc.attachment_id is None:
+            reason = "netns-gone"
+        elif alloc.attachment_state is None:
+            reason = "attachment-missing"
+        else:
+            reason = "attachment-removed"
+        out.append(_leak(alloc, reason, why))
+    stuck = {a.id for a in todo.stuck}
+    for att_id, _, why in todo.delete:
+        att = atts[att_id]
+        reason = ("stuck" if att_id in stuck else "netns-gone" if att.state == "attached"
+                  else "failed-add" if att.state == "adding" else "unfinished-del")
+        for alloc in by_att.get(att_id, []):
+            out.append(_leak(alloc, reason, f"attachment {att_id}: {why}"))
+    deleting = {a for a, _, _ in todo.delete}
+    for att in todo.stuck:
+        if att.id not in deleting:
+            for alloc in by_att.get(att.id, []):
+                out.append(_leak(alloc, "stuck", f"attachment {att.id}: clean-up failed "
+                                 f"{att.del_failures} times ({att.error}); retried later"))
+    return sorted(out, key=lambda row: int(row["allocation"]))
+
+
+def _leak(alloc: AllocationFact, reason: str, detail: str) -> dict[str, Any]:
+    return {"allocation": alloc.id, "pool": alloc.pool,
+            "address": f"{alloc.address}/{alloc.prefix}" if alloc.prefix else alloc.address,
+            "container": alloc.container_id, "pod": alloc.pod, "ifname": alloc.ifname,
+            "netns": alloc.netns, "attachment": alloc.attachment_id, "since": alloc.since,
+            "reason": reason, "detail": detail}

@@ -5,7 +5,7 @@ Runs before the socket accepts requests. Every attachment the journal has in
 ``removing`` (a DEL that never completed) is DELeted through its chain from
 the journal alone; then every operation still ``running`` is closed: an ADD
 as ``compensated`` (or ``compensate_failed`` if something could not be
-removed), a DEL as ``done``/``failed``, a CHECK as ``abandoned``.
+removed), a DEL as ``done``/``failed``, anything else as ``abandoned``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 
 from netctl.engine.engine import Engine
 from netctl.errors import CNIError
-from netctl.journal.store import Attachment
+from netctl.journal.records import Attachment, OpStart
+
+INTERRUPTED = "interrupted by a daemon stop; finished at start-up"
 
 
 @dataclass
@@ -38,16 +40,15 @@ async def replay(engine: Engine) -> ReplayReport:
         report.containers += 1
         report.attachments += len(atts)
         try:
-            await engine.delete_attachments(container_id, atts, "replay", origin="replay",
-                                            netns=atts[0].netns)
+            await engine.delete_attachments(container_id, atts, OpStart(
+                verb="DEL", container_id=container_id, netns=atts[0].netns, origin="replay"),
+                "replay")
         except CNIError as exc:
             report.failed.append(exc.msg)
             left_over.update(a.add_op for a in atts if a.add_op is not None)
-    for op in ops:
-        report.operations += 1
-        state = {"ADD": "compensated", "DEL": "done"}.get(op.verb, "abandoned")
-        if op.id in left_over:
-            state = "compensate_failed"
-        await journal.finish_operation(op.id, state, None,
-                                       "interrupted by a daemon stop; finished at start-up")
+    states = {"ADD": "compensated", "DEL": "done"}
+    await journal.close_operations([
+        (op.id, "compensate_failed" if op.id in left_over else states.get(op.verb, "abandoned"),
+         INTERRUPTED) for op in ops])
+    report.operations = len(ops)
     return report

@@ -220,6 +220,7 @@ def test_gc_releases_plain_plugin_allocations_not_listed(
     ipam = {"type": "netctl-ipam", "socket": daemon.socket, "range": "10.151.4.0/24"}
     # An attachment-owned allocation in the same pool: GC of plain allocations leaves it.
     daemon.add_network("gcnet", ipam_bridge("gcnet", br2, dict(ipam)))
+    daemon.settings["reconcile-grace"] = 0  # GC never collects what is younger than this
     daemon.start()
     bin_dir = os.path.dirname(daemon.plugin)
     conf = {"cniVersion": "1.0.0", "name": "plaingc", "type": "bridge", "bridge": br,

@@ -1,0 +1,89 @@
+"""Admission: requests for one container one at a time, and a bound on all of them.
+
+- Requests for one container are serialized; a DEL cancels a running ADD of the
+  same container (which compensates) and runs after it.
+- Different containers run concurrently up to ``max_concurrent``; beyond that
+  requests wait, and when ``max_queue`` are waiting, everything but DEL is
+  refused with code 11 (a DEL always waits: it frees resources).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import trio
+
+from netctl.errors import CANCELLED, TRY_AGAIN_LATER, CNIError
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Gate:
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    adds: set[trio.CancelScope] = field(default_factory=set)
+    users: int = 0
+
+
+class Admission:
+    def __init__(self, max_concurrent: int = 32, max_queue: int = 256) -> None:
+        self.max_queue = max_queue
+        self._limiter = trio.CapacityLimiter(max_concurrent)
+        self._waiting = 0
+        self._gates: dict[str, _Gate] = {}
+
+    @property
+    def in_flight(self) -> int:
+        return int(self._limiter.borrowed_tokens)
+
+    @property
+    def queued(self) -> int:
+        return self._waiting
+
+    def busy(self) -> frozenset[str]:
+        """Containers with a request running or waiting (the reconciler leaves them be)."""
+        return frozenset(self._gates)
+
+    async def serialized(self, container_id: str, verb: str,
+                         fn: Callable[[], Awaitable[T]]) -> T:
+        """Run ``fn`` as ``verb`` of ``container_id``, after that container's other
+        requests; a DEL first cancels the container's running ADDs."""
+        gate = self._gates.setdefault(container_id, _Gate())
+        gate.users += 1
+        try:
+            if verb == "DEL":
+                for scope in gate.adds:
+                    scope.cancel()
+            with trio.CancelScope() as scope:
+                if verb == "ADD":
+                    gate.adds.add(scope)
+                try:
+                    async with gate.lock:
+                        return await self.admitted(verb, fn)
+                finally:
+                    gate.adds.discard(scope)
+            raise CNIError(CANCELLED, f"ADD of container {container_id} was cancelled by a DEL "
+                           "for the same container; what it had done was undone")
+        finally:
+            gate.users -= 1
+            if gate.users == 0:
+                self._gates.pop(container_id, None)
+
+    async def admitted(self, verb: str, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run ``fn`` within ``max_concurrent``; refuse (code 11) when the queue is full."""
+        if self._limiter.available_tokens == 0 and verb != "DEL" \
+                and self._waiting >= self.max_queue:
+            raise CNIError(TRY_AGAIN_LATER, f"daemon busy: {self.in_flight} requests running and "
+                           f"{self._waiting} queued (max_queue {self.max_queue}); "
+                           "try again later")
+        self._waiting += 1
+        try:
+            await self._limiter.acquire()
+        finally:
+            self._waiting -= 1
+        try:
+            return await fn()
+        finally:
+            self._limiter.release()

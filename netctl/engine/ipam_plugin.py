@@ -1,0 +1,177 @@
+"""``netctl-ipam`` run as a plain IPAM plugin: a main plugin (bridge, macvlan, …)
+execs it, it forwards to the daemon, and the daemon allocates from the same
+planner and store the engine uses, owned by (container id, ifname).
+
+Each request is one journal transaction — the operation and its allocation or
+release together — so no crash can split them. The verbs are a table like the
+engine's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+
+import msgspec
+
+from netctl.cni import validate, versions
+from netctl.cni.request import Invocation
+from netctl.engine.admission import Admission
+from netctl.engine.engine import Reply
+from netctl.errors import (
+    DECODE_FAILURE,
+    INCOMPATIBLE_VERSION,
+    INVALID_CONFIG,
+    UNKNOWN_CONTAINER,
+    CNIError,
+)
+from netctl.ipam.planner import Owner, ipam_result, pool_key
+from netctl.ipam.ranges import IPAMConfig, Range, parse_config
+from netctl.ipam.store import IndexStore, allocate
+from netctl.journal.records import OpStart
+from netctl.journal.store import Journal
+
+
+class _Conf(msgspec.Struct, forbid_unknown_fields=False):
+    cniVersion: str
+    name: str = ""
+    ipam: dict[str, object] | None = None
+    runtimeConfig: dict[str, object] = {}
+    valid_attachments: list[object] | None = msgspec.field(
+        default=None, name="cni.dev/valid-attachments")
+    old_valid_attachments: list[object] | None = msgspec.field(
+        default=None, name="cni.dev/attachments")
+
+
+@dataclass(frozen=True)
+class _Request:
+    inv: Invocation
+    conf: _Conf
+    cfg: IPAMConfig
+    ranges: list[Range]
+
+    @property
+    def pools(self) -> set[str]:
+        return {pool_key(self.cfg, r) for r in self.ranges}
+
+    def op(self, origin: str = "ipam") -> OpStart:
+        inv = self.inv
+        return OpStart(verb=inv.verb, container_id=inv.container_id, netns=inv.netns,
+                       ifname=inv.ifname, caller_network=self.conf.name,
+                       caller_version=self.conf.cniVersion, pod=inv.pod, request=inv.stdin,
+                       origin=origin)
+
+
+@dataclass(frozen=True)
+class _Verb:
+    min_version: tuple[int, int, int]
+    needs_container: bool
+    handler: Callable[[IpamPlugin, _Request], Awaitable[Reply]]
+
+
+@dataclass
+class IpamPlugin:
+    journal: Journal
+    store: IndexStore
+    admission: Admission
+    ipam_types: frozenset[str]
+    gc_grace: float = 30.0
+
+    async def handle(self, inv: Invocation) -> Reply:
+        if inv.conf is None:
+            raise CNIError(DECODE_FAILURE, f"netctl-ipam: the network config on stdin is not "
+                           f"valid JSON: {inv.conf_error}")
+        try:
+            conf = msgspec.convert(inv.conf, _Conf)
+        except msgspec.ValidationError as exc:
+            raise CNIError(INVALID_CONFIG, f"netctl-ipam: {exc}") from None
+        versions.check_supported(conf.cniVersion)
+        if not isinstance(conf.ipam, dict) or conf.ipam.get("type") not in self.ipam_types:
+            raise CNIError(INVALID_CONFIG, "netctl-ipam: the config has no 'ipam' section of "
+                           "type netctl-ipam")
+        verb = IPAM_VERBS[inv.verb]
+        if versions.parse(conf.cniVersion) < verb.min_version:
+            need = ".".join(map(str, verb.min_version))
+            raise CNIError(INCOMPATIBLE_VERSION, f"netctl-ipam: {inv.verb} needs cniVersion "
+                           f"{need} or later, not {conf.cniVersion}")
+        cfg, ranges = parse_config(dict(conf.ipam))
+        req = _Request(inv, conf, cfg, ranges)
+        if not verb.needs_container:
+            return await verb.handler(self, req)
+        validate.container_id(inv.container_id)
+        validate.ifname(inv.ifname)
+        if inv.args_error is not None:
+            raise inv.args_error
+        return await self.admission.serialized(inv.container_id, inv.verb,
+                                               partial(verb.handler, self, req))
+
+    async def add(self, req: _Request) -> Reply:
+        inv = req.inv
+        wanted = [str(ip) for ip in _list(req.conf.runtimeConfig.get("ips"))]
+        owner = Owner(inv.container_id, inv.ifname, inv.netns, inv.pod, None)
+        try:
+            decision = await allocate(self.store, req.cfg, req.ranges, owner, wanted,
+                                      time.time())
+        except CNIError as exc:
+            await self.journal.one_transaction(req.op(), failure=exc)
+            raise
+        try:
+            await self.journal.one_transaction(req.op(), new=decision.new,
+                                               pools=decision.pools)
+        except BaseException:
+            self.store.unreserve(decision.new)
+            raise
+        self.store.recorded(decision.new)
+        result = ipam_result(req.cfg, decision.leases, req.conf.cniVersion)
+        return Reply(versions.convert_result(result, req.conf.cniVersion))
+
+    async def delete(self, req: _Request) -> Reply:
+        gone = self.store.of_owner(req.inv.container_id, req.inv.ifname, req.pools)
+        await self.journal.one_transaction(req.op(), gone=gone)
+        self.store.released(gone)
+        return Reply()
+
+    async def check(self, req: _Request) -> Reply:
+        if not self.store.of_owner(req.inv.container_id, req.inv.ifname, req.pools):
+            exc = CNIError(UNKNOWN_CONTAINER, f"netctl-ipam: container {req.inv.container_id} "
+                           f"ifname {req.inv.ifname} holds no address in "
+                           f"{', '.join(sorted(req.pools))}")
+            await self.journal.one_transaction(req.op(), failure=exc)
+            raise exc
+        await self.journal.one_transaction(req.op())
+        return Reply()
+
+    async def gc(self, req: _Request) -> Reply:
+        """Release this config's plain-plugin allocations the valid list does not name."""
+        items = req.conf.valid_attachments if req.conf.valid_attachments is not None \
+            else req.conf.old_valid_attachments
+        if items is None:
+            return Reply(warning="netctl-ipam GC carried no cni.dev/valid-attachments list: "
+                         "nothing collected")
+        valid = {(str(v.get("containerID")), str(v.get("ifname")))
+                 for v in items if isinstance(v, dict)}
+        young = time.time() - self.gc_grace
+        stale = [a for a in self.store.live() if a.pool in req.pools
+                 and a.owner.attachment_id is None and a.allocated_at <= young
+                 and (a.owner.container_id, a.owner.ifname) not in valid]
+        await self.journal.one_transaction(req.op(), gone=stale)
+        self.store.released(stale)
+        return Reply()
+
+    async def status(self, req: _Request) -> Reply:
+        return Reply()
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+IPAM_VERBS: dict[str, _Verb] = {
+    "ADD": _Verb((0, 0, 0), True, IpamPlugin.add),
+    "DEL": _Verb((0, 0, 0), True, IpamPlugin.delete),
+    "CHECK": _Verb((0, 4, 0), True, IpamPlugin.check),
+    "GC": _Verb((1, 1, 0), False, IpamPlugin.gc),
+    "STATUS": _Verb((1, 1, 0), False, IpamPlugin.status),
+}

@@ -1,0 +1,199 @@
+"""The allocation rules, once, for every store. Pure: no I/O, no event loop.
+
+Given a pool's ranges, an owner, the addresses it asks for, and a
+:class:`View` of what the store holds (who holds what, what is used in a
+uniqueness scope, each pool's cursor), :func:`plan` decides, range by range:
+
+- an owner that already holds an address in the pool keeps it (a repeated ADD
+  gets the same address);
+- a requested address must be of a range's family, in the range (the range
+  maths of :func:`~netctl.ipam.ranges.requested`) and free in its scope, or
+  the whole request is refused (code 7, naming the address and its holder);
+- otherwise the next free address after the pool's cursor (or the lowest, by
+  ``allocation_order``); none left is code 100, naming the pool and its size.
+
+The view answers membership questions only, so a decision costs the same on an
+empty pool and on a full one (for round-robin, the default: the cursor moves on).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from netctl.cni.request import Pod
+from netctl.errors import INVALID_CONFIG, POOL_EXHAUSTED, CNIError
+from netctl.ipam.ranges import IPAMConfig, Range, next_free, requested
+
+
+class View(Protocol):
+    """What a store knows, as the planner asks it."""
+
+    def held(self, pool: str, container_id: str, ifname: str) -> Allocation | None: ...
+
+    def used(self, scope: str, version: int) -> AbstractSet[int]: ...
+
+    def holder(self, scope: str, version: int, ip: int) -> Allocation | None: ...
+
+    def cursor(self, pool: str) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Who an allocation is for; it is released only by the same owner."""
+
+    container_id: str
+    ifname: str
+    netns: str = ""
+    pod: Pod = Pod()  # noqa: RUF009 - frozen, shared safely
+    attachment_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One address held by an owner (live until released)."""
+
+    pool: str
+    scope: str
+    ip: int
+    version: int
+    prefix: int
+    owner: Owner
+    allocated_at: float = 0.0
+
+    @property
+    def address(self) -> str:
+        """The address alone, canonical text."""
+        return str(_address(self.version, self.ip))
+
+    @property
+    def cidr(self) -> str:
+        return f"{self.address}/{self.prefix}"
+
+
+def _address(version: int, ip: int) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    return ipaddress.IPv4Address(ip) if version == 4 else ipaddress.IPv6Address(ip)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    pool: str
+    address: str  # CIDR form, e.g. "10.1.0.5/24"
+    gateway: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolInfo:
+    """A pool as the journal's ``ipam_pools`` describes it."""
+
+    network_name: str
+    range: str
+    family: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :func:`plan` decided: a lease per range, and which of them are new."""
+
+    leases: list[Lease]
+    new: list[Allocation]
+    pools: dict[str, PoolInfo]
+
+
+def pool_key(cfg: IPAMConfig, rng: Range) -> str:
+    return f"{cfg.network_name}/{rng.key}" if cfg.network_name else rng.key
+
+
+def scope_of(cfg: IPAMConfig, key: str) -> str:
+    """Overlapping ranges of one network_name share uniqueness (whereabouts' default)."""
+    return f"network:{cfg.network_name}" if cfg.enable_overlapping_ranges else f"pool:{key}"
+
+
+def _family(text: str) -> int:
+    try:
+        return ipaddress.ip_interface(text.strip()).version
+    except ValueError:
+        raise CNIError(INVALID_CONFIG, f"ipam: requested address {text!r} is not a valid IP "
+                       "address") from None
+
+
+def plan(cfg: IPAMConfig, ranges: list[Range], owner: Owner, wanted: list[str],
+         view: View, now: float = 0.0) -> Decision:
+    """One address per range for ``owner``; CNIError 7 or 100 when that cannot be."""
+    unmatched = [w for w in wanted if not any(_family(w) == r.version for r in ranges)]
+    if unmatched:
+        raise CNIError(INVALID_CONFIG, f"requested address {unmatched[0]} matches no range of "
+                       f"{', '.join(pool_key(cfg, r) for r in ranges)}")
+    leases: list[Lease] = []
+    new: list[Allocation] = []
+    pools: dict[str, PoolInfo] = {}
+    for rng in ranges:
+        key = pool_key(cfg, rng)
+        pools[key] = PoolInfo(cfg.network_name, rng.key, rng.version, rng.size)
+        held = view.held(key, owner.container_id, owner.ifname)
+        if held is not None:
+            leases.append(Lease(key, held.cidr, rng.gateway))
+            continue
+        scope = scope_of(cfg, key)
+        taken = {a.ip for a in new if a.scope == scope and a.version == rng.version}
+        used = _Union(view.used(scope, rng.version), taken)
+        mine = [w for w in wanted if _family(w) == rng.version]
+        if mine:
+            ip = requested(rng, mine[0])
+            if ip in used:
+                holder = view.holder(scope, rng.version, ip)
+                who = f"container {holder.owner.container_id}" if holder else "this request"
+                raise CNIError(INVALID_CONFIG, f"requested address {mine[0]} in pool {key} is "
+                               f"already allocated to {who}")
+        else:
+            found = next_free(rng, used, view.cursor(key), cfg.allocation_order)
+            if found is None:
+                raise CNIError(POOL_EXHAUSTED, f"address pool {key} is exhausted: all "
+                               f"{rng.size} addresses are allocated")
+            ip = found
+        alloc = Allocation(key, scope, ip, rng.version, rng.cidr.prefixlen, owner, now)
+        new.append(alloc)
+        leases.append(Lease(key, alloc.cidr, rng.gateway))
+    return Decision(leases, new, pools)
+
+
+class _Union(AbstractSet[int]):
+    """Membership in either of two sets, without copying either."""
+
+    def __init__(self, a: AbstractSet[int], b: AbstractSet[int]) -> None:
+        self._a, self._b = a, b
+
+    def __contains__(self, ip: object) -> bool:
+        return ip in self._a or ip in self._b
+
+    def __iter__(self) -> Any:
+        yield from self._a
+        yield from (ip for ip in self._b if ip not in self._a)
+
+    def __len__(self) -> int:
+        return len(self._a) + sum(1 for ip in self._b if ip not in self._a)
+
+
+def _addressing(cfg: IPAMConfig, leases: list[Lease], key: str) -> dict[str, Any]:
+    """``leases`` as a list under ``key``, with the config's routes and dns."""
+    out: dict[str, Any] = {key: [
+        {"address": lease.address, **({"gateway": lease.gateway} if lease.gateway else {})}
+        for lease in leases]}
+    if cfg.routes:
+        out["routes"] = cfg.routes
+    if cfg.dns:
+        out["dns"] = cfg.dns
+    return out
+
+
+def static_ipam(cfg: IPAMConfig, leases: list[Lease]) -> dict[str, Any]:
+    """The ``static`` IPAM section a delegate runs with instead of a second IPAM exec."""
+    return {"type": "static", **_addressing(cfg, leases, "addresses")}
+
+
+def ipam_result(cfg: IPAMConfig, leases: list[Lease], cni_version: str) -> dict[str, Any]:
+    """What a plain IPAM plugin returns for ``leases`` (1.0.0 shape; convert after)."""
+    return {"cniVersion": cni_version, **_addressing(cfg, leases, "ips")}

@@ -1,0 +1,162 @@
+"""Where allocations live, behind a small interface, and the allocator over it.
+
+A :class:`Store` only stores; the rules are :func:`netctl.ipam.planner.plan`'s.
+
+- ``reserve`` takes the planner's new allocations before anything is written:
+  it may do I/O (a cluster store claims blocks from the API server there, its
+  intent journaled first) and must make them count as used at once, so a
+  concurrent request is never handed the same address.
+- ``record`` happens inside the journal transaction of the step (or plain-IPAM
+  request) that uses the addresses: the engine passes the allocations to the
+  journal, which writes them with the step; ``recorded``/``unreserve`` tell the
+  store whether that transaction committed.
+- ``release`` likewise: the journal marks them released in the step's
+  transaction, then ``released`` drops them from the store.
+
+:class:`IndexStore` keeps the live allocations in memory, indexed by scope and
+address, by owner and by attachment: every question the planner asks is a dict
+lookup, so allocation costs the same whatever the pool's fill. On a node it is
+the store (loaded from the journal's live allocations at start, durable through
+the journal's records); alone, without a journal, it is the in-memory fake the
+contract tests run beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from netctl.ipam.planner import Allocation, Decision, Owner, View, plan
+from netctl.ipam.ranges import IPAMConfig, Range
+
+
+class Store(View, Protocol):
+    async def reserve(self, new: list[Allocation]) -> None:
+        """Hold ``new`` (already counted as used) until recorded or unreserved."""
+        ...
+
+    def unreserve(self, new: list[Allocation]) -> None:
+        """The transaction that was to record ``new`` did not commit."""
+        ...
+
+    def recorded(self, new: list[Allocation]) -> None:
+        """``new`` is now in the journal."""
+        ...
+
+    def released(self, gone: Iterable[Allocation]) -> None:
+        """``gone`` was released in the journal."""
+        ...
+
+    def of_attachment(self, attachment_id: int) -> list[Allocation]: ...
+
+    def of_owner(self, container_id: str, ifname: str,
+                 pools: AbstractSet[str] | None = None) -> list[Allocation]: ...
+
+    def live(self) -> list[Allocation]: ...
+
+
+@dataclass
+class IndexStore:
+    """Live allocations in memory (see the module's docstring)."""
+
+    _by_scope: dict[tuple[str, int], dict[int, Allocation]] = field(default_factory=dict)
+    _by_owner: dict[tuple[str, str], list[Allocation]] = field(default_factory=dict)
+    _by_attachment: dict[int, list[Allocation]] = field(default_factory=dict)
+    _cursors: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, live: Iterable[Allocation], cursors: dict[str, int] | None = None) -> IndexStore:
+        store = cls(_cursors=dict(cursors or {}))
+        for alloc in live:
+            store._add(alloc)
+        return store
+
+    # -- View --------------------------------------------------------------------
+
+    def held(self, pool: str, container_id: str, ifname: str) -> Allocation | None:
+        for alloc in self._by_owner.get((container_id, ifname), ()):
+            if alloc.pool == pool:
+                return alloc
+        return None
+
+    def used(self, scope: str, version: int) -> AbstractSet[int]:
+        return self._by_scope.get((scope, version), {}).keys()
+
+    def holder(self, scope: str, version: int, ip: int) -> Allocation | None:
+        return self._by_scope.get((scope, version), {}).get(ip)
+
+    def cursor(self, pool: str) -> int | None:
+        return self._cursors.get(pool)
+
+    # -- Store -------------------------------------------------------------------
+
+    async def reserve(self, new: list[Allocation]) -> None:
+        return None  # counted as used by allocate(), before any await
+
+    def unreserve(self, new: list[Allocation]) -> None:
+        self.released(new)
+
+    def recorded(self, new: list[Allocation]) -> None:
+        return None
+
+    def released(self, gone: Iterable[Allocation]) -> None:
+        for alloc in gone:
+            scope = self._by_scope.get((alloc.scope, alloc.version), {})
+            if scope.get(alloc.ip) is alloc:
+                del scope[alloc.ip]
+            key = (alloc.owner.container_id, alloc.owner.ifname)
+            owned = [a for a in self._by_owner.get(key, []) if a is not alloc]
+            if owned:
+                self._by_owner[key] = owned
+            else:
+                self._by_owner.pop(key, None)
+            if alloc.owner.attachment_id is not None:
+                att = [a for a in self._by_attachment.get(alloc.owner.attachment_id, [])
+                       if a is not alloc]
+                if att:
+                    self._by_attachment[alloc.owner.attachment_id] = att
+                else:
+                    self._by_attachment.pop(alloc.owner.attachment_id, None)
+
+    def of_attachment(self, attachment_id: int) -> list[Allocation]:
+        return list(self._by_attachment.get(attachment_id, ()))
+
+    def of_owner(self, container_id: str, ifname: str,
+                 pools: AbstractSet[str] | None = None) -> list[Allocation]:
+        return [a for a in self._by_owner.get((container_id, ifname), ())
+                if pools is None or a.pool in pools]
+
+    def live(self) -> list[Allocation]:
+        return [a for scope in self._by_scope.values() for a in scope.values()]
+
+    def _add(self, alloc: Allocation) -> None:
+        self._by_scope.setdefault((alloc.scope, alloc.version), {})[alloc.ip] = alloc
+        key = (alloc.owner.container_id, alloc.owner.ifname)
+        self._by_owner.setdefault(key, []).append(alloc)
+        if alloc.owner.attachment_id is not None:
+            self._by_attachment.setdefault(alloc.owner.attachment_id, []).append(alloc)
+
+    def take(self, new: list[Allocation]) -> None:
+        """Count ``new`` as used and move the cursors (synchronously, after planning)."""
+        for alloc in new:
+            self._add(alloc)
+            self._cursors[alloc.pool] = alloc.ip
+
+
+_CHECK: Store = IndexStore()  # mypy: the index implements the interface
+
+
+async def allocate(store: IndexStore, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
+                   wanted: list[str], now: float) -> Decision:
+    """Plan and reserve: the decision and the taking happen with no await between them,
+    so concurrent requests of one daemon never get the same address."""
+    decision = plan(cfg, ranges, owner, wanted, store, now)
+    store.take(decision.new)
+    try:
+        await store.reserve(decision.new)
+    except BaseException:
+        store.unreserve(decision.new)
+        raise
+    return decision
