@@ -25,6 +25,7 @@ $(BIN)/netctl: pyproject.toml
 lint: setup
 	$(BIN)/ruff check netctl plugin tests
 	$(BIN)/mypy netctl plugin
+	$(BIN)/lint-imports
 
 test: setup lint
 	$(BIN)/pytest -q

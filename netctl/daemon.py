@@ -20,7 +20,6 @@ from typing import Any
 import msgspec
 import msgspec.yaml
 import trio
-import trio_asyncio
 
 from netctl import __version__
 from netctl.cni.invoke import kill_orphans, owned_processes
@@ -128,7 +127,7 @@ async def run(cfg: DaemonConfig, *,
     if cfg.kubeconfig or cfg.in_cluster:
         raise CNIError(INVALID_CONFIG, "Kubernetes mode is not available yet; "
                        "run without --kubeconfig/--in-cluster (standalone)")
-    async with trio_asyncio.open_loop(), open_journal(cfg.state_dir) as journal:
+    async with open_journal(cfg.state_dir) as journal:
         orphans = await trio.to_thread.run_sync(kill_orphans, journal.path)
         if orphans:
             log.warning("killed %d delegate processes a previous run left behind: %s",

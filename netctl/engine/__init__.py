@@ -1,0 +1,1 @@
+"""The engine: one CNI request → network selection → concurrent chains → result."""
