@@ -318,3 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+
+
+if __name__ == "__main__":
+    sys.exit(main())
