@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from netctl.cni.invoke import owned_processes
-
 T = TypeVar("T")
 
 SYSTEM_CNI = "/usr/lib/cni"
@@ -99,8 +97,10 @@ def tail(text: str | bytes, limit: int = 300) -> str:
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``ip ARGS…`` (its own session, as :func:`run`); raises :class:`HarnessError` when it
+    fails, with ``check``."""
     proc = subprocess.run(["ip", *args], capture_output=True, text=True, check=False,
-                          timeout=30, env={"PATH": PATH})
+                          timeout=30, env={"PATH": PATH}, start_new_session=True)
     if check and proc.returncode != 0:
         raise HarnessError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
     return proc
@@ -433,6 +433,8 @@ class Daemon:
 
     def delegates(self) -> list[int]:
         """Live processes carrying this daemon's delegate marker (``NETCTL_OWNER``)."""
+        from netctl.cni.invoke import owned_processes  # here: that module loads trio
+
         return owned_processes(self.journal_path)
 
     def shut_down(self) -> None:
@@ -488,10 +490,9 @@ def leftovers(daemon: Daemon, *, bridges: Iterable[str] = (), netns_prefix: str 
     would still delete (named in the journal's results), the daemon's delegate processes;
     the ports on ``bridges``, host-local's leases under ``ipam_dir`` and (with
     ``netns_prefix``) the netns of that prefix. Every list empty: nothing is left."""
-    journal = daemon.journal("--running")
     found = {
         "operations_running": [f"operation {o['id']} {o['verb']} of {o['container_id']}"
-                               for o in journal["operations"]],
+                               for o in daemon.journal("--running")["operations"]],
         "attachments_live": [f"attachment {a['attachment']} of {a['container']} on "
                              f"{a['network']} {a['ifname']} ({a['state']})"
                              for a in daemon.journal()["attachments"] if a["state"] != "removed"],

@@ -124,6 +124,14 @@ def ipam_bridge(name: str, bridge: str, ipam: dict[str, Any]) -> dict[str, Any]:
     return harness.bridge_conf(name, bridge, ipam, gateway=False)
 
 
+def exec_direct(daemon: Daemon, path: str, command: str, conf: dict[str, Any], *,
+                container: str = "", ns: str | None = None, args: str = "") -> CNIResult:
+    """The plugin at ``path`` exec'd directly (no netctl-cni) as a runtime would, with the
+    installed netctl-ipam and the real plugins on CNI_PATH."""
+    return harness.exec_plugin(path, command, conf, container=container, netns=ns, args=args,
+                               cni_path=f"{Path(daemon.plugin).parent}:{SYSTEM_CNI}", timeout=60)
+
+
 # -- what is left ----------------------------------------------------------------------------
 
 
