@@ -39,6 +39,7 @@ from typing import Any
 from rich.console import RenderableType
 
 from netctl import harness
+from netctl.bench import render
 from netctl.bench.common import (
     POD_NAMESPACE,
     Bench,
@@ -54,17 +55,6 @@ from netctl.bench.common import (
     ratios,
     summary_ms,
     timed_operations,
-)
-from netctl.bench.render import (
-    breakdown_table,
-    compare,
-    daemon_rows,
-    latency_rows,
-    load_line,
-    operations_text,
-    status_line,
-    table,
-    verdict,
 )
 from netctl.cni.config import plugin_config
 from netctl.harness import SYSTEM_CNI, CNIResult
@@ -301,7 +291,7 @@ def side_report(side: Side, pods_planned: int) -> dict[str, Any]:
     }
 
 
-def render(report: dict[str, Any]) -> list[RenderableType]:
+def render_churn(report: dict[str, Any]) -> list[RenderableType]:
     p = report["params"]
     n, d = report["netctl"], report["direct"]
     sides = p["ipam_by_side"]
@@ -312,15 +302,15 @@ def render(report: dict[str, Any]) -> list[RenderableType]:
         f"{p['networks']} network(s) of bridge, {p['cpus']} CPUs, prefix {report['prefix']}",
         f"IPAM: netctl side {sides['netctl']} ({how[sides['netctl']]}); direct side "
         f"{sides['direct']} ({how[sides['direct']]})",
-        load_line(p), "",
-        table(("", "netctl", "direct", "ratio"), [
-            compare("pods/s", n, d, "pods_per_s"),
-            compare("churn wall time (s)", n, d, "wall_s"),
-            *latency_rows(n, d, report["ratio"]),
-            compare("CPU per pod (ms, all processes)", n, d, "cpu_ms_per_pod"),
+        render.load_line(p), "",
+        render.table(("", "netctl", "direct", "ratio"), [
+            render.compare("pods/s", n, d, "pods_per_s"),
+            render.compare("churn wall time (s)", n, d, "wall_s"),
+            *render.latency_rows(n, d, report["ratio"]),
+            render.compare("CPU per pod (ms, all processes)", n, d, "cpu_ms_per_pod"),
             ("failures", str(n["failures"]), str(d["failures"]), ""),
             ("leftovers after the run", str(len(n["leftovers"])), str(len(d["leftovers"])), ""),
-            *daemon_rows(report, "delegate_version_ms"),
+            *render.daemon_rows(report, "delegate_version_ms"),
         ]),
         "(direct VERSION: /usr/lib/cni/bridge; netctl VERSION: the installed netctl-cni, "
         "no daemon involved)"]
@@ -332,13 +322,13 @@ def render(report: dict[str, Any]) -> list[RenderableType]:
                      for k in ("daemon", "daemon_delegates", "execs", "bench")),
                    *(d["cpu_s"].get(k, 0.0) * 1000 / max(d["pods"], 1)
                      for k in ("execs", "bench"))))
-    out.append(status_line(report, "plugin STATUS round trip (start, socket, daemon, "
-                                   "no journal)"))
+    out.append(render.status_line(report, "plugin STATUS round trip (start, socket, daemon, "
+                                          "no journal)"))
     out.append(f"direct: one delegate exec p50 ADD {d['delegate_exec_ms']['ADD']['p50']:.2f} "
                f"ms, DEL {d['delegate_exec_ms']['DEL']['p50']:.2f} ms")
     b = report.get("breakdown")
     if b and "ADD" in b:
-        out += ["", breakdown_table(
+        out += ["", render.breakdown_table(
             b, "netctl: where a pod's time goes (medians, ms; client clock and journal "
             "timestamps)",
             (("plugin exec, start to exit", "exec_ms"),
@@ -351,11 +341,11 @@ def render(report: dict[str, Any]) -> list[RenderableType]:
             "(before: plugin start, socket, request decode, journal read, the operation's "
             "first commit; after: the last commit, the reply, plugin exit; per step: step row "
             "span minus the plugin's own run)",
-            f"journal: operations {operations_text(b)}; {b['steps']} steps; "
+            f"journal: operations {render.operations_text(b)}; {b['steps']} steps; "
             f"{b['ipam_allocations']} netctl-ipam allocations; "
             f"{len(b['operations_not_done'])} operations not done"]
-    return [*out, "", *verdict(report["problems"],
-                               "every ADD and DEL succeeded; nothing left behind")]
+    return [*out, "", *render.verdict(report["problems"],
+                                      "every ADD and DEL succeeded; nothing left behind")]
 
 
 # -- entry point ---------------------------------------------------------------------------
@@ -374,4 +364,4 @@ def run_churn(args: argparse.Namespace) -> int:
         print(f"netctl bench churn: {why}", file=sys.stderr)
         return 2
     bench = Churn(args.pods, args.concurrency, args.networks, args.ipam)
-    return drive(bench, "churn", bench.measure, render, args.json)
+    return drive(bench, "churn", bench.measure, render_churn, args.json)

@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import RenderableType
 
 from netctl import harness
+from netctl.bench import render
 from netctl.bench.common import (
     DELEGATE_VERSION,
     POD_NAMESPACE,
@@ -38,17 +39,6 @@ from netctl.bench.common import (
     ratios,
     summary_ms,
     timed_operations,
-)
-from netctl.bench.render import (
-    breakdown_table,
-    compare,
-    daemon_rows,
-    latency_rows,
-    load_line,
-    operations_text,
-    status_line,
-    table,
-    verdict,
 )
 from netctl.harness import SYSTEM_CNI, CNIResult, tail
 from netctl.ipam.ranges import parse_config as parse_ipam
@@ -267,14 +257,14 @@ def render_ipam(report: dict[str, Any]) -> list[RenderableType]:
         f"prefix {report['prefix']}",
         "both exec'd as a main plugin execs its IPAM plugin: netctl-ipam (the thin plugin, "
         "forwarding to the daemon) vs /usr/lib/cni/host-local",
-        load_line(p), "",
-        table(("", "netctl-ipam", "host-local", "ratio"), [
-            compare("allocations/s (ADD phase)", n, h, "allocations_per_s"),
-            compare("releases/s (DEL phase)", n, h, "releases_per_s"),
-            compare("ADD phase wall time (s)", n, h, "add_wall_s"),
-            compare("DEL phase wall time (s)", n, h, "del_wall_s"),
-            *latency_rows(n, h, report["ratio"]),
-            compare("CPU per ADD+DEL (ms, all processes)", n, h, "cpu_ms_per_allocation"),
+        render.load_line(p), "",
+        render.table(("", "netctl-ipam", "host-local", "ratio"), [
+            render.compare("allocations/s (ADD phase)", n, h, "allocations_per_s"),
+            render.compare("releases/s (DEL phase)", n, h, "releases_per_s"),
+            render.compare("ADD phase wall time (s)", n, h, "add_wall_s"),
+            render.compare("DEL phase wall time (s)", n, h, "del_wall_s"),
+            *render.latency_rows(n, h, report["ratio"]),
+            render.compare("CPU per ADD+DEL (ms, all processes)", n, h, "cpu_ms_per_allocation"),
             ("failures", str(n["failures"]), str(h["failures"]), ""),
             ("distinct addresses handed out", str(n["distinct_addresses"]),
              str(h["distinct_addresses"]), ""),
@@ -282,10 +272,10 @@ def render_ipam(report: dict[str, Any]) -> list[RenderableType]:
              str(len(h["duplicates"])), ""),
             ("still held after the DELs", str(len(n["held_after"])), str(len(h["held_after"])),
              ""),
-            *daemon_rows(report, "host_local_version_ms", ", no daemon"),
+            *render.daemon_rows(report, "host_local_version_ms", ", no daemon"),
         ]),
-        status_line(report, "netctl-ipam STATUS round trip (plugin start, socket, the daemon "
-                            "parses the config; no journal)")]
+        render.status_line(report, "netctl-ipam STATUS round trip (plugin start, socket, the "
+                                   "daemon parses the config; no journal)")]
     per = max(n["allocations"], 1)
     out.append("CPU per ADD+DEL (ms): netctl: daemon {:.2f}, thin plugin {:.2f}, bench {:.2f}; "
                "host-local: plugin {:.2f}, bench {:.2f}".format(
@@ -295,7 +285,7 @@ def render_ipam(report: dict[str, Any]) -> list[RenderableType]:
     b = report.get("breakdown")
     if b and "ADD" in b:
         a, d = b["ADD"], b["DEL"]
-        out += ["", breakdown_table(
+        out += ["", render.breakdown_table(
             b, "netctl-ipam: where an ADD/DEL's time goes (medians, ms; client clock and "
             "journal timestamps)",
             (("plugin exec, start to exit", "exec_ms"),
@@ -308,11 +298,12 @@ def render_ipam(report: dict[str, Any]) -> list[RenderableType]:
             "DEL {:.2f} → {:.2f} (pool filling up, then emptying)".format(
                 a["operation_first_tenth_ms"]["p50"], a["operation_last_tenth_ms"]["p50"],
                 d["operation_first_tenth_ms"]["p50"], d["operation_last_tenth_ms"]["p50"]),
-            f"journal: operations {operations_text(b)}; {b['allocation_rows']} allocation "
+            f"journal: operations {render.operations_text(b)}; {b['allocation_rows']} allocation "
             f"rows; {len(b['operations_not_done'])} operations not done; each ADD or DEL is "
             "one journal transaction (operation and allocation together)"]
-    return [*out, "", *verdict(report["problems"], "every ADD and DEL succeeded; every address "
-                               "distinct and in the pool; nothing held after the DELs")]
+    return [*out, "", *render.verdict(
+        report["problems"], "every ADD and DEL succeeded; every address distinct and in the "
+        "pool; nothing held after the DELs")]
 
 
 # -- entry point ---------------------------------------------------------------------------
