@@ -15,7 +15,7 @@ the reconcile itself) and ``reconcile-grace`` 0. Each iteration:
    that exits 0 lets the runtime forget the pod and delete its netns; one that fails
    keeps the pod for a retry);
 3. once a random number of pods has started, after a random pause, SIGKILL the daemon
-   and count the operations the journal has ``running``. The plugin execs then in flight
+   and count the operations ``netctl journal --running`` lists. The plugin execs then in flight
    finish however they can (any answer is accepted); no pod starts or goes on after that:
    the runtime keeps what it has;
 4. delete the netns of one or two pods the runtime has attached, without a DEL (vanished
@@ -28,8 +28,9 @@ the reconcile itself) and ``reconcile-grace`` 0. Each iteration:
    exit 0; then delete its netns;
 8. look for leftovers (:func:`netctl.harness.leftovers`: operations still running,
    attachments not removed, live IPAM allocations, host-local leases, ports on the bridges,
-   host veths named in the journal's results that still exist, delegate processes carrying
-   the ``NETCTL_OWNER`` marker, netns); then SIGTERM the daemon, which must exit 0.
+   host veths named in the journal's results that still exist (those ``netctl reconcile
+   --dry-run`` would delete), delegate processes carrying the ``NETCTL_OWNER`` marker,
+   netns); then SIGTERM the daemon, which must exit 0.
 
 Any leftover, failed exec (one that finished before the kill, or after the restart) or
 reconcile error makes the run exit 1, with what was found. Everything it makes on the host
