@@ -9,6 +9,8 @@
 # journal, removes every pod and checks that nothing is left behind (no interface, no
 # live allocation), asks the allocation history who held pod2's address while it was
 # up, then stops the daemon with SIGTERM. Every check that fails stops the demo with a message and exit 1.
+# Every question about the journal goes to netctl's commands (`netctl journal`, `netctl
+# ipam`, `netctl status`, `netctl reconcile`, with --json), never to its database.
 # A trap removes everything the demo made (daemon, netns, links, temp dir) on any
 # exit. All host names it makes start with "ndemo-"; all traffic stays inside the
 # demo's own bridge.
@@ -238,23 +240,26 @@ addr_of() {
         | awk '{split($4, a, "/"); print a[1]; exit}'
 }
 
-# journal_py ARGS… <<'EOF' … EOF: a read-only Python look at the journal database
-# (sys.argv[1] is its path, then ARGS)
-journal_py() {
-    "$PYTHON" - "$TMP/state/journal.db" "$@"
+# json_py CODE ARGS…: Python CODE with the JSON document on stdin as `doc` (ARGS in sys.argv)
+json_py() {
+    local code=$1
+    shift
+    "$PYTHON" -c "import json, sys
+doc = json.load(sys.stdin)
+$code" "$@"
 }
 
-# live_allocations: the central allocator's live allocations, one line each:
-# "CONTAINER IFNAME ADDRESS/PREFIX POOL"
-live_allocations() {
-    journal_py <<'EOF'
-import sqlite3, sys
-db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
-for cid, ifname, addr, prefix, pool in db.execute(
-        "SELECT container_id, ifname, address, prefix, pool FROM ipam_allocations"
-        " WHERE released_at IS NULL ORDER BY id"):
-    print(cid, ifname, f"{addr}/{prefix}", pool)
-EOF
+# allocations [--all]: the central allocator's live allocations (with --all, its whole
+# history), one line each: "CONTAINER IFNAME ADDRESS/PREFIX POOL RELEASED_BY_OP|-"
+# (`netctl ipam pools`, then `netctl ipam show POOL` of each)
+allocations() {
+    local pool
+    for pool in $("$NETCTL" ipam pools --state-dir "$TMP/state" --json \
+                  | json_py 'print(*(p["key"] for p in doc["pools"]))'); do
+        "$NETCTL" ipam show "$pool" --state-dir "$TMP/state" --json "$@" | json_py '
+for a in doc["allocations"]:
+    print(a["container"], a["ifname"], a["address"], a["pool"], a["released_op"] or "-")'
+    done
 }
 
 # show_pods: each pod's interfaces as read inside its netns, next to what the central
@@ -262,9 +267,9 @@ EOF
 show_pods() {
     local pod line cid ifname addr pool
     local -A alloc=()
-    while read -r cid ifname addr pool; do
+    while read -r cid ifname addr pool _; do
         alloc["$cid/$ifname"]="$addr  (pool $pool)"
-    done < <(live_allocations)
+    done < <(allocations)
     printf '    %-6s %-9s %-6s %-15s %s\n' POD INTERFACE STATE "IN THE NETNS" \
         "ALLOCATED BY netctl-ipam"
     for pod in "${PODS[@]}"; do
@@ -279,12 +284,7 @@ show_pods() {
     done
 }
 
-# show_ipam_pools: `netctl ipam pools`, when this netctl has that command
 show_ipam_pools() {
-    if ! "$NETCTL" ipam pools --help >/dev/null 2>&1; then
-        echo "    (skipped: this netctl has no 'netctl ipam pools' command yet)"
-        return 0
-    fi
     echo "    netctl ipam pools"
     "$NETCTL" ipam pools --state-dir "$TMP/state" | sed 's/^/    /' \
         || fail "netctl ipam pools failed"
@@ -304,7 +304,7 @@ check_attached() {
         echo "${CONTAINER[$pod]} eth0 $(addr_of "$pod" eth0)"
         echo "${CONTAINER[$pod]} net1 $(addr_of "$pod" net1)"
     done | sort)
-    got=$(live_allocations | awk '{split($3, a, "/"); print $1, $2, a[1]}' | sort)
+    got=$(allocations | awk '{split($3, a, "/"); print $1, $2, a[1]}' | sort)
     [[ $got == "$want" ]] || fail "the central allocator's live allocations are not the \
 pods' addresses; allocator:
 $got
@@ -338,63 +338,56 @@ show_journal() {
         || fail "netctl journal $* failed"
 }
 
-# holders_at ADDR AT: the pods `netctl journal --ip ADDR --at AT --json` names, space-separated
-# (from the attachments' results and, when this netctl reports it, the allocation history);
-# with --need-allocation, an answer without an allocation of ADDR is an error
-holders_at() {
-    "$NETCTL" journal --state-dir "$TMP/state" --ip "$1" --at "$2" --json | "$PYTHON" -c '
-import json, sys
-answer = json.load(sys.stdin)
-pods = {a["pod"] for a in answer["attachments"]}
-if "allocations" in answer:
-    if "--need-allocation" in sys.argv and not answer["allocations"]:
-        sys.exit("demo: netctl journal reports no allocation of the address at that time")
-    pods |= {a["pod"] for a in answer["allocations"]}
-print(" ".join(sorted(pods)))' "${@:3}"
+# held_at ADDR AT FILE: `netctl journal --ip ADDR --at AT --json` into FILE; print the pods
+# it names (from the attachments' results and the allocation history), space-separated
+held_at() {
+    "$NETCTL" journal --state-dir "$TMP/state" --ip "$1" --at "$2" --json >"$3" \
+        || fail "netctl journal --ip $1 --at $2 --json failed"
+    json_py 'print(" ".join(sorted({a["pod"] for a in doc["attachments"] + doc["allocations"]})))' \
+        <"$3"
 }
 
 # who_had_ip POD ADDR AT: after the fact, ask the journal which pod held ADDR at time AT
 # (while POD was up), and check the answer against the central allocator's history, where
-# an allocation is released, never deleted
+# an allocation is released, never deleted, and the operations that allocated and
+# released it (`netctl journal --container`)
 who_had_ip() {
     local pod=$1 addr=$2 at=$3 holder now
     echo "    netctl journal --ip $addr --at $at"
     show_journal --ip "$addr" --at "$at"
-    holder=$(holders_at "$addr" "$at" --need-allocation) \
-        || fail "netctl journal --ip $addr --at $at --json failed"
+    holder=$(held_at "$addr" "$at" "$TMP/out/held.json") || exit 1
     [[ $holder == "$POD_NAMESPACE/$pod" ]] \
         || fail "the journal says $addr was held at $at by '$holder', not $POD_NAMESPACE/$pod"
     ok "the journal answers: at $at, $addr was held by $POD_NAMESPACE/$pod"
-    journal_py "$addr" "$at" "$POD_NAMESPACE/$pod" "${CONTAINER[$pod]}" <<'EOF' \
-        || fail "the allocation history disagrees"
-import sqlite3, sys
+    "$NETCTL" journal --state-dir "$TMP/state" --container "${CONTAINER[$pod]}" --json \
+        >"$TMP/out/ops.json" || fail "netctl journal --container --json failed"
+    "$PYTHON" - "$TMP/out/held.json" "$TMP/out/ops.json" "$addr" "$at" "$POD_NAMESPACE/$pod" \
+        "${CONTAINER[$pod]}" <<'EOF' || fail "the allocation history disagrees"
+import json, sys
 from datetime import datetime
-path, addr, at, want, container = sys.argv[1:]
-when = datetime.fromisoformat(at).timestamp()
-db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-rows = db.execute(
-    "SELECT al.pool, al.pod_namespace || '/' || al.pod_name, al.container_id, al.ifname,"
-    " al.allocated_at, al.released_at, a.verb, r.verb, r.origin"
-    " FROM ipam_allocations al JOIN operations a ON a.id = al.allocated_op"
-    " LEFT JOIN operations r ON r.id = al.released_op"
-    " WHERE al.address=? AND al.allocated_at<=? AND (al.released_at IS NULL"
-    " OR al.released_at>?)", (addr, when, when)).fetchall()
-if len(rows) != 1:
-    sys.exit(f"demo: {len(rows)} allocations held {addr} at {at}, expected 1: {rows}")
-pool, pod, cid, ifname, since, until, add_verb, del_verb, del_origin = rows[0]
+held, ops, addr, at, want, container = sys.argv[1:]
+allocs = json.load(open(held))["allocations"]
+ops = {op["id"]: op for op in json.load(open(ops))["operations"]}
+if len(allocs) != 1:
+    sys.exit(f"demo: {len(allocs)} allocations held {addr} at {at}, expected 1: {allocs}")
+a = allocs[0]
+add, rm = ops.get(a["allocated_op"], {}), ops.get(a["released_op"], {})
 def fmt(t):
     return datetime.fromtimestamp(t).astimezone().isoformat(timespec="milliseconds")
-print(f"    ipam_allocations: {addr} (pool {pool}) held by {pod}, container {cid}, {ifname}:")
-print(f"        allocated {fmt(since)} by its {add_verb}, released "
-      f"{fmt(until) if until else '(never)'} by {del_verb or '-'} ({del_origin or '-'})")
-if (pod, cid, add_verb, del_verb, del_origin) != (want, container, "ADD", "DEL", "runtime"):
-    sys.exit(f"demo: the allocation of {addr} at {at} is {rows[0]}; expected {want}'s,"
+print(f"    allocation {a['address']} (pool {a['pool']}) held by {a['pod']}, "
+      f"container {a['container']}, {a['ifname']}:")
+print(f"        allocated {fmt(a['since'])} by its {add.get('verb', '-')}, released "
+      f"{fmt(a['until']) if a['until'] else '(never)'} by {rm.get('verb', '-')} "
+      f"({rm.get('origin', '-')})")
+got = (a["pod"], a["container"], add.get("verb"), rm.get("verb"), rm.get("origin"))
+if got != (want, container, "ADD", "DEL", "runtime"):
+    sys.exit(f"demo: the allocation of {addr} at {at} is {got}; expected {want}'s,"
              " allocated by its ADD and released by the runtime's DEL")
 EOF
     ok "the allocation history agrees: $POD_NAMESPACE/$pod's, allocated by its ADD," \
         "released by its DEL"
     now=$(now_iso)
-    holder=$(holders_at "$addr" "$now") || fail "netctl journal --ip $addr --at $now failed"
+    holder=$(held_at "$addr" "$now" "$TMP/out/held-now.json") || exit 1
     [[ -z $holder ]] || fail "the journal says $addr is held now (after the DELs), by '$holder'"
     ok "and now ($now) nobody holds $addr"
 }
@@ -429,26 +422,23 @@ check_clean() {
         ! ip link show "$veth" >/dev/null 2>&1 || fail "host veth $veth is still there"
     done
     ok "none of the pods' host veths is left (${!HOST_VETHS[*]})"
-    journal_py "$((2 * ${#PODS[@]}))" <<'EOF' || fail "the central allocator still holds addresses"
-import sqlite3, sys
-db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
-live = db.execute("SELECT address, container_id, ifname FROM ipam_allocations"
-                  " WHERE released_at IS NULL").fetchall()
-if live:
-    sys.exit("demo: live allocations left: " + ", ".join(" ".join(r) for r in live))
-released = db.execute("SELECT COUNT(*) FROM ipam_allocations al JOIN operations o"
-                      " ON o.id = al.released_op WHERE o.verb = 'DEL'").fetchone()[0]
-if released != int(sys.argv[2]):
-    sys.exit(f"demo: {released} allocations released by a DEL, expected {sys.argv[2]}")
-EOF
-    ok "no live allocation in the journal (all $((2 * ${#PODS[@]})) released by the DELs," \
-        "kept as history)"
+    local live
+    live=$(allocations)
+    [[ -z $live ]] || fail "the central allocator still holds addresses:
+$live"
+    allocations --all >"$TMP/out/history" || fail "netctl ipam show --all failed"
     "$NETCTL" journal --state-dir "$TMP/state" --json >"$TMP/out/journal.json" \
         || fail "netctl journal --json failed"
-    "$PYTHON" - "$TMP/out/journal.json" "${#PODS[@]}" <<'EOF' || fail "the journal disagrees"
+    "$PYTHON" - "$TMP/out/journal.json" "$TMP/out/history" "${#PODS[@]}" <<'EOF' \
+        || fail "the journal disagrees"
 import json, sys
-atts = json.load(open(sys.argv[1]))["attachments"]
-want = 2 * int(sys.argv[2])
+journal = json.load(open(sys.argv[1]))
+want = 2 * int(sys.argv[3])
+dels = {str(op["id"]) for op in journal["operations"] if op["verb"] == "DEL"}
+released = [line for line in open(sys.argv[2]) if line.split()[4] in dels]
+if len(released) != want:
+    sys.exit(f"demo: {len(released)} allocations released by a DEL, expected {want}")
+atts = journal["attachments"]
 if len(atts) != want:
     sys.exit(f"demo: the journal has {len(atts)} attachments, expected {want}")
 live = [a for a in atts if a["state"] != "removed" or a["until"] is None]
@@ -456,6 +446,7 @@ if live:
     sys.exit("demo: attachments not removed: " + ", ".join(
         f"{a['pod']} {a['network']} {a['ifname']} ({a['state']})" for a in live))
 EOF
+    ok "no live allocation (all $((2 * ${#PODS[@]})) released by the DELs, kept as history)"
     ok "the journal shows all $((2 * ${#PODS[@]})) attachments removed"
 }
 
@@ -476,14 +467,20 @@ stop_daemon() {
 
 # --- a crash in the middle of a churn ------------------------------------------
 
-# running_adds: how many ADD operations the journal has in flight right now
-running_adds() {
-    "$PYTHON" -c '
-import sqlite3, sys
-db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
-print(db.execute("SELECT count(*) FROM operations WHERE verb=? AND state=?",
-                 ("ADD", "running")).fetchone()[0])
-' "$TMP/state/journal.db"
+# running [VERB]: the operations the journal has in flight right now (`netctl journal
+# --running`): with VERB, how many of that verb; without, "ADD 2, DEL 1" or "none"
+running() {
+    "$NETCTL" journal --state-dir "$TMP/state" --running --json | json_py '
+from collections import Counter
+verbs = Counter(op["verb"] for op in doc["operations"])
+print(verbs[sys.argv[1]] if sys.argv[1:] else ", ".join(
+    f"{verb} {n}" for verb, n in sorted(verbs.items())) or "none")' "$@"
+}
+
+# churn POD: what a runtime does with a pod that comes and goes: ADD, DEL, ADD, … until
+# a call fails (the daemon is gone: ADD answers code 11; a DEL is recorded by the plugin)
+churn() {
+    while cni ADD "$1" && cni DEL "$1"; do :; done
 }
 
 crash_mid_churn() {
@@ -493,30 +490,24 @@ crash_mid_churn() {
         CONTAINER[$pod]=$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
     done
     cni ADD churn1 || fail "ADD of churn1 failed: $(cat "$TMP/out/churn1.ADD.json")"
-    echo "churn1 attached; now ADD the other $((${#CHURN[@]} - 1)) at once, and SIGKILL the" \
-        "daemon while ADDs are in flight"
+    echo "churn1 attached; now the other $((${#CHURN[@]} - 1)) churn at once (ADD, DEL, ADD, …)," \
+        "and the daemon is SIGKILLed while ADDs are in flight"
     for pod in "${CHURN[@]:1}"; do
-        cni ADD "$pod" &
+        churn "$pod" &
         pids+=($!)
     done
-    until [[ $(running_adds) -gt 0 ]]; do
+    until [[ $(running ADD) -gt 0 ]]; do
         ((SECONDS < deadline)) || fail "no ADD was ever seen in flight"
-        sleep 0.005
     done
     kill -KILL "$DAEMON_PID"
     wait "$DAEMON_PID" 2>/dev/null || true
     DAEMON_PID=""
-    echo "    killed the daemon with $(running_adds) ADD(s) in flight (journal: running)"
-    local i ok_pods=0
-    for i in "${!pids[@]}"; do
-        pod=${CHURN[$((i + 1))]}
-        if wait "${pids[$i]}"; then
-            ok_pods=$((ok_pods + 1))
-        else
-            echo "    $pod: $("$PYTHON" -c 'import json,sys; e=json.load(open(sys.argv[1])); print("code", e["code"], "-", e["msg"][:70])' "$TMP/out/$pod.ADD.json" 2>/dev/null || echo "no answer")"
-        fi
+    echo "    killed the daemon with these operations in flight (journal: running): $(running)"
+    for pod in "${pids[@]}"; do wait "$pod" || true; done
+    for pod in "${CHURN[@]:1}"; do
+        echo "    $pod: its last ADD: $(json_py 'print("code", doc["code"], "-", doc["msg"][:60]
+    if "code" in doc else "attached")' <"$TMP/out/$pod.ADD.json" 2>/dev/null || echo "no answer")"
     done
-    echo "    $ok_pods of the others had finished before the kill"
     ip netns del "$(netns_of churn1)"
     echo "    and churn1's sandbox vanished while the daemon was down (no DEL will come)"
 }
@@ -533,8 +524,8 @@ print(f"    start-up replay: {r['operations']} unfinished operation(s) closed, "
 if r["failed"]:
     sys.exit(f"demo: replay failures: {r['failed']}")
 EOF
-    [[ $(running_adds) -eq 0 ]] || fail "operations still running after the restart"
-    ok "no operation is left running: every interrupted ADD was compensated before serving"
+    [[ $(running) == none ]] || fail "operations still running after the restart: $(running)"
+    ok "no operation is left running: the replay finished or undid every one the kill cut"
     echo "    netctl reconcile --dry-run"
     "$NETCTL" reconcile --socket "$TMP/run/netctl.sock" --dry-run | sed 's/^/    | /'
     "$NETCTL" reconcile --socket "$TMP/run/netctl.sock" --json >"$TMP/out/reconcile.json" \
@@ -563,7 +554,7 @@ del_churn_and_check() {
     done
     [[ -z $(ip -o link show master "$BRIDGE" 2>/dev/null) ]] \
         || fail "ports left on $BRIDGE: $(ip -o link show master "$BRIDGE")"
-    [[ $(live_allocations | wc -l) -eq 0 ]] || fail "live allocations left: $(live_allocations)"
+    [[ -z $(allocations) ]] || fail "live allocations left: $(allocations)"
     ok "after the runtime's DELs: no interface, no bridge port, no live allocation left"
     "$NETCTL" ipam leaks --state-dir "$TMP/state" | sed 's/^/    | /'
 }

@@ -70,6 +70,10 @@ def _cmd_journal(args: argparse.Namespace) -> int:
                                   pod=args.pod) if args.ip else []
     ops = [] if (args.ip or args.pod or args.network) else query.operations(
         conn, container=args.container, since=since)
+    if args.running:  # what is in flight: every running operation, the attachments it touches
+        ops = query.running_operations(conn)
+        touched = {op["id"] for op in ops}
+        atts = [a for a in atts if a["add_op"] in touched or a["del_op"] in touched]
     if args.json:
         print(json.dumps({"attachments": atts, "allocations": allocs, "operations": ops},
                          indent=2))
@@ -250,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--at", metavar="TIME")
     p.add_argument("--since", metavar="DURATION|TIME")
     p.add_argument("--network", metavar="NAME")
+    p.add_argument("--running", action="store_true",
+                   help="only the operations still running (all of them) and the attachments "
+                        "they touch")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_journal)
 
@@ -320,3 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+
+
+if __name__ == "__main__":
+    sys.exit(main())

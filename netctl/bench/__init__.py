@@ -1,6 +1,8 @@
 """``netctl bench``: benchmarks on real namespaces and real plugins, one module each
 (:mod:`~netctl.bench.churn`, :mod:`~netctl.bench.ipam`, :mod:`~netctl.bench.journal`,
-:mod:`~netctl.bench.crash`) on the shared driver and base of :mod:`~netctl.bench.common`.
+:mod:`~netctl.bench.crash`) on the shared driver and base of :mod:`~netctl.bench.common`
+(over :mod:`netctl.harness`, which the tests use too) and the one renderer of
+:mod:`~netctl.bench.render`.
 """
 
 from __future__ import annotations

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
-import json
 import os
 import sqlite3
 import subprocess
@@ -38,46 +36,28 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rich.console import RenderableType
+
+from netctl import harness
+from netctl.bench import render
 from netctl.bench.common import (
-    DELEGATE_VERSION,
     POD_NAMESPACE,
-    SYSTEM_CNI,
     Bench,
-    BenchNet,
     Measured,
     PodRun,
-    Row,
     Side,
-    _breakdown_lines,
-    _cni_env,
-    _compare,
-    _daemon_rows,
-    _from_journal,
-    _grid,
-    _ip,
-    _latency_rows,
-    _links,
-    _load_line,
-    _netns_names,
-    _operations,
-    _operations_text,
-    _progress,
-    _run,
-    _some,
-    _status_line,
-    _tail,
-    _timed_operations,
-    _verdict,
+    check_result,
     drive,
-    host_local_leases,
-    journal_live_allocations,
+    from_journal,
+    operations,
     pick_subnets,
-    preflight,
+    progress,
     ratios,
     summary_ms,
+    timed_operations,
 )
-from netctl.cni.config import parse_chain, plugin_config
-from netctl.install import install
+from netctl.cni.config import plugin_config
+from netctl.harness import SYSTEM_CNI, CNIResult
 
 
 class Churn(Bench):
@@ -86,103 +66,52 @@ class Churn(Bench):
         self.pods = pods
         self.k = networks
         self.ipam = ipam  # the netctl side's; the direct side always has host-local
-        self.nets: list[BenchNet] = []
-        self.netctl_conf = b""
 
-    # -- host objects ------------------------------------------------------------
-
-    def make_networks(self) -> None:
-        subnets = pick_subnets(self.k, self.pods)
-        self.networks_dir.mkdir(parents=True)
-        self.ipam_dir.mkdir(parents=True)
-        for i, subnet in enumerate(subnets, start=1):
-            name = f"{self.prefix}-{i}"
-            bridge = f"{self.prefix}b{i}"
-            host_local = {"type": "host-local", "subnet": str(subnet),
-                          "dataDir": str(self.ipam_dir)}
-            # The bridge (isGateway) takes the subnet's first address, as host-local's
-            # default gateway; netctl-ipam must keep it out of the range too.
-            netctl_ipam = {"type": "netctl-ipam", "range": str(subnet),
-                           "gateway": str(subnet.network_address + 1)}
-            conf, direct = ({"cniVersion": DELEGATE_VERSION, "name": name, "plugins": [{
-                "type": "bridge", "bridge": bridge, "isGateway": True, "ipam": ipam}]}
-                for ipam in (netctl_ipam if self.ipam == "netctl-ipam" else host_local,
-                             host_local))
-            nad = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-                   "metadata": {"name": name, "namespace": "default"},
-                   "spec": {"config": json.dumps(conf)}}
-            (self.networks_dir / f"default-{name}.json").write_text(json.dumps(nad))
-            self.nets.append(BenchNet(name, bridge, subnet,
-                                      parse_chain(json.dumps(direct), name), conf))
-        self.netctl_conf = json.dumps({
-            "cniVersion": DELEGATE_VERSION, "name": f"{self.prefix}-netctl",
-            "type": "netctl-cni", "socket": self.socket,
-            "clusterNetwork": self.nets[0].name}).encode()
-
-    def cni_args(self, index: int, selection: bool) -> str:
-        args = ["IgnoreUnknown=1", f"K8S_POD_NAMESPACE={POD_NAMESPACE}",
-                f"K8S_POD_NAME=pod-{index}"]
-        if selection and self.k > 1:
-            args.append("NETCTL_NETWORKS=" + ",".join(n.name for n in self.nets[1:]))
-        return ";".join(args)
+    @staticmethod
+    def pod(index: int) -> str:
+        return f"{POD_NAMESPACE}/pod-{index}"
 
     # -- one pod, each side ------------------------------------------------------
-
-    def exec_netctl(self, command: str, container: str, netns: str, index: int,
-                    stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        env = _cni_env(command, container, netns, "eth0", self.cni_args(index, selection=True))
-        return _run([self.plugin], data=self.netctl_conf if stdin is None else stdin, env=env)
 
     @contextlib.contextmanager
     def pod_netns(self, tag: str, index: int) -> Iterator[tuple[PodRun, str]]:
         """A pod's record and its netns (the path), deleted on the way out."""
         run = PodRun(index, f"{self.prefix}-{tag}-{index}")
         ns_name = f"{self.prefix}-{tag}{index}"
-        netns = self.netns_add(ns_name)
+        netns = harness.netns_add(ns_name)
         try:
             yield run, netns
         finally:
-            self.netns_del(ns_name)
+            harness.netns_del(ns_name)
 
     def pod_netctl(self, side: Side, index: int, tag: str = "n") -> PodRun:
+        conf, networks = self.netctl_conf(), ",".join(n.name for n in self.nets[1:])
         with self.pod_netns(tag, index) as (run, netns):
-            add = run.timed("ADD", lambda: self.exec_netctl("ADD", run.container, netns, index))
+            def exec_netctl(command: str) -> CNIResult:
+                return self.daemon.cni(command, run.container, netns, conf, pod=self.pod(index),
+                                       networks=networks, args=("IgnoreUnknown=1",))
+
+            add = run.timed("ADD", lambda: exec_netctl("ADD"))
             ok = side.exited_ok(f"pod {index}: ADD", add)
             if ok and add is not None:
-                problem = self.check_result(add.stdout, self.nets[0])
+                problem = check_result(add.out, self.nets[0])
                 if problem:
                     ok = False
                     side.fail(f"pod {index}: ADD result: {problem}")
-            rm = run.timed("DEL", lambda: self.exec_netctl("DEL", run.container, netns, index))
+            rm = run.timed("DEL", lambda: exec_netctl("DEL"))
             run.ok = side.exited_ok(f"pod {index}: DEL", rm) and ok
         return run
 
-    @staticmethod
-    def check_result(stdout: bytes, net: BenchNet) -> str | None:
-        try:
-            result = json.loads(stdout)
-        except ValueError:
-            return f"not JSON: {_tail(stdout)}"
-        ips = result.get("ips") if isinstance(result, dict) else None
-        if not ips:
-            return f"no ips: {_tail(stdout)}"
-        addr = str(ips[0].get("address", "")).split("/")[0]
-        try:
-            if ipaddress.ip_address(addr) not in net.subnet:
-                return f"address {addr} is not in {net.subnet} of network {net.name}"
-        except ValueError:
-            return f"bad address {addr!r}"
-        return None
-
     def exec_delegate(self, side: Side, ptype: str, command: str, conf: bytes, container: str,
-                      netns: str, ifname: str, index: int) -> subprocess.CompletedProcess[bytes]:
-        env = _cni_env(command, container, netns, ifname, self.cni_args(index, selection=False))
+                      netns: str, ifname: str, index: int) -> CNIResult:
         p0 = time.perf_counter()
-        proc = _run([os.path.join(SYSTEM_CNI, ptype)], data=conf, env=env)
+        res = harness.exec_plugin(os.path.join(SYSTEM_CNI, ptype), command, conf,
+                                  container=container, netns=netns, ifname=ifname,
+                                  args=harness.cni_args(self.pod(index), "", "IgnoreUnknown=1"))
         took = time.perf_counter() - p0
         with side.lock:
             (side.exec_add_s if command == "ADD" else side.exec_del_s).append(took)
-        return proc
+        return res
 
     def pod_direct(self, side: Side, index: int, tag: str = "d") -> PodRun:
         ifnames = ["eth0"] + [f"net{j}" for j in range(1, self.k)]
@@ -195,20 +124,18 @@ class Churn(Bench):
                         prev: dict[str, Any] | None = None
                         for i, ptype in enumerate(net.chain.types):
                             conf = plugin_config(net.chain, i, prev, {})
-                            proc = self.exec_delegate(side, ptype, "ADD", conf, run.container,
-                                                      netns, ifname, index)
-                            if proc.returncode != 0:
-                                raise RuntimeError(f"{net.name} {ptype} exited "
-                                                   f"{proc.returncode}: {_tail(proc.stdout)} "
-                                                   f"{_tail(proc.stderr)}")
-                            prev = json.loads(proc.stdout)
+                            res = self.exec_delegate(side, ptype, "ADD", conf, run.container,
+                                                     netns, ifname, index)
+                            if res.rc != 0 or res.out is None:
+                                raise RuntimeError(f"{net.name} {ptype} {res.describe()}")
+                            prev = res.out
                         finals[n] = prev
-                except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:
                     ok = False
                     side.fail(f"pod {index}: ADD: {exc}")
             if ok:
                 for net, final in zip(self.nets, finals, strict=True):
-                    problem = self.check_result(json.dumps(final).encode(), net)
+                    problem = check_result(final, net)
                     if problem:
                         ok = False
                         side.fail(f"pod {index}: ADD result of {net.name}: {problem}")
@@ -218,17 +145,16 @@ class Churn(Bench):
                     for i in reversed(range(len(net.chain.plugins))):
                         conf = plugin_config(net.chain, i, finals[n], {})
                         try:
-                            proc = self.exec_delegate(side, net.chain.types[i], "DEL", conf,
-                                                      run.container, netns, ifnames[n], index)
+                            res = self.exec_delegate(side, net.chain.types[i], "DEL", conf,
+                                                     run.container, netns, ifnames[n], index)
                         except subprocess.TimeoutExpired:
                             ok = False
                             side.fail(f"pod {index}: DEL {net.name} did not exit in time")
                             continue
-                        if proc.returncode != 0:
+                        if res.rc != 0:
                             ok = False
                             side.fail(f"pod {index}: DEL {net.name} {net.chain.types[i]} "
-                                      f"exited {proc.returncode}: {_tail(proc.stdout)} "
-                                      f"{_tail(proc.stderr)}")
+                                      f"{res.describe()}")
             run.ok = ok
         return run
 
@@ -247,24 +173,25 @@ class Churn(Bench):
     # -- the whole run: the netctl side, then the direct side -------------------
 
     def measure(self) -> Measured:
-        self.make_networks()
-        self.plugin = install(str(self.root / "bin"))[0]
-        _progress(f"{self.k} networks {', '.join(str(n.subnet) for n in self.nets)}; "
-                  f"starting the daemon")
-        self.start_daemon()
+        for subnet in pick_subnets(self.k, self.pods):
+            self.add_network(subnet, netctl_ipam=self.ipam == "netctl-ipam")
+        self.daemon.install_plugin()
+        progress(f"{self.k} networks {', '.join(str(n.subnet) for n in self.nets)}; "
+                 "starting the daemon")
+        self.daemon.start()
         # One pod per side first, not timed: warm caches, create the bridges.
         warm = Side("warm-up")
         self.pod_netctl(warm, 0, tag="nw")
-        plugin_s = self.time_version_and_status(self.netctl_conf)
+        plugin_s = self.time_version_and_status(self.netctl_conf(), self.daemon.plugin)
         netctl, direct = Side("netctl"), Side("direct")
-        _progress(f"netctl: {self.pods} pods, concurrency {self.concurrency}")
+        progress(f"netctl: {self.pods} pods, concurrency {self.concurrency}")
         self.churn(netctl, self.pod_netctl)
+        netctl_left = self.leftovers(self.daemon)
         rss, code = self.finish_daemon()
-        netctl_left = self.leftovers(journal=self.ipam == "netctl-ipam")
-        breakdown = journal_breakdown(self.state_dir / "journal.db", netctl.pods)
+        breakdown = journal_breakdown(Path(self.daemon.journal_path), netctl.pods)
         self.pod_direct(warm, 0, tag="dw")
         plugin_s["delegate_version_ms"] = self.time_delegate_version()
-        _progress(f"direct: {self.pods} pods, concurrency {self.concurrency}")
+        progress(f"direct: {self.pods} pods, concurrency {self.concurrency}")
         self.churn(direct, self.pod_direct)
         direct_left = self.leftovers()
         n_rep, d_rep = side_report(netctl, self.pods), side_report(direct, self.pods)
@@ -283,32 +210,19 @@ class Churn(Bench):
             plugin_s=plugin_s, peak_rss_kib=rss, exit_code=code, breakdown=breakdown,
             warm_up=warm, problems=problems)
 
-    # -- checks after a phase -------------------------------------------------
-
-    def leftovers(self, journal: bool = False) -> list[str]:
-        """Addresses still allocated (by host-local; with ``journal``, also in netctl's
-        journal) and ports still on the bridges: a phase must leave none."""
-        found: list[str] = []
-        for net in self.nets:
-            ports = _links("master", net.bridge)
-            if ports:
-                found.append(f"bridge {net.bridge} still has ports {', '.join(ports)}")
-            held = host_local_leases(self.ipam_dir / net.name)
-            if held:
-                found.append(f"network {net.name}: host-local still holds {_some(held)}")
-        if journal:
-            found += journal_live_allocations(self.state_dir / "journal.db")
-        stray = [n for n in _netns_names() if n.startswith(self.prefix)]
-        if stray:
-            found.append(f"netns left: {', '.join(stray)}")
-        return found
-
-    # -- clean-up ----------------------------------------------------------------
-
-    def remove_more(self) -> None:
-        for net in self.nets:
-            for port in _links("master", net.bridge):
-                _ip("link", "del", port, check=False)
+    def leftovers(self, daemon: harness.Daemon | None = None) -> list[str]:
+        """What a phase left (it must leave nothing): ports on the bridges, host-local's
+        leases, netns; with the ``daemon``, also what its journal and IPAM still hold."""
+        bridges = [n.bridge for n in self.nets]
+        if daemon is None:
+            found = {"host_local_leases": harness.host_local_leases(self.daemon.ipam_dir),
+                     "bridge_ports": [f"{b}: {p}" for b in bridges
+                                      for p in harness.bridge_ports(b)],
+                     "netns": harness.netns_names(self.prefix)}
+        else:
+            found = harness.leftovers(daemon, bridges=bridges, netns_prefix=self.prefix,
+                                      ipam_dir=daemon.ipam_dir)
+        return harness.describe_leftovers(found)
 
 
 # -- the journal's view of the netctl run -------------------------------------------------
@@ -319,11 +233,11 @@ def journal_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
     timestamps (one host clock): before the operation starts (plugin start, socket, request,
     the journal read), inside it (delegates on the critical path, and the rest: journal
     writes and scheduling), and after it ends (last commit, reply, plugin exit)."""
-    return _from_journal(db_path, lambda conn: _breakdown(conn, runs))
+    return from_journal(db_path, lambda conn: _breakdown(conn, runs))
 
 
 def _breakdown(conn: sqlite3.Connection, runs: list[PodRun]) -> dict[str, Any]:
-    ops, not_done, counts = _operations(conn, "runtime")
+    ops, not_done, counts = operations(conn, "runtime")
     steps: dict[int, list[sqlite3.Row]] = {}
     for r in conn.execute("SELECT operation_id, attachment_id, started_at, finished_at,"
                           " seconds, state FROM steps"):
@@ -333,7 +247,7 @@ def _breakdown(conn: sqlite3.Connection, runs: list[PodRun]) -> dict[str, Any]:
     out: dict[str, Any] = {"operations": counts, "steps": step_count,
                            "ipam_allocations": allocations, "operations_not_done": not_done}
     for verb in ("ADD", "DEL"):
-        timed = _timed_operations(ops, runs, verb)
+        timed = timed_operations(ops, runs, verb)
         delegates: list[float] = []
         per_step: list[float] = []
         for t in timed:
@@ -377,48 +291,44 @@ def side_report(side: Side, pods_planned: int) -> dict[str, Any]:
     }
 
 
-def render(report: dict[str, Any]) -> str:
+def render_churn(report: dict[str, Any]) -> list[RenderableType]:
     p = report["params"]
-    n, d, r = report["netctl"], report["direct"], report["ratio"]
+    n, d = report["netctl"], report["direct"]
     sides = p["ipam_by_side"]
     how = {"netctl-ipam": "central, allocated in the daemon; bridge gets a static IPAM section",
            "host-local": "exec'd by bridge"}
-    lines = [f"netctl bench churn: {p['pods']} pods, concurrency {p['concurrency']}, "
-             f"{p['networks']} network(s) of bridge, {p['cpus']} CPUs, "
-             f"prefix {report['prefix']}",
-             f"IPAM: netctl side {sides['netctl']} ({how[sides['netctl']]}); direct side "
-             f"{sides['direct']} ({how[sides['direct']]})",
-             _load_line(p), ""]
-
-    rows: list[Row] = [
-        ("", "netctl", "direct", "ratio"),
-        _compare("pods/s", n, d, "pods_per_s"),
-        _compare("churn wall time (s)", n, d, "wall_s"),
-        *_latency_rows(n, d, r),
-        _compare("CPU per pod (ms, all processes)", n, d, "cpu_ms_per_pod"),
-        ("failures", str(n["failures"]), str(d["failures"]), ""),
-        ("leftovers after the run", str(len(n["leftovers"])), str(len(d["leftovers"])), ""),
-        *_daemon_rows(report, "delegate_version_ms"),
-    ]
-    lines += _grid(rows)
-    lines.append("  (direct VERSION: /usr/lib/cni/bridge; netctl VERSION: the installed "
-                 "netctl-cni, no daemon involved)")
+    out: list[RenderableType] = [
+        f"netctl bench churn: {p['pods']} pods, concurrency {p['concurrency']}, "
+        f"{p['networks']} network(s) of bridge, {p['cpus']} CPUs, prefix {report['prefix']}",
+        f"IPAM: netctl side {sides['netctl']} ({how[sides['netctl']]}); direct side "
+        f"{sides['direct']} ({how[sides['direct']]})",
+        render.load_line(p), "",
+        render.table(("", "netctl", "direct", "ratio"), [
+            render.compare("pods/s", n, d, "pods_per_s"),
+            render.compare("churn wall time (s)", n, d, "wall_s"),
+            *render.latency_rows(n, d, report["ratio"]),
+            render.compare("CPU per pod (ms, all processes)", n, d, "cpu_ms_per_pod"),
+            ("failures", str(n["failures"]), str(d["failures"]), ""),
+            ("leftovers after the run", str(len(n["leftovers"])), str(len(d["leftovers"])), ""),
+            *render.daemon_rows(report, "delegate_version_ms"),
+        ]),
+        "(direct VERSION: /usr/lib/cni/bridge; netctl VERSION: the installed netctl-cni, "
+        "no daemon involved)"]
     cpu = n["cpu_s"]
     pods = max(n["pods"], 1)
-    lines.append("  netctl CPU per pod (ms): daemon {:.1f}, its delegates {:.1f}, thin plugin "
-                 "+ ip {:.1f}, bench {:.1f}; direct: delegates + ip {:.1f}, bench {:.1f}".format(
-                     *(cpu.get(k, 0.0) * 1000 / pods
-                       for k in ("daemon", "daemon_delegates", "execs", "bench")),
-                     *(d["cpu_s"].get(k, 0.0) * 1000 / max(d["pods"], 1)
-                       for k in ("execs", "bench"))))
-    lines.append(_status_line(report, "plugin STATUS round trip (start, socket, daemon, "
-                                      "no journal)"))
-    lines.append(f"  direct: one delegate exec p50 ADD "
-                 f"{report['direct']['delegate_exec_ms']['ADD']['p50']:.2f} ms, DEL "
-                 f"{report['direct']['delegate_exec_ms']['DEL']['p50']:.2f} ms")
+    out.append("netctl CPU per pod (ms): daemon {:.1f}, its delegates {:.1f}, thin plugin "
+               "+ ip {:.1f}, bench {:.1f}; direct: delegates + ip {:.1f}, bench {:.1f}".format(
+                   *(cpu.get(k, 0.0) * 1000 / pods
+                     for k in ("daemon", "daemon_delegates", "execs", "bench")),
+                   *(d["cpu_s"].get(k, 0.0) * 1000 / max(d["pods"], 1)
+                     for k in ("execs", "bench"))))
+    out.append(render.status_line(report, "plugin STATUS round trip (start, socket, daemon, "
+                                          "no journal)"))
+    out.append(f"direct: one delegate exec p50 ADD {d['delegate_exec_ms']['ADD']['p50']:.2f} "
+               f"ms, DEL {d['delegate_exec_ms']['DEL']['p50']:.2f} ms")
     b = report.get("breakdown")
     if b and "ADD" in b:
-        lines += _breakdown_lines(
+        out += ["", render.breakdown_table(
             b, "netctl: where a pod's time goes (medians, ms; client clock and journal "
             "timestamps)",
             (("plugin exec, start to exit", "exec_ms"),
@@ -427,16 +337,15 @@ def render(report: dict[str, Any]) -> str:
              ("    delegates (critical path)", "delegates_critical_path_ms"),
              ("    journal writes + scheduling", "journal_and_scheduling_ms"),
              ("  after the operation ends", "after_operation_ms"),
-             ("journal overhead per step", "step_overhead_ms")))
-        lines.append("  (before: plugin start, socket, request decode, journal read, the "
-                     "operation's first commit;")
-        lines.append("   after: the last commit, the reply, plugin exit; per step: step row "
-                     "span minus the plugin's own run)")
-        lines.append(f"  journal: operations {_operations_text(b)}; {b['steps']} steps; "
-                     f"{b['ipam_allocations']} netctl-ipam allocations; "
-                     f"{len(b['operations_not_done'])} operations not done")
-    lines += _verdict(report["problems"], "every ADD and DEL succeeded; nothing left behind")
-    return "\n".join(lines)
+             ("journal overhead per step", "step_overhead_ms"))),
+            "(before: plugin start, socket, request decode, journal read, the operation's "
+            "first commit; after: the last commit, the reply, plugin exit; per step: step row "
+            "span minus the plugin's own run)",
+            f"journal: operations {render.operations_text(b)}; {b['steps']} steps; "
+            f"{b['ipam_allocations']} netctl-ipam allocations; "
+            f"{len(b['operations_not_done'])} operations not done"]
+    return [*out, "", *render.verdict(report["problems"],
+                                      "every ADD and DEL succeeded; nothing left behind")]
 
 
 # -- entry point ---------------------------------------------------------------------------
@@ -450,9 +359,9 @@ def run_churn(args: argparse.Namespace) -> int:
     if args.networks > 64:
         print("netctl bench churn: at most 64 networks", file=sys.stderr)
         return 2
-    why = preflight()
+    why = harness.preflight()
     if why:
         print(f"netctl bench churn: {why}", file=sys.stderr)
         return 2
     bench = Churn(args.pods, args.concurrency, args.networks, args.ipam)
-    return drive(bench, "churn", bench.measure, render, args.json)
+    return drive(bench, "churn", bench.measure, render_churn, args.json)

@@ -14,48 +14,33 @@ import ipaddress
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rich.console import RenderableType
+
+from netctl import harness
+from netctl.bench import render
 from netctl.bench.common import (
     DELEGATE_VERSION,
     POD_NAMESPACE,
-    SYSTEM_CNI,
     Bench,
     Measured,
     PodRun,
-    Row,
     Side,
-    _breakdown_lines,
-    _cni_env,
-    _compare,
-    _daemon_rows,
-    _from_journal,
-    _grid,
-    _latency_rows,
-    _load_line,
-    _operations,
-    _operations_text,
-    _progress,
-    _run,
-    _some,
-    _status_line,
-    _tail,
-    _timed_operations,
-    _verdict,
     drive,
-    host_local_leases,
-    journal_live_allocations,
+    from_journal,
+    operations,
     pick_subnets,
-    preflight,
+    progress,
     ratios,
     summary_ms,
+    timed_operations,
 )
-from netctl.install import install
+from netctl.harness import SYSTEM_CNI, CNIResult, tail
 from netctl.ipam.ranges import parse_config as parse_ipam
 
 IPAM_SIDES = ("netctl", "host_local")
@@ -72,7 +57,6 @@ class IpamBench(Bench):
         self.n = allocations
         self.name = f"{self.prefix}-ipam"  # the network's CNI name, both sides
         self.netns = ""
-        self.ipam_plugin = ""
         self.subnet = ipaddress.IPv4Network("0.0.0.0/32")
         self.gateway = ipaddress.IPv4Address(0)
         self.confs: dict[str, bytes] = {}
@@ -84,42 +68,32 @@ class IpamBench(Bench):
         installed plugins, one netns for CNI_NETNS (IPAM plugins do not enter it)."""
         self.subnet = pick_subnets(1, self.n)[0]
         self.gateway = self.subnet.network_address + 1
-        self.ipam_dir.mkdir(parents=True)
         ipams: dict[str, dict[str, Any]] = {
-            "netctl": {"type": "netctl-ipam", "socket": self.socket,
+            "netctl": {"type": "netctl-ipam", "socket": self.daemon.socket,
                        "range": str(self.subnet), "gateway": str(self.gateway)},
-            "host_local": {"type": "host-local", "subnet": str(self.subnet),
-                           "gateway": str(self.gateway), "dataDir": str(self.ipam_dir)}}
+            "host_local": {**harness.host_local(str(self.subnet), self.daemon.ipam_dir),
+                           "gateway": str(self.gateway)}}
         for key, ipam in ipams.items():
             self.confs[key] = json.dumps({
                 "cniVersion": DELEGATE_VERSION, "name": self.name, "type": "bridge",
                 "bridge": f"{self.prefix}b0", "ipam": ipam}).encode()
         self.pool_size = {"netctl": parse_ipam(ipams["netctl"])[1][0].size,
                           "host_local": self.subnet.num_addresses - 3}
-        written = install(str(self.root / "bin"))
-        self.plugin = next(p for p in written if p.endswith("/netctl-cni"))
-        self.ipam_plugin = next(p for p in written if p.endswith("/netctl-ipam"))
-        self.netns = self.netns_add(self.name)
+        self.daemon.install_plugin()
+        self.netns = harness.netns_add(self.name)
 
-    def plugin_path(self, key: str) -> str:
-        return self.ipam_plugin if key == "netctl" else os.path.join(SYSTEM_CNI, "host-local")
+    def exec_ipam(self, key: str, command: str, container: str, index: int) -> CNIResult:
+        path = self.daemon.ipam_plugin if key == "netctl" else os.path.join(SYSTEM_CNI,
+                                                                             "host-local")
+        return harness.exec_plugin(path, command, self.confs[key], container=container,
+                                   netns=self.netns, args=harness.cni_args(
+                                       f"{POD_NAMESPACE}/alloc-{index}", "", "IgnoreUnknown=1"))
 
-    def exec_ipam(self, key: str, command: str, container: str,
-                  index: int) -> subprocess.CompletedProcess[bytes]:
-        env = _cni_env(command, container, self.netns, "eth0",
-                       f"IgnoreUnknown=1;K8S_POD_NAMESPACE={POD_NAMESPACE};"
-                       f"K8S_POD_NAME=alloc-{index}")
-        return _run([self.plugin_path(key)], data=self.confs[key], env=env)
-
-    def check_address(self, stdout: bytes) -> tuple[str | None, str]:
+    def check_address(self, res: CNIResult) -> tuple[str | None, str]:
         """(problem or None, the address) of an IPAM result: one address of the pool."""
-        try:
-            result = json.loads(stdout)
-        except ValueError:
-            return f"not JSON: {_tail(stdout)}", ""
-        ips = result.get("ips") if isinstance(result, dict) else None
+        ips = res.out.get("ips") if res.out else None
         if not isinstance(ips, list) or len(ips) != 1 or not isinstance(ips[0], dict):
-            return f"not one address: {_tail(stdout)}", ""
+            return f"not one address: {tail(res.stdout)}", ""
         text = str(ips[0].get("address", ""))
         try:
             iface = ipaddress.ip_interface(text)
@@ -137,7 +111,7 @@ class IpamBench(Bench):
     def add(self, side: Side, key: str, run: PodRun) -> None:
         proc = run.timed("ADD", lambda: self.exec_ipam(key, "ADD", run.container, run.index))
         if side.exited_ok(f"allocation {run.index}: ADD", proc) and proc is not None:
-            problem, run.address = self.check_address(proc.stdout)
+            problem, run.address = self.check_address(proc)
             if problem:
                 side.fail(f"allocation {run.index}: ADD result: {problem}")
             run.ok = not problem
@@ -172,20 +146,20 @@ class IpamBench(Bench):
 
     def measure(self) -> Measured:
         self.setup()
-        _progress(f"pool {self.subnet} ({self.pool_size['netctl']} addresses); "
+        progress(f"pool {self.subnet} ({self.pool_size['netctl']} addresses); "
                   "starting the daemon")
-        self.start_daemon()
+        self.daemon.start()
         warm = Side("warm-up")
         self.warm_up(warm, "netctl")
-        plugin_s = self.time_version_and_status(self.confs["netctl"], plugin=self.ipam_plugin)
+        plugin_s = self.time_version_and_status(self.confs["netctl"], self.daemon.ipam_plugin)
         sides = {key: Side(key) for key in IPAM_SIDES}
-        _progress(f"netctl-ipam: {self.n} allocations, concurrency {self.concurrency}")
+        progress(f"netctl-ipam: {self.n} allocations, concurrency {self.concurrency}")
         self.run_side(sides["netctl"], "netctl")
         rss, code = self.finish_daemon()
-        breakdown = ipam_breakdown(self.state_dir / "journal.db", sides["netctl"].pods)
+        breakdown = ipam_breakdown(Path(self.daemon.journal_path), sides["netctl"].pods)
         self.warm_up(warm, "host_local")
         plugin_s["host_local_version_ms"] = self.time_delegate_version("host-local")
-        _progress(f"host-local: {self.n} allocations, concurrency {self.concurrency}")
+        progress(f"host-local: {self.n} allocations, concurrency {self.concurrency}")
         self.run_side(sides["host_local"], "host_local")
         reps = {key: ipam_side_report(sides[key], self.n, self.pool_size[key])
                 for key in IPAM_SIDES}
@@ -210,10 +184,11 @@ class IpamBench(Bench):
             warm_up=warm, problems=problems)
 
     def held_after(self, key: str) -> list[str]:
-        if key == "netctl":
-            return journal_live_allocations(self.state_dir / "journal.db")
-        held = host_local_leases(self.ipam_dir / self.name)
-        return [f"host-local still holds {len(held)} lease(s): {_some(held)}"] if held else []
+        """What the side's allocator still holds: netctl's journal (and daemon), or
+        host-local's data dir."""
+        found = harness.leftovers(self.daemon) if key == "netctl" else {
+            "host_local_leases": harness.host_local_leases(self.daemon.ipam_dir)}
+        return harness.describe_leftovers(found)
 
 
 def ipam_side_report(side: Side, planned: int, pool_size: int) -> dict[str, Any]:
@@ -248,16 +223,16 @@ def ipam_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
     parse, waiting for the journal writer), the operation's one transaction (started_at →
     finished_at: the allocation or release), and after (its commit, the reply, plugin
     exit)."""
-    return _from_journal(db_path, lambda conn: _ipam_breakdown(conn, runs))
+    return from_journal(db_path, lambda conn: _ipam_breakdown(conn, runs))
 
 
 def _ipam_breakdown(conn: sqlite3.Connection, runs: list[PodRun]) -> dict[str, Any]:
-    ops, not_done, counts = _operations(conn, "ipam")
+    ops, not_done, counts = operations(conn, "ipam")
     allocations = conn.execute("SELECT count(*) FROM ipam_allocations").fetchone()[0]
     out: dict[str, Any] = {"operations": counts, "allocation_rows": allocations,
                            "operations_not_done": not_done}
     for verb in ("ADD", "DEL"):
-        timed = _timed_operations(ops, runs, verb)
+        timed = timed_operations(ops, runs, verb)
         inside = [t.op_s for t in timed]  # in index order: allocations in order
         tenth = max(len(inside) // 10, 1)
         out[verb] = {
@@ -272,64 +247,63 @@ def _ipam_breakdown(conn: sqlite3.Connection, runs: list[PodRun]) -> dict[str, A
     return out
 
 
-def render_ipam(report: dict[str, Any]) -> str:
+def render_ipam(report: dict[str, Any]) -> list[RenderableType]:
     p = report["params"]
-    n, h, r = report["netctl"], report["host_local"], report["ratio"]
-    lines = [f"netctl bench ipam: {p['allocations']} allocations, concurrency "
-             f"{p['concurrency']}, pool {p['subnet']} ({n['pool_size']} addresses netctl-ipam, "
-             f"{h['pool_size']} host-local; gateway {p['gateway']} kept out), {p['cpus']} CPUs, "
-             f"prefix {report['prefix']}",
-             "both exec'd as a main plugin execs its IPAM plugin: netctl-ipam (the thin plugin, "
-             "forwarding to the daemon) vs /usr/lib/cni/host-local",
-             _load_line(p), ""]
-    rows: list[Row] = [
-        ("", "netctl-ipam", "host-local", "ratio"),
-        _compare("allocations/s (ADD phase)", n, h, "allocations_per_s"),
-        _compare("releases/s (DEL phase)", n, h, "releases_per_s"),
-        _compare("ADD phase wall time (s)", n, h, "add_wall_s"),
-        _compare("DEL phase wall time (s)", n, h, "del_wall_s"),
-        *_latency_rows(n, h, r),
-        _compare("CPU per ADD+DEL (ms, all processes)", n, h, "cpu_ms_per_allocation"),
-        ("failures", str(n["failures"]), str(h["failures"]), ""),
-        ("distinct addresses handed out", str(n["distinct_addresses"]),
-         str(h["distinct_addresses"]), ""),
-        ("addresses handed out twice", str(len(n["duplicates"])), str(len(h["duplicates"])), ""),
-        ("still held after the DELs", str(len(n["held_after"])), str(len(h["held_after"])), ""),
-        *_daemon_rows(report, "host_local_version_ms", ", no daemon"),
-    ]
-    lines += _grid(rows)
-    lines.append(_status_line(report, "netctl-ipam STATUS round trip (plugin start, socket, the "
-                                      "daemon parses the config; no journal)"))
+    n, h = report["netctl"], report["host_local"]
+    out: list[RenderableType] = [
+        f"netctl bench ipam: {p['allocations']} allocations, concurrency {p['concurrency']}, "
+        f"pool {p['subnet']} ({n['pool_size']} addresses netctl-ipam, {h['pool_size']} "
+        f"host-local; gateway {p['gateway']} kept out), {p['cpus']} CPUs, "
+        f"prefix {report['prefix']}",
+        "both exec'd as a main plugin execs its IPAM plugin: netctl-ipam (the thin plugin, "
+        "forwarding to the daemon) vs /usr/lib/cni/host-local",
+        render.load_line(p), "",
+        render.table(("", "netctl-ipam", "host-local", "ratio"), [
+            render.compare("allocations/s (ADD phase)", n, h, "allocations_per_s"),
+            render.compare("releases/s (DEL phase)", n, h, "releases_per_s"),
+            render.compare("ADD phase wall time (s)", n, h, "add_wall_s"),
+            render.compare("DEL phase wall time (s)", n, h, "del_wall_s"),
+            *render.latency_rows(n, h, report["ratio"]),
+            render.compare("CPU per ADD+DEL (ms, all processes)", n, h, "cpu_ms_per_allocation"),
+            ("failures", str(n["failures"]), str(h["failures"]), ""),
+            ("distinct addresses handed out", str(n["distinct_addresses"]),
+             str(h["distinct_addresses"]), ""),
+            ("addresses handed out twice", str(len(n["duplicates"])),
+             str(len(h["duplicates"])), ""),
+            ("still held after the DELs", str(len(n["held_after"])), str(len(h["held_after"])),
+             ""),
+            *render.daemon_rows(report, "host_local_version_ms", ", no daemon"),
+        ]),
+        render.status_line(report, "netctl-ipam STATUS round trip (plugin start, socket, the "
+                                   "daemon parses the config; no journal)")]
     per = max(n["allocations"], 1)
-    lines.append("  CPU per ADD+DEL (ms): netctl: daemon {:.2f}, thin plugin {:.2f}, bench {:.2f};"
-                 " host-local: plugin {:.2f}, bench {:.2f}".format(
-                     *(n["cpu_s"].get(k, 0.0) * 1000 / per for k in ("daemon", "execs", "bench")),
-                     *(h["cpu_s"].get(k, 0.0) * 1000 / max(h["allocations"], 1)
-                       for k in ("execs", "bench"))))
+    out.append("CPU per ADD+DEL (ms): netctl: daemon {:.2f}, thin plugin {:.2f}, bench {:.2f}; "
+               "host-local: plugin {:.2f}, bench {:.2f}".format(
+                   *(n["cpu_s"].get(k, 0.0) * 1000 / per for k in ("daemon", "execs", "bench")),
+                   *(h["cpu_s"].get(k, 0.0) * 1000 / max(h["allocations"], 1)
+                     for k in ("execs", "bench"))))
     b = report.get("breakdown")
     if b and "ADD" in b:
-        lines += _breakdown_lines(
+        a, d = b["ADD"], b["DEL"]
+        out += ["", render.breakdown_table(
             b, "netctl-ipam: where an ADD/DEL's time goes (medians, ms; client clock and "
             "journal timestamps)",
             (("plugin exec, start to exit", "exec_ms"),
              ("  before the operation starts", "before_operation_ms"),
              ("  the operation's transaction (allocate/release)", "operation_ms"),
-             ("  after the operation ends", "after_operation_ms")))
-        lines.append("  (before: plugin start, socket, request decode, config parse, the wait "
-                     "for the journal writer; after: its commit, the reply, plugin exit)")
-        a, d = b["ADD"], b["DEL"]
-        lines.append("  the operation, first vs last tenth of the phase (p50 ms): ADD {:.2f} → "
-                     "{:.2f}, DEL {:.2f} → {:.2f} (pool filling up, then emptying)".format(
-                         a["operation_first_tenth_ms"]["p50"], a["operation_last_tenth_ms"]["p50"],
-                         d["operation_first_tenth_ms"]["p50"],
-                         d["operation_last_tenth_ms"]["p50"]))
-        lines.append(f"  journal: operations {_operations_text(b)}; {b['allocation_rows']} "
-                     f"allocation rows; {len(b['operations_not_done'])} operations not done; "
-                     "each ADD or DEL is one journal transaction (operation and allocation "
-                     "together)")
-    lines += _verdict(report["problems"], "every ADD and DEL succeeded; every address distinct "
-                      "and in the pool; nothing held after the DELs")
-    return "\n".join(lines)
+             ("  after the operation ends", "after_operation_ms"))),
+            "(before: plugin start, socket, request decode, config parse, the wait for the "
+            "journal writer; after: its commit, the reply, plugin exit)",
+            "the operation, first vs last tenth of the phase (p50 ms): ADD {:.2f} → {:.2f}, "
+            "DEL {:.2f} → {:.2f} (pool filling up, then emptying)".format(
+                a["operation_first_tenth_ms"]["p50"], a["operation_last_tenth_ms"]["p50"],
+                d["operation_first_tenth_ms"]["p50"], d["operation_last_tenth_ms"]["p50"]),
+            f"journal: operations {render.operations_text(b)}; {b['allocation_rows']} allocation "
+            f"rows; {len(b['operations_not_done'])} operations not done; each ADD or DEL is "
+            "one journal transaction (operation and allocation together)"]
+    return [*out, "", *render.verdict(
+        report["problems"], "every ADD and DEL succeeded; every address distinct and in the "
+        "pool; nothing held after the DELs")]
 
 
 # -- entry point ---------------------------------------------------------------------------
@@ -339,7 +313,7 @@ def run_ipam(args: argparse.Namespace) -> int:
     if args.allocations < 1 or args.concurrency < 1:
         print("netctl bench ipam: --allocations and --concurrency must be ≥ 1", file=sys.stderr)
         return 2
-    why = preflight()
+    why = harness.preflight()
     if why:
         print(f"netctl bench ipam: {why}", file=sys.stderr)
         return 2

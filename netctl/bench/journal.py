@@ -40,20 +40,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from netctl.bench.common import (
-    Bench,
-    Measured,
-    Side,
-    _grid,
-    _num,
-    _progress,
-    _run,
-    _tail,
-    _verdict,
-    drive,
-    netctl_argv,
-    summary_ms,
-)
+from rich.console import RenderableType
+
+from netctl.bench.common import Bench, Measured, drive, progress, summary_ms
+from netctl.bench.render import num, table, verdict
+from netctl.harness import netctl_argv, run, tail
 from netctl.ipam.backend import pool_key, scope_of
 from netctl.ipam.ranges import Range, next_free
 from netctl.ipam.ranges import parse_config as parse_ipam
@@ -592,10 +583,10 @@ class JournalBench(Bench):
         self.rnd = random.Random(SEED + 1)
 
     def measure(self) -> Measured:
-        self.state_dir.mkdir(parents=True)
-        path = str(self.state_dir / "journal.db")
+        self.daemon.state_dir.mkdir(parents=True)
+        path = self.daemon.journal_path
         migrate(path)
-        _progress(f"simulating a week: {self.rows} attachments, {self.rows} allocations")
+        progress(f"simulating a week: {self.rows} attachments, {self.rows} allocations")
         t0 = time.perf_counter()
         week = Simulation(self.rows).build()
         simulated = time.perf_counter() - t0
@@ -605,7 +596,7 @@ class JournalBench(Bench):
         journal = self.describe(path)
         journal.update({"simulate_s": round(simulated, 2), "insert_s": round(written, 2),
                         "leaks_injected": week.leaks})
-        _progress(f"journal {journal['db_bytes'] / 2**20:.1f} MiB; timing the read paths, "
+        progress(f"journal {journal['db_bytes'] / 2**20:.1f} MiB; timing the read paths, "
                   f"{self.reps} targets each")
         problems: list[str] = []
         todo = queries(week, self.rnd, self.reps)
@@ -613,7 +604,7 @@ class JournalBench(Bench):
         # sight, or every full collection during a query would walk them all.
         gc.collect()
         gc.freeze()
-        conn = query.connect(self.state_dir)
+        conn = query.connect(self.daemon.state_dir)
         timings: dict[str, Any] = {}
         try:
             for q in todo:
@@ -624,8 +615,7 @@ class JournalBench(Bench):
         timings["cli_journal_ip_at"] = self.time_cli(week, problems)
         return Measured(
             params={"rows": self.rows, "repetitions": self.reps, "cli_runs": self.cli_runs},
-            parts={"journal": journal, "queries": timings}, plugin_s={}, peak_rss_kib=0,
-            exit_code=None, breakdown={}, warm_up=Side("warm-up"), problems=problems)
+            parts={"journal": journal, "queries": timings}, problems=problems)
 
     def describe(self, path: str) -> dict[str, Any]:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -675,18 +665,18 @@ class JournalBench(Bench):
         for _ in range(self.cli_runs):
             att = self.rnd.choice(addressed)
             at = _when(self.rnd, att.created, att.removed, week.now)
-            argv = netctl_argv("journal", "--state-dir", str(self.state_dir), "--ip",
+            argv = netctl_argv("journal", "--state-dir", str(self.daemon.state_dir), "--ip",
                                att.address.split("/")[0], "--at", repr(at), "--json")
             p0 = time.perf_counter()
-            proc = _run(argv)
+            proc = run(argv)
             seconds.append(time.perf_counter() - p0)
             try:
                 found = json.loads(proc.stdout)["attachments"] if proc.returncode == 0 else None
             except (ValueError, KeyError):
                 found = None
             if found is None:
-                wrong.append(f"exited {proc.returncode}: {_tail(proc.stdout)} "
-                             f"{_tail(proc.stderr)}")
+                wrong.append(f"exited {proc.returncode}: {tail(proc.stdout)} "
+                             f"{tail(proc.stderr)}")
             elif not any(a["attachment"] == att.id for a in found):
                 wrong.append(f"attachment {att.id} not in the answer")
         if wrong:
@@ -696,25 +686,23 @@ class JournalBench(Bench):
                 "(subprocess)", "rows_mean": None, "wrong": len(wrong)}
 
 
-def render_journal(report: dict[str, Any]) -> str:
+def render_journal(report: dict[str, Any]) -> list[RenderableType]:
     p, j = report["params"], report["journal"]
     rows = j["rows"]
-    lines = [f"netctl bench journal: {p['rows']} attachments and {p['rows']} IPAM allocations "
-             f"over a simulated week, {p['cpus']} CPUs",
-             "journal: " + ", ".join(f"{rows[t]} {t}" for t in rows)
-             + f"; live: {j['live']['attachments']} attachments, "
-               f"{j['live']['ipam_allocations']} allocations",
-             f"  {j['db_bytes'] / 2**20:.1f} MiB on disk, schema version {j['schema_version']}; "
-             f"simulated in {j['simulate_s']:.1f} s, inserted in {j['insert_s']:.1f} s",
-             f"each query on {p['repetitions']} targets drawn from the simulation (the CLI's "
-             f"read-only connection, in-process), the CLI {p['cli_runs']} times", ""]
-    grid: list[tuple[str, ...]] = [("", "p50 ms", "p95 ms", "p99 ms", "max ms", "rows")]
-    for t in report["queries"].values():
-        grid.append((t["label"], _num(t["p50"]), _num(t["p95"]), _num(t["p99"]), _num(t["max"]),
-                     _num(t["rows_mean"], "{:.1f}")))
-    lines += _grid(grid)
-    lines += _verdict(report["problems"], "every answer matched the simulation")
-    return "\n".join(lines)
+    return [
+        f"netctl bench journal: {p['rows']} attachments and {p['rows']} IPAM allocations over "
+        f"a simulated week, {p['cpus']} CPUs",
+        "journal: " + ", ".join(f"{rows[t]} {t}" for t in rows)
+        + f"; live: {j['live']['attachments']} attachments, "
+          f"{j['live']['ipam_allocations']} allocations",
+        f"  {j['db_bytes'] / 2**20:.1f} MiB on disk, schema version {j['schema_version']}; "
+        f"simulated in {j['simulate_s']:.1f} s, inserted in {j['insert_s']:.1f} s",
+        f"each query on {p['repetitions']} targets drawn from the simulation (the CLI's "
+        f"read-only connection, in-process), the CLI {p['cli_runs']} times", "",
+        table(("", "p50 ms", "p95 ms", "p99 ms", "max ms", "rows"), [
+            (t["label"], num(t["p50"]), num(t["p95"]), num(t["p99"]), num(t["max"]),
+             num(t["rows_mean"], "{:.1f}")) for t in report["queries"].values()]),
+        "", *verdict(report["problems"], "every answer matched the simulation")]
 
 
 def run_journal(args: argparse.Namespace) -> int:

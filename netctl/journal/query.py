@@ -229,3 +229,12 @@ def allocations_at(conn: sqlite3.Connection, ip: str, at: float | None = None, *
         params += [ns, name]
     sql = f"SELECT * FROM ipam_allocations WHERE {' AND '.join(where)} ORDER BY allocated_at, id"
     return [_allocation(r) for r in conn.execute(sql, params)]
+
+
+def running_operations(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every operation still ``running``, oldest first, with no limit: the requests in
+    flight while the daemon runs; while it is down, those a crash cut short (its start-up
+    replay closes them)."""
+    return [dict(r) for r in conn.execute(
+        "SELECT id, verb, container_id, ifname, pod_namespace, pod_name, origin, state, code,"
+        " error, started_at, finished_at FROM operations WHERE state='running' ORDER BY id")]

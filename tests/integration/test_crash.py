@@ -1,10 +1,15 @@
-"""We test these aspects: the daemon dying or stopping in the middle of an ADD.
+"""We test these aspects: the daemon dying or stopping in the middle of an ADD, with the
+crash scenario's steps (:mod:`netctl.bench.crash`, the one ``netctl bench crash`` runs).
 
 - SIGKILL while one network (bridge) is done and another (``hang``) still runs:
-  the caller gets code 11, the bridge half is left on the host; the restarted
-  daemon kills the delegate the dead one left running, and before its socket
-  accepts anything its start-up replay has DELeted every started step, so the
-  operation is 'compensated', nothing of the pod is left, and new pods work.
+  the journal has that ADD running, the caller gets code 11, the bridge half is left
+  on the host; the restarted daemon kills the delegate the dead one left running,
+  and before its socket accepts anything its start-up replay has DELeted every
+  started step, so the operation is 'compensated', the reconcile finds nothing more,
+  nothing of the pod is left (the harness's leftover counts), and new pods work.
+- SIGKILL at a random moment of a churn, sandboxes vanished while the daemon is down:
+  an iteration of the scenario; the replay closes every operation the kill cut, the
+  reconcile DELs the vanished sandboxes, the runtime's DELs succeed, nothing is left.
 - SIGTERM while an ADD runs: the socket goes away at once (new callers get
   code 11), the in-flight ADD finishes and is answered, and the daemon exits 0.
 - SIGTERM with an in-flight ADD longer than ``drain-timeout``: it is cancelled
@@ -19,11 +24,14 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from netctl import harness
+from netctl.bench import crash
 from tests.conftest import (
     SYSTEM_CNI,
     Daemon,
@@ -74,8 +82,10 @@ def test_sigkill_mid_add_is_compensated_at_restart(daemon: Daemon, netns, backgr
     call, ns = add_hanging(daemon, netns, background, "br", "crash1", pod="default/crash1")
     orphans = hang_sleeps(daemon)
 
-    daemon.kill()
+    killed = crash.kill(daemon)
 
+    assert killed.in_flight == {"ADD": 1}
+    assert set(orphans) <= set(killed.orphans)
     res = call.result(timeout=30)
     assert res.rc == 1 and res.out is not None, res
     assert res.out["code"] == 11 and "gave no answer" in res.out["msg"], res.out
@@ -87,8 +97,11 @@ def test_sigkill_mid_add_is_compensated_at_restart(daemon: Daemon, netns, backgr
     # The dead daemon's delegate is still running (it has its own session).
     assert set(orphans) <= set(owned_processes(daemon))
 
-    daemon.start()  # the same state dir; returns once the socket accepts
+    # the same state dir; once the socket accepts, `netctl status` and `netctl reconcile`
+    recovery = crash.recover(daemon, in_flight=1)
 
+    assert recovery.problems == [] and recovery.replay["operations"] == 1
+    assert recovery.reconcile == {"attachments": 0, "allocations": 0, "links": 0, "errors": []}
     assert owned_processes(daemon) == [], "the restarted daemon left the orphan running"
     assert add_op(daemon, "crash1")[1:] == ("compensated", None)
     assert undone_steps(daemon, op_id) == []
@@ -99,7 +112,34 @@ def test_sigkill_mid_add_is_compensated_at_restart(daemon: Daemon, netns, backgr
     assert bridge_ports(br) == []
     assert netns_links(ns) == ["lo"]
     assert ipam_held(daemon.ipam_dir) == []
+    left = harness.leftovers(daemon, bridges=[br], ipam_dir=daemon.ipam_dir)
+    assert left == {key: [] for key in harness.LEFTOVERS if key != "netns"}
     assert_still_serves(daemon, netns(), "br", br)
+
+
+@pytest.fixture
+def crash_bench() -> Iterator[crash.CrashBench]:
+    bench = crash.CrashBench(iterations=1, pods=12, concurrency=4)
+    try:
+        yield bench
+    finally:
+        assert bench.cleanup() == []
+
+
+@pytest.mark.slow
+def test_sigkill_mid_churn_leaves_nothing(crash_bench: crash.CrashBench) -> None:
+    crash_bench.setup()
+
+    it = crash_bench.iteration(1)
+
+    assert it.killed and it.vanished
+    assert it.side.failures == []
+    assert it.replay["operations"] == sum(it.in_flight.values()) and it.replay["failed"] == []
+    assert it.reconcile["errors"] == []
+    # every vanished sandbox was attached on both networks: the reconcile DELs both
+    assert it.reconcile["attachments"] >= 2 * len(it.vanished)
+    assert it.leftovers == {key: [] for key in harness.LEFTOVERS}
+    assert it.exit_code == 0
 
 
 def gated_bridge(daemon: Daemon, name: str, bridge: str, subnet: str) -> Path:

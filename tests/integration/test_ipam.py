@@ -8,7 +8,6 @@ ipRanges; and netctl-ipam exec'd as a plain IPAM plugin by a main plugin."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from typing import Any
 
@@ -16,9 +15,11 @@ import pytest
 
 from tests.conftest import (
     SYSTEM_CNI,
+    CNIResult,
     Daemon,
     bridge_ports,
     eth0_addr,
+    exec_direct,
     ipam_bridge,
     live,
     netns_addrs,
@@ -180,23 +181,19 @@ def test_netctl_ipam_as_a_plain_ipam_plugin(daemon: Daemon, netns) -> None:
     conf = {"cniVersion": "1.0.0", "name": "plain", "type": "bridge", "bridge": br,
             "ipam": {"type": "netctl-ipam", "socket": daemon.socket,
                      "range": "10.131.7.0/24", "gateway": "10.131.7.1"}}
-    env = {"CNI_CONTAINERID": "plain1", "CNI_NETNS": f"/var/run/netns/{ns}",
-           "CNI_IFNAME": "eth0", "CNI_PATH": f"{os.path.dirname(daemon.plugin)}:{SYSTEM_CNI}",
-           "PATH": os.environ["PATH"]}
 
-    def bridge(command: str, **extra: Any) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([f"{SYSTEM_CNI}/bridge"], input=json.dumps({**conf, **extra}),
-                              text=True, capture_output=True,
-                              env={**env, "CNI_COMMAND": command})
+    def bridge(command: str, **extra: Any) -> CNIResult:
+        return exec_direct(daemon, f"{SYSTEM_CNI}/bridge", command, {**conf, **extra},
+                           container="plain1", ns=ns)
 
     add = bridge("ADD")
-    assert add.returncode == 0, add.stdout + add.stderr
-    assert json.loads(add.stdout)["ips"][0]["address"] == "10.131.7.2/24"
+    assert add.rc == 0 and add.out is not None, add.stdout + add.stderr
+    assert add.out["ips"][0]["address"] == "10.131.7.2/24"
     assert eth0_addr(ns) == "10.131.7.2/24"
     assert live(daemon) == [("plain1", "eth0", "10.131.7.2")]
-    check = bridge("CHECK", prevResult=json.loads(add.stdout))
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert bridge("DEL").returncode == 0
+    check = bridge("CHECK", prevResult=add.out)
+    assert check.rc == 0, check.stdout + check.stderr
+    assert bridge("DEL").rc == 0
     assert live(daemon) == []
     assert daemon.db("SELECT verb, origin, state FROM operations ORDER BY id") == [
         ("ADD", "ipam", "done"), ("CHECK", "ipam", "done"), ("DEL", "ipam", "done")]

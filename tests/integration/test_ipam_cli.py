@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import NETCTL, SYSTEM_CNI, Daemon, ip, netns_addrs
+from tests.conftest import NETCTL, SYSTEM_CNI, CNIResult, Daemon, exec_direct, ip, netns_addrs
 
 pytestmark = pytest.mark.netns
 
@@ -130,19 +130,15 @@ def test_a_sandbox_gone_without_del_is_a_leak_even_with_the_daemon_down(
                  "type": "netctl-ipam", "socket": daemon.socket, "range": PLAIN_POOL,
                  "gateway": "10.141.1.1"}}
     netns_path = f"/var/run/netns/{plain_ns}"
-    env = {"CNI_CONTAINERID": "plain1", "CNI_NETNS": netns_path, "CNI_IFNAME": "eth0",
-           "CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAMESPACE=batch;K8S_POD_NAME=job-7",
-           "CNI_PATH": f"{os.path.dirname(daemon.plugin)}:{SYSTEM_CNI}",
-           "PATH": os.environ["PATH"]}
 
-    def bridge(command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([f"{SYSTEM_CNI}/bridge"], input=json.dumps(plain), text=True,
-                              capture_output=True, env={**env, "CNI_COMMAND": command},
-                              timeout=60)
+    def bridge(command: str) -> CNIResult:
+        return exec_direct(daemon, f"{SYSTEM_CNI}/bridge", command, plain, container="plain1",
+                           ns=plain_ns, args="IgnoreUnknown=1;K8S_POD_NAMESPACE=batch;"
+                           "K8S_POD_NAME=job-7")
 
     add = bridge("ADD")
-    assert add.returncode == 0, add.stdout + add.stderr
-    plain_addr = json.loads(add.stdout)["ips"][0]["address"]
+    assert add.rc == 0 and add.out is not None, add.stdout + add.stderr
+    plain_addr = add.out["ips"][0]["address"]
     assert netctl_json(daemon, "ipam", "leaks") == {"leaks": []}  # its netns still exists
 
     ip("netns", "del", plain_ns)  # the sandbox goes away; no DEL ever comes
@@ -178,7 +174,7 @@ def test_a_sandbox_gone_without_del_is_a_leak_even_with_the_daemon_down(
     # the late DEL (the runtime's retry, or a GC) releases it: no leak any more
     daemon.start()
     delete = bridge("DEL")
-    assert delete.returncode == 0, delete.stdout + delete.stderr
+    assert delete.rc == 0, delete.stdout + delete.stderr
     assert daemon.cni("DEL", "held1", pod_ns, conf).rc == 0
     assert netctl_json(daemon, "ipam", "leaks") == {"leaks": []}
     assert pools(daemon) == {POOL: (13, 0, 13), PLAIN_POOL: (13, 0, 13)}

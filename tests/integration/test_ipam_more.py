@@ -19,8 +19,6 @@ Subnets: 10.151.0-9.0/24.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +32,7 @@ from tests.conftest import (
     add_hanging,
     bridge_ports,
     eth0_addr,
+    exec_direct,
     hang_sleeps,
     ipam_bridge,
     live,
@@ -222,25 +221,15 @@ def test_gc_releases_plain_plugin_allocations_not_listed(
     daemon.add_network("gcnet", ipam_bridge("gcnet", br2, dict(ipam)))
     daemon.settings["reconcile-grace"] = 0  # GC never collects what is younger than this
     daemon.start()
-    bin_dir = os.path.dirname(daemon.plugin)
     conf = {"cniVersion": "1.0.0", "name": "plaingc", "type": "bridge", "bridge": br,
             "ipam": ipam}
     pods = {"gcp1": netns(), "gcp2": netns()}
 
-    def run(exe: str, command: str, container: str, ns: str | None,
-            body: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-        env = {"CNI_COMMAND": command, "CNI_CONTAINERID": container, "CNI_IFNAME": "eth0",
-               "CNI_PATH": f"{bin_dir}:{SYSTEM_CNI}", "PATH": os.environ["PATH"]}
-        if ns is not None:
-            env["CNI_NETNS"] = f"/var/run/netns/{ns}"
-        return subprocess.run([exe], input=json.dumps(body), text=True, capture_output=True,
-                              env=env, timeout=60)
-
     addrs = {}
     for cid, ns in pods.items():
-        add = run(f"{SYSTEM_CNI}/bridge", "ADD", cid, ns, conf)
-        assert add.returncode == 0, add.stdout + add.stderr
-        addrs[cid] = json.loads(add.stdout)["ips"][0]["address"].split("/")[0]
+        add = exec_direct(daemon, f"{SYSTEM_CNI}/bridge", "ADD", conf, container=cid, ns=ns)
+        assert add.rc == 0 and add.out is not None, add.stdout + add.stderr
+        addrs[cid] = add.out["ips"][0]["address"].split("/")[0]
         assert eth0_addr(ns) == f"{addrs[cid]}/24"
     nsa = netns()
     ok(daemon.cni("ADD", "gcatt", nsa, daemon.conf("gcnet")))
@@ -252,13 +241,12 @@ def test_gc_releases_plain_plugin_allocations_not_listed(
     gc_conf = {**conf, "cniVersion": "1.1.0",
                "cni.dev/valid-attachments": [{"containerID": "gcp1", "ifname": "eth0"}]}
     # GC came with CNI 1.1.0: an older config is refused (code 1), nothing is released.
-    old = run(os.path.join(bin_dir, "netctl-ipam"), "GC", "", None,
-              {**gc_conf, "cniVersion": "1.0.0"})
-    assert old.returncode == 1, old.stdout + old.stderr
-    assert json.loads(old.stdout)["code"] == 1, old.stdout
+    old = exec_direct(daemon, daemon.ipam_plugin, "GC", {**gc_conf, "cniVersion": "1.0.0"})
+    assert old.rc == 1 and old.out is not None, old.stdout + old.stderr
+    assert old.out["code"] == 1, old.stdout
     assert len(live(daemon)) == 3
-    gc = run(os.path.join(bin_dir, "netctl-ipam"), "GC", "", None, gc_conf)
-    assert gc.returncode == 0, gc.stdout + gc.stderr
+    gc = exec_direct(daemon, daemon.ipam_plugin, "GC", gc_conf)
+    assert gc.rc == 0, gc.stdout + gc.stderr
 
     assert sorted(live(daemon)) == sorted([("gcp1", "eth0", addrs["gcp1"]),
                                            ("gcatt", "eth0", attached)])
@@ -270,14 +258,14 @@ def test_gc_releases_plain_plugin_allocations_not_listed(
     # The released address is free again (requested explicitly: round-robin would not
     # pick it next), and the plain DELs still work, the GC'd one included.
     ns3 = netns()
-    add = run(f"{SYSTEM_CNI}/bridge", "ADD", "gcp3", ns3,
-              {**conf, "runtimeConfig": {"ips": [f"{addrs['gcp2']}/24"]},
-               "capabilities": {"ips": True}})
-    assert add.returncode == 0, add.stdout + add.stderr
+    add = exec_direct(daemon, f"{SYSTEM_CNI}/bridge", "ADD",
+                      {**conf, "runtimeConfig": {"ips": [f"{addrs['gcp2']}/24"]},
+                       "capabilities": {"ips": True}}, container="gcp3", ns=ns3)
+    assert add.rc == 0, add.stdout + add.stderr
     assert eth0_addr(ns3) == f"{addrs['gcp2']}/24"
     for cid, ns in (*pods.items(), ("gcp3", ns3)):
-        dele = run(f"{SYSTEM_CNI}/bridge", "DEL", cid, ns, conf)
-        assert dele.returncode == 0, dele.stdout + dele.stderr
+        dele = exec_direct(daemon, f"{SYSTEM_CNI}/bridge", "DEL", conf, container=cid, ns=ns)
+        assert dele.rc == 0, dele.stdout + dele.stderr
     ok_del = daemon.cni("DEL", "gcatt", nsa, daemon.conf("gcnet"))
     assert ok_del.rc == 0, ok_del.stdout + ok_del.stderr
     assert live(daemon) == []
