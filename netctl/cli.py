@@ -300,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("ipam", help="netctl-ipam as a plain IPAM plugin vs host-local")
     b.add_argument("--allocations", type=int, default=500)
     b.add_argument("--concurrency", type=int, default=8)
+    b.add_argument("--fill", type=int, default=20000, metavar="N",
+                   help="also fill a pool with N allocations on the engine's allocator path "
+                   "(no exec) and compare the first and last tenth; 0 skips it")
     b.add_argument("--json", action="store_true")
     b = bsub.add_parser("journal", help="latency of the journal's read paths on N rows")
     b.add_argument("--rows", type=int, default=100000)

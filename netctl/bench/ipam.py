@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import RenderableType
 
 from netctl import harness
-from netctl.bench import render
+from netctl.bench import allocator, render
 from netctl.bench.common import (
     DELEGATE_VERSION,
     POD_NAMESPACE,
@@ -276,6 +276,18 @@ def render_ipam(report: dict[str, Any]) -> list[RenderableType]:
         ]),
         render.status_line(report, "netctl-ipam STATUS round trip (plugin start, socket, the "
                                    "daemon parses the config; no journal)")]
+    a = report.get("allocator")
+    if a:
+        out += ["", render.table(("", "first tenth", "last tenth", "last/first"), [
+            ("wall per allocation (ms)", render.num(a["first_tenth_ms"], "{:.3f}"),
+             render.num(a["last_tenth_ms"], "{:.3f}"), render.num(a["last_over_first"])),
+            ("CPU per allocation (ms)", render.num(a["first_tenth_cpu_ms"], "{:.3f}"),
+             render.num(a["last_tenth_cpu_ms"], "{:.3f}"),
+             render.num(a["cpu_last_over_first"]))],
+            title=f"the engine's allocator path (no exec: plan, reserve, record in a journal "
+                  f"transaction): {a['allocations']} allocations filling {a['pool']} "
+                  f"({a['pool_size']} addresses), {a['allocations_per_s']} allocations/s, "
+                  f"{a['distinct']} distinct")]
     per = max(n["allocations"], 1)
     out.append("CPU per ADD+DEL (ms): netctl: daemon {:.2f}, thin plugin {:.2f}, bench {:.2f}; "
                "host-local: plugin {:.2f}, bench {:.2f}".format(
@@ -318,4 +330,12 @@ def run_ipam(args: argparse.Namespace) -> int:
         print(f"netctl bench ipam: {why}", file=sys.stderr)
         return 2
     bench = IpamBench(args.allocations, args.concurrency)
-    return drive(bench, "ipam", bench.measure, render_ipam, args.json)
+
+    def measure() -> Measured:
+        measured = bench.measure()
+        if args.fill:  # the engine's own path, no exec: its cost as a pool fills
+            progress(f"allocator path: filling a pool with {args.fill} allocations")
+            measured.parts["allocator"] = allocator.measure(args.fill)
+        return measured
+
+    return drive(bench, "ipam", measure, render_ipam, args.json)

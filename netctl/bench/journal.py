@@ -45,7 +45,7 @@ from rich.console import RenderableType
 from netctl.bench.common import Bench, Measured, drive, progress, summary_ms
 from netctl.bench.render import num, table, verdict
 from netctl.harness import netctl_argv, run, tail
-from netctl.ipam.backend import pool_key, scope_of
+from netctl.ipam.planner import pool_key, scope_of
 from netctl.ipam.ranges import Range, next_free
 from netctl.ipam.ranges import parse_config as parse_ipam
 from netctl.journal import query
@@ -563,12 +563,27 @@ def queries(week: Week, rnd: random.Random, reps: int) -> list[Query]:
         Query("pool_allocations", "pool_allocations(key)",
               lambda c, key: query.pool_allocations(c, key), pick(pools),
               lambda key, found: count(live.get(key, 0), found, "live allocations")),
-        Query("leaks", "leaks()", lambda c, _: query.leaks(c), [None] * reps,
-              lambda _, found: count(leaks, found, "leaks")),
+        Query("leaks", "ipam leaks (the reconciler's plan)", lambda c, _: _plan_leaks(c),
+              [None] * reps, lambda _, found: count(leaks, found, "leaks")),
         Query("operations_container", "operations(container=…)",
               lambda c, a: query.operations(c, container=a.container), pick(week.atts),
               lambda a, found: count(ops_of[a.container], found, "operations")),
     ]
+
+
+def _plan_leaks(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """``netctl ipam leaks``: the reconciler's plan on the journal, as the CLI asks it.
+    The simulated sandboxes have no netns on this host, so the plan also frees every
+    attachment's addresses; kept here are the kinds the simulation counts (allocations
+    of removed or missing attachments, plain-plugin ones whose netns is gone)."""
+    from netctl.reconcile.facts import gather
+    from netctl.reconcile.plan import leaks, plan
+
+    path = conn.execute("PRAGMA database_list").fetchone()[2]
+    facts = gather(path, links={})
+    return [row for row in leaks(facts, plan(facts, 0.0))
+            if row["attachment"] is None or row["reason"] in ("attachment-removed",
+                                                              "attachment-missing")]
 
 
 # -- the bench ----------------------------------------------------------------------------

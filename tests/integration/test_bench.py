@@ -77,7 +77,8 @@ def test_churn_with_netctl_ipam_json() -> None:
 
 def test_ipam_small_json() -> None:
     proc = subprocess.run([NETCTL, "bench", "ipam", "--allocations", "20", "--concurrency", "4",
-                           "--json"], capture_output=True, text=True, timeout=300)
+                           "--fill", "2000", "--json"], capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] is True and report["problems"] == []
@@ -96,6 +97,9 @@ def test_ipam_small_json() -> None:
     assert b["operations_not_done"] == []
     assert b["operations"] == {"ADD": 21, "DEL": 21}  # with the warm-up
     assert b["ADD"]["allocations"] == 20 and b["DEL"]["allocations"] == 20
+    a = report["allocator"]  # the engine's path, no exec
+    assert a["allocations"] == a["distinct"] == 2000 and a["pool_size"] >= 2000
+    assert a["allocations_per_s"] > 0 and a["first_tenth_ms"] > 0 and a["last_tenth_ms"] > 0
 
     assert_left_nothing(report)
 
