@@ -5,9 +5,12 @@ on a real journal file made by the migrations runner, with rows written by SQL:
   released ones not, free = size - in use, a pool with nothing allocated;
 - ``pool_allocations``: live ones in address order with pod, container, ifname, since,
   history with ``include_released``, an unknown pool refused naming it and the known ones;
-- ``leaks``: an allocation whose attachment is removed or missing, a plain-plugin one
-  whose netns path is gone; not one whose attachment is live (or still being removed), whose
-  netns exists, with no netns, or released;
+- leaks, now answered by the reconciler's plan (``facts.gather`` on the same file,
+  ``plan``, ``leaks``): an allocation whose attachment is removed or missing, a
+  plain-plugin one whose netns path is gone (or is no netns: a plain file); not one
+  whose attachment is live (or still being removed by a running DEL), whose netns
+  exists, with no netns, or released; an attachment left ``removing`` by a DEL that is
+  no longer running is reported as ``unfinished-del``;
 - ``allocations_at``: who held an address at a time (the boundaries: from allocated_at
   inclusive, until released_at exclusive), the whole history without a time, an address
   with a prefix length, and the container/pod filters.
@@ -16,7 +19,9 @@ on a real journal file made by the migrations runner, with rows written by SQL:
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,10 @@ import pytest
 
 from netctl.journal import query
 from netctl.journal.migrate import migrate
+from netctl.reconcile.facts import gather
+from netctl.reconcile.plan import leaks, plan
+
+GRACE = 30.0
 
 T0 = 1_700_000_000.0
 
@@ -40,12 +49,20 @@ class Journal:
                           " created_at) VALUES (?,?,?,?,?,?)",
                           (key, network, rng, family, str(size), T0))
 
-    def attachment(self, container: str, state: str, removed_at: float | None = None) -> int:
+    def attachment(self, container: str, state: str, removed_at: float | None = None,
+                   del_op: int | None = None) -> int:
         cur = self.conn.execute(
             "INSERT INTO attachments (container_id, ifname, network, network_name, cni_version,"
-            " chain, capability_args, cni_args, state, created_at, removed_at)"
-            " VALUES (?, 'eth0', 'default/blue', 'blue', '1.0.0', '{}', '{}', '{}', ?, ?, ?)",
-            (container, state, T0, removed_at))
+            " chain, capability_args, cni_args, state, created_at, removed_at, del_op)"
+            " VALUES (?, 'eth0', 'default/blue', 'blue', '1.0.0', '{}', '{}', '{}', ?, ?, ?, ?)",
+            (container, state, T0, removed_at, del_op))
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def operation(self, verb: str, container: str, state: str = "running") -> int:
+        cur = self.conn.execute(
+            "INSERT INTO operations (verb, container_id, state, started_at) VALUES (?,?,?,?)",
+            (verb, container, state, T0))
         assert cur.lastrowid is not None
         return cur.lastrowid
 
@@ -148,20 +165,25 @@ def test_unknown_pool_names_it_and_the_known_ones(
     assert "known pools: 10.1.0.0/24, blue/10.2.0.0/24" in str(info2.value)
 
 
-def test_leaks_and_their_reasons(journal: Journal, read: sqlite3.Connection,
-                                 tmp_path: Path) -> None:
+def journal_leaks(journal: Journal) -> list[dict[str, Any]]:
+    """What ``netctl ipam leaks`` answers: the reconciler's plan over the journal's facts."""
+    facts = gather(journal.path, links={})
+    return leaks(facts, plan(facts, GRACE))
+
+
+def test_leaks_and_their_reasons(journal: Journal, tmp_path: Path) -> None:
     journal.pool("10.1.0.0/24", "10.1.0.0/24", 253)
-    alive_ns = tmp_path / "netns-alive"
-    alive_ns.touch()
+    alive_ns = f"/proc/{os.getpid()}/ns/net"  # a real network namespace: this process's
     gone_ns = tmp_path / "netns-gone"
     live_att = journal.attachment("ok", "attached")
-    removing = journal.attachment("removing", "removing")
+    del_running = journal.operation("DEL", "removing")
+    removing = journal.attachment("removing", "removing", del_op=del_running)
     removed = journal.attachment("removed", "removed", removed_at=T0 + 3)
     journal.alloc("10.1.0.0/24", "10.1.0.2", "ok", attachment=live_att)
     journal.alloc("10.1.0.0/24", "10.1.0.3", "removing", attachment=removing)
     journal.alloc("10.1.0.0/24", "10.1.0.4", "removed", attachment=removed, pod="a/b")
     journal.alloc("10.1.0.0/24", "10.1.0.5", "missing", attachment=9999)
-    journal.alloc("10.1.0.0/24", "10.1.0.6", "plain-alive", netns=str(alive_ns))
+    journal.alloc("10.1.0.0/24", "10.1.0.6", "plain-alive", netns=alive_ns)
     journal.alloc("10.1.0.0/24", "10.1.0.7", "plain-gone", netns=str(gone_ns))
     journal.alloc("10.1.0.0/24", "10.1.0.8", "plain-no-netns")
     journal.alloc("10.1.0.0/24", "10.1.0.9", "released-gone", netns=str(gone_ns),
@@ -169,19 +191,42 @@ def test_leaks_and_their_reasons(journal: Journal, read: sqlite3.Connection,
     journal.alloc("10.1.0.0/24", "10.1.0.10", "released-removed", attachment=removed,
                   released=T0 + 1)
 
-    leaks = query.leaks(read)
-    assert [(x["container"], x["address"], x["reason"]) for x in leaks] == [
+    found = journal_leaks(journal)
+    assert [(x["container"], x["address"], x["reason"]) for x in found] == [
         ("removed", "10.1.0.4/24", "attachment-removed"),
         ("missing", "10.1.0.5/24", "attachment-missing"),
         ("plain-gone", "10.1.0.7/24", "netns-gone")]
-    assert leaks[0]["pod"] == "a/b" and leaks[0]["attachment"] == removed
-    assert leaks[0]["detail"] == f"attachment {removed} is removed"
-    assert leaks[1]["detail"] == "attachment 9999 is not in the journal"
-    assert leaks[2]["detail"] == f"netns {gone_ns} no longer exists"
-    assert leaks[2]["attachment"] is None and leaks[2]["netns"] == str(gone_ns)
+    assert found[0]["pod"] == "a/b" and found[0]["attachment"] == removed
+    assert found[0]["pool"] == "10.1.0.0/24" and found[0]["since"] == T0
+    assert found[0]["detail"] == f"attachment {removed} was removed"
+    assert found[1]["detail"] == "attachment 9999 is not in the journal"
+    assert found[2]["detail"] == f"netns {gone_ns} is gone"
+    assert found[2]["attachment"] is None and found[2]["netns"] == str(gone_ns)
 
-    gone_ns.touch()  # a sandbox at that path again: no longer reported
-    assert [x["container"] for x in query.leaks(read)] == ["removed", "missing"]
+    gone_ns.touch()  # a plain file at that path is no network namespace: still gone
+    assert [x["container"] for x in journal_leaks(journal)] == [
+        "removed", "missing", "plain-gone"]
+    gone_ns.unlink()
+    gone_ns.symlink_to(alive_ns)  # a sandbox at that path again: no longer reported
+    assert [x["container"] for x in journal_leaks(journal)] == ["removed", "missing"]
+
+    # the DEL that was removing it is no longer running: its address is reported too
+    journal.conn.execute("UPDATE operations SET state='failed' WHERE id=?", (del_running,))
+    assert [(x["container"], x["address"], x["reason"]) for x in journal_leaks(journal)] == [
+        ("removing", "10.1.0.3/24", "unfinished-del"),
+        ("removed", "10.1.0.4/24", "attachment-removed"),
+        ("missing", "10.1.0.5/24", "attachment-missing")]
+
+
+def test_leaks_leave_young_allocations_alone(journal: Journal, tmp_path: Path) -> None:
+    """Within the grace period a runtime may still be setting the sandbox up."""
+    journal.pool("10.1.0.0/24", "10.1.0.0/24", 253)
+    now = time.time()
+    journal.alloc("10.1.0.0/24", "10.1.0.2", "young", netns=str(tmp_path / "gone"),
+                  at=now - GRACE / 3)
+    journal.alloc("10.1.0.0/24", "10.1.0.3", "old", netns=str(tmp_path / "gone"),
+                  at=now - GRACE * 3)
+    assert [x["container"] for x in journal_leaks(journal)] == ["old"]
 
 
 def test_allocations_at_answers_who_held_an_address(

@@ -1,9 +1,14 @@
 """We test these aspects of planning a request:
 
-- ``decode_conf`` refusals: malformed JSON (6), no cluster network nor delegates (7),
-  both at once (7), a bad cniVersion (1);
-- ``plan()`` with a cluster network, default networks and the pod's own selection,
-  resolved through an in-memory resolver with the same lookup rules as the networks dir;
+- ``decode_conf`` over an :class:`~netctl.cni.request.Invocation` decoded from a
+  :class:`~netctl.cni.request.Request`: malformed JSON or a stdin that is not a JSON
+  object (6), no cluster network nor delegates (7), both at once (7), wrong types (7),
+  a bad cniVersion (1);
+- ``plan()`` with a cluster network, default networks and the pod's own selection
+  (``NETCTL_NETWORKS`` parsed by ``selection.parse`` / ``ArgsSelector``), resolved
+  through an in-memory resolver with the same lookup rules as the networks dir; each
+  returned ``Attachment`` carries the invocation's container, netns, pod, caller
+  network and caller ifname, ready to be journaled;
 - the Multus-style ``delegates`` form;
 - ``runtimeConfig`` reaching the cluster attachment, selection values the others;
 - ``NetworkDir`` on real NAD files: lookups by ns/name, by name in the pod's namespace
@@ -19,11 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from netctl.cni.config import parse_chain
+from netctl.cni.request import Invocation, Pod, Request, decode
+from netctl.engine import selection
 from netctl.engine.networks import Network, NetworkDir
-from netctl.engine.plan import AttachmentPlan, decode_conf, plan
+from netctl.engine.plan import SELECTION_ARG, ArgsSelector, NetctlConf, decode_conf, plan
 from netctl.errors import DECODE_FAILURE, INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError
+from netctl.journal.records import Attachment
 
 
 def conflist(name: str, ptype: str = "bridge", **extra: Any) -> dict[str, Any]:
@@ -57,13 +66,35 @@ NETS = MemoryNetworks({
     "other/blue": conflist("blue", "ipvlan"),
 })
 
+NETNS = "/var/run/netns/pod"
+
 
 def conf(**fields: Any) -> str:
     return json.dumps({"cniVersion": "1.1.0", "name": "netctl", "type": "netctl-cni",
                        "socket": "/run/netctl/netctl.sock", **fields})
 
 
-def summary(plans: list[AttachmentPlan]) -> list[tuple[str, str, str, bool]]:
+def invocation(stdin: str, args: str = "", ifname: str = "eth0",
+               container: str = "c1") -> Invocation:
+    """What the server hands the engine: a runtime's ADD, decoded once."""
+    return decode(Request(command="ADD", container_id=container, netns=NETNS, ifname=ifname,
+                          args=args, stdin=stdin))
+
+
+def decode_raw(raw: str) -> NetctlConf:
+    return decode_conf(invocation(raw))
+
+
+def plan_for(raw: str, ifname: str, args: str,
+             networks: MemoryNetworks = NETS) -> list[Attachment]:
+    """Decode, select (standalone mode: NETCTL_NETWORKS in CNI_ARGS) and plan."""
+    inv = invocation(raw, args, ifname)
+    assert inv.args_error is None
+    chosen = selection.parse(inv.args.get(SELECTION_ARG, ""))
+    return plan(decode_conf(inv), inv, chosen, networks)
+
+
+def summary(plans: list[Attachment]) -> list[tuple[str, str, str, bool]]:
     return [(p.network, p.ifname, p.chain.name, p.is_default) for p in plans]
 
 
@@ -71,17 +102,19 @@ def summary(plans: list[AttachmentPlan]) -> list[tuple[str, str, str, bool]]:
 
 
 def test_decode_conf_fields() -> None:
-    c = decode_conf(conf(clusterNetwork="cluster", defaultNetworks=["monitor"],
-                         runtimeConfig={"mac": "0a:00:00:00:00:01"}, extra={"kept": 1}))
+    c = decode_raw(conf(clusterNetwork="cluster", defaultNetworks=["monitor"],
+                        runtimeConfig={"mac": "0a:00:00:00:00:01"}, extra={"kept": 1}))
     assert c.clusterNetwork == "cluster" and c.defaultNetworks == ["monitor"]
     assert c.runtimeConfig == {"mac": "0a:00:00:00:00:01"}
     assert c.socket == "/run/netctl/netctl.sock" and c.delegates == []
 
 
-@pytest.mark.parametrize("raw", ['{"cniVersion": "1.1.0",', "not json", ""])
+@pytest.mark.parametrize("raw", ['{"cniVersion": "1.1.0",', "not json", "", "[1, 2]", '"x"'])
 def test_decode_conf_malformed(raw: str) -> None:
+    inv = invocation(raw)
+    assert inv.conf is None and inv.conf_error
     with pytest.raises(CNIError) as info:
-        decode_conf(raw)
+        decode_conf(inv)
     assert info.value.code == DECODE_FAILURE
     assert "not valid JSON" in info.value.msg
 
@@ -89,7 +122,7 @@ def test_decode_conf_malformed(raw: str) -> None:
 def test_decode_conf_needs_cluster_network_or_delegates() -> None:
     for raw in (conf(), conf(defaultNetworks=["monitor"]), conf(clusterNetwork="")):
         with pytest.raises(CNIError) as info:
-            decode_conf(raw)
+            decode_raw(raw)
         assert info.value.code == INVALID_CONFIG
         assert "'clusterNetwork' or 'delegates'" in info.value.msg
 
@@ -100,20 +133,20 @@ def test_decode_conf_needs_cluster_network_or_delegates() -> None:
 ])
 def test_decode_conf_delegates_exclusive(fields: dict[str, Any]) -> None:
     with pytest.raises(CNIError) as info:
-        decode_conf(conf(**fields))
+        decode_raw(conf(**fields))
     assert info.value.code == INVALID_CONFIG
     assert "cannot be combined" in info.value.msg
 
 
 def test_decode_conf_wrong_types_and_versions() -> None:
     with pytest.raises(CNIError) as info:
-        decode_conf(conf(clusterNetwork=["cluster"]))
+        decode_raw(conf(clusterNetwork=["cluster"]))
     assert info.value.code == INVALID_CONFIG and "clusterNetwork" in info.value.msg
     with pytest.raises(CNIError) as info:
-        decode_conf(json.dumps({"name": "netctl", "clusterNetwork": "cluster"}))
+        decode_raw(json.dumps({"name": "netctl", "clusterNetwork": "cluster"}))
     assert info.value.code == INVALID_CONFIG and "cniVersion" in info.value.msg
     with pytest.raises(CNIError) as info:
-        decode_conf(conf(cniVersion="0.2.0", clusterNetwork="cluster"))
+        decode_raw(conf(cniVersion="0.2.0", clusterNetwork="cluster"))
     assert info.value.code == INCOMPATIBLE_VERSION
 
 
@@ -121,9 +154,9 @@ def test_decode_conf_wrong_types_and_versions() -> None:
 
 
 def test_plan_cluster_default_and_selection() -> None:
-    c = decode_conf(conf(clusterNetwork="cluster", defaultNetworks=["monitor"]))
+    raw = conf(clusterNetwork="cluster", defaultNetworks=["monitor"])
     args = "K8S_POD_NAMESPACE=team;K8S_POD_NAME=p;NETCTL_NETWORKS=other/blue@fast0,red"
-    plans = plan(c, "eth0", args, NETS)
+    plans = plan_for(raw, "eth0", args)
     assert summary(plans) == [
         ("default/cluster", "eth0", "cluster", True),
         ("default/monitor", "net1", "monitor", False),
@@ -133,20 +166,49 @@ def test_plan_cluster_default_and_selection() -> None:
     assert plans[1].chain.types == ["macvlan", "portmap"]
 
 
+def test_plan_attachments_carry_the_invocation() -> None:
+    raw = conf(clusterNetwork="cluster", defaultNetworks=["monitor"])
+    args = "K8S_POD_NAMESPACE=team;K8S_POD_NAME=p;K8S_POD_UID=u1;NETCTL_NETWORKS=red"
+    plans = plan_for(raw, "eth9", args)
+    assert len(plans) == 3
+    for att in plans:
+        assert att.container_id == "c1" and att.netns == NETNS
+        assert att.pod == Pod(namespace="team", name="p", uid="u1")
+        assert (att.caller_network, att.caller_ifname) == ("netctl", "eth9")
+        # not journaled yet: the journal fills these in
+        assert (att.id, att.state, att.steps_started, att.result) == (0, "planned", 0, None)
+        assert (att.add_op, att.del_op, att.del_failures, att.retry_at) == (None, None, 0, None)
+    assert [a.ifname for a in plans] == ["eth9", "net1", "net2"]
+
+
 def test_plan_without_pod_namespace_uses_default() -> None:
-    c = decode_conf(conf(clusterNetwork="cluster"))
-    plans = plan(c, "eth0", "NETCTL_NETWORKS=red", NETS)
+    raw = conf(clusterNetwork="cluster")
+    plans = plan_for(raw, "eth0", "NETCTL_NETWORKS=red")
     assert summary(plans)[1] == ("default/red", "net1", "red-default", False)
-    assert plan(c, "eth0", "", NETS)[0].network == "default/cluster"
+    assert plans[0].pod == Pod()
+    assert plan_for(raw, "eth0", "")[0].network == "default/cluster"
+
+
+def test_args_selector_reads_netctl_networks_from_cni_args() -> None:
+    raw = conf(clusterNetwork="cluster")
+    inv = invocation(raw, "K8S_POD_NAMESPACE=team;NETCTL_NETWORKS=other/blue@fast0,red")
+    chosen = trio.run(ArgsSelector().select, inv)
+    assert [(s.namespace, s.name, s.interface) for s in chosen] == [
+        ("other", "blue", "fast0"), (None, "red", None)]
+    assert summary(plan(decode_conf(inv), inv, chosen, NETS)) == summary(
+        plan_for(raw, "eth0", "K8S_POD_NAMESPACE=team;NETCTL_NETWORKS=other/blue@fast0,red"))
+    assert trio.run(ArgsSelector().select, invocation(raw, "K8S_POD_NAME=p")) == []
 
 
 def test_plan_runtime_config_reaches_the_cluster_attachment() -> None:
     ports = [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]
-    c = decode_conf(conf(clusterNetwork="cluster", defaultNetworks=["monitor"],
-                         runtimeConfig={"portMappings": ports}))
+    raw = conf(clusterNetwork="cluster", defaultNetworks=["monitor"],
+               runtimeConfig={"portMappings": ports})
     sel = json.dumps([{"name": "red", "ips": ["10.9.0.5/24"], "cni-args": {"k": "v"},
                        "bandwidth": {"ingressRate": 10}}])
-    plans = plan(c, "eth0", f"NETCTL_NETWORKS={sel}", NETS)
+    inv = invocation(raw, f"NETCTL_NETWORKS={sel}")
+    c = decode_conf(inv)
+    plans = plan(c, inv, selection.parse(inv.args[SELECTION_ARG]), NETS)
     assert plans[0].capability_args == {"portMappings": ports}
     assert plans[0].cni_args == {}
     assert plans[1].capability_args == {} and plans[1].cni_args == {}
@@ -157,9 +219,9 @@ def test_plan_runtime_config_reaches_the_cluster_attachment() -> None:
 
 
 def test_plan_delegates_form() -> None:
-    c = decode_conf(conf(delegates=[conflist("first"), conflist("second", "macvlan")],
-                         runtimeConfig={"mac": "0a:00:00:00:00:09"}))
-    plans = plan(c, "eth0", "NETCTL_NETWORKS=red@r0", NETS)
+    raw = conf(delegates=[conflist("first"), conflist("second", "macvlan")],
+               runtimeConfig={"mac": "0a:00:00:00:00:09"})
+    plans = plan_for(raw, "eth0", "NETCTL_NETWORKS=red@r0")
     assert summary(plans) == [
         ("delegate:first", "eth0", "first", True),
         ("delegate:second", "net1", "second", False),
@@ -169,9 +231,9 @@ def test_plan_delegates_form() -> None:
 
 
 def test_plan_bad_delegate_refused() -> None:
-    c = decode_conf(conf(delegates=[{"cniVersion": "1.0.0", "name": "d", "type": "../sh"}]))
+    raw = conf(delegates=[{"cniVersion": "1.0.0", "name": "d", "type": "../sh"}])
     with pytest.raises(CNIError) as info:
-        plan(c, "eth0", "", NETS)
+        plan_for(raw, "eth0", "")
     assert info.value.code == INVALID_CONFIG and "delegates[0]" in info.value.msg
 
 
@@ -181,16 +243,15 @@ def test_plan_bad_delegate_refused() -> None:
     ("NETCTL_NETWORKS=Red", "DNS-1123"),
 ])
 def test_plan_refusals(args: str, words: str) -> None:
-    c = decode_conf(conf(clusterNetwork="cluster"))
     with pytest.raises(CNIError) as info:
-        plan(c, "eth0", args, NETS)
+        plan_for(conf(clusterNetwork="cluster"), "eth0", args)
     assert info.value.code == INVALID_CONFIG
     assert words in info.value.msg
 
 
 def test_plan_unknown_cluster_network() -> None:
     with pytest.raises(CNIError) as info:
-        plan(decode_conf(conf(clusterNetwork="missing")), "eth0", "", NETS)
+        plan_for(conf(clusterNetwork="missing"), "eth0", "")
     assert "'missing' not found" in info.value.msg
 
 
