@@ -156,7 +156,7 @@ class Server:
                     self.served += 1
                     return Response(output=msgspec.json.encode(await self._admin(admin)).decode())
                 req = msgspec.json.decode(body, type=Request)
-            except msgspec.MsgspecError as exc:
+            except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
                 raise CNIError(DECODE_FAILURE, f"malformed request frame: {exc}") from None
             self.served += 1
             inv = decode(req)

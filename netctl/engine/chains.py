@@ -30,7 +30,7 @@ import trio
 from netctl.cni.config import plugin_config
 from netctl.cni.invoke import Cancellation, PluginError, run_plugin
 from netctl.cni.netns import is_netns
-from netctl.errors import INCOMPATIBLE_VERSION, CNIError
+from netctl.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError
 from netctl.ipam import ranges as ranges_mod
 from netctl.ipam.planner import Allocation, Lease, Owner, pool_key, static_ipam
 from netctl.ipam.store import IndexStore, allocate
@@ -51,6 +51,16 @@ class Delegates:
 
 class StepError(CNIError):
     """A delegate step failed; the message names the network, interface and plugin."""
+
+
+def requested_ips(value: Any, where: str) -> list[str]:
+    """Requested addresses (``ips``): a list of strings, or refused with code 7."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(ip, str) for ip in value):
+        raise CNIError(INVALID_CONFIG, f"{where}: 'ips' must be a list of addresses, not "
+                       f"{str(value)[:60]!r}")
+    return value
 
 
 def served_ipam(plugin: dict[str, Any], types: frozenset[str]) -> dict[str, Any] | None:
@@ -81,7 +91,7 @@ class Chains:
         cfg, ranges = ranges_mod.parse_config(ipam)
         if verb == "ADD":
             owner = Owner(att.container_id, att.ifname, netns, att.pod, att.id)
-            wanted = [str(ip) for ip in att.capability_args.get("ips") or []]
+            wanted = requested_ips(att.capability_args.get("ips"), att.network)
             decision = await allocate(self.ipam, cfg, ranges, owner, wanted, time.time())
             leases, new = decision.leases, decision.new
         else:

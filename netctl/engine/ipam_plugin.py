@@ -19,6 +19,7 @@ import msgspec
 from netctl.cni import validate, versions
 from netctl.cni.request import Invocation
 from netctl.engine.admission import Admission
+from netctl.engine.chains import requested_ips
 from netctl.engine.engine import Reply
 from netctl.errors import (
     DECODE_FAILURE,
@@ -109,7 +110,7 @@ class IpamPlugin:
 
     async def add(self, req: _Request) -> Reply:
         inv = req.inv
-        wanted = [str(ip) for ip in _list(req.conf.runtimeConfig.get("ips"))]
+        wanted = requested_ips(req.conf.runtimeConfig.get("ips"), "netctl-ipam")
         owner = Owner(inv.container_id, inv.ifname, inv.netns, inv.pod, None)
         try:
             decision = await allocate(self.store, req.cfg, req.ranges, owner, wanted,
@@ -162,10 +163,6 @@ class IpamPlugin:
 
     async def status(self, req: _Request) -> Reply:
         return Reply()
-
-
-def _list(value: object) -> list[object]:
-    return value if isinstance(value, list) else []
 
 
 IPAM_VERBS: dict[str, _Verb] = {

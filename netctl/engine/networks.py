@@ -10,6 +10,7 @@ aside with its error, so a lookup of that network names the file and the fault.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from netctl.cni.config import Chain, parse_chain
 from netctl.errors import INVALID_CONFIG, CNIError
 
 _SUFFIXES = (".yaml", ".yml", ".json")
+MAX_CONF_BYTES = 1 << 20  # a network file larger than this is refused, never read
 
 
 class _Meta(msgspec.Struct):
@@ -116,8 +118,12 @@ class NetworkDir:
 
     def _from_file(self, path: str) -> Network:
         try:
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONF_BYTES:
+                raise CNIError(INVALID_CONFIG, f"network file {path} is not a regular file "
+                               f"of at most {MAX_CONF_BYTES} bytes")
             with open(path, "rb") as fh:
-                raw = fh.read()
+                raw = fh.read(MAX_CONF_BYTES + 1)
         except OSError as exc:
             raise CNIError(INVALID_CONFIG, f"network file {path}: {exc.strerror}") from exc
         return Network(key=path, chain=parse_chain(raw, f"network file {path}"))
