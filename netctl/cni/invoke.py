@@ -204,7 +204,7 @@ async def run_plugin(
                 out = await _read_capped(proc.stdout, MAX_STDOUT, "stdout", out_buf)
             await proc.wait()
     except trio.TooSlowError:
-        _kill(proc)
+        kill_group(proc)
         with trio.CancelScope(shield=True):
             await proc.wait()
         raise PluginError(
@@ -229,7 +229,7 @@ async def run_plugin(
                                 seconds=time.monotonic() - started)
                     except PluginError:
                         pass  # it finished, but badly: nothing to record as done
-            _kill(proc)
+            kill_group(proc)
             await proc.wait()
         raise
     seconds = time.monotonic() - started
@@ -238,7 +238,8 @@ async def run_plugin(
                         seconds=seconds)
 
 
-def _kill(proc: trio.Process) -> None:
+def kill_group(proc: trio.Process) -> None:
+    """SIGKILL a child started in its own session, and its process group."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:

@@ -29,7 +29,6 @@ binary that cannot be stat'ed is not remembered.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from dataclasses import dataclass, field
 
@@ -37,6 +36,7 @@ import msgspec
 import trio
 
 from netctl.cni import versions
+from netctl.cni.invoke import kill_group
 from netctl.errors import INCOMPATIBLE_VERSION, CNIError
 
 UNKNOWN: frozenset[str] = frozenset()
@@ -123,7 +123,7 @@ async def exec_version(path: str, *, timeout: float, probe_version: str) -> byte
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(timeout):
             if proc.returncode is None:
-                _kill(proc)
+                kill_group(proc)
             await proc.wait()
             for stream in (proc.stdin, proc.stdout):
                 if stream is not None:
@@ -131,17 +131,6 @@ async def exec_version(path: str, *, timeout: float, probe_version: str) -> byte
     if proc.returncode != 0 or len(out) > MAX_OUTPUT:
         return None
     return bytes(out)
-
-
-def _kill(proc: trio.Process) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        proc.kill()
-    except OSError:
-        pass
 
 
 @dataclass
