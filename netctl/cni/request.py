@@ -10,12 +10,14 @@ them again.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
 from netctl.cni import validate, versions
-from netctl.errors import CNIError
+from netctl.errors import DECODE_FAILURE, INVALID_CONFIG, CNIError
+
+C = TypeVar("C", bound=msgspec.Struct)
 
 
 class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -117,3 +119,35 @@ def decode(req: Request) -> Invocation:
                       netns=req.netns, ifname=req.ifname, args=args, args_error=args_error,
                       pod=Pod.from_args(args), stdin=raw, conf=conf, conf_error=error,
                       caller_version=caller)
+
+
+def conf_as(inv: Invocation, kind: type[C], what: str) -> C:
+    """The invocation's stdin as ``kind``, with a supported cniVersion: code 6 when it
+    is not a JSON object, 7 when it does not fit, 1 for a version netctl does not serve."""
+    if inv.conf is None:
+        raise CNIError(DECODE_FAILURE, f"{what} on stdin is not valid JSON: {inv.conf_error}")
+    try:
+        conf = msgspec.convert(inv.conf, kind)
+    except msgspec.ValidationError as exc:
+        raise CNIError(INVALID_CONFIG, f"{what}: {exc}") from None
+    versions.check_supported(str(getattr(conf, "cniVersion", "")))
+    return conf
+
+
+class GCList(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
+    """A GC request's list of valid attachments, under either of its names."""
+
+    valid_attachments: list[Any] | None = msgspec.field(
+        default=None, name="cni.dev/valid-attachments")
+    # the key's name before libcni 1.2.3 renamed it; some runtimes still send only this
+    old_valid_attachments: list[Any] | None = msgspec.field(
+        default=None, name="cni.dev/attachments")
+
+    def valid_list(self) -> set[tuple[str, str]] | None:
+        """The valid (container id, ifname) pairs; None when the request carries no list."""
+        items = self.valid_attachments if self.valid_attachments is not None \
+            else self.old_valid_attachments
+        if items is None:
+            return None
+        return {(str(v.get("containerID")), str(v.get("ifname"))) for v in items
+                if isinstance(v, dict)}

@@ -14,15 +14,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 
-import msgspec
-
 from netctl.cni import validate, versions
-from netctl.cni.request import Invocation
+from netctl.cni.request import GCList, Invocation, conf_as
 from netctl.engine.admission import Admission
 from netctl.engine.chains import requested_ips
 from netctl.engine.engine import Reply
 from netctl.errors import (
-    DECODE_FAILURE,
     INCOMPATIBLE_VERSION,
     INVALID_CONFIG,
     UNKNOWN_CONTAINER,
@@ -35,15 +32,11 @@ from netctl.journal.records import OpStart
 from netctl.journal.store import Journal
 
 
-class _Conf(msgspec.Struct, forbid_unknown_fields=False):
+class _Conf(GCList, kw_only=True, forbid_unknown_fields=False):
     cniVersion: str
     name: str = ""
     ipam: dict[str, object] | None = None
     runtimeConfig: dict[str, object] = {}
-    valid_attachments: list[object] | None = msgspec.field(
-        default=None, name="cni.dev/valid-attachments")
-    old_valid_attachments: list[object] | None = msgspec.field(
-        default=None, name="cni.dev/attachments")
 
 
 @dataclass(frozen=True)
@@ -81,14 +74,7 @@ class IpamPlugin:
     gc_grace: float = 30.0
 
     async def handle(self, inv: Invocation) -> Reply:
-        if inv.conf is None:
-            raise CNIError(DECODE_FAILURE, f"netctl-ipam: the network config on stdin is not "
-                           f"valid JSON: {inv.conf_error}")
-        try:
-            conf = msgspec.convert(inv.conf, _Conf)
-        except msgspec.ValidationError as exc:
-            raise CNIError(INVALID_CONFIG, f"netctl-ipam: {exc}") from None
-        versions.check_supported(conf.cniVersion)
+        conf = conf_as(inv, _Conf, "netctl-ipam: the network config")
         if not isinstance(conf.ipam, dict) or conf.ipam.get("type") not in self.ipam_types:
             raise CNIError(INVALID_CONFIG, "netctl-ipam: the config has no 'ipam' section of "
                            "type netctl-ipam")
@@ -146,13 +132,10 @@ class IpamPlugin:
 
     async def gc(self, req: _Request) -> Reply:
         """Release this config's plain-plugin allocations the valid list does not name."""
-        items = req.conf.valid_attachments if req.conf.valid_attachments is not None \
-            else req.conf.old_valid_attachments
-        if items is None:
+        valid = req.conf.valid_list()
+        if valid is None:
             return Reply(warning="netctl-ipam GC carried no cni.dev/valid-attachments list: "
                          "nothing collected")
-        valid = {(str(v.get("containerID")), str(v.get("ifname")))
-                 for v in items if isinstance(v, dict)}
         young = time.time() - self.gc_grace
         stale = [a for a in self.store.live() if a.pool in req.pools
                  and a.owner.attachment_id is None and a.allocated_at <= young

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import msgspec
-
-from netctl.cni import versions
-from netctl.cni.request import Invocation
+from netctl.cni.request import GCList, Invocation, conf_as
 from netctl.engine import selection
 from netctl.engine.networks import Network, inline
-from netctl.errors import DECODE_FAILURE, INVALID_CONFIG, CNIError
+from netctl.errors import INVALID_CONFIG, CNIError
 from netctl.journal.records import Attachment
 
 SELECTION_ARG = "NETCTL_NETWORKS"
 
 
-class NetctlConf(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
+class NetctlConf(GCList, kw_only=True, forbid_unknown_fields=False):
     """The meta-plugin's own network config, as the runtime passes it."""
 
     cniVersion: str
@@ -37,31 +34,10 @@ class NetctlConf(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
     delegates: list[dict[str, Any]] = []
     runtimeConfig: dict[str, Any] = {}
     prevResult: dict[str, Any] | None = None
-    valid_attachments: list[dict[str, Any]] | None = msgspec.field(
-        default=None, name="cni.dev/valid-attachments")
-    # the key's name before libcni 1.2.3 renamed it; some runtimes still send only this
-    old_valid_attachments: list[dict[str, Any]] | None = msgspec.field(
-        default=None, name="cni.dev/attachments")
-
-    def valid_list(self) -> set[tuple[str, str]] | None:
-        """GC's valid (container id, ifname) pairs; None when the request carries no list."""
-        items = self.valid_attachments if self.valid_attachments is not None \
-            else self.old_valid_attachments
-        if items is None:
-            return None
-        return {(str(v.get("containerID")), str(v.get("ifname"))) for v in items
-                if isinstance(v, dict)}
 
 
 def decode_conf(inv: Invocation) -> NetctlConf:
-    if inv.conf is None:
-        raise CNIError(DECODE_FAILURE, "netctl config on stdin is not valid JSON: "
-                       f"{inv.conf_error}")
-    try:
-        conf = msgspec.convert(inv.conf, NetctlConf)
-    except msgspec.ValidationError as exc:
-        raise CNIError(INVALID_CONFIG, f"netctl config: {exc}") from exc
-    versions.check_supported(conf.cniVersion)
+    conf = conf_as(inv, NetctlConf, "netctl config")
     if conf.delegates and (conf.clusterNetwork or conf.defaultNetworks):
         raise CNIError(INVALID_CONFIG, "netctl config: 'delegates' cannot be combined with "
                        "'clusterNetwork' or 'defaultNetworks'")
