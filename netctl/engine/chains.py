@@ -20,6 +20,7 @@ version) did nothing, so it does not count as started and is never DELeted.
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ import trio
 from netctl.cni.config import plugin_config
 from netctl.cni.invoke import Cancellation, PluginError, run_plugin
 from netctl.cni.netns import is_netns
+from netctl.engine.plan import requested_ips
 from netctl.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError
 from netctl.ipam import ranges as ranges_mod
 from netctl.ipam.planner import Allocation, Lease, Owner, pool_key, static_ipam
@@ -53,14 +55,48 @@ class StepError(CNIError):
     """A delegate step failed; the message names the network, interface and plugin."""
 
 
-def requested_ips(value: Any, where: str) -> list[str]:
-    """Requested addresses (``ips``): a list of strings, or refused with code 7."""
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(ip, str) for ip in value):
-        raise CNIError(INVALID_CONFIG, f"{where}: 'ips' must be a list of addresses, not "
-                       f"{str(value)[:60]!r}")
-    return value
+def requests_as_args(plugin: dict[str, Any], index: int, caps: dict[str, Any],
+                     served: bool) -> dict[str, Any]:
+    """The requested MAC and addresses for a delegate that does not declare the
+    ``mac``/``ips`` capability, as ``args.cni`` keys the reference plugins read too
+    (bridge and macvlan ``mac`` on the chain's first plugin; host-local ``ips``)."""
+    declared = plugin.get("capabilities")
+    declared = declared if isinstance(declared, dict) else {}
+    out: dict[str, Any] = {}
+    if "mac" in caps and index == 0 and not declared.get("mac"):
+        out["mac"] = caps["mac"]
+    if "ips" in caps and not served and isinstance(plugin.get("ipam"), dict) \
+            and not declared.get("ips"):
+        out["ips"] = caps["ips"]
+    return out
+
+
+def unhonoured(att: Attachment, result: dict[str, Any] | None) -> str | None:
+    """What of the requested addresses and MAC the chain's result does not show, if any:
+    a request is honoured or the ADD is refused (code 7), never silently ignored."""
+    caps = att.capability_args
+    if "ips" not in caps and "mac" not in caps:
+        return None
+    result = result or {}
+    got = set()
+    for entry in result.get("ips") or []:
+        try:
+            got.add(ipaddress.ip_interface(str(entry.get("address", ""))).ip)
+        except ValueError:
+            continue
+    for want in caps.get("ips") or []:
+        if ipaddress.ip_interface(want.strip()).ip not in got:
+            return (f"the requested address {want} was not assigned (the result has "
+                    f"{sorted(map(str, got)) or 'none'})")
+    mac = caps.get("mac")
+    if mac:
+        macs = [str(i.get("mac", "")).lower() for i in result.get("interfaces") or []
+                if i.get("sandbox") and i.get("name") == att.ifname]
+        if mac.lower() not in macs:
+            return (f"the requested MAC {mac} was not applied to {att.ifname} (the result "
+                    f"has {macs or 'none'}); declare the 'mac' capability on a delegate "
+                    "that supports it")
+    return None
 
 
 def served_ipam(plugin: dict[str, Any], types: frozenset[str]) -> dict[str, Any] | None:
@@ -84,10 +120,13 @@ class Chains:
                       ) -> tuple[bytes, list[Allocation], Any]:
         """The step's stdin, and for a served IPAM the addresses it gets (new ones to
         record with the step, and the planner's decision)."""
-        ipam = served_ipam(att.chain.plugins[index], self.delegates.ipam_types)
+        plugin = att.chain.plugins[index]
+        ipam = served_ipam(plugin, self.delegates.ipam_types)
+        extra = requests_as_args(plugin, index, att.capability_args, ipam is not None)
+        cni_args = {**extra, **att.cni_args} if extra else att.cni_args
         if ipam is None:
             return plugin_config(att.chain, index, prev, att.capability_args,
-                                 att.cni_args), [], None
+                                 cni_args), [], None
         cfg, ranges = ranges_mod.parse_config(ipam)
         if verb == "ADD":
             owner = Owner(att.container_id, att.ifname, netns, att.pod, att.id)
@@ -100,7 +139,7 @@ class Chains:
             leases = [Lease(a.pool, a.cidr, gateways.get(a.pool))
                       for a in self.ipam.of_attachment(att.id)]
             new = []
-        return plugin_config(att.chain, index, prev, att.capability_args, att.cni_args,
+        return plugin_config(att.chain, index, prev, att.capability_args, cni_args,
                              ipam=static_ipam(cfg, leases)), new, decision
 
     async def step(self, op_id: int, att: Attachment, index: int, verb: str,
@@ -165,6 +204,10 @@ class Chains:
         for index in range(len(att.chain.plugins)):
             prev = await self.step(op_id, att, index, "ADD", prev)
             att.result = prev
+        missing = unhonoured(att, prev)
+        if missing:
+            raise StepError(INVALID_CONFIG, f"network {att.network!r} interface {att.ifname}: "
+                            f"{missing}")
         return prev
 
     async def delete(self, op_id: int, att: Attachment) -> list[StepError]:

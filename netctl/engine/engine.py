@@ -342,9 +342,13 @@ def _repeat_of(mine: list[Attachment], planned: list[Attachment],
     """The stored result when an ADD repeats a completed one exactly, else None."""
     if any(a.state != "attached" or a.netns != netns for a in mine):
         return None
-    if sorted((a.network, a.ifname) for a in mine) != sorted(
-            (p.network, p.ifname) for p in planned):
-        return None
+    def wants(a: Attachment) -> tuple[str, str, str, str]:
+        caps = a.capability_args
+        return (a.network, a.ifname, ",".join(caps.get("ips") or []),
+                str(caps.get("mac") or "").lower())
+
+    if sorted(map(wants, mine)) != sorted(map(wants, planned)):
+        return None  # another network set, or another address or MAC asked for
     return next((a.result for a in mine if a.is_default), None)
 
 

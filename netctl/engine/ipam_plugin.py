@@ -17,8 +17,8 @@ from functools import partial
 from netctl.cni import validate, versions
 from netctl.cni.request import GCList, Invocation, conf_as
 from netctl.engine.admission import Admission
-from netctl.engine.chains import requested_ips
 from netctl.engine.engine import Reply
+from netctl.engine.plan import requested_addresses
 from netctl.errors import (
     INCOMPATIBLE_VERSION,
     INVALID_CONFIG,
@@ -96,7 +96,7 @@ class IpamPlugin:
 
     async def add(self, req: _Request) -> Reply:
         inv = req.inv
-        wanted = requested_ips(req.conf.runtimeConfig.get("ips"), "netctl-ipam")
+        wanted = requested_addresses(req.conf.runtimeConfig, inv.args)
         owner = Owner(inv.container_id, inv.ifname, inv.netns, inv.pod, None)
         try:
             decision = await allocate(self.store, req.cfg, req.ranges, owner, wanted,

@@ -127,20 +127,30 @@ def plan(cfg: IPAMConfig, ranges: list[Range], owner: Owner, wanted: list[str],
     if unmatched:
         raise CNIError(INVALID_CONFIG, f"requested address {unmatched[0]} matches no range of "
                        f"{', '.join(pool_key(cfg, r) for r in ranges)}")
+    for version in (4, 6):
+        twice = [w for w in wanted if _family(w) == version]
+        if len(twice) > len([r for r in ranges if r.version == version]):
+            raise CNIError(INVALID_CONFIG, f"requested addresses {', '.join(twice)}: more "
+                           f"IPv{version} addresses than the pool has ranges (one address per "
+                           "range)")
     leases: list[Lease] = []
     new: list[Allocation] = []
     pools: dict[str, PoolInfo] = {}
     for rng in ranges:
         key = pool_key(cfg, rng)
         pools[key] = PoolInfo(cfg.network_name, rng.key, rng.version, rng.size)
+        mine = [w for w in wanted if _family(w) == rng.version]
         held = view.held(key, owner.container_id, owner.ifname)
         if held is not None:
+            if mine and requested(rng, mine[0]) != held.ip:
+                raise CNIError(INVALID_CONFIG, f"requested address {mine[0]}: container "
+                               f"{owner.container_id} {owner.ifname} already holds "
+                               f"{held.address} in pool {key}")
             leases.append(Lease(key, held.cidr, rng.gateway))
             continue
         scope = scope_of(cfg, key)
         taken = {a.ip for a in new if a.scope == scope and a.version == rng.version}
         used = _Union(view.used(scope, rng.version), taken)
-        mine = [w for w in wanted if _family(w) == rng.version]
         if mine:
             ip = requested(rng, mine[0])
             if ip in used:
