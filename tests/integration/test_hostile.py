@@ -1037,13 +1037,11 @@ def _fuzz(world: World, ex: Example) -> None:
     run_example(world, ex)
 
 
-@pytest.mark.skip(reason="not yet ported to the merged harness (uses Daemon.tag) and still "
-                  "expects IP=/MAC= in CNI_ARGS to be honoured, which is issue 8; see the "
-                  "issue-7 note")
 def test_hostile_requests_leave_the_daemon_serving_and_nothing_behind(
         daemon: Daemon, netns: Callable[[], str], tmp_path: Path) -> None:
     netns_before = netns_names()
     bridges, files = setup_networks(daemon, tmp_path)
+    daemon.settings["reconcile-grace"] = 0  # GC collects attachments of any age here
     daemon.start()
     world = World(daemon, {"real0": netns(), "real1": netns()}, files, bridges)
     started = time.monotonic()
@@ -1069,7 +1067,7 @@ def test_hostile_requests_leave_the_daemon_serving_and_nothing_behind(
     veths = {i["name"] for (r,) in daemon.db("SELECT result FROM attachments WHERE result"
                                               " IS NOT NULL")
              for i in (json.loads(r).get("interfaces") or []) if not i.get("sandbox")}
-    new_links = (set(host_links(f"nct{daemon.tag}")) | (veths & set(host_links()))) \
+    new_links = (set(host_links(daemon.prefix)) | (veths & set(host_links()))) \
         - set(bridges)
     if new_links:
         problems.append(f"host links left: {sorted(new_links)}")
