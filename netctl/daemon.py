@@ -33,6 +33,7 @@ from netctl.errors import INVALID_CONFIG, CNIError
 from netctl.ipam.store import IndexStore
 from netctl.journal.store import open_journal
 from netctl.reconcile.leaks import Reconciler
+from netctl.reconcile.pending import finish_pending, pending_dir
 from netctl.reconcile.replay import replay
 from netctl.server import Handlers, Server, ServerConfig
 
@@ -62,7 +63,7 @@ class DaemonConfig:
     max_request_bytes: int = 1 << 20
     allowed_uids: tuple[int, ...] = (0,)
     ipam_takeover: tuple[str, ...] = ()  # IPAM types served by netctl-ipam, e.g. whereabouts
-    reconcile_interval: float = 60.0  # seconds between periodic reconciles; 0: never
+    reconcile_interval: float = 60.0  # seconds between reconcile rounds; 0: the first only
     reconcile_grace: float = 30.0  # allocations younger than this are never released
 
     @property
@@ -142,14 +143,20 @@ async def run(cfg: DaemonConfig, *,
                         ArgsSelector(), admission,
                         Limits(cfg.compensate_timeout, gc_grace=cfg.reconcile_grace))
         plain = IpamPlugin(journal, ipam, admission, ipam_types, gc_grace=cfg.reconcile_grace)
-        reconciler = Reconciler(engine, ipam, cfg.reconcile_grace)
+        recorded = pending_dir(cfg.socket)
+        reconciler = Reconciler(engine, ipam, cfg.reconcile_grace, pending=recorded)
         report = await replay(engine)
         log.info("start-up replay: %d unfinished operations, %d attachments of %d containers "
                  "undone, %d failures", report.operations, report.attachments,
                  report.containers, len(report.failed))
-        for failure in report.failed:
+        dels = await finish_pending(engine, recorded)
+        log.info("start-up replay: %d DELs recorded by the plugin while the daemon was down "
+                 "finished, %d for containers with nothing live dropped, %d corrupt records "
+                 "removed, %d failed (kept for the next round)", dels.finished, dels.dropped,
+                 dels.corrupt, len(dels.failed))
+        for failure in report.failed + dels.failed:
             log.warning("replay: %s", failure)
-        started = dataclasses.asdict(report)
+        started = dataclasses.asdict(report) | {"recorded_dels": dataclasses.asdict(dels)}
 
         async def status() -> dict[str, Any]:
             return {
@@ -172,10 +179,9 @@ async def run(cfg: DaemonConfig, *,
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(server.serve)
-                periodic = trio.CancelScope()
-                if cfg.reconcile_interval > 0:
-                    nursery.start_soon(_in_scope, periodic, partial(
-                        reconciler.every, cfg.reconcile_interval))
+                periodic = trio.CancelScope()  # the first round now, then periodic ones
+                nursery.start_soon(_in_scope, periodic, partial(
+                    reconciler.every, cfg.reconcile_interval))
                 log.info("netctl daemon %d listening on %s (journal %s)", os.getpid(),
                          cfg.socket, journal.path)
                 task_status.started(server)

@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -465,6 +466,18 @@ class Daemon:
         return exec_plugin(self.plugin, command, conf, container=container, netns=netns,
                            ifname=ifname, args=cni_args(pod, networks, *args),
                            cni_path=CLIENT_CNI_PATH, env=env, timeout=timeout)
+
+    def live_attachments_of(self, containers: Iterable[str]) -> int:
+        """How many attachments of ``containers`` the journal has not removed (a read-only
+        look at the database, cheap enough to wait on)."""
+        wanted = list(containers)
+        conn = sqlite3.connect(f"file:{self.journal_path}?mode=ro", uri=True, timeout=10)
+        try:
+            return int(conn.execute(
+                "SELECT COUNT(*) FROM attachments WHERE state != 'removed' AND container_id IN "
+                f"({','.join('?' * len(wanted))})", wanted).fetchone()[0]) if wanted else 0
+        finally:
+            conn.close()
 
     def journal(self, *args: str) -> dict[str, Any]:
         """``netctl journal --state-dir … ARGS… --json``."""

@@ -10,8 +10,11 @@ network config — in its ``ipam`` section when run as ``netctl-ipam`` — defau
 - VERSION is answered here, without the daemon; so is a stdin that is not a
   JSON object (code 6): it cannot say which socket to use.
 - Daemon unreachable: ADD and CHECK fail at once with code 11 (try again
-  later); STATUS with code 50; DEL exits 0 with a warning on stderr, because
-  the daemon's journal holds all it needs to finish that DEL later.
+  later); STATUS with code 50; DEL writes its request to a durable record in
+  ``pending-del/`` beside the socket (written to a temporary name, fsynced,
+  renamed, so a record is whole or absent) and exits 0 with a warning: the
+  daemon finishes recorded DELs in its start-up replay, before it serves. A DEL
+  that cannot even be recorded exits 1 (code 11), so the runtime retries it.
 
 Start-up is on every pod's critical path, so it imports only modules built into
 the interpreter (``_json``, ``_socket``): the ``json``, ``socket`` and ``struct``
@@ -26,6 +29,7 @@ import sys
 
 DEFAULT_SOCKET = "/run/netctl/netctl.sock"
 SUPPORTED = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+PENDING_DIR = "pending-del"  # beside the socket: DELs recorded while the daemon was down
 CONNECT_TIMEOUT = 2.0
 REPLY_TIMEOUT = float(os.environ.get("NETCTL_REPLY_TIMEOUT", "300"))
 
@@ -93,6 +97,41 @@ def _recv_exact(sock: _socket.socket, n: int) -> bytes:
     return buf
 
 
+def record_del(socket_path: str, body: bytes) -> str:
+    """Leave the DEL's request where the daemon's start-up replay finds it; the record's
+    path. Only on the path where the daemon is down, so its imports cost nothing else."""
+    import time
+
+    directory = os.path.join(os.path.dirname(socket_path) or ".", PENDING_DIR)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    name = f"{time.time_ns():020d}-{os.getpid()}"
+    tmp, final = os.path.join(directory, f".{name}.tmp"), os.path.join(directory, name + ".del")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, body)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, final)
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)  # the rename itself survives a crash
+    finally:
+        os.close(dfd)
+    return final
+
+
+def _del_unanswered(version: str, path: str, body: bytes, why: str) -> int:
+    try:
+        where = record_del(path, body)
+    except OSError as exc:
+        return _error(version, 11, f"{why}, and the DEL could not be recorded for it "
+                      f"({exc.strerror or exc}); try again later")
+    sys.stderr.write(f"warning: {why}; the DEL is recorded in {where} and finished by the "
+                     "daemon's start-up replay\n")
+    return 0
+
+
 def main() -> int:
     env = os.environ
     command = env.get("CNI_COMMAND", "")
@@ -141,9 +180,7 @@ def main() -> int:
         sock.close()
         why = f"netctl daemon not reachable at {path} ({exc.strerror or exc})"
         if command == "DEL":
-            sys.stderr.write(f"warning: {why}; the DEL is left to the daemon's journal and "
-                             "reconciler\n")
-            return 0
+            return _del_unanswered(version, path, body, why)
         if command == "STATUS":
             return _error(version, 50, why)
         return _error(version, 11, why + "; try again later")
@@ -160,8 +197,7 @@ def main() -> int:
     except (OSError, ValueError) as exc:
         why = f"netctl daemon at {path} gave no answer ({exc})"
         if command == "DEL":
-            sys.stderr.write(f"warning: {why}; the DEL is left to the daemon's journal\n")
-            return 0
+            return _del_unanswered(version, path, body, why)
         return _error(version, 11, why + "; try again later")
     finally:
         sock.close()

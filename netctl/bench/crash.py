@@ -6,8 +6,9 @@ kill.
 
 One temporary state dir and one daemon config for the whole run: a bridge network with
 netctl-ipam (the cluster network, ``eth0``) and a bridge network with host-local
-(selected in ``NETCTL_NETWORKS``, ``net1``); ``reconcile-interval`` 0 (the bench runs
-the reconcile itself) and ``reconcile-grace`` 0. Each iteration:
+(selected in ``NETCTL_NETWORKS``, ``net1``); ``reconcile-interval`` 0 (no periodic round:
+only the one a start runs right after its replay) and ``reconcile-grace`` 0. Each
+iteration:
 
 1. start the daemon; ADD two resident pods, which stay attached through the churn;
 2. churn: P pods, at most C at a time, each ``ip netns add``, ADD and DEL through the
@@ -19,11 +20,14 @@ the reconcile itself) and ``reconcile-grace`` 0. Each iteration:
    finish however they can (any answer is accepted); no pod starts or goes on after that:
    the runtime keeps what it has;
 4. delete the netns of one or two pods the runtime has attached, without a DEL (vanished
-   sandboxes);
+   sandboxes); DEL another through the plugin, which records it (the daemon is down);
 5. restart the daemon; the time from its exec to its socket accepting is the recovery
    time (it includes killing the delegates the dead daemon left running, and the start-up
-   replay); ``netctl status --json`` gives the replay's figures;
-6. ``netctl reconcile --json``;
+   replay, which finishes the recorded DEL: its attachments must be gone by then);
+   ``netctl status --json`` gives the replay's figures; then the time from the exec until
+   the daemon's own first reconcile round has removed the vanished sandboxes'
+   attachments;
+6. ``netctl reconcile --json`` (what is left for it to do, and no errors);
 7. DEL every pod the runtime still knows through the plugin (as kubelet retries); each must
    exit 0; then delete its netns;
 8. look for leftovers (:func:`netctl.harness.leftovers`: operations still running,
@@ -47,6 +51,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,10 +72,10 @@ from netctl.bench.common import (
     summary_ms,
 )
 from netctl.bench.render import num, table, verdict
-from netctl.harness import LEFTOVERS, CNIResult, Daemon
+from netctl.harness import LEFTOVERS, CNIResult, Daemon, HarnessError, wait_for
 
 PODS = 30  # churned per iteration
-RESIDENTS = 2  # pods attached before the churn and kept through it
+RESIDENTS = 3  # pods attached before the churn and kept through it (one DELed while down)
 CONCURRENCY = 6
 KILL_PAUSE_S = 0.25  # the most the kill waits once its pod count is reached
 SETTINGS = {"reconcile-interval": 0, "reconcile-grace": 0, "plugin-timeout": 30,
@@ -102,24 +107,43 @@ class Recovery:
     replay: dict[str, Any]  # the start-up replay's report (``netctl status``)
     reconcile: dict[str, Any]  # what the reconcile did, counted, and its errors
     problems: list[str]
+    released_s: float | None = None  # exec → every vanished sandbox's attachments removed
 
 
-def recover(daemon: Daemon, in_flight: int) -> Recovery:
-    """Restart the daemon after :func:`kill` (``in_flight`` operations were running), then
-    ``netctl reconcile``: the replay must close each of those operations without a
-    failure, the reconcile report no error."""
+def recover(daemon: Daemon, in_flight: int, vanished: Sequence[str] = (),
+            recorded: Sequence[str] = ()) -> Recovery:
+    """Restart the daemon after :func:`kill` (``in_flight`` operations were running): the
+    DELs the plugin ``recorded`` meanwhile must be finished by the start-up replay, before
+    the socket accepts; wait for its first reconcile round (it runs right after the
+    replay) to remove the attachments of the ``vanished`` sandboxes, timing it from the
+    exec; then ``netctl reconcile``: the replay must close each of those operations
+    without a failure, the reconcile report no error."""
+    exec_at = time.monotonic()
     seconds = daemon.start()
+    left = daemon.live_attachments_of(recorded)
     replay = daemon.status().get("replay", {})
     problems = [f"start-up replay: {failure}" for failure in replay.get("failed", [])]
+    finished = replay.get("recorded_dels", {}).get("finished")
+    if left or (finished or 0) < len(recorded):  # DELs cut by the kill are recorded too
+        problems.append(f"{len(recorded)} DELs recorded while the daemon was down: the "
+                        f"start-up replay finished {finished}, {left} attachments left "
+                        "when the socket accepted")
     if replay.get("operations") != in_flight:
         problems.append(f"start-up replay closed {replay.get('operations')} operations; the "
                         f"journal had {in_flight} running at the kill")
+    released: float | None = None
+    try:
+        wait_for(lambda: daemon.live_attachments_of(vanished) == 0, 60,
+                 "the vanished sandboxes released by the first reconcile round")
+        released = time.monotonic() - exec_at
+    except HarnessError as exc:
+        problems.append(str(exc))
     report = daemon.reconcile()
     plan = report.get("plan", {})
     done = {key: len(plan.get(key, [])) for key in ("attachments", "allocations", "links")}
     errors = list(report.get("errors", []))
     problems += [f"reconcile: {err}" for err in errors]
-    return Recovery(seconds, replay, {**done, "errors": errors}, problems)
+    return Recovery(seconds, replay, {**done, "errors": errors}, problems, released)
 
 
 # -- the scenario ----------------------------------------------------------------------------
@@ -150,7 +174,9 @@ class Iteration:
     in_flight: dict[str, int] = field(default_factory=dict)  # running operations by verb
     orphans: int = 0  # delegates of the dead daemon still running just after the kill
     vanished: list[str] = field(default_factory=list)
+    recorded_dels: list[str] = field(default_factory=list)  # DELed while the daemon was down
     recovery_s: float = 0.0
+    released_s: float | None = None  # restart → the vanished sandboxes released
     replay: dict[str, Any] = field(default_factory=dict)
     reconcile: dict[str, Any] = field(default_factory=dict)
     runtime_dels: int = 0
@@ -253,6 +279,24 @@ class CrashBench(Bench):
         self.peak_rss_kib = max(self.peak_rss_kib, killed.peak_rss_kib)
         it.killed, it.orphans, it.in_flight = True, len(killed.orphans), killed.in_flight
 
+    def del_while_down(self, it: Iteration) -> None:
+        """The runtime DELs one attached pod while the daemon is down: the plugin records
+        the DEL and exits 0, and the runtime forgets the pod (its netns goes)."""
+        with self.lock:
+            attached = [p for p in self.known.values() if p.attached]
+        if not attached:
+            return
+        pod = self.rnd.choice(attached)
+        res = self.daemon.cni("DEL", pod.container, pod.path, self.netctl_conf(),
+                              pod=f"{POD_NAMESPACE}/crash-{it.number}-{pod.index}",
+                              networks=self.nets[1].name, args=("IgnoreUnknown=1",))
+        if res.rc != 0 or "recorded" not in res.stderr:
+            it.side.fail(f"{pod.container}: a DEL while the daemon is down was not recorded: "
+                         f"{res.describe()}")
+            return
+        self.forget(pod)
+        it.recorded_dels.append(pod.container)
+
     def vanish(self, it: Iteration) -> None:
         """Delete the netns of one or two attached pods without a DEL; the runtime forgets them."""
         with self.lock:
@@ -265,8 +309,9 @@ class CrashBench(Bench):
 
     def recover(self, it: Iteration) -> None:
         """Restart, replay and reconcile; then the runtime DELs every pod it still knows."""
-        rec = recover(self.daemon, sum(it.in_flight.values()))
+        rec = recover(self.daemon, sum(it.in_flight.values()), it.vanished, it.recorded_dels)
         it.recovery_s, it.replay, it.reconcile = rec.seconds, rec.replay, rec.reconcile
+        it.released_s = rec.released_s
         for problem in rec.problems:
             it.side.fail(problem)
         self.halt.clear()
@@ -308,6 +353,7 @@ class CrashBench(Bench):
         if not it.killed:
             raise RuntimeError(f"iteration {number}: the daemon was not killed")
         self.vanish(it)
+        self.del_while_down(it)
         self.recover(it)
         it.leftovers = harness.leftovers(self.daemon, bridges=[n.bridge for n in self.nets],
                                          netns_prefix=self.prefix,
@@ -360,6 +406,7 @@ class CrashBench(Bench):
                 "operations_running_per_kill": in_flight,
                 "execs_cut_by_kill": dict(interrupted),
                 "vanished_sandboxes": sum(len(it.vanished) for it in done),
+                "dels_while_down": sum(len(it.recorded_dels) for it in done),
                 "orphaned_delegates": sum(it.orphans for it in done),
             },
             "replay": {k: sum(int(it.replay.get(k, 0)) for it in done)
@@ -369,6 +416,8 @@ class CrashBench(Bench):
                           for k in ("attachments", "allocations", "links")}
             | {"errors": [e for it in done for e in it.reconcile.get("errors", [])]},
             "recovery_ms": summary_ms([it.recovery_s for it in done]),
+            "vanished_released_ms": summary_ms([it.released_s for it in done
+                                                if it.vanished and it.released_s is not None]),
             "runtime_dels_after_restart": sum(it.runtime_dels for it in done),
             "execs": dict(sum((it.execs for it in done), Counter())),
             "failures": sum(len(it.side.failures) for it in done),
@@ -381,6 +430,8 @@ class CrashBench(Bench):
                 "execs_cut_by_kill": dict(it.interrupted), "orphaned_delegates": it.orphans,
                 "vanished": it.vanished,
                 "recovery_ms": round(it.recovery_s * 1000, 1), "replay": it.replay,
+                "vanished_released_ms": None if it.released_s is None
+                else round(it.released_s * 1000, 1),
                 "reconcile": it.reconcile, "runtime_dels_after_restart": it.runtime_dels,
                 "leftovers": {k: len(v) for k, v in it.leftovers.items()},
                 "failures": it.side.failures[:20], "exit_code": it.exit_code,
@@ -400,6 +451,7 @@ class CrashBench(Bench):
 def render_crash(report: dict[str, Any]) -> list[RenderableType]:
     p, f = report["params"], report["faults"]
     rp, rc, rec = report["replay"], report["reconcile"], report["recovery_ms"]
+    rel = report["vanished_released_ms"]
 
     def listed(counts: dict[str, int]) -> str:
         return ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) or "none"
@@ -422,7 +474,9 @@ def render_crash(report: dict[str, Any]) -> list[RenderableType]:
              listed(f["execs_cut_by_kill"])),
             ("delegates of the dead daemon running just after the kill",
              str(f["orphaned_delegates"])),
-            ("vanished sandboxes (netns deleted, no DEL)", str(f["vanished_sandboxes"]))]),
+            ("vanished sandboxes (netns deleted, no DEL)", str(f["vanished_sandboxes"])),
+            ("DELs while the daemon was down (recorded by the plugin, finished by the "
+             "replay before the socket accepts)", str(f["dels_while_down"]))]),
         "", table(("recovery", ""), [
             ("restart → socket accepting (orphan kill, replay), ms",
              f"p50 {rec['p50']:.0f}, p95 {rec['p95']:.0f}, max {rec['max']:.0f}"),
@@ -430,7 +484,10 @@ def render_crash(report: dict[str, Any]) -> list[RenderableType]:
             ("  half-done attachments undone (containers)",
              f"{rp['attachments']} ({rp['containers']})"),
             ("  failures", str(len(rp["failed"]))),
-            ("reconcile: attachments DELeted", str(rc["attachments"])),
+            ("restart → vanished sandboxes released (first round), ms",
+             f"p50 {rel['p50']:.0f}, p95 {rel['p95']:.0f}, max {rel['max']:.0f}"
+             if rel["n"] else "none vanished"),
+            ("netctl reconcile after that: attachments DELeted", str(rc["attachments"])),
             ("  allocations released, host links deleted",
              f"{rc['allocations']}, {rc['links']}"),
             ("  errors", str(len(rc["errors"]))),

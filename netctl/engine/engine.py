@@ -233,14 +233,25 @@ class Engine:
 
     # -- DEL --------------------------------------------------------------------------------
 
-    async def delete(self, inv: Invocation) -> Reply:
+    async def targets_of_del(self, inv: Invocation, before: float | None = None
+                             ) -> list[Attachment]:
+        """The live attachments a runtime's DEL removes: the container's on its interface
+        and network (any network when the DEL's config has no name), and with ``before``
+        only those that existed then (a DEL recorded while the daemon was down never
+        removes what a later ADD made)."""
         name = inv.conf_name or None
-        mine = [a for a in await self.journal.live_attachments(inv.container_id)
-                if a.caller_ifname == inv.ifname and (name is None or a.caller_network == name)]
+        return [a for a in await self.journal.live_attachments(inv.container_id)
+                if a.caller_ifname == inv.ifname and (name is None or a.caller_network == name)
+                and (before is None or a.created_at <= before)]
+
+    async def delete(self, inv: Invocation, origin: str = "runtime",
+                     before: float | None = None) -> Reply:
+        mine = await self.targets_of_del(inv, before)
         try:
             await self.delete_attachments(inv.container_id, mine, OpStart(
                 verb="DEL", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
-                caller_network=name or "", pod=inv.pod, request=inv.stdin), "DEL")
+                caller_network=inv.conf_name, pod=inv.pod, request=inv.stdin, origin=origin),
+                "DEL")
         except DelIncomplete as exc:
             if not all(a.del_failures >= MAX_DEL_FAILURES or a.id in exc.permanent
                        for a in exc.kept):

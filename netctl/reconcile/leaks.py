@@ -1,8 +1,10 @@
 """The reconciler's acting shell: gather facts, plan (pure), carry the plan out, journal it.
 
 Runs on demand (``netctl reconcile``), right after the start-up replay, and every
-``reconcile-interval`` seconds in the daemon. A run that finds work is an
-operation of its own (verb RECONCILE, origin reconcile): begun with the plan as
+``reconcile-interval`` seconds in the daemon. A round first finishes the DELs the
+plugin recorded while the daemon was down (:mod:`netctl.reconcile.pending`).
+A run that finds work is an operation of its own (verb RECONCILE, origin
+reconcile): begun with the plan as
 its request, then finished with its outcome and errors. Each attachment is
 DELeted through its own chain from the journal, serialized with the runtime's
 requests for that container; allocations are released through the IPAM store
@@ -29,6 +31,7 @@ from netctl.errors import CNIError
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import OpEnd, OpStart
 from netctl.reconcile.facts import gather
+from netctl.reconcile.pending import finish_pending
 from netctl.reconcile.plan import AllocationFact, Plan, plan
 
 log = logging.getLogger("netctl.reconcile")
@@ -50,9 +53,15 @@ class Reconciler:
     engine: Engine
     ipam: IndexStore
     grace: float = 30.0
+    pending: str | None = None  # the plugin's recorded DELs (netctl.reconcile.pending)
 
     async def run(self, *, dry_run: bool) -> dict[str, Any]:
         engine = self.engine
+        if self.pending and not dry_run:
+            recorded = await finish_pending(engine, self.pending)
+            if recorded.finished or recorded.failed:
+                log.info("reconcile: %d recorded DELs finished, %d failed: %s",
+                         recorded.finished, len(recorded.failed), "; ".join(recorded.failed))
         facts = await trio.to_thread.run_sync(partial(
             gather, engine.journal.path, engine.admission.busy()))
         todo = plan(facts, self.grace)
@@ -110,10 +119,15 @@ class Reconciler:
         return errors
 
     async def every(self, interval: float) -> None:
-        """The daemon's periodic reconcile; a failing round is logged and retried later."""
+        """The daemon's reconcile rounds: the first at once (the daemon starts this right
+        after its start-up replay, so what vanished while it was down is released within
+        seconds), then every ``interval`` seconds (0: the first only). A failing round is
+        logged and retried later."""
         while True:
-            await trio.sleep(interval)
             try:
                 await self.run(dry_run=False)
             except (CNIError, OSError) as exc:
-                log.warning("periodic reconcile failed: %s", exc)
+                log.warning("reconcile round failed: %s", exc)
+            if interval <= 0:
+                return
+            await trio.sleep(interval)

@@ -136,8 +136,10 @@ def test_sigkill_mid_churn_leaves_nothing(crash_bench: crash.CrashBench) -> None
     assert it.side.failures == []
     assert it.replay["operations"] == sum(it.in_flight.values()) and it.replay["failed"] == []
     assert it.reconcile["errors"] == []
-    # every vanished sandbox was attached on both networks: the reconcile DELs both
-    assert it.reconcile["attachments"] >= 2 * len(it.vanished)
+    # every vanished sandbox is released by the daemon's own first round after the replay;
+    # the DEL made while the daemon was down was recorded and finished by the replay
+    assert it.released_s is not None
+    assert it.recorded_dels and it.replay["recorded_dels"]["finished"] >= 1
     assert it.leftovers == {key: [] for key in harness.LEFTOVERS}
     assert it.exit_code == 0
 

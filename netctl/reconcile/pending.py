@@ -1,0 +1,132 @@
+"""DELs the plugin recorded while the daemon was down, finished by the daemon.
+
+When the plugin cannot reach the daemon, a DEL still exits 0 (a runtime must not
+retry a DEL for ever), so the plugin first leaves its request — the very frame it
+would have sent — in ``pending-del/`` beside the socket: written to a hidden
+temporary name, fsynced, renamed to ``<time_ns>-<pid>.del``. The daemon finishes
+these in its start-up replay, before the socket accepts requests, and again at
+every reconcile round (for a record that landed while the daemon was starting).
+
+Each record is a runtime DEL as it would have arrived, with one limit: it removes
+only attachments created before it was written, so a record can never undo an ADD
+that came after it. A record for a container the journal has nothing live of is
+dropped unjournaled; one that does not decode (corrupt, not a DEL) is logged and
+removed; one whose DEL fails stays for the next round, and the engine's DEL rules
+(a stuck attachment is left to the reconciler after three failures) end it.
+A temporary file older than a minute is a plugin that died writing it — that DEL
+never exited 0, so the runtime retries it — and is removed.
+
+On a tmpfs ``/run`` the records do not outlive a node reboot, and need not: a reboot
+takes every pod's netns with it, and the first reconcile releases those.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from functools import partial
+
+import msgspec
+import trio
+
+from netctl.cni.request import Request, decode
+from netctl.engine.engine import Engine
+from netctl.errors import CNIError
+
+log = logging.getLogger("netctl.reconcile")
+
+PENDING_DIR = "pending-del"  # the plugin's name for it (plugin/netctl_cni.py)
+STALE_TMP = 60.0  # a temporary record this old is a plugin that died writing it
+
+
+def pending_dir(socket_path: str) -> str:
+    return os.path.join(os.path.dirname(socket_path) or ".", PENDING_DIR)
+
+
+@dataclass
+class PendingReport:
+    finished: int = 0  # recorded DELs carried out
+    dropped: int = 0  # for containers with nothing live (or only newer attachments)
+    corrupt: int = 0  # undecodable or not a DEL: logged and removed
+    failed: list[str] = field(default_factory=list)  # kept for the next round
+
+
+@dataclass(frozen=True)
+class Record:
+    path: str
+    written_at: float  # seconds since the epoch, from the record's name
+    request: Request | None  # None: corrupt
+    problem: str = ""
+
+
+def read_records(directory: str, now: float | None = None) -> list[Record]:
+    """Every whole record in ``directory``, oldest first; stale temporary files removed."""
+    now = time.time() if now is None else now
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+    records = []
+    for name in names:
+        path = os.path.join(directory, name)
+        if name.startswith("."):
+            try:
+                if now - os.lstat(path).st_mtime > STALE_TMP:
+                    os.unlink(path)
+            except OSError:
+                pass
+            continue
+        records.append(_read(path, name))
+    return records
+
+
+def _read(path: str, name: str) -> Record:
+    stem = name.removesuffix(".del").split("-", 1)[0]
+    written = int(stem) / 1e9 if stem.isdigit() else 0.0
+    try:
+        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as fh:
+            data = fh.read(1 << 21)
+        req = msgspec.json.decode(data, type=Request)
+    except (OSError, msgspec.MsgspecError) as exc:
+        return Record(path, written, None, f"unreadable: {exc}")
+    if not name.endswith(".del") or not written:
+        return Record(path, written, None, "not named <time_ns>-<pid>.del")
+    if req.command != "DEL":
+        return Record(path, written, None, f"command {req.command[:20]!r}, not DEL")
+    return Record(path, written, req)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+async def finish_pending(engine: Engine, directory: str) -> PendingReport:
+    """Carry out every recorded DEL in ``directory`` (see the module's docstring)."""
+    report = PendingReport()
+    for rec in await trio.to_thread.run_sync(read_records, directory):
+        if rec.request is None:
+            log.warning("pending DEL record %s ignored and removed: %s", rec.path, rec.problem)
+            report.corrupt += 1
+            await trio.to_thread.run_sync(_remove, rec.path)
+            continue
+        try:
+            inv = decode(rec.request)
+            targets = await engine.targets_of_del(inv, before=rec.written_at)
+            if targets:
+                reply = await engine.admission.serialized(inv.container_id, "DEL", partial(
+                    engine.delete, inv, "plugin-record", rec.written_at))
+                if reply.warning:
+                    log.warning("recorded DEL of %s: %s", inv.container_id, reply.warning)
+                report.finished += 1
+            else:
+                report.dropped += 1
+        except CNIError as exc:
+            report.failed.append(f"{os.path.basename(rec.path)}: {exc.msg}")
+            continue
+        await trio.to_thread.run_sync(_remove, rec.path)
+    return report
