@@ -71,6 +71,16 @@ def served_ipam(plugin: dict[str, Any], types: frozenset[str]) -> dict[str, Any]
     return None
 
 
+def served_config(plugin: dict[str, Any], types: frozenset[str]
+                  ) -> tuple[ranges_mod.IPAMConfig, list[ranges_mod.Range]] | None:
+    """The plugin's served ``ipam`` section parsed (code 7 when it is bad), with the
+    gateway defaulted when the plugin takes one (a bridge with ``isGateway``); else None."""
+    ipam = served_ipam(plugin, types)
+    if ipam is None:
+        return None
+    return ranges_mod.parse_config(ipam, default_gateway=ranges_mod.takes_gateway(plugin))
+
+
 @dataclass
 class Chains:
     """Runs chains with the journal, the delegates and the node's IPAM store."""
@@ -84,11 +94,11 @@ class Chains:
                       ) -> tuple[bytes, list[Allocation], Any]:
         """The step's stdin, and for a served IPAM the addresses it gets (new ones to
         record with the step, and the planner's decision)."""
-        ipam = served_ipam(att.chain.plugins[index], self.delegates.ipam_types)
-        if ipam is None:
+        served = served_config(att.chain.plugins[index], self.delegates.ipam_types)
+        if served is None:
             return plugin_config(att.chain, index, prev, att.capability_args,
                                  att.cni_args), [], None
-        cfg, ranges = ranges_mod.parse_config(ipam)
+        cfg, ranges = served
         if verb == "ADD":
             owner = Owner(att.container_id, att.ifname, netns, att.pod, att.id)
             wanted = requested_ips(att.capability_args.get("ips"), att.network)
