@@ -188,10 +188,12 @@ wait_daemon_ready() {
 
 # --- the pods -----------------------------------------------------------------
 
+# The runtime's conf, at cniVersion 1.0.0 as deploy/netctl.conflist (older runtimes refuse
+# 1.1.0 results; the demo needs neither GC nor STATUS).
 netctl_conf() {
     cat <<EOF
 {
-  "cniVersion": "1.1.0",
+  "cniVersion": "1.0.0",
   "name": "netctl",
   "type": "netctl-cni",
   "socket": "$TMP/run/netctl.sock",
