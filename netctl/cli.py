@@ -17,6 +17,8 @@ from netctl.errors import CNIError
 
 DEFAULT_STATE_DIR = "/var/lib/netctl"
 DEFAULT_SOCKET = "/run/netctl/netctl.sock"
+DEFAULT_CNI_CONF_DIR = "/etc/cni/net.d"
+DEFAULT_NETWORKS_DIR = "/etc/netctl/networks.d"
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
@@ -214,17 +216,48 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
     return 1 if report["errors"] else 0
 
 
+def _doctor(conf_dir: str, networks_dir: str) -> list[Any]:
+    from netctl.engine.doctor import diagnose, read_conf_dir
+    from netctl.engine.networks import NetworkDir
+
+    return diagnose(read_conf_dir(conf_dir), NetworkDir(networks_dir), conf_dir)
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    """Check the runtime's CNI config dir against the networks; non-zero on warnings."""
+    findings = _doctor(args.cni_conf_dir, args.networks_dir)
+    warnings = [f for f in findings if f.level == "warning"]
+    if args.json:
+        print(json.dumps({"cni_conf_dir": args.cni_conf_dir,
+                          "networks_dir": args.networks_dir,
+                          "findings": [f.to_json() for f in findings]}, indent=2))
+    else:
+        for f in findings:
+            print(f"{f.level}: {f.message}")
+        print(f"{len(warnings)} warning{'s' * (len(warnings) != 1)} in {args.cni_conf_dir}"
+              f" (networks from {args.networks_dir})")
+    return 1 if warnings else 0
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     try:
         health = admin_request(args.socket)
     except OSError as exc:
         print(f"netctl daemon not reachable at {args.socket}: {exc}", file=sys.stderr)
         return 1
+    # the doctor's warnings, when the runtime's conf dir is here (they do not fail status)
+    warnings: list[str] = []
+    if os.path.isdir(args.cni_conf_dir):
+        networks_dir = str(health.get("networks_dir") or args.networks_dir)
+        warnings = [f.message for f in _doctor(args.cni_conf_dir, networks_dir)
+                    if f.level == "warning"]
     if args.json:
-        print(json.dumps(health, indent=2))
+        print(json.dumps({**health, "warnings": warnings}, indent=2))
     else:
         for key, value in health.items():
             print(f"{key:16} {value}")
+        for message in warnings:
+            print(f"{'warning':16} {message} (netctl doctor)")
     return 0
 
 
@@ -272,10 +305,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_journal)
 
-    p = sub.add_parser("status", help="health of the daemon, over its socket")
+    conf_dirs = argparse.ArgumentParser(add_help=False)
+    conf_dirs.add_argument("--cni-conf-dir", default=DEFAULT_CNI_CONF_DIR, metavar="DIR",
+                           help="the runtime's CNI config dir")
+    conf_dirs.add_argument("--networks-dir", default=DEFAULT_NETWORKS_DIR, metavar="DIR",
+                           help="the daemon's networks dir")
+
+    p = sub.add_parser("status", parents=[conf_dirs], help="health of the daemon, over its "
+                       "socket, and the doctor's warnings")
     p.add_argument("--socket", default=DEFAULT_SOCKET)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_status)
+
+    p = sub.add_parser("doctor", parents=[conf_dirs], help="check the runtime's CNI config "
+                       "dir: capabilities the netctl-cni entry must declare, cniVersion")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_doctor)
 
     p = sub.add_parser("reconcile", help="find and clean what nothing owns any more")
     p.add_argument("--socket", default=DEFAULT_SOCKET)
