@@ -84,8 +84,14 @@ def rows(tmp_path: Path) -> Iterator[Rows]:
         r.conn.close()
 
 
-def reader(tmp_path: Path) -> sqlite3.Connection:
-    return query.connect(tmp_path)
+@pytest.fixture
+def read(tmp_path: Path, rows: Rows) -> Iterator[sqlite3.Connection]:
+    """The CLI's read-only connection; use it after writing the rows."""
+    conn = query.connect(tmp_path)
+    try:
+        yield conn
+    finally:
+        conn.close()
 
 
 def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str
@@ -97,10 +103,10 @@ def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str
 
 # --- --container ------------------------------------------------------------------------------
 
-def test_container_prefix(rows: Rows, tmp_path: Path) -> None:
+def test_container_prefix(rows: Rows, read: sqlite3.Connection) -> None:
     for cid in (PODMAN, OTHER, SIBLING):
         rows.attach(cid)
-    conn = reader(tmp_path)
+    conn = read
     assert query.resolve_container(conn, PODMAN) == PODMAN
     assert query.resolve_container(conn, PODMAN[:12]) == PODMAN
     assert query.resolve_container(conn, OTHER[:13]) == OTHER
@@ -111,19 +117,19 @@ def test_container_prefix(rows: Rows, tmp_path: Path) -> None:
     assert f"{OTHER}, {SIBLING}" in str(info.value) and "3f2a9c1be04e" in str(info.value)
 
 
-def test_container_that_prefixes_another_means_itself(rows: Rows, tmp_path: Path) -> None:
+def test_container_that_prefixes_another_means_itself(rows: Rows, read: sqlite3.Connection) -> None:
     rows.attach("abc")
     rows.attach("abcdef")
-    conn = reader(tmp_path)
+    conn = read
     assert query.resolve_container(conn, "abc") == "abc"
     assert query.resolve_container(conn, "abcd") == "abcdef"
 
 
-def test_ambiguous_prefix_names_a_few_candidates(rows: Rows, tmp_path: Path) -> None:
+def test_ambiguous_prefix_names_a_few_candidates(rows: Rows, read: sqlite3.Connection) -> None:
     for i in range(15):
         rows.attach(f"cafe{i:02d}")
     with pytest.raises(query.AmbiguousContainer) as info:
-        query.resolve_container(reader(tmp_path), "cafe", limit=10)
+        query.resolve_container(read, "cafe", limit=10)
     assert info.value.candidates == [f"cafe{i:02d}" for i in range(10)] + ["…"]
 
 
@@ -144,12 +150,12 @@ def test_journal_cli_container_prefix(rows: Rows, tmp_path: Path,
 
 # --- --pod --------------------------------------------------------------------------------------
 
-def test_pod_without_namespace_matches_any(rows: Rows, tmp_path: Path) -> None:
+def test_pod_without_namespace_matches_any(rows: Rows, read: sqlite3.Connection) -> None:
     rows.pool("10.9.0.0/24", "10.9.0.0/24")
     rows.attach("c1", pod="shop/web", pool="10.9.0.0/24", address="10.9.0.2")
     rows.attach("c2", pod="web", pool="10.9.0.0/24", address="10.9.0.3")  # podman: no ns
     rows.attach("c3", pod="shop/db", pool="10.9.0.0/24", address="10.9.0.4")
-    conn = reader(tmp_path)
+    conn = read
 
     def atts(pod: str) -> list[tuple[str, str]]:
         return [(a["container"], a["pod"]) for a in query.attachments(conn, pod=pod)]
@@ -174,7 +180,7 @@ def test_journal_cli_pod_name(rows: Rows, tmp_path: Path,
 
 # --- ipam show NETWORK ------------------------------------------------------------------------
 
-def test_network_pools(rows: Rows, tmp_path: Path) -> None:
+def test_network_pools(rows: Rows, read: sqlite3.Connection) -> None:
     rows.pool("red/10.1.0.0/24", "10.1.0.0/24", network_name="red")
     rows.pool("red/fd00:1::/64", "fd00:1::/64", network_name="red", family=6)
     rows.pool("10.2.0.0/24", "10.2.0.0/24")
@@ -182,7 +188,7 @@ def test_network_pools(rows: Rows, tmp_path: Path) -> None:
     rows.attach("c1", network="team/blue", chain="blue-chain", pool="10.2.0.0/24",
                 address="10.2.0.2")
     rows.plain("c2", "plainnet", "10.3.0.0/24", "10.3.0.2")
-    conn = reader(tmp_path)
+    conn = read
     assert query.network_pools(conn, "red") == ["red/10.1.0.0/24", "red/fd00:1::/64"]
     for name in ("team/blue", "blue", "blue-chain"):
         assert query.network_pools(conn, name) == ["10.2.0.0/24"], name
