@@ -109,7 +109,7 @@ check_prerequisites() {
 
 make_tmp() {
     TMP=$(mktemp -d /tmp/netctl-demo.XXXXXX)
-    mkdir -p "$TMP/nets" "$TMP/run" "$TMP/bin" "$TMP/out"
+    mkdir -p "$TMP/nets" "$TMP/run" "$TMP/bin" "$TMP/out" "$TMP/net.d"
     echo "temp dir: $TMP"
 }
 
@@ -169,6 +169,16 @@ install_plugin() {
     [[ -x "$TMP/bin/netctl-cni" ]] || fail "install-cni did not install $TMP/bin/netctl-cni"
 }
 
+# The runtime's conf dir ($TMP/net.d) holds the conf the demo's runtime passes on stdin;
+# `netctl doctor` checks it against the networks (capabilities, cniVersion).
+write_runtime_conf() {
+    netctl_conf >"$TMP/net.d/10-netctl.conf"
+    echo "    netctl doctor --cni-conf-dir $TMP/net.d --networks-dir $TMP/nets"
+    "$NETCTL" doctor --cni-conf-dir "$TMP/net.d" --networks-dir "$TMP/nets" \
+        >"$TMP/out/doctor" 2>&1 || fail "netctl doctor warns: $(cat "$TMP/out/doctor")"
+    sed 's/^/    | /' "$TMP/out/doctor"
+}
+
 start_daemon() {
     "$NETCTL" daemon --state-dir "$TMP/state" --socket "$TMP/run/netctl.sock" \
         --networks-dir "$TMP/nets" --cni-bin-dir "$CNI_BIN" >"$TMP/daemon.log" 2>&1 &
@@ -178,7 +188,8 @@ start_daemon() {
 
 wait_daemon_ready() {
     local deadline=$((SECONDS + READY_TIMEOUT))
-    until "$NETCTL" status --socket "$TMP/run/netctl.sock" >"$TMP/out/status" 2>&1; do
+    until "$NETCTL" status --socket "$TMP/run/netctl.sock" --cni-conf-dir "$TMP/net.d" \
+            >"$TMP/out/status" 2>&1; do
         kill -0 "$DAEMON_PID" 2>/dev/null || fail "the daemon exited during start-up"
         ((SECONDS < deadline)) || fail "the daemon did not answer within ${READY_TIMEOUT}s"
         sleep 0.1
@@ -188,10 +199,12 @@ wait_daemon_ready() {
 
 # --- the pods -----------------------------------------------------------------
 
+# The runtime's conf, at cniVersion 1.0.0 as deploy/netctl.conflist (older runtimes refuse
+# 1.1.0 results; the demo needs neither GC nor STATUS).
 netctl_conf() {
     cat <<EOF
 {
-  "cniVersion": "1.1.0",
+  "cniVersion": "1.0.0",
   "name": "netctl",
   "type": "netctl-cni",
   "socket": "$TMP/run/netctl.sock",
@@ -515,7 +528,8 @@ crash_mid_churn() {
 restart_and_reconcile() {
     start_daemon
     wait_daemon_ready
-    "$NETCTL" status --socket "$TMP/run/netctl.sock" --json >"$TMP/out/status.json"
+    "$NETCTL" status --socket "$TMP/run/netctl.sock" --cni-conf-dir "$TMP/net.d" --json \
+        >"$TMP/out/status.json"
     "$PYTHON" - "$TMP/out/status.json" <<'EOF' || fail "the start-up replay did not run"
 import json, sys
 r = json.load(open(sys.argv[1]))["replay"]
@@ -566,11 +580,12 @@ main() {
     check_prerequisites
     remove_host_objects
 
-    step "Set-up: temp dir, networks, macvlan parent, thin plugin"
+    step "Set-up: temp dir, networks, macvlan parent, thin plugin, the runtime's conf"
     make_tmp
     make_parent_link
     write_networks
     install_plugin
+    write_runtime_conf
 
     step "Start the daemon (standalone)"
     start_daemon

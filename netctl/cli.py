@@ -17,6 +17,8 @@ from netctl.errors import CNIError
 
 DEFAULT_STATE_DIR = "/var/lib/netctl"
 DEFAULT_SOCKET = "/run/netctl/netctl.sock"
+DEFAULT_CNI_CONF_DIR = "/etc/cni/net.d"
+DEFAULT_NETWORKS_DIR = "/etc/netctl/networks.d"
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
@@ -63,13 +65,14 @@ def _cmd_journal(args: argparse.Namespace) -> int:
     conn = query.connect(args.state_dir)
     at = query.parse_time(args.at) if args.at else None
     since = query.parse_time(args.since) if args.since else None
-    atts = query.attachments(conn, pod=args.pod, container=args.container, ip=args.ip, at=at,
+    container = query.resolve_container(conn, args.container) if args.container else None
+    atts = query.attachments(conn, pod=args.pod, container=container, ip=args.ip, at=at,
                              since=since, network=args.network)
     # the IPAM's record of the address: the only one in plain-plugin mode (no attachment)
-    allocs = query.allocations_at(conn, args.ip, at, since=since, container=args.container,
+    allocs = query.allocations_at(conn, args.ip, at, since=since, container=container,
                                   pod=args.pod) if args.ip else []
     ops = [] if (args.ip or args.pod or args.network) else query.operations(
-        conn, container=args.container, since=since)
+        conn, container=container, since=since)
     if args.running:  # what is in flight: every running operation, the attachments it touches
         ops = query.running_operations(conn)
         touched = {op["id"] for op in ops}
@@ -125,14 +128,24 @@ def _ipam_report(args: argparse.Namespace, conn: sqlite3.Connection) -> None:
         else:
             print(_table(rows, ["key", "range", "family", "size", "in_use", "free"]))
     elif args.ipam == "show":
-        allocs = query.pool_allocations(conn, args.pool, include_released=args.all)
-        pool = next(p for p in query.pools(conn) if p["key"] == args.pool)
-        if args.json:
-            print(json.dumps({"pool": pool, "allocations": allocs}, indent=2))
-        else:
-            print(f"pool {pool['key']}: range {pool['range']}, IPv{pool['family']}, size "
-                  f"{pool['size']}, in use {pool['in_use']}, free {pool['free']}")
-            print(_table(_timed(allocs), alloc_cols + (["until"] if args.all else [])))
+        known = {p["key"]: p for p in query.pools(conn)}
+        by_key = args.pool in known
+        keys = [args.pool] if by_key else query.network_pools(conn, args.pool)
+        if not keys:
+            raise query.UnknownPool(args.pool, list(known), "IPAM pool or network")
+        shown: list[dict[str, Any]] = [{"pool": known[key], "allocations": query.pool_allocations(
+            conn, key, include_released=args.all)} for key in keys]
+        if args.json:  # a pool key: that pool; a network name: its pools (dual-stack: two)
+            print(json.dumps(shown[0] if by_key else {"network": args.pool, "pools": shown},
+                             indent=2))
+            return
+        for i, item in enumerate(shown):
+            pool = item["pool"]
+            print(("\n" if i else "") + f"pool {pool['key']}: range {pool['range']}, "
+                  f"IPv{pool['family']}, size {pool['size']}, in use {pool['in_use']}, "
+                  f"free {pool['free']}")
+            print(_table(_timed(item["allocations"]),
+                         alloc_cols + (["until"] if args.all else [])))
     else:
         from netctl.reconcile.facts import gather
         from netctl.reconcile.plan import leaks, plan
@@ -203,17 +216,48 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
     return 1 if report["errors"] else 0
 
 
+def _doctor(conf_dir: str, networks_dir: str) -> list[Any]:
+    from netctl.engine.doctor import diagnose, read_conf_dir
+    from netctl.engine.networks import NetworkDir
+
+    return diagnose(read_conf_dir(conf_dir), NetworkDir(networks_dir), conf_dir)
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    """Check the runtime's CNI config dir against the networks; non-zero on warnings."""
+    findings = _doctor(args.cni_conf_dir, args.networks_dir)
+    warnings = [f for f in findings if f.level == "warning"]
+    if args.json:
+        print(json.dumps({"cni_conf_dir": args.cni_conf_dir,
+                          "networks_dir": args.networks_dir,
+                          "findings": [f.to_json() for f in findings]}, indent=2))
+    else:
+        for f in findings:
+            print(f"{f.level}: {f.message}")
+        print(f"{len(warnings)} warning{'s' * (len(warnings) != 1)} in {args.cni_conf_dir}"
+              f" (networks from {args.networks_dir})")
+    return 1 if warnings else 0
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     try:
         health = admin_request(args.socket)
     except OSError as exc:
         print(f"netctl daemon not reachable at {args.socket}: {exc}", file=sys.stderr)
         return 1
+    # the doctor's warnings, when the runtime's conf dir is here (they do not fail status)
+    warnings: list[str] = []
+    if os.path.isdir(args.cni_conf_dir):
+        networks_dir = str(health.get("networks_dir") or args.networks_dir)
+        warnings = [f.message for f in _doctor(args.cni_conf_dir, networks_dir)
+                    if f.level == "warning"]
     if args.json:
-        print(json.dumps(health, indent=2))
+        print(json.dumps({**health, "warnings": warnings}, indent=2))
     else:
         for key, value in health.items():
             print(f"{key:16} {value}")
+        for message in warnings:
+            print(f"{'warning':16} {message} (netctl doctor)")
     return 0
 
 
@@ -248,8 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("journal", help="who held what, when: attachments and operations")
     p.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
-    p.add_argument("--pod", metavar="NS/NAME")
-    p.add_argument("--container", metavar="ID")
+    p.add_argument("--pod", metavar="[NS/]NAME", help="a pod; NAME alone: in any namespace")
+    p.add_argument("--container", metavar="ID", help="a container id, or a unique prefix "
+                   "of one (runtimes print 12 characters)")
     p.add_argument("--ip", metavar="ADDR")
     p.add_argument("--at", metavar="TIME")
     p.add_argument("--since", metavar="DURATION|TIME")
@@ -260,10 +305,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_journal)
 
-    p = sub.add_parser("status", help="health of the daemon, over its socket")
+    conf_dirs = argparse.ArgumentParser(add_help=False)
+    conf_dirs.add_argument("--cni-conf-dir", default=DEFAULT_CNI_CONF_DIR, metavar="DIR",
+                           help="the runtime's CNI config dir")
+    conf_dirs.add_argument("--networks-dir", default=DEFAULT_NETWORKS_DIR, metavar="DIR",
+                           help="the daemon's networks dir")
+
+    p = sub.add_parser("status", parents=[conf_dirs], help="health of the daemon, over its "
+                       "socket, and the doctor's warnings")
     p.add_argument("--socket", default=DEFAULT_SOCKET)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_status)
+
+    p = sub.add_parser("doctor", parents=[conf_dirs], help="check the runtime's CNI config "
+                       "dir: capabilities the netctl-cni entry must declare, cniVersion")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_doctor)
 
     p = sub.add_parser("reconcile", help="find and clean what nothing owns any more")
     p.add_argument("--socket", default=DEFAULT_SOCKET)
@@ -281,7 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     read.add_argument("--json", action="store_true")
     isub.add_parser("pools", parents=[read], help="every pool: size, in use, free")
     i = isub.add_parser("show", parents=[read], help="a pool's allocations")
-    i.add_argument("pool", metavar="POOL", help="the pool's key, as `netctl ipam pools` shows")
+    i.add_argument("pool", metavar="POOL|NETWORK", help="the pool's key, as `netctl ipam "
+                   "pools` shows, or a network's name (all of its pools)")
     i.add_argument("--all", action="store_true", help="released allocations too (history)")
     i = isub.add_parser("leaks", parents=[read], help="live addresses nothing live holds: the "
                         "reconciler's plan")

@@ -161,6 +161,7 @@ async def run(cfg: DaemonConfig, *,
         async def status() -> dict[str, Any]:
             return {
                 "ready": True, "version": __version__, "pid": os.getpid(),
+                "networks_dir": cfg.networks_dir,  # where `netctl status` checks names
                 "in_flight": admission.in_flight, "queued": admission.queued,
                 "journal": journal.path, "journal_writes": journal.writes,
                 "journal_commits": journal.commits,  # fewer than writes: group commit

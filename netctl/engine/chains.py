@@ -107,6 +107,16 @@ def served_ipam(plugin: dict[str, Any], types: frozenset[str]) -> dict[str, Any]
     return None
 
 
+def served_config(plugin: dict[str, Any], types: frozenset[str]
+                  ) -> tuple[ranges_mod.IPAMConfig, list[ranges_mod.Range]] | None:
+    """The plugin's served ``ipam`` section parsed (code 7 when it is bad), with the
+    gateway defaulted when the plugin takes one (a bridge with ``isGateway``); else None."""
+    ipam = served_ipam(plugin, types)
+    if ipam is None:
+        return None
+    return ranges_mod.parse_config(ipam, default_gateway=ranges_mod.takes_gateway(plugin))
+
+
 @dataclass
 class Chains:
     """Runs chains with the journal, the delegates and the node's IPAM store."""
@@ -121,13 +131,13 @@ class Chains:
         """The step's stdin, and for a served IPAM the addresses it gets (new ones to
         record with the step, and the planner's decision)."""
         plugin = att.chain.plugins[index]
-        ipam = served_ipam(plugin, self.delegates.ipam_types)
-        extra = requests_as_args(plugin, index, att.capability_args, ipam is not None)
+        served = served_config(plugin, self.delegates.ipam_types)
+        extra = requests_as_args(plugin, index, att.capability_args, served is not None)
         cni_args = {**extra, **att.cni_args} if extra else att.cni_args
-        if ipam is None:
+        if served is None:
             return plugin_config(att.chain, index, prev, att.capability_args,
                                  cni_args), [], None
-        cfg, ranges = ranges_mod.parse_config(ipam)
+        cfg, ranges = served
         if verb == "ADD":
             owner = Owner(att.container_id, att.ifname, netns, att.pod, att.id)
             wanted = requested_ips(att.capability_args.get("ips"), att.network)

@@ -38,7 +38,7 @@ from netctl.cni.netns import netns_state
 from netctl.cni.probe import check_delegate_version, supported_versions
 from netctl.cni.request import Invocation
 from netctl.engine.admission import Admission
-from netctl.engine.chains import Chains, StepError, served_ipam
+from netctl.engine.chains import Chains, StepError, served_config, served_ipam
 from netctl.engine.networks import NetworkDir
 from netctl.engine.plan import Selector, decode_conf, plan
 from netctl.errors import (
@@ -51,7 +51,6 @@ from netctl.errors import (
     UNSUPPORTED_FIELD,
     CNIError,
 )
-from netctl.ipam.ranges import parse_config as parse_ipam
 from netctl.journal.records import Attachment, OpEnd, OpStart
 
 MAX_DEL_FAILURES = 3  # a runtime's DEL of one attachment fails at most this often
@@ -194,12 +193,10 @@ class Engine:
         """Refuse a bad netctl-ipam section before anything runs (code 7, naming the key)."""
         for att in atts:
             for plugin in att.chain.plugins:
-                ipam = served_ipam(plugin, self.chains.delegates.ipam_types)
-                if ipam is not None:
-                    try:
-                        parse_ipam(ipam)
-                    except CNIError as exc:
-                        raise CNIError(exc.code, f"network {att.network!r}: {exc.msg}") from None
+                try:
+                    served_config(plugin, self.chains.delegates.ipam_types)
+                except CNIError as exc:
+                    raise CNIError(exc.code, f"network {att.network!r}: {exc.msg}") from None
 
     async def _check_versions(self, atts: list[Attachment]) -> None:
         """Refuse (code 1) a network whose cniVersion one of its delegates does not speak,

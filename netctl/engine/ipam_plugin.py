@@ -26,7 +26,7 @@ from netctl.errors import (
     CNIError,
 )
 from netctl.ipam.planner import Owner, ipam_result, pool_key
-from netctl.ipam.ranges import IPAMConfig, Range, parse_config
+from netctl.ipam.ranges import IPAMConfig, Range, parse_config, takes_gateway
 from netctl.ipam.store import IndexStore, allocate
 from netctl.journal.records import OpStart
 from netctl.journal.store import Journal
@@ -83,7 +83,10 @@ class IpamPlugin:
             need = ".".join(map(str, verb.min_version))
             raise CNIError(INCOMPATIBLE_VERSION, f"netctl-ipam: {inv.verb} needs cniVersion "
                            f"{need} or later, not {conf.cniVersion}")
-        cfg, ranges = parse_config(dict(conf.ipam))
+        # stdin is the whole conf of the main plugin that exec'd us: under a bridge with
+        # isGateway the gateway is defaulted, as in the engine (chains.served_config)
+        cfg, ranges = parse_config(dict(conf.ipam),
+                                   default_gateway=takes_gateway(inv.conf or {}))
         req = _Request(inv, conf, cfg, ranges)
         if not verb.needs_container:
             return await verb.handler(self, req)

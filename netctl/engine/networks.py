@@ -97,24 +97,14 @@ class NetworkDir:
         if ref.startswith("/"):
             return self._from_file(ref)
         self._scan()
-        if "/" in ref:
-            candidates = [ref]
-        else:
-            candidates = [f"{namespace}/{ref}", f"default/{ref}"]
+        candidates = lookups(ref, namespace)
         for key in candidates:
             if key in self._by_key:
                 return self._by_key[key]
         if "/" not in ref and ref in self._by_chain_name:
             return self._by_chain_name[ref]
-        hint = ""
-        if self._broken:
-            hint = "; unreadable files: " + "; ".join(
-                f"{name}: {err}" for name, err in sorted(self._broken.items()))
-        raise CNIError(
-            INVALID_CONFIG,
-            f"network {ref!r} not found: no NetworkAttachmentDefinition "
-            f"{' or '.join(candidates)} and no network named {ref!r} in {self.directory}{hint}",
-        )
+        raise CNIError(INVALID_CONFIG, not_found(ref, candidates, self.directory,
+                                                 self._broken))
 
     def _from_file(self, path: str) -> Network:
         try:
@@ -131,6 +121,27 @@ class NetworkDir:
     def all(self) -> list[Network]:
         self._scan()
         return list(self._by_key.values())
+
+
+def lookups(ref: str, namespace: str) -> list[str]:
+    """The NAD keys a reference is looked up as, in order, each once: ``ns/name`` as
+    given; a bare name in the pod's namespace, then in ``default``."""
+    if "/" in ref:
+        return [ref]
+    return list(dict.fromkeys([f"{namespace}/{ref}", f"default/{ref}"]))
+
+
+def not_found(ref: str, candidates: list[str], directory: str, broken: dict[str, str]) -> str:
+    """Says once what was looked for and where: the NAD keys, the CNI name (bare names
+    only), the directory, and the files that could not be read."""
+    looked = f"no NetworkAttachmentDefinition {' or '.join(candidates)}"
+    if "/" not in ref:
+        looked += f" and no network whose CNI name is {ref!r}"
+    msg = f"network {ref!r} not found in {directory}: {looked}"
+    if broken:
+        msg += "; unreadable files: " + "; ".join(
+            f"{name}: {err}" for name, err in sorted(broken.items()))
+    return msg
 
 
 def inline(obj: dict[str, Any], index: int) -> Network:

@@ -26,6 +26,11 @@ Rules (whereabouts' where it has one, stricter where it silently misbehaves):
   of its family (refused when no range has its family). An ``ipRanges`` entry
   may carry its own ``gateway`` (netctl's extension, for dual-stack), which
   wins over the top-level one for that entry.
+- A range with no gateway under a main plugin that takes one (:func:`takes_gateway`:
+  ``bridge`` with ``isGateway``/``isDefaultGateway``, ``ptp``) gets the subnet's first
+  address as its gateway, as host-local does: that is the address the plugin would
+  put on the host anyway, so it must never go to a pod (``parse_config(…,
+  default_gateway=True)``). Elsewhere, as in whereabouts, no gateway means none.
 - The top-level ``range_start``/``range_end``/``exclude`` without a top-level
   ``range`` are refused (whereabouts drops them silently, which hands out
   addresses the user meant to exclude). Two ranges with one key are refused.
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import ipaddress
 from bisect import bisect_right
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
@@ -181,7 +187,7 @@ def _merge(intervals: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
 
 def _build_range(*, where: str, range_text: str, range_start: str | None, range_end: str | None,
                  exclude: list[str], gateway: IPAddress | None, gateway_key: str,
-                 top_gateway: IPAddress | None) -> Range:
+                 top_gateway: IPAddress | None, default_gateway: bool = False) -> Range:
     """One :class:`Range`; ``where`` prefixes key names (``""`` or ``"ipRanges[1]."``)."""
     k_range, k_start, k_end = f"{where}range", f"{where}range_start", f"{where}range_end"
     k_exclude = f"{where}exclude"
@@ -260,12 +266,18 @@ def _build_range(*, where: str, range_text: str, range_start: str | None, range_
                        f"{range_text!r} is {family}")
     if gw is None and top_gateway is not None and top_gateway.version == net.version:
         gw = top_gateway
+    defaulted = ""
+    if gw is None and default_gateway and net.num_addresses > 1:
+        gw = _address(net.version, int(net.network_address) + 1)
+        defaulted = (" (no gateway is given, and the plugin takes the subnet's first address "
+                     "as its gateway)")
     if gw is not None and first <= int(gw) <= last:
         excluded = _merge([*excluded, (int(gw), int(gw))])
     rng = Range(cidr=net, first=first, last=last, excluded=excluded,
                 gateway=str(gw) if gw is not None else None, key=key)
     if rng.size == 0:
-        raise _invalid(f"gateway {gw} is the only address of {k_range} {key} left to assign")
+        raise _invalid(f"gateway {gw} is the only address of {k_range} {key} left to "
+                       f"assign{defaulted}")
     return rng
 
 
@@ -290,10 +302,23 @@ def _blank(value: str | None) -> str | None:
     return value if value else None
 
 
-def parse_config(ipam: dict[str, Any]) -> tuple[IPAMConfig, list[Range]]:
+def takes_gateway(plugin: Mapping[str, Any]) -> bool:
+    """Whether the main plugin whose conf this is puts its IPAM result's gateway on the
+    host, taking the subnet's first address when the result names none: ``bridge`` with
+    ``isGateway`` or ``isDefaultGateway``, and ``ptp`` (its host veth gets the gateway)."""
+    ptype = plugin.get("type")
+    if ptype == "bridge":
+        return plugin.get("isGateway") is True or plugin.get("isDefaultGateway") is True
+    return ptype == "ptp"
+
+
+def parse_config(ipam: dict[str, Any], *, default_gateway: bool = False
+                 ) -> tuple[IPAMConfig, list[Range]]:
     """Validate and return the config and its ranges: `range` (+range_start/range_end/exclude)
     gives one; `ipRanges` gives one per entry (one address from each: dual-stack). Both `range`
-    and `ipRanges` may appear (then `range` first)."""
+    and `ipRanges` may appear (then `range` first). With ``default_gateway`` (the section
+    sits in a plugin that :func:`takes_gateway`), a range without a gateway gets its
+    subnet's first address as gateway, never handed out."""
     try:
         cfg = msgspec.convert(ipam, IPAMConfig)
     except msgspec.ValidationError as exc:
@@ -310,7 +335,7 @@ def parse_config(ipam: dict[str, Any]) -> tuple[IPAMConfig, list[Range]]:
         ranges.append(_build_range(
             where="", range_text=cfg.range, range_start=_blank(cfg.range_start),
             range_end=_blank(cfg.range_end), exclude=cfg.exclude, gateway=None,
-            gateway_key="gateway", top_gateway=top_gateway))
+            gateway_key="gateway", top_gateway=top_gateway, default_gateway=default_gateway))
     else:
         for key, value in (("range_start", _blank(cfg.range_start)),
                            ("range_end", _blank(cfg.range_end)),
@@ -333,7 +358,8 @@ def parse_config(ipam: dict[str, Any]) -> tuple[IPAMConfig, list[Range]]:
         ranges.append(_build_range(
             where=where, range_text=spec.range, range_start=_blank(spec.range_start),
             range_end=_blank(spec.range_end), exclude=spec.exclude, gateway=entry_gateway,
-            gateway_key=f"{where}gateway", top_gateway=top_gateway))
+            gateway_key=f"{where}gateway", top_gateway=top_gateway,
+            default_gateway=default_gateway))
 
     if not ranges:
         raise _invalid("neither range nor ipRanges is set: no address to allocate from")

@@ -62,6 +62,61 @@ def _has_table(conn: sqlite3.Connection, name: str) -> bool:
                         (name,)).fetchone() is not None
 
 
+def _pod_filter(pod: str) -> tuple[str, list[str]]:
+    """``NS/NAME`` matches that pod (``/NAME``: a pod with no namespace, as podman's);
+    a bare ``NAME`` matches a pod of that name in any namespace."""
+    if "/" not in pod:
+        return "pod_name=?", [pod]
+    ns, _, name = pod.partition("/")
+    return "pod_namespace=? AND pod_name=?", [ns, name]
+
+
+def _pod(row: sqlite3.Row) -> str:
+    """``ns/name``, or the name alone for a pod with no namespace (podman's)."""
+    if not row["pod_name"]:
+        return ""
+    return f"{row['pod_namespace']}/{row['pod_name']}" if row["pod_namespace"] \
+        else str(row["pod_name"])
+
+
+def _network_filter(name: str, table: str = "") -> tuple[str, list[str]]:
+    """An attachment's network by name: its NAD ``ns/name``, its NAD name in any
+    namespace, or its chain's CNI name."""
+    t = f"{table}." if table else ""
+    return (f"({t}network=? OR {t}network_name=? OR {t}network LIKE ?)",
+            [name, name, f"%/{name}"])
+
+
+class AmbiguousContainer(ValueError):
+    """``--container PREFIX`` that more than one container id starts with."""
+
+    def __init__(self, prefix: str, candidates: list[str]) -> None:
+        self.prefix, self.candidates = prefix, candidates
+        super().__init__(f"container id prefix {prefix!r} is ambiguous: it matches "
+                         f"{', '.join(candidates)}; give more of the id")
+
+
+def resolve_container(conn: sqlite3.Connection, prefix: str, limit: int = 10) -> str:
+    """The full container id that ``prefix`` names: the id itself when the journal has it,
+    else the one id that starts with it (runtimes print 12 characters of 64); an unknown
+    prefix is returned as given (it matches nothing). :class:`AmbiguousContainer`, naming
+    up to ``limit`` candidates, when several ids start with it.
+
+    Every container the journal saw has an operation, so the search is one range scan of
+    the operations' container index."""
+    if not prefix:
+        return prefix
+    rows = conn.execute(
+        "SELECT DISTINCT container_id FROM operations WHERE container_id >= ?"
+        " AND container_id < ? ORDER BY container_id LIMIT ?",
+        (prefix, prefix + "\U0010ffff", limit + 1)).fetchall()
+    found = [str(r[0]) for r in rows]
+    if prefix in found or len(found) <= 1:
+        return found[0] if len(found) == 1 else prefix
+    shown = found[:limit] + (["…"] if len(found) > limit else [])
+    raise AmbiguousContainer(prefix, shown)
+
+
 def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
                 container: str | None = None, ip: str | None = None, at: float | None = None,
                 since: float | None = None, network: str | None = None) -> list[dict[str, Any]]:
@@ -81,15 +136,16 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
                      f" ({','.join('?' * len(forms))}))")
         params += forms
     if pod:
-        ns, _, name = pod.partition("/")
-        where.append("pod_namespace=? AND pod_name=?")
-        params += [ns, name]
+        clause, values = _pod_filter(pod)
+        where.append(clause)
+        params += values
     if container:
         where.append("container_id=?")
         params.append(container)
     if network:
-        where.append("(network=? OR network_name=? OR network LIKE ?)")
-        params += [network, network, f"%/{network}"]
+        clause, values = _network_filter(network)
+        where.append(clause)
+        params += values
     if at is not None:
         where.append("created_at<=? AND (removed_at IS NULL OR removed_at>?)")
         params += [at, at]
@@ -111,7 +167,7 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
             continue
         out.append({
             "attachment": row["id"], "container": row["container_id"],
-            "pod": f"{row['pod_namespace']}/{row['pod_name']}" if row["pod_name"] else "",
+            "pod": _pod(row),
             "pod_uid": row["pod_uid"], "network": row["network"], "ifname": row["ifname"],
             "netns": row["netns"], "addresses": addrs, "state": row["state"],
             "since": row["created_at"], "until": row["removed_at"], "add_op": row["add_op"],
@@ -153,10 +209,10 @@ def steps(conn: sqlite3.Connection, operation_id: int) -> list[dict[str, Any]]:
 class UnknownPool(ValueError):
     """``netctl ipam show`` of a pool the journal has never seen."""
 
-    def __init__(self, key: str, known: list[str]) -> None:
+    def __init__(self, key: str, known: list[str], what: str = "IPAM pool") -> None:
         self.key, self.known = key, known
         listed = ", ".join(known) if known else "none yet"
-        super().__init__(f"no IPAM pool {key!r} in the journal (known pools: {listed})")
+        super().__init__(f"no {what} {key!r} in the journal (known pools: {listed})")
 
 
 def _address_order(address: str) -> tuple[int, int]:
@@ -168,7 +224,7 @@ def _allocation(row: sqlite3.Row) -> dict[str, Any]:
     return {
         "pool": row["pool"], "address": f"{row['address']}/{row['prefix']}",
         "container": row["container_id"],
-        "pod": f"{row['pod_namespace']}/{row['pod_name']}" if row["pod_name"] else "",
+        "pod": _pod(row),
         "pod_uid": row["pod_uid"], "ifname": row["ifname"], "netns": row["netns"],
         "attachment": row["attachment_id"], "since": row["allocated_at"],
         "until": row["released_at"], "allocated_op": row["allocated_op"],
@@ -189,6 +245,23 @@ def pools(conn: sqlite3.Connection) -> list[dict[str, Any]]:
                     "range": row["range"], "family": row["family"], "size": size,
                     "in_use": in_use, "free": size - in_use})
     return out
+
+
+def network_pools(conn: sqlite3.Connection, name: str) -> list[str]:
+    """The keys of the pools a network allocates from, by its name: the IPAM section's
+    ``network_name``; else the network (its NAD ``ns/name``, NAD name or CNI name) of the
+    attachments that held addresses of a pool; else the CNI name a plain-plugin
+    allocation's request carried. Empty when nothing matches."""
+    keys = [str(r[0]) for r in conn.execute(
+        "SELECT key FROM ipam_pools WHERE network_name=? ORDER BY key", (name,))]
+    if keys:
+        return keys
+    clause, values = _network_filter(name, "a")
+    return [str(r[0]) for r in conn.execute(
+        "SELECT al.pool FROM ipam_allocations al JOIN attachments a ON a.id = al.attachment_id"
+        f" WHERE {clause} UNION SELECT al.pool FROM ipam_allocations al"
+        " JOIN operations o ON o.id = al.allocated_op"
+        " WHERE al.attachment_id IS NULL AND o.caller_network=? ORDER BY 1", (*values, name))]
 
 
 def pool_allocations(conn: sqlite3.Connection, key: str,
@@ -224,9 +297,9 @@ def allocations_at(conn: sqlite3.Connection, ip: str, at: float | None = None, *
         where.append("container_id=?")
         params.append(container)
     if pod:
-        ns, _, name = pod.partition("/")
-        where.append("pod_namespace=? AND pod_name=?")
-        params += [ns, name]
+        clause, values = _pod_filter(pod)
+        where.append(clause)
+        params += values
     sql = f"SELECT * FROM ipam_allocations WHERE {' AND '.join(where)} ORDER BY allocated_at, id"
     return [_allocation(r) for r in conn.execute(sql, params)]
 

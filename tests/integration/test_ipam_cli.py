@@ -9,7 +9,9 @@ against a real daemon, real netns and the real bridge plugin with the central IP
 - ``leaks`` is empty while every allocation is held by something live; a plain-plugin
   allocation whose sandbox netns is deleted without a DEL is reported, with its reason;
 - every read command answers the same while the daemon is stopped; after a restart, the
-  missing DEL releases the leak and ``leaks`` is empty again.
+  missing DEL releases the leak and ``leaks`` is empty again;
+- a podman user's words: ``journal --container`` with 12 characters of a 64-character id,
+  ``--pod NAME`` for a pod with no namespace, ``ipam show NETWORK``.
 """
 
 from __future__ import annotations
@@ -178,3 +180,23 @@ def test_a_sandbox_gone_without_del_is_a_leak_even_with_the_daemon_down(
     assert daemon.cni("DEL", "held1", pod_ns, conf).rc == 0
     assert netctl_json(daemon, "ipam", "leaks") == {"leaks": []}
     assert pools(daemon) == {POOL: (13, 0, 13), PLAIN_POOL: (13, 0, 13)}
+
+
+def test_podman_style_ids_and_pods_and_a_network_name(daemon: Daemon, netns) -> None:
+    """What a podman user types: 12 characters of a 64-character id, a pod name with no
+    namespace (podman sends only K8S_POD_NAME), and the network's name for its pool."""
+    conf = add_blue(daemon)
+    daemon.start()
+    ns = netns()
+    cid = "9c4e1d2b7a30" + "5" * 52
+    res = daemon.cni("ADD", cid, ns, conf, args=("IgnoreUnknown=1", "K8S_POD_NAME=nginx"))
+    assert res.rc == 0, res.stdout + res.stderr
+    found = netctl_json(daemon, "journal", "--container", cid[:12])
+    assert [(a["container"], a["pod"]) for a in found["attachments"]] == [(cid, "nginx")]
+    assert [o["verb"] for o in found["operations"]] == ["ADD"]
+    assert [a["container"] for a in netctl_json(daemon, "journal", "--pod", "nginx")
+            ["attachments"]] == [cid]
+    shown = netctl_json(daemon, "ipam", "show", "blue")
+    assert [p["pool"]["key"] for p in shown["pools"]] == [POOL]
+    assert [a["container"] for a in shown["pools"][0]["allocations"]] == [cid]
+    assert daemon.cni("DEL", cid, ns, conf).rc == 0

@@ -307,6 +307,20 @@ def test_networkdir_not_found(netdir: Path) -> None:
         nets.resolve("default/red-chain", "team")
 
 
+def test_networkdir_not_found_says_once_what_and_where(netdir: Path) -> None:
+    nets = NetworkDir(str(netdir))
+    with pytest.raises(CNIError) as info:
+        nets.resolve("green", "default")  # the pod's namespace is default: one lookup
+    assert info.value.msg == (
+        f"network 'green' not found in {netdir}: no NetworkAttachmentDefinition default/green"
+        " and no network whose CNI name is 'green'")
+    with pytest.raises(CNIError) as info:
+        nets.resolve("team/green", "default")  # qualified: no CNI-name lookup
+    assert info.value.msg == (
+        f"network 'team/green' not found in {netdir}: no NetworkAttachmentDefinition "
+        "team/green")
+
+
 def test_networkdir_absolute_path(tmp_path: Path, netdir: Path) -> None:
     path = tmp_path / "extra.conflist"
     path.write_text(json.dumps(conflist("from-file", "ptp")))

@@ -3,7 +3,8 @@
 - ``range`` as a CIDR (host bits dropped) and as ``a-b/nn``; ``range_start``/``range_end``;
   ``ipRanges`` (dual-stack, ``range`` first); the pool keys;
 - sizes per prefix length, IPv4 and IPv6 (network/broadcast skipping, /31, /127, /128);
-- ``exclude`` intervals and the gateway never handed out;
+- ``exclude`` intervals and the gateway never handed out; the gateway defaulted to the
+  subnet's first address under a plugin that takes one (bridge with isGateway, ptp);
 - ``next_free``: round-robin with wrap-around, lowest, skipping used and excluded addresses,
   exhaustion, and speed on huge IPv6 ranges;
 - ``requested``: accepted and refused addresses;
@@ -20,7 +21,14 @@ from typing import Any
 import pytest
 
 from netctl.errors import INVALID_CONFIG, CNIError
-from netctl.ipam.ranges import IPAMConfig, Range, next_free, parse_config, requested
+from netctl.ipam.ranges import (
+    IPAMConfig,
+    Range,
+    next_free,
+    parse_config,
+    requested,
+    takes_gateway,
+)
 
 
 def ip(text: str) -> int:
@@ -266,6 +274,64 @@ def test_entry_gateway_wins() -> None:
                               "ipRanges": [{"range": "10.2.0.0/24", "gateway": "10.2.0.254"}]})
     assert rng.gateway == "10.2.0.254"
     assert rng.contains(ip("10.2.0.1")) and not rng.contains(ip("10.2.0.254"))
+
+
+def defaulted(**ipam: Any) -> list[Range]:
+    return parse_config({"type": "netctl-ipam", **ipam}, default_gateway=True)[1]
+
+
+def test_default_gateway_is_the_subnets_first_address_never_handed_out() -> None:
+    (rng,) = defaulted(range="10.0.0.0/24")
+    assert rng.gateway == "10.0.0.1" and not rng.contains(ip("10.0.0.1"))
+    assert rng.size == 253
+    assert next_free(rng, set(), None, "round-robin") == ip("10.0.0.2")
+    with pytest.raises(CNIError, match="is the gateway"):
+        requested(rng, "10.0.0.1")
+    # the subnet decides, not range_start or the a-b form: .1 is what the bridge takes
+    (rng,) = defaulted(range="10.0.0.0/24", range_start="10.0.0.100")
+    assert rng.gateway == "10.0.0.1" and rng.excluded == () and rng.size == 155
+    (rng,) = defaulted(range="10.0.0.10-10.0.0.20/24")
+    assert rng.gateway == "10.0.0.1" and rng.size == 11
+    assert one(range="10.0.0.0/24").gateway is None  # not under a gateway-taking plugin
+
+
+def test_default_gateway_never_overrides_a_given_one() -> None:
+    (rng,) = defaulted(range="10.0.0.0/24", gateway="10.0.0.254")
+    assert rng.gateway == "10.0.0.254" and rng.contains(ip("10.0.0.1"))
+    v4, v6 = defaulted(gateway="10.2.0.1", ipRanges=[
+        {"range": "10.2.0.0/24"}, {"range": "fd00:2::/64"}, ])
+    assert v4.gateway == "10.2.0.1"
+    assert v6.gateway == "fd00:2::1" and not v6.contains(ip("fd00:2::1"))
+    v4, v6 = defaulted(ipRanges=[{"range": "10.2.0.0/24", "gateway": "10.2.0.9"},
+                                 {"range": "fd00:2::/120"}])
+    assert v4.gateway == "10.2.0.9" and v4.contains(ip("10.2.0.1"))
+    assert v6.gateway == "fd00:2::1" and v6.size == 254
+
+
+def test_default_gateway_on_tiny_subnets() -> None:
+    (rng,) = defaulted(range="10.0.0.4/31")
+    assert rng.gateway == "10.0.0.5" and rng.size == 1
+    (rng,) = defaulted(range="10.0.0.4/32")  # no second address: no gateway to take
+    assert rng.gateway is None and rng.size == 1
+    with pytest.raises(CNIError) as info:
+        defaulted(range="10.0.0.0/31", range_start="10.0.0.1")
+    assert info.value.code == INVALID_CONFIG
+    assert "gateway 10.0.0.1 is the only address" in info.value.msg
+    assert "no gateway is given" in info.value.msg
+
+
+@pytest.mark.parametrize(("plugin", "takes"), [
+    ({"type": "bridge", "isGateway": True}, True),
+    ({"type": "bridge", "isDefaultGateway": True}, True),
+    ({"type": "bridge", "isGateway": False, "isDefaultGateway": False}, False),
+    ({"type": "bridge"}, False),
+    ({"type": "bridge", "isGateway": "true"}, False),  # the bridge itself refuses a string
+    ({"type": "ptp"}, True),
+    ({"type": "macvlan", "isGateway": True}, False),
+    ({}, False),
+])
+def test_takes_gateway(plugin: dict[str, Any], takes: bool) -> None:
+    assert takes_gateway(plugin) is takes
 
 
 def test_address_forms() -> None:

@@ -1,0 +1,207 @@
+"""``netctl doctor``: what in the runtime's CNI config dir will cost a user time.
+
+A runtime (its libcni) hands a plugin entry only the ``runtimeConfig`` values whose
+capabilities the entry declares, and drops the others without a word; netctl passes
+what it gets on to the cluster network's plugins that declare the same capability.
+So a capability the cluster network's plugins declare (``portMappings`` for portmap)
+that the netctl-cni entry does not is lost before netctl sees it: published ports
+silently do nothing. And a netctl conf at cniVersion 1.1.0 is refused by runtimes whose
+libcni predates v1.2.0 ("unsupported CNI result version").
+
+:func:`diagnose` decides, pure over the parsed files and a network resolver (the
+networks dir, as the daemon resolves names); :func:`read_conf_dir` is the thin I/O.
+Findings, per file:
+
+- ``missing-capability`` (warning): the cluster network's plugins (or the first inline
+  delegate's) declare a capability the netctl-cni entry does not;
+- ``capability-not-passed`` (note): another network it names (``defaultNetworks``, a
+  later delegate) declares one: netctl passes the runtime's values to the cluster
+  network only, so that network gets it only from a pod's JSON selection;
+- ``cni-version`` (warning): the netctl conf is at 1.1.0;
+- ``unknown-network`` (warning): a network it names cannot be resolved (every ADD
+  would fail with code 7), so its capabilities could not be checked;
+- ``invalid`` / ``unreadable`` (warning): a netctl entry netctl cannot decode or that
+  names no network; a file of the dir that is not a JSON object (libcni skips or fails
+  on it);
+- ``no-netctl-conf`` (warning): no file of the dir has a netctl-cni entry.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import msgspec
+
+from netctl.cni.config import Chain
+from netctl.engine.networks import MAX_CONF_BYTES, inline
+from netctl.engine.plan import NetctlConf, Resolver
+from netctl.errors import CNIError
+
+CONF_SUFFIXES = (".conf", ".conflist", ".json")  # what libcni reads from a conf dir
+PLUGIN_TYPE = "netctl-cni"
+NAMESPACE = "default"  # a bare network name is looked up as the daemon does for such a pod
+OLD_RUNTIMES = ("containerd 1.x, CRI-O before 1.31 and podman before 5.2 (libcni older "
+                "than v1.2.0)")
+WHY = {
+    "portMappings": "published ports (podman run -p, a pod's hostPort) silently do nothing",
+    "bandwidth": "the pod's bandwidth limits are silently not applied",
+    "ips": "requested addresses are silently ignored",
+    "mac": "requested MAC addresses are silently ignored",
+    "io.kubernetes.cri.pod-annotations": "the plugins never see the pod's annotations",
+}
+
+
+@dataclass(frozen=True)
+class ConfFile:
+    """One file of the runtime's conf dir: its JSON object, or why there is none."""
+
+    path: str
+    conf: dict[str, Any] | None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Finding:
+    path: str
+    kind: str
+    message: str
+    level: str = "warning"  # or "note": said, but no reason to fail
+    details: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def capabilities(plugin: dict[str, Any]) -> set[str]:
+    """The capabilities a plugin entry declares (``true`` only)."""
+    caps = plugin.get("capabilities")
+    if not isinstance(caps, dict):
+        return set()
+    return {str(name) for name, on in caps.items() if on is True}
+
+
+def _wanted(chain: Chain) -> dict[str, list[str]]:
+    """capability → the plugin types of ``chain`` that declare it."""
+    out: dict[str, list[str]] = {}
+    for plugin in chain.plugins:
+        for cap in sorted(capabilities(plugin)):
+            out.setdefault(cap, []).append(str(plugin.get("type")))
+    return out
+
+
+def _entries(conf: dict[str, Any]) -> list[dict[str, Any]]:
+    """The netctl-cni entries of a conf or conflist, each with the list's ``name`` and
+    ``cniVersion`` as libcni gives them to the plugin."""
+    if "plugins" not in conf:
+        return [conf] if conf.get("type") == PLUGIN_TYPE else []
+    plugins = conf["plugins"] if isinstance(conf["plugins"], list) else []
+    return [{**p, "name": conf.get("name"), "cniVersion": conf.get("cniVersion")}
+            for p in plugins if isinstance(p, dict) and p.get("type") == PLUGIN_TYPE]
+
+
+def _check_entry(path: str, entry: dict[str, Any], networks: Resolver) -> list[Finding]:
+    try:
+        conf = msgspec.convert(entry, NetctlConf)
+    except msgspec.ValidationError as exc:
+        return [Finding(path, "invalid", f"{path}: the netctl-cni entry cannot be decoded: "
+                        f"{exc}")]
+    if not conf.delegates and not conf.clusterNetwork:
+        return [Finding(path, "invalid", f"{path}: the netctl-cni entry names no network: "
+                        "set 'clusterNetwork' or 'delegates' (every ADD is refused)")]
+    found: list[Finding] = []
+    refs: list[tuple[str, str | dict[str, Any]]] = []
+    if conf.delegates:
+        refs += [(f"delegates[{i}]", d) for i, d in enumerate(conf.delegates)]
+    else:
+        refs.append(("clusterNetwork", conf.clusterNetwork))
+        refs += [(f"defaultNetworks[{i}]", r) for i, r in enumerate(conf.defaultNetworks)]
+    declared = capabilities(entry)
+    for i, (where, ref) in enumerate(refs):  # the first is the cluster network
+        try:
+            if isinstance(ref, dict):
+                net = inline(ref, i)
+                name = f"{where} ({net.chain.name})"
+            else:
+                net = networks.resolve(ref, NAMESPACE)
+                name = f"{where} {net.key}"
+        except CNIError as exc:
+            found.append(Finding(path, "unknown-network", f"{path}: {where}: {exc.msg}",
+                                 details={"network": where}))
+            continue
+        for cap, types in _wanted(net.chain).items():
+            by = f"{', '.join(types)} of {name}"
+            if i == 0 and cap not in declared:
+                why = WHY.get(cap, f"the plugins never get runtimeConfig.{cap}")
+                found.append(Finding(
+                    path, "missing-capability",
+                    f"{path}: capability {cap!r} is declared by {by} but not by the "
+                    f"netctl-cni entry: the runtime drops runtimeConfig.{cap} before netctl "
+                    f"sees it, so {why}; add \"capabilities\": {{\"{cap}\": true}} to the "
+                    "netctl-cni entry", details={"capability": cap, "network": name}))
+            elif i > 0:
+                found.append(Finding(
+                    path, "capability-not-passed",
+                    f"{path}: capability {cap!r} is declared by {by}: netctl passes the "
+                    "runtime's runtimeConfig to the cluster network only, so this network "
+                    f"gets {cap} only from a pod's JSON network selection", level="note",
+                    details={"capability": cap, "network": name}))
+    return found
+
+
+def diagnose(files: Sequence[ConfFile], networks: Resolver, conf_dir: str = "") -> list[Finding]:
+    """Every finding about the runtime's conf files (see the module docstring)."""
+    found: list[Finding] = []
+    seen = False
+    for f in files:
+        if f.conf is None:
+            found.append(Finding(f.path, "unreadable", f"{f.path}: {f.error}"))
+            continue
+        entries = _entries(f.conf)
+        seen = seen or bool(entries)
+        if entries and f.conf.get("cniVersion") == "1.1.0":
+            found.append(Finding(
+                f.path, "cni-version",
+                f"{f.path}: cniVersion 1.1.0: {OLD_RUNTIMES} refuse its results (\"unsupported "
+                "CNI result version\"); use 1.0.0 unless every runtime on the node accepts "
+                "1.1.0 (it only adds GC and STATUS)"))
+        for entry in entries:
+            found.extend(_check_entry(f.path, entry, networks))
+    if not seen:
+        found.append(Finding(conf_dir, "no-netctl-conf", f"{conf_dir}: no conf or conflist "
+                             f"has a {PLUGIN_TYPE} plugin: the runtime does not use netctl"))
+    return found
+
+
+def read_conf_dir(directory: str) -> list[ConfFile]:
+    """The dir's ``*.conf``, ``*.conflist`` and ``*.json`` files in name order (as libcni
+    lists them), each decoded; FileNotFoundError when the dir is missing."""
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"no CNI config dir at {directory}")
+    out: list[ConfFile] = []
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(CONF_SUFFIXES):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONF_BYTES:
+                out.append(ConfFile(path, None, f"not a regular file of at most "
+                                    f"{MAX_CONF_BYTES} bytes"))
+                continue
+            with open(path, "rb") as fh:
+                obj = msgspec.json.decode(fh.read(MAX_CONF_BYTES + 1))
+        except OSError as exc:
+            out.append(ConfFile(path, None, f"cannot be read: {exc.strerror}"))
+            continue
+        except msgspec.DecodeError as exc:
+            out.append(ConfFile(path, None, f"is not valid JSON: {exc}"))
+            continue
+        if not isinstance(obj, dict):
+            out.append(ConfFile(path, None, "is not a JSON object"))
+            continue
+        out.append(ConfFile(path, obj))
+    return out
