@@ -34,6 +34,7 @@ from netctl.ipam.store import IndexStore
 from netctl.journal.store import open_journal
 from netctl.reconcile.leaks import Reconciler
 from netctl.reconcile.replay import replay
+from netctl.reconcile.watch import EventWatcher
 from netctl.server import Handlers, Server, ServerConfig
 
 log = logging.getLogger("netctl.daemon")
@@ -64,6 +65,8 @@ class DaemonConfig:
     ipam_takeover: tuple[str, ...] = ()  # IPAM types served by netctl-ipam, e.g. whereabouts
     reconcile_interval: float = 60.0  # seconds between periodic reconciles; 0: never
     reconcile_grace: float = 30.0  # allocations younger than this are never released
+    reconcile_events: bool = True  # reconcile on kernel and netns-dir events (watch.py)
+    netns_dirs: tuple[str, ...] = ("/run/netns", "/var/run/netns")  # watched for deletions
 
     @property
     def bin_dirs(self) -> list[str]:
@@ -143,6 +146,7 @@ async def run(cfg: DaemonConfig, *,
                         Limits(cfg.compensate_timeout, gc_grace=cfg.reconcile_grace))
         plain = IpamPlugin(journal, ipam, admission, ipam_types, gc_grace=cfg.reconcile_grace)
         reconciler = Reconciler(engine, ipam, cfg.reconcile_grace)
+        events = EventWatcher(reconciler, cfg.netns_dirs) if cfg.reconcile_events else None
         report = await replay(engine)
         log.info("start-up replay: %d unfinished operations, %d attachments of %d containers "
                  "undone, %d failures", report.operations, report.attachments,
@@ -160,6 +164,7 @@ async def run(cfg: DaemonConfig, *,
                 "journal_trips": journal.trips,  # calls on the database thread
                 "replay": started,
                 "stuck": await journal.stuck_attachments(),
+                "events": events.status() if events is not None else None,
             }
 
         async def reconcile(dry_run: bool) -> dict[str, Any]:
@@ -171,6 +176,8 @@ async def run(cfg: DaemonConfig, *,
                                      drain_timeout=cfg.drain_timeout))
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
+                if events is not None:
+                    await nursery.start(events.run)
                 await nursery.start(server.serve)
                 periodic = trio.CancelScope()
                 if cfg.reconcile_interval > 0:
@@ -183,5 +190,7 @@ async def run(cfg: DaemonConfig, *,
                     log.info("signal %s: draining", signal.Signals(signum).name)
                     server.stop()
                     periodic.cancel()  # an interrupted round is finished by the next start
+                    if events is not None:
+                        events.stop()
                     break
     log.info("netctl daemon stopped")

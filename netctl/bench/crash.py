@@ -6,8 +6,10 @@ kill.
 
 One temporary state dir and one daemon config for the whole run: a bridge network with
 netctl-ipam (the cluster network, ``eth0``) and a bridge network with host-local
-(selected in ``NETCTL_NETWORKS``, ``net1``); ``reconcile-interval`` 0 (the bench runs
-the reconcile itself) and ``reconcile-grace`` 0. Each iteration:
+(selected in ``NETCTL_NETWORKS``, ``net1``); ``reconcile-interval`` 0 and
+``reconcile-events`` off (the bench runs the reconcile itself: a host veth the kernel
+tears down after the restart would otherwise let the events clean a vanished sandbox
+first) and ``reconcile-grace`` 0. Each iteration:
 
 1. start the daemon; ADD two resident pods, which stay attached through the churn;
 2. churn: P pods, at most C at a time, each ``ip netns add``, ADD and DEL through the
@@ -73,8 +75,8 @@ PODS = 30  # churned per iteration
 RESIDENTS = 2  # pods attached before the churn and kept through it
 CONCURRENCY = 6
 KILL_PAUSE_S = 0.25  # the most the kill waits once its pod count is reached
-SETTINGS = {"reconcile-interval": 0, "reconcile-grace": 0, "plugin-timeout": 30,
-            "compensate-timeout": 30, "drain-timeout": 30}
+SETTINGS = {"reconcile-interval": 0, "reconcile-events": False, "reconcile-grace": 0,
+            "plugin-timeout": 30, "compensate-timeout": 30, "drain-timeout": 30}
 
 
 # -- the steps ---------------------------------------------------------------------------------

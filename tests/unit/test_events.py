@@ -5,13 +5,21 @@
 - ``struct inotify_event`` records, one after another, names padded with NULs;
 - which containers hints concern (a deleted host link named in an attachment's result,
   a deleted netns path, a recheck: every netns that is gone; plain-plugin allocations
-  too) and the facts narrowed to them, which the reconciler's one plan then decides on.
+  too) and the facts narrowed to them, which the reconciler's one plan then decides on;
+- the netns-dir watches on a real inotify fd: spellings of one dir share a watch and a
+  deletion is reported under each; a dir that does not exist yet is waited for and
+  watched once it appears; a watched dir that goes away asks for a recheck and is
+  waited for again.
 """
 
 from __future__ import annotations
 
+import os
+import select
 import struct
+from pathlib import Path
 
+import pytest
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID, RTM_NEWLINK
 
 from netctl.reconcile.events import (
@@ -24,6 +32,7 @@ from netctl.reconcile.events import (
     netlink_hints,
 )
 from netctl.reconcile.plan import AllocationFact, AttachmentFact, Facts, plan
+from netctl.reconcile.watch import NetnsDirs
 
 
 def rtattr(kind: int, payload: bytes) -> bytes:
@@ -113,3 +122,61 @@ def test_hints_merge_and_say_what_they_hold() -> None:
     assert h == Hints(links={"a"}, netns={"/run/netns/x", "/var/run/netns/x"}, recheck=True)
     assert h.describe() == "1 links deleted, 1 netns deleted, an nsid deleted or events lost"
     assert not Hints()
+
+
+# -- the netns-dir watches on a real inotify fd ---------------------------------------------
+
+
+def read_hints(dirs: NetnsDirs, timeout: float = 5.0) -> Hints:
+    """Everything the inotify fd has within ``timeout`` of its first event."""
+    out = Hints()
+    wait = timeout
+    while select.select([dirs.fd], [], [], wait)[0]:
+        out.merge(dirs.hints(os.read(dirs.fd, 1 << 16)))
+        wait = 0.05
+    return out
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> tuple[Path, Path]:
+    real = tmp_path / "run" / "netns"
+    real.mkdir(parents=True)
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var" / "run").symlink_to(tmp_path / "run")
+    return real, tmp_path / "var" / "run" / "netns"
+
+
+def test_a_deletion_is_reported_under_each_spelling(watched: tuple[Path, Path]) -> None:
+    real, alias = watched
+    (real / "cni-1").touch()
+    dirs = NetnsDirs([str(real), str(alias)])
+    try:
+        assert dirs.watched == [str(real)]
+        (real / "cni-1").unlink()
+        assert read_hints(dirs) == Hints(netns={f"{real}/cni-1", f"{alias}/cni-1"})
+    finally:
+        dirs.close()
+
+
+def test_a_dir_made_later_is_watched_once_it_appears(tmp_path: Path) -> None:
+    later = tmp_path / "run" / "netns"
+    dirs = NetnsDirs([str(later)])
+    try:
+        assert dirs.watched == []
+        later.parent.mkdir()  # the parent first: the watch moves down one level at a time
+        later.mkdir()
+        (later / "ns1").touch()
+        assert not read_hints(dirs)  # creations tell nothing; the watch is set
+        assert dirs.watched == [str(later)]
+        (later / "ns1").unlink()
+        assert read_hints(dirs) == Hints(netns={f"{later}/ns1"})
+        later.rmdir()  # the dir goes: every netns in it is gone, and it is waited for again
+        assert read_hints(dirs) == Hints(recheck=True)
+        assert dirs.watched == []
+        later.mkdir()
+        read_hints(dirs)
+        (later / "ns2").touch()
+        (later / "ns2").unlink()
+        assert read_hints(dirs).netns == {f"{later}/ns2"}
+    finally:
+        dirs.close()
