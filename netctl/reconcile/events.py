@@ -7,7 +7,9 @@ listening) and turns each into :class:`Hints`:
   (the host end of a pod's veth dies with the pod's netns); ``RTM_DELNSID`` says a
   netns that had an id in the host's netns is gone, without saying which one;
 - inotify on the runtimes' netns dirs (``/run/netns``, ``/var/run/netns``): a
-  name deleted (or moved away) there is a netns path that is gone.
+  name deleted (or moved away) there is a netns path that is gone (under each
+  spelling of the dir the watcher knows; a path spelled otherwise matches by its
+  name, once it is no longer a netns).
 
 A queue overflow on either (``ENOBUFS``, ``IN_Q_OVERFLOW``) loses events, so it
 asks for the same as an nsid deletion: look at every attachment's netns.
@@ -134,10 +136,16 @@ def inotify_events(buf: bytes) -> Iterator[tuple[int, int, str]]:
 def concerned(facts: Facts, hints: Hints) -> frozenset[str]:
     """The containers the hints point at (see the module docstring)."""
     out = set(hints.containers)
+    names = {os.path.basename(p) for p in hints.netns}
 
     def gone(netns: str) -> bool:
-        return bool(netns) and (netns in hints.netns or (
-            hints.recheck and not facts.netns_exists.get(netns, True)))
+        if not netns:
+            return False
+        if netns in hints.netns:
+            return True
+        # another spelling of a watched dir (a link, a bind mount): the same name, gone
+        is_gone = not facts.netns_exists.get(netns, True)
+        return is_gone and (hints.recheck or os.path.basename(netns) in names)
 
     for att in facts.attachments:
         if gone(att.netns) or (hints.links and any(

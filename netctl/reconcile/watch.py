@@ -41,6 +41,7 @@ import errno
 import logging
 import os
 import socket
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -291,7 +292,7 @@ class EventWatcher:
             log.debug("events: %s", hints.describe())
             try:
                 report, deferred = await self.reconciler.run_for(hints)
-            except (CNIError, OSError) as exc:
+            except (CNIError, OSError, sqlite3.Error) as exc:
                 log.warning("reconcile on events failed (%s); trying again in %gs", exc,
                             self.retry)
                 nursery.start_soon(self._later, hints)

@@ -97,6 +97,8 @@ def test_which_containers_hints_concern() -> None:
     assert concerned(FACTS, Hints(links={"veth1111", "eth9"})) == {"bridged"}
     assert concerned(FACTS, Hints(netns={"/run/netns/b", "/var/run/netns/b"})) == {"macvlan"}
     assert concerned(FACTS, Hints(netns={"/run/netns/e"})) == {"plain"}  # plain-plugin
+    # a spelling the watcher does not know: the same name, and no longer a netns
+    assert concerned(FACTS, Hints(netns={"/srv/ns/b", "/srv/ns/d"})) == {"macvlan"}
     assert concerned(FACTS, Hints(recheck=True)) == {"bridged", "macvlan", "proc", "plain"}
     assert concerned(FACTS, Hints(containers={"alive"})) == {"alive"}
     assert concerned(FACTS, Hints(links={"veth9999"}, netns={"/run/netns/z"})) == set()
