@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from netctl import harness
-from tests.conftest import Daemon, bridge_ports, ip, wait_for
+from tests.conftest import Daemon, bridge_ports, ip, live, wait_for
 
 pytestmark = pytest.mark.netns
 
@@ -44,8 +44,7 @@ def states(daemon: Daemon) -> dict[str, str]:
 
 def held(daemon: Daemon) -> list[str]:
     """Containers holding a live allocation."""
-    return [r[0] for r in daemon.db("SELECT container_id FROM ipam_allocations"
-                                    " WHERE released_at IS NULL ORDER BY id")]
+    return [container for container, _, _ in live(daemon)]
 
 
 def event_ops(daemon: Daemon) -> list[tuple[str, str, str]]:
