@@ -369,6 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "nothing left")
     b.add_argument("--iterations", type=int, default=10)
     b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("events", help="netns deleted without a DEL → address released, on "
+                        "kernel events vs the periodic round")
+    b.add_argument("--rounds", type=int, default=10)
+    b.add_argument("--interval", type=float, default=60.0, metavar="S",
+                   help="the periodic round's interval to compare with (reconcile-interval)")
+    b.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_bench)
     return parser
 

@@ -35,6 +35,7 @@ from netctl.journal.store import open_journal
 from netctl.reconcile.leaks import Reconciler
 from netctl.reconcile.pending import finish_pending, pending_dir
 from netctl.reconcile.replay import replay
+from netctl.reconcile.watch import EventWatcher
 from netctl.server import Handlers, Server, ServerConfig
 
 log = logging.getLogger("netctl.daemon")
@@ -65,6 +66,8 @@ class DaemonConfig:
     ipam_takeover: tuple[str, ...] = ()  # IPAM types served by netctl-ipam, e.g. whereabouts
     reconcile_interval: float = 60.0  # seconds between reconcile rounds; 0: the first only
     reconcile_grace: float = 30.0  # allocations younger than this are never released
+    reconcile_events: bool = True  # reconcile on kernel and netns-dir events (watch.py)
+    netns_dirs: tuple[str, ...] = ("/run/netns", "/var/run/netns")  # watched for deletions
 
     @property
     def bin_dirs(self) -> list[str]:
@@ -145,6 +148,7 @@ async def run(cfg: DaemonConfig, *,
         plain = IpamPlugin(journal, ipam, admission, ipam_types, gc_grace=cfg.reconcile_grace)
         recorded = pending_dir(cfg.socket)
         reconciler = Reconciler(engine, ipam, cfg.reconcile_grace, pending=recorded)
+        events = EventWatcher(reconciler, cfg.netns_dirs) if cfg.reconcile_events else None
         report = await replay(engine)
         log.info("start-up replay: %d unfinished operations, %d attachments of %d containers "
                  "undone, %d failures", report.operations, report.attachments,
@@ -168,6 +172,7 @@ async def run(cfg: DaemonConfig, *,
                 "journal_trips": journal.trips,  # calls on the database thread
                 "replay": started,
                 "stuck": await journal.stuck_attachments(),
+                "events": events.status() if events is not None else None,
             }
 
         async def reconcile(dry_run: bool) -> dict[str, Any]:
@@ -179,6 +184,8 @@ async def run(cfg: DaemonConfig, *,
                                      drain_timeout=cfg.drain_timeout))
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
+                if events is not None:
+                    await nursery.start(events.run)
                 await nursery.start(server.serve)
                 periodic = trio.CancelScope()  # the first round now, then periodic ones
                 nursery.start_soon(_in_scope, periodic, partial(
@@ -190,5 +197,7 @@ async def run(cfg: DaemonConfig, *,
                     log.info("signal %s: draining", signal.Signals(signum).name)
                     server.stop()
                     periodic.cancel()  # an interrupted round is finished by the next start
+                    if events is not None:
+                        events.stop()
                     break
     log.info("netctl daemon stopped")

@@ -41,7 +41,9 @@ def _result(blob: bytes | None) -> dict[str, object] | None:
 
 
 def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None = None,
-           links: dict[str, Link] | None = None) -> Facts:
+           links: dict[str, Link] | None = None, *, sweep: bool = True) -> Facts:
+    """The facts; without ``sweep`` neither removed attachments nor host links (what only
+    the sweep for leftover host veths needs), for a run on kernel events."""
     now = time.time() if now is None else now
     conn = sqlite3.connect(f"file:{journal_path}?mode=ro", uri=True)
     try:
@@ -58,7 +60,7 @@ def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None
                 " ORDER BY id")]
         removed = [(r[0], _result(r[1])) for r in conn.execute(
             "SELECT id, result FROM attachments WHERE state='removed' AND removed_at > ?",
-            (now - REMOVED_WINDOW,))]
+            (now - REMOVED_WINDOW,))] if sweep else []
         allocations = [
             AllocationFact(id=r[0], pool=r[1], address=r[2], container_id=r[3], ifname=r[4],
                            netns=r[5], attachment_id=r[6], attachment_state=r[7],
@@ -76,4 +78,5 @@ def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None
     return Facts(
         attachments=attachments, removed_results=removed, allocations=allocations,
         netns_exists={p: is_netns(p) for p in paths},  # not a netns any more: gone too
-        host_links=host_links() if links is None else links, busy=frozenset(busy), now=now)
+        host_links=(host_links() if links is None else links) if sweep else {},
+        busy=frozenset(busy), now=now)

@@ -1,16 +1,19 @@
 """The reconciler's acting shell: gather facts, plan (pure), carry the plan out, journal it.
 
-Runs on demand (``netctl reconcile``), right after the start-up replay, and every
-``reconcile-interval`` seconds in the daemon. A round first finishes the DELs the
-plugin recorded while the daemon was down (:mod:`netctl.reconcile.pending`).
-A run that finds work is an operation of its own (verb RECONCILE, origin
-reconcile): begun with the plan as
-its request, then finished with its outcome and errors. Each attachment is
-DELeted through its own chain from the journal, serialized with the runtime's
-requests for that container; allocations are released through the IPAM store
-(one journaled RELEASE each); host links are deleted with pyroute2. A clean-up
-that fails counts a failure on its attachment, and the next rounds leave it be
-until its back-off passes (see :func:`netctl.engine.engine.retry_at`).
+Runs on demand (``netctl reconcile``), right after the start-up replay, every
+``reconcile-interval`` seconds in the daemon, and on kernel events
+(:meth:`Reconciler.run_for`: the same plan over the containers the events concern,
+see :mod:`netctl.reconcile.events`). A run that finds work is an operation of its
+own (verb RECONCILE, origin ``reconcile`` or ``event``): begun with the plan as its
+request, then finished with its outcome and errors. Each attachment is DELeted
+through its own chain from the journal in its container's turn with the runtime's
+requests, a few containers at once; a container with a request in flight is left
+alone (for the next round, or the next look on events). Allocations are released
+through the IPAM store (one journaled RELEASE each); host links are deleted with
+pyroute2. A whole round first finishes the DELs the plugin recorded while the daemon
+was down (:mod:`netctl.reconcile.pending`). A clean-up that fails counts a failure on
+its attachment, and the next rounds leave it be until its back-off passes (see
+:func:`netctl.engine.engine.retry_at`).
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ from netctl.engine.engine import Engine
 from netctl.errors import CNIError
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import OpEnd, OpStart
+from netctl.reconcile.events import Hints, concerned, focus
 from netctl.reconcile.facts import gather
 from netctl.reconcile.pending import finish_pending
-from netctl.reconcile.plan import AllocationFact, Plan, plan
+from netctl.reconcile.plan import AllocationFact, Facts, Plan, plan
 
 log = logging.getLogger("netctl.reconcile")
 
@@ -54,52 +58,89 @@ class Reconciler:
     ipam: IndexStore
     grace: float = 30.0
     pending: str | None = None  # the plugin's recorded DELs (netctl.reconcile.pending)
+    parallel: int = 4  # containers DELeted at once: a burst never takes every request slot
 
     async def run(self, *, dry_run: bool) -> dict[str, Any]:
-        engine = self.engine
+        """A whole round: the plugin's recorded DELs, then every leak the plan finds, and
+        the sweep of leftover host veths."""
         if self.pending and not dry_run:
-            recorded = await finish_pending(engine, self.pending)
+            recorded = await finish_pending(self.engine, self.pending)
             if recorded.finished or recorded.failed:
                 log.info("reconcile: %d recorded DELs finished, %d failed: %s",
                          recorded.finished, len(recorded.failed), "; ".join(recorded.failed))
-        facts = await trio.to_thread.run_sync(partial(
-            gather, engine.journal.path, engine.admission.busy()))
-        todo = plan(facts, self.grace)
+        facts = await self._facts(sweep=True)
+        report, _ = await self._act(facts, plan(facts, self.grace), dry_run=dry_run,
+                                    origin="reconcile")
+        return report
+
+    async def run_for(self, hints: Hints) -> tuple[dict[str, Any], frozenset[str]]:
+        """A round on kernel events: the same plan, over the containers ``hints`` concern
+        (:func:`~netctl.reconcile.events.concerned`) only; journaled with origin
+        ``event``. Returns the report and the concerned containers left alone because a
+        request of theirs is in flight (to look at again later)."""
+        facts = await self._facts(sweep=False)
+        mine = concerned(facts, hints)
+        if not mine:
+            return {"dry_run": False, "plan": Plan().to_json(), "errors": []}, frozenset()
+        focused = focus(facts, mine)
+        report, deferred = await self._act(focused, plan(focused, self.grace), dry_run=False,
+                                           origin="event", why=hints.describe())
+        return report, deferred | (mine & facts.busy)
+
+    async def _facts(self, *, sweep: bool) -> Facts:
+        return await trio.to_thread.run_sync(partial(
+            gather, self.engine.journal.path, self.engine.admission.busy(), sweep=sweep))
+
+    async def _act(self, facts: Facts, todo: Plan, *, dry_run: bool, origin: str,
+                   why: str = "") -> tuple[dict[str, Any], frozenset[str]]:
+        engine = self.engine
         report: dict[str, Any] = {"dry_run": dry_run, "plan": todo.to_json(), "errors": []}
         if dry_run or todo.empty:
-            return report
+            return report, frozenset()
         op_id = await engine.journal.begin(OpStart(
-            verb="RECONCILE", origin="reconcile", request=msgspec.json.encode(todo.to_json())))
+            verb="RECONCILE", origin=origin, request=msgspec.json.encode(todo.to_json())))
         errors: list[str] = []
+        deferred: set[str] = set()
         try:
-            errors = await self._carry_out(todo, facts.allocations)
+            await self._carry_out(todo, facts.allocations, origin, errors, deferred)
         finally:
             with trio.CancelScope(shield=True):
                 await engine.journal.finish(op_id, OpEnd(
                     state="failed" if errors else "done", error="; ".join(errors) or None))
         report["errors"] = errors
+        name = "reconcile" if origin == "reconcile" else f"reconcile on events ({why})"
         if errors:
-            log.warning("reconcile: %s", "; ".join(errors))
-        log.info("reconcile: %d attachments DELeted, %d allocations released, %d links deleted",
-                 len(todo.delete), len(todo.release), len(todo.unlink))
-        return report
+            log.warning("%s: %s", name, "; ".join(errors))
+        log.info("%s: %d attachments DELeted, %d allocations released, %d links deleted%s",
+                 name, len(todo.delete), len(todo.release), len(todo.unlink),
+                 f"; {len(deferred)} containers busy, left for later" if deferred else "")
+        return report, frozenset(deferred)
 
-    async def _carry_out(self, todo: Plan, allocations: list[AllocationFact]) -> list[str]:
+    async def _carry_out(self, todo: Plan, allocations: list[AllocationFact], origin: str,
+                         errors: list[str], deferred: set[str]) -> None:
         engine = self.engine
-        errors: list[str] = []
-        by_id = {a.id: a for a in await engine.journal.live_attachments()}
-        by_container: dict[str, list[Any]] = {}
+        by_container: dict[str, set[int]] = {}
         for att_id, container, _ in todo.delete:
-            if att_id in by_id:
-                by_container.setdefault(container, []).append(by_id[att_id])
-        for container, atts in by_container.items():
-            try:
-                await engine.admission.serialized(container, "DEL", partial(
-                    engine.delete_attachments, container, atts, OpStart(
-                        verb="DEL", container_id=container, netns=atts[0].netns,
-                        origin="reconcile"), "reconcile"))
-            except CNIError as exc:
-                errors.append(exc.msg)
+            by_container.setdefault(container, set()).add(att_id)
+        limiter = trio.CapacityLimiter(self.parallel)
+
+        async def delete(container: str, ids: set[int]) -> None:
+            async with limiter:
+                # no checkpoint between this test and serialized() registering the container
+                if container in engine.admission.busy():
+                    deferred.add(container)  # a request came meanwhile: never under it
+                    return
+                try:
+                    await engine.admission.serialized(container, "DEL", partial(
+                        self._delete, container, ids, origin))
+                except CNIError as exc:
+                    errors.append(exc.msg)
+                except OSError as exc:
+                    errors.append(f"DEL of container {container}: {exc}")
+
+        async with trio.open_nursery() as nursery:
+            for container, ids in by_container.items():
+                nursery.start_soon(delete, container, ids)
         allocs = {a.id: a for a in allocations}
         for alloc_id, _, reason in todo.release:
             fact = allocs[alloc_id]
@@ -110,13 +151,23 @@ class Reconciler:
                 continue  # released (or taken again) since the facts were read
             await engine.journal.one_transaction(OpStart(
                 verb="RELEASE", container_id=fact.container_id, ifname=fact.ifname,
-                netns=fact.netns, origin="reconcile", request=reason.encode()), gone=[held])
+                netns=fact.netns, origin=origin, request=reason.encode()), gone=[held])
             self.ipam.released([held])
         for name, _ in todo.unlink:
             failure = await trio.to_thread.run_sync(_unlink, name)
             if failure:
                 errors.append(failure)
-        return errors
+
+    async def _delete(self, container: str, ids: set[int], origin: str) -> None:
+        """DEL the planned attachments of ``container`` that are still live: read again
+        under the container's turn, so a DEL that ran meanwhile (the runtime's, another
+        round's) is not repeated."""
+        atts = [a for a in await self.engine.journal.live_attachments(container)
+                if a.id in ids]
+        if atts:
+            await self.engine.delete_attachments(container, atts, OpStart(
+                verb="DEL", container_id=container, netns=atts[0].netns, origin=origin),
+                origin)
 
     async def every(self, interval: float) -> None:
         """The daemon's reconcile rounds: the first at once (the daemon starts this right

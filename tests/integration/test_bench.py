@@ -3,7 +3,9 @@ side) and `netctl bench ipam` run both sides on real namespaces, report numbers 
 see no failures (every address distinct, none held after the DELs), and leave nothing with
 their prefix behind; `netctl bench journal` fills a journal made by the real migrations with
 the rows it promises and times every read path, each answer right; `netctl bench crash`
-SIGKILLs the daemon in each iteration, vanishes sandboxes, and finds nothing left behind."""
+SIGKILLs the daemon in each iteration, vanishes sandboxes, and finds nothing left behind;
+`netctl bench events` times vanished sandboxes released on kernel events, beside the periodic
+round, and leaves nothing."""
 
 from __future__ import annotations
 
@@ -165,5 +167,27 @@ def test_crash_small_json() -> None:
         assert it["exit_code"] == 0 and it["failures"] == []
         assert all(n == 0 for n in it["leftovers"].values())
     assert report["daemon"]["peak_rss_kib"] > 0
+
+    assert_left_nothing(report)
+
+
+def test_events_small_json() -> None:
+    """Two rounds of each kind: a vanished bridge and macvlan-only sandbox released on events
+    (the periodic round off), the periodic round's wait beside it, nothing left."""
+    proc = subprocess.run([NETCTL, "bench", "events", "--rounds", "2", "--interval", "60",
+                           "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["problems"] == [] and report["leftovers"] == []
+    for kind in ("bridge", "macvlan"):
+        rep = report[kind]
+        assert rep["rounds"] == 2 and rep["failures"] == []
+        released, noticed = rep["released_ms"], rep["noticed_ms"]
+        assert released["n"] == 2 and 0 < released["p50"] <= released["max"]
+        assert 0 < noticed["p50"] <= released["max"]  # noticed before it is released
+        assert all(v is not None and v > 0 for v in report["ratio"][kind].values())
+    assert report["baseline"] == {"interval_s": 60.0, "median_ms": 30000.0, "max_ms": 60000.0}
+    assert report["events"]["attachments_reconciled"] >= 6  # with the warm-up's two
+    assert report["daemon"]["exit_code"] == 0
 
     assert_left_nothing(report)

@@ -25,6 +25,8 @@ def reconcile(daemon: Daemon, *args: str) -> tuple[int, dict[str, Any]]:
 
 
 def setup_vanished_pod(daemon: Daemon, netns) -> tuple[str, str]:
+    # the leak must stay until the reconciler is asked (or its round comes): no events
+    daemon.settings["reconcile-events"] = False
     br = daemon.name("r0")
     daemon.add_network("recon", {"cniVersion": "1.0.0", "name": "recon", "plugins": [{
         "type": "bridge", "bridge": br,

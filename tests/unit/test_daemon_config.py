@@ -3,6 +3,8 @@
 - defaults without a file;
 - a YAML file with kebab-case, camelCase and snake_case keys, and a JSON file;
 - flags override the file; flags left unset (None) do not;
+- the reconcile on events: on by default, watching ``/run/netns`` and ``/var/run/netns``;
+  switched off, and other netns dirs, from a file;
 - an unknown key, a wrong type or a broken file is refused, naming the key or file.
 """
 
@@ -57,6 +59,17 @@ def test_json_file(tmp_path: Path) -> None:
     path.write_text('{"state-dir": "/s", "inCluster": false, "metrics-addr": "127.0.0.1:9"}')
     cfg = load_config(str(path), {})
     assert (cfg.state_dir, cfg.in_cluster, cfg.metrics_addr) == ("/s", False, "127.0.0.1:9")
+
+
+def test_reconcile_events_settings(tmp_path: Path) -> None:
+    cfg = load_config(None, {})
+    assert cfg.reconcile_events is True
+    assert cfg.netns_dirs == ("/run/netns", "/var/run/netns")
+    path = tmp_path / "netctl.yaml"
+    path.write_text("reconcile-events: false\nnetns-dirs: [/run/netns, /run/user-netns]\n")
+    cfg = load_config(str(path), {})
+    assert cfg.reconcile_events is False
+    assert cfg.netns_dirs == ("/run/netns", "/run/user-netns")
 
 
 def test_flags_override_the_file(tmp_path: Path) -> None:

@@ -1,0 +1,164 @@
+"""What the kernel said, and which attachments it concerns. Pure: no I/O.
+
+The daemon listens to two kinds of events (:mod:`netctl.reconcile.watch` does the
+listening) and turns each into :class:`Hints`:
+
+- netlink, in the host's netns: ``RTM_DELLINK`` names a host link that went away
+  (the host end of a pod's veth dies with the pod's netns); ``RTM_DELNSID`` says a
+  netns that had an id in the host's netns is gone, without saying which one;
+- inotify on the runtimes' netns dirs (``/run/netns``, ``/var/run/netns``): a
+  name deleted (or moved away) there is a netns path that is gone (under each
+  spelling of the dir the watcher knows; a path spelled otherwise matches by its
+  name, once it is no longer a netns).
+
+A queue overflow on either (``ENOBUFS``, ``IN_Q_OVERFLOW``) loses events, so it
+asks for the same as an nsid deletion: look at every attachment's netns.
+
+:func:`concerned` maps hints to containers, from the reconciler's facts: a
+deleted link to the attachments whose result names it as a host interface, a
+deleted path to the attachments and allocations with that netns, an nsid
+deletion (or a lost event) to those whose netns is no longer a network
+namespace. :func:`focus` narrows the facts to those containers, and the
+reconciler's one plan (:func:`netctl.reconcile.plan.plan`) decides what to do
+with them: a hint only says where to look, never what is leaked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID
+
+from netctl.reconcile.plan import Facts, host_interfaces
+
+_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+_IFINFOMSG = 16  # family, pad, type, index, flags, change
+_RTATTR = struct.Struct("=HH")  # len, type
+IFLA_IFNAME = 3
+
+_INOTIFY_EVENT = struct.Struct("=iIII")  # wd, mask, cookie, len; then the name
+IN_MOVED_FROM = 0x40
+IN_MOVED_TO = 0x80
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
+IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000
+
+
+@dataclass
+class Hints:
+    """Where to look: host links and netns paths deleted, whether every netns must be
+    checked (an nsid deleted, events lost), and containers to look at again."""
+
+    links: set[str] = field(default_factory=set)
+    netns: set[str] = field(default_factory=set)
+    recheck: bool = False
+    containers: set[str] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.links or self.netns or self.recheck or self.containers)
+
+    def merge(self, other: Hints) -> None:
+        self.links |= other.links
+        self.netns |= other.netns
+        self.recheck = self.recheck or other.recheck
+        self.containers |= other.containers
+
+    def describe(self) -> str:
+        parts = [f"{len(self.links)} links deleted" if self.links else "",
+                 f"{len({os.path.basename(n) for n in self.netns})} netns deleted"
+                 if self.netns else "",
+                 "an nsid deleted or events lost" if self.recheck else "",
+                 f"{len(self.containers)} containers again" if self.containers else ""]
+        return ", ".join(p for p in parts if p) or "nothing"
+
+
+# -- netlink --------------------------------------------------------------------------------
+
+
+def _ifname(msg: bytes) -> str | None:
+    """IFLA_IFNAME of one RTM_*LINK message (header included)."""
+    offset = _NLMSGHDR.size + _IFINFOMSG
+    while offset + _RTATTR.size <= len(msg):
+        length, kind = _RTATTR.unpack_from(msg, offset)
+        if length < _RTATTR.size:
+            return None
+        if kind == IFLA_IFNAME:
+            return msg[offset + _RTATTR.size:offset + length].split(b"\0", 1)[0].decode(
+                errors="replace")
+        offset += (length + 3) & ~3
+    return None
+
+
+def netlink_hints(datagram: bytes) -> Hints:
+    """The hints in one netlink datagram: a name per ``RTM_DELLINK``, a recheck for an
+    ``RTM_DELNSID``; every other message (and a truncated one) is skipped. Only the
+    message header and the one attribute are read: a node reboot brings thousands."""
+    out = Hints()
+    offset = 0
+    while offset + _NLMSGHDR.size <= len(datagram):
+        length, kind, _, _, _ = _NLMSGHDR.unpack_from(datagram, offset)
+        if length < _NLMSGHDR.size or offset + length > len(datagram):
+            break
+        if kind == RTM_DELLINK:
+            name = _ifname(datagram[offset:offset + length])
+            if name:
+                out.links.add(name)
+        elif kind == RTM_DELNSID:
+            out.recheck = True
+        offset += (length + 3) & ~3
+    return out
+
+
+# -- inotify --------------------------------------------------------------------------------
+
+
+def inotify_events(buf: bytes) -> Iterator[tuple[int, int, str]]:
+    """(watch descriptor, mask, name) of each ``struct inotify_event`` in ``buf``."""
+    offset = 0
+    while offset + _INOTIFY_EVENT.size <= len(buf):
+        wd, mask, _, length = _INOTIFY_EVENT.unpack_from(buf, offset)
+        start = offset + _INOTIFY_EVENT.size
+        name = buf[start:start + length].split(b"\0", 1)[0].decode(errors="surrogateescape")
+        yield wd, mask, name
+        offset = start + length
+
+
+# -- which containers ---------------------------------------------------------------------------
+
+
+def concerned(facts: Facts, hints: Hints) -> frozenset[str]:
+    """The containers the hints point at (see the module docstring)."""
+    out = set(hints.containers)
+    names = {os.path.basename(p) for p in hints.netns}
+
+    def gone(netns: str) -> bool:
+        if not netns:
+            return False
+        if netns in hints.netns:
+            return True
+        # another spelling of a watched dir (a link, a bind mount): the same name, gone
+        is_gone = not facts.netns_exists.get(netns, True)
+        return is_gone and (hints.recheck or os.path.basename(netns) in names)
+
+    for att in facts.attachments:
+        if gone(att.netns) or (hints.links and any(
+                name in hints.links for name, _ in host_interfaces(att.result))):
+            out.add(att.container_id)
+    out.update(alloc.container_id for alloc in facts.allocations if gone(alloc.netns))
+    return frozenset(out)
+
+
+def focus(facts: Facts, containers: frozenset[str]) -> Facts:
+    """The facts about ``containers`` only: their attachments and allocations; no host
+    links to sweep (that is the periodic round's)."""
+    return dataclasses.replace(
+        facts, attachments=[a for a in facts.attachments if a.container_id in containers],
+        allocations=[a for a in facts.allocations if a.container_id in containers],
+        removed_results=[], host_links={})

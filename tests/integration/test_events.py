@@ -1,0 +1,198 @@
+"""We test these aspects of the reconcile on kernel events, with the periodic round off
+(``reconcile-interval: 0``), on real netns, plugins and a real daemon:
+
+- a sandbox whose netns is deleted without a DEL is released on its own: a bridge
+  attachment (its host veth dies with the netns) and a macvlan-only one (no host-side
+  link: the netns dir tells), each DEL'd through its chain from the journal, its
+  address released, journaled as a RECONCILE and a DEL of origin ``event``; the pod
+  beside it is untouched;
+- 200 sandboxes deleted at once are all released, in far fewer runs than sandboxes,
+  while the runtime's ADDs and DELs keep being served in the middle of it;
+- a sandbox deleted while a request for its container is in flight is not touched
+  until that request is over, then released without being asked;
+- ``reconcile-events: false`` leaves such a leak to the periodic round or to
+  ``netctl reconcile`` (the other test modules that need a leak to persist say so).
+
+Subnets: 10.187.0-3.0/24.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netctl import harness
+from tests.conftest import Daemon, bridge_ports, ip, live, wait_for
+
+pytestmark = pytest.mark.netns
+
+RELEASED_WITHIN = 20.0  # the tests wait for the condition; this only bounds a failure
+
+
+def ipam_net(name: str, plugin: dict[str, Any], subnet: str) -> dict[str, Any]:
+    return {"cniVersion": "1.0.0", "name": name, "plugins": [
+        {**plugin, "ipam": {"type": "netctl-ipam", "range": subnet}}]}
+
+
+def states(daemon: Daemon) -> dict[str, str]:
+    return dict(daemon.db("SELECT container_id, state FROM attachments"))
+
+
+def held(daemon: Daemon) -> list[str]:
+    """Containers holding a live allocation."""
+    return [container for container, _, _ in live(daemon)]
+
+
+def event_ops(daemon: Daemon) -> list[tuple[str, str, str]]:
+    return daemon.db("SELECT verb, container_id, state FROM operations WHERE origin='event'"
+                     " ORDER BY id")
+
+
+def events_status(daemon: Daemon) -> dict[str, Any]:
+    status: dict[str, Any] = daemon.status()["events"]
+    return status
+
+
+def assert_vanished_pod_released(daemon: Daemon, netns: Callable[[], str], cluster: str
+                                 ) -> None:
+    keep, gone = netns(), netns()
+    conf = daemon.conf(cluster)
+    for container, ns in (("ev-keep", keep), ("ev-gone", gone)):
+        res = daemon.cni("ADD", container, ns, conf)
+        assert res.rc == 0, res.stdout + res.stderr
+    ip("netns", "del", gone)  # no DEL: the runtime crashed
+
+    wait_for(lambda: held(daemon) == ["ev-keep"], RELEASED_WITHIN,
+             "the vanished pod's address to be released on events")
+    assert states(daemon) == {"ev-keep": "attached", "ev-gone": "removed"}
+    wait_for(lambda: event_ops(daemon) == [("RECONCILE", "", "done"), ("DEL", "ev-gone", "done")],
+             what="the run on events to be journaled as done")
+    assert daemon.db("SELECT COUNT(*) FROM operations WHERE origin='reconcile'") == [(0,)]
+    assert daemon.cni("DEL", "ev-keep", keep, conf).rc == 0
+    assert held(daemon) == []
+
+
+def test_a_vanished_bridge_sandbox_is_released_on_events(daemon: Daemon, netns) -> None:
+    br = daemon.name("e0")
+    daemon.add_network("evbr", ipam_net("evbr", {"type": "bridge", "bridge": br},
+                                        "10.187.0.0/24"))
+    daemon.start()
+    sources = events_status(daemon)["sources"]
+    assert "netlink" in sources and "inotify:/run/netns" in sources
+
+    assert_vanished_pod_released(daemon, netns, "evbr")
+    wait_for(lambda: bridge_ports(br) == [], what="the kernel to remove the host veth")
+    counts = events_status(daemon)
+    assert counts["attachments_reconciled"] == 1 and counts["batches"] >= 1
+
+
+def test_a_vanished_macvlan_only_sandbox_is_released_on_events(
+        daemon: Daemon, netns, veth_parent: str) -> None:
+    """No host-side link: the deletion in /run/netns is what tells."""
+    daemon.add_network("evmv", ipam_net("evmv", {"type": "macvlan", "master": veth_parent,
+                                                 "mode": "bridge"}, "10.187.1.0/24"))
+    daemon.start()
+    assert_vanished_pod_released(daemon, netns, "evmv")
+
+
+def test_no_events_when_switched_off(daemon: Daemon, netns) -> None:
+    daemon.settings["reconcile-events"] = False
+    daemon.add_network("evoff", ipam_net("evoff", {"type": "bridge", "bridge": daemon.name("e3")},
+                                         "10.187.3.0/24"))
+    daemon.start()
+    assert daemon.status()["events"] is None
+    gone = netns()
+    assert daemon.cni("ADD", "ev-off", gone, daemon.conf("evoff")).rc == 0
+    ip("netns", "del", gone)
+    # the leak stays until asked: `netctl reconcile` finds and cleans it
+    plan = daemon.reconcile(dry_run=True)["plan"]
+    assert [a["container"] for a in plan["attachments"]] == ["ev-off"]
+    assert held(daemon) == ["ev-off"] and event_ops(daemon) == []
+    assert daemon.reconcile()["errors"] == []
+    assert held(daemon) == []
+
+
+def test_an_event_for_a_container_in_flight_waits_for_its_request(
+        daemon: Daemon, netns, tmp_path: Path) -> None:
+    """The pod's ADD is held open by a delegate (``gate``) while its netns is deleted."""
+    gate = tmp_path / "gate-open"
+    daemon.add_network("evbr", ipam_net("evbr", {"type": "bridge", "bridge": daemon.name("e2")},
+                                        "10.187.2.0/24"))
+    daemon.add_network("held", {"cniVersion": "1.0.0", "name": "held",
+                                "plugins": [{"type": "gate", "gate": str(gate)}]})
+    daemon.settings["plugin-timeout"] = 60
+    daemon.start()
+    ns = netns()
+    with ThreadPoolExecutor(1) as pool:
+        add = pool.submit(daemon.cni, "ADD", "ev-busy", ns, daemon.conf("evbr"),
+                          networks="held")
+        try:
+            wait_for(lambda: held(daemon) == ["ev-busy"], 20, "the bridge half of the ADD")
+            ip("netns", "del", ns)
+            wait_for(lambda: events_status(daemon)["deferred"] >= 1, RELEASED_WITHIN,
+                     "the event to be looked at, and left alone")
+            # untouched: the ADD still runs, its attachments are its own, nothing DEL'd
+            assert not add.done()
+            assert set(states(daemon).values()) == {"adding"}
+            assert held(daemon) == ["ev-busy"] and event_ops(daemon) == []
+        finally:
+            gate.touch()
+        res = add.result(timeout=60)
+    assert res.rc == 0, res.stdout + res.stderr  # the delegate finished: the ADD succeeded
+    # ... of a sandbox that is gone: released right after, without being asked
+    wait_for(lambda: held(daemon) == [], RELEASED_WITHIN, "the release once the ADD is over")
+    assert set(states(daemon).values()) == {"removed"}
+    wait_for(lambda: event_ops(daemon) == [("RECONCILE", "", "done"), ("DEL", "ev-busy", "done")],
+             what="the run on events to be journaled as done")
+
+
+BURST = 200
+
+
+@pytest.mark.slow
+def test_a_burst_of_vanished_sandboxes_is_released_while_requests_are_served(
+        daemon: Daemon, netns) -> None:
+    br = daemon.name("e1")
+    daemon.add_network("evburst", ipam_net("evburst", {"type": "bridge", "bridge": br},
+                                           "10.187.0.0/23"))
+    daemon.start()
+    conf = daemon.conf("evburst")
+    names = [netns() for _ in range(BURST)]
+    with ThreadPoolExecutor(4) as pool:
+        adds = list(pool.map(lambda i: daemon.cni("ADD", f"ev-{i}", names[i], conf),
+                             range(BURST)))
+    assert [r.rc for r in adds] == [0] * BURST, [r.describe() for r in adds if r.rc][:3]
+    assert len(held(daemon)) == BURST
+
+    probe = netns()
+    proc = harness.run(["ip", "-batch", "-"], data="".join(
+        f"netns del {n}\n" for n in names).encode())  # all at once, as a node reboot
+    assert proc.returncode == 0, proc.stderr
+    served = 0
+    while held(daemon):  # the runtime goes on meanwhile: ADD and DEL of other pods
+        container = f"ev-probe-{served}"
+        res = daemon.cni("ADD", container, probe, conf)
+        assert res.rc == 0, res.describe()
+        res = daemon.cni("DEL", container, probe, conf)
+        assert res.rc == 0, res.describe()
+        served += 1
+        assert served < 500, f"still held: {held(daemon)[:5]}"
+
+    assert set(states(daemon).values()) == {"removed"}
+    dels = daemon.db("SELECT started_at, finished_at, state FROM operations"
+                     " WHERE origin='event' AND verb='DEL'")
+    assert len(dels) == BURST and {state for _, _, state in dels} == {"done"}
+    runs = daemon.db("SELECT COUNT(*) FROM operations WHERE origin='event'"
+                     " AND verb='RECONCILE'")[0][0]
+    assert runs < BURST // 4  # coalesced: a few runs, not one per sandbox
+    # the runtime's requests were answered in the middle of the release, not after it
+    first, last = min(d[0] for d in dels), max(d[1] for d in dels)
+    probes = daemon.db("SELECT COUNT(*) FROM operations WHERE origin='runtime' AND verb='ADD'"
+                       " AND container_id LIKE 'ev-probe-%' AND finished_at BETWEEN ? AND ?",
+                       (first, last))[0][0]
+    assert served >= 1 and probes >= 1
+    wait_for(lambda: bridge_ports(br) == [], 60, "the kernel to remove the host veths")
