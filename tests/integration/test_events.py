@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from netctl import harness
-from tests.conftest import Daemon, bridge_ports, ip, live, wait_for
+from tests.conftest import Daemon, bridge_ports, ip, live, step_states, wait_for
 
 pytestmark = pytest.mark.netns
 
@@ -131,7 +131,9 @@ def test_an_event_for_a_container_in_flight_waits_for_its_request(
         add = pool.submit(daemon.cni, "ADD", "ev-busy", ns, daemon.conf("evbr"),
                           networks="held")
         try:
-            wait_for(lambda: held(daemon) == ["ev-busy"], 20, "the bridge half of the ADD")
+            wait_for(lambda: step_states(daemon, "ev-busy") == {"bridge": "ok",
+                                                                "gate": "running"},
+                     20, "the bridge half of the ADD done, the gate's running")
             ip("netns", "del", ns)
             wait_for(lambda: events_status(daemon)["deferred"] >= 1, RELEASED_WITHIN,
                      "the event to be looked at, and left alone")
