@@ -131,8 +131,8 @@ def test_address_from_netctl_ipam_released_on_rm(podman: Podman, daemon: Daemon)
     _, addrs = interfaces(out)
     assert list(addrs) == ["eth0"]
     assert ipaddress.ip_interface(addrs["eth0"]).network == SUBNET
-    # the journal knows it by podman's container name, in no namespace
-    atts = daemon.journal("--pod", "/web-1")["attachments"]
+    # the journal knows it by podman's container name (its pod has no namespace)
+    atts = daemon.journal("--pod", "web-1")["attachments"]
     assert [(a["addresses"], a["state"]) for a in atts] == [([addrs["eth0"]], "removed")]
     assert live(daemon) == []
     assert_nothing_left(daemon)
