@@ -8,12 +8,21 @@ CNI_BIN := /usr/lib/cni
 
 setup: $(BIN)/netctl system-packages
 
-# Debian's CNI plugins (the real delegates), iproute2, and ping for the demo.
+# Debian's CNI plugins (the real delegates), iproute2, and ping for the demo; podman with
+# runc, busybox-static (its test image) and iptables (portmap) for tests/integration/test_podman.py
+# and `netctl bench podman`.
 system-packages:
 	@if [ ! -x $(CNI_BIN)/bridge ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null; then \
 	  apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins \
 	    iproute2 iputils-ping; \
+	fi
+	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null || \
+	    ! command -v iptables >/dev/null || \
+	    ! dpkg-query -W -f '$${Status}' busybox-static 2>/dev/null | grep -q 'ok installed'; then \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman \
+	    runc busybox-static iptables; \
 	fi
 
 $(BIN)/netctl: pyproject.toml

@@ -375,6 +375,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--interval", type=float, default=60.0, metavar="S",
                    help="the periodic round's interval to compare with (reconcile-interval)")
     b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("podman", help="podman run --rm on a netctl network vs podman's own "
+                        "bridge network (Debian's podman, CNI backend)")
+    b.add_argument("--runs", type=int, default=10, help="runs per side (default 10)")
+    b.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_bench)
     return parser
 

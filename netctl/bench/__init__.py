@@ -1,8 +1,8 @@
 """``netctl bench``: benchmarks on real namespaces and real plugins, one module each
 (:mod:`~netctl.bench.churn`, :mod:`~netctl.bench.ipam`, :mod:`~netctl.bench.journal`,
-:mod:`~netctl.bench.crash`, :mod:`~netctl.bench.events`) on the shared driver and base of
-:mod:`~netctl.bench.common` (over :mod:`netctl.harness`, which the tests use too) and the
-one renderer of :mod:`~netctl.bench.render`.
+:mod:`~netctl.bench.crash`, :mod:`~netctl.bench.events`, :mod:`~netctl.bench.podman`) on the
+shared driver and base of :mod:`~netctl.bench.common` (over :mod:`netctl.harness`, which the
+tests use too) and the one renderer of :mod:`~netctl.bench.render`.
 """
 
 from __future__ import annotations
@@ -32,5 +32,9 @@ def main(args: argparse.Namespace) -> int:
         from netctl.bench.events import run_events
 
         return run_events(args)
+    if args.bench == "podman":
+        from netctl.bench.podman import run_podman
+
+        return run_podman(args)
     print(f"netctl bench: no bench {args.bench!r}", file=sys.stderr)
     return 2

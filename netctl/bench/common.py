@@ -79,13 +79,15 @@ def progress(msg: str) -> None:
     print(f"netctl bench: {msg}", file=sys.stderr, flush=True)
 
 
-def pick_subnets(count: int, pods: int) -> list[ipaddress.IPv4Network]:
-    """``count`` subnets of 10.200.0.0/16 big enough for ``pods`` addresses (plus the
-    network, gateway and broadcast addresses), none overlapping a route on this host."""
+def pick_subnets(count: int, pods: int,
+                 within: ipaddress.IPv4Network = BENCH_RANGE) -> list[ipaddress.IPv4Network]:
+    """``count`` subnets of ``within`` (10.200.0.0/16) big enough for ``pods`` addresses
+    (plus the network, gateway and broadcast addresses), none overlapping a route on this
+    host."""
     size = max(256, 1 << math.ceil(math.log2(pods + 3)))
     prefix = 32 - int(math.log2(size))
-    if prefix < BENCH_RANGE.prefixlen:
-        raise ValueError(f"{pods} pods do not fit in {BENCH_RANGE}")
+    if prefix < within.prefixlen:
+        raise ValueError(f"{pods} pods do not fit in {within}")
     taken: list[ipaddress.IPv4Network] = []
     try:
         routes = json.loads(harness.ip("-j", "-4", "route", "show", "table", "all",
@@ -101,12 +103,12 @@ def pick_subnets(count: int, pods: int) -> list[ipaddress.IPv4Network]:
             if isinstance(net, ipaddress.IPv4Network):
                 taken.append(net)
     out: list[ipaddress.IPv4Network] = []
-    for net in BENCH_RANGE.subnets(new_prefix=prefix):
+    for net in within.subnets(new_prefix=prefix):
         if not any(net.overlaps(t) for t in taken):
             out.append(net)
             if len(out) == count:
                 return out
-    raise ValueError(f"no room for {count} free /{prefix} subnets in {BENCH_RANGE} "
+    raise ValueError(f"no room for {count} free /{prefix} subnets in {within} "
                      "(routes on this host overlap it)")
 
 

@@ -5,7 +5,8 @@ their prefix behind; `netctl bench journal` fills a journal made by the real mig
 the rows it promises and times every read path, each answer right; `netctl bench crash`
 SIGKILLs the daemon in each iteration, vanishes sandboxes, and finds nothing left behind;
 `netctl bench events` times vanished sandboxes released on kernel events, beside the periodic
-round, and leaves nothing."""
+round, and leaves nothing; `netctl bench podman` times podman runs on each side and leaves
+no podman state behind."""
 
 from __future__ import annotations
 
@@ -190,4 +191,29 @@ def test_events_small_json() -> None:
     assert report["events"]["attachments_reconciled"] >= 6  # with the warm-up's two
     assert report["daemon"]["exit_code"] == 0
 
+    assert_left_nothing(report)
+
+
+def test_podman_small_json() -> None:
+    """`podman run --rm` on a netctl network, on podman's own network and without one: every
+    run has its network's address; podman, its storage and its networks are gone after."""
+    from netctl import harness_podman
+
+    why = harness_podman.preflight()
+    if why:
+        pytest.skip(why)
+    proc = subprocess.run([NETCTL, "bench", "podman", "--runs", "2", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    for side in ("netctl", "podman", "none"):
+        rep = report[side]
+        assert rep["runs"] == 2 and rep["failures"] == 0
+        assert 0 < rep["min_ms"] <= rep["median_ms"] <= rep["max_ms"]
+    assert report["ratio"]["median"] > 0
+    assert report["daemon_operations_ms"]["ADD"]["n"] == 3  # with the warm-up run
+    assert report["daemon_operations_ms"]["DEL"]["n"] == 3
+    assert report["daemon"]["peak_rss_kib"] > 0
+    assert not os.path.exists(report["podman_root"])
     assert_left_nothing(report)
