@@ -217,7 +217,8 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def _doctor(conf_dir: str, networks_dir: str) -> list[Any]:
-    from netctl.engine.doctor import diagnose, read_conf_dir
+    from netctl.cni.confdir import read_conf_dir
+    from netctl.engine.doctor import diagnose
     from netctl.engine.networks import NetworkDir
 
     return diagnose(read_conf_dir(conf_dir), NetworkDir(networks_dir), conf_dir)
