@@ -43,6 +43,9 @@ def install(bin_dir: str, python: str | None = None) -> list[str]:
     written = []
     for name in PLUGIN_NAMES:
         target = os.path.join(bin_dir, name)
+        if _same(target, script):
+            written.append(target)  # a restarted init container rewrites nothing
+            continue
         tmp = f"{target}.tmp.{os.getpid()}"
         with open(tmp, "w") as fh:
             fh.write(script)
@@ -50,3 +53,24 @@ def install(bin_dir: str, python: str | None = None) -> list[str]:
         os.replace(tmp, target)  # atomic: a runtime never execs a half-written file
         written.append(target)
     return written
+
+
+def _same(path: str, script: str) -> bool:
+    try:
+        with open(path) as fh:
+            return fh.read(len(script) + 1) == script and os.access(path, os.X_OK)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def uninstall(bin_dir: str) -> list[str]:
+    """Remove the plugin's executables; the paths removed."""
+    removed = []
+    for name in PLUGIN_NAMES:
+        target = os.path.join(bin_dir, name)
+        try:
+            os.unlink(target)
+        except FileNotFoundError:
+            continue
+        removed.append(target)
+    return removed
