@@ -8,12 +8,14 @@ CNI_BIN := /usr/lib/cni
 
 setup: $(BIN)/netctl system-packages
 
-# Debian's CNI plugins (the real delegates), iproute2, and ping for the demo.
+# Debian's CNI plugins (the real delegates), iproute2, ping for the demo, and containerd
+# (1.6, with runc) for the tests that drive a real runtime over CRI.
 system-packages:
-	@if [ ! -x $(CNI_BIN)/bridge ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null; then \
+	@if [ ! -x $(CNI_BIN)/bridge ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null \
+	    || ! command -v containerd >/dev/null; then \
 	  apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins \
-	    iproute2 iputils-ping; \
+	    iproute2 iputils-ping containerd; \
 	fi
 
 $(BIN)/netctl: pyproject.toml

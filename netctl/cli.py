@@ -305,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "with --auto-config put netctl in front of the node's primary CNI)")
     p.add_argument("--bin-dir", default="/opt/cni/bin")
     p.add_argument("--python", help="interpreter for the plugin (default: this one)")
-    p.add_argument("--cni-conf-dir", default="/etc/cni/net.d", metavar="DIR",
+    p.add_argument("--cni-conf-dir", default=DEFAULT_CNI_CONF_DIR, metavar="DIR",
                    help="the runtime's CNI config dir (for --auto-config)")
     p.add_argument("--auto-config", action="store_true",
                    help="also write 00-netctl.conflist in front of the primary CNI config, "
