@@ -50,6 +50,7 @@ from typing import Any
 from netctl.cni.confdir import ConfFile, capabilities, read_conf_dir
 from netctl.cni.config import parse_chain
 from netctl.errors import CNIError
+from netctl.install import remove
 
 CONF_NAME = "00-netctl.conflist"
 NETWORK_NAME = "netctl"
@@ -180,20 +181,12 @@ def write_conf(conf_dir: str, data: bytes) -> bool:
 def remove_conf(conf_dir: str) -> list[str]:
     """Remove ``00-netctl.conflist`` and temporary files a killed writer left; the
     paths removed."""
-    removed = []
     try:
-        names = os.listdir(conf_dir)
+        names = sorted(os.listdir(conf_dir))
     except FileNotFoundError:
         return []
-    for name in sorted(names):
-        if name == CONF_NAME or (name.startswith(f".{CONF_NAME}.") and name.endswith(".tmp")):
-            path = os.path.join(conf_dir, name)
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                continue
-            removed.append(path)
-    return removed
+    return remove(conf_dir, [n for n in names if n == CONF_NAME or (
+        n.startswith(f".{CONF_NAME}.") and n.endswith(".tmp"))])
 
 
 class DirEvents:

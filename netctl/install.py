@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from importlib import resources
 
 PLUGIN_NAMES = ("netctl-cni", "netctl-ipam")  # one script; it knows its name
@@ -63,14 +64,19 @@ def _same(path: str, script: str) -> bool:
         return False
 
 
-def uninstall(bin_dir: str) -> list[str]:
-    """Remove the plugin's executables; the paths removed."""
+def remove(directory: str, names: Iterable[str]) -> list[str]:
+    """Remove these files of ``directory`` where they exist; the paths removed."""
     removed = []
-    for name in PLUGIN_NAMES:
-        target = os.path.join(bin_dir, name)
+    for name in names:
+        path = os.path.join(directory, name)
         try:
-            os.unlink(target)
+            os.unlink(path)
         except FileNotFoundError:
             continue
-        removed.append(target)
+        removed.append(path)
     return removed
+
+
+def uninstall(bin_dir: str) -> list[str]:
+    """Remove the plugin's executables; the paths removed."""
+    return remove(bin_dir, PLUGIN_NAMES)
