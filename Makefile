@@ -8,14 +8,16 @@ CNI_BIN := /usr/lib/cni
 
 setup: $(BIN)/netctl system-packages
 
-# Debian's CNI plugins (the real delegates), iproute2, and ping for the demo; podman with
-# runc, busybox-static (its test image) and iptables (portmap) for tests/integration/test_podman.py
+# Debian's CNI plugins (the real delegates), iproute2, ping for the demo, containerd (1.6,
+# with runc) for the tests that drive a real runtime over CRI; podman with runc,
+# busybox-static (its test image) and iptables (portmap) for tests/integration/test_podman.py
 # and `netctl bench podman`.
 system-packages:
-	@if [ ! -x $(CNI_BIN)/bridge ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null; then \
+	@if [ ! -x $(CNI_BIN)/bridge ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null \
+	    || ! command -v containerd >/dev/null; then \
 	  apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins \
-	    iproute2 iputils-ping; \
+	    iproute2 iputils-ping containerd; \
 	fi
 	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null || \
 	    ! command -v iptables >/dev/null || \

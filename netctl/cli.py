@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import socket
 import sqlite3
 import struct
@@ -40,11 +41,25 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
 
 
 def _cmd_install_cni(args: argparse.Namespace) -> int:
-    from netctl.install import install
+    from netctl import autoconfig
+    from netctl.install import install, uninstall
 
+    if args.watch and (args.uninstall or not args.auto_config):
+        print("netctl: --watch goes with --auto-config, not with --uninstall", file=sys.stderr)
+        return 2
+    if args.uninstall:
+        removed = autoconfig.remove_conf(args.cni_conf_dir) if args.auto_config else []
+        removed += uninstall(args.bin_dir)
+        for path in removed:
+            print(f"removed {path}")
+        return 0
     for path in install(args.bin_dir, args.python):
-        print(f"installed {path}")
-    return 0
+        print(f"installed {path}", flush=True)
+    if not args.auto_config:
+        return 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop; never remove the conf
+    return autoconfig.run(args.cni_conf_dir, args.socket, wait_timeout=args.wait_timeout,
+                          watch=args.watch, say=lambda line: print(line, flush=True))
 
 
 def _fmt_time(t: float | None) -> str:
@@ -217,7 +232,8 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def _doctor(conf_dir: str, networks_dir: str) -> list[Any]:
-    from netctl.engine.doctor import diagnose, read_conf_dir
+    from netctl.cni.confdir import read_conf_dir
+    from netctl.engine.doctor import diagnose
     from netctl.engine.networks import NetworkDir
 
     return diagnose(read_conf_dir(conf_dir), NetworkDir(networks_dir), conf_dir)
@@ -285,9 +301,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level")
     p.set_defaults(fn=_cmd_daemon)
 
-    p = sub.add_parser("install-cni", help="install the thin plugin into a CNI bin dir")
+    p = sub.add_parser("install-cni", help="install the thin plugin into a CNI bin dir (and "
+                       "with --auto-config put netctl in front of the node's primary CNI)")
     p.add_argument("--bin-dir", default="/opt/cni/bin")
     p.add_argument("--python", help="interpreter for the plugin (default: this one)")
+    p.add_argument("--cni-conf-dir", default=DEFAULT_CNI_CONF_DIR, metavar="DIR",
+                   help="the runtime's CNI config dir (for --auto-config)")
+    p.add_argument("--auto-config", action="store_true",
+                   help="also write 00-netctl.conflist in front of the primary CNI config, "
+                   "which becomes clusterNetwork; waits for one")
+    p.add_argument("--socket", default=DEFAULT_SOCKET, help="the daemon's socket, written "
+                   "into the generated conflist")
+    p.add_argument("--wait-timeout", type=float, default=0, metavar="SECONDS",
+                   help="give up waiting for a primary CNI config after this (0: never)")
+    p.add_argument("--watch", action="store_true", help="keep running and regenerate "
+                   "00-netctl.conflist when the conf dir changes")
+    p.add_argument("--uninstall", action="store_true", help="remove the plugin (and with "
+                   "--auto-config 00-netctl.conflist) instead")
     p.set_defaults(fn=_cmd_install_cni)
 
     p = sub.add_parser("journal", help="who held what, when: attachments and operations")

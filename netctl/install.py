@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from importlib import resources
 
 PLUGIN_NAMES = ("netctl-cni", "netctl-ipam")  # one script; it knows its name
@@ -43,6 +44,9 @@ def install(bin_dir: str, python: str | None = None) -> list[str]:
     written = []
     for name in PLUGIN_NAMES:
         target = os.path.join(bin_dir, name)
+        if _same(target, script):
+            written.append(target)  # a restarted init container rewrites nothing
+            continue
         tmp = f"{target}.tmp.{os.getpid()}"
         with open(tmp, "w") as fh:
             fh.write(script)
@@ -50,3 +54,29 @@ def install(bin_dir: str, python: str | None = None) -> list[str]:
         os.replace(tmp, target)  # atomic: a runtime never execs a half-written file
         written.append(target)
     return written
+
+
+def _same(path: str, script: str) -> bool:
+    try:
+        with open(path) as fh:
+            return fh.read(len(script) + 1) == script and os.access(path, os.X_OK)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def remove(directory: str, names: Iterable[str]) -> list[str]:
+    """Remove these files of ``directory`` where they exist; the paths removed."""
+    removed = []
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def uninstall(bin_dir: str) -> list[str]:
+    """Remove the plugin's executables; the paths removed."""
+    return remove(bin_dir, PLUGIN_NAMES)

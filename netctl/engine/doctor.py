@@ -9,7 +9,8 @@ silently do nothing. And a netctl conf at cniVersion 1.1.0 is refused by runtime
 libcni predates v1.2.0 ("unsupported CNI result version").
 
 :func:`diagnose` decides, pure over the parsed files and a network resolver (the
-networks dir, as the daemon resolves names); :func:`read_conf_dir` is the thin I/O.
+networks dir, as the daemon resolves names); :func:`netctl.cni.confdir.read_conf_dir` is
+the thin I/O.
 Findings, per file:
 
 - ``missing-capability`` (warning): the cluster network's plugins (or the first inline
@@ -28,20 +29,18 @@ Findings, per file:
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgspec
 
+from netctl.cni.confdir import ConfFile, capabilities
 from netctl.cni.config import Chain
-from netctl.engine.networks import MAX_CONF_BYTES, inline
+from netctl.engine.networks import inline
 from netctl.engine.plan import NetctlConf, Resolver
 from netctl.errors import CNIError
 
-CONF_SUFFIXES = (".conf", ".conflist", ".json")  # what libcni reads from a conf dir
 PLUGIN_TYPE = "netctl-cni"
 NAMESPACE = "default"  # a bare network name is looked up as the daemon does for such a pod
 OLD_RUNTIMES = ("containerd 1.x, CRI-O before 1.31 and podman before 5.2 (libcni older "
@@ -56,15 +55,6 @@ WHY = {
 
 
 @dataclass(frozen=True)
-class ConfFile:
-    """One file of the runtime's conf dir: its JSON object, or why there is none."""
-
-    path: str
-    conf: dict[str, Any] | None
-    error: str = ""
-
-
-@dataclass(frozen=True)
 class Finding:
     path: str
     kind: str
@@ -74,14 +64,6 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def capabilities(plugin: dict[str, Any]) -> set[str]:
-    """The capabilities a plugin entry declares (``true`` only)."""
-    caps = plugin.get("capabilities")
-    if not isinstance(caps, dict):
-        return set()
-    return {str(name) for name, on in caps.items() if on is True}
 
 
 def _wanted(chain: Chain) -> dict[str, list[str]]:
@@ -174,34 +156,3 @@ def diagnose(files: Sequence[ConfFile], networks: Resolver, conf_dir: str = "") 
         found.append(Finding(conf_dir, "no-netctl-conf", f"{conf_dir}: no conf or conflist "
                              f"has a {PLUGIN_TYPE} plugin: the runtime does not use netctl"))
     return found
-
-
-def read_conf_dir(directory: str) -> list[ConfFile]:
-    """The dir's ``*.conf``, ``*.conflist`` and ``*.json`` files in name order (as libcni
-    lists them), each decoded; FileNotFoundError when the dir is missing."""
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"no CNI config dir at {directory}")
-    out: list[ConfFile] = []
-    for name in sorted(os.listdir(directory)):
-        if not name.endswith(CONF_SUFFIXES):
-            continue
-        path = os.path.join(directory, name)
-        try:
-            st = os.stat(path)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONF_BYTES:
-                out.append(ConfFile(path, None, f"not a regular file of at most "
-                                    f"{MAX_CONF_BYTES} bytes"))
-                continue
-            with open(path, "rb") as fh:
-                obj = msgspec.json.decode(fh.read(MAX_CONF_BYTES + 1))
-        except OSError as exc:
-            out.append(ConfFile(path, None, f"cannot be read: {exc.strerror}"))
-            continue
-        except msgspec.DecodeError as exc:
-            out.append(ConfFile(path, None, f"is not valid JSON: {exc}"))
-            continue
-        if not isinstance(obj, dict):
-            out.append(ConfFile(path, None, "is not a JSON object"))
-            continue
-        out.append(ConfFile(path, obj))
-    return out

@@ -17,11 +17,11 @@ from typing import Any
 import msgspec
 import msgspec.yaml
 
+from netctl.cni.confdir import MAX_CONF_BYTES
 from netctl.cni.config import Chain, parse_chain
 from netctl.errors import INVALID_CONFIG, CNIError
 
 _SUFFIXES = (".yaml", ".yml", ".json")
-MAX_CONF_BYTES = 1 << 20  # a network file larger than this is refused, never read
 
 
 class _Meta(msgspec.Struct):

@@ -1,0 +1,58 @@
+"""What netctl may do in the Kubernetes API, and why: one table.
+
+The DaemonSet's ClusterRole (``deploy/kubernetes/rbac.yaml``) grants exactly these rules,
+one ClusterRole rule per row with its reason as the comment above it; a test holds the
+manifest to the table. The kube client's calls are to be checked against the same table
+(:func:`allowed`), so a call the role does not grant fails in the tests, not on a node
+with a 403. Least privilege: nothing is granted that no code path needs, and each row
+says which path needs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CORE = ""  # the core API group (pods, events, nodes)
+NAD_GROUP = "k8s.cni.cncf.io"
+IPAM_GROUP = "ipam.netctl.dev"
+
+
+@dataclass(frozen=True)
+class Rule:
+    api_group: str
+    resource: str
+    verbs: tuple[str, ...]
+    reason: str
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(CORE, "pods", ("get", "list", "watch"),
+         "the pod cache: this node's pods only (field selector spec.nodeName), listed, then "
+         "watched from the list's resourceVersion; one GET for a pod the cache has not seen "
+         "yet when its sandbox is ADDed"),
+    Rule(CORE, "pods", ("patch",),
+         "write the k8s.v1.cni.cncf.io/network-status annotation after a successful ADD"),
+    Rule(NAD_GROUP, "network-attachment-definitions", ("get", "list", "watch"),
+         "the NetworkAttachmentDefinition cache, cluster-wide: the networks pods select, "
+         "clusterNetwork and defaultNetworks"),
+    Rule(CORE, "events", ("create", "patch"),
+         "tell a pod why its networks were refused (a malformed annotation, an unknown or "
+         "forbidden NAD); patch counts a repeated event instead of creating another"),
+    Rule(CORE, "nodes", ("get", "list", "watch"),
+         "cluster IPAM: the nodes that are gone, whose address blocks are reclaimed after a "
+         "grace period"),
+    Rule(IPAM_GROUP, "ipamblocks",
+         ("create", "get", "list", "watch", "update", "patch", "delete"),
+         "cluster IPAM: claim a node's address block by creating it (AlreadyExists: taken), "
+         "update it under resourceVersion preconditions, delete it when empty or when its "
+         "node is gone"),
+)
+
+
+def grants() -> set[tuple[str, str, str]]:
+    """Every (api group, resource, verb) the table grants."""
+    return {(r.api_group, r.resource, verb) for r in RULES for verb in r.verbs}
+
+
+def allowed(api_group: str, resource: str, verb: str) -> bool:
+    return (api_group, resource, verb) in grants()

@@ -1,0 +1,256 @@
+"""We test the manifests in ``deploy/`` without a cluster, with netctl's own parsers
+wherever netctl reads what they say:
+
+- every YAML file under ``deploy/`` parses; every Kubernetes object has apiVersion, kind
+  and a name; ``deploy/daemon.yaml`` and the ConfigMap's ``daemon.yaml`` load as daemon
+  configs (unknown keys refused);
+- the DaemonSet: host network, host PID, the daemon privileged, a toleration for every
+  taint, NODE_NAME from the downward API, the host paths mounted at the same paths
+  (``/run/netns`` with HostToContainer), every command parsed by netctl's own CLI parser
+  (the init container's ``install-cni --auto-config``, the watcher, the daemon, the
+  readiness probe, the uninstaller), one socket path throughout, requests = limits in
+  every container, and every figure either measured (``# measured:``) or the TODO the
+  lead fills from a measurement;
+- RBAC: the ClusterRole is exactly ``netctl.kube.access.RULES``, row by row, each reason
+  as its comment; the binding ties it to the DaemonSet's ServiceAccount;
+- the NetworkAttachmentDefinition CRD as the API defines it, the example NADs are of it
+  and their configs are networks netctl runs, the example pods' annotations parse (both
+  forms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import yaml
+
+from netctl import cli, daemon
+from netctl.cni.config import parse_chain
+from netctl.engine import selection
+from netctl.engine.networks import NAD
+from netctl.kube import access
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+KUBE = DEPLOY / "kubernetes"
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi)?$")
+
+
+def docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def one(path: Path, kind: str) -> dict[str, Any]:
+    (found,) = [d for d in docs(path) if d["kind"] == kind]
+    return found
+
+
+def pod_spec() -> dict[str, Any]:
+    spec: dict[str, Any] = one(KUBE / "daemonset.yaml", "DaemonSet")["spec"]["template"]["spec"]
+    return spec
+
+
+def container(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [c for c in spec.get("initContainers", []) + spec["containers"]
+                if c["name"] == name]
+    return found
+
+
+def parsed(command: list[str]) -> argparse.Namespace:
+    """A container's command, as netctl's own CLI reads it."""
+    assert command[0] == "netctl", command
+    return cli.build_parser().parse_args(command[1:])
+
+
+def mounts(spec: dict[str, Any], c: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """mountPath → {host path, propagation, read-only}, through the pod's volumes."""
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    out = {}
+    for m in c.get("volumeMounts", []):
+        vol = volumes[m["name"]]
+        out[m["mountPath"]] = {"host": vol.get("hostPath", {}).get("path"),
+                               "propagation": m.get("mountPropagation"),
+                               "readOnly": m.get("readOnly", False)}
+    return out
+
+
+def test_every_yaml_file_parses_and_every_object_is_named() -> None:
+    files = sorted(DEPLOY.rglob("*.yaml"))
+    assert {p.relative_to(DEPLOY).as_posix() for p in files} >= {
+        "daemon.yaml", "pod-net.yaml", "crds/network-attachment-definitions.yaml",
+        "kubernetes/rbac.yaml", "kubernetes/daemonset.yaml", "kubernetes/uninstall.yaml",
+        "examples/networks.yaml", "examples/pods.yaml"}
+    for path in files:
+        if path.name == "daemon.yaml" and path.parent == DEPLOY:
+            daemon.load_config(str(path), {})  # the standalone daemon's config file
+            continue
+        for doc in docs(path):
+            assert doc.get("apiVersion") and doc.get("kind"), path
+            assert doc["metadata"].get("name"), path
+
+
+def test_the_configmap_is_a_daemon_config(tmp_path: Path) -> None:
+    cm = one(KUBE / "daemonset.yaml", "ConfigMap")
+    (tmp_path / "daemon.yaml").write_text(cm["data"]["daemon.yaml"])
+    cfg = daemon.load_config(str(tmp_path / "daemon.yaml"), {"in_cluster": True})
+    spec = pod_spec()
+    args = parsed(container(spec, "netctl")["command"])
+    assert args.cmd == "daemon" and args.in_cluster and args.config == "/etc/netctl/daemon.yaml"
+    assert mounts(spec, container(spec, "netctl"))["/etc/netctl"]["readOnly"]
+    assert cfg.cni_bin_dir == "/opt/cni/bin"
+
+
+def test_daemonset_privileges_tolerations_and_node_name() -> None:
+    spec = pod_spec()
+    assert spec["hostNetwork"] is True and spec["hostPID"] is True
+    assert spec["tolerations"] == [{"operator": "Exists"}]  # every key, value and effect
+    assert spec["serviceAccountName"] == one(KUBE / "rbac.yaml", "ServiceAccount")[
+        "metadata"]["name"]
+    main = container(spec, "netctl")
+    assert main["securityContext"] == {"privileged": True}
+    assert {"name": "NODE_NAME",
+            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in main["env"]
+    for c in spec["initContainers"] + spec["containers"][1:]:
+        assert "securityContext" not in c, f"{c['name']} writes files: root, not privileged"
+
+
+def test_host_paths_are_mounted_at_the_same_paths() -> None:
+    spec = pod_spec()
+    main = mounts(spec, container(spec, "netctl"))
+    for path in ("/opt/cni/bin", "/etc/cni/net.d", "/run/netctl", "/var/lib/netctl",
+                 "/run/netns", "/var/lib/cni"):
+        assert main[path]["host"] == path, path
+    assert main["/run/netns"]["propagation"] == "HostToContainer"
+    assert not main["/run/netctl"]["readOnly"] and not main["/var/lib/netctl"]["readOnly"]
+    for name in ("install-cni", "cni-config"):
+        writer = mounts(spec, container(spec, name))
+        for path in ("/opt/cni/bin", "/etc/cni/net.d"):
+            assert writer[path] == {"host": path, "propagation": None, "readOnly": False}
+
+
+def test_the_commands_are_netctls_and_agree_on_the_socket(tmp_path: Path) -> None:
+    spec = pod_spec()
+    init = parsed(container(spec, "install-cni")["command"])
+    assert (init.cmd, init.bin_dir, init.cni_conf_dir, init.auto_config, init.watch,
+            init.uninstall) == ("install-cni", "/opt/cni/bin", "/etc/cni/net.d", True, False,
+                                False)
+    assert init.python == "/usr/bin/python3" and init.wait_timeout > 0
+    watcher = parsed(container(spec, "cni-config")["command"])
+    assert watcher.auto_config and watcher.watch and not watcher.uninstall
+    assert vars(watcher) | {"watch": False} == vars(init) | {"wait_timeout": 0}
+    probe = parsed(container(spec, "netctl")["readinessProbe"]["exec"]["command"])
+    assert probe.cmd == "status"
+    cm = one(KUBE / "daemonset.yaml", "ConfigMap")
+    (tmp_path / "d.yaml").write_text(cm["data"]["daemon.yaml"])
+    socket = daemon.load_config(str(tmp_path / "d.yaml"), {}).socket
+    assert init.socket == watcher.socket == probe.socket == socket
+    assert os.path.dirname(socket) in mounts(spec, container(spec, "netctl"))
+
+    uninstall = one(KUBE / "uninstall.yaml", "DaemonSet")["spec"]["template"]["spec"]
+    undo = parsed(container(uninstall, "uninstall-cni")["command"])
+    assert (undo.uninstall, undo.auto_config, undo.bin_dir, undo.cni_conf_dir) == (
+        True, True, "/opt/cni/bin", "/etc/cni/net.d")
+    assert uninstall["tolerations"] == [{"operator": "Exists"}]
+
+
+@pytest.mark.parametrize("name", ["daemonset.yaml", "uninstall.yaml"])
+def test_requests_equal_limits_and_figures_are_measured(name: str) -> None:
+    path = KUBE / name
+    spec = one(path, "DaemonSet")["spec"]["template"]["spec"]
+    for c in spec.get("initContainers", []) + spec["containers"]:
+        res = c["resources"]
+        assert res["requests"] == res["limits"], c["name"]
+        assert set(res["requests"]) == {"cpu", "memory"}, c["name"]  # Guaranteed QoS
+        for value in res["requests"].values():
+            assert value == "TODO" or QUANTITY.match(str(value)), (c["name"], value)
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() == "resources:":
+            comment = []
+            for follow in lines[i + 1:]:
+                if not follow.strip().startswith("#"):
+                    break
+                comment.append(follow.strip())
+            assert any(c.startswith("# measured:") for c in comment), (name, i + 1)
+    daemon_res = container(spec, "netctl")["resources"] if name == "daemonset.yaml" else None
+    if daemon_res is not None:  # the lead fills it from a measurement: no invented figure
+        assert daemon_res["limits"] == {"cpu": "TODO", "memory": "TODO"} or all(
+            QUANTITY.match(str(v)) for v in daemon_res["limits"].values())
+
+
+def _rule_comments(text: str) -> list[str]:
+    """The comment right above each rule of the ClusterRole, joined into one line."""
+    role = text.split("kind: ClusterRole\n", 1)[1].split("\n---", 1)[0]
+    out, pending = [], []
+    for line in role.splitlines():
+        s = line.strip()
+        if s.startswith("#"):
+            pending.append(s.lstrip("#").strip())
+        elif s.startswith("- apiGroups:"):
+            out.append(" ".join(pending))
+            pending = []
+        else:
+            pending = []
+    return out
+
+
+def test_the_cluster_role_is_the_access_table() -> None:
+    path = KUBE / "rbac.yaml"
+    role = one(path, "ClusterRole")
+    rows = [(r["apiGroups"], r["resources"], r["verbs"]) for r in role["rules"]]
+    assert rows == [([r.api_group], [r.resource], list(r.verbs)) for r in access.RULES]
+    assert set(role["rules"][0]) == {"apiGroups", "resources", "verbs"}  # no names, no URLs
+    assert _rule_comments(path.read_text()) == [r.reason for r in access.RULES]
+    granted = {(g, res, v) for r in role["rules"] for g in r["apiGroups"]
+               for res in r["resources"] for v in r["verbs"]}
+    assert granted == access.grants()
+    assert "*" not in {x for row in rows for part in row for x in part}
+    assert access.allowed("", "pods", "patch") and not access.allowed("", "pods", "delete")
+    assert not access.allowed("", "secrets", "get")
+
+    binding = one(path, "ClusterRoleBinding")
+    sa = one(path, "ServiceAccount")["metadata"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
+                                  "kind": "ClusterRole", "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["name"],
+                                    "namespace": sa["namespace"]}]
+    assert one(KUBE / "daemonset.yaml", "DaemonSet")["metadata"]["namespace"] == sa["namespace"]
+
+
+def test_the_nad_crd_and_the_examples() -> None:
+    crd = one(DEPLOY / "crds" / "network-attachment-definitions.yaml",
+              "CustomResourceDefinition")
+    spec = crd["spec"]
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert crd["metadata"]["name"] == f"{spec['names']['plural']}.{spec['group']}" == \
+        "network-attachment-definitions.k8s.cni.cncf.io"
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == "NetworkAttachmentDefinition"
+    assert spec["names"]["plural"] == access.RULES[2].resource
+    (version,) = spec["versions"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1", True, True)
+    schema = version["schema"]["openAPIV3Schema"]
+    assert schema["properties"]["spec"]["properties"]["config"]["type"] == "string"
+
+    nads = docs(DEPLOY / "examples" / "networks.yaml") + docs(DEPLOY / "pod-net.yaml")
+    assert len(nads) == 3
+    for doc in nads:
+        assert doc["apiVersion"] == f"{spec['group']}/{version['name']}"
+        assert doc["kind"] == spec["names"]["kind"]
+        nad = msgspec.convert(doc, NAD)  # as netctl reads a NAD
+        chain = parse_chain(nad.spec.config, nad.metadata.name)
+        assert chain.name == nad.metadata.name
+
+    names = {d["metadata"]["name"] for d in nads}
+    forms = []
+    for pod in docs(DEPLOY / "examples" / "pods.yaml"):
+        value = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+        chosen = selection.parse(value)
+        assert chosen and {s.name for s in chosen} <= names
+        forms.append(value.strip().startswith("["))
+    assert sorted(forms) == [False, True]  # the comma form and the JSON form
