@@ -147,7 +147,8 @@ def test_an_event_for_a_container_in_flight_waits_for_its_request(
     assert res.rc == 0, res.stdout + res.stderr  # the delegate finished: the ADD succeeded
     # ... of a sandbox that is gone: released right after, without being asked
     wait_for(lambda: held(daemon) == [], RELEASED_WITHIN, "the release once the ADD is over")
-    assert set(states(daemon).values()) == {"removed"}
+    wait_for(lambda: set(states(daemon).values()) == {"removed"}, RELEASED_WITHIN,
+             "the attachments removed (the DEL's end comes after the step's release)")
     wait_for(lambda: event_ops(daemon) == [("RECONCILE", "", "done"), ("DEL", "ev-busy", "done")],
              what="the run on events to be journaled as done")
 
