@@ -68,7 +68,8 @@ def assert_vanished_pod_released(daemon: Daemon, netns: Callable[[], str], clust
 
     wait_for(lambda: held(daemon) == ["ev-keep"], RELEASED_WITHIN,
              "the vanished pod's address to be released on events")
-    assert states(daemon) == {"ev-keep": "attached", "ev-gone": "removed"}
+    wait_for(lambda: states(daemon) == {"ev-keep": "attached", "ev-gone": "removed"},
+             RELEASED_WITHIN, "the vanished pod's attachment removed")
     wait_for(lambda: event_ops(daemon) == [("RECONCILE", "", "done"), ("DEL", "ev-gone", "done")],
              what="the run on events to be journaled as done")
     assert daemon.db("SELECT COUNT(*) FROM operations WHERE origin='reconcile'") == [(0,)]
@@ -185,7 +186,8 @@ def test_a_burst_of_vanished_sandboxes_is_released_while_requests_are_served(
         served += 1
         assert served < 500, f"still held: {held(daemon)[:5]}"
 
-    assert set(states(daemon).values()) == {"removed"}
+    wait_for(lambda: set(states(daemon).values()) == {"removed"}, RELEASED_WITHIN,
+             "every attachment removed")
     dels = daemon.db("SELECT started_at, finished_at, state FROM operations"
                      " WHERE origin='event' AND verb='DEL'")
     assert len(dels) == BURST and {state for _, _, state in dels} == {"done"}
