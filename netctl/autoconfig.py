@@ -51,11 +51,11 @@ from netctl.cni.confdir import ConfFile, capabilities, read_conf_dir
 from netctl.cni.config import parse_chain
 from netctl.errors import CNIError
 from netctl.install import remove
+from netctl.kube.objects import RUNTIME_ANNOTATIONS as POD_ANNOTATIONS
 
 CONF_NAME = "00-netctl.conflist"
 NETWORK_NAME = "netctl"
 PLUGIN_TYPE = "netctl-cni"
-POD_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
 RESCAN_INTERVAL = 5.0  # seconds: the back-stop for events inotify does not give
 
 

@@ -71,3 +71,32 @@ class CNIError(Exception):
 
     def __repr__(self) -> str:
         return f"CNIError({self.code}, {self.msg!r})"
+
+
+EVENT_NOTE_MAX = 1024  # the API server refuses an Event whose note is longer
+
+
+class Refusal(CNIError):
+    """A pod's networks refused for a reason its owner can fix: a malformed annotation,
+    an unknown, broken or forbidden NetworkAttachmentDefinition.
+
+    Besides the CNI error (``msg`` names the pod and the bad part), it carries what the
+    Kubernetes client posts on the pod as a Warning Event: ``reason`` (CamelCase, as
+    Multus' ``NoNetworkFound``) and ``note`` (short: the event is already on the pod).
+    """
+
+    def __init__(self, msg: str, reason: str, note: str, code: int = INVALID_CONFIG,
+                 pod: str = "") -> None:
+        super().__init__(code, msg)
+        self.reason = reason
+        self.note = note[:EVENT_NOTE_MAX]
+        self.pod = pod  # "namespace/name" once the message names it
+
+    def for_pod(self, pod: str) -> Refusal:
+        """The same refusal with its message naming ``pod`` ("namespace/name")."""
+        if self.pod or not pod:
+            return self
+        return Refusal(f"pod {pod}: {self.msg}", self.reason, self.note, self.code, pod)
+
+    def __repr__(self) -> str:
+        return f"Refusal({self.code}, {self.reason}, {self.msg!r})"
