@@ -10,6 +10,7 @@ them again.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Literal, TypeVar
 
 import msgspec
@@ -121,13 +122,25 @@ def decode(req: Request) -> Invocation:
                       caller_version=caller)
 
 
-def conf_as(inv: Invocation, kind: type[C], what: str) -> C:
+def conf_as(inv: Invocation, kind: type[C], what: str, any_case: Collection[str] = ()) -> C:
     """The invocation's stdin as ``kind``, with a supported cniVersion: code 6 when it
-    is not a JSON object, 7 when it does not fit, 1 for a version netctl does not serve."""
+    is not a JSON object, 7 when it does not fit, 1 for a version netctl does not serve.
+
+    Keys named in ``any_case`` match in any letter case, as Go's encoding/json matches
+    them (Multus' ``readinessindicatorfile`` is written ``readinessIndicatorFile`` too);
+    the exact spelling wins when both are there."""
     if inv.conf is None:
         raise CNIError(DECODE_FAILURE, f"{what} on stdin is not valid JSON: {inv.conf_error}")
+    obj = inv.conf
+    if any_case:
+        exact = {name.lower(): name for name in any_case}
+        obj = dict(obj)
+        for key, value in inv.conf.items():
+            name = exact.get(key.lower())
+            if name is not None and name not in inv.conf:
+                obj[name] = value
     try:
-        conf = msgspec.convert(inv.conf, kind)
+        conf = msgspec.convert(obj, kind)
     except msgspec.ValidationError as exc:
         raise CNIError(INVALID_CONFIG, f"{what}: {exc}") from None
     versions.check_supported(str(getattr(conf, "cniVersion", "")))

@@ -39,8 +39,7 @@ from netctl.cni.probe import check_delegate_version, supported_versions
 from netctl.cni.request import Invocation
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, StepError, served_config, served_ipam
-from netctl.engine.networks import NetworkDir
-from netctl.engine.plan import Selector, decode_conf, plan
+from netctl.engine.plan import Resolver, Selector, decode_conf, plan
 from netctl.errors import (
     CANCELLED,
     DEL_INCOMPLETE,
@@ -111,7 +110,7 @@ def first_error(exc: BaseException) -> CNIError | None:
 
 
 class Engine:
-    def __init__(self, chains: Chains, networks: NetworkDir, selector: Selector,
+    def __init__(self, chains: Chains, networks: Resolver, selector: Selector,
                  admission: Admission, limits: Limits | None = None) -> None:
         self.chains = chains
         self.journal = chains.journal
@@ -151,7 +150,7 @@ class Engine:
         if found != "ok":
             what = "does not exist" if found == "missing" else "is not a network namespace"
             raise CNIError(INVALID_ENVIRONMENT, f"CNI_NETNS {inv.netns} {what}")
-        atts = plan(conf, inv, await self.selector.select(inv), self.networks)
+        atts = plan(conf, inv, await self.selector.select(conf, inv), self.networks)
         self._check_ipam(atts)
         await self._check_versions(atts)
         mine = [a for a in await self.journal.live_attachments(inv.container_id)

@@ -95,7 +95,7 @@ class NetworkDir:
         """Find a network by ``ns/name``, NAD name in ``namespace`` or ``default``,
         chain name, or an absolute path to a conf/conflist file."""
         if ref.startswith("/"):
-            return self._from_file(ref)
+            return from_file(ref)
         self._scan()
         candidates = lookups(ref, namespace)
         for key in candidates:
@@ -106,21 +106,23 @@ class NetworkDir:
         raise CNIError(INVALID_CONFIG, not_found(ref, candidates, self.directory,
                                                  self._broken))
 
-    def _from_file(self, path: str) -> Network:
-        try:
-            st = os.stat(path)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONF_BYTES:
-                raise CNIError(INVALID_CONFIG, f"network file {path} is not a regular file "
-                               f"of at most {MAX_CONF_BYTES} bytes")
-            with open(path, "rb") as fh:
-                raw = fh.read(MAX_CONF_BYTES + 1)
-        except OSError as exc:
-            raise CNIError(INVALID_CONFIG, f"network file {path}: {exc.strerror}") from exc
-        return Network(key=path, chain=parse_chain(raw, f"network file {path}"))
-
     def all(self) -> list[Network]:
         self._scan()
         return list(self._by_key.values())
+
+
+def from_file(path: str) -> Network:
+    """A network given by the absolute path of its conf or conflist file (its key)."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONF_BYTES:
+            raise CNIError(INVALID_CONFIG, f"network file {path} is not a regular file "
+                           f"of at most {MAX_CONF_BYTES} bytes")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_CONF_BYTES + 1)
+    except OSError as exc:
+        raise CNIError(INVALID_CONFIG, f"network file {path}: {exc.strerror}") from exc
+    return Network(key=path, chain=parse_chain(raw, f"network file {path}"))
 
 
 def lookups(ref: str, namespace: str) -> list[str]:

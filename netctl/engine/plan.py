@@ -3,30 +3,39 @@
 The netctl conf names the pod's cluster network (``clusterNetwork`` on
 CNI_IFNAME), networks every pod gets (``defaultNetworks``), or Multus-style
 inline ``delegates`` (the first on CNI_IFNAME); the pod's own selection adds
-more. The selection comes in as data — from CNI_ARGS in standalone mode
-(:class:`ArgsSelector`), from the pod in Kubernetes mode — and each network
-becomes an :class:`~netctl.journal.records.Attachment` with its interface
-name, chain and arguments, ready to be journaled.
+more. The selection comes in as data, a :class:`Choice` — from CNI_ARGS in
+standalone mode (:class:`ArgsSelector`), from the pod in Kubernetes mode
+(:class:`~netctl.engine.kubeselect.KubeSelector`, which may also replace the
+cluster network, skip ``defaultNetworks`` and look them up in ``multusNamespace``)
+— and each network becomes an :class:`~netctl.journal.records.Attachment` with its
+interface name, chain and arguments, ready to be journaled.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import msgspec
 
 from netctl.cni.request import GCList, Invocation, conf_as
 from netctl.engine import selection
 from netctl.engine.networks import Network, inline
-from netctl.errors import INVALID_CONFIG, CNIError
+from netctl.errors import INVALID_CONFIG, CNIError, Refusal
 from netctl.journal.records import Attachment
+from netctl.kube.objects import REASON_BAD_ANNOTATION
 
 SELECTION_ARG = "NETCTL_NETWORKS"
 _MAC_RE = re.compile(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$")
 
 
 class NetctlConf(GCList, kw_only=True, forbid_unknown_fields=False):
-    """The meta-plugin's own network config, as the runtime passes it."""
+    """The meta-plugin's own network config, as the runtime passes it.
+
+    Multus' keys keep Multus' names and defaults (its ``pkg/types/conf.go``) and, as
+    Multus reads them, match in any letter case (:data:`MULTUS_KEYS`)."""
 
     cniVersion: str
     name: str
@@ -37,10 +46,31 @@ class NetctlConf(GCList, kw_only=True, forbid_unknown_fields=False):
     delegates: list[dict[str, Any]] = []
     runtimeConfig: dict[str, Any] = {}
     prevResult: dict[str, Any] | None = None
+    # Kubernetes mode (Multus' keys):
+    multusNamespace: str = "kube-system"  # where clusterNetwork/defaultNetworks NADs live
+    systemNamespaces: list[str] = msgspec.field(  # their pods get no defaultNetworks
+        default_factory=lambda: ["kube-system"])
+    namespaceIsolation: bool = False  # a pod may use NADs of its namespace (and global ones)
+    globalNamespaces: str | list[str] = ""  # Multus: comma-separated; "" means ["default"]
+    readinessindicatorfile: str = ""  # ADD waits for this file; STATUS not ready without it
+
+    def global_namespaces(self) -> list[str]:
+        """The namespaces any pod may take NADs from under ``namespaceIsolation``:
+        ``globalNamespaces`` (comma-separated, or a list), or only ``default`` when it is
+        not set — set, it replaces ``default``, as in Multus."""
+        raw = self.globalNamespaces
+        names = raw.split(",") if isinstance(raw, str) else raw
+        names = [n.strip() for n in names if n.strip()]
+        return names or ["default"]
+
+
+MULTUS_KEYS = ("clusterNetwork", "defaultNetworks", "delegates", "multusNamespace",
+               "systemNamespaces", "namespaceIsolation", "globalNamespaces",
+               "readinessindicatorfile")
 
 
 def decode_conf(inv: Invocation) -> NetctlConf:
-    conf = conf_as(inv, NetctlConf, "netctl config")
+    conf = conf_as(inv, NetctlConf, "netctl config", any_case=MULTUS_KEYS)
     if conf.delegates and (conf.clusterNetwork or conf.defaultNetworks):
         raise CNIError(INVALID_CONFIG, "netctl config: 'delegates' cannot be combined with "
                        "'clusterNetwork' or 'defaultNetworks'")
@@ -119,37 +149,66 @@ class Resolver(Protocol):
     def resolve(self, ref: str, namespace: str) -> Network: ...
 
 
+@dataclass(frozen=True)
+class Choice:
+    """A pod's network selection, as a :class:`Selector` found it."""
+
+    networks: list[selection.Selection] = field(default_factory=list)  # the pod's own
+    cluster: selection.Selection | None = None  # replaces clusterNetwork / the 1st delegate
+    skip_defaults: bool = False  # no defaultNetworks (a pod of a system namespace)
+    home: str | None = None  # namespace of clusterNetwork/defaultNetworks; None: the pod's
+    pod: str = ""  # "ns/name" in Kubernetes mode: its networks' faults are refused as its
+
+
 class Selector(Protocol):
     """Where a pod's network selection comes from."""
 
-    async def select(self, inv: Invocation) -> list[selection.Selection]: ...
+    async def select(self, conf: NetctlConf, inv: Invocation) -> Choice: ...
 
 
 class ArgsSelector:
     """Standalone mode: ``NETCTL_NETWORKS=<annotation syntax>`` in CNI_ARGS."""
 
-    async def select(self, inv: Invocation) -> list[selection.Selection]:
-        return selection.parse(inv.args.get(SELECTION_ARG, ""))
+    async def select(self, conf: NetctlConf, inv: Invocation) -> Choice:
+        return Choice(selection.parse(inv.args.get(SELECTION_ARG, "")))
 
 
-def plan(conf: NetctlConf, inv: Invocation, chosen: list[selection.Selection],
+def _ref(chose: selection.Selection) -> str:
+    return f"{chose.namespace}/{chose.name}" if chose.namespace else chose.name
+
+
+def plan(conf: NetctlConf, inv: Invocation, choice: Choice,
          networks: Resolver) -> list[Attachment]:
     namespace = inv.pod.namespace or "default"
+    home = choice.home or namespace
+
+    def resolve(ref: str, where: str) -> Network:
+        try:
+            return networks.resolve(ref, where)
+        except CNIError as exc:
+            raise _as_pods(exc, choice) from None
+
     planned: list[tuple[Network, bool, dict[str, Any], dict[str, Any], str | None]] = []
     extra: list[tuple[Network, selection.Selection | None]]
     cluster_caps = runtime_requests(conf.runtimeConfig, inv.args)
+    override = resolve(_ref(choice.cluster), home) if choice.cluster else None
+    cluster_args = dict(choice.cluster.cni_args or {}) if choice.cluster else {}
     if conf.delegates:
         first, *rest = [inline(d, i) for i, d in enumerate(conf.delegates)]
-        planned.append((first, True, cluster_caps, {}, inv.ifname))
+        planned.append((override or first, True, cluster_caps, cluster_args, inv.ifname))
         extra = [(net, None) for net in rest]
     else:
-        cluster = networks.resolve(conf.clusterNetwork, namespace)
-        planned.append((cluster, True, cluster_caps, {}, inv.ifname))
-        extra = [(networks.resolve(ref, namespace), None) for ref in conf.defaultNetworks]
-    for chose in chosen:
-        ref = f"{chose.namespace}/{chose.name}" if chose.namespace else chose.name
-        extra.append((networks.resolve(ref, namespace), chose))
-    names = selection.assign_ifnames(inv.ifname, [s.interface if s else None for _, s in extra])
+        cluster = override or resolve(conf.clusterNetwork, home)
+        planned.append((cluster, True, cluster_caps, cluster_args, inv.ifname))
+        extra = [] if choice.skip_defaults else [
+            (resolve(ref, home), None) for ref in conf.defaultNetworks]
+    for chose in choice.networks:
+        extra.append((resolve(_ref(chose), namespace), chose))
+    try:
+        names = selection.assign_ifnames(inv.ifname,
+                                         [s.interface if s else None for _, s in extra])
+    except CNIError as exc:
+        raise _as_pods(exc, choice) from None
     for (net, sel), name in zip(extra, names, strict=True):
         planned.append((net, False, sel.capability_args() if sel else {},
                         dict(sel.cni_args) if sel and sel.cni_args else {}, name))
@@ -158,3 +217,13 @@ def plan(conf: NetctlConf, inv: Invocation, chosen: list[selection.Selection],
                        caller_ifname=inv.ifname, netns=inv.netns, pod=inv.pod,
                        capability_args=caps, cni_args=cni_args)
             for net, default, caps, cni_args, ifname in planned]
+
+
+def _as_pods(exc: CNIError, choice: Choice) -> CNIError:
+    """In Kubernetes mode a network the pod cannot have is refused as the pod's: the
+    message names the pod, and the pod gets an Event (:class:`~netctl.errors.Refusal`)."""
+    if not choice.pod:
+        return exc
+    if isinstance(exc, Refusal):
+        return exc.for_pod(choice.pod)
+    return Refusal(exc.msg, REASON_BAD_ANNOTATION, exc.msg, exc.code).for_pod(choice.pod)

@@ -11,6 +11,11 @@
   network and caller ifname, ready to be journaled;
 - the Multus-style ``delegates`` form;
 - ``runtimeConfig`` reaching the cluster attachment, selection values the others;
+- a :class:`~netctl.engine.plan.Choice` beyond the selection (Kubernetes mode): the
+  cluster network (or first delegate) replaced, ``defaultNetworks`` skipped, the conf's
+  networks looked up in another namespace, and a pod's faults refused as the pod's
+  (:class:`~netctl.errors.Refusal` naming it);
+- Multus' keys on the conf: defaults, ``globalNamespaces`` both ways, any letter case;
 - ``NetworkDir`` on real NAD files: lookups by ns/name, by name in the pod's namespace
   then ``default``, by chain name, by absolute path; broken files named in the error;
   re-reading the directory when files change.
@@ -30,8 +35,15 @@ from netctl.cni.config import parse_chain
 from netctl.cni.request import Invocation, Pod, Request, decode
 from netctl.engine import selection
 from netctl.engine.networks import Network, NetworkDir
-from netctl.engine.plan import SELECTION_ARG, ArgsSelector, NetctlConf, decode_conf, plan
-from netctl.errors import DECODE_FAILURE, INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError
+from netctl.engine.plan import (
+    SELECTION_ARG,
+    ArgsSelector,
+    Choice,
+    NetctlConf,
+    decode_conf,
+    plan,
+)
+from netctl.errors import DECODE_FAILURE, INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError, Refusal
 from netctl.journal.records import Attachment
 
 
@@ -90,7 +102,7 @@ def plan_for(raw: str, ifname: str, args: str,
     """Decode, select (standalone mode: NETCTL_NETWORKS in CNI_ARGS) and plan."""
     inv = invocation(raw, args, ifname)
     assert inv.args_error is None
-    chosen = selection.parse(inv.args.get(SELECTION_ARG, ""))
+    chosen = Choice(selection.parse(inv.args.get(SELECTION_ARG, "")))
     return plan(decode_conf(inv), inv, chosen, networks)
 
 
@@ -192,12 +204,13 @@ def test_plan_without_pod_namespace_uses_default() -> None:
 def test_args_selector_reads_netctl_networks_from_cni_args() -> None:
     raw = conf(clusterNetwork="cluster")
     inv = invocation(raw, "K8S_POD_NAMESPACE=team;NETCTL_NETWORKS=other/blue@fast0,red")
-    chosen = trio.run(ArgsSelector().select, inv)
-    assert [(s.namespace, s.name, s.interface) for s in chosen] == [
+    chosen = trio.run(ArgsSelector().select, decode_conf(inv), inv)
+    assert [(s.namespace, s.name, s.interface) for s in chosen.networks] == [
         ("other", "blue", "fast0"), (None, "red", None)]
     assert summary(plan(decode_conf(inv), inv, chosen, NETS)) == summary(
         plan_for(raw, "eth0", "K8S_POD_NAMESPACE=team;NETCTL_NETWORKS=other/blue@fast0,red"))
-    assert trio.run(ArgsSelector().select, invocation(raw, "K8S_POD_NAME=p")) == []
+    bare = invocation(raw, "K8S_POD_NAME=p")
+    assert trio.run(ArgsSelector().select, decode_conf(bare), bare) == Choice()
 
 
 def test_plan_runtime_config_reaches_the_cluster_attachment() -> None:
@@ -208,7 +221,7 @@ def test_plan_runtime_config_reaches_the_cluster_attachment() -> None:
                        "bandwidth": {"ingressRate": 10}}])
     inv = invocation(raw, f"NETCTL_NETWORKS={sel}")
     c = decode_conf(inv)
-    plans = plan(c, inv, selection.parse(inv.args[SELECTION_ARG]), NETS)
+    plans = plan(c, inv, Choice(selection.parse(inv.args[SELECTION_ARG])), NETS)
     assert plans[0].capability_args == {"portMappings": ports}
     assert plans[0].cni_args == {}
     assert plans[1].capability_args == {} and plans[1].cni_args == {}
@@ -253,6 +266,91 @@ def test_plan_unknown_cluster_network() -> None:
     with pytest.raises(CNIError) as info:
         plan_for(conf(clusterNetwork="missing"), "eth0", "")
     assert "'missing' not found" in info.value.msg
+
+
+# plan() with a Kubernetes-mode Choice
+
+
+def test_plan_cluster_network_replaced() -> None:
+    raw = conf(clusterNetwork="cluster", defaultNetworks=["monitor"],
+               runtimeConfig={"portMappings": [{"hostPort": 1, "containerPort": 2}]})
+    inv = invocation(raw, "K8S_POD_NAMESPACE=team;K8S_POD_NAME=p")
+    blue = selection.Selection(name="blue", namespace="other", cni_args={"k": "v"})
+    nets = MemoryNetworks({"other/blue": conflist("blue"), "default/monitor":
+                           conflist("monitor")})
+    plans = plan(decode_conf(inv), inv, Choice(cluster=blue), nets)
+    assert summary(plans) == [("other/blue", "eth0", "blue", True),
+                              ("default/monitor", "net1", "monitor", False)]
+    assert plans[0].cni_args == {"k": "v"}
+    assert plans[0].capability_args == {"portMappings": [{"hostPort": 1, "containerPort": 2}]}
+    assert nets.lookups == [("other/blue", "team"), ("monitor", "team")]
+
+
+def test_plan_first_delegate_replaced() -> None:
+    raw = conf(delegates=[conflist("first"), conflist("second", "macvlan")])
+    inv = invocation(raw)
+    plans = plan(decode_conf(inv), inv, Choice(cluster=selection.Selection(
+        name="blue", namespace="other")), NETS)
+    assert summary(plans) == [("other/blue", "eth0", "blue", True),
+                              ("delegate:second", "net1", "second", False)]
+
+
+def test_plan_defaults_skipped_and_looked_up_at_home() -> None:
+    raw = conf(clusterNetwork="red", defaultNetworks=["red", "monitor"])
+    inv = invocation(raw, "K8S_POD_NAMESPACE=other;NETCTL_NETWORKS=red")
+    chosen = selection.parse("team/red")
+    nets = MemoryNetworks({"team/red": conflist("red-team"), "default/monitor":
+                           conflist("monitor"), "other/red": conflist("red-other")})
+    plans = plan(decode_conf(inv), inv, Choice(chosen, home="team"), nets)
+    assert summary(plans) == [("team/red", "eth0", "red-team", True),
+                              ("team/red", "net1", "red-team", False),
+                              ("default/monitor", "net2", "monitor", False),
+                              ("team/red", "net3", "red-team", False)]
+    assert nets.lookups == [("red", "team"), ("red", "team"), ("monitor", "team"),
+                            ("team/red", "other")]
+    plans = plan(decode_conf(inv), inv, Choice(chosen, skip_defaults=True), NETS)
+    assert summary(plans) == [("default/red", "eth0", "red-default", True),
+                              ("team/red", "net1", "red-team", False)]
+
+
+@pytest.mark.parametrize(("chosen", "words"), [
+    ("nowhere", "'nowhere' not found"),
+    ("red@eth0", "'eth0' is requested twice"),
+])
+def test_plan_refuses_as_the_pods(chosen: str, words: str) -> None:
+    inv = invocation(conf(clusterNetwork="cluster"), "K8S_POD_NAMESPACE=team;K8S_POD_NAME=p")
+    c = decode_conf(inv)
+    with pytest.raises(CNIError) as plain:
+        plan(c, inv, Choice(selection.parse(chosen)), NETS)
+    assert not isinstance(plain.value, Refusal), "standalone: the error as it was"
+    with pytest.raises(Refusal) as info:
+        plan(c, inv, Choice(selection.parse(chosen), pod="team/p"), NETS)
+    assert info.value.code == INVALID_CONFIG and info.value.pod == "team/p"
+    assert info.value.msg == f"pod team/p: {plain.value.msg}" and words in info.value.msg
+    assert info.value.reason == "InvalidNetworkAnnotation" and words in info.value.note
+
+
+# Multus' keys
+
+
+def test_decode_conf_multus_keys() -> None:
+    c = decode_raw(conf(clusterNetwork="cluster"))
+    assert (c.multusNamespace, c.systemNamespaces, c.namespaceIsolation) == (
+        "kube-system", ["kube-system"], False)
+    assert (c.global_namespaces(), c.readinessindicatorfile) == (["default"], "")
+    assert decode_raw(conf(clusterNetwork="c", globalNamespaces=" a, b ,")
+                      ).global_namespaces() == ["a", "b"]
+    assert decode_raw(conf(clusterNetwork="c", globalNamespaces=["x"])
+                      ).global_namespaces() == ["x"]
+
+
+def test_decode_conf_multus_keys_in_any_case() -> None:
+    c = decode_raw(conf(clusternetwork="cluster", ReadinessIndicatorFile="/run/ready",
+                        MultusNamespace="nets", namespaceisolation=True))
+    assert (c.clusterNetwork, c.readinessindicatorfile) == ("cluster", "/run/ready")
+    assert (c.multusNamespace, c.namespaceIsolation) == ("nets", True)
+    c = decode_raw(conf(clusterNetwork="exact", CLUSTERNETWORK="other"))
+    assert c.clusterNetwork == "exact", "the exact spelling wins"
 
 
 # NetworkDir on real files
