@@ -1,0 +1,197 @@
+"""The Kubernetes API as netctl calls it: raw JSON over kubernetes-asyncio, from trio.
+
+kubernetes-asyncio is asyncio-only; this module (with the rest of ``netctl/kube/``) is
+where it meets trio, through trio-asyncio. netctl uses the client for what it does
+well — configuration (kubeconfig, in-cluster with the service-account token re-read
+as it rotates), TLS, authentication, connection pooling — and skips its model layer:
+every call here is :meth:`ApiClient.call_api` on a resource path with the body left
+as bytes (``_preload_content=False``), which the callers decode with msgspec into the
+few fields netctl keeps. A V1Pod model per event would cost memory and CPU for
+nothing.
+
+Every call has a timeout (``api-timeout``, a setting: slow control planes exist), and
+a failure is one :class:`ApiError`: ``status`` the HTTP status, 0 when the server
+could not be reached or did not answer in time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+import msgspec
+import trio
+import trio_asyncio
+from kubernetes_asyncio import client as kclient
+from kubernetes_asyncio import config as kconfig
+
+T = TypeVar("T")
+Query = list[tuple[str, str]]
+
+PATCH_MERGE = "application/merge-patch+json"
+PATCH_JSON = "application/json-patch+json"
+
+
+class ApiError(Exception):
+    """A failed API call: the HTTP status (0: unreachable or timed out) and why."""
+
+    def __init__(self, status: int, reason: str, body: bytes = b"") -> None:
+        super().__init__(f"{status} {reason}")
+        self.status, self.reason, self.body = status, reason, body
+
+    @property
+    def unreachable(self) -> bool:
+        return self.status == 0 or self.status >= 500
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    kubeconfig: str | None = None
+    in_cluster: bool = False
+    api_timeout: float = 10.0  # one request (not a watch)
+    watch_timeout: float = 300.0  # the server ends a watch after this; it is renewed
+
+
+async def on_asyncio(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run an asyncio coroutine function from trio (on the trio-asyncio loop)."""
+    result: T = await trio_asyncio.aio_as_trio(fn)()
+    return result
+
+
+class Api:
+    """A connection to one API server; every method is called from trio."""
+
+    def __init__(self, api: kclient.ApiClient, settings: KubeSettings) -> None:
+        self._api = api
+        self.settings = settings
+        self.host = str(api.configuration.host)
+        self.calls: dict[tuple[str, str], int] = {}  # (verb, resource) → count
+
+    @classmethod
+    async def connect(cls, settings: KubeSettings) -> Api:
+        async def load() -> kclient.ApiClient:
+            if settings.in_cluster:
+                conf = kclient.Configuration()
+                kconfig.load_incluster_config(  # type: ignore[no-untyped-call]
+                    client_configuration=conf, try_refresh_token=True)
+                return kclient.ApiClient(configuration=conf)
+            return await kconfig.new_client_from_config(config_file=settings.kubeconfig,
+                                                        persist_config=False)
+        try:
+            return cls(await on_asyncio(load), settings)
+        except (kconfig.ConfigException, OSError, ValueError) as exc:
+            raise ApiError(0, f"Kubernetes client configuration: {exc}") from exc
+
+    async def close(self) -> None:
+        await on_asyncio(self._api.close)
+
+    def _count(self, verb: str, path: str) -> None:
+        resource = _resource_of(path)
+        self.calls[(verb, resource)] = self.calls.get((verb, resource), 0) + 1
+
+    async def _call(self, method: str, path: str, query: list[tuple[str, str]] | None = None,
+                    body: bytes | None = None, content_type: str = "application/json",
+                    timeout: float | None = None) -> Any:
+        """The aiohttp response of one request (on the asyncio side), status checked."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        to = self.settings.api_timeout if timeout is None else timeout
+        resp = await self._api.call_api(
+            path, method, query_params=query or [], header_params=headers, body=body,
+            auth_settings=["BearerToken"], _preload_content=False,
+            _request_timeout=aiohttp.ClientTimeout(total=None, connect=to, sock_read=to))
+        if not 200 <= resp.status <= 299:
+            data = await resp.read()
+            resp.release()
+            raise ApiError(resp.status, _reason(data) or str(resp.reason), data)
+        return resp
+
+    async def request(self, verb: str, method: str, path: str,
+                      query: list[tuple[str, str]] | None = None, body: bytes | None = None,
+                      content_type: str = "application/json") -> bytes:
+        """One request; its body."""
+        self._count(verb, path)
+
+        async def go() -> bytes:
+            try:
+                resp = await self._call(method, path, query, body, content_type)
+                data: bytes = await resp.read()
+                resp.release()
+                return data
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise ApiError(0, f"API server {self.host} not reachable: {exc or 'timeout'}"
+                               ) from None
+        return await on_asyncio(go)
+
+    async def get(self, path: str) -> bytes | None:
+        """GET one object; None when it does not exist (404)."""
+        try:
+            return await self.request("get", "GET", path)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def list(self, path: str, query: Query) -> bytes:
+        return await self.request("list", "GET", path, query)
+
+    async def watch(self, path: str, query: Query) -> AsyncGenerator[bytes, None]:
+        """The lines of one watch stream (each a JSON event), until the server ends it."""
+        self._count("watch", path)
+        params = [*query, ("watch", "true"), ("allowWatchBookmarks", "true"),
+                  ("timeoutSeconds", str(int(self.settings.watch_timeout)))]
+
+        async def open_stream() -> Any:
+            try:
+                return await self._call("GET", path, params,
+                                        timeout=self.settings.watch_timeout + 30)
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise ApiError(0, f"API server {self.host} not reachable: {exc or 'timeout'}"
+                               ) from None
+
+        resp = await on_asyncio(open_stream)
+        try:
+            while True:
+                async def line() -> bytes:
+                    try:
+                        data: bytes = await resp.content.readline()
+                        return data
+                    except (TimeoutError, aiohttp.ClientError, OSError):
+                        return b""
+                data = await on_asyncio(line)
+                if not data:
+                    return
+                yield data
+        finally:
+            resp.close()
+
+
+class _Status(msgspec.Struct, forbid_unknown_fields=False):
+    message: str = ""
+    reason: str = ""
+
+
+def _reason(data: bytes) -> str:
+    try:
+        st = msgspec.json.decode(data, type=_Status)
+    except msgspec.MsgspecError:
+        return ""
+    return st.message or st.reason
+
+
+def _resource_of(path: str) -> str:
+    """``/api/v1/namespaces/x/pods/y`` → ``pods``; ``/apis/g/v/things`` → ``things``."""
+    parts = [p for p in path.split("/") if p]
+    core = parts[:2] == ["api", "v1"]
+    rest = parts[2:] if core else parts[3:]
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    return rest[0] if rest else (parts[-1] if parts else "")
+
+
+async def sleep_backoff(attempt: int, cap: float = 30.0) -> None:
+    """0.5 s, 1 s, 2 s, … capped: the pause before reconnecting a failed watch."""
+    await trio.sleep(min(cap, 0.5 * 2 ** min(attempt, 10)))

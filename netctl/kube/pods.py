@@ -1,0 +1,64 @@
+"""The node's pods and the cluster's NetworkAttachmentDefinitions, as Kubernetes mode reads
+them: watched caches, and a pod lookup that costs no API read in steady state.
+
+:class:`PodSource` watches the pods of one node (field selector ``spec.nodeName``).
+:meth:`PodSource.lookup` answers from the cache; a pod the watch has not delivered yet
+(kubelet often runs the sandbox before the watch brings its pod) is waited for up to
+``pod-wait`` seconds, then read with at most one GET. An API server that cannot be
+reached makes the lookup fail with code 11 (try again later), naming the server — an
+ADD that needs the pod cannot go on, while a DEL never needs it. Deleted pods are
+passed to ``on_deleted`` (the daemon DELetes their attachments after a grace period,
+matching by UID, never by name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from netctl.errors import TRY_AGAIN_LATER, CNIError
+from netctl.kube.api import Api, ApiError
+from netctl.kube.informer import Informer, Nad, Pod
+
+PODS = "/api/v1/pods"
+NADS = "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions"
+
+
+def pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods/{name}"
+
+
+class PodSource:
+    def __init__(self, api: Api, node: str, wait: float = 2.0,
+                 on_deleted: Callable[[Pod], None] | None = None) -> None:
+        self.api, self.node, self.wait = api, node, wait
+        self.informer: Informer[Pod] = Informer(
+            api, Pod, PODS, [("fieldSelector", f"spec.nodeName={node}")], on_deleted)
+
+    async def lookup(self, namespace: str, name: str) -> Pod | None:
+        """The pod, from the cache, or after a short wait for the watch, or from one GET;
+        None when the API server says it does not exist."""
+        found = await self.informer.wait_for((namespace, name), self.wait)
+        if found is not None:
+            return found
+        try:
+            data = await self.api.get(pod_path(namespace, name))
+        except ApiError as exc:
+            if exc.unreachable:
+                raise CNIError(TRY_AGAIN_LATER, f"pod {namespace}/{name}: the API server "
+                               f"{self.api.host} cannot be reached ({exc.reason}); try again "
+                               "later") from None
+            raise CNIError(TRY_AGAIN_LATER, f"pod {namespace}/{name}: the API server "
+                           f"{self.api.host} answered {exc}") from None
+        return None if data is None else msgspec.json.decode(data, type=Pod)
+
+
+class NadSource:
+    """Every NetworkAttachmentDefinition of the cluster, watched."""
+
+    def __init__(self, api: Api) -> None:
+        self.informer: Informer[Nad] = Informer(api, Nad, NADS, [])
+
+    def get(self, namespace: str, name: str) -> Nad | None:
+        return self.informer.cache.get((namespace, name))

@@ -1,0 +1,21 @@
+"""A fake Kubernetes API server for tests, with the semantics netctl depends on, spoken
+over real HTTP so that the real kubernetes-asyncio client (and netctl daemons in other
+processes, through a kubeconfig) can drive it.
+
+- :mod:`.server`: :class:`FakeKube`, the server on its own thread and loop, and the
+  controls a test holds (outage, compaction, dropped watches, request counts, latency).
+- :mod:`.store`: the objects, the global resourceVersion, the history, the write rules
+  (409/404/422) and the watch fan-out; no HTTP.
+- :mod:`.selectors`, :mod:`.patching`: label/field selectors and merge/JSON patches, pure.
+- :mod:`.resources`: the served kinds (pods, events, nodes, namespaces,
+  NetworkAttachmentDefinitions, and CRDs declared with :func:`crd`) and discovery.
+- :mod:`.errors`: the ``Status`` failures, with the real server's reasons and messages.
+- :mod:`.objects`: builders of minimal valid pods, NADs and nodes.
+"""
+
+from .errors import ApiError
+from .objects import nad, node, pod
+from .resources import Resource, crd
+from .server import FakeKube
+
+__all__ = ["ApiError", "FakeKube", "Resource", "crd", "nad", "node", "pod"]

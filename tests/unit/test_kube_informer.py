@@ -1,0 +1,137 @@
+"""We test the kube client's watched caches against the fake API server over real HTTP,
+through kubernetes-asyncio and trio-asyncio: list then watch with a field selector,
+objects that arrive later, a dropped stream resumed without a relist, a compacted history
+(410) relisted, an outage ridden out with a pod deleted meanwhile reported as deleted,
+a request counter that shows no GET or LIST per lookup, and an unreachable API server
+as an :class:`ApiError` with status 0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+import trio_asyncio
+
+from netctl.errors import CNIError
+from netctl.kube.api import Api, ApiError, KubeSettings
+from netctl.kube.informer import Informer, Pod
+from netctl.kube.pods import PodSource
+from tests.kubefake import FakeKube, pod
+
+
+async def _wait(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    with trio.fail_after(timeout):
+        while not cond():  # noqa: ASYNC110 - the condition is the informer's state
+            await trio.sleep(0.01)
+
+
+def test_the_pod_cache_follows_the_api_through_drops_compaction_and_an_outage(
+        tmp_path: Path) -> None:
+    with FakeKube(bookmark_interval=0.2) as fake:
+        config = fake.kubeconfig(tmp_path / "kubeconfig")
+        fake.create("pods", pod("a", node="n1"))
+        fake.create("pods", pod("other", node="n2"))
+
+        async def main() -> None:
+            async with trio_asyncio.open_loop():
+                api = await Api.connect(KubeSettings(kubeconfig=str(config)))
+                deleted: list[str] = []
+                pods = Informer(api, Pod, "/api/v1/pods",
+                                [("fieldSelector", "spec.nodeName=n1")],
+                                on_delete=lambda p: deleted.append(p.metadata.name))
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(pods.run)
+                    await pods.synced.wait()
+                    assert set(pods.cache) == {("default", "a")}
+                    assert pods.cache["default", "a"].metadata.uid
+
+                    fake.create("pods", pod("b", node="n1"))  # after the list: the watch
+                    found = await pods.wait_for(("default", "b"), 10)
+                    assert found is not None and found.spec.nodeName == "n1"
+
+                    fake.drop_watches()  # a dropped stream resumes where it was
+                    fake.create("pods", pod("c", node="n1"))
+                    assert await pods.wait_for(("default", "c"), 10) is not None
+                    fake.patch("pods", "default", "c",
+                               {"metadata": {"annotations": {"k": "v"}}})
+                    await _wait(lambda: pods.cache["default", "c"].metadata.annotations
+                                == {"k": "v"})
+                    fake.delete("pods", "default", "b")
+                    await _wait(lambda: deleted == ["b"])
+                    assert pods.lists == 1  # no relist so far
+
+                    fake.stop()  # an outage: a pod is deleted meanwhile, history lost
+                    await _wait(lambda: pods.state.startswith("retrying"))
+                    fake.delete("pods", "default", "a")
+                    fake.compact()
+                    fake.start()
+                    await _wait(lambda: deleted == ["b", "a"], 30)  # 410 → relist
+                    assert pods.lists == 2 and set(pods.cache) == {("default", "c")}
+                    assert pods.status()["synced"] is True
+
+                    fake.reset_counts()
+                    for _ in range(100):
+                        assert await pods.wait_for(("default", "c"), 1) is not None
+                    assert fake.count("get", "pods") == 0 and fake.count("list", "pods") == 0
+                    nursery.cancel_scope.cancel()
+                await api.close()
+
+        trio.run(main)
+        assert fake.server_errors == []
+
+
+def test_an_unreachable_api_server_is_status_0(tmp_path: Path) -> None:
+    with FakeKube() as fake:
+        config = fake.kubeconfig(tmp_path / "kubeconfig")
+        fake.stop()
+
+        async def main() -> None:
+            async with trio_asyncio.open_loop():
+                api = await Api.connect(KubeSettings(kubeconfig=str(config), api_timeout=2))
+                with pytest.raises(ApiError) as err:
+                    await api.get("/api/v1/namespaces/default/pods/x")
+                assert err.value.status == 0 and err.value.unreachable
+                assert fake.url.removeprefix("http://") in str(err.value)
+                await api.close()
+
+        trio.run(main)
+
+
+def test_a_pod_lookup_reads_the_cache_waits_for_the_watch_then_gets_once(
+        tmp_path: Path) -> None:
+    with FakeKube() as fake:
+        config = fake.kubeconfig(tmp_path / "kubeconfig")
+        fake.create("pods", pod("warm", node="n1"))
+
+        async def main() -> None:
+            async with trio_asyncio.open_loop():
+                api = await Api.connect(KubeSettings(kubeconfig=str(config), api_timeout=2))
+                source = PodSource(api, "n1", wait=0.5)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(source.informer.run)
+                    await source.informer.synced.wait()
+                    fake.reset_counts()
+                    found = await source.lookup("default", "warm")  # the cache: no read
+                    assert found is not None and found.metadata.name == "warm"
+                    assert fake.count("get", "pods") == 0
+
+                    async def create_soon() -> None:
+                        await trio.sleep(0.1)
+                        fake.create("pods", pod("late", node="n1"))
+                    nursery.start_soon(create_soon)
+                    assert await source.lookup("default", "late") is not None  # the watch
+                    assert fake.count("get", "pods") == 0
+
+                    assert await source.lookup("default", "nowhere") is None  # one GET: 404
+                    assert fake.count("get", "pods") == 1
+
+                    fake.stop()
+                    with pytest.raises(CNIError) as err:
+                        await source.lookup("default", "unseen")
+                    assert err.value.code == 11 and "cannot be reached" in err.value.msg
+                    assert await source.lookup("default", "warm") is not None  # cached
+                    nursery.cancel_scope.cancel()
+                await api.close()
+
+        trio.run(main)
