@@ -38,7 +38,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from netctl.cni.request import Invocation, Pod
+from netctl.cni.request import Invocation
+from netctl.cni.request import Pod as PodRef
 from netctl.engine import selection
 from netctl.engine.plan import Choice, NetctlConf, requested_ips, requested_mac
 from netctl.errors import INVALID_CONFIG, INVALID_ENVIRONMENT, CNIError, Refusal
@@ -48,21 +49,20 @@ from netctl.kube.objects import (
     REASON_BAD_ANNOTATION,
     REASON_FORBIDDEN,
     RUNTIME_ANNOTATIONS,
-    KubePod,
+    Pod,
+    is_static,
 )
 
 _OCTET_RE = re.compile(r"^[0-9A-Fa-f]{2}$")
 
 
 class PodLookup(Protocol):
-    """The kube client's pod cache."""
+    """The kube client's pod cache (:class:`netctl.kube.pods.PodSource`)."""
 
-    async def get(self, namespace: str, name: str, uid: str) -> KubePod | None:
-        """The pod, or None when the API server has no pod of that name. From the cache
-        when it holds the pod with this ``uid`` (or ``uid`` is empty); otherwise — not
-        seen yet, or seen with another UID — wait briefly for the watch, then GET it
-        once. ``CNIError(TRY_AGAIN_LATER)`` naming the API server when it cannot be
-        asked."""
+    async def lookup(self, namespace: str, name: str) -> Pod | None:
+        """The pod, or None when the API server has no pod of that name: from the cache,
+        else after a short wait for the watch, else from one GET.
+        ``CNIError(TRY_AGAIN_LATER)`` naming the API server when it cannot be asked."""
         ...
 
 
@@ -78,9 +78,9 @@ class KubeSelector:
             return choose(conf, pod, {}, inv.ifname)  # no pod named: the config alone
         annotations = runtime_annotations(conf)
         if annotations is None:
-            found = await self.pods.get(pod.namespace, pod.name, pod.uid)
+            found = await self.pods.lookup(pod.namespace, pod.name)
             check_pod(inv.verb, pod, found)  # refuses an ADD for a pod the API lacks
-            annotations = found.annotations if found is not None else {}
+            annotations = found.metadata.annotations if found is not None else {}
         return choose(conf, pod, annotations, inv.ifname)
 
 
@@ -95,17 +95,20 @@ def runtime_annotations(conf: NetctlConf) -> Mapping[str, Any] | None:
     return value
 
 
-def check_pod(verb: str, pod: Pod, found: KubePod | None) -> str:
+def check_pod(verb: str, pod: PodRef, found: Pod | None) -> str:
     """Whether the API's pod is the one the runtime names (``K8S_POD_UID``): "" when it
     is (or either UID is unknown, or it is a static pod, whose mirror has its own UID).
     Otherwise the pod was deleted or replaced under the same name (a StatefulSet's):
-    an ADD is refused with code 4 naming both UIDs; any other verb gets the warning."""
+    an ADD is refused with code 4 naming both UIDs; any other verb gets the warning.
+    (A cache still holding the replaced pod refuses the same way; kubelet's retry of the
+    sandbox finds the new pod once the watch has brought it.)"""
     ref = f"{pod.namespace}/{pod.name}"
     if found is None:
         msg = f"pod {ref} (uid {pod.uid or 'not given'}) is not in the API server: deleted?"
-    elif pod.uid and found.uid and pod.uid != found.uid and not found.is_static:
+    elif pod.uid and found.metadata.uid and pod.uid != found.metadata.uid \
+            and not is_static(found):
         msg = (f"pod {ref}: the runtime's K8S_POD_UID is {pod.uid} but the API server's "
-               f"pod of that name has uid {found.uid}: the pod was replaced")
+               f"pod of that name has uid {found.metadata.uid}: the pod was replaced")
     else:
         return ""
     if verb == "ADD":
@@ -113,7 +116,7 @@ def check_pod(verb: str, pod: Pod, found: KubePod | None) -> str:
     return msg
 
 
-def choose(conf: NetctlConf, pod: Pod, annotations: Mapping[str, Any],
+def choose(conf: NetctlConf, pod: PodRef, annotations: Mapping[str, Any],
            ifname: str) -> Choice:
     """The pod's :class:`~netctl.engine.plan.Choice` from its annotations (module doc)."""
     ref = f"{pod.namespace}/{pod.name}"
@@ -206,7 +209,7 @@ def _check_gateways(chosen: list[selection.Selection], ref: str) -> None:
                            f"routes ({'; '.join(gateways)}): at most one (no ECMP)")
 
 
-def _check_isolation(conf: NetctlConf, pod: Pod, sel: selection.Selection, key: str,
+def _check_isolation(conf: NetctlConf, pod: PodRef, sel: selection.Selection, key: str,
                      also: tuple[str, ...]) -> None:
     """``namespaceIsolation``: a pod's NADs from its namespace, a global one, or ``also``."""
     allowed = [pod.namespace, *conf.global_namespaces(), *also]

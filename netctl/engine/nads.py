@@ -27,7 +27,7 @@ the pod gets an Event saying the same.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -35,18 +35,19 @@ from netctl.cni.confdir import read_conf_dir
 from netctl.cni.config import parse_chain
 from netctl.engine.networks import Network, from_file
 from netctl.errors import INVALID_CONFIG, CNIError, Refusal
-from netctl.kube.objects import REASON_BAD_NAD, REASON_NOT_FOUND, KubeNad
+from netctl.kube.objects import REASON_BAD_NAD, REASON_NOT_FOUND, Nad, key
 
 MULTUS_CONF_DIR = "/etc/cni/multus/net.d"  # Multus' default confDir
 
 
 class NadLookup(Protocol):
-    """The kube client's NetworkAttachmentDefinition cache."""
+    """The kube client's NetworkAttachmentDefinition cache
+    (:class:`netctl.kube.pods.NadSource`)."""
 
-    def get(self, namespace: str, name: str) -> KubeNad | None:
+    def get(self, namespace: str, name: str) -> Nad | None:
         """The cached NAD, or None when the cluster has none of that name. Until the
-        first LIST has filled the cache, raise ``CNIError(TRY_AGAIN_LATER)`` instead:
-        a NAD missing then is not known to be missing."""
+        first LIST has filled the cache it should raise ``CNIError(TRY_AGAIN_LATER)``
+        instead: a NAD missing then is not known to be missing."""
         ...
 
 
@@ -81,27 +82,28 @@ class NadResolver:
                           f"{namespace}/{ref} or a CNI config in {self.conf_dir})")
         return found
 
-    def _network(self, nad: KubeNad) -> Network:
-        stamp = (nad.resource_version, nad.config)
-        kept = self._parsed.get(nad.key)
+    def _network(self, nad: Nad) -> Network:
+        ref, name, config = key(nad), nad.metadata.name, nad.spec.config
+        stamp = (nad.metadata.resourceVersion, config)
+        kept = self._parsed.get(ref)
         if kept is not None and kept[0] == stamp:
             return kept[1]
-        if not nad.config:
-            net = self._from_conf_dir(nad.name)
+        if not config:
+            net = self._from_conf_dir(name)
             if net is None:
                 raise Refusal(
-                    f"NetworkAttachmentDefinition {nad.key} has an empty spec.config and "
-                    f"{self.conf_dir} has no CNI config named {nad.name!r}"
+                    f"NetworkAttachmentDefinition {ref} has an empty spec.config and "
+                    f"{self.conf_dir} has no CNI config named {name!r}"
                     f"{self._unreadable()}", REASON_BAD_NAD,
-                    f"NetworkAttachmentDefinition {nad.key}: empty spec.config and no CNI "
-                    f"config named {nad.name!r} in {self.conf_dir}")
-            return Network(key=nad.key, chain=net.chain)  # not kept: the file may change
+                    f"NetworkAttachmentDefinition {ref}: empty spec.config and no CNI "
+                    f"config named {name!r} in {self.conf_dir}")
+            return Network(key=ref, chain=net.chain)  # not kept: the file may change
         try:
-            net = Network(key=nad.key, chain=parse_chain(_named(nad), f"network {nad.key}"))
+            net = Network(key=ref, chain=parse_chain(_named(config, name), f"network {ref}"))
         except CNIError as exc:
-            raise Refusal(f"NetworkAttachmentDefinition {nad.key}: {exc.msg}", REASON_BAD_NAD,
+            raise Refusal(f"NetworkAttachmentDefinition {ref}: {exc.msg}", REASON_BAD_NAD,
                           exc.msg, INVALID_CONFIG) from None
-        self._parsed[nad.key] = (stamp, net)
+        self._parsed[ref] = (stamp, net)
         return net
 
     def _unreadable(self) -> str:
@@ -126,12 +128,12 @@ class NadResolver:
         return None
 
 
-def _named(nad: KubeNad) -> str | dict[str, object]:
-    """``spec.config``, given the NAD's name when it has none of its own."""
+def _named(config: str, name: str) -> str | dict[str, Any]:
+    """A NAD's ``spec.config``, given the NAD's ``name`` when it has none of its own."""
     try:
-        obj = msgspec.json.decode(nad.config)
+        obj = msgspec.json.decode(config)
     except msgspec.DecodeError:
-        return nad.config  # parse_chain says what is wrong with it
+        return config  # parse_chain says what is wrong with it
     if isinstance(obj, dict) and not obj.get("name"):
-        return {**obj, "name": nad.name}
-    return nad.config
+        return {**obj, "name": name}
+    return config

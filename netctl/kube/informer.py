@@ -1,7 +1,8 @@
 """A watched cache of one kind of object: list, then watch from the list's resourceVersion.
 
 :class:`Informer` keeps only the fields netctl needs (msgspec structs decoded straight
-from the API's JSON: :class:`Pod`, :class:`Nad`), keyed by (namespace, name):
+from the API's JSON: :class:`~netctl.kube.objects.Pod`, :class:`~netctl.kube.objects.Nad`),
+keyed by (namespace, name):
 
 - it lists (with its selector), replaces the cache with the list — a key missing from
   a relist is a deletion, reported like one — and watches from the list's
@@ -29,39 +30,9 @@ import msgspec
 import trio
 
 from netctl.kube.api import Api, ApiError, sleep_backoff
+from netctl.kube.objects import Nad, Pod
 
 log = logging.getLogger("netctl.kube")
-
-
-class Meta(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
-    name: str = ""
-    namespace: str = ""
-    uid: str = ""
-    resourceVersion: str = ""
-    annotations: dict[str, str] = {}
-    deletionTimestamp: str | None = None
-
-
-class PodSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
-    nodeName: str = ""
-
-
-class Pod(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
-    """What netctl keeps of a pod."""
-
-    metadata: Meta = msgspec.field(default_factory=Meta)
-    spec: PodSpec = msgspec.field(default_factory=PodSpec)
-
-
-class NadSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
-    config: str = ""
-
-
-class Nad(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
-    """What netctl keeps of a NetworkAttachmentDefinition."""
-
-    metadata: Meta = msgspec.field(default_factory=Meta)
-    spec: NadSpec = msgspec.field(default_factory=NadSpec)
 
 
 class _ListMeta(msgspec.Struct, forbid_unknown_fields=False):

@@ -1,21 +1,18 @@
-"""What netctl keeps of the Kubernetes objects it watches. Pure: no I/O, no asyncio.
+"""What netctl keeps of the Kubernetes objects it watches, and the names it reads. Pure.
 
-The kube client watches this node's pods and every NetworkAttachmentDefinition, and
-keeps of each only what Kubernetes mode reads — a few strings per object — so a cache
-of thousands of pods stays small: :class:`KubePod` (identity, node, the annotations
-netctl reads, resourceVersion, deletionTimestamp) and :class:`KubeNad` (identity,
-``spec.config``, resourceVersion). :func:`pod_from_api` and :func:`nad_from_api` take
-an object as the API serves it (the JSON document as a dict; for a kubernetes-asyncio
-model, ``ApiClient().sanitize_for_serialization(obj)`` gives that dict).
+:class:`Pod` and :class:`Nad` are msgspec structs decoded straight from the API's JSON
+(the informer's lists and watch events, one GET) keeping only the fields netctl needs:
+a pod's identity, annotations, resourceVersion, deletionTimestamp and node; a
+NetworkAttachmentDefinition's identity, resourceVersion and ``spec.config``. The
+annotation names Kubernetes mode reads and writes, and the reasons of the Events it
+posts, are here too.
 
 Like :mod:`netctl.journal.records`, this module is the pure part of its package: the
-engine imports it, and it imports nothing that talks to the API.
+engine's decisions (:mod:`netctl.engine.kubeselect`, :mod:`netctl.engine.nads`) import
+it, and it imports nothing that talks to the API.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 import msgspec
 
@@ -24,7 +21,6 @@ NETWORKS = "k8s.v1.cni.cncf.io/networks"  # the pod's network selection (both fo
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"  # replaces the cluster network
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"  # written after a successful ADD
 CONFIG_SOURCE = "kubernetes.io/config.source"  # "api", or "file"/"http" for static pods
-KEPT_ANNOTATIONS = frozenset({NETWORKS, DEFAULT_NETWORK, CONFIG_SOURCE})
 # the runtimeConfig capability under which CRI-O and containerd pass a pod's annotations
 RUNTIME_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
 
@@ -36,67 +32,44 @@ REASON_FORBIDDEN = "NetworkNotAllowed"  # namespaceIsolation
 REASON_BAD_NAD = "InvalidNetworkConfig"  # a NAD whose spec.config netctl cannot run
 
 
-class KubePod(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """One pod as the cache keeps it."""
-
-    namespace: str
-    name: str
-    uid: str
-    node_name: str = ""
-    annotations: dict[str, str] = {}  # only those in KEPT_ANNOTATIONS
-    resource_version: str = ""
-    deletion_timestamp: str | None = None  # RFC 3339, as the API gives it
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def is_static(self) -> bool:
-        """A static pod (from a kubelet manifest): the API holds its mirror, whose UID is
-        not the one the kubelet gives the runtime."""
-        source = self.annotations.get(CONFIG_SOURCE)
-        return source is not None and source != "api"
+class Meta(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resourceVersion: str = ""
+    annotations: dict[str, str] = {}
+    deletionTimestamp: str | None = None
 
 
-class KubeNad(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """One NetworkAttachmentDefinition as the cache keeps it."""
-
-    namespace: str
-    name: str
-    config: str = ""  # spec.config; empty: the conf file of that name in the conf dir
-    resource_version: str = ""
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+class PodSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    nodeName: str = ""
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+class Pod(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """What netctl keeps of a pod."""
+
+    metadata: Meta = msgspec.field(default_factory=Meta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
 
 
-def _section(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = obj.get(key)
-    return value if isinstance(value, Mapping) else {}
+class NadSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    config: str = ""
 
 
-def pod_from_api(obj: Mapping[str, Any]) -> KubePod:
-    """Keep of an API pod (its JSON document as a dict) what netctl reads."""
-    meta = _section(obj, "metadata")
-    annotations = _section(meta, "annotations")
-    return KubePod(
-        namespace=_text(meta.get("namespace")), name=_text(meta.get("name")),
-        uid=_text(meta.get("uid")), node_name=_text(_section(obj, "spec").get("nodeName")),
-        annotations={k: v for k, v in annotations.items()
-                     if k in KEPT_ANNOTATIONS and isinstance(v, str)},
-        resource_version=_text(meta.get("resourceVersion")),
-        deletion_timestamp=_text(meta.get("deletionTimestamp")) or None)
+class Nad(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """What netctl keeps of a NetworkAttachmentDefinition."""
+
+    metadata: Meta = msgspec.field(default_factory=Meta)
+    spec: NadSpec = msgspec.field(default_factory=NadSpec)
 
 
-def nad_from_api(obj: Mapping[str, Any]) -> KubeNad:
-    """Keep of an API NetworkAttachmentDefinition what netctl reads."""
-    meta = _section(obj, "metadata")
-    return KubeNad(namespace=_text(meta.get("namespace")), name=_text(meta.get("name")),
-                   config=_text(_section(obj, "spec").get("config")),
-                   resource_version=_text(meta.get("resourceVersion")))
+def key(obj: Pod | Nad) -> str:
+    """``namespace/name``."""
+    return f"{obj.metadata.namespace}/{obj.metadata.name}"
+
+
+def is_static(pod: Pod) -> bool:
+    """A static pod (from a kubelet manifest): the API holds its mirror, whose UID is not
+    the one the kubelet gives the runtime."""
+    source = pod.metadata.annotations.get(CONFIG_SOURCE)
+    return source is not None and source != "api"

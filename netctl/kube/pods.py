@@ -19,7 +19,8 @@ import msgspec
 
 from netctl.errors import TRY_AGAIN_LATER, CNIError
 from netctl.kube.api import Api, ApiError
-from netctl.kube.informer import Informer, Nad, Pod
+from netctl.kube.informer import Informer
+from netctl.kube.objects import Nad, Pod
 
 PODS = "/api/v1/pods"
 NADS = "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions"

@@ -11,6 +11,8 @@ planned through ``plan()`` over a :class:`NadResolver` on an in-memory NAD cache
 - ``namespaceIsolation`` with and without ``globalNamespaces``, for both annotations;
 - every malformed annotation refused with code 7 naming the pod and the bad part, with
   an Event reason and note; generated annotations never do anything else (hypothesis);
+- the kube client's caches (``PodSource``, ``NadSource``) fit the lookups the decisions
+  take;
 - the annotations from ``runtimeConfig["io.kubernetes.cri.pod-annotations"]`` win over
   the API's and spare the API read; the pod's UID checked against ``K8S_POD_UID`` (ADD
   refused, DEL warned, static pods exempt);
@@ -19,6 +21,7 @@ planned through ``plan()`` over a :class:`NadResolver` on an in-memory NAD cache
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
@@ -28,10 +31,11 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netctl.cni.request import Invocation, Pod, Request, decode
+from netctl.cni.request import Invocation, Request, decode
+from netctl.cni.request import Pod as PodRef
 from netctl.engine import readiness
-from netctl.engine.kubeselect import KubeSelector, check_pod, choose
-from netctl.engine.nads import NadResolver
+from netctl.engine.kubeselect import KubeSelector, PodLookup, check_pod, choose
+from netctl.engine.nads import NadLookup, NadResolver
 from netctl.engine.plan import Choice, NetctlConf, decode_conf, plan
 from netctl.errors import (
     INVALID_CONFIG,
@@ -47,18 +51,22 @@ from netctl.kube.objects import (
     DEFAULT_NETWORK,
     NETWORKS,
     RUNTIME_ANNOTATIONS,
-    KubeNad,
-    KubePod,
+    Meta,
+    Nad,
+    NadSpec,
+    Pod,
 )
+from netctl.kube.pods import NadSource, PodSource
 
 NETNS = "/run/netns/pod"
 
 
-def nad(key: str, ptype: str = "bridge") -> KubeNad:
+def nad(key: str, ptype: str = "bridge") -> Nad:
     ns, name = key.split("/")
     conf = {"cniVersion": "1.0.0", "name": f"{name}-{ns}", "plugins": [
         {"type": ptype, "capabilities": {"ips": True, "mac": True}}]}
-    return KubeNad(namespace=ns, name=name, config=json.dumps(conf), resource_version="1")
+    return Nad(metadata=Meta(namespace=ns, name=name, resourceVersion="1"),
+               spec=NadSpec(config=json.dumps(conf)))
 
 
 class Nads:
@@ -67,7 +75,7 @@ class Nads:
     def __init__(self, *keys: str) -> None:
         self.nads = {key: nad(key) for key in keys}
 
-    def get(self, namespace: str, name: str) -> KubeNad | None:
+    def get(self, namespace: str, name: str) -> Nad | None:
         return self.nads.get(f"{namespace}/{name}")
 
 
@@ -334,21 +342,26 @@ def test_generated_annotations_select_or_refuse(networks: str | None, default: s
 class Pods:
     """The kube client's pod cache, in a dict; counts the lookups."""
 
-    def __init__(self, *pods: KubePod) -> None:
-        self.pods = {pod.key: pod for pod in pods}
-        self.asked: list[tuple[str, str, str]] = []
+    def __init__(self, *pods: Pod) -> None:
+        self.pods = {f"{p.metadata.namespace}/{p.metadata.name}": p for p in pods}
+        self.asked: list[tuple[str, str]] = []
         self.down = False
 
-    async def get(self, namespace: str, name: str, uid: str) -> KubePod | None:
-        self.asked.append((namespace, name, uid))
+    async def lookup(self, namespace: str, name: str) -> Pod | None:
+        self.asked.append((namespace, name))
         if self.down:
             raise CNIError(TRY_AGAIN_LATER, "the API server https://api:6443 is unreachable")
         return self.pods.get(f"{namespace}/{name}")
 
 
-def pod(annotations: dict[str, str], uid: str = "uid-1", ns: str = "shop") -> KubePod:
-    return KubePod(namespace=ns, name="web-1", uid=uid, node_name="node-a",
-                   annotations=annotations)
+def pod(annotations: dict[str, str], uid: str = "uid-1", ns: str = "shop") -> Pod:
+    return Pod(metadata=Meta(namespace=ns, name="web-1", uid=uid, annotations=annotations))
+
+
+def test_the_kube_clients_caches_fit() -> None:
+    for impl, proto in ((PodSource.lookup, PodLookup.lookup), (NadSource.get, NadLookup.get)):
+        assert inspect.signature(impl) == inspect.signature(proto)
+        assert inspect.iscoroutinefunction(impl) == inspect.iscoroutinefunction(proto)
 
 
 def select(pods: Pods, inv: Invocation) -> Choice:
@@ -358,7 +371,7 @@ def select(pods: Pods, inv: Invocation) -> Choice:
 def test_selection_from_the_api_pod() -> None:
     pods = Pods(pod({NETWORKS: "storage@st0", DEFAULT_NETWORK: "alt"}))
     choice = select(pods, invocation())
-    assert pods.asked == [("shop", "web-1", "uid-1")]
+    assert pods.asked == [("shop", "web-1")]
     assert [(s.namespace, s.name, s.interface) for s in choice.networks] == [
         ("shop", "storage", "st0")]
     assert choice.cluster is not None and choice.cluster.name == "alt"
@@ -416,9 +429,9 @@ def test_uid_mismatch_refuses_add() -> None:
 
 
 def test_uid_checks() -> None:
-    runtime = Pod(namespace="shop", name="web-1", uid="uid-1")
+    runtime = PodRef(namespace="shop", name="web-1", uid="uid-1")
     assert check_pod("ADD", runtime, pod({})) == ""
-    assert check_pod("ADD", Pod(namespace="shop", name="web-1"), pod({}, uid="x")) == ""
+    assert check_pod("ADD", PodRef(namespace="shop", name="web-1"), pod({}, uid="x")) == ""
     assert check_pod("ADD", runtime, pod({}, uid="")) == ""
     assert check_pod("ADD", runtime, pod({CONFIG_SOURCE: "file"}, uid="mirror")) == "", \
         "a static pod's mirror has its own UID"

@@ -21,7 +21,7 @@ import pytest
 
 from netctl.engine.nads import MULTUS_CONF_DIR, NadResolver
 from netctl.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CNIError, Refusal
-from netctl.kube.objects import KubeNad
+from netctl.kube.objects import Meta, Nad, NadSpec, key
 
 
 def config(name: str | None, ptype: str = "bridge") -> str:
@@ -34,23 +34,23 @@ def config(name: str | None, ptype: str = "bridge") -> str:
 class Nads:
     """A NAD cache in a dict, as the kube client keeps one (not ready: code 11)."""
 
-    def __init__(self, *nads: KubeNad) -> None:
-        self.nads = {nad.key: nad for nad in nads}
+    def __init__(self, *nads: Nad) -> None:
+        self.nads = {key(nad): nad for nad in nads}
         self.ready = True
 
-    def get(self, namespace: str, name: str) -> KubeNad | None:
+    def get(self, namespace: str, name: str) -> Nad | None:
         if not self.ready:
             raise CNIError(TRY_AGAIN_LATER, "the NAD cache is not synced yet")
         return self.nads.get(f"{namespace}/{name}")
 
-    def put(self, nad: KubeNad) -> None:
-        self.nads[nad.key] = nad
+    def put(self, nad: Nad) -> None:
+        self.nads[key(nad)] = nad
 
 
-def nad(key: str, conf: str | None = None, rv: str = "1") -> KubeNad:
-    ns, name = key.split("/")
-    return KubeNad(namespace=ns, name=name, resource_version=rv,
-                   config=config(name) if conf is None else conf)
+def nad(ref: str, conf: str | None = None, rv: str = "1") -> Nad:
+    ns, name = ref.split("/")
+    return Nad(metadata=Meta(namespace=ns, name=name, resourceVersion=rv),
+               spec=NadSpec(config=config(name) if conf is None else conf))
 
 
 @pytest.fixture
