@@ -169,6 +169,29 @@ class Reconciler:
                 verb="DEL", container_id=container, netns=atts[0].netns, origin=origin),
                 origin)
 
+    async def pod_deleted(self, namespace: str, name: str, uid: str) -> list[str]:
+        """Kubernetes mode: the pod ``namespace/name`` with ``uid`` is gone from the API.
+        DEL the live attachments journaled for that pod — matched by UID, never by name
+        alone (a StatefulSet's next pod has the same name) — each container in its turn,
+        skipping one with a request in flight (kubelet's own DEL). The containers DELeted."""
+        if not uid:
+            return []
+        mine: dict[str, set[int]] = {}
+        for att in await self.engine.journal.live_attachments():
+            if (att.pod.namespace, att.pod.name, att.pod.uid) == (namespace, name, uid):
+                mine.setdefault(att.container_id, set()).add(att.id)
+        done = []
+        for container, ids in mine.items():
+            if container in self.engine.admission.busy():
+                continue
+            try:
+                await self.engine.admission.serialized(container, "DEL", partial(
+                    self._delete, container, ids, "pod-deleted"))
+                done.append(container)
+            except CNIError as exc:
+                log.warning("pod %s/%s deleted: %s", namespace, name, exc.msg)
+        return done
+
     async def every(self, interval: float) -> None:
         """The daemon's reconcile rounds: the first at once (the daemon starts this right
         after its start-up replay, so what vanished while it was down is released within
