@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -23,15 +24,23 @@ import trio
 
 from netctl import __version__
 from netctl.cni.invoke import kill_orphans, owned_processes
+from netctl.cni.request import Invocation
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, Delegates
-from netctl.engine.engine import Engine, Limits
+from netctl.engine.engine import Engine, Limits, Reply
 from netctl.engine.ipam_plugin import IpamPlugin
+from netctl.engine.kubeselect import KubeSelector
+from netctl.engine.nads import NadResolver
 from netctl.engine.networks import NetworkDir
 from netctl.engine.plan import ArgsSelector
-from netctl.errors import INVALID_CONFIG, CNIError
+from netctl.errors import INVALID_CONFIG, CNIError, Refusal
 from netctl.ipam.store import IndexStore
+from netctl.journal.records import Attachment
 from netctl.journal.store import open_journal
+from netctl.kube.api import Api, ApiError, KubeSettings
+from netctl.kube.netstatus import annotation_value, network_status
+from netctl.kube.objects import Pod
+from netctl.kube.pods import NadSource, PodSource, post_event, write_network_status
 from netctl.reconcile.leaks import Reconciler
 from netctl.reconcile.pending import finish_pending, pending_dir
 from netctl.reconcile.replay import replay
@@ -68,6 +77,12 @@ class DaemonConfig:
     reconcile_grace: float = 30.0  # allocations younger than this are never released
     reconcile_events: bool = True  # reconcile on kernel and netns-dir events (watch.py)
     netns_dirs: tuple[str, ...] = ("/run/netns", "/var/run/netns")  # watched for deletions
+    # Kubernetes mode
+    api_timeout: float = 10.0  # one API request (watches are renewed every 5 min)
+    pod_wait: float = 2.0  # an ADD waits this long for the watch to bring an unseen pod
+    pod_deleted_grace: float = 10.0  # a deleted pod's attachments are DELeted after this
+    multus_conf_dir: str = "/etc/cni/multus/net.d"  # NADs with an empty spec.config
+    readiness_wait: float = 45.0  # an ADD waits this long for readinessindicatorfile
 
     @property
     def bin_dirs(self) -> list[str]:
@@ -126,12 +141,83 @@ async def _in_scope(scope: trio.CancelScope, fn: Callable[[], Awaitable[None]]) 
         await fn()
 
 
+@dataclass
+class KubeMode:
+    """Kubernetes mode's parts: the API, the node's pods, the cluster's NADs."""
+
+    api: Api
+    node: str
+    pods: PodSource
+    nads: NadSource
+    deleted: trio.MemorySendChannel[Pod]
+    deletions: trio.MemoryReceiveChannel[Pod]
+    status_failures: int = 0
+    last_status_failure: str = ""
+
+    @classmethod
+    async def connect(cls, cfg: DaemonConfig) -> KubeMode:
+        node = cfg.node_name or os.environ.get("NODE_NAME", "")
+        if not node:
+            raise CNIError(INVALID_CONFIG, "Kubernetes mode needs the node's name: "
+                           "--node-name, or NODE_NAME in the environment")
+        try:
+            api = await Api.connect(KubeSettings(cfg.kubeconfig, cfg.in_cluster,
+                                                 cfg.api_timeout))
+        except ApiError as exc:
+            raise CNIError(INVALID_CONFIG, exc.reason) from None
+        send, receive = trio.open_memory_channel[Pod](math.inf)
+        return cls(api, node, PodSource(api, node, cfg.pod_wait, send.send_nowait),
+                   NadSource(api), send, receive)
+
+    async def write_status(self, inv: Invocation, atts: list[Attachment]) -> str:
+        """After a successful ADD: the pod's network-status (a failure is a warning)."""
+        if not inv.pod.name:
+            return ""
+        value = annotation_value(network_status(atts))
+        warning = await write_network_status(self.api, inv.pod.namespace, inv.pod.name, value)
+        if warning:
+            self.status_failures += 1
+            self.last_status_failure = warning
+            log.warning("%s", warning)
+        return warning
+
+    async def refused(self, inv: Invocation, exc: Refusal) -> None:
+        namespace, _, name = exc.pod.partition("/")
+        await post_event(self.api, namespace or inv.pod.namespace, name or inv.pod.name,
+                         inv.pod.uid, exc.reason, exc.note or exc.msg, self.node)
+
+    async def run(self, reconciler: Reconciler, grace: float,
+                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The watches, and a deleted pod's attachments DELeted ``grace`` seconds later
+        (kubelet's own DEL normally comes first)."""
+        async def later(pod: Pod) -> None:
+            await trio.sleep(grace)
+            done = await reconciler.pod_deleted(pod.metadata.namespace, pod.metadata.name,
+                                                pod.metadata.uid)
+            if done:
+                log.info("pod %s/%s deleted: DELeted the attachments of %s",
+                         pod.metadata.namespace, pod.metadata.name, ", ".join(done))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.pods.informer.run)
+            nursery.start_soon(self.nads.informer.run)
+            task_status.started()
+            async for pod in self.deletions:
+                nursery.start_soon(later, pod)
+
+    def status(self) -> dict[str, Any]:
+        return {"node": self.node, "api_server": self.api.host,
+                "pods": self.pods.informer.status(), "nads": self.nads.informer.status(),
+                "network_status_failures": self.status_failures,
+                "last_network_status_failure": self.last_status_failure,
+                "api_calls": {f"{verb} {res}": n for (verb, res), n
+                              in sorted(self.api.calls.items())}}
+
+
 async def run(cfg: DaemonConfig, *,
               task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
-    if cfg.kubeconfig or cfg.in_cluster:
-        raise CNIError(INVALID_CONFIG, "Kubernetes mode is not available yet; "
-                       "run without --kubeconfig/--in-cluster (standalone)")
     async with open_journal(cfg.state_dir) as journal:
+        kube = await KubeMode.connect(cfg) if cfg.kubeconfig or cfg.in_cluster else None
         orphans = await trio.to_thread.run_sync(kill_orphans, journal.path)
         if orphans:
             log.warning("killed %d delegate processes a previous run left behind: %s",
@@ -142,9 +228,16 @@ async def run(cfg: DaemonConfig, *,
         delegates = Delegates(cfg.bin_dirs, cfg.plugin_timeout, owner=journal.path,
                               cancel_grace=cfg.cancel_grace, ipam_types=ipam_types)
         admission = Admission(cfg.max_concurrent, cfg.max_queue)
-        engine = Engine(Chains(journal, delegates, ipam), NetworkDir(cfg.networks_dir),
-                        ArgsSelector(), admission,
-                        Limits(cfg.compensate_timeout, gc_grace=cfg.reconcile_grace))
+        limits = Limits(cfg.compensate_timeout, gc_grace=cfg.reconcile_grace,
+                        readiness_wait=cfg.readiness_wait)
+        chains = Chains(journal, delegates, ipam)
+        if kube is None:
+            engine = Engine(chains, NetworkDir(cfg.networks_dir), ArgsSelector(), admission,
+                            limits)
+        else:
+            engine = Engine(chains, NadResolver(kube.nads, cfg.multus_conf_dir),
+                            KubeSelector(kube.pods), admission, limits,
+                            after_add=kube.write_status)
         plain = IpamPlugin(journal, ipam, admission, ipam_types, gc_grace=cfg.reconcile_grace)
         recorded = pending_dir(cfg.socket)
         reconciler = Reconciler(engine, ipam, cfg.reconcile_grace, pending=recorded)
@@ -173,12 +266,22 @@ async def run(cfg: DaemonConfig, *,
                 "replay": started,
                 "stuck": await journal.stuck_attachments(),
                 "events": events.status() if events is not None else None,
+                "kubernetes": kube.status() if kube is not None else None,
             }
+
+        async def cni(inv: Invocation) -> Reply:
+            try:
+                return await engine.handle(inv)
+            except Refusal as exc:
+                if kube is not None and inv.pod.name:
+                    with trio.move_on_after(cfg.api_timeout):
+                        await kube.refused(inv, exc)
+                raise
 
         async def reconcile(dry_run: bool) -> dict[str, Any]:
             return await reconciler.run(dry_run=dry_run)
 
-        server = Server(Handlers(cni=engine.handle, ipam=plain.handle, status=status,
+        server = Server(Handlers(cni=cni, ipam=plain.handle, status=status,
                                  reconcile=reconcile, in_flight=lambda: admission.in_flight),
                         ServerConfig(cfg.socket, cfg.allowed_uids, cfg.max_request_bytes,
                                      drain_timeout=cfg.drain_timeout))
@@ -186,6 +289,8 @@ async def run(cfg: DaemonConfig, *,
             async with trio.open_nursery() as nursery:
                 if events is not None:
                     await nursery.start(events.run)
+                if kube is not None:
+                    await nursery.start(kube.run, reconciler, cfg.pod_deleted_grace)
                 await nursery.start(server.serve)
                 periodic = trio.CancelScope()  # the first round now, then periodic ones
                 nursery.start_soon(_in_scope, periodic, partial(
@@ -199,5 +304,8 @@ async def run(cfg: DaemonConfig, *,
                     periodic.cancel()  # an interrupted round is finished by the next start
                     if events is not None:
                         events.stop()
+                    if kube is not None:
+                        kube.deleted.close()
+                        nursery.cancel_scope.cancel()  # the watches; the server has drained
                     break
     log.info("netctl daemon stopped")

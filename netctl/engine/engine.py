@@ -37,9 +37,10 @@ from netctl.cni.invoke import find_plugin
 from netctl.cni.netns import netns_state
 from netctl.cni.probe import check_delegate_version, supported_versions
 from netctl.cni.request import Invocation
+from netctl.engine import readiness
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, StepError, served_config, served_ipam
-from netctl.engine.plan import Resolver, Selector, decode_conf, plan
+from netctl.engine.plan import NetctlConf, Resolver, Selector, decode_conf, plan
 from netctl.errors import (
     CANCELLED,
     DEL_INCOMPLETE,
@@ -70,6 +71,7 @@ def retry_at(failures: int, now: float | None = None) -> float:
 class Limits:
     compensate_timeout: float = 30.0
     gc_grace: float = 30.0  # GC never collects attachments younger than this
+    readiness_wait: float = 45.0  # an ADD waits this long for readinessindicatorfile
 
 
 class DelIncomplete(CNIError):
@@ -109,15 +111,22 @@ def first_error(exc: BaseException) -> CNIError | None:
     return None
 
 
+AfterAdd = Callable[[Invocation, list[Attachment]], Awaitable[str]]
+
+
 class Engine:
     def __init__(self, chains: Chains, networks: Resolver, selector: Selector,
-                 admission: Admission, limits: Limits | None = None) -> None:
+                 admission: Admission, limits: Limits | None = None,
+                 after_add: AfterAdd | None = None) -> None:
         self.chains = chains
         self.journal = chains.journal
         self.networks = networks
         self.selector = selector
         self.admission = admission
         self.limits = limits or Limits()
+        # Kubernetes mode writes the pod's network-status here; its warning (a failure
+        # to write it does not fail the ADD) goes to the runtime's stderr
+        self.after_add = after_add
 
     # -- entry point ------------------------------------------------------------------------
 
@@ -150,6 +159,7 @@ class Engine:
         if found != "ok":
             what = "does not exist" if found == "missing" else "is not a network namespace"
             raise CNIError(INVALID_ENVIRONMENT, f"CNI_NETNS {inv.netns} {what}")
+        await self._wait_ready(conf)
         atts = plan(conf, inv, await self.selector.select(conf, inv), self.networks)
         self._check_ipam(atts)
         await self._check_versions(atts)
@@ -186,7 +196,8 @@ class Engine:
                 raise
             raise CNIError(cause.code, msg, cause.details) from None
         await self.journal.finish(op_id, OpEnd(state="done", attached=atts))
-        return Reply(versions.convert_result(atts[0].result or {}, conf.cniVersion))
+        warning = await self.after_add(inv, atts) if self.after_add is not None else ""
+        return Reply(versions.convert_result(atts[0].result or {}, conf.cniVersion), warning)
 
     def _check_ipam(self, atts: list[Attachment]) -> None:
         """Refuse a bad netctl-ipam section before anything runs (code 7, naming the key)."""
@@ -337,7 +348,22 @@ class Engine:
         return Reply()
 
     async def status(self, inv: Invocation) -> Reply:
+        path = readiness.indicator(decode_conf(inv))
+        if path is not None and not await trio.Path(path).exists():
+            raise readiness.not_ready(path, "STATUS")
         return Reply()
+
+    async def _wait_ready(self, conf: NetctlConf) -> None:
+        """An ADD waits (up to ``readiness_wait``) for the cluster network's readiness
+        indicator file, when the conf names one; code 11 naming it when it never comes."""
+        path = readiness.indicator(conf)
+        if path is None:
+            return
+        with trio.move_on_after(self.limits.readiness_wait):
+            while not await trio.Path(path).exists():  # noqa: ASYNC110 - a file, no event to wait on
+                await trio.sleep(0.25)
+            return
+        raise readiness.not_ready(path, "ADD", self.limits.readiness_wait)
 
     async def version(self, inv: Invocation) -> Reply:
         return Reply({"cniVersion": versions.LATEST,

@@ -99,8 +99,10 @@ class Api:
         if body is not None:
             headers["Content-Type"] = content_type
         to = self.settings.api_timeout if timeout is None else timeout
+        # the client JSON-encodes a body itself, for every JSON content type
+        document = None if body is None else msgspec.json.decode(body)
         resp = await self._api.call_api(
-            path, method, query_params=query or [], header_params=headers, body=body,
+            path, method, query_params=query or [], header_params=headers, body=document,
             auth_settings=["BearerToken"], _preload_content=False,
             _request_timeout=aiohttp.ClientTimeout(total=None, connect=to, sock_read=to))
         if not 200 <= resp.status <= 299:

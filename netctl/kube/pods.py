@@ -13,14 +13,19 @@ matching by UID, never by name).
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 
 import msgspec
 
 from netctl.errors import TRY_AGAIN_LATER, CNIError
-from netctl.kube.api import Api, ApiError
+from netctl.kube.api import PATCH_MERGE, Api, ApiError
 from netctl.kube.informer import Informer
+from netctl.kube.netstatus import patch_body
 from netctl.kube.objects import Nad, Pod
+
+log = logging.getLogger("netctl.kube")
 
 PODS = "/api/v1/pods"
 NADS = "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions"
@@ -62,4 +67,41 @@ class NadSource:
         self.informer: Informer[Nad] = Informer(api, Nad, NADS, [])
 
     def get(self, namespace: str, name: str) -> Nad | None:
+        """The NAD; before the first list has filled the cache, code 11 (an unknown
+        network then is not yet known to be unknown)."""
+        if not self.informer.synced.is_set():
+            raise CNIError(TRY_AGAIN_LATER, f"NetworkAttachmentDefinition {namespace}/{name}: "
+                           f"the cache of NADs is not filled yet ({self.informer.state}); "
+                           "try again later")
         return self.informer.cache.get((namespace, name))
+
+
+async def write_network_status(api: Api, namespace: str, name: str, value: str) -> str:
+    """PATCH the pod's network-status annotation (a merge patch: no conflict to retry);
+    a warning when it could not be written, "" when it was or the pod is gone."""
+    try:
+        await api.request("patch", "PATCH", pod_path(namespace, name), body=patch_body(value),
+                          content_type=PATCH_MERGE)
+    except ApiError as exc:
+        if exc.status == 404:
+            return ""
+        return f"network-status of pod {namespace}/{name} not written: {exc}"
+    return ""
+
+
+async def post_event(api: Api, namespace: str, name: str, uid: str, reason: str,
+                     message: str, node: str) -> None:
+    """A Warning Event on the pod (best effort: a failure is only logged)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    event = {"apiVersion": "v1", "kind": "Event",
+             "metadata": {"generateName": f"{name}.", "namespace": namespace},
+             "involvedObject": {"kind": "Pod", "namespace": namespace, "name": name,
+                                "uid": uid, "apiVersion": "v1"},
+             "reason": reason, "message": message[:1024], "type": "Warning",
+             "source": {"component": "netctl", "host": node},
+             "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+    try:
+        await api.request("create", "POST", f"/api/v1/namespaces/{namespace}/events",
+                          body=msgspec.json.encode(event))
+    except ApiError as exc:
+        log.warning("event on pod %s/%s not posted: %s", namespace, name, exc)

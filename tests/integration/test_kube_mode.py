@@ -1,0 +1,160 @@
+"""We test Kubernetes mode end to end: a real daemon with ``--kubeconfig`` against the fake
+API server (``tests/kubefake``, real HTTP, real kubernetes-asyncio), real netns and real
+plugins. Pods' annotations in both forms reach the right NADs, interfaces and addresses;
+network-status is written on the pod; a warm cache costs no pod GET or LIST per ADD; a
+malformed annotation is refused (code 7) with an Event on the pod; a pod deleted through
+the API has its attachments DELeted; a replaced pod (UID mismatch) is refused; with the
+API server down an ADD for an unseen pod answers code 11 at once and a DEL completes.
+
+Subnets: 10.184.0.0/24 (cluster), 10.184.1.0/24 (blue), 10.184.2.0/24 (green)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Daemon, bridge_ports, ipam_bridge, netns_addrs, netns_links, wait_for
+from tests.kubefake import FakeKube, nad, pod
+
+pytestmark = pytest.mark.netns
+
+NODE = "node-a"
+STATUS = "k8s.v1.cni.cncf.io/network-status"
+
+
+@pytest.fixture
+def kube() -> Iterator[FakeKube]:
+    with FakeKube(bookmark_interval=0.5) as fake:
+        yield fake
+        assert fake.server_errors == []
+
+
+def _net(daemon: Daemon, name: str, suffix: str, subnet: str) -> dict[str, Any]:
+    return ipam_bridge(name, daemon.name(suffix), {
+        "type": "netctl-ipam", "range": subnet})
+
+
+def start(daemon: Daemon, kube: FakeKube, tmp_path: Path, **settings: Any) -> None:
+    kube.create("network-attachment-definitions", nad(
+        "cluster", "kube-system", _net(daemon, "cluster", "k0", "10.184.0.0/24")))
+    kube.create("network-attachment-definitions", nad(
+        "blue", "default", _net(daemon, "blue", "k1", "10.184.1.0/24")))
+    kube.create("network-attachment-definitions", nad(
+        "green", "default", _net(daemon, "green", "k2", "10.184.2.0/24")))
+    daemon.settings.update({"kubeconfig": str(kube.kubeconfig(tmp_path / "kubeconfig")),
+                            "node-name": NODE, "pod-deleted-grace": 0.2, "api-timeout": 3,
+                            "pod-wait": 0.5, **settings})
+    daemon.start()
+    kube.wait_watches(2)  # pods (this node's) and NADs
+
+
+def add_pod(kube: FakeKube, name: str, annotations: dict[str, str] | None = None) -> str:
+    return str(kube.create("pods", pod(name, node=NODE, annotations=annotations))
+               ["metadata"]["uid"])
+
+
+def cni(daemon: Daemon, verb: str, container: str, ns: str, name: str, uid: str,
+        **kw: Any) -> Any:
+    return daemon.cni(verb, container, ns, daemon.conf("cluster", "1.0.0"),
+                      pod=f"default/{name}", args=("IgnoreUnknown=1", f"K8S_POD_UID={uid}"),
+                      **kw)
+
+
+def test_annotations_in_both_forms_reach_their_networks_and_status_is_written(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    start(daemon, kube, tmp_path)
+    uid1 = add_pod(kube, "p1", {"k8s.v1.cni.cncf.io/networks": "blue,green@data0"})
+    uid2 = add_pod(kube, "p2", {"k8s.v1.cni.cncf.io/networks": json.dumps(
+        [{"name": "blue", "interface": "b0", "ips": ["10.184.1.50/24"]}])})
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 2, 10,
+             "both pods in the cache")
+    kube.reset_counts()
+    ns1, ns2 = netns(), netns()
+
+    res = cni(daemon, "ADD", "c1", ns1, "p1", uid1)
+    assert res.rc == 0, res.describe()
+    addrs = netns_addrs(ns1)
+    assert set(netns_links(ns1)) == {"lo", "eth0", "net1", "data0"}
+    assert addrs["eth0"][0].startswith("10.184.0.") and addrs["net1"][0].startswith(
+        "10.184.1.") and addrs["data0"][0].startswith("10.184.2.")
+    res = cni(daemon, "ADD", "c2", ns2, "p2", uid2)
+    assert res.rc == 0, res.describe()
+    assert netns_addrs(ns2)["b0"] == ["10.184.1.50/24"]
+
+    status = json.loads(kube.get("pods", "default", "p1")["metadata"]["annotations"][STATUS])
+    by_iface = {e["interface"]: e for e in status}
+    assert set(by_iface) == {"eth0", "net1", "data0"}
+    assert by_iface["eth0"].get("default") is True
+    assert by_iface["net1"]["name"] == "default/blue" and by_iface["data0"]["name"] == \
+        "default/green"
+    for iface, entry in by_iface.items():
+        assert entry["ips"] == [a.split("/")[0] for a in addrs[iface]]
+        assert entry["mac"]
+    # a warm cache: no pod read at all, one write (the status patch) per ADD
+    assert kube.count("get", "pods") == 0 and kube.count("list", "pods") == 0
+    assert kube.count("patch", "pods") == 2
+
+    for container, ns, name, uid in (("c1", ns1, "p1", uid1), ("c2", ns2, "p2", uid2)):
+        assert cni(daemon, "DEL", container, ns, name, uid).rc == 0
+        assert netns_links(ns) == ["lo"]
+    assert all(bridge_ports(daemon.name(s)) == [] for s in ("k0", "k1", "k2"))
+
+
+def test_a_malformed_annotation_is_refused_with_an_event_on_the_pod(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    start(daemon, kube, tmp_path)
+    uid = add_pod(kube, "bad", {"k8s.v1.cni.cncf.io/networks": '[{"name": "Blue!"}'})
+    ns = netns()
+    res = cni(daemon, "ADD", "cbad", ns, "bad", uid)
+    assert res.rc == 1 and res.out is not None and res.out["code"] == 7, res.describe()
+    assert "default/bad" in res.out["msg"]
+    assert netns_links(ns) == ["lo"]
+    events = wait_for(lambda: [e for e in kube.list("events", "default")
+                               if e["involvedObject"]["name"] == "bad"], 10, "the Event")
+    assert events[0]["type"] == "Warning" and events[0]["involvedObject"]["uid"] == uid
+    assert cni(daemon, "DEL", "cbad", ns, "bad", uid).rc == 0
+
+
+def test_a_pod_deleted_through_the_api_has_its_attachments_deleted(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    start(daemon, kube, tmp_path)
+    uid = add_pod(kube, "gone", {"k8s.v1.cni.cncf.io/networks": "blue"})
+    keep_uid = add_pod(kube, "kept")
+    ns, keep_ns = netns(), netns()
+    assert cni(daemon, "ADD", "cgone", ns, "gone", uid).rc == 0
+    assert cni(daemon, "ADD", "ckept", keep_ns, "kept", keep_uid).rc == 0
+    kube.delete("pods", "default", "gone")  # no DEL from the runtime
+    wait_for(lambda: daemon.live_attachments_of(["cgone"]) == 0, 20,
+             "the deleted pod's attachments DELeted")
+    assert netns_links(ns) == ["lo"]
+    assert daemon.live_attachments_of(["ckept"]) == 1
+    assert daemon.db("SELECT DISTINCT origin FROM operations WHERE container_id='cgone'"
+                     " AND verb='DEL'") == [("pod-deleted",)]
+    assert cni(daemon, "DEL", "ckept", keep_ns, "kept", keep_uid).rc == 0
+
+
+def test_a_replaced_pod_and_an_api_outage(daemon: Daemon, kube: FakeKube,
+                                          netns: Callable[[], str], tmp_path: Path) -> None:
+    start(daemon, kube, tmp_path)
+    uid = add_pod(kube, "p")
+    ns = netns()
+    stale = cni(daemon, "ADD", "cstale", ns, "p", "0000-not-the-uid")
+    assert stale.rc == 1 and stale.out is not None, stale.describe()
+    assert stale.out["code"] == 4 and uid in stale.out["msg"], stale.out
+    assert netns_links(ns) == ["lo"]
+
+    assert cni(daemon, "ADD", "cp", ns, "p", uid).rc == 0
+    kube.stop()  # the API server is down
+    unseen = cni(daemon, "ADD", "cnew", netns(), "unseen", "u-1")
+    assert unseen.rc == 1 and unseen.out is not None and unseen.out["code"] == 11, \
+        unseen.describe()
+    assert "API server" in unseen.out["msg"]
+    assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0  # DEL never needs the API
+    assert netns_links(ns) == ["lo"] and daemon.live_attachments_of(["cp"]) == 0
+    kube.start()
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["state"] == "watching", 30,
+             "the watches back")
