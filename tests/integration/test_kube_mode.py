@@ -1,5 +1,5 @@
 """We test Kubernetes mode end to end: a real daemon with ``--kubeconfig`` against the fake
-API server (``tests/kubefake``, real HTTP, real kubernetes-asyncio), real netns and real
+API server (``netctl/kubefake``, real HTTP, real kubernetes-asyncio), real netns and real
 plugins. Pods' annotations in both forms reach the right NADs, interfaces and addresses;
 network-status is written on the pod; a warm cache costs no pod GET or LIST per ADD; a
 malformed annotation is refused (code 7) with an Event on the pod; a pod deleted through
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from netctl.kubefake import FakeKube, nad, pod
 from tests.conftest import Daemon, bridge_ports, ipam_bridge, netns_addrs, netns_links, wait_for
-from tests.kubefake import FakeKube, nad, pod
 
 pytestmark = pytest.mark.netns
 

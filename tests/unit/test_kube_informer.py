@@ -17,7 +17,7 @@ from netctl.errors import CNIError
 from netctl.kube.api import Api, ApiError, KubeSettings
 from netctl.kube.informer import Informer, Pod
 from netctl.kube.pods import PodSource
-from tests.kubefake import FakeKube, pod
+from netctl.kubefake import FakeKube, pod
 
 
 async def _wait(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""We test the fake Kubernetes API server (``tests/kubefake``) through the real
+"""We test the fake Kubernetes API server (``netctl/kubefake``) through the real
 kubernetes-asyncio client over real HTTP, in these aspects:
 
 - create/get/list with server-set metadata; 404 NotFound, 409 AlreadyExists (the IPAM
@@ -36,8 +36,8 @@ import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.kubefake import ApiError, FakeKube, crd, nad, node, patching, pod, selectors
-from tests.kubefake.resources import PODS
+from netctl.kubefake import ApiError, FakeKube, crd, nad, node, patching, pod, selectors
+from netctl.kubefake.resources import PODS
 
 T = TypeVar("T")
 IPAMBLOCKS = crd("ipam.netctl.dev", "v1", "ipamblocks", "IPAMBlock")

@@ -1,6 +1,8 @@
-"""A fake Kubernetes API server for tests, with the semantics netctl depends on, spoken
-over real HTTP so that the real kubernetes-asyncio client (and netctl daemons in other
-processes, through a kubeconfig) can drive it.
+"""A fake Kubernetes API server for the tests and ``netctl bench kube``, with the semantics
+netctl depends on, spoken over real HTTP so that the real kubernetes-asyncio client (and
+netctl daemons in other processes, through a kubeconfig) can drive it. It lives in the
+package so that the bench can run it from an installed netctl; nothing that runs on a
+node imports it, and it imports nothing of netctl (``lint-imports`` holds both).
 
 - :mod:`.server`: :class:`FakeKube`, the server on its own thread and loop, and the
   controls a test holds (outage, compaction, dropped watches, request counts, latency).
