@@ -12,8 +12,9 @@ sleeps ``latency_ms`` if asked, and hands the call to the store; a store
 :class:`~.errors.ApiError` becomes a ``Status`` body. A watch is a chunked response of
 JSON lines fed by the store's fan-out, with bookmarks every ``bookmark_interval`` seconds
 when the client allows them, ended by ``timeoutSeconds``, :meth:`FakeKube.drop_watches`
-or :meth:`FakeKube.stop`. A watch from a compacted resourceVersion is answered as the
-real server does: HTTP 200, then one ERROR event carrying a 410 ``Expired`` Status.
+or :meth:`FakeKube.stop`, held back within :meth:`FakeKube.watches_held`. A watch from a
+compacted resourceVersion is answered as the real server does: HTTP 200, then one ERROR
+event carrying a 410 ``Expired`` Status.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import asyncio
 import builtins
 import collections
 import concurrent.futures
+import contextlib
 import threading
 import traceback
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -174,6 +176,8 @@ class FakeKube:
         self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
         self._watches: set[_Watch] = set()
         self._watches_changed = asyncio.Event()  # set, then replaced, at each open or close
+        self._flowing = asyncio.Event()  # cleared within watches_held()
+        self._flowing.set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._done: asyncio.Future[None] | None = None
@@ -295,6 +299,19 @@ class FakeKube:
                 w.queue.put_nowait((_ABORT if abort else _END, None))
             return len(self._watches)
         return self._call(drop)
+
+    @contextlib.contextmanager
+    def watches_held(self) -> Iterator[None]:
+        """Within the block, open watch streams send nothing: the changes made meanwhile
+        wait in each stream's queue and go out in order when the block ends — a lagging
+        watch (the API server's watch cache behind its writes, as under load), while
+        requests, GETs included, are answered at once. No bookmark is sent meanwhile (it
+        would claim a resourceVersion whose changes have not been sent)."""
+        self._call(self._flowing.clear)
+        try:
+            yield
+        finally:
+            self._call(self._flowing.set)
 
     def send_bookmarks(self) -> int:
         """A BOOKMARK now on every watch that allows them. Returns how many."""
@@ -514,6 +531,8 @@ class FakeKube:
         self._add_watch(watch)
         try:
             await response.prepare(request)
+            if initial:
+                await self._flowing.wait()  # watches_held(): a resume lags behind too
             for event in initial:
                 await response.write(_line(*event))
             if initial_state and watch.bookmarks:
@@ -544,6 +563,7 @@ class FakeKube:
                 assert request.transport is not None
                 request.transport.abort()
                 return
+            await self._flowing.wait()  # watches_held(): sent when the block ends
             if kind == _BOOKMARK:
                 await response.write(self._bookmark(watch.resource, obj))
                 if next_bookmark is not None:

@@ -13,7 +13,8 @@ kubernetes-asyncio client over real HTTP, in these aspects:
   of a selector arriving as ADDED/DELETED; two nodes' watches side by side;
 - watches: from a list's resourceVersion in order; from nothing with the current state;
   bookmarks when allowed; 410 after ``compact()`` as the client surfaces it;
-  ``drop_watches()`` clean or cut, and a resume that loses nothing;
+  ``drop_watches()`` clean or cut, and a resume that loses nothing; ``watches_held()``
+  (a lagging watch: GETs see a change its stream sends only after the block);
 - an outage (``stop``/``start`` on the same port) and a new etcd (``restart(new_history)``);
 - finalizers and graceful pod deletion; request counts per verb and resource; latency;
 - a kubeconfig with a token (401 without it) used by another process;
@@ -563,6 +564,31 @@ def test_outage_then_back_on_the_same_port_and_a_new_etcd(kube: FakeKube) -> Non
 
 
 # -- counts, latency, credentials, processes ---------------------------------------------
+
+
+def test_held_watches_send_their_changes_in_order_after_the_block(kube: FakeKube) -> None:
+    async def body(api: client.ApiClient) -> tuple[list[tuple[str, str, str]], int, str]:
+        v1 = core(api)
+        listed = await v1.list_namespaced_pod("default")
+        seen: list[tuple[str, str, str]] = []
+        async with watch.Watch() as w:
+            stream = w.stream(v1.list_namespaced_pod, "default", timeout_seconds=10,
+                              resource_version=listed.metadata.resource_version)
+            await in_thread(lambda: kube.create("pods", pod("a")))
+            await collect(stream, 1, seen=seen)  # the stream is open
+            with kube.watches_held():
+                await in_thread(lambda: kube.create("pods", pod("b")))
+                await in_thread(lambda: kube.create("pods", pod("c")))
+                got = await v1.read_namespaced_pod("c", "default")  # requests go on
+                later = asyncio.ensure_future(collect(stream, 2, seen=seen))
+                await asyncio.wait({later}, timeout=0.3)
+                sent_within = len(seen) - 1
+            await later
+        return seen, sent_within, got.metadata.resource_version
+    seen, sent_within, rv = run(kube, body)
+    assert sent_within == 0
+    assert [(t, n) for t, n, _ in seen] == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")]
+    assert seen[-1][2] == rv == kube.resource_version
 
 
 def test_request_counts_per_verb_and_resource(kube: FakeKube) -> None:
