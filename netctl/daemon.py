@@ -39,7 +39,7 @@ from netctl.journal.records import Attachment
 from netctl.journal.store import open_journal
 from netctl.kube.api import Api, ApiError, KubeSettings
 from netctl.kube.netstatus import annotation_value, network_status
-from netctl.kube.objects import Pod
+from netctl.kube.objects import Meta, Pod
 from netctl.kube.pods import NadSource, PodSource, post_event, write_network_status
 from netctl.reconcile.leaks import Reconciler
 from netctl.reconcile.pending import finish_pending, pending_dir
@@ -198,9 +198,24 @@ class KubeMode:
                 log.info("pod %s/%s deleted: DELeted the attachments of %s",
                          pod.metadata.namespace, pod.metadata.name, ", ".join(done))
 
+        async def gone_while_down() -> None:
+            """Pods the journal has attachments of that the first list does not have (or
+            has with another UID) were deleted while the daemon was down."""
+            await self.pods.informer.synced.wait()
+            present = {(p.metadata.namespace, p.metadata.name, p.metadata.uid)
+                       for p in self.pods.informer.cache.values()}
+            missing = {(a.pod.namespace, a.pod.name, a.pod.uid)
+                       for a in await reconciler.engine.journal.live_attachments()
+                       if a.pod.uid and a.pod.name} - present
+            for namespace, name, uid in sorted(missing):
+                log.info("pod %s/%s (uid %s) is gone from the API", namespace, name, uid)
+                self.deleted.send_nowait(Pod(metadata=Meta(name=name, namespace=namespace,
+                                                           uid=uid)))
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.pods.informer.run)
             nursery.start_soon(self.nads.informer.run)
+            nursery.start_soon(gone_while_down)
             task_status.started()
             async for pod in self.deletions:
                 nursery.start_soon(later, pod)

@@ -158,3 +158,22 @@ def test_a_replaced_pod_and_an_api_outage(daemon: Daemon, kube: FakeKube,
     kube.start()
     wait_for(lambda: daemon.status()["kubernetes"]["pods"]["state"] == "watching", 30,
              "the watches back")
+
+
+def test_a_pod_deleted_while_the_daemon_was_down_is_cleaned_after_the_restart(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    start(daemon, kube, tmp_path)
+    uid = add_pod(kube, "left", {"k8s.v1.cni.cncf.io/networks": "blue"})
+    keep_uid = add_pod(kube, "stays")
+    ns, keep_ns = netns(), netns()
+    assert cni(daemon, "ADD", "cleft", ns, "left", uid).rc == 0
+    assert cni(daemon, "ADD", "cstays", keep_ns, "stays", keep_uid).rc == 0
+    daemon.kill()
+    kube.delete("pods", "default", "left")
+    kube.compact()  # and the history is gone: only the relist can tell
+    daemon.start()
+    wait_for(lambda: daemon.live_attachments_of(["cleft"]) == 0, 20,
+             "the attachments of the pod deleted while the daemon was down DELeted")
+    assert netns_links(ns) == ["lo"]
+    assert daemon.live_attachments_of(["cstays"]) == 1
+    assert cni(daemon, "DEL", "cstays", keep_ns, "stays", keep_uid).rc == 0
