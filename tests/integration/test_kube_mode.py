@@ -177,3 +177,23 @@ def test_a_pod_deleted_while_the_daemon_was_down_is_cleaned_after_the_restart(
     assert netns_links(ns) == ["lo"]
     assert daemon.live_attachments_of(["cstays"]) == 1
     assert cni(daemon, "DEL", "cstays", keep_ns, "stays", keep_uid).rc == 0
+
+
+def test_the_readiness_indicator_holds_adds_and_status(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    start(daemon, kube, tmp_path, **{"readiness-wait": 0.5})
+    flag = tmp_path / "primary-ready"
+    uid = add_pod(kube, "r1")
+    conf = daemon.conf("cluster", "1.1.0", readinessindicatorfile=str(flag))
+    ns = netns()
+    args = ("IgnoreUnknown=1", f"K8S_POD_UID={uid}")
+    res = daemon.cni("ADD", "cr1", ns, conf, pod="default/r1", args=args)
+    assert res.rc == 1 and res.out is not None and res.out["code"] == 11, res.describe()
+    assert str(flag) in res.out["msg"] and netns_links(ns) == ["lo"]
+    status = daemon.cni("STATUS", "", None, conf)
+    assert status.rc == 1 and status.out is not None and status.out["code"] == 50
+    flag.write_text("")
+    assert daemon.cni("STATUS", "", None, conf).rc == 0
+    res = daemon.cni("ADD", "cr1", ns, conf, pod="default/r1", args=args)
+    assert res.rc == 0, res.describe()
+    assert daemon.cni("DEL", "cr1", ns, conf, pod="default/r1", args=args).rc == 0
