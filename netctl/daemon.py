@@ -8,6 +8,7 @@ serves, and drains on SIGTERM. Nothing else reaches through one part to another.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -189,7 +190,9 @@ class KubeMode:
     async def run(self, reconciler: Reconciler, grace: float,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The watches, and a deleted pod's attachments DELeted ``grace`` seconds later
-        (kubelet's own DEL normally comes first)."""
+        (kubelet's own DEL normally comes first). Ends when :attr:`deleted` is closed (the
+        daemon stops): the watches and the deletions still waiting out their grace are
+        cancelled (the next start's relist finds those pods gone)."""
         async def later(pod: Pod) -> None:
             await trio.sleep(grace)
             done = await reconciler.pod_deleted(pod.metadata.namespace, pod.metadata.name,
@@ -219,6 +222,14 @@ class KubeMode:
             task_status.started()
             async for pod in self.deletions:
                 nursery.start_soon(later, pod)
+            nursery.cancel_scope.cancel()
+
+    async def close(self) -> None:
+        """Close the API client (its connections), shielded and bounded: also on the
+        way out of a failure or a cancellation."""
+        with trio.move_on_after(5) as closing:
+            closing.shield = True
+            await self.api.close()
 
     def status(self) -> dict[str, Any]:
         return {"node": self.node, "api_server": self.api.host,
@@ -231,8 +242,10 @@ class KubeMode:
 
 async def run(cfg: DaemonConfig, *,
               task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
-    async with open_journal(cfg.state_dir) as journal:
+    async with open_journal(cfg.state_dir) as journal, contextlib.AsyncExitStack() as stack:
         kube = await KubeMode.connect(cfg) if cfg.kubeconfig or cfg.in_cluster else None
+        if kube is not None:
+            stack.push_async_callback(kube.close)
         orphans = await trio.to_thread.run_sync(kill_orphans, journal.path)
         if orphans:
             log.warning("killed %d delegate processes a previous run left behind: %s",
@@ -320,7 +333,6 @@ async def run(cfg: DaemonConfig, *,
                     if events is not None:
                         events.stop()
                     if kube is not None:
-                        kube.deleted.close()
-                        nursery.cancel_scope.cancel()  # the watches; the server has drained
+                        kube.deleted.close()  # ends kube.run; the server drains meanwhile
                     break
     log.info("netctl daemon stopped")

@@ -11,13 +11,24 @@ Subnets: 10.184.0.0/24 (cluster), 10.184.1.0/24 (blue), 10.184.2.0/24 (green).""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, bridge_ports, ipam_bridge, netns_addrs, netns_links, wait_for
+from tests.conftest import (
+    Background,
+    Daemon,
+    bridge_ports,
+    ipam_bridge,
+    netns_addrs,
+    netns_links,
+    step_states,
+    wait_for,
+)
 from tests.kubefake import FakeKube, nad, pod
 
 pytestmark = pytest.mark.netns
@@ -197,3 +208,32 @@ def test_the_readiness_indicator_holds_adds_and_status(
     res = daemon.cni("ADD", "cr1", ns, conf, pod="default/r1", args=args)
     assert res.rc == 0, res.describe()
     assert daemon.cni("DEL", "cr1", ns, conf, pod="default/r1", args=args).rc == 0
+
+
+def test_sigterm_drains_an_inflight_add_and_closes_the_client(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], background: Background,
+        tmp_path: Path) -> None:
+    """SIGTERM in Kubernetes mode as in standalone mode: the socket goes at once, an ADD
+    in flight finishes (its network-status written) and the daemon exits 0 — the watches
+    are stopped, not the server — with its API client closed."""
+    gate = tmp_path / "gate"
+    start(daemon, kube, tmp_path)
+    kube.create("network-attachment-definitions", nad("held", "default", {
+        "cniVersion": "1.0.0", "name": "held", "plugins": [{"type": "gate", "gate": str(gate)}]}))
+    uid = add_pod(kube, "p", {"k8s.v1.cni.cncf.io/networks": "held"})
+    wait_for(lambda: daemon.status()["kubernetes"]["nads"]["objects"] == 4, 10, "the NAD")
+    ns = netns()
+    call = background("ADD", "cheld", ns, daemon.conf("cluster", "1.0.0"), pod="default/p",
+                      args=("IgnoreUnknown=1", f"K8S_POD_UID={uid}"))
+    wait_for(lambda: step_states(daemon, "cheld") == {"bridge": "ok", "gate": "running"}, 20,
+             "the bridge step done and the gate step running")
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: not os.path.exists(daemon.socket), 10, "the socket removed")
+    assert not call.done()
+    gate.touch()
+    res = call.result(timeout=30)
+    assert res.rc == 0, res.describe()
+    assert daemon.proc.wait(30) == 0
+    assert STATUS in kube.get("pods", "default", "p")["metadata"]["annotations"]
+    assert "Unclosed client session" not in daemon.log(), daemon.log()[-2000:]
