@@ -8,7 +8,12 @@
 # journal), shows what each pod got and that two pods reach each other, shows the
 # journal, removes every pod and checks that nothing is left behind (no interface, no
 # live allocation), asks the allocation history who held pod2's address while it was
-# up, then stops the daemon with SIGTERM. Every check that fails stops the demo with a message and exit 1.
+# up, then stops the daemon with SIGTERM. A last act runs Kubernetes mode: a fake API
+# server (netctl/kubefake, as a process: `python -m netctl.kubefake`) and two daemons as
+# two nodes, pods whose networks are named in their annotations (both forms), the
+# network-status each node writes back, a pod deleted through the API whose attachments
+# its node DELetes, and an API outage (ADD code 11, DEL completes). Every check that
+# fails stops the demo with a message and exit 1.
 # Every question about the journal goes to netctl's commands (`netctl journal`, `netctl
 # ipam`, `netctl status`, `netctl reconcile`, with --json), never to its database.
 # A trap removes everything the demo made (daemon, netns, links, temp dir) on any
@@ -18,6 +23,9 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$(pwd)
+# This checkout's code, also when .venv is another checkout's (a git worktree's symlink):
+# a no-op after `make setup` here, which installs this checkout in editable mode.
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 NETCTL="$REPO/.venv/bin/netctl"
 PYTHON="$REPO/.venv/bin/python"
 CNI_BIN=/usr/lib/cni
@@ -35,6 +43,22 @@ CHURN=(churn1 churn2 churn3 churn4 churn5 churn6)   # pods of the crash scene
 READY_TIMEOUT=30            # seconds for the daemon to answer `netctl status`
 STOP_TIMEOUT=40             # seconds for the daemon to exit after SIGTERM
 
+# The Kubernetes act: two nodes, each its own daemon, state, socket and cluster network
+# (its own bridge and subnet, as a node's primary CNI gives it a pod CIDR: netctl-ipam's
+# pools are per node until the cluster-wide IPAM); NADs in namespace $KUBE_NS.
+KUBE_NS=demo
+KUBE_NODES=(node-a node-b)
+declare -A KUBE_BRIDGE=([node-a]=ndemo-ka0 [node-b]=ndemo-kb0)
+declare -A KUBE_SUBNET=([node-a]=10.250.10.0/24 [node-b]=10.250.11.0/24)
+declare -A NAD_BRIDGE=([blue]=ndemo-kblue [green]=ndemo-kgreen [red]=ndemo-kred)
+declare -A NAD_SUBNET=([blue]=10.250.12.0/24 [green]=10.250.13.0/24 [red]=10.250.14.0/24)
+KUBE_PODS=(web db late)     # late: ADDed during the outage, never created in the API
+declare -A KUBE_POD_NODE=([web]=node-a [db]=node-b [late]=node-b)
+declare -A KUBE_PID=()      # node → its daemon's pid
+declare -A POD_UID=()       # pod → the uid the API server gave it
+FAKE_PID=""                 # the fake API server's process
+POD_DELETED_GRACE=1         # seconds (the default, 10, suits kubelet; the demo is shorter)
+
 TMP=""
 DAEMON_PID=""
 POD2_ADDR=""                # pod2's bridge address, asked about after the pods are gone
@@ -47,12 +71,15 @@ declare -A HOST_VETHS=()    # host-side veths seen on the bridge while pods were
 if [[ -t 1 ]]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD="" PLAIN=""; fi
 step() { printf '\n%s==> %s%s\n' "$BOLD" "$*" "$PLAIN"; }
 ok() { printf '    ok: %s\n' "$*"; }
+FAIL_LOGS=()                # the daemon logs a failure shows the end of
 fail() {
+    local log
     printf '\ndemo: FAILED: %s\n' "$*" >&2
-    if [[ -n "$TMP" && -s "$TMP/daemon.log" ]]; then
-        printf -- '--- last lines of the daemon log (%s) ---\n' "$TMP/daemon.log" >&2
-        tail -n 30 "$TMP/daemon.log" >&2 || true
-    fi
+    for log in "${FAIL_LOGS[@]}"; do
+        [[ -s "$log" ]] || continue
+        printf -- '--- last lines of the daemon log (%s) ---\n' "$log" >&2
+        tail -n 30 "$log" >&2 || true
+    done
     exit 1
 }
 
@@ -74,19 +101,35 @@ stop_daemon_hard() {
     DAEMON_PID=""
 }
 
+stop_kube_hard() {
+    local node
+    for node in "${!KUBE_PID[@]}"; do
+        DAEMON_PID=${KUBE_PID[$node]}
+        stop_daemon_hard
+        unset "KUBE_PID[$node]"
+    done
+    if [[ -n "$FAKE_PID" ]]; then
+        kill -TERM "$FAKE_PID" 2>/dev/null || true
+        wait "$FAKE_PID" 2>/dev/null || true
+        FAKE_PID=""
+    fi
+}
+
 remove_host_objects() {
-    local pod
-    for pod in "${PODS[@]}" "${CHURN[@]}"; do
+    local pod link
+    for pod in "${PODS[@]}" "${CHURN[@]}" "${KUBE_PODS[@]/#/k}"; do
         ip netns del "$(netns_of "$pod")" 2>/dev/null || true
     done
-    ip link del "$BRIDGE" 2>/dev/null || true
-    ip link del "$PARENT" 2>/dev/null || true   # takes its peer with it
+    for link in "$BRIDGE" "$PARENT" "${KUBE_BRIDGE[@]}" "${NAD_BRIDGE[@]}"; do
+        ip link del "$link" 2>/dev/null || true   # a veth takes its peer with it
+    done
 }
 
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     stop_daemon_hard
+    stop_kube_hard
     remove_host_objects
     [[ -n "$TMP" ]] && rm -rf "$TMP"
     exit "$rc"
@@ -109,6 +152,7 @@ check_prerequisites() {
 
 make_tmp() {
     TMP=$(mktemp -d /tmp/netctl-demo.XXXXXX)
+    FAIL_LOGS=("$TMP/daemon.log")
     mkdir -p "$TMP/nets" "$TMP/run" "$TMP/bin" "$TMP/out" "$TMP/net.d"
     echo "temp dir: $TMP"
 }
@@ -213,15 +257,22 @@ netctl_conf() {
 EOF
 }
 
-# cni VERB POD: exec the installed thin plugin exactly as a runtime would;
+# run_plugin VERB OUT CONTAINER NETNS CNI_ARGS: exec the installed thin plugin exactly as a
+# runtime would, its conf on stdin; its stdout goes to OUT.json, its stderr to OUT.err, and
+# its exit status is returned.
+run_plugin() {
+    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin CNI_COMMAND="$1" CNI_CONTAINERID="$3" \
+        CNI_NETNS="/var/run/netns/$4" CNI_IFNAME=eth0 CNI_PATH="$TMP/bin" CNI_ARGS="$5" \
+        "$TMP/bin/netctl-cni" >"$2.json" 2>"$2.err"
+}
+
+# cni VERB POD: the plugin for POD (standalone: its extra network in NETCTL_NETWORKS);
 # its stdout goes to $TMP/out/POD.VERB.json, and its exit status is returned.
 cni() {
     local verb=$1 pod=$2
-    netctl_conf | env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-        CNI_COMMAND="$verb" CNI_CONTAINERID="${CONTAINER[$pod]}" \
-        CNI_NETNS="/var/run/netns/$(netns_of "$pod")" CNI_IFNAME=eth0 CNI_PATH="$TMP/bin" \
-        CNI_ARGS="K8S_POD_NAMESPACE=$POD_NAMESPACE;K8S_POD_NAME=$pod;NETCTL_NETWORKS=$MACVLAN_NET" \
-        "$TMP/bin/netctl-cni" >"$TMP/out/$pod.$verb.json" 2>"$TMP/out/$pod.$verb.err"
+    netctl_conf | run_plugin "$verb" "$TMP/out/$pod.$verb" "${CONTAINER[$pod]}" \
+        "$(netns_of "$pod")" \
+        "K8S_POD_NAMESPACE=$POD_NAMESPACE;K8S_POD_NAME=$pod;NETCTL_NETWORKS=$MACVLAN_NET"
 }
 
 create_pods() {
@@ -264,12 +315,12 @@ $code" "$@"
 
 # allocations [--all]: the central allocator's live allocations (with --all, its whole
 # history), one line each: "CONTAINER IFNAME ADDRESS/PREFIX POOL RELEASED_BY_OP|-"
-# (`netctl ipam pools`, then `netctl ipam show POOL` of each)
+# (`netctl ipam pools`, then `netctl ipam show POOL` of each); STATE_DIR says whose
 allocations() {
-    local pool
-    for pool in $("$NETCTL" ipam pools --state-dir "$TMP/state" --json \
+    local pool state=${STATE_DIR:-$TMP/state}
+    for pool in $("$NETCTL" ipam pools --state-dir "$state" --json \
                   | json_py 'print(*(p["key"] for p in doc["pools"]))'); do
-        "$NETCTL" ipam show "$pool" --state-dir "$TMP/state" --json "$@" | json_py '
+        "$NETCTL" ipam show "$pool" --state-dir "$state" --json "$@" | json_py '
 for a in doc["allocations"]:
     print(a["container"], a["ifname"], a["address"], a["pool"], a["released_op"] or "-")'
     done
@@ -416,10 +467,12 @@ del_pods() {
 
 # --- checks that nothing is left ------------------------------------------------
 
-bridge_ports() {
-    ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{sub(/@.*/, "", $2); print $2}' \
-        | xargs
+# bridge_ports_of BRIDGE: its ports, space-separated
+bridge_ports_of() {
+    ip -o link show master "$1" 2>/dev/null | awk -F': ' '{sub(/@.*/, "", $2); print $2}' | xargs
 }
+
+bridge_ports() { bridge_ports_of "$BRIDGE"; }
 
 check_clean() {
     local pod links veth
@@ -463,19 +516,21 @@ EOF
     ok "the journal shows all $((2 * ${#PODS[@]})) attachments removed"
 }
 
+# stop_daemon [SOCKET [NAME]]: SIGTERM to $DAEMON_PID, which must exit 0 and remove its socket
 stop_daemon() {
-    local pid=$DAEMON_PID rc deadline=$((SECONDS + STOP_TIMEOUT))
+    local pid=$DAEMON_PID sock=${1:-$TMP/run/netctl.sock} name=${2:-the daemon} rc
+    local deadline=$((SECONDS + STOP_TIMEOUT))
     kill -TERM "$pid"
     while kill -0 "$pid" 2>/dev/null; do
-        ((SECONDS < deadline)) || fail "the daemon did not exit within ${STOP_TIMEOUT}s of SIGTERM"
+        ((SECONDS < deadline)) || fail "$name did not exit within ${STOP_TIMEOUT}s of SIGTERM"
         sleep 0.1
     done
     rc=0
     wait "$pid" || rc=$?
     DAEMON_PID=""
-    [[ $rc -eq 0 ]] || fail "the daemon exited with status $rc after SIGTERM"
-    [[ ! -e "$TMP/run/netctl.sock" ]] || fail "the daemon left its socket behind"
-    ok "the daemon exited 0 after SIGTERM"
+    [[ $rc -eq 0 ]] || fail "$name exited with status $rc after SIGTERM"
+    [[ ! -e "$sock" ]] || fail "$name left its socket behind"
+    ok "$name exited 0 after SIGTERM"
 }
 
 # --- a crash in the middle of a churn ------------------------------------------
@@ -584,6 +639,289 @@ del_churn_and_check() {
     "$NETCTL" ipam leaks --state-dir "$TMP/state" | sed 's/^/    | /'
 }
 
+# --- Kubernetes mode: a fake API server, two nodes ------------------------------
+
+# wait_until SECONDS WHAT COMMAND…: run COMMAND until it succeeds, for at most SECONDS
+wait_until() {
+    local limit=$1 what=$2 deadline=$((SECONDS + $1))
+    shift 2
+    until "$@"; do
+        ((SECONDS < deadline)) || fail "timed out after ${limit}s waiting for $what"
+        sleep 0.1
+    done
+}
+
+# kube_api METHOD PATH [BODY]: a request to the fake API server over its real HTTP API, as
+# any client makes it (the URL from the kubeconfig); the answer on stdout; an error fails
+kube_api() {
+    "$PYTHON" - "$TMP/kube/kubeconfig" "$@" <<'EOF'
+import sys, urllib.error, urllib.request
+import yaml
+config, method, path, *body = sys.argv[1:]
+server = yaml.safe_load(open(config))["clusters"][0]["cluster"]["server"]
+request = urllib.request.Request(server + path, method=method,
+                                 data=body[0].encode() if body else None,
+                                 headers={"Content-Type": "application/json"})
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
+try:
+    with opener.open(request, timeout=10) as answer:
+        print(answer.read().decode())
+except urllib.error.HTTPError as exc:
+    sys.exit(f"demo: {method} {path}: {exc.code} {exc.read().decode()}")
+EOF
+}
+
+start_fake_api() {
+    mkdir -p "$TMP/kube"
+    "$PYTHON" -m netctl.kubefake "$TMP/kube/kubeconfig" >"$TMP/kube/fake.log" 2>&1 &
+    FAKE_PID=$!
+    wait_until "$READY_TIMEOUT" "the fake API server's kubeconfig" test -e "$TMP/kube/kubeconfig"
+    echo "    python -m netctl.kubefake $TMP/kube/kubeconfig (pid $FAKE_PID)"
+    sed 's/^/    | /' "$TMP/kube/fake.log"
+}
+
+# bridge_net NAME BRIDGE SUBNET: a CNI conflist of one bridge with netctl-ipam
+bridge_net() {
+    printf '{"cniVersion": "1.0.0", "name": "%s", "plugins": [{"type": "bridge", "bridge": "%s", "ipam": {"type": "netctl-ipam", "range": "%s"}}]}' \
+        "$1" "$2" "$3"
+}
+
+create_nads() {
+    local net body
+    for net in blue green red; do
+        body=$("$PYTHON" -c 'import json, sys
+name, ns, config = sys.argv[1:]
+print(json.dumps({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                  "metadata": {"name": name, "namespace": ns}, "spec": {"config": config}}))' \
+            "$net" "$KUBE_NS" "$(bridge_net "$net" "${NAD_BRIDGE[$net]}" "${NAD_SUBNET[$net]}")")
+        kube_api POST "/apis/k8s.cni.cncf.io/v1/namespaces/$KUBE_NS/network-attachment-definitions" \
+            "$body" >/dev/null
+        echo "    NAD $KUBE_NS/$net: bridge ${NAD_BRIDGE[$net]}, netctl-ipam ${NAD_SUBNET[$net]}"
+    done
+}
+
+# kube_status NODE: `netctl status --json` of NODE's daemon
+kube_status() {
+    "$NETCTL" status --socket "$TMP/kube/$1/netctl.sock" --json 2>/dev/null
+}
+
+# kube_watching NODE: whether NODE's daemon answers, watching pods and NADs, 3 NADs cached
+kube_watching() {
+    local status
+    status=$(kube_status "$1") || return 1
+    json_py 'k = doc["kubernetes"]
+sys.exit(not (k["pods"]["state"] == k["nads"]["state"] == "watching"
+              and k["nads"]["objects"] == 3))' <<<"$status"
+}
+
+start_kube_nodes() {
+    local node dir
+    for node in "${KUBE_NODES[@]}"; do
+        dir=$TMP/kube/$node
+        mkdir -p "$dir/nets"
+        bridge_net podnet "${KUBE_BRIDGE[$node]}" "${KUBE_SUBNET[$node]}" >"$dir/cluster.conflist"
+        cat >"$dir/daemon.json" <<EOF
+{"state-dir": "$dir/state", "socket": "$dir/netctl.sock", "networks-dir": "$dir/nets",
+ "cni-bin-dir": "$CNI_BIN", "kubeconfig": "$TMP/kube/kubeconfig", "node-name": "$node",
+ "pod-deleted-grace": $POD_DELETED_GRACE, "pod-wait": 1, "api-timeout": 3}
+EOF
+        "$NETCTL" daemon --config "$dir/daemon.json" >"$dir/daemon.log" 2>&1 &
+        KUBE_PID[$node]=$!
+        FAIL_LOGS+=("$dir/daemon.log")
+        echo "    $node: netctl daemon --config $dir/daemon.json (pid ${KUBE_PID[$node]});" \
+            "cluster network podnet: bridge ${KUBE_BRIDGE[$node]}, ${KUBE_SUBNET[$node]}"
+    done
+    for node in "${KUBE_NODES[@]}"; do
+        wait_until "$READY_TIMEOUT" "$node's watches" kube_watching "$node"
+    done
+    ok "both daemons watch their node's pods and every NAD (netctl status: watching, 3 NADs)"
+}
+
+# kube_conf NODE: the conf NODE's runtime passes (as install-cni --auto-config writes it:
+# clusterNetwork the node's primary conflist)
+kube_conf() {
+    printf '{"cniVersion": "1.0.0", "name": "netctl", "type": "netctl-cni", "socket": "%s", "clusterNetwork": "%s"}' \
+        "$TMP/kube/$1/netctl.sock" "$TMP/kube/$1/cluster.conflist"
+}
+
+# kube_cni VERB POD: the plugin for POD as containerd execs it on POD's node (kubelet's
+# CNI_ARGS); its output in $TMP/out/k-POD.VERB.json, and its exit status is returned
+kube_cni() {
+    local verb=$1 pod=$2 cid=${CONTAINER[k$2]}
+    kube_conf "${KUBE_POD_NODE[$pod]}" | run_plugin "$verb" "$TMP/out/k-$pod.$verb" "$cid" \
+        "$(netns_of "k$pod")" "IgnoreUnknown=1;K8S_POD_NAMESPACE=$KUBE_NS;K8S_POD_NAME=$pod;K8S_POD_INFRA_CONTAINER_ID=$cid;K8S_POD_UID=${POD_UID[$pod]}"
+}
+
+# kube_pod POD NETWORKS: create POD on its node through the API, NETWORKS its annotation
+kube_pod() {
+    local body
+    body=$("$PYTHON" -c 'import json, sys
+name, ns, node, networks = sys.argv[1:]
+print(json.dumps({"apiVersion": "v1", "kind": "Pod",
+                  "metadata": {"name": name, "namespace": ns,
+                               "annotations": {"k8s.v1.cni.cncf.io/networks": networks}},
+                  "spec": {"nodeName": node,
+                           "containers": [{"name": "main", "image": "registry.k8s.io/pause"}]}}))' \
+        "$1" "$KUBE_NS" "${KUBE_POD_NODE[$1]}" "$2")
+    POD_UID[$1]=$(kube_api POST "/api/v1/namespaces/$KUBE_NS/pods" "$body" \
+        | json_py 'print(doc["metadata"]["uid"])') || fail "cannot create pod $1 in the API"
+    echo "    pod $KUBE_NS/$1 on ${KUBE_POD_NODE[$1]}, uid ${POD_UID[$1]}"
+    echo "        k8s.v1.cni.cncf.io/networks: $2"
+}
+
+create_kube_pods() {
+    local pod
+    kube_pod web 'blue,green@data0'
+    kube_pod db '[{"name": "red", "interface": "r0", "ips": ["10.250.14.50/24"]}]'
+    POD_UID[late]=00000000-0000-4000-8000-000000000001   # never created in the API
+    for pod in "${KUBE_PODS[@]}"; do
+        ip netns add "$(netns_of "k$pod")" || fail "cannot create netns $(netns_of "k$pod")"
+        CONTAINER[k$pod]=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+    done
+}
+
+# kube_addrs POD: "IFNAME ADDRESS/PREFIX" of each interface but lo inside POD's netns
+kube_addrs() {
+    ip -n "$(netns_of "k$1")" -4 -o addr show | awk '$2 != "lo" {print $2, $4}'
+}
+
+# check_kube_pod POD WANT…: POD's interfaces are WANT ("IFNAME NETWORK ADDRESS-PREFIX"),
+# and its network-status in the API names the same networks, interfaces and addresses
+check_kube_pod() {
+    local pod=$1
+    shift
+    kube_addrs "$pod" | sed "s/^/    $pod: /"
+    kube_api GET "/api/v1/namespaces/$KUBE_NS/pods/$pod" >"$TMP/out/k-$pod.api.json"
+    "$PYTHON" - "$TMP/out/k-$pod.api.json" "$(kube_addrs "$pod")" "$@" <<'EOF' \
+        || fail "$pod's interfaces or network-status are not what its annotation asks"
+import json, sys
+pod = json.load(open(sys.argv[1]))
+have = dict(line.split() for line in sys.argv[2].splitlines())
+want = [w.split() for w in sys.argv[3:]]
+if sorted(have) != sorted(i for i, _, _ in want):
+    sys.exit(f"demo: interfaces {sorted(have)}, expected {sorted(i for i, _, _ in want)}")
+for iface, _, prefix in want:
+    if not have[iface].startswith(prefix):
+        sys.exit(f"demo: {iface} has {have[iface]}, expected {prefix}…")
+text = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
+print("    network-status, as the API server has it:")
+print("\n".join("    | " + line for line in text.splitlines()))
+got = {(e["interface"], e["name"], tuple(e["ips"]), bool(e.get("default")))
+       for e in json.loads(text)}
+expected = {(iface, net, (have[iface].split("/")[0],), iface == "eth0")
+            for iface, net, _ in want}
+if got != expected:
+    sys.exit(f"demo: network-status says {sorted(got)}, expected {sorted(expected)}")
+EOF
+    ok "$pod has $(kube_addrs "$pod" | awk '{print $1}' | xargs | sed 's/ /, /g'), and its" \
+        "network-status says so (default: eth0)"
+}
+
+add_kube_pods() {
+    local pod
+    for pod in web db; do
+        kube_cni ADD "$pod" || fail "ADD of $pod on ${KUBE_POD_NODE[$pod]} exited $?: $(cat \
+            "$TMP/out/k-$pod.ADD.json" "$TMP/out/k-$pod.ADD.err")"
+        echo "    ADD $pod on ${KUBE_POD_NODE[$pod]}: ok"
+    done
+    check_kube_pod web "eth0 podnet 10.250.10." "net1 $KUBE_NS/blue 10.250.12." \
+        "data0 $KUBE_NS/green 10.250.13."
+    check_kube_pod db "eth0 podnet 10.250.11." "r0 $KUBE_NS/red 10.250.14.50/24"
+    for pod in web db; do
+        kube_status "${KUBE_POD_NODE[$pod]}" | json_py '
+calls = doc["kubernetes"]["api_calls"]
+print(f"    API calls of {sys.argv[1]} since it started:",
+      ", ".join(f"{what} {n}" for what, n in calls.items()))
+reads = {what: n for what, n in calls.items() if what.startswith("get pods")}
+patches = calls.get("patch pods", 0)
+if reads or patches != 1:
+    sys.exit(f"demo: {sys.argv[1]} made pod GETs {reads} and {patches} pod PATCHes;"
+             " expected no GET and 1 PATCH")' \
+            "${KUBE_POD_NODE[$pod]}" || fail "the ADD's API calls are not 0 reads and 1 write"
+    done
+    ok "no pod GET for either ADD (the watch's cache answered); one PATCH each (network-status)"
+}
+
+# gone NODE POD: every attachment of POD on NODE is removed (`netctl journal --container`)
+gone() {
+    "$NETCTL" journal --state-dir "$TMP/kube/$1/state" --container "${CONTAINER[k$2]}" \
+        --json | json_py 'atts = doc["attachments"]
+sys.exit(not atts or any(a["state"] != "removed" for a in atts))'
+}
+
+# nothing_left NODE POD: only lo in POD's netns, no address held by NODE
+nothing_left() {
+    local links live
+    links=$(ip -n "$(netns_of "k$2")" -o link show | awk -F': ' '{print $2}' | xargs)
+    [[ $links == lo ]] || fail "$(netns_of "k$2") still has interfaces: $links"
+    live=$(STATE_DIR=$TMP/kube/$1/state allocations)
+    [[ -z $live ]] || fail "$1 still holds addresses: $live"
+}
+
+delete_pod_through_api() {
+    local origins
+    kube_api DELETE "/api/v1/namespaces/$KUBE_NS/pods/web" >/dev/null
+    echo "    DELETE /api/v1/namespaces/$KUBE_NS/pods/web (and no runtime DEL follows)"
+    wait_until 30 "node-a to DEL web's attachments" gone node-a web
+    origins=$("$NETCTL" journal --state-dir "$TMP/kube/node-a/state" --container \
+        "${CONTAINER[kweb]}" --json \
+        | json_py 'print(*sorted({o["origin"] for o in doc["operations"] if o["verb"] == "DEL"}))')
+    [[ $origins == pod-deleted ]] || fail "web's attachments were DELeted by '$origins'"
+    nothing_left node-a web
+    ok "node-a saw the deletion in its watch and DELeted web's 3 attachments" \
+        "${POD_DELETED_GRACE}s later (journal: origin pod-deleted); only lo is left, and" \
+        "node-a holds no address"
+}
+
+api_outage() {
+    local started ms code msg node
+    kill -USR1 "$FAKE_PID"
+    wait_until 10 "the outage" grep -q "outage" "$TMP/kube/fake.log"
+    echo "    the API server is down (SIGUSR1 to the fake: no listener, connections cut)"
+    started=$(date +%s%N)
+    if kube_cni ADD late; then
+        fail "the ADD of late succeeded with the API server down"
+    fi
+    ms=$((($(date +%s%N) - started) / 1000000))
+    code=$(json_py 'print(doc.get("code"))' <"$TMP/out/k-late.ADD.json")
+    msg=$(json_py 'print(doc.get("msg"))' <"$TMP/out/k-late.ADD.json")
+    echo "    ADD of $KUBE_NS/late on node-b (a pod node-b has never seen), answered in ${ms} ms:"
+    echo "    | code $code: $msg"
+    [[ $code == 11 && $msg == *"API server"* ]] \
+        || fail "the ADD of late answered code $code ($msg), not 11 naming the API server"
+    ok "ADD answers code 11 (try again later) naming the API server; the runtime retries"
+    kube_cni DEL late || fail "the runtime's DEL of late (after its failed ADD) failed"
+    kube_cni DEL db || fail "DEL of db failed with the API server down: $(cat \
+        "$TMP/out/k-db.DEL.json" "$TMP/out/k-db.DEL.err")"
+    nothing_left node-b db
+    ok "DEL of db (and of late) completed from node-b's journal: only lo left in db's" \
+        "netns, node-b holds no address"
+    kill -USR2 "$FAKE_PID"
+    echo "    the API server is back (SIGUSR2)"
+    for node in "${KUBE_NODES[@]}"; do
+        wait_until 60 "$node's watches after the outage" kube_watching "$node"
+    done
+    ok "both nodes' watches came back by themselves"
+}
+
+stop_kube() {
+    local node rc=0
+    for node in "${KUBE_NODES[@]}"; do
+        DAEMON_PID=${KUBE_PID[$node]}
+        stop_daemon "$TMP/kube/$node/netctl.sock" "$node's daemon"
+        unset "KUBE_PID[$node]"
+    done
+    for node in "${KUBE_NODES[@]}"; do
+        [[ -z $(bridge_ports_of "${KUBE_BRIDGE[$node]}") ]] \
+            || fail "ports left on ${KUBE_BRIDGE[$node]}: $(bridge_ports_of "${KUBE_BRIDGE[$node]}")"
+    done
+    kill -TERM "$FAKE_PID"
+    wait "$FAKE_PID" || rc=$?
+    FAKE_PID=""
+    [[ $rc -eq 0 ]] || fail "the fake API server failed (exit $rc): $(cat "$TMP/kube/fake.log")"
+    ok "no port left on either node's bridge; the fake API server exited 0 (no error of its own)"
+}
+
 main() {
     trap cleanup EXIT
     trap 'exit 130' INT
@@ -637,6 +975,24 @@ main() {
 
     step "Stop the daemon with SIGTERM"
     stop_daemon
+
+    step "Kubernetes mode: a fake API server and two nodes, each its own daemon"
+    start_fake_api
+    create_nads
+    start_kube_nodes
+
+    step "Pods name their networks in k8s.v1.cni.cncf.io/networks (both forms)"
+    create_kube_pods
+    add_kube_pods
+
+    step "A pod deleted through the API: its node DELetes its attachments"
+    delete_pod_through_api
+
+    step "The API server goes away: ADD answers code 11, DEL still completes"
+    api_outage
+
+    step "Stop both daemons with SIGTERM, then the API server"
+    stop_kube
 
     printf '\ndemo: all checks passed\n'
 }

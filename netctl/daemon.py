@@ -8,6 +8,7 @@ serves, and drains on SIGTERM. Nothing else reaches through one part to another.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -39,7 +40,7 @@ from netctl.journal.records import Attachment
 from netctl.journal.store import open_journal
 from netctl.kube.api import Api, ApiError, KubeSettings
 from netctl.kube.netstatus import annotation_value, network_status
-from netctl.kube.objects import Pod
+from netctl.kube.objects import Meta, Pod
 from netctl.kube.pods import NadSource, PodSource, post_event, write_network_status
 from netctl.reconcile.leaks import Reconciler
 from netctl.reconcile.pending import finish_pending, pending_dir
@@ -189,7 +190,9 @@ class KubeMode:
     async def run(self, reconciler: Reconciler, grace: float,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The watches, and a deleted pod's attachments DELeted ``grace`` seconds later
-        (kubelet's own DEL normally comes first)."""
+        (kubelet's own DEL normally comes first). Ends when :attr:`deleted` is closed (the
+        daemon stops): the watches and the deletions still waiting out their grace are
+        cancelled (the next start's relist finds those pods gone)."""
         async def later(pod: Pod) -> None:
             await trio.sleep(grace)
             done = await reconciler.pod_deleted(pod.metadata.namespace, pod.metadata.name,
@@ -198,12 +201,35 @@ class KubeMode:
                 log.info("pod %s/%s deleted: DELeted the attachments of %s",
                          pod.metadata.namespace, pod.metadata.name, ", ".join(done))
 
+        async def gone_while_down() -> None:
+            """Pods the journal has attachments of that the first list does not have (or
+            has with another UID) were deleted while the daemon was down."""
+            await self.pods.informer.synced.wait()
+            present = {(p.metadata.namespace, p.metadata.name, p.metadata.uid)
+                       for p in self.pods.informer.cache.values()}
+            missing = {(a.pod.namespace, a.pod.name, a.pod.uid)
+                       for a in await reconciler.engine.journal.live_attachments()
+                       if a.pod.uid and a.pod.name} - present
+            for namespace, name, uid in sorted(missing):
+                log.info("pod %s/%s (uid %s) is gone from the API", namespace, name, uid)
+                self.deleted.send_nowait(Pod(metadata=Meta(name=name, namespace=namespace,
+                                                           uid=uid)))
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.pods.informer.run)
             nursery.start_soon(self.nads.informer.run)
+            nursery.start_soon(gone_while_down)
             task_status.started()
             async for pod in self.deletions:
                 nursery.start_soon(later, pod)
+            nursery.cancel_scope.cancel()
+
+    async def close(self) -> None:
+        """Close the API client (its connections), shielded and bounded: also on the
+        way out of a failure or a cancellation."""
+        with trio.move_on_after(5) as closing:
+            closing.shield = True
+            await self.api.close()
 
     def status(self) -> dict[str, Any]:
         return {"node": self.node, "api_server": self.api.host,
@@ -216,8 +242,10 @@ class KubeMode:
 
 async def run(cfg: DaemonConfig, *,
               task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
-    async with open_journal(cfg.state_dir) as journal:
+    async with open_journal(cfg.state_dir) as journal, contextlib.AsyncExitStack() as stack:
         kube = await KubeMode.connect(cfg) if cfg.kubeconfig or cfg.in_cluster else None
+        if kube is not None:
+            stack.push_async_callback(kube.close)
         orphans = await trio.to_thread.run_sync(kill_orphans, journal.path)
         if orphans:
             log.warning("killed %d delegate processes a previous run left behind: %s",
@@ -305,7 +333,6 @@ async def run(cfg: DaemonConfig, *,
                     if events is not None:
                         events.stop()
                     if kube is not None:
-                        kube.deleted.close()
-                        nursery.cancel_scope.cancel()  # the watches; the server has drained
+                        kube.deleted.close()  # ends kube.run; the server drains meanwhile
                     break
     log.info("netctl daemon stopped")

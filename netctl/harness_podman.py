@@ -40,6 +40,7 @@ from netctl.harness import PATH, HarnessError, wait_for
 
 IMAGE = "localhost/netctl-busybox:latest"
 BUSYBOX = "/bin/busybox"  # Debian's busybox-static: runs in an empty rootfs
+ROOTFS_DIRS = ("bin", "dev", "etc", "proc", "sys", "tmp", "run", "var", "root")
 CNI_VERSION = "1.0.0"  # podman 4.3's libcni refuses 1.1.0 results
 # What podman may pass to the netctl-cni entry of a conflist (it sends --ip, --mac-address and
 # network reload's old address as IP=/MAC= in CNI_ARGS; runtimeConfig only carries -p).
@@ -88,7 +89,7 @@ def write_rootfs_tar(path: Path) -> None:
     listed = subprocess.run([BUSYBOX, "--list"], capture_output=True, text=True, check=True,
                             timeout=30).stdout.split()
     with tarfile.open(path, "w") as tar:
-        for d in ("bin", "dev", "etc", "proc", "sys", "tmp", "run", "var", "root"):
+        for d in ROOTFS_DIRS:
             info = tarfile.TarInfo(d)
             info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
             tar.addfile(info)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import socket
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator
@@ -130,6 +131,29 @@ def exec_direct(daemon: Daemon, path: str, command: str, conf: dict[str, Any], *
     installed netctl-ipam and the real plugins on CNI_PATH."""
     return harness.exec_plugin(path, command, conf, container=container, netns=ns, args=args,
                                cni_path=f"{Path(daemon.plugin).parent}:{SYSTEM_CNI}", timeout=60)
+
+
+# -- the host's ports (portmap) ------------------------------------------------------------
+
+
+def http_get(port: int) -> bytes | None:
+    """A plain GET to 127.0.0.1:port (no proxy, loopback only); None when refused."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            conn.sendall(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            chunks = []
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+            return b"".join(chunks)
+    except ConnectionRefusedError:
+        return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 # -- what is left ----------------------------------------------------------------------------

@@ -9,26 +9,43 @@ root, state and socket (runc; ``restrict_oom_score_adj``: root here lacks
 CAP_SYS_RESOURCE), its CRI plugin reading CNI configs from ``conf_dir`` and plugins from
 ``bin_dir``; it stops and removes everything on exit, even after a failure.
 
-Only ``RuntimeService/Status`` is wrapped so far (:meth:`CRIClient.status`): its
+What is wrapped: ``RuntimeService/Status`` (:meth:`CRIClient.status`: its
 ``NetworkReady`` condition and, verbose, the ``cniconfig`` info, which lists the
-networks the CRI plugin has loaded from its conf dir.
+networks the CRI plugin has loaded from its conf dir); the pod sandbox's life as kubelet
+drives it — ``RunPodSandbox`` with a :class:`SandboxConfig` (metadata, labels,
+annotations, port mappings), ``PodSandboxStatus`` (:class:`SandboxStatus`: state, the
+pod IPs, the netns from the verbose info), ``StopPodSandbox``, ``RemovePodSandbox``,
+``ListPodSandbox``; and ``ImageService/ImageStatus``. The sandbox ("pause") image is
+built here (:func:`write_image_tar`: a docker-archive tar of busybox-static, no
+registry) and imported with ``ctr`` (:meth:`Containerd.import_image`) into the
+``native`` snapshotter, which needs no overlay mounts.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
+import tarfile
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from netctl.harness_podman import BUSYBOX, ROOTFS_DIRS, write_rootfs_tar
+
 CONTAINERD = shutil.which("containerd") or "/usr/bin/containerd"
+CTR = shutil.which("ctr") or "/usr/bin/ctr"
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
+K8S_NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin works in
+PROTOCOLS = {"TCP": 0, "UDP": 1, "SCTP": 2}
 
 Fields = list[tuple[int, "int | bool | str | bytes | Fields"]]
 
@@ -100,6 +117,34 @@ def _text(v: int | bytes) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _str(msg: dict[int, list[int | bytes]], num: int) -> str:
+    return _text(msg.get(num, [b""])[0])
+
+
+def _int(msg: dict[int, list[int | bytes]], num: int) -> int:
+    value = msg.get(num, [0])[0]
+    assert isinstance(value, int)
+    return value
+
+
+def _msgs(msg: dict[int, list[int | bytes]], num: int) -> list[dict[int, list[int | bytes]]]:
+    """The nested messages of field ``num``, decoded."""
+    out = []
+    for raw in msg.get(num, []):
+        assert isinstance(raw, bytes)
+        out.append(decode(raw))
+    return out
+
+
+def _map(entries: Mapping[str, str]) -> list[Fields]:
+    """A ``map<string, string>``'s entries, each its own message (key 1, value 2)."""
+    return [[(1, k), (2, v)] for k, v in sorted(entries.items())]
+
+
+def _read_map(msg: dict[int, list[int | bytes]], num: int) -> dict[str, str]:
+    return {_str(kv, 1): _str(kv, 2) for kv in _msgs(msg, num)}
+
+
 # --- CRI ----------------------------------------------------------------------------
 
 
@@ -125,6 +170,63 @@ class RuntimeStatus:
         return out
 
 
+@dataclass(frozen=True)
+class PortMapping:
+    container_port: int
+    host_port: int
+    protocol: str = "TCP"
+    host_ip: str = ""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """``PodSandboxConfig`` as kubelet fills it for a pod: its metadata (name,
+    namespace, uid, attempt), hostname, labels (kubelet adds the ``io.kubernetes.pod.*``
+    ones), the pod's annotations and its ports with a ``hostPort``."""
+
+    name: str
+    namespace: str
+    uid: str
+    attempt: int = 0
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    port_mappings: Sequence[PortMapping] = ()
+
+    def fields(self) -> Fields:
+        labels = {"io.kubernetes.pod.name": self.name,
+                  "io.kubernetes.pod.namespace": self.namespace,
+                  "io.kubernetes.pod.uid": self.uid, **self.labels}
+        out: Fields = [(1, [(1, self.name), (2, self.uid), (3, self.namespace),
+                            (4, self.attempt)]),
+                       (2, self.name)]
+        out += [(5, [(1, PROTOCOLS[p.protocol]), (2, p.container_port), (3, p.host_port),
+                     (4, p.host_ip)]) for p in self.port_mappings]
+        out += [(6, entry) for entry in _map(labels)]
+        out += [(7, entry) for entry in _map(self.annotations)]
+        return out
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    """What ``PodSandboxStatus`` (verbose) says of a sandbox."""
+
+    id: str
+    name: str
+    namespace: str
+    uid: str
+    ready: bool  # state SANDBOX_READY (else NOTREADY)
+    ips: list[str]  # the pod IPs: network.ip, then network.additional_ips
+    info: dict[str, Any]  # the verbose "info" document
+
+    @property
+    def netns(self) -> str:
+        """The path of the sandbox's network namespace ("" once it is gone)."""
+        for ns in self.info.get("runtimeSpec", {}).get("linux", {}).get("namespaces", []):
+            if ns.get("type") == "network":
+                return str(ns.get("path", ""))
+        return ""
+
+
 class CRIClient:
     """CRI ``runtime.v1`` over a unix socket (containerd 1.6 serves v1 and v1alpha2)."""
 
@@ -133,12 +235,51 @@ class CRIClient:
 
         self._grpc = grpc
         self._channel = grpc.insecure_channel(f"unix://{socket_path}")
+        self.netns_seen: set[str] = set()  # every sandbox netns a status named
 
-    def call(self, method: str, request: bytes, timeout: float = 10.0) -> bytes:
-        fn = self._channel.unary_unary(f"/runtime.v1.RuntimeService/{method}",
+    def call(self, method: str, request: bytes, timeout: float = 10.0,
+             service: str = "RuntimeService") -> bytes:
+        fn = self._channel.unary_unary(f"/runtime.v1.{service}/{method}",
                                        request_serializer=lambda b: b,
                                        response_deserializer=lambda b: b)
         return bytes(fn(request, timeout=timeout))
+
+    def run_pod_sandbox(self, config: SandboxConfig, timeout: float = 120.0) -> str:
+        """``RunPodSandbox``: the sandbox's id, once its network is up (the CNI ADD is
+        part of the call)."""
+        msg = decode(self.call("RunPodSandbox", encode([(1, config.fields())]), timeout))
+        return _str(msg, 1)
+
+    def pod_sandbox_status(self, sandbox_id: str) -> SandboxStatus:
+        msg = decode(self.call("PodSandboxStatus", encode([(1, sandbox_id), (2, True)])))
+        (status,) = _msgs(msg, 1)
+        (meta,) = _msgs(status, 2) or [{}]
+        net = (_msgs(status, 5) or [{}])[0]
+        ips = [ip for ip in [_str(net, 1)] if ip] + [_str(p, 1) for p in _msgs(net, 2)]
+        info = _read_map(msg, 2).get("info", "{}")
+        found = SandboxStatus(_str(status, 1), _str(meta, 1), _str(meta, 3), _str(meta, 2),
+                              _int(status, 3) == 0, ips, json.loads(info))
+        if found.netns:
+            self.netns_seen.add(found.netns)
+        return found
+
+    def stop_pod_sandbox(self, sandbox_id: str, timeout: float = 120.0) -> None:
+        """``StopPodSandbox``: its containers killed, the network torn down (CNI DEL)."""
+        self.call("StopPodSandbox", encode([(1, sandbox_id)]), timeout)
+
+    def remove_pod_sandbox(self, sandbox_id: str, timeout: float = 120.0) -> None:
+        self.call("RemovePodSandbox", encode([(1, sandbox_id)]), timeout)
+
+    def list_pod_sandboxes(self) -> list[str]:
+        """The ids of every sandbox the runtime has, ready or not."""
+        msg = decode(self.call("ListPodSandbox", b""))
+        return [_str(item, 1) for item in _msgs(msg, 1)]
+
+    def image_id(self, image: str) -> str:
+        """``ImageService/ImageStatus``: the image's id, "" when the runtime lacks it."""
+        msg = decode(self.call("ImageStatus", encode([(1, [(1, image)])]),
+                               service="ImageService"))
+        return next((_str(img, 1) for img in _msgs(msg, 1)), "")
 
     def status(self, verbose: bool = True) -> RuntimeStatus:
         msg = decode(self.call("Status", encode([(1, verbose)])))
@@ -162,11 +303,62 @@ class CRIClient:
         self._channel.close()
 
 
+# --- a sandbox image, from busybox-static -----------------------------------------
+
+
+def _goarch() -> str:
+    machine = platform.machine()
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+
+
+def _rootfs_layer(scratch: Path, files: Mapping[str, str]) -> bytes:
+    """An uncompressed tar: busybox with a link per applet in /bin (podman's test
+    image, :func:`~netctl.harness_podman.write_rootfs_tar`), and ``files``."""
+    write_rootfs_tar(scratch)
+    try:
+        with tarfile.open(scratch, "a") as tar:
+            for d in sorted({str(Path(f).parent) for f in files} - {".", *ROOTFS_DIRS}):
+                info = tarfile.TarInfo(d)
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            for name, text in sorted(files.items()):
+                data = text.encode()
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(data), 0o644
+                tar.addfile(info, io.BytesIO(data))
+        return scratch.read_bytes()
+    finally:
+        scratch.unlink(missing_ok=True)
+
+
+def write_image_tar(path: Path, name: str, cmd: Sequence[str],
+                    files: Mapping[str, str] | None = None) -> None:
+    """A one-layer image named ``name`` running ``cmd``, as ``docker save`` writes it
+    (``manifest.json``, the config, the layer), for ``ctr images import``."""
+    layer = _rootfs_layer(path.with_name(f"{path.name}.layer"), files or {})
+    diff_id = hashlib.sha256(layer).hexdigest()
+    config = json.dumps({
+        "architecture": _goarch(), "os": "linux",
+        "config": {"Cmd": list(cmd), "Env": ["PATH=/bin"], "WorkingDir": "/"},
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
+    }).encode()
+    config_name = f"{hashlib.sha256(config).hexdigest()}.json"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [name],
+                            "Layers": [f"{diff_id}/layer.tar"]}]).encode()
+    with tarfile.open(path, "w") as tar:
+        for member, data in ((f"{diff_id}/layer.tar", layer), (config_name, config),
+                             ("manifest.json", manifest)):
+            info = tarfile.TarInfo(member)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+
+
 # --- containerd, started for one test ---------------------------------------------
 
 
-def unavailable() -> str:
-    """Why a containerd cannot be started here ("" when it can)."""
+def unavailable(sandboxes: bool = False) -> str:
+    """Why a containerd cannot be started here ("" when it can); with ``sandboxes``,
+    also why it could not run pod sandboxes of :func:`write_image_tar`'s image."""
     if os.geteuid() != 0:
         return "containerd needs root"
     if not os.access(CONTAINERD, os.X_OK):
@@ -177,14 +369,46 @@ def unavailable() -> str:
         import grpc  # noqa: F401
     except ImportError:
         return "grpcio is not installed (the dev extra has it)"
+    if sandboxes and not os.access(CTR, os.X_OK):
+        return "ctr is not installed (Debian: apt-get install containerd)"
+    if sandboxes and not os.access(BUSYBOX, os.X_OK):
+        return f"{BUSYBOX} is missing (Debian: apt-get install busybox-static)"
     return ""
 
 
-class Containerd:
-    """A containerd child process whose CRI plugin uses ``conf_dir`` and ``bin_dir``."""
+def _argv(pid: str) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return [a.decode(errors="replace") for a in fh.read().split(b"\0")]
+    except OSError:
+        return []
 
-    def __init__(self, conf_dir: Path, bin_dir: Path) -> None:
+
+def _mounts_under(top: Path) -> list[str]:
+    """Mount points at or below ``top``, deepest first."""
+    points = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            point = line.split()[4].replace("\\040", " ")
+            if point == str(top) or point.startswith(f"{top}/"):
+                points.append(point)
+    return sorted(points, key=len, reverse=True)
+
+
+class Containerd:
+    """A containerd child process whose CRI plugin uses ``conf_dir`` and ``bin_dir``, and
+    ``sandbox_image`` for pod sandboxes (imported with :meth:`import_image`).
+
+    Everything it makes lives under its temporary dir (root, state, runc's root, the
+    ``native`` snapshots), except the sandboxes' netns (``/var/run/netns/cni-*``) and
+    their shims. Leaving, it stops and removes the sandboxes still there as kubelet
+    would, then after containerd has stopped takes back by force what remains: runc
+    containers, shims naming its socket, mounts under its dir, and the netns of its
+    sandboxes (as ``PodSandboxStatus`` named them) still there."""
+
+    def __init__(self, conf_dir: Path, bin_dir: Path, sandbox_image: str = "") -> None:
         self.conf_dir, self.bin_dir = conf_dir, bin_dir
+        self.sandbox_image = sandbox_image
         self.tmp = Path(tempfile.mkdtemp(prefix="nct-containerd-"))
         self.socket = str(self.tmp / "containerd.sock")
         self.log_path = self.tmp / "containerd.log"
@@ -194,6 +418,8 @@ class Containerd:
     def config(self) -> str:
         t = self.tmp
         cri = '[plugins."io.containerd.grpc.v1.cri"'
+        sandbox_image = f'\n  sandbox_image = "{self.sandbox_image}"' if self.sandbox_image \
+            else ""
         return f"""version = 2
 root = "{t}/root"
 state = "{t}/state"
@@ -206,15 +432,18 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.internal.v1.opt"]
   path = "{t}/opt"
 {cri}]
-  restrict_oom_score_adj = true
+  restrict_oom_score_adj = true{sandbox_image}
 {cri}.cni]
   bin_dir = "{self.bin_dir}"
   conf_dir = "{self.conf_dir}"
   max_conf_num = 1
 {cri}.containerd]
   default_runtime_name = "runc"
+  snapshotter = "native"
 {cri}.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
+{cri}.containerd.runtimes.runc.options]
+  Root = "{t}/runc"
 """
 
     def __enter__(self) -> Containerd:
@@ -243,9 +472,31 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             self.__exit__(None, None, None)
             raise
 
+    @property
+    def cri(self) -> CRIClient:
+        assert self.client is not None, "containerd is not running"
+        return self.client
+
     def status(self) -> RuntimeStatus:
-        assert self.client is not None
-        return self.client.status()
+        return self.cri.status()
+
+    def import_image(self, tar: Path, name: str, timeout: float = 30) -> str:
+        """``ctr images import`` into the CRI plugin's namespace and snapshotter; wait
+        until the CRI plugin has it (it learns of images from containerd's events) and
+        return its id."""
+        proc = subprocess.run([CTR, "--address", self.socket, "--namespace", K8S_NAMESPACE,
+                               "images", "import", "--snapshotter", "native", str(tar)],
+                              capture_output=True, text=True, timeout=timeout, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ctr images import exited {proc.returncode}: "
+                               f"{proc.stdout} {proc.stderr}")
+        deadline = time.monotonic() + timeout
+        while not (image_id := self.cri.image_id(name)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the CRI plugin does not list {name} after "
+                                   f"{timeout}s: {self.log_tail()}")
+            time.sleep(0.05)
+        return image_id
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -253,14 +504,56 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         except OSError:
             return ""
 
-    def __exit__(self, *exc: object) -> None:
-        if self.client is not None:
-            self.client.close()
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+    def _remove_sandboxes(self) -> None:
+        """Stop and remove every sandbox, as kubelet would (best effort)."""
+        try:
+            ids = self.cri.list_pod_sandboxes()
+        except Exception:
+            return
+        for sandbox_id in ids:
             try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+                self.cri.pod_sandbox_status(sandbox_id)  # its netns, to remove if need be
+            except Exception:
+                pass
+            for step in (self.cri.stop_pod_sandbox, self.cri.remove_pod_sandbox):
+                try:
+                    step(sandbox_id, 30)
+                except Exception:
+                    break
+
+    def _force_remove(self) -> None:
+        """After containerd: runc's containers, the shims, mounts, the sandboxes' netns."""
+        runc_root = self.tmp / "runc" / K8S_NAMESPACE
+        if runc_root.is_dir():
+            for cid in os.listdir(runc_root):
+                subprocess.run([RUNC, "--root", str(runc_root), "delete", "--force", cid],
+                               capture_output=True, timeout=30, check=False)
+        for pid in os.listdir("/proc"):
+            if pid.isdigit() and self.socket in _argv(pid):
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+        netns = sorted(self.client.netns_seen) if self.client is not None else []
+        for path in [*_mounts_under(self.tmp), *(p for p in netns if os.path.exists(p))]:
+            subprocess.run(["umount", "--lazy", path], capture_output=True, timeout=30,
+                           check=False)
+            if path in netns:
+                Path(path).unlink(missing_ok=True)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.client is not None and self.proc is not None and self.proc.poll() is None:
+                self._remove_sandboxes()
+        finally:
+            if self.client is not None:
+                self.client.close()
+            if self.proc is not None and self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait()
+            self._force_remove()
+            shutil.rmtree(self.tmp, ignore_errors=True)

@@ -45,7 +45,8 @@ class PodSource:
     async def lookup(self, namespace: str, name: str) -> Pod | None:
         """The pod, from the cache, or after a short wait for the watch, or from one GET;
         None when the API server says it does not exist."""
-        found = await self.informer.wait_for((namespace, name), self.wait)
+        live = self.informer.state == "watching"  # else no event will come: ask at once
+        found = await self.informer.wait_for((namespace, name), self.wait if live else 0)
         if found is not None:
             return found
         try:

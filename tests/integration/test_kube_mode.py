@@ -11,6 +11,8 @@ Subnets: 10.184.0.0/24 (cluster), 10.184.1.0/24 (blue), 10.184.2.0/24 (green).""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,16 @@ from typing import Any
 import pytest
 
 from netctl.kubefake import FakeKube, nad, pod
-from tests.conftest import Daemon, bridge_ports, ipam_bridge, netns_addrs, netns_links, wait_for
+from tests.conftest import (
+    Background,
+    Daemon,
+    bridge_ports,
+    ipam_bridge,
+    netns_addrs,
+    netns_links,
+    step_states,
+    wait_for,
+)
 
 pytestmark = pytest.mark.netns
 
@@ -158,3 +169,71 @@ def test_a_replaced_pod_and_an_api_outage(daemon: Daemon, kube: FakeKube,
     kube.start()
     wait_for(lambda: daemon.status()["kubernetes"]["pods"]["state"] == "watching", 30,
              "the watches back")
+
+
+def test_a_pod_deleted_while_the_daemon_was_down_is_cleaned_after_the_restart(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    start(daemon, kube, tmp_path)
+    uid = add_pod(kube, "left", {"k8s.v1.cni.cncf.io/networks": "blue"})
+    keep_uid = add_pod(kube, "stays")
+    ns, keep_ns = netns(), netns()
+    assert cni(daemon, "ADD", "cleft", ns, "left", uid).rc == 0
+    assert cni(daemon, "ADD", "cstays", keep_ns, "stays", keep_uid).rc == 0
+    daemon.kill()
+    kube.delete("pods", "default", "left")
+    kube.compact()  # and the history is gone: only the relist can tell
+    daemon.start()
+    wait_for(lambda: daemon.live_attachments_of(["cleft"]) == 0, 20,
+             "the attachments of the pod deleted while the daemon was down DELeted")
+    assert netns_links(ns) == ["lo"]
+    assert daemon.live_attachments_of(["cstays"]) == 1
+    assert cni(daemon, "DEL", "cstays", keep_ns, "stays", keep_uid).rc == 0
+
+
+def test_the_readiness_indicator_holds_adds_and_status(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    start(daemon, kube, tmp_path, **{"readiness-wait": 0.5})
+    flag = tmp_path / "primary-ready"
+    uid = add_pod(kube, "r1")
+    conf = daemon.conf("cluster", "1.1.0", readinessindicatorfile=str(flag))
+    ns = netns()
+    args = ("IgnoreUnknown=1", f"K8S_POD_UID={uid}")
+    res = daemon.cni("ADD", "cr1", ns, conf, pod="default/r1", args=args)
+    assert res.rc == 1 and res.out is not None and res.out["code"] == 11, res.describe()
+    assert str(flag) in res.out["msg"] and netns_links(ns) == ["lo"]
+    status = daemon.cni("STATUS", "", None, conf)
+    assert status.rc == 1 and status.out is not None and status.out["code"] == 50
+    flag.write_text("")
+    assert daemon.cni("STATUS", "", None, conf).rc == 0
+    res = daemon.cni("ADD", "cr1", ns, conf, pod="default/r1", args=args)
+    assert res.rc == 0, res.describe()
+    assert daemon.cni("DEL", "cr1", ns, conf, pod="default/r1", args=args).rc == 0
+
+
+def test_sigterm_drains_an_inflight_add_and_closes_the_client(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], background: Background,
+        tmp_path: Path) -> None:
+    """SIGTERM in Kubernetes mode as in standalone mode: the socket goes at once, an ADD
+    in flight finishes (its network-status written) and the daemon exits 0 — the watches
+    are stopped, not the server — with its API client closed."""
+    gate = tmp_path / "gate"
+    start(daemon, kube, tmp_path)
+    kube.create("network-attachment-definitions", nad("held", "default", {
+        "cniVersion": "1.0.0", "name": "held", "plugins": [{"type": "gate", "gate": str(gate)}]}))
+    uid = add_pod(kube, "p", {"k8s.v1.cni.cncf.io/networks": "held"})
+    wait_for(lambda: daemon.status()["kubernetes"]["nads"]["objects"] == 4, 10, "the NAD")
+    ns = netns()
+    call = background("ADD", "cheld", ns, daemon.conf("cluster", "1.0.0"), pod="default/p",
+                      args=("IgnoreUnknown=1", f"K8S_POD_UID={uid}"))
+    wait_for(lambda: step_states(daemon, "cheld") == {"bridge": "ok", "gate": "running"}, 20,
+             "the bridge step done and the gate step running")
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: not os.path.exists(daemon.socket), 10, "the socket removed")
+    assert not call.done()
+    gate.touch()
+    res = call.result(timeout=30)
+    assert res.rc == 0, res.describe()
+    assert daemon.proc.wait(30) == 0
+    assert STATUS in kube.get("pods", "default", "p")["metadata"]["annotations"]
+    assert "Unclosed client session" not in daemon.log(), daemon.log()[-2000:]

@@ -21,7 +21,6 @@ import ipaddress
 import json
 import re
 import secrets
-import socket
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,7 +30,7 @@ import pytest
 
 from netctl import harness, harness_podman
 from netctl.harness_podman import IMAGE, Podman, netctl_conflist
-from tests.conftest import SYSTEM_CNI, Daemon, bridge_ports, wait_for
+from tests.conftest import SYSTEM_CNI, Daemon, bridge_ports, free_port, http_get, wait_for
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -103,26 +102,6 @@ def live(daemon: Daemon) -> list[str]:
 def assert_nothing_left(daemon: Daemon) -> None:
     found = harness.leftovers(daemon, bridges=[daemon.name("br"), daemon.name("bx")])
     assert harness.describe_leftovers(found) == []
-
-
-def http_get(port: int) -> bytes | None:
-    """A plain GET to 127.0.0.1:port (no proxy, loopback only); None when refused."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
-            conn.sendall(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            chunks = []
-            while chunk := conn.recv(65536):
-                chunks.append(chunk)
-            return b"".join(chunks)
-    except ConnectionRefusedError:
-        return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def test_address_from_netctl_ipam_released_on_rm(podman: Podman, daemon: Daemon) -> None:
