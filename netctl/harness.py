@@ -189,6 +189,18 @@ def comm(pid: int) -> str:
         return ""
 
 
+def proc_status_kib(pid: int, key: str) -> int:
+    """A ``kB`` field of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(f"{key}:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def kill_processes(pids: Iterable[int]) -> None:
     for pid in pids:
         try:
@@ -444,14 +456,17 @@ class Daemon:
         kill_processes(self.delegates())
 
     def peak_rss_kib(self) -> int:
-        try:
-            with open(f"/proc/{self.pid}/status") as fh:
-                for line in fh:
-                    if line.startswith("VmHWM:"):
-                        return int(line.split()[1])
-        except OSError:
-            pass
-        return 0
+        """Its peak RSS (KiB) since it started or since :meth:`reset_peak_rss`."""
+        return proc_status_kib(self.pid, "VmHWM")
+
+    def rss_kib(self) -> int:
+        """Its RSS (KiB) now."""
+        return proc_status_kib(self.pid, "VmRSS")
+
+    def reset_peak_rss(self) -> None:
+        """Start :meth:`peak_rss_kib` again from the RSS now (``clear_refs`` 5)."""
+        with open(f"/proc/{self.pid}/clear_refs", "w") as fh:
+            fh.write("5")
 
     def conf(self, cluster: str, version: str = "1.1.0", **extra: Any) -> dict[str, Any]:
         """The runtime's network config for the thin plugin, ``cluster`` its cluster network."""

@@ -63,7 +63,7 @@ def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
             "max": round(max(ms), 2) if ms else 0.0, "n": len(ms)}
 
 
-def _proc_cpu(pid: int) -> tuple[float, float]:
+def proc_cpu(pid: int) -> tuple[float, float]:
     """(own, waited-for children) CPU seconds of a process, from /proc/<pid>/stat."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -302,7 +302,7 @@ class Bench:
         (the thin plugin or the delegates, and ``ip``), the daemon itself and the
         delegates the daemon waited for."""
         t = os.times()
-        own, children = _proc_cpu(self.daemon.pid) if self.daemon.running else (0.0, 0.0)
+        own, children = proc_cpu(self.daemon.pid) if self.daemon.running else (0.0, 0.0)
         return {"bench": t.user + t.system, "execs": t.children_user + t.children_system,
                 "daemon": own, "daemon_delegates": children}
 
