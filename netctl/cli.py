@@ -405,6 +405,21 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--interval", type=float, default=60.0, metavar="S",
                    help="the periodic round's interval to compare with (reconcile-interval)")
     b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("kube", help="Kubernetes mode against the fake API server: API "
+                        "requests per ADD/DEL, ADD latency vs standalone, memory")
+    b.add_argument("--pods", type=int, default=1000, help="pods of the node in the fake, "
+                   "cached by the daemon (default 1000)")
+    b.add_argument("--nads", type=int, default=100, help="NADs in the fake (default 100)")
+    b.add_argument("--churn", type=int, default=200, metavar="N", help="pods of the cache "
+                   "ADDed and DELed per side, kube and standalone (default 200)")
+    b.add_argument("--misses", type=int, default=20, metavar="N", help="pods created with "
+                   "their ADD, with the watch healthy, then lagging (default 20)")
+    b.add_argument("--concurrency", type=int, default=8)
+    b.add_argument("--burst", type=int, default=100, metavar="N",
+                   help="ADDs at the same moment, for the peak memory (default 100)")
+    b.add_argument("--api-latency", type=float, default=0.0, metavar="MS",
+                   help="added to every API request by the fake (default 0)")
+    b.add_argument("--json", action="store_true")
     b = bsub.add_parser("podman", help="podman run --rm on a netctl network vs podman's own "
                         "bridge network (Debian's podman, CNI backend)")
     b.add_argument("--runs", type=int, default=10, help="runs per side (default 10)")

@@ -1,8 +1,9 @@
 """``netctl bench``: benchmarks on real namespaces and real plugins, one module each
 (:mod:`~netctl.bench.churn`, :mod:`~netctl.bench.ipam`, :mod:`~netctl.bench.journal`,
-:mod:`~netctl.bench.crash`, :mod:`~netctl.bench.events`, :mod:`~netctl.bench.podman`) on the
-shared driver and base of :mod:`~netctl.bench.common` (over :mod:`netctl.harness`, which the
-tests use too) and the one renderer of :mod:`~netctl.bench.render`.
+:mod:`~netctl.bench.crash`, :mod:`~netctl.bench.events`, :mod:`~netctl.bench.podman`,
+:mod:`~netctl.bench.kube`) on the shared driver and base of :mod:`~netctl.bench.common`
+(over :mod:`netctl.harness`, which the tests use too) and the one renderer of
+:mod:`~netctl.bench.render`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def main(args: argparse.Namespace) -> int:
         from netctl.bench.events import run_events
 
         return run_events(args)
+    if args.bench == "kube":
+        from netctl.bench.kube import run_kube
+
+        return run_kube(args)
     if args.bench == "podman":
         from netctl.bench.podman import run_podman
 

@@ -6,7 +6,10 @@ the rows it promises and times every read path, each answer right; `netctl bench
 SIGKILLs the daemon in each iteration, vanishes sandboxes, and finds nothing left behind;
 `netctl bench events` times vanished sandboxes released on kernel events, beside the periodic
 round, and leaves nothing; `netctl bench podman` times podman runs on each side and leaves
-no podman state behind."""
+no podman state behind; `netctl bench kube` counts the kube daemon's API requests per ADD
+and DEL (none but the network-status patch with a warm cache, one GET more when the watch
+lags), times ADDs beside standalone mode, measures the daemon's and its delegates' memory,
+and leaves nothing."""
 
 from __future__ import annotations
 
@@ -192,6 +195,7 @@ def test_events_small_json() -> None:
     assert report["daemon"]["exit_code"] == 0
 
     assert_left_nothing(report)
+    assert not os.path.exists(f"/proc/{report['standalone']['daemon_pid']}")
 
 
 def test_podman_small_json() -> None:
@@ -217,3 +221,45 @@ def test_podman_small_json() -> None:
     assert report["daemon"]["peak_rss_kib"] > 0
     assert not os.path.exists(report["podman_root"])
     assert_left_nothing(report)
+
+
+def test_kube_small_json() -> None:
+    """A small cache, two rounds' worth of churn per side, two misses of each kind, a burst
+    of five: the request counts are the design's (exact: they are counts, not timings), every
+    number is there, nothing is left."""
+    proc = subprocess.run([NETCTL, "bench", "kube", "--pods", "20", "--nads", "5", "--churn",
+                           "8", "--misses", "2", "--concurrency", "2", "--burst", "5",
+                           "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    req = report["requests"]
+    warm = req["warm_cache"]
+    assert warm["ADD"]["pods"] == 8 and warm["ADD"]["requests"] == {"patch pods": 8}
+    assert warm["DEL"]["requests"] == {}  # a DEL never asks the API
+    assert req["created_with_add"]["ADD"]["reads_per_pod"] <= 1  # at most one GET each
+    assert req["created_with_add"]["ADD"]["per_pod"]["patch pods"] == 1
+    assert req["watch_lagging"]["ADD"]["requests"] == {"get pods": 2, "patch pods": 2}
+    for side in ("kube", "standalone"):
+        rep = report[side]
+        assert rep["pods"] == 8 and rep["failures"] == 0 and rep["leftovers"] == []
+        assert all(rep[verb]["p50"] > 0 for verb in ("add_ms", "del_ms"))
+        assert rep["cpu_ms_per_pod"] > 0
+    assert all(v is not None and v > 0 for v in report["ratio"].values())
+    assert report["misses"]["watch_lagging"]["add_ms"]["n"] == 2
+    burst = report["burst"]
+    assert burst["pods"] == 5 and burst["failures"] == 0 and burst["add_ms"]["n"] == 5
+    assert burst["sampled"]["samples"] > 0
+    mem = report["memory"]
+    assert 0 < mem["empty_kib"] <= mem["lifetime_peak_kib"]
+    assert mem["filled_by_watch_kib"] > 0 and mem["filled_by_list_kib"] > 0
+    assert 0 < mem["burst_peak_kib"] <= mem["lifetime_peak_kib"]
+    d = mem["delegate"]
+    assert d["bridge_add_kib"] > 0 and d["static_kib"] > 0 and d["bridge_binary_kib"] > 0
+    c = mem["container"]
+    assert c["delegates_at_once"] == c["max_concurrent"] * c["networks_per_pod"]
+    assert c["bound_kib"] > c["once_kib"] > mem["burst_peak_kib"]
+    assert report["daemon"]["exit_code"] == 0
+
+    assert_left_nothing(report)
+    assert not os.path.exists(f"/proc/{report['standalone']['daemon_pid']}")
