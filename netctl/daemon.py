@@ -17,7 +17,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import msgspec.yaml
@@ -38,15 +38,17 @@ from netctl.errors import INVALID_CONFIG, CNIError, Refusal
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import Attachment
 from netctl.journal.store import open_journal
-from netctl.kube.api import Api, ApiError, KubeSettings
 from netctl.kube.netstatus import annotation_value, network_status
 from netctl.kube.objects import Meta, Pod
-from netctl.kube.pods import NadSource, PodSource, post_event, write_network_status
 from netctl.reconcile.leaks import Reconciler
 from netctl.reconcile.pending import finish_pending, pending_dir
 from netctl.reconcile.replay import replay
 from netctl.reconcile.watch import EventWatcher
 from netctl.server import Handlers, Server, ServerConfig
+
+if TYPE_CHECKING:  # the client is imported in Kubernetes mode only: it costs ≈ 50 MiB
+    from netctl.kube.api import Api
+    from netctl.kube.pods import NadSource, PodSource
 
 log = logging.getLogger("netctl.daemon")
 
@@ -161,6 +163,9 @@ class KubeMode:
         if not node:
             raise CNIError(INVALID_CONFIG, "Kubernetes mode needs the node's name: "
                            "--node-name, or NODE_NAME in the environment")
+        from netctl.kube.api import Api, ApiError, KubeSettings
+        from netctl.kube.pods import NadSource, PodSource
+
         try:
             api = await Api.connect(KubeSettings(cfg.kubeconfig, cfg.in_cluster,
                                                  cfg.api_timeout))
@@ -175,6 +180,8 @@ class KubeMode:
         if not inv.pod.name:
             return ""
         value = annotation_value(network_status(atts))
+        from netctl.kube.pods import write_network_status
+
         warning = await write_network_status(self.api, inv.pod.namespace, inv.pod.name, value)
         if warning:
             self.status_failures += 1
@@ -184,6 +191,8 @@ class KubeMode:
 
     async def refused(self, inv: Invocation, exc: Refusal) -> None:
         namespace, _, name = exc.pod.partition("/")
+        from netctl.kube.pods import post_event
+
         await post_event(self.api, namespace or inv.pod.namespace, name or inv.pod.name,
                          inv.pod.uid, exc.reason, exc.note or exc.msg, self.node)
 
