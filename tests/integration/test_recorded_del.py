@@ -115,8 +115,8 @@ def test_a_record_never_undoes_an_add_that_came_after_it(
     ns = netns()
     stale = json.dumps({"command": "DEL", "container_id": "again", "netns": "/run/netns/x",
                         "ifname": "eth0", "stdin": json.dumps(conf)}).encode()
-    _write_record(daemon, f"{time.time_ns():020d}-7.del", stale)
-    time.sleep(0.01)  # the ADD's journal time is after the record's
+    # written a second ago: the ADD below is journaled after it
+    _write_record(daemon, f"{time.time_ns() - 10**9:020d}-7.del", stale)
     assert daemon.cni("ADD", "again", ns, conf).rc == 0
     report = daemon.reconcile()  # a round finishes recorded DELs first
     assert report["errors"] == []

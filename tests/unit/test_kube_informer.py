@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 import trio_asyncio
 
 from netctl.errors import CNIError
@@ -116,10 +117,10 @@ def test_a_pod_lookup_reads_the_cache_waits_for_the_watch_then_gets_once(
                     assert found is not None and found.metadata.name == "warm"
                     assert fake.count("get", "pods") == 0
 
-                    async def create_soon() -> None:
-                        await trio.sleep(0.1)
+                    async def create_once_waited_for() -> None:
+                        await trio.testing.wait_all_tasks_blocked()  # the lookup waits
                         fake.create("pods", pod("late", node="n1"))
-                    nursery.start_soon(create_soon)
+                    nursery.start_soon(create_once_waited_for)
                     assert await source.lookup("default", "late") is not None  # the watch
                     assert fake.count("get", "pods") == 0
 
