@@ -37,6 +37,7 @@ from netctl.reconcile.plan import Facts, host_interfaces
 
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _IFINFOMSG = 16  # family, pad, type, index, flags, change
+AF_BRIDGE = 7  # ifi_family of a bridge port's own link messages
 _RTATTR = struct.Struct("=HH")  # len, type
 IFLA_IFNAME = 3
 
@@ -98,7 +99,9 @@ def _ifname(msg: bytes) -> str | None:
 
 def netlink_hints(datagram: bytes) -> Hints:
     """The hints in one netlink datagram: a name per ``RTM_DELLINK``, a recheck for an
-    ``RTM_DELNSID``; every other message (and a truncated one) is skipped. Only the
+    ``RTM_DELNSID``; every other message (and a truncated one) is skipped, and so is a
+    bridge port's ``RTM_DELLINK`` (family ``AF_BRIDGE``: the port left its bridge; the
+    link's own deletion has its own message). Only the
     message header and the one attribute are read: a node reboot brings thousands."""
     out = Hints()
     offset = 0
@@ -106,7 +109,8 @@ def netlink_hints(datagram: bytes) -> Hints:
         length, kind, _, _, _ = _NLMSGHDR.unpack_from(datagram, offset)
         if length < _NLMSGHDR.size or offset + length > len(datagram):
             break
-        if kind == RTM_DELLINK:
+        if kind == RTM_DELLINK and length > _NLMSGHDR.size \
+                and datagram[offset + _NLMSGHDR.size] != AF_BRIDGE:
             name = _ifname(datagram[offset:offset + length])
             if name:
                 out.links.add(name)

@@ -11,21 +11,28 @@
 - a sandbox deleted while a request for its container is in flight is not touched
   until that request is over, then released without being asked;
 - ``reconcile-events: false`` leaves such a leak to the periodic round or to
-  ``netctl reconcile`` (the other test modules that need a leak to persist say so).
+  ``netctl reconcile`` (the other test modules that need a leak to persist say so);
+- the watcher's netlink socket gets only what it reads: a pod's host veth deleted and
+  its nsid, not the link's creation, its changes, nor its leaving the bridge.
 
 Subnets: 10.187.0-3.0/24.
 """
 
 from __future__ import annotations
 
+import socket
+import struct
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID
 
 from netctl import harness
+from netctl.reconcile.events import AF_BRIDGE, netlink_hints
+from netctl.reconcile.watch import open_netlink
 from tests.conftest import Daemon, bridge_ports, ip, live, step_states, wait_for
 
 pytestmark = pytest.mark.netns
@@ -201,3 +208,34 @@ def test_a_burst_of_vanished_sandboxes_is_released_while_requests_are_served(
                        (first, last))[0][0]
     assert served >= 1 and probes >= 1
     wait_for(lambda: bridge_ports(br) == [], 60, "the kernel to remove the host veths")
+
+
+def test_the_netlink_socket_gets_the_deletions_only(daemon: Daemon, netns) -> None:
+    """Not started: the daemon fixture only names the links, and removes them after."""
+    bridge, veth = daemon.name("fb"), daemon.name("fv")
+    with open_netlink() as sock:
+        ns = netns()
+        ip("link", "add", bridge, "type", "bridge")
+        ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        ip("link", "set", veth, "master", bridge, "up")
+        ip("netns", "del", ns)  # the veth dies with it, and leaves the bridge
+        got: list[bytes] = []
+
+        def deleted() -> bool:
+            got.extend(receive(sock))
+            return veth in {name for d in got for name in netlink_hints(d).links}
+
+        wait_for(deleted, 10, "the veth's deletion")
+    kinds = [struct.unpack_from("=H", d, 4)[0] for d in got]  # one message a datagram
+    assert set(kinds) <= {RTM_DELLINK, RTM_DELNSID}  # no RTM_NEWLINK: creation, changes
+    assert [d[16] for d, kind in zip(got, kinds, strict=True)
+            if kind == RTM_DELLINK and AF_BRIDGE == d[16]] == []  # no port leaving a bridge
+
+
+def receive(sock: socket.socket) -> list[bytes]:
+    out = []
+    while True:
+        try:
+            out.append(sock.recv(1 << 16))
+        except BlockingIOError:
+            return out

@@ -1,7 +1,8 @@
 """We test these aspects of the reconcile on kernel events, without a daemon:
 
 - netlink datagrams → hints: the name of each ``RTM_DELLINK``, a recheck for an
-  ``RTM_DELNSID``, every other message (and a truncated one) skipped;
+  ``RTM_DELNSID``, every other message (a bridge port's ``RTM_DELLINK``, a truncated
+  one) skipped;
 - ``struct inotify_event`` records, one after another, names padded with NULs;
 - which containers hints concern (a deleted host link named in an attachment's result,
   a deleted netns path, a recheck: every netns that is gone; plain-plugin allocations
@@ -23,6 +24,7 @@ import pytest
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID, RTM_NEWLINK
 
 from netctl.reconcile.events import (
+    AF_BRIDGE,
     IN_DELETE,
     IN_Q_OVERFLOW,
     Hints,
@@ -44,8 +46,8 @@ def nlmsg(kind: int, body: bytes) -> bytes:
     return struct.pack("=IHHII", 16 + len(body), kind, 0, 0, 0) + body
 
 
-def link_msg(kind: int, name: str) -> bytes:
-    ifinfo = struct.pack("=BxHiII", 0, 1, 7, 0, 0)
+def link_msg(kind: int, name: str, family: int = 0) -> bytes:
+    ifinfo = struct.pack("=BxHiII", family, 1, 7, 0, 0)
     return nlmsg(kind, ifinfo + rtattr(13, b"\x01\x00\x00\x00") + rtattr(3, name.encode() + b"\0"))
 
 
@@ -56,6 +58,8 @@ def test_netlink_deleted_links_and_nsids() -> None:
     nsid = nlmsg(RTM_DELNSID, struct.pack("=Bxxx", 0) + rtattr(1, struct.pack("=i", 4)))
     assert netlink_hints(nsid) == Hints(recheck=True)
     assert not netlink_hints(link_msg(RTM_DELLINK, "vethcut")[:-6])  # truncated: skipped
+    # a bridge port leaving its bridge: the link's own deletion has its own message
+    assert not netlink_hints(link_msg(RTM_DELLINK, "vethport", family=AF_BRIDGE))
     assert not netlink_hints(b"\x01\x02")
 
 
