@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID
 
-from netctl.reconcile.plan import Facts, host_interfaces
+from netctl.cni.types import host_interfaces
+from netctl.reconcile.plan import Facts
 
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _IFINFOMSG = 16  # family, pad, type, index, flags, change
