@@ -15,6 +15,11 @@ Writes are shielded from cancellation — a journal write, once asked for,
 completes — but bounded by ``write_deadline``: a database that hangs fails the
 request with code 5 instead of hanging the daemon.
 
+The journal also keeps :attr:`Journal.live`, an in-memory index of where the live
+attachments and allocations are (netns paths, host links, which are being DELeted),
+loaded when it opens and updated after each write commits
+(:mod:`netctl.journal.live`).
+
 The CLI reads the same file read-only with plain sqlite3 (WAL lets it read
 while the daemon writes); see :mod:`netctl.journal.query`.
 """
@@ -38,6 +43,7 @@ from netctl.cni.config import Chain, parse_chain
 from netctl.cni.request import Pod
 from netctl.errors import IO_FAILURE, CNIError
 from netctl.ipam.planner import Allocation, Owner, PoolInfo
+from netctl.journal.live import LiveIndex
 from netctl.journal.migrate import PRAGMAS, migrate
 from netctl.journal.records import Attachment, OpEnd, Operation, OpStart, StepEnd, StepStart
 
@@ -177,6 +183,7 @@ class Journal:
         self.commits = 0  # transactions committed (batches)
         self.writes = 0  # writes committed
         self.trips = 0  # calls run on the database thread (reads and batches)
+        self.live = LiveIndex()  # where live attachments and allocations are (live.py)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -262,8 +269,10 @@ class Journal:
         op_id, ids = await self._write(fn)
         for att, att_id in zip(adding, ids, strict=True):
             att.id, att.state, att.add_op = att_id, "adding", op_id
+            self.live.attachment(att.id, att.container_id, att.netns, att.result)
         for att in removing:
             att.state, att.del_op = "removing", op_id
+        self.live.leaving(att.id for att in removing)
         return op_id
 
     async def finish(self, op_id: int, end: OpEnd, *, retry_at: Callable[[int], float] | None
@@ -286,11 +295,14 @@ class Journal:
         await self._write(fn)
         for att in end.attached:
             att.state = "attached"
+            self.live.result(att.id, att.result)
         for att in end.removed:
             att.state = "removed"
+        self.live.removed(att.id for att in end.removed)
         for att, err in end.kept:
             att.error = err
             att.del_failures += 1
+        self.live.leaving((att.id for att, _ in end.kept), leaving=False)
 
     async def one_transaction(self, op: OpStart, *, new: Sequence[Allocation] = (),
                               gone: Sequence[Allocation] = (),
@@ -310,7 +322,9 @@ class Journal:
                 _close_operation(db, op_id, "failed", failure.code, failure.msg, now)
             return op_id
 
-        return await self._write(fn)
+        op_id = await self._write(fn)
+        self._allocations_changed(new, gone)
+        return op_id
 
     async def unfinished_operations(self) -> list[Operation]:
         rows = await self._read(lambda db: db.execute(
@@ -370,7 +384,9 @@ class Journal:
             assert cur.lastrowid is not None
             return cur.lastrowid
 
-        return await self._write(fn)
+        step_id = await self._write(fn)
+        self._allocations_changed(new, ())
+        return step_id
 
     async def end_step(self, end: StepEnd, *, op_id: int,
                        gone: Sequence[Allocation] = ()) -> None:
@@ -393,6 +409,35 @@ class Journal:
                            (_json(end.result), end.attachment))
 
         await self._write(fn)
+        if end.verb == "ADD" and end.error is None and end.result is not None:
+            self.live.result(end.attachment, end.result)
+        self._allocations_changed((), gone)
+
+    async def read_live(self) -> LiveIndex:
+        """:attr:`live` as the database has it (read when the journal opens): every live
+        attachment and allocation, none leaving."""
+        def fn(db: sqlite3.Connection) -> tuple[list[sqlite3.Row], list[sqlite3.Row]]:
+            return (db.execute("SELECT id, container_id, netns, result FROM attachments"
+                               " WHERE state != 'removed'").fetchall(),
+                    db.execute("SELECT scope, address, container_id, netns, attachment_id"
+                               " FROM ipam_allocations WHERE released_at IS NULL").fetchall())
+
+        attachments, allocations = await self._read(fn)
+        live = LiveIndex()
+        for r in attachments:
+            live.attachment(r["id"], r["container_id"], r["netns"],
+                            msgspec.json.decode(r["result"]) if r["result"] else None)
+        for r in allocations:
+            live.allocated((r["scope"], r["address"]), r["container_id"], r["netns"],
+                           r["attachment_id"])
+        return live
+
+    def _allocations_changed(self, new: Iterable[Allocation], gone: Iterable[Allocation]
+                             ) -> None:
+        for alloc in new:
+            self.live.allocated((alloc.scope, alloc.address), alloc.owner.container_id,
+                                alloc.owner.netns, alloc.owner.attachment_id)
+        self.live.released((alloc.scope, alloc.address) for alloc in gone)
 
     # -- IPAM -------------------------------------------------------------------------------
 
@@ -447,7 +492,9 @@ async def _connected(path: str, write_deadline: float) -> AsyncIterator[Journal]
 
     db = await trio_asyncio.aio_as_trio(connect)()
     try:
-        yield Journal(db, path, write_deadline)
+        journal = Journal(db, path, write_deadline)
+        journal.live = await journal.read_live()
+        yield journal
     finally:
         with trio.CancelScope(shield=True):
             await trio_asyncio.aio_as_trio(db.close)()
