@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from netctl.cni.types import host_interfaces
 
@@ -39,6 +39,8 @@ class LiveAllocation:
 
 
 Holder = LiveAttachment | LiveAllocation
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class LiveIndex:
@@ -48,6 +50,7 @@ class LiveIndex:
     def __init__(self) -> None:
         self.attachments: dict[int, LiveAttachment] = {}
         self.allocations: dict[tuple[str, str], LiveAllocation] = {}
+        self._by_container: dict[str, set[int]] = {}  # live attachments only
         self._by_link: dict[str, set[int]] = {}
         self._by_netns: dict[str, set[int | tuple[str, str]]] = {}
         self._by_name: dict[str, set[str]] = {}  # basename → netns paths
@@ -93,6 +96,10 @@ class LiveIndex:
 
     # -- asked by the reconciler -----------------------------------------------------------
 
+    def holds(self, container_id: str) -> bool:
+        """Whether the container has a live attachment."""
+        return container_id in self._by_container
+
     def at_link(self, name: str) -> Iterator[LiveAttachment]:
         for att_id in self._by_link.get(name, ()):
             yield self.attachments[att_id]
@@ -121,6 +128,7 @@ class LiveIndex:
 
     def _put_attachment(self, att_id: int, att: LiveAttachment) -> None:
         self.attachments[att_id] = att
+        self._by_container.setdefault(att.container_id, set()).add(att_id)
         for name in att.links:
             self._by_link.setdefault(name, set()).add(att_id)
         self._index_netns(att.netns, att_id)
@@ -129,12 +137,9 @@ class LiveIndex:
         att = self.attachments.pop(att_id, None)
         if att is None:
             return
+        _discard(self._by_container, att.container_id, att_id)
         for name in att.links:
-            ids = self._by_link.get(name)
-            if ids is not None:
-                ids.discard(att_id)
-                if not ids:
-                    del self._by_link[name]
+            _discard(self._by_link, name, att_id)
         self._unindex_netns(att.netns, att_id)
 
     def _index_netns(self, netns: str, key: int | tuple[str, str]) -> None:
@@ -143,18 +148,21 @@ class LiveIndex:
             self._by_name.setdefault(os.path.basename(netns), set()).add(netns)
 
     def _unindex_netns(self, netns: str, key: int | tuple[str, str]) -> None:
-        keys = self._by_netns.get(netns)
-        if keys is None:
-            return
-        keys.discard(key)
-        if not keys:
-            del self._by_netns[netns]
-            name = os.path.basename(netns)
-            paths = self._by_name.get(name)
-            if paths is not None:
-                paths.discard(netns)
-                if not paths:
-                    del self._by_name[name]
+        if _discard(self._by_netns, netns, key):
+            _discard(self._by_name, os.path.basename(netns), netns)
+
+
+def _discard(index: dict[K, set[V]], key: K, value: V) -> bool:
+    """Take ``value`` out of ``index[key]``, and the key with its last value; True when
+    the key went."""
+    values = index.get(key)
+    if values is None:
+        return False
+    values.discard(value)
+    if values:
+        return False
+    del index[key]
+    return True
 
 
 def _links(result: dict[str, Any] | None) -> frozenset[str]:

@@ -142,12 +142,14 @@ def _release_allocations(db: sqlite3.Connection, gone: Iterable[Allocation], op_
 
 
 class _Write:
-    """One queued write and, once its batch committed, its outcome."""
+    """One queued write and, once its batch committed, its outcome; ``indexed`` updates
+    :attr:`Journal.live` with the result, right when the batch commits."""
 
-    __slots__ = ("done", "error", "fn", "result")
+    __slots__ = ("done", "error", "fn", "indexed", "result")
 
-    def __init__(self, fn: Sync[Any]) -> None:
+    def __init__(self, fn: Sync[Any], indexed: Callable[[Any], None] | None) -> None:
         self.fn = fn
+        self.indexed = indexed
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
@@ -208,8 +210,11 @@ class Journal:
         db._tx.put_nowait((future, partial(fn, db._connection)))
         return cast(T, await trio_asyncio.run_aio_future(future))
 
-    async def _write(self, fn: Sync[T]) -> T:
-        item = _Write(fn)
+    async def _write(self, fn: Sync[T], indexed: Callable[[T], None] | None = None) -> T:
+        """Commit ``fn`` (with whatever else is queued), then, in the same step, apply
+        ``indexed(result)`` to :attr:`live`: the index never lags behind a commit, even
+        one another writer's batch made while this caller has not resumed yet."""
+        item = _Write(fn, indexed)
         self._queue.append(item)
         with trio.CancelScope(shield=True):  # a journal write, once asked for, completes…
             with trio.move_on_after(self.write_deadline) as late:  # …or fails, in time
@@ -219,6 +224,9 @@ class Journal:
                         try:
                             await self._on_thread(lambda db: _run_batch(batch, db))
                             self.commits += 1
+                            for other in batch:
+                                if other.error is None and other.indexed is not None:
+                                    other.indexed(other.result)
                         except BaseException as exc:
                             cause = exc if isinstance(exc, Exception) else CNIError(
                                 IO_FAILURE, f"journal {self.path}: a write did not finish "
@@ -275,13 +283,16 @@ class Journal:
                            [(op_id, att.id) for att in removing])
             return op_id, ids
 
-        op_id, ids = await self._write(fn)
+        def indexed(result: tuple[int, list[int]]) -> None:
+            for att, att_id in zip(adding, result[1], strict=True):
+                self.live.attachment(att_id, att.container_id, att.netns, att.result)
+            self.live.leaving(att.id for att in removing)
+
+        op_id, ids = await self._write(fn, indexed)
         for att, att_id in zip(adding, ids, strict=True):
             att.id, att.state, att.add_op = att_id, "adding", op_id
-            self.live.attachment(att.id, att.container_id, att.netns, att.result)
         for att in removing:
             att.state, att.del_op = "removing", op_id
-        self.live.leaving(att.id for att in removing)
         return op_id
 
     async def finish(self, op_id: int, end: OpEnd, *, retry_at: Callable[[int], float] | None
@@ -301,17 +312,20 @@ class Journal:
                                 for a, err in end.kept])
             _close_operation(db, op_id, end.state, end.code, end.error, now)
 
-        await self._write(fn)
+        def indexed(_: None) -> None:
+            for att in end.attached:
+                self.live.result(att.id, att.result)
+            self.live.removed(att.id for att in end.removed)
+            self.live.leaving((att.id for att, _ in end.kept), leaving=False)
+
+        await self._write(fn, indexed)
         for att in end.attached:
             att.state = "attached"
-            self.live.result(att.id, att.result)
         for att in end.removed:
             att.state = "removed"
-        self.live.removed(att.id for att in end.removed)
         for att, err in end.kept:
             att.error = err
             att.del_failures += 1
-        self.live.leaving((att.id for att, _ in end.kept), leaving=False)
 
     async def one_transaction(self, op: OpStart, *, new: Sequence[Allocation] = (),
                               gone: Sequence[Allocation] = (),
@@ -331,9 +345,7 @@ class Journal:
                 _close_operation(db, op_id, "failed", failure.code, failure.msg, now)
             return op_id
 
-        op_id = await self._write(fn)
-        self._allocations_changed(new, gone)
-        return op_id
+        return await self._write(fn, lambda _: self._allocations_changed(new, gone))
 
     async def unfinished_operations(self) -> list[Operation]:
         rows = await self._read(lambda db: db.execute(
@@ -353,7 +365,10 @@ class Journal:
     # -- attachments ------------------------------------------------------------------------
 
     async def live_attachments(self, container_id: str | None = None) -> list[Attachment]:
-        """Attachments not yet removed (all of them, or one container's)."""
+        """Attachments not yet removed (all of them, or one container's; none without a
+        read when :attr:`live` knows the container has none, as for a new pod's ADD)."""
+        if container_id is not None and not self.live.holds(container_id):
+            return []
         if container_id is None:
             rows = await self._read(lambda db: db.execute(
                 "SELECT * FROM attachments WHERE state != 'removed' ORDER BY id").fetchall())
@@ -393,9 +408,7 @@ class Journal:
             assert cur.lastrowid is not None
             return cur.lastrowid
 
-        step_id = await self._write(fn)
-        self._allocations_changed(new, ())
-        return step_id
+        return await self._write(fn, lambda _: self._allocations_changed(new, ()))
 
     async def end_step(self, end: StepEnd, *, op_id: int,
                        gone: Sequence[Allocation] = ()) -> None:
@@ -417,10 +430,12 @@ class Journal:
                 db.execute("UPDATE attachments SET result=? WHERE id=?",
                            (_json(end.result), end.attachment))
 
-        await self._write(fn)
-        if end.verb == "ADD" and end.error is None and end.result is not None:
-            self.live.result(end.attachment, end.result)
-        self._allocations_changed((), gone)
+        def indexed(_: None) -> None:
+            if end.verb == "ADD" and end.error is None and end.result is not None:
+                self.live.result(end.attachment, end.result)
+            self._allocations_changed((), gone)
+
+        await self._write(fn, indexed)
 
     async def read_live(self) -> LiveIndex:
         """:attr:`live` as the database has it (read when the journal opens): every live

@@ -7,12 +7,15 @@
   leaving; a DEL that removes it takes it out, its allocations released with the step;
 - plain IPAM allocations come and go with their one transaction;
 - after every write, the index is what the database says (read again, as at start-up:
-  nothing leaving), and a journal opened again starts from it.
+  nothing leaving), and a journal opened again starts from it;
+- writes batched together are in the index from their commit on, whoever made it; a
+  container the index says has nothing live is answered without a read.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -133,5 +136,38 @@ def test_plain_allocations_and_a_journal_opened_again(tmp_path: Path) -> None:
         async with open_journal(tmp_path) as journal:
             assert journal.live.attachments == before.attachments
             assert journal.live.allocations == before.allocations
+
+    trio.run(main)
+
+
+def test_a_write_is_in_the_index_when_it_commits(tmp_path: Path) -> None:
+    """Writes queued together commit in one batch, made by whichever writer goes first;
+    the others' rows are in the index from that commit on, not from when their callers
+    resume. Checked with a plain read of the file, no checkpoint in between."""
+    async def main() -> None:
+        async with open_journal(tmp_path) as journal:
+            read = sqlite3.connect(f"file:{journal.path}?mode=ro", uri=True)
+
+            def committed() -> set[str]:
+                return {c for (c,) in read.execute(
+                    "SELECT container_id FROM attachments WHERE state != 'removed'")}
+
+            async def add(cid: str) -> None:
+                att = Attachment(container_id=cid, ifname="eth0", network="default/blue",
+                                 chain=CHAIN, netns=f"/run/netns/{cid}")
+                await journal.begin(OpStart(verb="ADD", container_id=cid), adding=[att])
+                assert all(journal.live.holds(c) for c in committed())
+
+            try:
+                async with trio.open_nursery() as nursery:
+                    for i in range(20):
+                        nursery.start_soon(add, f"c{i}")
+            finally:
+                read.close()
+            assert journal.commits < 20  # batched
+            trips = journal.trips
+            assert await journal.live_attachments("nobody") == []
+            assert journal.trips == trips  # the index says it has nothing: no read
+            assert [a.container_id for a in await journal.live_attachments("c3")] == ["c3"]
 
     trio.run(main)
