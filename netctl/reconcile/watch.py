@@ -31,10 +31,13 @@ call on the event loop):
 the first of them, hands the whole batch to
 :meth:`~netctl.reconcile.leaks.Reconciler.run_for`: a burst (a node reboot, a
 thousand sandboxes at once) becomes a few runs, not a thousand, and what arrives
-during a run waits for the next. Requests are never delayed by it: the run's facts
-are read on a worker thread, and its DELs take a few request slots at most, each in
-its container's turn. A container with a request in flight is not touched; it is
-looked at again :data:`RETRY` seconds later, until it is idle.
+during a run waits for the next. A source wakes the daemon for its first event of a
+batch only: what comes during the window waits in the kernel's queue, and is read
+all at once when the window closes (a pod's teardown brings three events). Requests
+are never delayed by it: the run's facts are read on a worker thread, and its DELs
+take a few request slots at most, each in its container's turn. A container with a
+request in flight is not touched; it is looked at again :data:`RETRY` seconds later,
+until it is idle.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ import os
 import socket
 import sqlite3
 import struct
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 import trio
@@ -244,6 +248,8 @@ class EventWatcher:
                                      "allocations_released", "deferred"), 0)
         self._pending = Hints()
         self._wakeup = trio.Event()
+        self._taken = trio.Event()  # set when the batch being gathered is taken
+        self._drains: dict[str, Callable[[], Awaitable[bool]]] = {}  # source → its reader
         self._scope = trio.CancelScope()
 
     def status(self) -> dict[str, Any]:
@@ -271,7 +277,8 @@ class EventWatcher:
                                 "back-stop", exc)
                 else:
                     self.sources.append("netlink")
-                    nursery.start_soon(self._read_netlink, sock)
+                    nursery.start_soon(self._watch, "netlink", sock.fileno(),
+                                       partial(self._read_netlink, sock))
                 if self.netns_dirs:
                     try:
                         dirs = NetnsDirs(self.netns_dirs)
@@ -281,25 +288,40 @@ class EventWatcher:
                     else:
                         opened.callback(dirs.close)
                         self.sources += [f"inotify:{d}" for d in dirs.spellings]
-                        nursery.start_soon(self._read_inotify, dirs)
+                        nursery.start_soon(self._watch, "inotify", dirs.fd,
+                                           partial(self._read_inotify, dirs))
                 log.info("reconcile on events from %s", ", ".join(self.sources) or "nothing")
                 task_status.started()
                 await self._batches(nursery)
 
-    async def _read_netlink(self, sock: socket.socket) -> None:
+    async def _watch(self, name: str, fd: int, read: Callable[[], Awaitable[bool]]) -> None:
+        """Read ``fd`` when it has something; while a batch is being gathered, leave what
+        comes to :meth:`_batches`, which reads every source when its window closes.
+        ``read`` returns False when the source stopped."""
+        self._drains[name] = read
+        while name in self._drains:
+            await trio.lowlevel.wait_readable(fd)
+            if not await read():
+                self._drains.pop(name, None)
+            elif self._wakeup.is_set():  # a batch is being gathered (maybe by this read)
+                await self._taken.wait()
+
+    async def _read_netlink(self, sock: socket.socket) -> bool:
+        """Everything queued on the netlink socket, :data:`READ_BURST` datagrams at a
+        time with a checkpoint between; False when it stopped."""
         while True:
-            await trio.lowlevel.wait_readable(sock)
-            hints = Hints()
+            hints, more = Hints(), True
             for _ in range(READ_BURST):
                 try:
                     data = sock.recv(1 << 16)
                 except BlockingIOError:
+                    more = False
                     break
                 except OSError as exc:
                     if exc.errno != errno.ENOBUFS:
                         log.warning("netlink events stopped (%s): the periodic reconcile is "
                                     "the back-stop", exc)
-                        return
+                        return False
                     self.counts["events_lost"] += 1
                     hints.recheck = True  # the kernel dropped some: look at every netns
                     continue
@@ -309,18 +331,21 @@ class EventWatcher:
                 hints.merge(got)
             if hints:
                 self.note(hints)
+            if not more:
+                return True
+            await trio.lowlevel.checkpoint()  # a burst: let the others run meanwhile
 
-    async def _read_inotify(self, dirs: NetnsDirs) -> None:
+    async def _read_inotify(self, dirs: NetnsDirs) -> bool:
+        """Everything queued on the inotify fd; False when it stopped."""
         while True:
-            await trio.lowlevel.wait_readable(dirs.fd)
             try:
                 buf = os.read(dirs.fd, 1 << 16)
             except BlockingIOError:
-                continue
+                return True
             except OSError as exc:
                 log.warning("netns-dir events stopped (%s): the periodic reconcile is the "
                             "back-stop", exc)
-                return
+                return False
             hints = dirs.hints(buf)
             self.counts["netns_deleted"] += len({os.path.basename(p) for p in hints.netns})
             self.counts["events_lost"] += hints.recheck
@@ -331,7 +356,12 @@ class EventWatcher:
         while True:
             await self._wakeup.wait()
             await trio.sleep(self.window)  # let the burst come in
+            for name, read in list(self._drains.items()):  # what came meanwhile
+                if not await read():
+                    self._drains.pop(name, None)
             hints, self._pending, self._wakeup = self._pending, Hints(), trio.Event()
+            taken, self._taken = self._taken, trio.Event()
+            taken.set()  # the sources wake the next batch
             self.counts["batches"] += 1
             log.debug("events: %s", hints.describe())
             try:

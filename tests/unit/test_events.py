@@ -12,21 +12,26 @@
 - the netns-dir watches on a real inotify fd: spellings of one dir share a watch and a
   deletion is reported under each; a dir that does not exist yet is waited for and
   watched once it appears; a watched dir that goes away asks for a recheck and is
-  waited for again.
+  waited for again;
+- the watcher's batches: what comes within a batch's window joins it, read when the
+  window closes; events that tell nothing open no batch.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import socket
 import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID, RTM_NEWLINK
 
 from netctl.journal.live import LiveIndex
+from netctl.reconcile import watch
 from netctl.reconcile.events import (
     AF_BRIDGE,
     IN_DELETE,
@@ -38,7 +43,7 @@ from netctl.reconcile.events import (
     netns_to_check,
 )
 from netctl.reconcile.plan import AttachmentFact, Facts, plan
-from netctl.reconcile.watch import NetnsDirs
+from netctl.reconcile.watch import EventWatcher, NetnsDirs
 
 
 def rtattr(kind: int, payload: bytes) -> bytes:
@@ -238,3 +243,62 @@ def test_a_dir_made_later_is_watched_once_it_appears(tmp_path: Path) -> None:
         assert read_hints(dirs).netns == {f"{later}/ns2"}
     finally:
         dirs.close()
+
+
+# -- the watcher's batches, on a real inotify fd ------------------------------------------------
+
+
+class Recorder:
+    """Stands in for the reconciler: records the netns paths of each batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[set[str]] = []
+        self.ran = trio.Event()
+
+    async def run_for(self, hints: Hints) -> tuple[dict[str, Any], frozenset[str]]:
+        if hints.netns:
+            self.batches.append(set(hints.netns))
+            self.ran.set()
+        return {"plan": {"attachments": [], "allocations": []}}, frozenset()
+
+
+def test_what_comes_during_a_window_is_read_with_its_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first event wakes the watcher; what follows within the window waits in the
+    kernel's queue and joins the same batch. Events that tell nothing (a dir appearing)
+    open no batch and hold nothing up. Only the netns dir is watched here: the host's
+    links come and go with whatever else runs on it."""
+    def no_netlink() -> socket.socket:
+        raise OSError("not in this test")
+
+    monkeypatch.setattr(watch, "open_netlink", no_netlink)
+    later = tmp_path / "run" / "netns"
+    recorder = Recorder()
+    watcher = EventWatcher(recorder, [str(later)], window=0.2)  # type: ignore[arg-type]
+
+    async def next_batch() -> set[str]:
+        with trio.fail_after(10):
+            await recorder.ran.wait()
+        recorder.ran = trio.Event()
+        return recorder.batches[-1]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watcher.run)
+            later.parent.mkdir()
+            later.mkdir()
+            for name in ("a", "b", "c", "d"):
+                (later / name).touch()
+            await trio.sleep(0.1)  # the watch moved into the new dir: no batch for that
+            assert recorder.batches == []
+            for name in ("a", "b", "c"):
+                (later / name).unlink()
+                await trio.sleep(0.02)
+            assert await next_batch() == {f"{later}/{n}" for n in "abc"}
+            (later / "d").unlink()
+            assert await next_batch() == {f"{later}/d"}
+            assert watcher.counts["netns_deleted"] == 4
+            assert watcher.sources == [f"inotify:{later}"]
+            watcher.stop()
+
+    trio.run(main)
