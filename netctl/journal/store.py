@@ -26,6 +26,7 @@ while the daemon writes); see :mod:`netctl.journal.query`.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import sqlite3
 import time
@@ -37,6 +38,7 @@ from typing import Any, TypeVar, cast
 
 import aiosqlite
 import msgspec
+import outcome
 import trio
 import trio_asyncio
 
@@ -174,6 +176,26 @@ def _run_batch(batch: list[_Write], db: sqlite3.Connection) -> None:
         raise
 
 
+class _Answer(asyncio.Future[Any]):
+    """The future aiosqlite's thread resolves, through the loop's call_soon_threadsafe
+    (run by trio-asyncio in the trio thread): resolving it wakes the trio task that
+    made it at once, where a done-callback would wait one more turn of the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self._task = trio.lowlevel.current_task()
+
+    def set_result(self, result: Any) -> None:
+        super().set_result(result)
+        trio.lowlevel.reschedule(self._task, outcome.Value(result))
+
+    def set_exception(self, exception: type | BaseException) -> None:
+        super().set_exception(exception)
+        error = self.exception()
+        assert error is not None
+        trio.lowlevel.reschedule(self._task, outcome.Error(error))
+
+
 class Journal:
     """Typed writes and reads of the journal (see the module's docstring)."""
 
@@ -198,17 +220,23 @@ class Journal:
 
         This is what aiosqlite's own ``Connection._execute`` does — a future of the
         loop, the call put on the connection's queue, the future resolved from its
-        thread — but the future is awaited from trio directly, not through an asyncio
-        task wrapped around that coroutine (which cost as much again as the rest of the
-        trip). Cancelled (a write past its deadline), the future is cancelled, and the
-        thread's late answer is dropped, as aiosqlite drops it."""
+        thread through the loop — but the trio task waits on the future itself
+        (:class:`_Answer`), not through an asyncio task wrapped around that coroutine
+        (which cost as much again as the rest of the trip). Cancelled (a write past its
+        deadline), the future is cancelled, and the thread's late answer is dropped, as
+        aiosqlite drops it."""
         db = self._db
         self.trips += 1
         if not db._running or db._connection is None:
             raise ValueError("Connection closed")
-        future = self._loop.create_future()
-        db._tx.put_nowait((future, partial(fn, db._connection)))
-        return cast(T, await trio_asyncio.run_aio_future(future))
+        answer = _Answer(self._loop)
+        db._tx.put_nowait((answer, partial(fn, db._connection)))
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            answer.cancel()
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return cast(T, await trio.lowlevel.wait_task_rescheduled(abort))
 
     async def _write(self, fn: Sync[T], indexed: Callable[[T], None] | None = None) -> T:
         """Commit ``fn`` (with whatever else is queued), then, in the same step, apply
