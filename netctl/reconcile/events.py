@@ -104,8 +104,8 @@ def netlink_hints(datagram: bytes) -> Hints:
     """The hints in one netlink datagram: a name per ``RTM_DELLINK``, a recheck for an
     ``RTM_DELNSID``; every other message (and a truncated one) is skipped, and so is a
     bridge port's ``RTM_DELLINK`` (family ``AF_BRIDGE``: the port left its bridge; the
-    link's own deletion has its own message). Only the
-    message header and the one attribute are read: a node reboot brings thousands."""
+    link's own deletion has its own message). Only the message header and the one
+    attribute are read: a node reboot brings thousands."""
     out = Hints()
     offset = 0
     while offset + _NLMSGHDR.size <= len(datagram):
