@@ -62,3 +62,12 @@ def check_result(obj: dict[str, Any]) -> str | None:
             return (f"ips entry {ip.address} names interface index {ip.interface}, but the "
                     f"result has {len(result.interfaces)} interfaces")
     return None
+
+
+def host_interfaces(result: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(name, mac) of the interfaces a result puts on the host (no ``sandbox``)."""
+    out = []
+    for iface in (result or {}).get("interfaces") or []:
+        if isinstance(iface, dict) and not iface.get("sandbox") and iface.get("name"):
+            out.append((str(iface["name"]), str(iface.get("mac", "")).lower()))
+    return out

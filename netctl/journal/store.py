@@ -15,22 +15,30 @@ Writes are shielded from cancellation — a journal write, once asked for,
 completes — but bounded by ``write_deadline``: a database that hangs fails the
 request with code 5 instead of hanging the daemon.
 
+The journal also keeps :attr:`Journal.live`, an in-memory index of where the live
+attachments and allocations are (netns paths, host links, which are being DELeted),
+loaded when it opens and updated after each write commits
+(:mod:`netctl.journal.live`).
+
 The CLI reads the same file read-only with plain sqlite3 (WAL lets it read
 while the daemon writes); see :mod:`netctl.journal.query`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import aiosqlite
 import msgspec
+import outcome
 import trio
 import trio_asyncio
 
@@ -38,6 +46,7 @@ from netctl.cni.config import Chain, parse_chain
 from netctl.cni.request import Pod
 from netctl.errors import IO_FAILURE, CNIError
 from netctl.ipam.planner import Allocation, Owner, PoolInfo
+from netctl.journal.live import LiveIndex
 from netctl.journal.migrate import PRAGMAS, migrate
 from netctl.journal.records import Attachment, OpEnd, Operation, OpStart, StepEnd, StepStart
 
@@ -135,12 +144,14 @@ def _release_allocations(db: sqlite3.Connection, gone: Iterable[Allocation], op_
 
 
 class _Write:
-    """One queued write and, once its batch committed, its outcome."""
+    """One queued write and, once its batch committed, its outcome; ``indexed`` updates
+    :attr:`Journal.live` with the result, right when the batch commits."""
 
-    __slots__ = ("done", "error", "fn", "result")
+    __slots__ = ("done", "error", "fn", "indexed", "result")
 
-    def __init__(self, fn: Sync[Any]) -> None:
+    def __init__(self, fn: Sync[Any], indexed: Callable[[Any], None] | None) -> None:
         self.fn = fn
+        self.indexed = indexed
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
@@ -165,11 +176,34 @@ def _run_batch(batch: list[_Write], db: sqlite3.Connection) -> None:
         raise
 
 
+class _Answer(asyncio.Future[Any]):
+    """The future aiosqlite's thread resolves, through the loop's call_soon_threadsafe
+    (run by trio-asyncio in the trio thread): resolving it wakes the trio task that
+    made it at once, where a done-callback would wait one more turn of the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self._task = trio.lowlevel.current_task()
+
+    def set_result(self, result: Any) -> None:
+        super().set_result(result)
+        trio.lowlevel.reschedule(self._task, outcome.Value(result))
+
+    def set_exception(self, exception: type | BaseException) -> None:
+        super().set_exception(exception)
+        error = self.exception()
+        assert error is not None
+        trio.lowlevel.reschedule(self._task, outcome.Error(error))
+
+
 class Journal:
     """Typed writes and reads of the journal (see the module's docstring)."""
 
     def __init__(self, db: aiosqlite.Connection, path: str, write_deadline: float) -> None:
         self._db = db
+        loop = trio_asyncio.current_loop.get()
+        assert loop is not None, "a Journal is made inside its trio-asyncio loop"
+        self._loop = loop
         self._lock = trio.Lock()
         self._queue: list[_Write] = []
         self.path = path
@@ -177,23 +211,38 @@ class Journal:
         self.commits = 0  # transactions committed (batches)
         self.writes = 0  # writes committed
         self.trips = 0  # calls run on the database thread (reads and batches)
+        self.live = LiveIndex()  # where live attachments and allocations are (live.py)
 
     # -- plumbing ---------------------------------------------------------------------------
 
     async def _on_thread(self, fn: Sync[T]) -> T:
-        """Run ``fn(connection)`` on aiosqlite's thread: one trip across trio-asyncio."""
+        """Run ``fn(connection)`` on aiosqlite's thread: one trip across trio-asyncio.
+
+        This is what aiosqlite's own ``Connection._execute`` does — a future of the
+        loop, the call put on the connection's queue, the future resolved from its
+        thread through the loop — but the trio task waits on the future itself
+        (:class:`_Answer`), not through an asyncio task wrapped around that coroutine
+        (which cost as much again as the rest of the trip). Cancelled (a write past its
+        deadline), the future is cancelled, and the thread's late answer is dropped, as
+        aiosqlite drops it."""
         db = self._db
         self.trips += 1
+        if not db._running or db._connection is None:
+            raise ValueError("Connection closed")
+        answer = _Answer(self._loop)
+        db._tx.put_nowait((answer, partial(fn, db._connection)))
 
-        async def call() -> T:
-            # aiosqlite's own way of running a function on its connection thread
-            result = await db._execute(fn, db._conn)  # type: ignore[no-untyped-call]
-            return cast(T, result)
+        def abort(_: object) -> trio.lowlevel.Abort:
+            answer.cancel()
+            return trio.lowlevel.Abort.SUCCEEDED
 
-        return cast(T, await trio_asyncio.aio_as_trio(call)())
+        return cast(T, await trio.lowlevel.wait_task_rescheduled(abort))
 
-    async def _write(self, fn: Sync[T]) -> T:
-        item = _Write(fn)
+    async def _write(self, fn: Sync[T], indexed: Callable[[T], None] | None = None) -> T:
+        """Commit ``fn`` (with whatever else is queued), then, in the same step, apply
+        ``indexed(result)`` to :attr:`live`: the index never lags behind a commit, even
+        one another writer's batch made while this caller has not resumed yet."""
+        item = _Write(fn, indexed)
         self._queue.append(item)
         with trio.CancelScope(shield=True):  # a journal write, once asked for, completes…
             with trio.move_on_after(self.write_deadline) as late:  # …or fails, in time
@@ -203,6 +252,9 @@ class Journal:
                         try:
                             await self._on_thread(lambda db: _run_batch(batch, db))
                             self.commits += 1
+                            for other in batch:
+                                if other.error is None and other.indexed is not None:
+                                    other.indexed(other.result)
                         except BaseException as exc:
                             cause = exc if isinstance(exc, Exception) else CNIError(
                                 IO_FAILURE, f"journal {self.path}: a write did not finish "
@@ -259,7 +311,12 @@ class Journal:
                            [(op_id, att.id) for att in removing])
             return op_id, ids
 
-        op_id, ids = await self._write(fn)
+        def indexed(result: tuple[int, list[int]]) -> None:
+            for att, att_id in zip(adding, result[1], strict=True):
+                self.live.attachment(att_id, att.container_id, att.netns, att.result)
+            self.live.leaving(att.id for att in removing)
+
+        op_id, ids = await self._write(fn, indexed)
         for att, att_id in zip(adding, ids, strict=True):
             att.id, att.state, att.add_op = att_id, "adding", op_id
         for att in removing:
@@ -283,7 +340,13 @@ class Journal:
                                 for a, err in end.kept])
             _close_operation(db, op_id, end.state, end.code, end.error, now)
 
-        await self._write(fn)
+        def indexed(_: None) -> None:
+            for att in end.attached:
+                self.live.result(att.id, att.result)
+            self.live.removed(att.id for att in end.removed)
+            self.live.leaving((att.id for att, _ in end.kept), leaving=False)
+
+        await self._write(fn, indexed)
         for att in end.attached:
             att.state = "attached"
         for att in end.removed:
@@ -310,7 +373,7 @@ class Journal:
                 _close_operation(db, op_id, "failed", failure.code, failure.msg, now)
             return op_id
 
-        return await self._write(fn)
+        return await self._write(fn, lambda _: self._allocations_changed(new, gone))
 
     async def unfinished_operations(self) -> list[Operation]:
         rows = await self._read(lambda db: db.execute(
@@ -330,7 +393,10 @@ class Journal:
     # -- attachments ------------------------------------------------------------------------
 
     async def live_attachments(self, container_id: str | None = None) -> list[Attachment]:
-        """Attachments not yet removed (all of them, or one container's)."""
+        """Attachments not yet removed (all of them, or one container's; none without a
+        read when :attr:`live` knows the container has none, as for a new pod's ADD)."""
+        if container_id is not None and not self.live.holds(container_id):
+            return []
         if container_id is None:
             rows = await self._read(lambda db: db.execute(
                 "SELECT * FROM attachments WHERE state != 'removed' ORDER BY id").fetchall())
@@ -370,7 +436,7 @@ class Journal:
             assert cur.lastrowid is not None
             return cur.lastrowid
 
-        return await self._write(fn)
+        return await self._write(fn, lambda _: self._allocations_changed(new, ()))
 
     async def end_step(self, end: StepEnd, *, op_id: int,
                        gone: Sequence[Allocation] = ()) -> None:
@@ -392,7 +458,38 @@ class Journal:
                 db.execute("UPDATE attachments SET result=? WHERE id=?",
                            (_json(end.result), end.attachment))
 
-        await self._write(fn)
+        def indexed(_: None) -> None:
+            if end.verb == "ADD" and end.error is None and end.result is not None:
+                self.live.result(end.attachment, end.result)
+            self._allocations_changed((), gone)
+
+        await self._write(fn, indexed)
+
+    async def read_live(self) -> LiveIndex:
+        """:attr:`live` as the database has it (read when the journal opens): every live
+        attachment and allocation, none leaving."""
+        def fn(db: sqlite3.Connection) -> tuple[list[sqlite3.Row], list[sqlite3.Row]]:
+            return (db.execute("SELECT id, container_id, netns, result FROM attachments"
+                               " WHERE state != 'removed'").fetchall(),
+                    db.execute("SELECT scope, address, container_id, netns, attachment_id"
+                               " FROM ipam_allocations WHERE released_at IS NULL").fetchall())
+
+        attachments, allocations = await self._read(fn)
+        live = LiveIndex()
+        for r in attachments:
+            live.attachment(r["id"], r["container_id"], r["netns"],
+                            msgspec.json.decode(r["result"]) if r["result"] else None)
+        for r in allocations:
+            live.allocated((r["scope"], r["address"]), r["container_id"], r["netns"],
+                           r["attachment_id"])
+        return live
+
+    def _allocations_changed(self, new: Iterable[Allocation], gone: Iterable[Allocation]
+                             ) -> None:
+        for alloc in new:
+            self.live.allocated((alloc.scope, alloc.address), alloc.owner.container_id,
+                                alloc.owner.netns, alloc.owner.attachment_id)
+        self.live.released((alloc.scope, alloc.address) for alloc in gone)
 
     # -- IPAM -------------------------------------------------------------------------------
 
@@ -447,7 +544,9 @@ async def _connected(path: str, write_deadline: float) -> AsyncIterator[Journal]
 
     db = await trio_asyncio.aio_as_trio(connect)()
     try:
-        yield Journal(db, path, write_deadline)
+        journal = Journal(db, path, write_deadline)
+        journal.live = await journal.read_live()
+        yield journal
     finally:
         with trio.CancelScope(shield=True):
             await trio_asyncio.aio_as_trio(db.close)()

@@ -14,29 +14,33 @@ listening) and turns each into :class:`Hints`:
 A queue overflow on either (``ENOBUFS``, ``IN_Q_OVERFLOW``) loses events, so it
 asks for the same as an nsid deletion: look at every attachment's netns.
 
-:func:`concerned` maps hints to containers, from the reconciler's facts: a
+:func:`concerned` maps hints to containers, from the journal's in-memory index of
+live attachments and allocations (:class:`~netctl.journal.live.LiveIndex`): a
 deleted link to the attachments whose result names it as a host interface, a
 deleted path to the attachments and allocations with that netns, an nsid
-deletion (or a lost event) to those whose netns is no longer a network
-namespace. :func:`focus` narrows the facts to those containers, and the
-reconciler's one plan (:func:`netctl.reconcile.plan.plan`) decides what to do
-with them: a hint only says where to look, never what is leaked.
+deletion (or a lost event) to those whose netns is no longer a network namespace
+(:func:`netns_to_check` says which paths to look at). What a DEL under way is
+removing concerns nobody: a runtime's DEL deletes the pod's host veth, and its
+netns goes right after. Hints that concern nobody cost no journal read; for the
+others, the reconciler reads the facts about those containers only, and its one
+plan (:func:`netctl.reconcile.plan.plan`) decides what to do with them: a hint
+only says where to look, never what is leaked.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID
 
-from netctl.reconcile.plan import Facts, host_interfaces
+from netctl.journal.live import LiveIndex
 
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _IFINFOMSG = 16  # family, pad, type, index, flags, change
+AF_BRIDGE = 7  # ifi_family of a bridge port's own link messages
 _RTATTR = struct.Struct("=HH")  # len, type
 IFLA_IFNAME = 3
 
@@ -98,15 +102,18 @@ def _ifname(msg: bytes) -> str | None:
 
 def netlink_hints(datagram: bytes) -> Hints:
     """The hints in one netlink datagram: a name per ``RTM_DELLINK``, a recheck for an
-    ``RTM_DELNSID``; every other message (and a truncated one) is skipped. Only the
-    message header and the one attribute are read: a node reboot brings thousands."""
+    ``RTM_DELNSID``; every other message (and a truncated one) is skipped, and so is a
+    bridge port's ``RTM_DELLINK`` (family ``AF_BRIDGE``: the port left its bridge; the
+    link's own deletion has its own message). Only the message header and the one
+    attribute are read: a node reboot brings thousands."""
     out = Hints()
     offset = 0
     while offset + _NLMSGHDR.size <= len(datagram):
         length, kind, _, _, _ = _NLMSGHDR.unpack_from(datagram, offset)
         if length < _NLMSGHDR.size or offset + length > len(datagram):
             break
-        if kind == RTM_DELLINK:
+        if kind == RTM_DELLINK and length > _NLMSGHDR.size \
+                and datagram[offset + _NLMSGHDR.size] != AF_BRIDGE:
             name = _ifname(datagram[offset:offset + length])
             if name:
                 out.links.add(name)
@@ -133,32 +140,26 @@ def inotify_events(buf: bytes) -> Iterator[tuple[int, int, str]]:
 # -- which containers ---------------------------------------------------------------------------
 
 
-def concerned(facts: Facts, hints: Hints) -> frozenset[str]:
-    """The containers the hints point at (see the module docstring)."""
-    out = set(hints.containers)
+def netns_to_check(live: LiveIndex, hints: Hints) -> set[str]:
+    """The live netns paths whose existence :func:`concerned` needs: every one on a
+    recheck; else those a deleted name may mean under another spelling of a watched dir
+    (a link, a bind mount): the same name, once it is no longer a netns."""
+    if hints.recheck:
+        return live.netns_paths()
     names = {os.path.basename(p) for p in hints.netns}
+    return {path for name in names for path in live.named(name)} - hints.netns
 
-    def gone(netns: str) -> bool:
-        if not netns:
-            return False
-        if netns in hints.netns:
-            return True
-        # another spelling of a watched dir (a link, a bind mount): the same name, gone
-        is_gone = not facts.netns_exists.get(netns, True)
-        return is_gone and (hints.recheck or os.path.basename(netns) in names)
 
-    for att in facts.attachments:
-        if gone(att.netns) or (hints.links and any(
-                name in hints.links for name, _ in host_interfaces(att.result))):
-            out.add(att.container_id)
-    out.update(alloc.container_id for alloc in facts.allocations if gone(alloc.netns))
+def concerned(live: LiveIndex, hints: Hints, netns_exists: Mapping[str, bool]
+              ) -> frozenset[str]:
+    """The containers the hints point at (see the module docstring), from the journal's
+    index of live attachments and allocations and the existence of the paths
+    :func:`netns_to_check` named (a path not in ``netns_exists`` exists). A holder a
+    DEL under way is removing (:meth:`~netctl.journal.live.LiveIndex.is_leaving`)
+    concerns nobody: that DEL takes care of it."""
+    out = set(hints.containers)
+    gone = set(hints.netns) | {path for path, exists in netns_exists.items() if not exists}
+    holders = [h for path in gone for h in live.at_netns(path)]
+    holders += [att for name in hints.links for att in live.at_link(name)]
+    out.update(h.container_id for h in holders if not live.is_leaving(h))
     return frozenset(out)
-
-
-def focus(facts: Facts, containers: frozenset[str]) -> Facts:
-    """The facts about ``containers`` only: their attachments and allocations; no host
-    links to sweep (that is the periodic round's)."""
-    return dataclasses.replace(
-        facts, attachments=[a for a in facts.attachments if a.container_id in containers],
-        allocations=[a for a in facts.allocations if a.container_id in containers],
-        removed_results=[], host_links={})

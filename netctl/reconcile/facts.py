@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 import msgspec
@@ -33,6 +33,11 @@ def host_links() -> dict[str, Link]:
     return out
 
 
+def netns_exist(paths: Iterable[str]) -> dict[str, bool]:
+    """Whether each path is (still) a network namespace: not one any more is gone too."""
+    return {path: is_netns(path) for path in paths}
+
+
 def _result(blob: bytes | None) -> dict[str, object] | None:
     if not blob:
         return None
@@ -41,10 +46,16 @@ def _result(blob: bytes | None) -> dict[str, object] | None:
 
 
 def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None = None,
-           links: dict[str, Link] | None = None, *, sweep: bool = True) -> Facts:
+           links: dict[str, Link] | None = None, *, sweep: bool = True,
+           containers: Collection[str] | None = None) -> Facts:
     """The facts; without ``sweep`` neither removed attachments nor host links (what only
-    the sweep for leftover host veths needs), for a run on kernel events."""
+    the sweep for leftover host veths needs), for a run on kernel events; with
+    ``containers``, only those containers' attachments and allocations."""
     now = time.time() if now is None else now
+    only, args = "", []
+    if containers is not None:  # one parameter, however many: a JSON array
+        only = " AND {}container_id IN (SELECT value FROM json_each(?))"
+        args = [msgspec.json.encode(sorted(containers)).decode()]
     conn = sqlite3.connect(f"file:{journal_path}?mode=ro", uri=True)
     try:
         running = {row[0] for row in conn.execute(
@@ -57,7 +68,7 @@ def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None
             for r in conn.execute(
                 "SELECT id, container_id, network, ifname, netns, state, add_op, del_op, result,"
                 " del_failures, retry_at, error FROM attachments WHERE state != 'removed'"
-                " ORDER BY id")]
+                f"{only.format('')} ORDER BY id", args)]
         removed = [(r[0], _result(r[1])) for r in conn.execute(
             "SELECT id, result FROM attachments WHERE state='removed' AND removed_at > ?",
             (now - REMOVED_WINDOW,))] if sweep else []
@@ -71,12 +82,12 @@ def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None
                 " a.attachment_id, t.state, a.allocated_at, a.scope, a.prefix,"
                 " a.pod_namespace, a.pod_name FROM ipam_allocations a"
                 " LEFT JOIN attachments t ON t.id = a.attachment_id"
-                " WHERE a.released_at IS NULL ORDER BY a.id")]
+                f" WHERE a.released_at IS NULL{only.format('a.')} ORDER BY a.id", args)]
     finally:
         conn.close()
     paths = {a.netns for a in attachments if a.netns} | {a.netns for a in allocations if a.netns}
     return Facts(
         attachments=attachments, removed_results=removed, allocations=allocations,
-        netns_exists={p: is_netns(p) for p in paths},  # not a netns any more: gone too
+        netns_exists=netns_exist(paths),
         host_links=(host_links() if links is None else links) if sweep else {},
         busy=frozenset(busy), now=now)

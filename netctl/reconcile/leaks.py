@@ -33,8 +33,8 @@ from netctl.engine.engine import Engine
 from netctl.errors import CNIError
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import OpEnd, OpStart
-from netctl.reconcile.events import Hints, concerned, focus
-from netctl.reconcile.facts import gather
+from netctl.reconcile.events import Hints, concerned, netns_to_check
+from netctl.reconcile.facts import gather, netns_exist
 from netctl.reconcile.pending import finish_pending
 from netctl.reconcile.plan import AllocationFact, Facts, Plan, plan
 
@@ -75,21 +75,27 @@ class Reconciler:
 
     async def run_for(self, hints: Hints) -> tuple[dict[str, Any], frozenset[str]]:
         """A round on kernel events: the same plan, over the containers ``hints`` concern
-        (:func:`~netctl.reconcile.events.concerned`) only; journaled with origin
-        ``event``. Returns the report and the concerned containers left alone because a
-        request of theirs is in flight (to look at again later)."""
-        facts = await self._facts(sweep=False)
-        mine = concerned(facts, hints)
+        (:func:`~netctl.reconcile.events.concerned`, from the journal's index of what
+        is live) only, their facts read for them alone; journaled with origin
+        ``event``. Hints that concern no container cost no read. Returns the report and
+        the concerned containers left alone because a request of theirs is in flight
+        (to look at again later)."""
+        live = self.engine.journal.live
+        paths = netns_to_check(live, hints)
+        exists = await trio.to_thread.run_sync(netns_exist, paths) if paths else {}
+        mine = concerned(live, hints, exists)
         if not mine:
             return {"dry_run": False, "plan": Plan().to_json(), "errors": []}, frozenset()
-        focused = focus(facts, mine)
-        report, deferred = await self._act(focused, plan(focused, self.grace), dry_run=False,
+        facts = await self._facts(sweep=False, containers=mine)
+        report, deferred = await self._act(facts, plan(facts, self.grace), dry_run=False,
                                            origin="event", why=hints.describe())
         return report, deferred | (mine & facts.busy)
 
-    async def _facts(self, *, sweep: bool) -> Facts:
+    async def _facts(self, *, sweep: bool, containers: frozenset[str] | None = None
+                     ) -> Facts:
         return await trio.to_thread.run_sync(partial(
-            gather, self.engine.journal.path, self.engine.admission.busy(), sweep=sweep))
+            gather, self.engine.journal.path, self.engine.admission.busy(), sweep=sweep,
+            containers=containers))
 
     async def _act(self, facts: Facts, todo: Plan, *, dry_run: bool, origin: str,
                    why: str = "") -> tuple[dict[str, Any], frozenset[str]]:

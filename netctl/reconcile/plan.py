@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from netctl.cni.types import host_interfaces
+
 
 @dataclass(frozen=True)
 class AttachmentFact:
@@ -107,15 +109,6 @@ def stuck_json(att: AttachmentFact) -> dict[str, Any]:
     return {"attachment": att.id, "container": att.container_id, "network": att.network,
             "ifname": att.ifname, "state": att.state, "failures": att.del_failures,
             "retry_at": att.retry_at, "error": att.error}
-
-
-def host_interfaces(result: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """(name, mac) of the interfaces a result puts on the host (no ``sandbox``)."""
-    out = []
-    for iface in (result or {}).get("interfaces") or []:
-        if isinstance(iface, dict) and not iface.get("sandbox") and iface.get("name"):
-            out.append((str(iface["name"]), str(iface.get("mac", "")).lower()))
-    return out
 
 
 def plan(facts: Facts, grace: float) -> Plan:

@@ -11,8 +11,12 @@ call on the event loop):
   pyroute2's constants: pyroute2's own sockets run an asyncio loop in the calling
   thread, and its message decoder costs ≈0.3 ms a message, where a node reboot
   brings thousands (:func:`~netctl.reconcile.events.netlink_hints` reads the header
-  and one attribute). A 4 MiB receive buffer absorbs bursts; an overflow
-  (``ENOBUFS``) makes the next batch check every attachment's netns.
+  and one attribute). A classic BPF filter on the socket lets only what that reads
+  through: the group also carries every ``RTM_NEWLINK`` (a pod's ADD and DEL bring
+  a dozen) and a bridge port's ``RTM_DELLINK`` beside the link's own, which the
+  kernel then drops instead of waking the daemon for each. A 4 MiB receive buffer
+  absorbs bursts; an overflow (``ENOBUFS``) makes the next batch check every
+  attachment's netns.
 - inotify on the runtimes' netns dirs (setting ``netns-dirs``: ``/run/netns`` and
   ``/var/run/netns``), through ctypes on libc (``inotify_init1``,
   ``inotify_add_watch``, ``inotify_rm_watch``: three calls, so no dependency).
@@ -27,10 +31,13 @@ call on the event loop):
 the first of them, hands the whole batch to
 :meth:`~netctl.reconcile.leaks.Reconciler.run_for`: a burst (a node reboot, a
 thousand sandboxes at once) becomes a few runs, not a thousand, and what arrives
-during a run waits for the next. Requests are never delayed by it: the run's facts
-are read on a worker thread, and its DELs take a few request slots at most, each in
-its container's turn. A container with a request in flight is not touched; it is
-looked at again :data:`RETRY` seconds later, until it is idle.
+during a run waits for the next. A source wakes the daemon for its first event of a
+batch only: what comes during the window waits in the kernel's queue, and is read
+all at once when the window closes (a pod's teardown brings three events). Requests
+are never delayed by it: the run's facts are read on a worker thread, and its DELs
+take a few request slots at most, each in its container's turn. A container with a
+request in flight is not touched; it is looked at again :data:`RETRY` seconds later,
+until it is idle.
 """
 
 from __future__ import annotations
@@ -42,15 +49,18 @@ import logging
 import os
 import socket
 import sqlite3
-from collections.abc import Sequence
+import struct
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 import trio
 from pyroute2.netlink import NETLINK_ADD_MEMBERSHIP, NETLINK_ROUTE, SOL_NETLINK
-from pyroute2.netlink.rtnl import RTNLGRP_LINK, RTNLGRP_NSID
+from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID, RTNLGRP_LINK, RTNLGRP_NSID
 
 from netctl.errors import CNIError
 from netctl.reconcile.events import (
+    AF_BRIDGE,
     IN_CREATE,
     IN_DELETE,
     IN_DELETE_SELF,
@@ -80,8 +90,42 @@ DIR_MASK = IN_DELETE | IN_MOVED_FROM | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDI
 PARENT_MASK = IN_CREATE | IN_MOVED_TO | IN_ONLYDIR
 
 
+SO_ATTACH_FILTER = getattr(socket, "SO_ATTACH_FILTER", 26)
+_BPF_LDH_ABS, _BPF_LDB_ABS, _BPF_JEQ_K, _BPF_RET_K = 0x28, 0x30, 0x15, 0x06
+_BPF_INSN = struct.Struct("=HBBI")  # struct sock_filter: code, jt, jf, k
+
+
+def _big_endian_type(kind: int) -> int:
+    """``nlmsg_type`` as a BPF half-word load sees it (network byte order)."""
+    return int.from_bytes(struct.pack("=H", kind), "big")
+
+
+def deletions_only() -> bytes:
+    """A classic BPF program that keeps what :func:`~netctl.reconcile.events.netlink_hints`
+    reads — ``RTM_DELNSID``, and ``RTM_DELLINK`` but a bridge port's (family
+    ``AF_BRIDGE``) — and drops the rest. Each notification is one message:
+    ``nlmsg_type`` at offset 4, ``ifi_family`` at 16."""
+    return b"".join(_BPF_INSN.pack(*insn) for insn in (
+        (_BPF_LDH_ABS, 0, 0, 4),
+        (_BPF_JEQ_K, 4, 0, _big_endian_type(RTM_DELNSID)),  # → keep
+        (_BPF_JEQ_K, 0, 2, _big_endian_type(RTM_DELLINK)),  # else → drop
+        (_BPF_LDB_ABS, 0, 0, 16),
+        (_BPF_JEQ_K, 0, 1, AF_BRIDGE),  # → drop, else → keep
+        (_BPF_RET_K, 0, 0, 0),
+        (_BPF_RET_K, 0, 0, 0xFFFFFFFF),
+    ))
+
+
+def _attach_filter(sock: socket.socket, program: bytes) -> None:
+    """SO_ATTACH_FILTER: the kernel copies the program (``struct sock_fprog``)."""
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = struct.pack("HL", len(program) // _BPF_INSN.size, ctypes.addressof(buf))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+
+
 def open_netlink() -> socket.socket:
-    """A non-blocking netlink route socket subscribed to link and nsid events."""
+    """A non-blocking netlink route socket subscribed to link and nsid events, filtered
+    down to the deletions."""
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_NONBLOCK
                          | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
     try:
@@ -89,6 +133,10 @@ def open_netlink() -> socket.socket:
             sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF)
         except PermissionError:  # not root: as much as rmem_max allows
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+        try:
+            _attach_filter(sock, deletions_only())
+        except OSError as exc:  # no filter: netlink_hints skips the rest, at some cost
+            log.warning("netlink events unfiltered (%s)", exc)
         sock.bind((0, 0))
         for group in (RTNLGRP_LINK, RTNLGRP_NSID):
             sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, group)
@@ -200,6 +248,8 @@ class EventWatcher:
                                      "allocations_released", "deferred"), 0)
         self._pending = Hints()
         self._wakeup = trio.Event()
+        self._taken = trio.Event()  # set when the batch being gathered is taken
+        self._drains: dict[str, Callable[[], Awaitable[bool]]] = {}  # source → its reader
         self._scope = trio.CancelScope()
 
     def status(self) -> dict[str, Any]:
@@ -227,7 +277,8 @@ class EventWatcher:
                                 "back-stop", exc)
                 else:
                     self.sources.append("netlink")
-                    nursery.start_soon(self._read_netlink, sock)
+                    nursery.start_soon(self._watch, "netlink", sock.fileno(),
+                                       partial(self._read_netlink, sock))
                 if self.netns_dirs:
                     try:
                         dirs = NetnsDirs(self.netns_dirs)
@@ -237,25 +288,40 @@ class EventWatcher:
                     else:
                         opened.callback(dirs.close)
                         self.sources += [f"inotify:{d}" for d in dirs.spellings]
-                        nursery.start_soon(self._read_inotify, dirs)
+                        nursery.start_soon(self._watch, "inotify", dirs.fd,
+                                           partial(self._read_inotify, dirs))
                 log.info("reconcile on events from %s", ", ".join(self.sources) or "nothing")
                 task_status.started()
                 await self._batches(nursery)
 
-    async def _read_netlink(self, sock: socket.socket) -> None:
+    async def _watch(self, name: str, fd: int, read: Callable[[], Awaitable[bool]]) -> None:
+        """Read ``fd`` when it has something; while a batch is being gathered, leave what
+        comes to :meth:`_batches`, which reads every source when its window closes.
+        ``read`` returns False when the source stopped."""
+        self._drains[name] = read
+        while name in self._drains:
+            await trio.lowlevel.wait_readable(fd)
+            if not await read():
+                self._drains.pop(name, None)
+            elif self._wakeup.is_set():  # a batch is being gathered (maybe by this read)
+                await self._taken.wait()
+
+    async def _read_netlink(self, sock: socket.socket) -> bool:
+        """Everything queued on the netlink socket, :data:`READ_BURST` datagrams at a
+        time with a checkpoint between; False when it stopped."""
         while True:
-            await trio.lowlevel.wait_readable(sock)
-            hints = Hints()
+            hints, more = Hints(), True
             for _ in range(READ_BURST):
                 try:
                     data = sock.recv(1 << 16)
                 except BlockingIOError:
+                    more = False
                     break
                 except OSError as exc:
                     if exc.errno != errno.ENOBUFS:
                         log.warning("netlink events stopped (%s): the periodic reconcile is "
                                     "the back-stop", exc)
-                        return
+                        return False
                     self.counts["events_lost"] += 1
                     hints.recheck = True  # the kernel dropped some: look at every netns
                     continue
@@ -265,18 +331,21 @@ class EventWatcher:
                 hints.merge(got)
             if hints:
                 self.note(hints)
+            if not more:
+                return True
+            await trio.lowlevel.checkpoint()  # a burst: let the others run meanwhile
 
-    async def _read_inotify(self, dirs: NetnsDirs) -> None:
+    async def _read_inotify(self, dirs: NetnsDirs) -> bool:
+        """Everything queued on the inotify fd; False when it stopped."""
         while True:
-            await trio.lowlevel.wait_readable(dirs.fd)
             try:
                 buf = os.read(dirs.fd, 1 << 16)
             except BlockingIOError:
-                continue
+                return True
             except OSError as exc:
                 log.warning("netns-dir events stopped (%s): the periodic reconcile is the "
                             "back-stop", exc)
-                return
+                return False
             hints = dirs.hints(buf)
             self.counts["netns_deleted"] += len({os.path.basename(p) for p in hints.netns})
             self.counts["events_lost"] += hints.recheck
@@ -287,7 +356,12 @@ class EventWatcher:
         while True:
             await self._wakeup.wait()
             await trio.sleep(self.window)  # let the burst come in
+            for name, read in list(self._drains.items()):  # what came meanwhile
+                if not await read():
+                    self._drains.pop(name, None)
             hints, self._pending, self._wakeup = self._pending, Hints(), trio.Event()
+            taken, self._taken = self._taken, trio.Event()
+            taken.set()  # the sources wake the next batch
             self.counts["batches"] += 1
             log.debug("events: %s", hints.describe())
             try:

@@ -10,22 +10,32 @@
   while the runtime's ADDs and DELs keep being served in the middle of it;
 - a sandbox deleted while a request for its container is in flight is not touched
   until that request is over, then released without being asked;
+- the events of a pod a runtime's DEL is removing (its veth, then its netns) are left to
+  that DEL: no run, nothing looked at again;
 - ``reconcile-events: false`` leaves such a leak to the periodic round or to
-  ``netctl reconcile`` (the other test modules that need a leak to persist say so).
+  ``netctl reconcile`` (the other test modules that need a leak to persist say so);
+- the watcher's netlink socket gets only what it reads: a pod's host veth deleted and
+  its nsid, not the link's creation, its changes, nor its leaving the bridge.
 
 Subnets: 10.187.0-3.0/24.
 """
 
 from __future__ import annotations
 
+import socket
+import struct
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID
 
 from netctl import harness
+from netctl.harness import SYSTEM_CNI
+from netctl.reconcile.events import AF_BRIDGE, netlink_hints
+from netctl.reconcile.watch import open_netlink
 from tests.conftest import Daemon, bridge_ports, ip, live, step_states, wait_for
 
 pytestmark = pytest.mark.netns
@@ -154,6 +164,60 @@ def test_an_event_for_a_container_in_flight_waits_for_its_request(
              what="the run on events to be journaled as done")
 
 
+def test_the_events_of_a_del_in_flight_are_left_to_it(daemon: Daemon, netns) -> None:
+    """A runtime's DEL deletes the pod's host veth, and the runtime deletes its netns
+    right after: those events concern nothing that DEL is not removing already, so they
+    cost no run and leave nothing to look at again. The DEL is held here after its
+    bridge step (the veth gone) until a gate file exists."""
+    gate, bin_dir = daemon.root / "del-gate", daemon.root / "held-bin"
+    bin_dir.mkdir()
+    plugin = bin_dir / "heldbridge"
+    plugin.write_text(
+        "#!/bin/sh\n"
+        f"{SYSTEM_CNI}/bridge; rc=$?\n"  # stdin, stdout and stderr are the bridge's
+        'if [ "$CNI_COMMAND" = DEL ]; then\n'
+        f'    while [ ! -e "{gate}" ]; do sleep 0.02; done\n'
+        "fi\n"
+        "exit $rc\n")
+    plugin.chmod(0o755)
+    daemon.bin_dirs.insert(0, str(bin_dir))
+    br = daemon.name("e4")
+    daemon.add_network("evdel", ipam_net("evdel", {"type": "heldbridge", "bridge": br},
+                                         "10.187.4.0/24"))
+    daemon.start()
+    ns, conf = netns(), daemon.conf("evdel")
+    assert daemon.cni("ADD", "ev-del", ns, conf).rc == 0
+    before = events_status(daemon)
+
+    def flushed() -> None:
+        """Every batch so far has been run: one more comes (a netns of nobody's) and
+        begins only after them."""
+        batches = events_status(daemon)["batches"]
+        ip("netns", "del", netns())
+        wait_for(lambda: events_status(daemon)["batches"] > batches, RELEASED_WITHIN,
+                 "a batch after the others")
+
+    with ThreadPoolExecutor(1) as pool:
+        deleting = pool.submit(daemon.cni, "DEL", "ev-del", ns, conf)
+        try:
+            wait_for(lambda: bridge_ports(br) == [], RELEASED_WITHIN,
+                     "the DEL's bridge step to delete the veth")
+            ip("netns", "del", ns)  # the sandbox goes while its DEL is still in flight
+            wait_for(lambda: events_status(daemon)["netns_deleted"] > before["netns_deleted"]
+                     and events_status(daemon)["links_deleted"] > before["links_deleted"],
+                     RELEASED_WITHIN, "the veth's and the netns' events")
+            flushed()
+            assert not deleting.done()
+            assert events_status(daemon)["deferred"] == 0  # not looked at again either
+            assert event_ops(daemon) == [] and held(daemon) == ["ev-del"]
+        finally:
+            gate.touch()
+        assert deleting.result(timeout=60).rc == 0
+    assert states(daemon) == {"ev-del": "removed"} and held(daemon) == []
+    flushed()
+    assert event_ops(daemon) == [] and events_status(daemon)["deferred"] == 0
+
+
 BURST = 200
 
 
@@ -201,3 +265,34 @@ def test_a_burst_of_vanished_sandboxes_is_released_while_requests_are_served(
                        (first, last))[0][0]
     assert served >= 1 and probes >= 1
     wait_for(lambda: bridge_ports(br) == [], 60, "the kernel to remove the host veths")
+
+
+def test_the_netlink_socket_gets_the_deletions_only(daemon: Daemon, netns) -> None:
+    """Not started: the daemon fixture only names the links, and removes them after."""
+    bridge, veth = daemon.name("fb"), daemon.name("fv")
+    with open_netlink() as sock:
+        ns = netns()
+        ip("link", "add", bridge, "type", "bridge")
+        ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        ip("link", "set", veth, "master", bridge, "up")
+        ip("netns", "del", ns)  # the veth dies with it, and leaves the bridge
+        got: list[bytes] = []
+
+        def deleted() -> bool:
+            got.extend(receive(sock))
+            return veth in {name for d in got for name in netlink_hints(d).links}
+
+        wait_for(deleted, 10, "the veth's deletion")
+    kinds = [struct.unpack_from("=H", d, 4)[0] for d in got]  # one message a datagram
+    assert set(kinds) <= {RTM_DELLINK, RTM_DELNSID}  # no RTM_NEWLINK: creation, changes
+    assert [d[16] for d, kind in zip(got, kinds, strict=True)
+            if kind == RTM_DELLINK and AF_BRIDGE == d[16]] == []  # no port leaving a bridge
+
+
+def receive(sock: socket.socket) -> list[bytes]:
+    out = []
+    while True:
+        try:
+            out.append(sock.recv(1 << 16))
+        except BlockingIOError:
+            return out

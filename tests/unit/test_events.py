@@ -1,38 +1,49 @@
 """We test these aspects of the reconcile on kernel events, without a daemon:
 
 - netlink datagrams → hints: the name of each ``RTM_DELLINK``, a recheck for an
-  ``RTM_DELNSID``, every other message (and a truncated one) skipped;
+  ``RTM_DELNSID``, every other message (a bridge port's ``RTM_DELLINK``, a truncated
+  one) skipped;
 - ``struct inotify_event`` records, one after another, names padded with NULs;
-- which containers hints concern (a deleted host link named in an attachment's result,
-  a deleted netns path, a recheck: every netns that is gone; plain-plugin allocations
-  too) and the facts narrowed to them, which the reconciler's one plan then decides on;
+- which containers hints concern, from the journal's index of what is live (a deleted
+  host link named in an attachment's result, a deleted netns path, a recheck: every
+  netns that is gone; plain-plugin allocations too), which netns paths that needs a
+  look at, and that what a DEL under way removes concerns nobody; the index follows
+  results, DELs and removals; the reconciler's one plan then decides;
 - the netns-dir watches on a real inotify fd: spellings of one dir share a watch and a
   deletion is reported under each; a dir that does not exist yet is waited for and
   watched once it appears; a watched dir that goes away asks for a recheck and is
-  waited for again.
+  waited for again;
+- the watcher's batches: what comes within a batch's window joins it, read when the
+  window closes; events that tell nothing open no batch.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import socket
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID, RTM_NEWLINK
 
+from netctl.journal.live import LiveIndex
+from netctl.reconcile import watch
 from netctl.reconcile.events import (
+    AF_BRIDGE,
     IN_DELETE,
     IN_Q_OVERFLOW,
     Hints,
     concerned,
-    focus,
     inotify_events,
     netlink_hints,
+    netns_to_check,
 )
-from netctl.reconcile.plan import AllocationFact, AttachmentFact, Facts, plan
-from netctl.reconcile.watch import NetnsDirs
+from netctl.reconcile.plan import AttachmentFact, Facts, plan
+from netctl.reconcile.watch import EventWatcher, NetnsDirs
 
 
 def rtattr(kind: int, payload: bytes) -> bytes:
@@ -44,8 +55,8 @@ def nlmsg(kind: int, body: bytes) -> bytes:
     return struct.pack("=IHHII", 16 + len(body), kind, 0, 0, 0) + body
 
 
-def link_msg(kind: int, name: str) -> bytes:
-    ifinfo = struct.pack("=BxHiII", 0, 1, 7, 0, 0)
+def link_msg(kind: int, name: str, family: int = 0) -> bytes:
+    ifinfo = struct.pack("=BxHiII", family, 1, 7, 0, 0)
     return nlmsg(kind, ifinfo + rtattr(13, b"\x01\x00\x00\x00") + rtattr(3, name.encode() + b"\0"))
 
 
@@ -56,6 +67,8 @@ def test_netlink_deleted_links_and_nsids() -> None:
     nsid = nlmsg(RTM_DELNSID, struct.pack("=Bxxx", 0) + rtattr(1, struct.pack("=i", 4)))
     assert netlink_hints(nsid) == Hints(recheck=True)
     assert not netlink_hints(link_msg(RTM_DELLINK, "vethcut")[:-6])  # truncated: skipped
+    # a bridge port leaving its bridge: the link's own deletion has its own message
+    assert not netlink_hints(link_msg(RTM_DELLINK, "vethport", family=AF_BRIDGE))
     assert not netlink_hints(b"\x01\x02")
 
 
@@ -69,51 +82,99 @@ def test_inotify_records() -> None:
                                          (1, IN_DELETE, "x")]
 
 
-def att(i: int, container: str, netns: str, veth: str = "") -> AttachmentFact:
-    result = {"interfaces": [{"name": veth, "mac": "aa:bb:cc:dd:ee:0f"},
-                             {"name": "eth0", "sandbox": netns}]} if veth else None
-    return AttachmentFact(i, container, "default/n", "eth0", netns, "attached", False, result)
+def veth_result(veth: str, netns: str) -> dict[str, Any]:
+    return {"interfaces": [{"name": veth, "mac": "aa:bb:cc:dd:ee:0f"},
+                           {"name": "eth0", "sandbox": netns}]}
 
 
-def alloc(i: int, container: str, netns: str, attachment: int | None) -> AllocationFact:
-    return AllocationFact(i, "10.0.0.0/24", f"10.0.0.{i}", container, "eth0", netns,
-                          attachment, "attached" if attachment else None, age=100.0)
+def index() -> LiveIndex:
+    """Four pods' attachments, and three allocations: two of attachments, a plain
+    plugin's one."""
+    live = LiveIndex()
+    live.attachment(1, "bridged", "/run/netns/a", veth_result("veth1111", "/run/netns/a"))
+    live.attachment(2, "macvlan", "/run/netns/b")
+    live.attachment(3, "proc", "/proc/42/ns/net")
+    live.attachment(4, "alive", "/run/netns/d", veth_result("veth4444", "/run/netns/d"))
+    live.allocated(("s", "10.0.0.1"), "bridged", "/run/netns/a", 1)
+    live.allocated(("s", "10.0.0.5"), "plain", "/run/netns/e", None)
+    live.allocated(("s", "10.0.0.4"), "alive", "/run/netns/d", 4)
+    return live
 
 
-FACTS = Facts(
-    attachments=[att(1, "bridged", "/run/netns/a", veth="veth1111"),
-                 att(2, "macvlan", "/run/netns/b"),
-                 att(3, "proc", "/proc/42/ns/net"),
-                 att(4, "alive", "/run/netns/d", veth="veth4444")],
-    removed_results=[(9, None)],
-    allocations=[alloc(1, "bridged", "/run/netns/a", 1), alloc(5, "plain", "/run/netns/e", None),
-                 alloc(4, "alive", "/run/netns/d", 4)],
-    netns_exists={"/run/netns/a": False, "/run/netns/b": False, "/proc/42/ns/net": False,
-                  "/run/netns/d": True, "/run/netns/e": False},
-    host_links={}, now=1_800_000_000.0)
+EXISTS = {"/run/netns/a": False, "/run/netns/b": False, "/proc/42/ns/net": False,
+          "/run/netns/d": True, "/run/netns/e": False}
+
+
+def which(hints: Hints, live: LiveIndex | None = None) -> frozenset[str]:
+    """concerned(), with the netns paths it asks about answered from EXISTS."""
+    live = live or index()
+    return concerned(live, hints, {p: EXISTS[p] for p in netns_to_check(live, hints)})
 
 
 def test_which_containers_hints_concern() -> None:
-    assert concerned(FACTS, Hints(links={"veth1111", "eth9"})) == {"bridged"}
-    assert concerned(FACTS, Hints(netns={"/run/netns/b", "/var/run/netns/b"})) == {"macvlan"}
-    assert concerned(FACTS, Hints(netns={"/run/netns/e"})) == {"plain"}  # plain-plugin
+    assert which(Hints(links={"veth1111", "eth9"})) == {"bridged"}
+    assert which(Hints(netns={"/run/netns/b", "/var/run/netns/b"})) == {"macvlan"}
+    assert which(Hints(netns={"/run/netns/e"})) == {"plain"}  # plain-plugin
     # a spelling the watcher does not know: the same name, and no longer a netns
-    assert concerned(FACTS, Hints(netns={"/srv/ns/b", "/srv/ns/d"})) == {"macvlan"}
-    assert concerned(FACTS, Hints(recheck=True)) == {"bridged", "macvlan", "proc", "plain"}
-    assert concerned(FACTS, Hints(containers={"alive"})) == {"alive"}
-    assert concerned(FACTS, Hints(links={"veth9999"}, netns={"/run/netns/z"})) == set()
+    assert which(Hints(netns={"/srv/ns/b", "/srv/ns/d"})) == {"macvlan"}
+    assert which(Hints(recheck=True)) == {"bridged", "macvlan", "proc", "plain"}
+    assert which(Hints(containers={"alive"})) == {"alive"}
+    assert which(Hints(links={"veth9999"}, netns={"/run/netns/z"})) == set()
+    assert which(Hints(links={"veth1111", "veth4444"})) == {"bridged", "alive"}
 
 
-def test_the_plan_decides_on_the_focused_facts() -> None:
+def test_which_netns_paths_need_a_look() -> None:
+    live = index()
+    assert netns_to_check(live, Hints(links={"veth1111"})) == set()  # nothing: no I/O
+    assert netns_to_check(live, Hints(netns={"/run/netns/b", "/var/run/netns/b"})) == set()
+    assert netns_to_check(live, Hints(netns={"/srv/ns/b", "/srv/ns/d"})) == {
+        "/run/netns/b", "/run/netns/d"}
+    assert netns_to_check(live, Hints(recheck=True)) == set(EXISTS)
+
+
+def test_what_a_del_under_way_removes_concerns_nobody() -> None:
+    """The runtime's DEL deletes the pod's host veth, and its netns goes right after."""
+    live = index()
+    live.leaving([1])
+    assert which(Hints(links={"veth1111"}), live) == set()
+    assert which(Hints(netns={"/run/netns/a"}), live) == set()  # nor the allocation it frees
+    assert which(Hints(recheck=True), live) == {"macvlan", "proc", "plain"}
+    live.leaving([1], leaving=False)  # that DEL failed: the attachment stays
+    assert which(Hints(links={"veth1111"}), live) == {"bridged"}
+    live.removed([1])  # …or it went: the link names nobody, the allocation still held does
+    assert which(Hints(links={"veth1111"}), live) == set()
+    assert which(Hints(netns={"/run/netns/a"}), live) == {"bridged"}
+    live.released([("s", "10.0.0.1")])
+    assert which(Hints(netns={"/run/netns/a"}), live) == set()
+    assert "/run/netns/a" not in live.netns_paths() and live.named("a") == set()
+
+
+def test_the_index_follows_results_and_removals() -> None:
+    live = index()
+    live.result(2, veth_result("veth2222", "/run/netns/b"))  # a later step's result
+    assert which(Hints(links={"veth2222"}), live) == {"macvlan"}
+    live.result(2, None)
+    assert which(Hints(links={"veth2222"}), live) == set()
+    live.removed([4])
+    live.released([("s", "10.0.0.4")])
+    assert "/run/netns/d" not in live.netns_paths()
+    live.result(4, veth_result("veth4444", "/run/netns/d"))  # removed: not brought back
+    assert which(Hints(links={"veth4444"}), live) == set()
+
+
+def test_the_plan_decides_on_the_facts() -> None:
     """A hint only says where to look: the veth of a pod whose netns still exists was
     deleted by someone else; the plan leaves that pod be."""
-    mine = concerned(FACTS, Hints(links={"veth1111", "veth4444"}))
-    assert mine == {"bridged", "alive"}
-    focused = focus(FACTS, mine)
-    assert [a.container_id for a in focused.attachments] == ["bridged", "alive"]
-    assert [a.container_id for a in focused.allocations] == ["bridged", "alive"]
-    assert focused.removed_results == [] and focused.host_links == {}
-    todo = plan(focused, grace=30)
+    result = veth_result("veth1111", "/run/netns/a")
+    facts = Facts(
+        attachments=[AttachmentFact(1, "bridged", "default/n", "eth0", "/run/netns/a",
+                                    "attached", False, result),
+                     AttachmentFact(4, "alive", "default/n", "eth0", "/run/netns/d",
+                                    "attached", False, result)],
+        removed_results=[], allocations=[],
+        netns_exists={"/run/netns/a": False, "/run/netns/d": True}, host_links={},
+        now=1_800_000_000.0)
+    todo = plan(facts, grace=30)
     assert [(a, c) for a, c, _ in todo.delete] == [(1, "bridged")]
     assert todo.release == [] and todo.unlink == []
 
@@ -182,3 +243,62 @@ def test_a_dir_made_later_is_watched_once_it_appears(tmp_path: Path) -> None:
         assert read_hints(dirs).netns == {f"{later}/ns2"}
     finally:
         dirs.close()
+
+
+# -- the watcher's batches, on a real inotify fd ------------------------------------------------
+
+
+class Recorder:
+    """Stands in for the reconciler: records the netns paths of each batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[set[str]] = []
+        self.ran = trio.Event()
+
+    async def run_for(self, hints: Hints) -> tuple[dict[str, Any], frozenset[str]]:
+        if hints.netns:
+            self.batches.append(set(hints.netns))
+            self.ran.set()
+        return {"plan": {"attachments": [], "allocations": []}}, frozenset()
+
+
+def test_what_comes_during_a_window_is_read_with_its_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first event wakes the watcher; what follows within the window waits in the
+    kernel's queue and joins the same batch. Events that tell nothing (a dir appearing)
+    open no batch and hold nothing up. Only the netns dir is watched here: the host's
+    links come and go with whatever else runs on it."""
+    def no_netlink() -> socket.socket:
+        raise OSError("not in this test")
+
+    monkeypatch.setattr(watch, "open_netlink", no_netlink)
+    later = tmp_path / "run" / "netns"
+    recorder = Recorder()
+    watcher = EventWatcher(recorder, [str(later)], window=0.2)  # type: ignore[arg-type]
+
+    async def next_batch() -> set[str]:
+        with trio.fail_after(10):
+            await recorder.ran.wait()
+        recorder.ran = trio.Event()
+        return recorder.batches[-1]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watcher.run)
+            later.parent.mkdir()
+            later.mkdir()
+            for name in ("a", "b", "c", "d"):
+                (later / name).touch()
+            await trio.sleep(0.1)  # the watch moved into the new dir: no batch for that
+            assert recorder.batches == []
+            for name in ("a", "b", "c"):
+                (later / name).unlink()
+                await trio.sleep(0.02)
+            assert await next_batch() == {f"{later}/{n}" for n in "abc"}
+            (later / "d").unlink()
+            assert await next_batch() == {f"{later}/d"}
+            assert watcher.counts["netns_deleted"] == 4
+            assert watcher.sources == [f"inotify:{later}"]
+            watcher.stop()
+
+    trio.run(main)

@@ -121,11 +121,13 @@ class Harness:
         return IndexStore.of(*await self.journal.live_allocations())
 
     async def check(self) -> None:
-        """The journal holds exactly what the store holds (nothing to check without one)."""
+        """The journal holds exactly what the store holds, and so does its index of what is
+        live (nothing to check without one)."""
         if self.journal is None:
             return
         again = await self.reloaded()
         assert snapshot(again) == snapshot(self.store)
+        assert self.journal.live.allocations == (await self.journal.read_live()).allocations
         for key in self.pools:
             assert again.cursor(key) == self.store.cursor(key), key
 

@@ -11,6 +11,7 @@ on a real journal file made by the migrations runner, with rows written by SQL:
   whose attachment is live (or still being removed by a running DEL), whose netns
   exists, with no netns, or released; an attachment left ``removing`` by a DEL that is
   no longer running is reported as ``unfinished-del``;
+- the facts of some containers only (a run on kernel events);
 - ``allocations_at``: who held an address at a time (the boundaries: from allocated_at
   inclusive, until released_at exclusive), the whole history without a time, an address
   with a prefix length, and the container/pod filters.
@@ -216,6 +217,21 @@ def test_leaks_and_their_reasons(journal: Journal, tmp_path: Path) -> None:
         ("removing", "10.1.0.3/24", "unfinished-del"),
         ("removed", "10.1.0.4/24", "attachment-removed"),
         ("missing", "10.1.0.5/24", "attachment-missing")]
+
+
+def test_the_facts_of_some_containers_only(journal: Journal) -> None:
+    """What a run on kernel events reads: the concerned containers' rows alone."""
+    journal.pool("10.1.0.0/24", "10.1.0.0/24", 253)
+    for i, container in enumerate(("a", "b", "c")):
+        att = journal.attachment(container, "attached")
+        journal.alloc("10.1.0.0/24", f"10.1.0.{i + 2}", container, attachment=att)
+    journal.alloc("10.1.0.0/24", "10.1.0.9", "plain", netns="/run/netns/plain")
+    facts = gather(journal.path, links={}, sweep=False, containers={"c", "plain", "nobody"})
+    assert [a.container_id for a in facts.attachments] == ["c"]
+    assert [a.container_id for a in facts.allocations] == ["c", "plain"]
+    assert set(facts.netns_exists) == {"/run/netns/plain"}
+    assert gather(journal.path, links={}, containers=set()).attachments == []
+    assert len(gather(journal.path, links={}).attachments) == 3
 
 
 def test_leaks_leave_young_allocations_alone(journal: Journal, tmp_path: Path) -> None:
