@@ -34,7 +34,7 @@ from netctl.engine.kubeselect import KubeSelector
 from netctl.engine.nads import NadResolver
 from netctl.engine.networks import NetworkDir
 from netctl.engine.plan import ArgsSelector
-from netctl.errors import INVALID_CONFIG, CNIError, Refusal
+from netctl.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CNIError, Refusal
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import Attachment
 from netctl.journal.store import open_journal
@@ -86,6 +86,7 @@ class DaemonConfig:
     pod_deleted_grace: float = 10.0  # a deleted pod's attachments are DELeted after this
     multus_conf_dir: str = "/etc/cni/multus/net.d"  # NADs with an empty spec.config
     readiness_wait: float = 45.0  # an ADD waits this long for readinessindicatorfile
+    network_status_required: bool = False  # a network-status not written fails the ADD
 
     @property
     def bin_dirs(self) -> list[str]:
@@ -154,6 +155,7 @@ class KubeMode:
     nads: NadSource
     deleted: trio.MemorySendChannel[Pod]
     deletions: trio.MemoryReceiveChannel[Pod]
+    required: bool = False  # network-status-required
     status_failures: int = 0
     last_status_failure: str = ""
 
@@ -173,10 +175,12 @@ class KubeMode:
             raise CNIError(INVALID_CONFIG, exc.reason) from None
         send, receive = trio.open_memory_channel[Pod](math.inf)
         return cls(api, node, PodSource(api, node, cfg.pod_wait, send.send_nowait),
-                   NadSource(api), send, receive)
+                   NadSource(api), send, receive, cfg.network_status_required)
 
     async def write_status(self, inv: Invocation, atts: list[Attachment]) -> str:
-        """After a successful ADD: the pod's network-status (a failure is a warning)."""
+        """After a successful ADD: the pod's network-status. A failure is a warning the
+        engine journals; with ``network-status-required`` it fails the ADD (code 11: the
+        engine undoes it and the runtime retries)."""
         if not inv.pod.name:
             return ""
         value = annotation_value(network_status(atts))
@@ -187,6 +191,8 @@ class KubeMode:
             self.status_failures += 1
             self.last_status_failure = warning
             log.warning("%s", warning)
+            if self.required:
+                raise CNIError(TRY_AGAIN_LATER, f"{warning} (network-status-required)")
         return warning
 
     async def refused(self, inv: Invocation, exc: Refusal) -> None:
@@ -243,6 +249,8 @@ class KubeMode:
     def status(self) -> dict[str, Any]:
         return {"node": self.node, "api_server": self.api.host,
                 "pods": self.pods.informer.status(), "nads": self.nads.informer.status(),
+                "credential_reloads": self.api.credential_reloads,
+                "network_status_required": self.required,
                 "network_status_failures": self.status_failures,
                 "last_network_status_failure": self.last_status_failure,
                 "api_calls": {f"{verb} {res}": n for (verb, res), n

@@ -47,6 +47,7 @@ from netctl.errors import (
     INCOMPATIBLE_VERSION,
     INVALID_CONFIG,
     INVALID_ENVIRONMENT,
+    TRY_AGAIN_LATER,
     UNKNOWN_CONTAINER,
     UNSUPPORTED_FIELD,
     CNIError,
@@ -124,8 +125,8 @@ class Engine:
         self.selector = selector
         self.admission = admission
         self.limits = limits or Limits()
-        # Kubernetes mode writes the pod's network-status here; its warning (a failure
-        # to write it does not fail the ADD) goes to the runtime's stderr
+        # Kubernetes mode writes the pod's network-status here: a warning (journaled, and
+        # passed to the runtime's stderr) or, when the write is required, a CNIError
         self.after_add = after_add
 
     # -- entry point ------------------------------------------------------------------------
@@ -196,8 +197,35 @@ class Engine:
                 raise
             raise CNIError(cause.code, msg, cause.details) from None
         await self.journal.finish(op_id, OpEnd(state="done", attached=atts))
-        warning = await self.after_add(inv, atts) if self.after_add is not None else ""
+        warning = await self._after_add(inv, atts)
         return Reply(versions.convert_result(atts[0].result or {}, conf.cniVersion), warning)
+
+    async def _after_add(self, inv: Invocation, atts: list[Attachment]) -> str:
+        """Run the after-ADD hook. What it could not do is journaled as a failed ANNOTATE
+        operation of the container; a refusal from it undoes the ADD (the attachments are
+        DELeted) and fails it with the hook's code."""
+        if self.after_add is None:
+            return ""
+        try:
+            warning = await self.after_add(inv, atts)
+        except CNIError as exc:
+            await self._journal_annotate(inv, exc)
+            try:
+                await self.delete_attachments(inv.container_id, atts, OpStart(
+                    verb="DEL", container_id=inv.container_id, netns=inv.netns,
+                    ifname=inv.ifname, caller_network=inv.conf_name, pod=inv.pod,
+                    origin="compensate"), "ADD")
+            except CNIError as undo:
+                raise CNIError(exc.code, f"{exc.msg}; undoing the ADD: {undo.msg}") from None
+            raise CNIError(exc.code, f"{exc.msg}; the ADD was undone") from None
+        if warning:
+            await self._journal_annotate(inv, CNIError(TRY_AGAIN_LATER, warning))
+        return warning
+
+    async def _journal_annotate(self, inv: Invocation, failure: CNIError) -> None:
+        await self.journal.one_transaction(OpStart(
+            verb="ANNOTATE", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
+            caller_network=inv.conf_name, pod=inv.pod, origin="kubernetes"), failure=failure)
 
     def _check_ipam(self, atts: list[Attachment]) -> None:
         """Refuse a bad netctl-ipam section before anything runs (code 7, naming the key)."""

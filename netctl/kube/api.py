@@ -3,7 +3,8 @@
 kubernetes-asyncio is asyncio-only; this module (with the rest of ``netctl/kube/``) is
 where it meets trio, through trio-asyncio. netctl uses the client for what it does
 well — configuration (kubeconfig, in-cluster with the service-account token re-read
-as it rotates), TLS, authentication, connection pooling — and skips its model layer:
+as it rotates: every minute by the client, and at once when the server answers 401),
+TLS, authentication, connection pooling — and skips its model layer:
 every call here is :meth:`ApiClient.call_api` on a resource path with the body left
 as bytes (``_preload_content=False``), which the callers decode with msgspec into the
 few fields netctl keeps. A V1Pod model per event would cost memory and CPU for
@@ -16,6 +17,7 @@ could not be reached or did not answer in time.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -27,6 +29,7 @@ import trio_asyncio
 from kubernetes_asyncio import client as kclient
 from kubernetes_asyncio import config as kconfig
 
+log = logging.getLogger("netctl.kube")
 T = TypeVar("T")
 Query = list[tuple[str, str]]
 
@@ -68,6 +71,7 @@ class Api:
         self.settings = settings
         self.host = str(api.configuration.host)
         self.calls: dict[tuple[str, str], int] = {}  # (verb, resource) → count
+        self.credential_reloads = 0  # after a 401: the token re-read
 
     @classmethod
     async def connect(cls, settings: KubeSettings) -> Api:
@@ -87,6 +91,23 @@ class Api:
     async def close(self) -> None:
         await on_asyncio(self._api.close)
 
+    async def _reload_credentials(self) -> None:
+        """Read the token again into the client's configuration (on the asyncio side): the
+        service account's in-cluster, else the kubeconfig's (``token`` or ``tokenFile``).
+        A configuration that no longer loads leaves the old one: the 401 is the answer."""
+        conf = self._api.configuration
+        self.credential_reloads += 1
+        try:
+            if self.settings.in_cluster:
+                kconfig.load_incluster_config(  # type: ignore[no-untyped-call]
+                    client_configuration=conf, try_refresh_token=True)
+            else:
+                await kconfig.load_kube_config(config_file=self.settings.kubeconfig,
+                                               client_configuration=conf,
+                                               persist_config=False)
+        except (kconfig.ConfigException, OSError, ValueError) as exc:
+            log.warning("API credentials not reloaded: %s", exc)
+
     def _count(self, verb: str, path: str) -> None:
         resource = _resource_of(path)
         self.calls[(verb, resource)] = self.calls.get((verb, resource), 0) + 1
@@ -101,10 +122,17 @@ class Api:
         to = self.settings.api_timeout if timeout is None else timeout
         # the client JSON-encodes a body itself, for every JSON content type
         document = None if body is None else msgspec.json.decode(body)
-        resp = await self._api.call_api(
-            path, method, query_params=query or [], header_params=headers, body=document,
-            auth_settings=["BearerToken"], _preload_content=False,
-            _request_timeout=aiohttp.ClientTimeout(total=None, connect=to, sock_read=to))
+        for attempt in range(2):
+            resp = await self._api.call_api(
+                path, method, query_params=query or [], header_params=headers, body=document,
+                auth_settings=["BearerToken"], _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=None, connect=to, sock_read=to))
+            if resp.status != 401 or attempt:
+                break
+            # the token was rotated (bound service-account tokens expire; a kubeconfig's
+            # tokenFile is rewritten): read the credentials again, and retry once
+            resp.release()
+            await self._reload_credentials()
         if not 200 <= resp.status <= 299:
             data = await resp.read()
             resp.release()

@@ -2,7 +2,7 @@
 
 :class:`Pod` and :class:`Nad` are msgspec structs decoded straight from the API's JSON
 (the informer's lists and watch events, one GET) keeping only the fields netctl needs:
-a pod's identity, annotations, resourceVersion, deletionTimestamp and node; a
+a pod's identity, the annotations it reads, resourceVersion, deletionTimestamp and node; a
 NetworkAttachmentDefinition's identity, resourceVersion and ``spec.config``. The
 annotation names Kubernetes mode reads and writes, and the reasons of the Events it
 posts, are here too.
@@ -31,6 +31,11 @@ REASON_NOT_FOUND = "NoNetworkFound"  # no such NAD (Multus' reason)
 REASON_FORBIDDEN = "NetworkNotAllowed"  # namespaceIsolation
 REASON_BAD_NAD = "InvalidNetworkConfig"  # a NAD whose spec.config netctl cannot run
 
+# The only annotations kept in memory: a pod's other annotations (often kilobytes:
+# kubectl's last-applied-configuration, the network-status netctl itself writes) are
+# dropped as the object is decoded.
+KEPT_ANNOTATIONS = frozenset({NETWORKS, DEFAULT_NETWORK, CONFIG_SOURCE})
+
 
 class Meta(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     name: str = ""
@@ -39,6 +44,11 @@ class Meta(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     resourceVersion: str = ""
     annotations: dict[str, str] = {}
     deletionTimestamp: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.annotations and not self.annotations.keys() <= KEPT_ANNOTATIONS:
+            self.annotations = {k: v for k, v in self.annotations.items()
+                                if k in KEPT_ANNOTATIONS}
 
 
 class PodSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):

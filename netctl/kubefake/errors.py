@@ -93,6 +93,11 @@ def unauthorized() -> ApiError:
     return ApiError(401, "Unauthorized", "Unauthorized")
 
 
+def forbidden(verb: str, resource: str) -> ApiError:
+    return ApiError(403, "Forbidden", f"{resource} is forbidden: the request to {verb} it "
+                    "was refused")
+
+
 def method_not_allowed(what: str) -> ApiError:
     return ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {what}")
 

@@ -174,6 +174,7 @@ class FakeKube:
         self._store = Store(self.registry, history_size=history_size,
                             graceful_pod_deletion=graceful_pod_deletion)
         self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._forbidden: dict[tuple[str, str], int] = {}  # (verb, resource) -> times left
         self._watches: set[_Watch] = set()
         self._watches_changed = asyncio.Event()  # set, then replaced, at each open or close
         self._flowing = asyncio.Event()  # cleared within watches_held()
@@ -262,6 +263,12 @@ class FakeKube:
 
     def count(self, verb: str, resource: str) -> int:
         return self.request_counts[(verb, resource)]
+
+    def forbid(self, verb: str, resource: str, times: int = 1_000_000) -> None:
+        """Answer the next ``times`` requests of ``verb`` on ``resource`` (as counted:
+        ``("patch", "pods")``) with 403 Forbidden, as an API server whose RBAC or an
+        admission webhook refuses them; ``times=0`` lifts it."""
+        self._call(lambda: self._forbidden.__setitem__((verb, resource), times))
 
     def reset_counts(self) -> None:
         self._call(self._counts.clear)
@@ -460,6 +467,10 @@ class FakeKube:
         if isinstance(target, Route):
             action = verb(request.method, target, query)
             self._counts[(action, target.counted)] += 1  # refused ones too: they were made
+            left = self._forbidden.get((action, target.counted), 0)
+            if left:
+                self._forbidden[(action, target.counted)] = left - 1
+                raise errors.forbidden(action, target.counted)
         if request.path.strip("/") not in PUBLIC and self.token is not None and \
                 request.headers.get("Authorization") != f"Bearer {self.token}":
             raise errors.unauthorized()

@@ -10,6 +10,7 @@ Subnets: 10.184.0.0/24 (cluster), 10.184.1.0/24 (blue), 10.184.2.0/24 (green).""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -113,6 +114,30 @@ def test_annotations_in_both_forms_reach_their_networks_and_status_is_written(
         assert cni(daemon, "DEL", container, ns, name, uid).rc == 0
         assert netns_links(ns) == ["lo"]
     assert all(bridge_ports(daemon.name(s)) == [] for s in ("k0", "k1", "k2"))
+
+
+def test_a_hundred_adds_against_a_warm_cache_read_nothing(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    """100 pods ADDed (8 at a time) once the watch has them: not one pod GET or LIST, one
+    network-status patch each; and their DELs write nothing."""
+    start(daemon, kube, tmp_path)
+    pods = [(f"w{i}", add_pod(kube, f"w{i}"), netns()) for i in range(100)]
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 100, 20,
+             "the 100 pods in the cache")
+    kube.reset_counts()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        added = list(pool.map(lambda p: cni(daemon, "ADD", f"c{p[0]}", p[2], p[0], p[1]),
+                              pods))
+        assert [r.rc for r in added] == [0] * 100, next(r.describe() for r in added if r.rc)
+        assert (kube.count("get", "pods"), kube.count("list", "pods"),
+                kube.count("patch", "pods")) == (0, 0, 100)
+        deleted = list(pool.map(lambda p: cni(daemon, "DEL", f"c{p[0]}", p[2], p[0], p[1]),
+                                pods))
+    assert [r.rc for r in deleted] == [0] * 100
+    assert (kube.count("get", "pods"), kube.count("list", "pods"),
+            kube.count("patch", "pods")) == (0, 0, 100)
+    assert daemon.live_attachments_of([f"c{name}" for name, _, _ in pods]) == 0
+    assert bridge_ports(daemon.name("k0")) == []
 
 
 def test_a_malformed_annotation_is_refused_with_an_event_on_the_pod(
@@ -237,3 +262,89 @@ def test_sigterm_drains_an_inflight_add_and_closes_the_client(
     assert daemon.proc.wait(30) == 0
     assert STATUS in kube.get("pods", "default", "p")["metadata"]["annotations"]
     assert "Unclosed client session" not in daemon.log(), daemon.log()[-2000:]
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_a_network_status_the_api_refuses(daemon: Daemon, kube: FakeKube,
+                                          netns: Callable[[], str], tmp_path: Path,
+                                          required: bool) -> None:
+    """The API server refuses the network-status patch (403). By default the ADD succeeds
+    with a warning; with ``network-status-required`` it fails with code 11 and is undone.
+    Either way the failure is journaled (a failed ANNOTATE of the container) and counted in
+    ``netctl status``."""
+    start(daemon, kube, tmp_path, **{"network-status-required": required})
+    uid = add_pod(kube, "p", {"k8s.v1.cni.cncf.io/networks": "blue"})
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 10, "the pod")
+    kube.forbid("patch", "pods")
+    ns = netns()
+    res = cni(daemon, "ADD", "cp", ns, "p", uid)
+    if required:
+        assert res.rc == 1 and res.out is not None and res.out["code"] == 11, res.describe()
+        assert "network-status" in res.out["msg"] and "undone" in res.out["msg"]
+        assert netns_links(ns) == ["lo"] and daemon.live_attachments_of(["cp"]) == 0
+        assert all(bridge_ports(daemon.name(s)) == [] for s in ("k0", "k1"))
+    else:
+        assert res.rc == 0, res.describe()
+        assert "network-status" in res.stderr and "403" in res.stderr
+        assert set(netns_links(ns)) == {"lo", "eth0", "net1"}
+    ops = daemon.db("SELECT verb, state, code, error FROM operations WHERE container_id='cp'"
+                    " AND verb='ANNOTATE'")
+    assert [(verb, state, code) for verb, state, code, _ in ops] == [("ANNOTATE", "failed", 11)]
+    assert "403" in ops[0][3]
+    kstatus = daemon.status()["kubernetes"]
+    assert kstatus["network_status_failures"] == 1 and kstatus["network_status_required"] \
+        is required
+    kube.forbid("patch", "pods", 0)
+    res = cni(daemon, "ADD", "cp", ns, "p", uid)  # the runtime's retry, or a repeated ADD
+    assert res.rc == 0, res.describe()
+    if required:  # a new ADD, its network-status written this time
+        assert STATUS in kube.get("pods", "default", "p")["metadata"]["annotations"]
+    assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0
+    assert netns_links(ns) == ["lo"]
+
+
+def test_an_api_server_back_with_a_new_history_loses_no_deletion(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    """The API server restarts on a new etcd (every resourceVersion the daemon knows is
+    too old: 410) and a pod was deleted meanwhile: the relist finds it gone, its
+    attachments are DELeted; the other pod's stay."""
+    start(daemon, kube, tmp_path)
+    uid = add_pod(kube, "left", {"k8s.v1.cni.cncf.io/networks": "blue"})
+    keep_uid = add_pod(kube, "stays")
+    ns, keep_ns = netns(), netns()
+    assert cni(daemon, "ADD", "cleft", ns, "left", uid).rc == 0
+    assert cni(daemon, "ADD", "cstays", keep_ns, "stays", keep_uid).rc == 0
+    kube.stop()
+    kube.delete("pods", "default", "left")
+    kube.restart(new_history=True)
+    wait_for(lambda: daemon.live_attachments_of(["cleft"]) == 0, 30,
+             "the attachments of the pod deleted during the outage DELeted")
+    assert netns_links(ns) == ["lo"]
+    assert daemon.live_attachments_of(["cstays"]) == 1
+    assert daemon.db("SELECT DISTINCT origin FROM operations WHERE container_id='cleft'"
+                     " AND verb='DEL'") == [("pod-deleted",)]
+    assert cni(daemon, "DEL", "cstays", keep_ns, "stays", keep_uid).rc == 0
+
+
+def test_a_rotated_token_is_read_again(daemon: Daemon, netns: Callable[[], str],
+                                       tmp_path: Path) -> None:
+    """The kubeconfig's ``tokenFile`` is rewritten and the API server accepts only the new
+    token: the next request answered 401 makes the daemon read the credentials again and
+    retry — the watches come back, an ADD is served and its network-status written."""
+    token = tmp_path / "token"
+    token.write_text("first-token")
+    with FakeKube(token="first-token", bookmark_interval=0.5) as kube:
+        start(daemon, kube, tmp_path, kubeconfig=str(
+            kube.kubeconfig(tmp_path / "kubeconfig-file", token_file=token)))
+        token.write_text("second-token")
+        kube.token = "second-token"  # the old one is refused from now on
+        kube.drop_watches()  # the watches reconnect: 401, then the new token
+        uid = add_pod(kube, "p")
+        wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 20,
+                 "the pod, through a watch renewed with the new token")
+        ns = netns()
+        assert cni(daemon, "ADD", "cp", ns, "p", uid).rc == 0
+        assert STATUS in kube.get("pods", "default", "p")["metadata"]["annotations"]
+        assert daemon.status()["kubernetes"]["credential_reloads"] >= 1
+        assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0
+        assert kube.server_errors == []

@@ -17,6 +17,7 @@ import trio_asyncio
 from netctl.errors import CNIError
 from netctl.kube.api import Api, ApiError, KubeSettings
 from netctl.kube.informer import Informer, Pod
+from netctl.kube.objects import NETWORKS
 from netctl.kube.pods import PodSource
 from netctl.kubefake import FakeKube, pod
 
@@ -55,9 +56,9 @@ def test_the_pod_cache_follows_the_api_through_drops_compaction_and_an_outage(
                     fake.create("pods", pod("c", node="n1"))
                     assert await pods.wait_for(("default", "c"), 10) is not None
                     fake.patch("pods", "default", "c",
-                               {"metadata": {"annotations": {"k": "v"}}})
+                               {"metadata": {"annotations": {NETWORKS: "blue"}}})
                     await _wait(lambda: pods.cache["default", "c"].metadata.annotations
-                                == {"k": "v"})
+                                == {NETWORKS: "blue"})
                     fake.delete("pods", "default", "b")
                     await _wait(lambda: deleted == ["b"])
                     assert pods.lists == 1  # no relist so far

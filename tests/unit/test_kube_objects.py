@@ -1,7 +1,8 @@
 """We test these aspects of what netctl keeps of Kubernetes objects:
 
 - a pod and a NetworkAttachmentDefinition as the API serves them, decoded into the
-  structs the kube client caches: the fields netctl reads kept, the rest dropped;
+  structs the kube client caches: the fields and annotations netctl reads kept, the rest
+  dropped;
 - static pods told by ``kubernetes.io/config.source``;
 - :class:`~netctl.errors.Refusal`: a CNI error with an Event's reason and note, naming
   its pod once.
@@ -23,12 +24,15 @@ def test_pod_as_the_api_serves_it() -> None:
         "metadata": {"namespace": "shop", "name": "web-1", "uid": "u-1",
                      "resourceVersion": "42", "deletionTimestamp": "2026-11-30T10:00:00Z",
                      "labels": {"app": "web"}, "managedFields": [{"manager": "kubectl"}],
-                     "annotations": {NETWORKS: "storage@s0"}},
+                     "annotations": {
+                         NETWORKS: "storage@s0",
+                         "kubectl.kubernetes.io/last-applied-configuration": "{}" * 2000,
+                         "k8s.v1.cni.cncf.io/network-status": "[]"}},
         "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "i"}]},
         "status": {"phase": "Running"}}), type=Pod)
     assert (pod.metadata.uid, pod.metadata.resourceVersion, pod.spec.nodeName) == (
         "u-1", "42", "node-a")
-    assert pod.metadata.annotations == {NETWORKS: "storage@s0"}
+    assert pod.metadata.annotations == {NETWORKS: "storage@s0"}  # only what is read
     assert pod.metadata.deletionTimestamp == "2026-11-30T10:00:00Z"
     assert key(pod) == "shop/web-1" and not is_static(pod)
 
