@@ -35,9 +35,10 @@ from netctl.engine.nads import NadResolver
 from netctl.engine.networks import NetworkDir
 from netctl.engine.plan import ArgsSelector
 from netctl.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CNIError, Refusal
+from netctl.ipam.planner import Allocation
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import Attachment
-from netctl.journal.store import open_journal
+from netctl.journal.store import Journal, open_journal
 from netctl.kube.netstatus import annotation_value, network_status
 from netctl.kube.objects import Meta, Pod
 from netctl.reconcile.leaks import Reconciler
@@ -47,6 +48,7 @@ from netctl.reconcile.watch import EventWatcher
 from netctl.server import Handlers, Server, ServerConfig
 
 if TYPE_CHECKING:  # the client is imported in Kubernetes mode only: it costs ≈ 50 MiB
+    from netctl.engine.clusteripam import ClusterStore
     from netctl.kube.api import Api
     from netctl.kube.pods import NadSource, PodSource
 
@@ -87,6 +89,10 @@ class DaemonConfig:
     multus_conf_dir: str = "/etc/cni/multus/net.d"  # NADs with an empty spec.config
     readiness_wait: float = 45.0  # an ADD waits this long for readinessindicatorfile
     network_status_required: bool = False  # a network-status not written fails the ADD
+    ipam_backend: str = "sqlite"  # sqlite: pools per node; kubernetes: blocks per node
+    block_idle: float = 600.0  # a block empty this long is released (one per pool kept)
+    node_gone_grace: float = 300.0  # a deleted Node's blocks are taken over after this
+    block_check: float = 10.0  # seconds between rounds of block maintenance
 
     @property
     def bin_dirs(self) -> list[str]:
@@ -156,6 +162,9 @@ class KubeMode:
     deleted: trio.MemorySendChannel[Pod]
     deletions: trio.MemoryReceiveChannel[Pod]
     required: bool = False  # network-status-required
+    ipam: ClusterStore | None = None  # ipam-backend: kubernetes
+    block_check: float = 10.0
+    takeover: bool = False  # ipam-takeover names whereabouts: its holds count as taken
     status_failures: int = 0
     last_status_failure: str = ""
 
@@ -176,6 +185,49 @@ class KubeMode:
         send, receive = trio.open_memory_channel[Pod](math.inf)
         return cls(api, node, PodSource(api, node, cfg.pod_wait, send.send_nowait),
                    NadSource(api), send, receive, cfg.network_status_required)
+
+    def cluster_store(self, cfg: DaemonConfig, journal: Journal,
+                      live: tuple[list[Allocation], dict[str, int]]) -> ClusterStore:
+        """The cluster-wide IPAM store (``ipam-backend: kubernetes``) over this API."""
+        from netctl.engine.clusteripam import ClusterSettings, ClusterStore
+        from netctl.kube.blocks import BLOCKS, NODES
+        from netctl.kube.informer import Informer
+        from netctl.kube.objects import Block, Node
+
+        def live_pods() -> set[str] | None:
+            if not self.pods.informer.synced.is_set():
+                return None
+            return {p.metadata.uid for p in self.pods.informer.cache.values()}
+
+        store = ClusterStore.of(*live)
+        store.api, store.journal, store.live_pods = self.api, journal, live_pods
+        store.settings = ClusterSettings(self.node, cfg.block_idle, cfg.node_gone_grace,
+                                         ready_wait=max(cfg.api_timeout, cfg.pod_wait))
+        store.blocks = Informer(self.api, Block, BLOCKS, [])
+        store.nodes = Informer(self.api, Node, NODES, [])
+        self.ipam, self.block_check = store, cfg.block_check
+        self.takeover = "whereabouts" in cfg.ipam_takeover
+        return store
+
+    async def _cluster_ipam(self, store: ClusterStore) -> None:
+        """The cluster store's caches, its start, and its maintenance rounds."""
+        from netctl.kube.api import ApiError
+
+        assert store.blocks is not None and store.nodes is not None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.blocks.run)
+            nursery.start_soon(store.nodes.run)
+            while True:
+                try:
+                    if not store.ready.is_set():
+                        if self.takeover:
+                            await store.take_over_whereabouts()
+                        await store.start()
+                    else:
+                        await store.maintain()
+                except (ApiError, CNIError) as exc:
+                    log.warning("cluster IPAM: %s; retrying", exc)
+                await trio.sleep(self.block_check if store.ready.is_set() else 1.0)
 
     async def write_status(self, inv: Invocation, atts: list[Attachment]) -> str:
         """After a successful ADD: the pod's network-status. A failure is a warning the
@@ -234,6 +286,8 @@ class KubeMode:
             nursery.start_soon(self.pods.informer.run)
             nursery.start_soon(self.nads.informer.run)
             nursery.start_soon(gone_while_down)
+            if self.ipam is not None:
+                nursery.start_soon(self._cluster_ipam, self.ipam)
             task_status.started()
             async for pod in self.deletions:
                 nursery.start_soon(later, pod)
@@ -250,6 +304,7 @@ class KubeMode:
         return {"node": self.node, "api_server": self.api.host,
                 "pods": self.pods.informer.status(), "nads": self.nads.informer.status(),
                 "credential_reloads": self.api.credential_reloads,
+                "ipam": self.ipam.status() if self.ipam is not None else None,
                 "network_status_required": self.required,
                 "network_status_failures": self.status_failures,
                 "last_network_status_failure": self.last_status_failure,
@@ -268,7 +323,17 @@ async def run(cfg: DaemonConfig, *,
             log.warning("killed %d delegate processes a previous run left behind: %s",
                         len(orphans), orphans)
             await _wait_gone(journal.path)
-        ipam = IndexStore.of(*await journal.live_allocations())
+        live = await journal.live_allocations()
+        if cfg.ipam_backend == "kubernetes":
+            if kube is None:
+                raise CNIError(INVALID_CONFIG, "ipam-backend: kubernetes needs Kubernetes mode "
+                               "(--kubeconfig or --in-cluster)")
+            ipam: IndexStore = kube.cluster_store(cfg, journal, live)
+        elif cfg.ipam_backend == "sqlite":
+            ipam = IndexStore.of(*live)
+        else:
+            raise CNIError(INVALID_CONFIG, f"ipam-backend {cfg.ipam_backend!r}: sqlite or "
+                           "kubernetes")
         ipam_types = frozenset({"netctl-ipam", *cfg.ipam_takeover})
         delegates = Delegates(cfg.bin_dirs, cfg.plugin_timeout, owner=journal.path,
                               cancel_grace=cfg.cancel_grace, ipam_types=ipam_types)

@@ -63,12 +63,14 @@ from netctl.ipam.store import IndexStore
 from netctl.journal.records import BlockRecord, OpStart
 from netctl.journal.store import Journal
 from netctl.kube import blocks as kblocks
+from netctl.kube import whereabouts
 from netctl.kube.api import Api, ApiError
 from netctl.kube.informer import Informer
 from netctl.kube.objects import NETWORK_STATUS, Block, BlockSpec, Node
 
 log = logging.getLogger("netctl.ipam")
 
+WHEREABOUTS_REFRESH = 60.0
 ADOPTED = "pod:"  # the owner container id of an adopted address: pod:<uid>
 
 
@@ -126,7 +128,8 @@ class ClusterStore(IndexStore):
     settings: ClusterSettings = field(default_factory=lambda: ClusterSettings(""))
     blocks: Informer[Block] | None = None
     nodes: Informer[Node] | None = None
-    live_pods: Callable[[], AbstractSet[str]] | None = None  # this node's pod UIDs, or None
+    # this node's pod UIDs (None until the pod cache is filled)
+    live_pods: Callable[[], AbstractSet[str] | None] | None = None
     mine: dict[str, Held] = field(default_factory=dict)  # block name → a block held
     foreign: dict[int, set[int]] = field(default_factory=dict)  # family → addresses taken
     ready: trio.Event = field(default_factory=trio.Event)
@@ -136,6 +139,8 @@ class ClusterStore(IndexStore):
     _locks: dict[str, trio.Lock] = field(default_factory=dict)
     _seen: dict[str, tuple[int, str]] = field(default_factory=dict)  # name → (record, node)
     _gone_since: dict[str, float] = field(default_factory=dict)  # node → first seen gone
+    _whereabouts_at: float | None = None  # when whereabouts' holds were last read
+    whereabouts_holds: int = 0
 
     # -- the planner's view ----------------------------------------------------------------
 
@@ -283,11 +288,12 @@ class ClusterStore(IndexStore):
         log.info("claimed block %s of pool %s", blk.cidr, pool)
         return True
 
-    async def _hold(self, rec: BlockRecord, obj: Block) -> None:
+    async def _hold(self, rec: BlockRecord, obj: Block, journaled: bool = False) -> None:
         assert self.journal is not None
         if self.blocks is not None:
             self.blocks.cache[("", obj.metadata.name)] = obj
-        await self.journal.set_block(rec.id, "held")
+        if not journaled:
+            await self.journal.set_block(rec.id, "held")
         rec.state = "held"
         blk = _block_of(obj)
         if blk is not None:
@@ -309,23 +315,24 @@ class ClusterStore(IndexStore):
         self.ready.set()
 
     async def settle(self) -> None:
-        """Match the journal's open records of this node's blocks with the API: a claim
-        whose outcome was not recorded, a held block that is not this node's any more."""
+        """Match the journal's open records of this node's blocks with the API: a held
+        block is checked against the cache (it may have been taken over, or be gone); a
+        claim whose outcome was not recorded is read (one GET)."""
         assert self.journal is not None and self.api is not None
         for rec in await self.journal.open_blocks():
             if rec.node != self.settings.node or rec.state not in ("claiming", "held"):
                 continue
-            if rec.state == "held" and rec.name in self.mine:
-                cached = self._cached(rec.name)
-                if cached is None or cached.spec.node != self.settings.node:
-                    await self._lose(rec, cached)
-                continue
-            obj = await kblocks.get(self.api, rec.name)
-            if obj is not None and obj.spec.node == self.settings.node:
-                if rec.state == "claiming":
+            if rec.state == "held":
+                obj = self._cached(rec.name)
+            else:
+                obj = await kblocks.get(self.api, rec.name)
+                if rec.state == "claiming" and obj is not None \
+                        and obj.spec.node == self.settings.node:
                     log.info("the claim of block %s (pool %s) had succeeded", rec.cidr,
                              rec.pool)
-                await self._hold(rec, obj)
+            if obj is not None and obj.spec.node == self.settings.node:
+                if rec.name not in self.mine:
+                    await self._hold(rec, obj, journaled=rec.state == "held")
             else:
                 await self._lose(rec, obj)
 
@@ -395,6 +402,20 @@ class ClusterStore(IndexStore):
         return Allocation(h.record.pool, h.record.scope, ip, h.block.version, prefix, owner,
                           time.time())
 
+    async def take_over_whereabouts(self) -> int:
+        """The addresses whereabouts recorded (IPPools, OverlappingRangeIPReservations) whose
+        pods still exist: taken, in every pool of their family, until those pods are gone
+        (read again every :data:`WHEREABOUTS_REFRESH` seconds)."""
+        assert self.api is not None
+        holds = await whereabouts.live_holds(self.api, await whereabouts.read_holds(self.api))
+        foreign: dict[int, set[int]] = {}
+        for version, ip in whereabouts.by_address(holds):
+            foreign.setdefault(version, set()).add(ip)
+        self.foreign = foreign
+        self._whereabouts_at = time.monotonic()
+        self.whereabouts_holds = len(holds)
+        return len(holds)
+
     # -- maintenance -----------------------------------------------------------------------
 
     async def maintain(self, now: float | None = None) -> dict[str, Any]:
@@ -404,6 +425,9 @@ class ClusterStore(IndexStore):
         if not self.ready.is_set():
             return {}
         await self.settle()
+        if self._whereabouts_at is not None and \
+                now - self._whereabouts_at >= WHEREABOUTS_REFRESH:
+            await self.take_over_whereabouts()
         await self._record_seen()
         released = await self._release_idle(now)
         taken = await self._take_over(now)
@@ -508,6 +532,8 @@ class ClusterStore(IndexStore):
         if self.live_pods is None:
             return 0
         live = self.live_pods()
+        if live is None:
+            return 0
         gone = [a for a in self.live() if a.owner.container_id.startswith(ADOPTED)
                 and a.owner.container_id[len(ADOPTED):] not in live]
         if not gone:
@@ -528,7 +554,7 @@ class ClusterStore(IndexStore):
                 "blocks_held": sorted(f"{h.record.pool} {h.record.cidr}"
                                       for h in self.mine.values()),
                 "blocks_by_node": by_node, "claims": self.claims, "releases": self.releases,
-                "handovers": self.handovers,
+                "handovers": self.handovers, "whereabouts_holds": self.whereabouts_holds,
                 "blocks_cache": self.blocks.status() if self.blocks else None,
                 "nodes_cache": self.nodes.status() if self.nodes else None}
 

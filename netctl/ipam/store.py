@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, Self
 
 from netctl.ipam.planner import Allocation, Decision, Owner, View, plan
 from netctl.ipam.ranges import IPAMConfig, Range
@@ -67,7 +67,7 @@ class IndexStore:
     _cursors: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, live: Iterable[Allocation], cursors: dict[str, int] | None = None) -> IndexStore:
+    def of(cls, live: Iterable[Allocation], cursors: dict[str, int] | None = None) -> Self:
         store = cls(_cursors=dict(cursors or {}))
         for alloc in live:
             store._add(alloc)
