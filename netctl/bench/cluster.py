@@ -60,6 +60,7 @@ from netctl.bench.common import (
     DELEGATE_VERSION,
     POD_NAMESPACE,
     Bench,
+    Interrupted,
     Measured,
     Side,
     drive,
@@ -440,7 +441,9 @@ class ClusterBench(Bench):
         self.netns = harness.netns_add(f"{self.prefix}-c")
         try:
             return self._measure()
-        except Exception:
+        except Interrupted:
+            raise
+        except Exception:  # the daemons' logs go with the temporary dir: show their ends
             for d in self.daemons:
                 if d.pid:
                     print(f"-- {d.root}: {d.log()[-2000:]}", file=sys.stderr)
