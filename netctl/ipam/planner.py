@@ -150,7 +150,7 @@ def plan(cfg: IPAMConfig, ranges: list[Range], owner: Owner, wanted: list[str],
             continue
         scope = scope_of(cfg, key)
         taken = {a.ip for a in new if a.scope == scope and a.version == rng.version}
-        used = _Union(view.used(scope, rng.version), taken)
+        used = SetUnion(view.used(scope, rng.version), taken)
         if mine:
             ip = requested(rng, mine[0])
             if ip in used:
@@ -170,7 +170,7 @@ def plan(cfg: IPAMConfig, ranges: list[Range], owner: Owner, wanted: list[str],
     return Decision(leases, new, pools)
 
 
-class _Union(AbstractSet[int]):
+class SetUnion(AbstractSet[int]):
     """Membership in either of two sets, without copying either."""
 
     def __init__(self, a: AbstractSet[int], b: AbstractSet[int]) -> None:

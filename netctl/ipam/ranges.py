@@ -74,6 +74,7 @@ class IPAMConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
     network_name: str = ""
     enable_overlapping_ranges: bool = True
     allocation_order: str = "round-robin"  # or "lowest" (netctl's own option)
+    block_size: int | None = None  # prefix length of a block (ipam-backend: kubernetes)
 
 
 class _RangeSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
@@ -174,7 +175,7 @@ def _natural_bounds(net: IPNetwork) -> tuple[int, int]:
     return lo, hi
 
 
-def _merge(intervals: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+def merge_intervals(intervals: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     out: list[tuple[int, int]] = []
     for lo, hi in sorted(intervals):
         if out and lo <= out[-1][1] + 1:
@@ -256,7 +257,7 @@ def _build_range(*, where: str, range_text: str, range_start: str | None, range_
         ex_lo, ex_hi = max(first, int(ex.network_address)), min(last, int(ex.broadcast_address))
         if ex_lo <= ex_hi:
             intervals.append((ex_lo, ex_hi))
-    excluded = _merge(intervals)
+    excluded = merge_intervals(intervals)
     if excluded and sum(b - a + 1 for a, b in excluded) == last - first + 1:
         raise _invalid(f"{k_exclude} covers every address of {k_range} {key}")
 
@@ -272,7 +273,7 @@ def _build_range(*, where: str, range_text: str, range_start: str | None, range_
         defaulted = (" (no gateway is given, and the plugin takes the subnet's first address "
                      "as its gateway)")
     if gw is not None and first <= int(gw) <= last:
-        excluded = _merge([*excluded, (int(gw), int(gw))])
+        excluded = merge_intervals([*excluded, (int(gw), int(gw))])
     rng = Range(cidr=net, first=first, last=last, excluded=excluded,
                 gateway=str(gw) if gw is not None else None, key=key)
     if rng.size == 0:
@@ -324,6 +325,9 @@ def parse_config(ipam: dict[str, Any], *, default_gateway: bool = False
     except msgspec.ValidationError as exc:
         raise _validation(exc) from None
     _check_order(cfg.allocation_order)
+    if cfg.block_size is not None and not 1 <= cfg.block_size <= 128:
+        raise _invalid(f"block_size {cfg.block_size} is not a prefix length (1 to 32 for "
+                       "IPv4, to 128 for IPv6)")
     top_gateway = None
     if _blank(cfg.gateway) is not None:
         assert cfg.gateway is not None

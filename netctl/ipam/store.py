@@ -138,6 +138,19 @@ class IndexStore:
         if alloc.owner.attachment_id is not None:
             self._by_attachment.setdefault(alloc.owner.attachment_id, []).append(alloc)
 
+    async def allocate(self, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
+                       wanted: list[str], now: float) -> Decision:
+        """Plan and reserve: the decision and the taking happen with no await between
+        them, so concurrent requests of one daemon never get the same address."""
+        decision = plan(cfg, ranges, owner, wanted, self, now)
+        self.take(decision.new)
+        try:
+            await self.reserve(decision.new)
+        except BaseException:
+            self.unreserve(decision.new)
+            raise
+        return decision
+
     def take(self, new: list[Allocation]) -> None:
         """Count ``new`` as used and move the cursors (synchronously, after planning)."""
         for alloc in new:
@@ -150,13 +163,5 @@ _CHECK: Store = IndexStore()  # mypy: the index implements the interface
 
 async def allocate(store: IndexStore, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
                    wanted: list[str], now: float) -> Decision:
-    """Plan and reserve: the decision and the taking happen with no await between them,
-    so concurrent requests of one daemon never get the same address."""
-    decision = plan(cfg, ranges, owner, wanted, store, now)
-    store.take(decision.new)
-    try:
-        await store.reserve(decision.new)
-    except BaseException:
-        store.unreserve(decision.new)
-        raise
-    return decision
+    """Plan and reserve on ``store`` (:meth:`IndexStore.allocate`, or a cluster store's)."""
+    return await store.allocate(cfg, ranges, owner, wanted, now)

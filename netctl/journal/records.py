@@ -104,3 +104,17 @@ class Operation(msgspec.Struct, kw_only=True):
     ifname: str
     state: str
     origin: str
+
+
+class BlockRecord(msgspec.Struct, kw_only=True):
+    """A block of the cluster-wide IPAM as the journal keeps it (``ipam_blocks``)."""
+
+    name: str
+    pool: str
+    scope: str
+    cidr: str
+    node: str
+    state: str = "claiming"  # claiming | held | released | lost | taken | seen
+    id: int = 0
+    since: float = 0.0
+    until: float | None = None

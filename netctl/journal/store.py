@@ -48,7 +48,15 @@ from netctl.errors import IO_FAILURE, CNIError
 from netctl.ipam.planner import Allocation, Owner, PoolInfo
 from netctl.journal.live import LiveIndex
 from netctl.journal.migrate import PRAGMAS, migrate
-from netctl.journal.records import Attachment, OpEnd, Operation, OpStart, StepEnd, StepStart
+from netctl.journal.records import (
+    Attachment,
+    BlockRecord,
+    OpEnd,
+    Operation,
+    OpStart,
+    StepEnd,
+    StepStart,
+)
 
 T = TypeVar("T")
 Sync = Callable[[sqlite3.Connection], T]
@@ -503,6 +511,39 @@ class Journal:
             return [_allocation(r) for r in rows], cursors
 
         return await self._read(fn)
+
+    # -- blocks of the cluster-wide IPAM (migrations/0005_blocks.sql) ---------------------
+
+    async def open_block(self, block: BlockRecord) -> int:
+        """Record a block from now on (this node's intent to claim it, in state
+        ``claiming``, before the API request; or another node's, ``seen``)."""
+        def fn(db: sqlite3.Connection) -> int:
+            cur = db.execute(
+                "INSERT INTO ipam_blocks (name, pool, scope, cidr, node, state, since)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)", (block.name, block.pool, block.scope,
+                                                  block.cidr, block.node, block.state,
+                                                  time.time()))
+            return int(cur.lastrowid or 0)
+
+        return await self._write(fn)
+
+    async def set_block(self, block_id: int, state: str, *, ended: bool = False) -> None:
+        """A block's new state; ``ended``: it is no longer this record's (released, lost,
+        taken, or another node's block gone or handed over)."""
+        def fn(db: sqlite3.Connection) -> None:
+            db.execute("UPDATE ipam_blocks SET state=?, until=? WHERE id=?",
+                       (state, time.time() if ended else None, block_id))
+
+        await self._write(fn)
+
+    async def open_blocks(self) -> list[BlockRecord]:
+        """Every block record not ended: this node's claims and held blocks, and the other
+        nodes' blocks last seen."""
+        rows = await self._read(lambda db: db.execute(
+            "SELECT * FROM ipam_blocks WHERE until IS NULL ORDER BY id").fetchall())
+        return [BlockRecord(name=r["name"], pool=r["pool"], scope=r["scope"], cidr=r["cidr"],
+                            node=r["node"], state=r["state"], id=r["id"], since=r["since"])
+                for r in rows]
 
     async def set_retry(self, attachments: Sequence[Attachment],
                         retry_at: Callable[[int], float]) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 CORE = ""  # the core API group (pods, events, nodes)
 NAD_GROUP = "k8s.cni.cncf.io"
 IPAM_GROUP = "ipam.netctl.dev"
+WHEREABOUTS_GROUP = "whereabouts.cni.cncf.io"  # whereabouts' CRDs: read for a takeover
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,8 @@ RULES: tuple[Rule, ...] = (
     Rule(CORE, "pods", ("get", "list", "watch"),
          "the pod cache: this node's pods only (field selector spec.nodeName), listed, then "
          "watched from the list's resourceVersion; one GET for a pod the cache has not seen "
-         "yet when its sandbox is ADDed"),
+         "yet when its sandbox is ADDed; whereabouts takeover: one GET per pod (any node) "
+         "that a whereabouts reservation names, to hold its address while it exists"),
     Rule(CORE, "pods", ("patch",),
          "write the k8s.v1.cni.cncf.io/network-status annotation after a successful ADD"),
     Rule(NAD_GROUP, "network-attachment-definitions", ("get", "list", "watch"),
@@ -46,6 +48,12 @@ RULES: tuple[Rule, ...] = (
          "cluster IPAM: claim a node's address block by creating it (AlreadyExists: taken), "
          "update it under resourceVersion preconditions, delete it when empty or when its "
          "node is gone"),
+    Rule(WHEREABOUTS_GROUP, "ippools", ("list",),
+         "whereabouts takeover (ipam-takeover: [whereabouts]): the addresses whereabouts' "
+         "IPPools hand out, held until their pods are gone; listed, never written"),
+    Rule(WHEREABOUTS_GROUP, "overlappingrangeipreservations", ("list",),
+         "whereabouts takeover: the addresses of whereabouts' overlapping-range "
+         "reservations, held until their pods are gone; listed, never written"),
 )
 
 

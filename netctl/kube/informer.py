@@ -30,7 +30,7 @@ import msgspec
 import trio
 
 from netctl.kube.api import Api, ApiError, sleep_backoff
-from netctl.kube.objects import Nad, Pod
+from netctl.kube.objects import Block, Nad, Node, Pod
 
 log = logging.getLogger("netctl.kube")
 
@@ -54,7 +54,7 @@ class _RvOnly(msgspec.Struct, forbid_unknown_fields=False):
     metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
 
 
-T = TypeVar("T", Pod, Nad)
+T = TypeVar("T", Pod, Nad, Block, Node)
 Key = tuple[str, str]
 
 

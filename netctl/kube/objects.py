@@ -73,6 +73,38 @@ class Nad(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     spec: NadSpec = msgspec.field(default_factory=NadSpec)
 
 
+class BlockOwner(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """An earlier owner of a block: which node held it, from when until when (RFC 3339)."""
+
+    node: str
+    since: str = ""
+    until: str = ""
+
+
+class BlockSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    pool: str = ""  # the pool's key: [network_name/]range
+    scope: str = ""  # the uniqueness scope the block's addresses are unique in
+    cidr: str = ""
+    node: str = ""  # the owner
+    claimedAt: str = ""  # when the owner claimed it (RFC 3339)
+    history: list[BlockOwner] = []  # the owners before
+
+
+class Block(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """An IPAMBlock (``ipam.netctl.dev/v1``, cluster-scoped): one node's block of a pool."""
+
+    metadata: Meta = msgspec.field(default_factory=Meta)
+    spec: BlockSpec = msgspec.field(default_factory=BlockSpec)
+    apiVersion: str = "ipam.netctl.dev/v1"
+    kind: str = "IPAMBlock"
+
+
+class Node(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """What netctl keeps of a Node: that it exists."""
+
+    metadata: Meta = msgspec.field(default_factory=Meta)
+
+
 def key(obj: Pod | Nad) -> str:
     """``namespace/name``."""
     return f"{obj.metadata.namespace}/{obj.metadata.name}"

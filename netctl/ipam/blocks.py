@@ -1,0 +1,120 @@
+"""Address blocks: how a pool is cut into the blocks nodes claim. Pure.
+
+In Kubernetes mode with ``ipam-backend: kubernetes`` a pool is shared by every node; a
+node claims aligned **blocks** of it (one API object each, created to claim) and hands
+out addresses inside its own blocks from its journal, with no API call per pod. This
+module is the arithmetic:
+
+- :func:`block_prefix`: a pool's block size — ``block_size`` from the ``ipam`` section
+  (a prefix length: up to 32 it sizes the IPv4 ranges, above the IPv6 ones), else /26
+  for IPv4 and /122 for IPv6, clamped so that the pool holds at least
+  :data:`MIN_BLOCKS` blocks (a /24 is cut into /28s); a pool too small for that
+  (smaller than a /26 in IPv4) uses single addresses: one claim object per address;
+- :func:`block_name`: the object's name, from the uniqueness scope and the block's CIDR,
+  so that two nodes claiming the same block create the same name and one of them is told
+  AlreadyExists;
+- :func:`candidates`: the blocks of a range in the order a node tries them, from a
+  starting point derived from the node's name (nodes spread over the pool instead of all
+  racing for its first block);
+- :func:`narrow`: a :class:`~netctl.ipam.ranges.Range` restricted to the blocks a node
+  holds, which the planner allocates from as from any range (``range_start``,
+  ``range_end``, ``exclude`` and the gateway still apply).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+
+from netctl.ipam.ranges import Range, merge_intervals
+
+DEFAULT_PREFIX = {4: 26, 6: 122}
+MIN_BLOCKS = 16  # a default block size is shrunk until the pool holds this many
+BITS = {4: 32, 6: 128}
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One aligned block of a range: ``start``..``end`` inclusive, as ints."""
+
+    version: int
+    start: int
+    prefix: int
+
+    @property
+    def end(self) -> int:
+        return self.start + (1 << (BITS[self.version] - self.prefix)) - 1
+
+    @property
+    def cidr(self) -> str:
+        net = ipaddress.ip_network((self.start, self.prefix)) if self.version == 4 \
+            else ipaddress.IPv6Network((self.start, self.prefix))
+        return str(net)
+
+    def contains(self, ip: int) -> bool:
+        return self.start <= ip <= self.end
+
+
+def block_prefix(rng: Range, configured: int | None = None) -> int:
+    """The prefix length of ``rng``'s blocks (see the module's docstring)."""
+    bits = BITS[rng.version]
+    pool = rng.cidr.prefixlen
+    if configured is not None and (configured <= 32) == (rng.version == 4):
+        return min(max(configured, pool), bits)
+    prefix = max(DEFAULT_PREFIX[rng.version], pool + MIN_BLOCKS.bit_length() - 1)
+    return prefix if prefix <= bits - 2 else bits
+
+
+def block_at(rng: Range, prefix: int, ip: int) -> Block:
+    size = 1 << (BITS[rng.version] - prefix)
+    return Block(rng.version, ip - (ip - int(rng.cidr.network_address)) % size, prefix)
+
+
+def usable(rng: Range, block: Block) -> int:
+    """How many addresses of ``block`` the range may hand out."""
+    lo, hi = max(block.start, rng.first), min(block.end, rng.last)
+    if lo > hi:
+        return 0
+    cut = sum(min(e, hi) - max(s, lo) + 1 for s, e in rng.excluded if s <= hi and e >= lo)
+    return hi - lo + 1 - cut
+
+
+def candidates(rng: Range, prefix: int, node: str) -> Iterator[Block]:
+    """Every block of ``rng`` holding an assignable address, starting at the node's own
+    starting point and wrapping around."""
+    size = 1 << (BITS[rng.version] - prefix)
+    base = int(rng.cidr.network_address)
+    first = (rng.first - base) // size
+    last = (rng.last - base) // size
+    count = last - first + 1
+    digest = int.from_bytes(hashlib.sha256(node.encode()).digest()[:8], "big")
+    offset = digest % count
+    for i in range(count):
+        block = Block(rng.version, base + ((first + (offset + i) % count) * size), prefix)
+        if usable(rng, block):
+            yield block
+
+
+def block_name(scope: str, block: Block) -> str:
+    """The claim object's name: a DNS-1123 subdomain, the same on every node for the same
+    scope and block (``b-<scope hash>-<cidr>``)."""
+    digest = hashlib.sha256(scope.encode()).hexdigest()[:10]
+    text = block.cidr.replace(".", "-").replace(":", "-").replace("/", "-")
+    return f"b-{digest}-{text.strip('-')}"
+
+
+def narrow(rng: Range, blocks: Iterable[Block]) -> Range:
+    """``rng`` restricted to ``blocks``: the same key, CIDR and gateway (leases keep the
+    pool's prefix length), assignable only inside the blocks."""
+    spans = sorted((max(b.start, rng.first), min(b.end, rng.last)) for b in blocks)
+    spans = [(s, e) for s, e in spans if s <= e]
+    if not spans:  # nothing assignable: an empty range (first > last)
+        return replace(rng, first=rng.first, last=rng.first - 1, excluded=())
+    first, last = spans[0][0], spans[-1][1]
+    gaps = [(e + 1, s - 1) for (_, e), (s, _) in itertools.pairwise(spans)
+            if s > e + 1]
+    inside = [(max(s, first), min(e, last)) for s, e in rng.excluded if s <= last and e >= first]
+    return replace(rng, first=first, last=last, excluded=merge_intervals(inside + gaps))

@@ -1,0 +1,83 @@
+"""IPAMBlock objects through the API: claim, hand over, release — each one request whose
+outcome the API server decides, so that nodes racing for a block end with one owner.
+
+- :func:`claim`: create the block object; AlreadyExists (409) means another node has it.
+- :func:`hand_over`: a block of a node that is gone becomes this node's — an update
+  carrying the resourceVersion the caller read, so of two nodes racing one gets 409.
+- :func:`release`: delete with the resourceVersion (and UID) as preconditions: a block
+  changed meanwhile is not deleted.
+
+The caches of blocks and nodes are :class:`~netctl.kube.informer.Informer`\\ s over
+:data:`BLOCKS` and :data:`NODES`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from netctl.kube.api import Api, ApiError
+from netctl.kube.objects import Block, BlockOwner, BlockSpec, Meta
+
+GROUP = "ipam.netctl.dev"
+BLOCKS = f"/apis/{GROUP}/v1/ipamblocks"
+NODES = "/api/v1/nodes"
+
+
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _decode(data: bytes) -> Block:
+    return msgspec.json.decode(data, type=Block)
+
+
+async def claim(api: Api, name: str, spec: BlockSpec) -> Block | None:
+    """Create the block (the claim); None when it exists already (another claim won)."""
+    body = msgspec.json.encode(Block(metadata=Meta(name=name), spec=spec))
+    try:
+        return _decode(await api.request("create", "POST", BLOCKS, body=body))
+    except ApiError as exc:
+        if exc.status == 409:
+            return None
+        raise
+
+
+async def get(api: Api, name: str) -> Block | None:
+    data = await api.get(f"{BLOCKS}/{name}")
+    return None if data is None else _decode(data)
+
+
+async def hand_over(api: Api, block: Block, node: str) -> Block | None:
+    """``block`` (as read) becomes ``node``'s, its previous owner kept in its history;
+    None when it changed since it was read (another node took it, or it was released)."""
+    spec = block.spec
+    owners = [*spec.history, BlockOwner(spec.node, spec.claimedAt, now_rfc3339())]
+    new = Block(metadata=Meta(name=block.metadata.name,
+                              resourceVersion=block.metadata.resourceVersion),
+                spec=BlockSpec(pool=spec.pool, scope=spec.scope, cidr=spec.cidr, node=node,
+                               claimedAt=now_rfc3339(), history=owners[-20:]))
+    try:
+        return _decode(await api.request("update", "PUT", f"{BLOCKS}/{block.metadata.name}",
+                                         body=msgspec.json.encode(new)))
+    except ApiError as exc:
+        if exc.status in (404, 409):
+            return None
+        raise
+
+
+async def release(api: Api, block: Block) -> bool:
+    """Delete ``block`` if it is still as read; False when it changed meanwhile."""
+    options = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {
+        "uid": block.metadata.uid, "resourceVersion": block.metadata.resourceVersion}}
+    try:
+        await api.request("delete", "DELETE", f"{BLOCKS}/{block.metadata.name}",
+                          body=msgspec.json.encode(options))
+    except ApiError as exc:
+        if exc.status == 404:
+            return True
+        if exc.status == 409:
+            return False
+        raise
+    return True
