@@ -139,16 +139,9 @@ def requests_report(pods: int, counts: Counter[str],
             "ipam_writes_per_pod": per_pod(lambda verb, res: verb in WRITES and res in ipam)}
 
 
-def block_owner(obj: dict[str, Any]) -> str:
-    """The node an IPAMBlock belongs to."""
-    spec = obj.get("spec") or {}
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    return str(spec.get("node") or spec.get("nodeName") or labels.get("ipam.netctl.dev/node")
-               or "?")
-
-
 def blocks_report(objs: list[dict[str, Any]]) -> dict[str, Any]:
-    per_node = Counter(block_owner(o) for o in objs)
+    """The IPAMBlocks listed, by the node that holds each (``spec.node``)."""
+    per_node = Counter(str((o.get("spec") or {}).get("node") or "?") for o in objs)
     return {"total": len(objs), "per_node": dict(sorted(per_node.items()))}
 
 

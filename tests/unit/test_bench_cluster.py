@@ -3,7 +3,8 @@ whereabouts baseline's lease decisions (create, take a free or expired lease, wa
 one) and pool arithmetic (lowest free offset, the container's own offset again, release);
 the baseline run against the fake API server from many threads at once (every address
 distinct, the IPPool holding exactly the live ones, the lease left free); the duplicate
-counter across nodes; the requests-per-pod report (writes and IPAM writes apart)."""
+counter across nodes; the requests-per-pod report (writes and IPAM writes apart); the
+blocks counted per node."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ from collections import Counter
 from collections.abc import Callable
 
 from netctl.bench import whereabouts as wb
-from netctl.bench.cluster import IPPOOLS, Alloc, churn_victims, duplicates, requests_report
+from netctl.bench.cluster import (
+    IPPOOLS,
+    Alloc,
+    blocks_report,
+    churn_victims,
+    duplicates,
+    requests_report,
+)
 from netctl.kubefake import FakeKube
 
 POOL = ipaddress.ip_network("10.96.0.0/28")
@@ -107,3 +115,10 @@ def test_requests_report() -> None:
     assert rep["reads_per_pod"] == 2.25
     assert rep["by_verb_per_pod"] == {"create": 0.5, "get": 2.0, "list": 0.25, "patch": 1.0}
     assert requests_report(0, Counter(), ())["writes_per_pod"] == 0.0
+
+
+def test_blocks_by_node() -> None:
+    blocks = [{"spec": {"node": "node-2", "cidr": "10.96.0.0/26"}},
+              {"spec": {"node": "node-1", "cidr": "10.96.0.64/26"}},
+              {"spec": {"node": "node-2", "cidr": "10.96.0.128/26"}}]
+    assert blocks_report(blocks) == {"total": 3, "per_node": {"node-1": 1, "node-2": 2}}
