@@ -420,6 +420,23 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--api-latency", type=float, default=0.0, metavar="MS",
                    help="added to every API request by the fake (default 0)")
     b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("cluster", help="N nodes sharing one pool through the fake API server: "
+                        "API requests per pod, allocation latency, duplicates; netctl's cluster "
+                        "IPAM vs whereabouts' protocol")
+    b.add_argument("--nodes", type=int, default=8, help="netctl daemons, one per simulated "
+                   "node (default 8)")
+    b.add_argument("--pods", type=int, default=250, help="ADDs per node; then half as many "
+                   "DEL + ADD (default 250)")
+    b.add_argument("--api-latency-ms", "--api-latency", dest="api_latency_ms", type=float,
+                   default=5.0, metavar="MS", help="added to every API request by the fake "
+                   "(default 5)")
+    b.add_argument("--pool", default="10.96.0.0/16", help="the range every node shares "
+                   "(default 10.96.0.0/16)")
+    b.add_argument("--concurrency", type=int, default=4, help="allocations in flight per "
+                   "node (default 4)")
+    b.add_argument("--backend", choices=["kubernetes", "sqlite"], default="sqlite",
+                   help="the daemons' ipam-backend (default sqlite: pools per node)")
+    b.add_argument("--json", action="store_true")
     b = bsub.add_parser("podman", help="podman run --rm on a netctl network vs podman's own "
                         "bridge network (Debian's podman, CNI backend)")
     b.add_argument("--runs", type=int, default=10, help="runs per side (default 10)")

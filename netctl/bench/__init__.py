@@ -1,7 +1,8 @@
 """``netctl bench``: benchmarks on real namespaces and real plugins, one module each
 (:mod:`~netctl.bench.churn`, :mod:`~netctl.bench.ipam`, :mod:`~netctl.bench.journal`,
 :mod:`~netctl.bench.crash`, :mod:`~netctl.bench.events`, :mod:`~netctl.bench.podman`,
-:mod:`~netctl.bench.kube`) on the shared driver and base of :mod:`~netctl.bench.common`
+:mod:`~netctl.bench.kube`, :mod:`~netctl.bench.cluster` with its baseline
+:mod:`~netctl.bench.whereabouts`) on the shared driver and base of :mod:`~netctl.bench.common`
 (over :mod:`netctl.harness`, which the tests use too) and the one renderer of
 :mod:`~netctl.bench.render`.
 """
@@ -37,6 +38,10 @@ def main(args: argparse.Namespace) -> int:
         from netctl.bench.kube import run_kube
 
         return run_kube(args)
+    if args.bench == "cluster":
+        from netctl.bench.cluster import run_cluster
+
+        return run_cluster(args)
     if args.bench == "podman":
         from netctl.bench.podman import run_podman
 

@@ -9,7 +9,7 @@ node imports it, and it imports nothing of netctl (``lint-imports`` holds both).
 - :mod:`.store`: the objects, the global resourceVersion, the history, the write rules
   (409/404/422) and the watch fan-out; no HTTP.
 - :mod:`.selectors`, :mod:`.patching`: label/field selectors and merge/JSON patches, pure.
-- :mod:`.resources`: the served kinds (pods, events, nodes, namespaces,
+- :mod:`.resources`: the served kinds (pods, events, nodes, namespaces, leases,
   NetworkAttachmentDefinitions, and CRDs declared with :func:`crd`) and discovery.
 - :mod:`.errors`: the ``Status`` failures, with the real server's reasons and messages.
 - :mod:`.objects`: builders of minimal valid pods, NADs and nodes.

@@ -3,8 +3,10 @@ plural, kind, scope, which fields a field selector may name, whether ``status`` 
 subresource, and whether the kind is a custom resource (CRD rules: an update must carry
 ``metadata.resourceVersion``; no strategic-merge patch).
 
-Built in: core/v1 ``pods``, ``events``, ``nodes``, ``namespaces`` and the
-NetworkAttachmentDefinition CRD (``k8s.cni.cncf.io/v1``). Further CRDs come from
+Built in: core/v1 ``pods``, ``events``, ``nodes``, ``namespaces``,
+``coordination.k8s.io/v1`` ``leases`` (leader election: whereabouts' protocol, which
+``netctl bench cluster`` runs as its baseline) and the NetworkAttachmentDefinition CRD
+(``k8s.cni.cncf.io/v1``). Further CRDs come from
 :func:`crd` at the fake's start-up. The discovery documents (``/api``, ``/apis``, …) are
 built from the same table.
 """
@@ -91,10 +93,12 @@ NODES = Resource("", "v1", "nodes", "Node", False, {
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False, {
     "metadata.name": "metadata.name", "status.phase": "status.phase",
 })
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True,
+                  status_subresource=False)
 NADS = crd("k8s.cni.cncf.io", "v1", "network-attachment-definitions",
            "NetworkAttachmentDefinition", namespaced=True, status=False)
 
-BUILTIN = (PODS, EVENTS, NODES, NAMESPACES, NADS)
+BUILTIN = (PODS, EVENTS, NODES, NAMESPACES, LEASES, NADS)
 
 
 class Registry:

@@ -9,7 +9,9 @@ round, and leaves nothing; `netctl bench podman` times podman runs on each side 
 no podman state behind; `netctl bench kube` counts the kube daemon's API requests per ADD
 and DEL (none but the network-status patch with a warm cache, one GET more when the watch
 lags), times ADDs beside standalone mode, measures the daemon's and its delegates' memory,
-and leaves nothing."""
+and leaves nothing; `netctl bench cluster` runs nodes sharing one pool, netctl daemons and
+whereabouts' protocol, counts their requests per pod and the live addresses held twice (with
+the sqlite backend, pools per node: some; whereabouts: none), and leaves nothing."""
 
 from __future__ import annotations
 
@@ -262,3 +264,46 @@ def test_kube_small_json() -> None:
 
     assert_left_nothing(report)
     assert not os.path.exists(f"/proc/{report['standalone']['daemon_pid']}")
+
+
+def test_cluster_small_json() -> None:
+    """Two nodes x 6 pods on one pool, the sqlite backend (each node its own pool: the
+    counter must find the addresses both nodes hand out), whereabouts' protocol beside it."""
+    proc = subprocess.run([NETCTL, "bench", "cluster", "--nodes", "2", "--pods", "6",
+                           "--concurrency", "2", "--api-latency-ms", "1", "--backend", "sqlite",
+                           "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    assert report["params"]["backend"] == "sqlite" and report["params"]["churn"] == 3
+    n, w = report["netctl"], report["whereabouts"]
+    for rep in (n, n["single_node"], w):
+        assert rep["adds"] == rep["adds_planned"] and rep["failures"] == 0
+        assert rep["dels"] == 3 * rep["nodes"]
+        assert all(rep[key]["p50"] > 0 for key in ("add_ms", "del_ms"))
+        assert rep["wall_s"]["total"] > 0
+        assert set(rep["requests"]) == {"add", "churn"}
+        assert rep["addresses"]["live"] == 6 * rep["nodes"]
+    assert n["nodes"] == 2 and n["single_node"]["nodes"] == 1
+    # sqlite keeps a pool per node: both nodes hand out the same first addresses
+    assert n["addresses"]["held_twice"] > 0 and n["single_node"]["addresses"]["held_twice"] == 0
+    assert n["requests"]["add"]["ipam_writes_per_pod"] == 0
+    assert n["requests"]["add"]["requests"] == {}  # the caches synced before the count
+    assert n["blocks"] == {"total": 0, "per_node": {}}
+    assert [d["exit_code"] for d in n["daemons"]] == [0, 0]
+    # whereabouts: every ADD and DEL takes the lease and writes the pool
+    assert w["addresses"]["held_twice"] == 0 and w["ippool_allocations"] == 12
+    assert w["requests"]["add"]["per_pod"]["update ippools"] == 1
+    assert w["requests"]["churn"]["per_pod"]["update ippools"] == 2  # the DEL and the ADD
+    assert w["requests"]["add"]["ipam_writes_per_pod"] >= 3  # lease, pool, lease released
+    assert w["invocations"] == 12 + 6 + 6
+    assert report["ratio"]["writes_per_pod_add"] == 0
+    assert set(report["ratio"]) >= {"writes_per_pod_add", "writes_per_pod_churn", "add_p50",
+                                    "add_p99"}
+
+    assert report["prefix"].startswith("ncb")
+    netns = [line.split()[0] for line in ip("netns", "list").stdout.splitlines() if line]
+    assert [x for x in netns if x.startswith(report["prefix"])] == []
+    assert not os.path.exists(report["root"])
+    for d in n["daemons"] + n["single_node"]["daemons"]:
+        assert not os.path.exists(f"/proc/{d['pid']}")

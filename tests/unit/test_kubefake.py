@@ -681,7 +681,10 @@ def test_kubeconfig_token_and_401(tmp_path: Path) -> None:
 def test_discovery(kube: FakeKube) -> None:
     async def body(api: client.ApiClient) -> None:
         groups = await client.ApisApi(api).get_api_versions()
-        assert {g.name for g in groups.groups} == {"k8s.cni.cncf.io", "ipam.netctl.dev"}
+        assert {g.name for g in groups.groups} == {"coordination.k8s.io", "k8s.cni.cncf.io",
+                                                   "ipam.netctl.dev"}
+        leases = await custom_objects(api).get_api_resources("coordination.k8s.io", "v1")
+        assert (leases.resources[0].name, leases.resources[0].namespaced) == ("leases", True)
         v1 = await core(api).get_api_resources()
         assert {"pods", "pods/status", "events", "nodes"} <= {r.name for r in v1.resources}
         blocks = await custom_objects(api).get_api_resources("ipam.netctl.dev", "v1")
