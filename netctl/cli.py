@@ -434,8 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default 10.96.0.0/16)")
     b.add_argument("--concurrency", type=int, default=4, help="allocations in flight per "
                    "node (default 4)")
-    b.add_argument("--backend", choices=["kubernetes", "sqlite"], default="sqlite",
-                   help="the daemons' ipam-backend (default sqlite: pools per node)")
+    b.add_argument("--backend", choices=["kubernetes", "sqlite"], default="kubernetes",
+                   help="the daemons' ipam-backend (default kubernetes: blocks per node; "
+                   "sqlite: pools per node, duplicates across nodes)")
     b.add_argument("--json", action="store_true")
     b = bsub.add_parser("podman", help="podman run --rm on a netctl network vs podman's own "
                         "bridge network (Debian's podman, CNI backend)")

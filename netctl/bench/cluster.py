@@ -40,7 +40,6 @@ removed at the end, also after Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import ipaddress
 import json
 import sys
@@ -69,11 +68,10 @@ from netctl.bench.common import (
 )
 from netctl.bench.kube import READS, WRITES, made
 from netctl.bench.whereabouts import NAMESPACE, Tally, Whereabouts, pool_name
-from netctl.daemon import DaemonConfig
 from netctl.kubefake import FakeKube, crd, node
 
 BACKENDS = ("kubernetes", "sqlite")
-DEFAULT_BACKEND = "sqlite"
+DEFAULT_BACKEND = "kubernetes"
 NODE = "node-{}"
 IPAMBLOCKS = crd("ipam.netctl.dev", "v1", "ipamblocks", "IPAMBlock")
 IPPOOLS = crd("whereabouts.cni.cncf.io", "v1alpha1", "ippools", "IPPool", namespaced=True)
@@ -146,13 +144,8 @@ def blocks_report(objs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def backend_setting(backend: str) -> dict[str, str]:
-    """The daemons' ``ipam-backend`` setting. A netctl without that setting has only the
-    sqlite store: ``--backend sqlite`` then needs no setting, ``kubernetes`` is refused."""
-    if "ipam_backend" in {f.name for f in dataclasses.fields(DaemonConfig)}:
-        return {"ipam-backend": backend}
-    if backend == "sqlite":
-        return {}
-    raise ValueError("this netctl's daemon has no ipam-backend setting: only --backend sqlite")
+    """The daemons' ``ipam-backend`` setting."""
+    return {"ipam-backend": backend}
 
 
 def synced(daemon: harness.Daemon) -> bool:
