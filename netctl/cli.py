@@ -92,9 +92,10 @@ def _cmd_journal(args: argparse.Namespace) -> int:
         ops = query.running_operations(conn)
         touched = {op["id"] for op in ops}
         atts = [a for a in atts if a["add_op"] in touched or a["del_op"] in touched]
+    blocks = query.blocks_at(conn, args.ip, at) if args.ip else []
     if args.json:
-        print(json.dumps({"attachments": atts, "allocations": allocs, "operations": ops},
-                         indent=2))
+        print(json.dumps({"attachments": atts, "allocations": allocs, "operations": ops,
+                          "blocks": blocks}, indent=2))
         return 0
     for row in atts:
         row["addresses"] = ",".join(row["addresses"]) or "-"
@@ -105,6 +106,9 @@ def _cmd_journal(args: argparse.Namespace) -> int:
         print()
         print(_table(_timed(allocs), ["pool", "address", "container", "pod", "ifname", "since",
                                       "until"]))
+        if blocks:  # ipam-backend: kubernetes — whose block held it, so whose journal knows
+            print()
+            print(_table(_timed(blocks), ["block", "pool", "node", "since", "until"]))
     if ops:
         for row in ops:
             row["started_at"] = _fmt_time(row["started_at"])
@@ -141,7 +145,9 @@ def _ipam_report(args: argparse.Namespace, conn: sqlite3.Connection) -> None:
         if args.json:
             print(json.dumps({"pools": rows}, indent=2))
         else:
-            print(_table(rows, ["key", "range", "family", "size", "in_use", "free"]))
+            for row in rows:
+                row["blocks"] = " ".join(f"{n}:{c}" for n, c in row["blocks"].items()) or "-"
+            print(_table(rows, ["key", "range", "family", "size", "in_use", "free", "blocks"]))
     elif args.ipam == "show":
         known = {p["key"]: p for p in query.pools(conn)}
         by_key = args.pool in known

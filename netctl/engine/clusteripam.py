@@ -111,6 +111,10 @@ class _PodList(msgspec.Struct, forbid_unknown_fields=False):
     items: list[_FullPod] = []
 
 
+class _BlockList(msgspec.Struct, forbid_unknown_fields=False):
+    items: list[Block] = []
+
+
 def _ip(text: str) -> tuple[int, int] | None:
     try:
         addr = ipaddress.ip_address(text.split("/")[0])
@@ -139,6 +143,7 @@ class ClusterStore(IndexStore):
     _locks: dict[str, trio.Lock] = field(default_factory=dict)
     _seen: dict[str, tuple[int, str]] = field(default_factory=dict)  # name → (record, node)
     _gone_since: dict[str, float] = field(default_factory=dict)  # node → first seen gone
+    _claiming: set[int] = field(default_factory=set)  # records of claims in flight
     _whereabouts_at: float | None = None  # when whereabouts' holds were last read
     whereabouts_holds: int = 0
 
@@ -211,7 +216,7 @@ class ClusterStore(IndexStore):
                     break
                 name = bmath.block_name(scope_of(cfg, key), blk)
                 other = self._cached(name)
-                if other is None and await self._claim(key, scope_of(cfg, key), blk):
+                if other is None and await self._claim(key, scope_of(cfg, key), blk, cfg, rng):
                     break
                 other = self._cached(name)
                 owner = other.spec.node if other is not None else "another node"
@@ -236,28 +241,40 @@ class ClusterStore(IndexStore):
                                "cache of blocks is not filled yet; try again later")
             scope = scope_of(cfg, key)
             prefix = bmath.block_prefix(rng, cfg.block_size)
-            for blk in bmath.candidates(rng, prefix, self.settings.node):
-                if self._cached(bmath.block_name(scope, blk)) is not None \
-                        or self._overlaps(scope, blk):
-                    continue
-                if await self._claim(key, scope, blk):
-                    return
+            present = {n for _, n in self.blocks.cache}
+            for fresh in (False, True):  # the cache, then (it may lag) the API's own list
+                if fresh:
+                    present = await self._block_names()
+                for blk in bmath.candidates(rng, prefix, self.settings.node):
+                    if bmath.block_name(scope, blk) in present \
+                            or self._overlaps(scope, blk, present):
+                        continue
+                    if await self._claim(key, scope, blk, cfg, rng):
+                        return
             owners = sorted({b.spec.node for b in self._scope_blocks(scope)})
             raise CNIError(POOL_EXHAUSTED, f"address pool {key} is exhausted: every block of "
                            f"/{prefix} is claimed (by nodes {', '.join(owners) or 'none'}) and "
                            f"this node's {before} blocks of it are full ({rng.size} addresses "
                            "in all)")
 
+    async def _block_names(self) -> set[str]:
+        """The names of every block, from one LIST (when the cache says none is free)."""
+        assert self.api is not None
+        data = await self.api.list(kblocks.BLOCKS, [])
+        return {b.metadata.name for b in msgspec.json.decode(data, type=_BlockList).items}
+
     def _scope_blocks(self, scope: str) -> list[Block]:
         if self.blocks is None:
             return []
         return [b for b in self.blocks.cache.values() if b.spec.scope == scope]
 
-    def _overlaps(self, scope: str, blk: bmath.Block) -> bool:
+    def _overlaps(self, scope: str, blk: bmath.Block, present: AbstractSet[str]) -> bool:
         """A block of another size in the same scope (pools of one network_name with other
-        block sizes) covering part of ``blk``."""
+        block sizes) covering part of ``blk``; of the blocks named in ``present``."""
         net = ipaddress.ip_network(blk.cidr)
         for other in self._scope_blocks(scope):
+            if other.metadata.name not in present:
+                continue
             try:
                 if ipaddress.ip_network(other.spec.cidr).overlaps(net):
                     return True
@@ -265,25 +282,32 @@ class ClusterStore(IndexStore):
                 continue
         return False
 
-    async def _claim(self, pool: str, scope: str, blk: bmath.Block) -> bool:
+    async def _claim(self, pool: str, scope: str, blk: bmath.Block, cfg: IPAMConfig,
+                     rng: Range) -> bool:
         """The claim itself: intent journaled, object created, outcome journaled."""
         assert self.api is not None and self.journal is not None
         name = bmath.block_name(scope, blk)
         rec = BlockRecord(name=name, pool=pool, scope=scope, cidr=blk.cidr,
                           node=self.settings.node, state="claiming")
         rec.id = await self.journal.open_block(rec)
-        spec = BlockSpec(pool=pool, scope=scope, cidr=blk.cidr, node=self.settings.node,
-                         claimedAt=kblocks.now_rfc3339())
+        spec = BlockSpec(pool=pool, scope=scope, range=rng.key, networkName=cfg.network_name,
+                         poolSize=rng.size, prefix=rng.cidr.prefixlen, cidr=blk.cidr,
+                         node=self.settings.node, claimedAt=kblocks.now_rfc3339())
+        self._claiming.add(rec.id)
         try:
             obj = await kblocks.claim(self.api, name, spec)
         except ApiError as exc:  # the outcome is unknown: settled later by reading it
+            self._claiming.discard(rec.id)
             raise CNIError(TRY_AGAIN_LATER, f"ipam: pool {pool} needs a new block and the API "
                            f"server {self.api.host} did not take the claim of {blk.cidr} "
                            f"({exc}); try again later") from None
-        if obj is None:
-            await self.journal.set_block(rec.id, "taken", ended=True)
-            return False
-        await self._hold(rec, obj)
+        try:
+            if obj is None:
+                await self.journal.set_block(rec.id, "taken", ended=True)
+                return False
+            await self._hold(rec, obj)
+        finally:
+            self._claiming.discard(rec.id)
         self.claims += 1
         log.info("claimed block %s of pool %s", blk.cidr, pool)
         return True
@@ -320,7 +344,8 @@ class ClusterStore(IndexStore):
         claim whose outcome was not recorded is read (one GET)."""
         assert self.journal is not None and self.api is not None
         for rec in await self.journal.open_blocks():
-            if rec.node != self.settings.node or rec.state not in ("claiming", "held"):
+            if rec.node != self.settings.node or rec.state not in ("claiming", "held") \
+                    or rec.id in self._claiming:  # a claim in flight settles itself
                 continue
             if rec.state == "held":
                 obj = self._cached(rec.name)
@@ -347,13 +372,27 @@ class ClusterStore(IndexStore):
 
     async def _adopt(self, objs: list[Block]) -> None:
         """Blocks the API says are this node's and the journal does not hold (its state dir
-        was wiped): held again, with the addresses this node's pods hold in them (from
-        their network-status) recorded as theirs."""
+        was wiped): the addresses this node's pods hold in them (from their network-status)
+        recorded as theirs first, then the blocks held again."""
         assert self.api is not None and self.journal is not None
         data = await self.api.list("/api/v1/pods", [
             ("fieldSelector", f"spec.nodeName={self.settings.node}")])
         pods = msgspec.json.decode(data, type=_PodList).items
-        for obj in objs:
+        found = [(obj, blk) for obj in objs if (blk := _block_of(obj)) is not None]
+        new: list[tuple[Allocation, PoolInfo]] = []
+        for pod in pods:
+            for ifname, version, ip in _status_addresses(pod):
+                for obj, blk in found:
+                    if blk.version == version and blk.contains(ip) \
+                            and self.holder(obj.spec.scope, version, ip) is None:
+                        new.append(_adopted(obj, blk, ip, pod, ifname))
+        for alloc, info in new:
+            await self.journal.one_transaction(OpStart(
+                verb="ADOPT", container_id=alloc.owner.container_id,
+                ifname=alloc.owner.ifname, pod=alloc.owner.pod, origin="ipam"),
+                new=[alloc], pools={alloc.pool: info})
+            self.take([alloc])
+        for obj, _ in found:
             rec = BlockRecord(name=obj.metadata.name, pool=obj.spec.pool,
                               scope=obj.spec.scope, cidr=obj.spec.cidr,
                               node=self.settings.node, state="claiming")
@@ -361,46 +400,9 @@ class ClusterStore(IndexStore):
             await self._hold(rec, obj)
             log.warning("block %s (pool %s) is this node's in the API but not in its journal: "
                         "adopted", obj.spec.cidr, obj.spec.pool)
-        adopted = {o.metadata.name for o in objs}
-        held = {n: h for n, h in self.mine.items() if n in adopted}
-        new: list[Allocation] = []
-        for pod in pods:
-            raw = pod.metadata.annotations.get(NETWORK_STATUS)
-            if not raw:
-                continue
-            try:
-                entries = msgspec.json.decode(raw, type=list[_Status])
-            except msgspec.MsgspecError:
-                continue
-            for entry in entries:
-                for text in entry.ips:
-                    found = _ip(text)
-                    if found is None:
-                        continue
-                    for h in held.values():
-                        if h.block.version == found[0] and h.block.contains(found[1]):
-                            new.append(self._adopted(h, found[1], pod, entry.interface))
-        for alloc in new:
-            await self.journal.one_transaction(OpStart(
-                verb="ADOPT", container_id=alloc.owner.container_id,
-                ifname=alloc.owner.ifname, pod=alloc.owner.pod, origin="ipam"), new=[alloc])
-            self.take([alloc])
         if new:
             log.warning("adopted %d addresses held by this node's pods in those blocks",
                         len(new))
-
-    def _adopted(self, h: Held, ip: int, pod: _FullPod, ifname: str) -> Allocation:
-        meta = pod.metadata
-        net = ipaddress.ip_network(h.record.cidr)
-        prefix = net.prefixlen
-        for a in self.live():
-            if a.pool == h.record.pool:
-                prefix = a.prefix
-                break
-        owner = Owner(f"{ADOPTED}{meta.uid}", ifname or "eth0", "",
-                      PodRef(namespace=meta.namespace, name=meta.name, uid=meta.uid), None)
-        return Allocation(h.record.pool, h.record.scope, ip, h.block.version, prefix, owner,
-                          time.time())
 
     async def take_over_whereabouts(self) -> int:
         """The addresses whereabouts recorded (IPPools, OverlappingRangeIPReservations) whose
@@ -557,6 +559,33 @@ class ClusterStore(IndexStore):
                 "handovers": self.handovers, "whereabouts_holds": self.whereabouts_holds,
                 "blocks_cache": self.blocks.status() if self.blocks else None,
                 "nodes_cache": self.nodes.status() if self.nodes else None}
+
+
+def _status_addresses(pod: _FullPod) -> list[tuple[str, int, int]]:
+    """(interface, family, address) of every address the pod's network-status names."""
+    raw = pod.metadata.annotations.get(NETWORK_STATUS)
+    if not raw:
+        return []
+    try:
+        entries = msgspec.json.decode(raw, type=list[_Status])
+    except msgspec.MsgspecError:
+        log.warning("pod %s/%s: a malformed network-status ignored", pod.metadata.namespace,
+                    pod.metadata.name)
+        return []
+    return [(e.interface, *found) for e in entries for text in e.ips
+            if (found := _ip(text)) is not None]
+
+
+def _adopted(obj: Block, blk: bmath.Block, ip: int, pod: _FullPod, ifname: str
+             ) -> tuple[Allocation, PoolInfo]:
+    """An address of a pod in an adopted block, as an allocation owned by the pod."""
+    meta, spec = pod.metadata, obj.spec
+    owner = Owner(f"{ADOPTED}{meta.uid}", ifname or "eth0", "",
+                  PodRef(namespace=meta.namespace, name=meta.name, uid=meta.uid), None)
+    prefix = spec.prefix or blk.prefix
+    alloc = Allocation(spec.pool, spec.scope, ip, blk.version, prefix, owner, time.time())
+    return alloc, PoolInfo(spec.networkName, spec.range or spec.pool, blk.version,
+                           spec.poolSize)
 
 
 def _block_of(obj: Block) -> bmath.Block | None:

@@ -237,13 +237,57 @@ def pools(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     pool's size passes 2**63)."""
     live = dict(conn.execute("SELECT pool, COUNT(*) FROM ipam_allocations"
                              " WHERE released_at IS NULL GROUP BY pool").fetchall())
+    blocks = blocks_by_pool(conn)
     out = []
     for row in conn.execute("SELECT key, network_name, range, family, size FROM ipam_pools"
                             " ORDER BY key"):
         size, in_use = int(row["size"]), int(live.get(row["key"], 0))
         out.append({"key": row["key"], "network_name": row["network_name"],
                     "range": row["range"], "family": row["family"], "size": size,
-                    "in_use": in_use, "free": size - in_use})
+                    "in_use": in_use, "free": size - in_use,
+                    "blocks": blocks.get(row["key"], {})})
+    return out
+
+
+def blocks_at(conn: sqlite3.Connection, ip: str, at: float | None = None
+              ) -> list[dict[str, Any]]:
+    """The cluster-wide IPAM's blocks holding ``ip`` (migrations/0005): this node's and the
+    other nodes' as this node saw them, held at ``at`` (default: now) — the node whose
+    block held an address is the node whose journal knows who had it."""
+    if not _has_table(conn, "ipam_blocks"):
+        return []
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return []
+    where, params = "state IN ('held', 'seen', 'released', 'lost')", []
+    if at is None:
+        where += " AND until IS NULL"
+    else:
+        where += " AND since<=? AND (until IS NULL OR until>?)"
+        params = [at, at]
+    out = []
+    for row in conn.execute(f"SELECT * FROM ipam_blocks WHERE {where} ORDER BY id", params):
+        try:
+            if addr not in ipaddress.ip_network(row["cidr"]):
+                continue
+        except ValueError:
+            continue
+        out.append({"block": row["cidr"], "pool": row["pool"], "node": row["node"],
+                    "since": row["since"], "until": row["until"],
+                    "mine": row["state"] != "seen"})
+    return out
+
+
+def blocks_by_pool(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
+    """Blocks held now, per pool and node (this node's and those it has seen)."""
+    if not _has_table(conn, "ipam_blocks"):
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for pool, node, count in conn.execute(
+            "SELECT pool, node, COUNT(*) FROM ipam_blocks WHERE until IS NULL"
+            " AND state IN ('held', 'seen') GROUP BY pool, node ORDER BY pool, node"):
+        out.setdefault(pool, {})[node] = count
     return out
 
 

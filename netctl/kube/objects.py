@@ -84,6 +84,10 @@ class BlockOwner(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True
 class BlockSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     pool: str = ""  # the pool's key: [network_name/]range
     scope: str = ""  # the uniqueness scope the block's addresses are unique in
+    range: str = ""  # the pool's range (its key without network_name)
+    networkName: str = ""
+    poolSize: int = 0  # assignable addresses in the pool
+    prefix: int = 0  # the range's prefix length: the leases' (a pod gets 10.1.0.5/16)
     cidr: str = ""
     node: str = ""  # the owner
     claimedAt: str = ""  # when the owner claimed it (RFC 3339)

@@ -175,6 +175,8 @@ class FakeKube:
                             graceful_pod_deletion=graceful_pod_deletion)
         self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
         self._forbidden: dict[tuple[str, str], int] = {}  # (verb, resource) -> times left
+        self._answers_held: dict[tuple[str, str], asyncio.Event] = {}
+        self.held_answers = 0  # requests carried out whose answers were held
         self._watches: set[_Watch] = set()
         self._watches_changed = asyncio.Event()  # set, then replaced, at each open or close
         self._flowing = asyncio.Event()  # cleared within watches_held()
@@ -320,6 +322,17 @@ class FakeKube:
         finally:
             self._call(self._flowing.set)
 
+    @contextlib.contextmanager
+    def answers_held(self, verb: str, resource: str) -> Iterator[None]:
+        """Within the block, requests of ``verb`` on ``resource`` (as counted) are carried
+        out at once but not answered until the block ends: the client's request succeeded
+        and it does not know yet — the moment to kill it. :attr:`held_answers` counts them."""
+        self._call(lambda: self._answers_held.__setitem__((verb, resource), asyncio.Event()))
+        try:
+            yield
+        finally:
+            self._call(lambda: self._answers_held.pop((verb, resource)).set())
+
     def send_bookmarks(self) -> int:
         """A BOOKMARK now on every watch that allows them. Returns how many."""
         def send() -> int:
@@ -455,6 +468,8 @@ class FakeKube:
             return await self._answer(request)
         except ApiError as exc:
             return _json(exc.status(), exc.code)
+        except ConnectionResetError:  # the client went away mid-answer (killed): not ours
+            return web.Response(status=499)
         except Exception:
             self.server_errors.append(traceback.format_exc())
             return _json(ApiError(500, "InternalError", "the fake failed; see "
@@ -493,7 +508,12 @@ class FakeKube:
                           "items": store.select(res, ns, selector)})
         body = await self._body(request)
         if action == "create":
-            return _json(store.create(res, ns, body), 201)
+            created = _json(store.create(res, ns, body), 201)
+            held = self._answers_held.get((action, target.counted))
+            if held is not None:
+                self.held_answers += 1
+                await held.wait()
+            return created
         if action == "update":
             return _json(store.update(res, ns, name, body, target.subresource))
         if action == "patch":

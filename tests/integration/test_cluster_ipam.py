@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from netctl import harness
-from netctl.harness import CNIResult, Daemon
+from netctl.harness import CNIResult
 from netctl.kubefake import FakeKube, crd, node, pod
-from tests.conftest import SYSTEM_CNI, TEST_PLUGINS, TEST_SETTINGS, wait_for
+from tests.conftest import SYSTEM_CNI, TEST_PLUGINS, TEST_SETTINGS, Daemon, wait_for
 
 pytestmark = pytest.mark.netns
 
@@ -123,3 +123,218 @@ def test_four_nodes_allocate_from_one_pool_without_a_duplicate(
             address(ipam(d, "ADD", f"d{n}-{i}", pool))
     assert api_writes(kube) == 0
     assert kube.count("get", "pods") == kube.count("list", "pods") == 0
+
+
+def test_a_crash_between_the_claim_and_its_record(
+        nodes: Callable[..., Daemon], kube: FakeKube) -> None:
+    """The daemon is SIGKILLed after the API server created its block and before it heard
+    so: at the restart the claim is settled from the API — the block is this node's, it is
+    used, nothing is claimed twice and nothing is held."""
+    pool = "10.185.16.0/20"
+    d = nodes("node-a")
+    with kube.answers_held("create", "ipamblocks"), \
+            concurrent.futures.ThreadPoolExecutor(1) as worker:
+        pending = worker.submit(ipam, d, "ADD", "lost-add", pool)
+        wait_for(lambda: kube.held_answers == 1, 20, "the block created, its answer held")
+        d.kill()
+        assert pending.result(60).rc != 0  # the runtime saw the ADD fail
+    claimed = blocks(kube)
+    assert [b["node"] for b in claimed] == ["node-a"]
+    assert d.db("SELECT state FROM ipam_blocks") == [("claiming",)]
+    d.start()
+    wait_for(lambda: d.status()["kubernetes"]["ipam"]["ready"], 20, "ready again")
+    assert d.db("SELECT state, until IS NULL FROM ipam_blocks") == [("held", 1)]
+    got = address(ipam(d, "ADD", "after", pool))
+    assert ipaddress.ip_address(got) in ipaddress.ip_network(claimed[0]["cidr"])
+    assert kube.count("create", "ipamblocks") == 1 and len(blocks(kube)) == 1
+    assert d.db("SELECT container_id FROM ipam_allocations WHERE released_at IS NULL") == [
+        ("after",)]
+
+
+def test_a_pool_exhausted_across_nodes_then_freed_blocks_reused(
+        nodes: Callable[..., Daemon], kube: FakeKube) -> None:
+    """A /26 cut into sixteen /30 blocks (62 addresses in all) shared by two nodes: the 63rd
+    allocation answers code 100 naming the pool; once one node's pods are gone its empty
+    blocks are released (one kept) and the other node claims and uses them."""
+    pool = "10.185.32.0/26"
+    a, b = nodes("node-a", **{"block-idle": 0.5}), nodes("node-b", **{"block-idle": 0.5})
+    got: dict[str, list[str]] = {"a": [], "b": []}
+    refused: dict[str, CNIResult] = {}
+    while len(refused) < 2:  # turn about, until each node is refused
+        for key, d in (("a", a), ("b", b)):
+            if key in refused:
+                continue
+            res = ipam(d, "ADD", f"{key}{len(got[key])}", pool)
+            if res.rc == 0:
+                got[key].append(address(res))
+            else:
+                refused[key] = res
+    assert len(set(got["a"] + got["b"])) == len(got["a"] + got["b"]) == 62
+    for res in refused.values():
+        assert res.rc == 1 and res.out is not None and res.out["code"] == 100, res.describe()
+        assert pool in res.out["msg"] and "exhausted" in res.out["msg"]
+    held_by_a = [x for x in blocks(kube) if x["node"] == "node-a"]
+    assert len(held_by_a) > 1
+    for i in range(len(got["a"])):
+        assert ipam(a, "DEL", f"a{i}", pool).rc == 0
+    wait_for(lambda: len([x for x in blocks(kube) if x["node"] == "node-a"]) == 1, 30,
+             "node-a's empty blocks released, one kept")
+    more = [address(ipam(b, "ADD", f"b-more{i}", pool)) for i in range(20)]
+    assert not set(more) & set(got["b"])  # none of b's own live addresses again
+    owners = [x["node"] for x in blocks(kube)]
+    assert owners.count("node-a") == 1 and len(owners) == len(set(x["cidr"]
+                                                                  for x in blocks(kube)))
+
+
+def test_a_deleted_nodes_blocks_are_taken_over_once_its_pods_are_gone(
+        nodes: Callable[..., Daemon], kube: FakeKube) -> None:
+    """Node B's Node object is deleted while a pod of B still exists: its blocks stay B's
+    (the other nodes look, the pod is there); once the pod is deleted they are handed over
+    to exactly one of the two surviving nodes — both race for them — and reused."""
+    pool = "10.185.64.0/20"
+    a = nodes("node-a", **{"node-gone-grace": 0.5})
+    b = nodes("node-b")
+    c = nodes("node-c", **{"node-gone-grace": 0.5})
+    for d in (a, b, c):
+        address(ipam(d, "ADD", f"first-{d.prefix}", pool))
+    b_blocks = sorted(x["cidr"] for x in blocks(kube) if x["node"] == "node-b")
+    kube.create("pods", pod("on-b", node="node-b"))
+    b.kill()
+    kube.delete("nodes", None, "node-b")
+    wait_for(lambda: kube.count("list", "pods") >= 4, 30,
+             "the surviving nodes looking for node-b's pods, more than once")
+    assert sorted(x["cidr"] for x in blocks(kube) if x["node"] == "node-b") == b_blocks
+    kube.delete("pods", "default", "on-b")
+    wait_for(lambda: not [x for x in blocks(kube) if x["node"] == "node-b"], 30,
+             "node-b's blocks taken over")
+    taken = [x for x in blocks(kube) if x["cidr"] in b_blocks]
+    assert len(taken) == len(b_blocks) and {x["node"] for x in taken} <= {"node-a", "node-c"}
+    assert all(x["history"][-1]["node"] == "node-b" for x in taken)
+    handovers = sum(d.status()["kubernetes"]["ipam"]["handovers"] for d in (a, c))
+    assert handovers == len(b_blocks)  # each block handed over once, whoever won
+
+
+def test_two_nodes_racing_to_take_over_one_block(kube: FakeKube, tmp_path: Path) -> None:
+    """Two API clients hand over the same block read at the same resourceVersion, at
+    once: one succeeds, the other is told it changed; the block has one owner."""
+    import trio
+    import trio_asyncio
+
+    from netctl.kube import blocks as kblocks
+    from netctl.kube.api import Api, KubeSettings
+    from netctl.kube.objects import BlockSpec
+
+    config = kube.kubeconfig(tmp_path / "kubeconfig")
+
+    async def main() -> list[bool]:
+        async with trio_asyncio.open_loop():
+            apis = [await Api.connect(KubeSettings(str(config))) for _ in range(2)]
+            try:
+                made = await kblocks.claim(apis[0], "b-race", BlockSpec(
+                    pool="p", scope="s", cidr="10.185.96.0/26", node="gone"))
+                assert made is not None
+                read = await kblocks.get(apis[0], "b-race")
+                assert read is not None
+                results: list[bool] = []
+
+                async def take(api: Api, node: str) -> None:
+                    results.append(await kblocks.hand_over(api, read, node) is not None)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(take, apis[0], "node-x")
+                    nursery.start_soon(take, apis[1], "node-y")
+                return results
+            finally:
+                for api in apis:
+                    await api.close()
+
+    results = trio.run(main)
+    assert sorted(results) == [False, True]
+    stored = kube.get("ipamblocks", None, "b-race")
+    assert stored is not None and stored["spec"]["node"] in ("node-x", "node-y")
+    assert [h["node"] for h in stored["spec"]["history"]] == ["gone"]
+
+
+def test_a_wiped_state_dir_hands_out_no_address_a_live_pod_holds(
+        nodes: Callable[..., Daemon], kube: FakeKube, tmp_path: Path) -> None:
+    """Node A's journal is lost while its pods live: at the restart it adopts its blocks
+    and the addresses its pods' network-status names, and hands out none of them; a pod
+    deleted later gives its address back."""
+    pool = "10.185.112.0/28"  # single-address blocks: every allocation claims one
+    a = nodes("node-a")
+    held = [address(ipam(a, "ADD", f"p{i}", pool)) for i in range(4)]
+    for i, ip in enumerate(held):
+        kube.create("pods", pod(f"p{i}", node="node-a", annotations={
+            "k8s.v1.cni.cncf.io/network-status": json.dumps(
+                [{"name": "shared", "interface": "eth0", "ips": [ip], "default": True}])}))
+    a.kill()
+    import shutil
+    shutil.rmtree(a.state_dir)
+    a.start()
+    wait_for(lambda: a.status()["kubernetes"]["ipam"]["ready"], 20, "ready again")
+    adopted = a.db("SELECT container_id FROM ipam_allocations WHERE released_at IS NULL")
+    assert len(adopted) == 4 and all(c.startswith("pod:") for c, in adopted)
+    fresh = []
+    while True:
+        res = ipam(a, "ADD", f"new{len(fresh)}", pool)
+        if res.rc != 0:
+            assert res.out is not None and res.out["code"] == 100, res.describe()
+            break
+        fresh.append(address(res))
+    assert len(fresh) == 14 - 4 and not set(fresh) & set(held)
+    kube.delete("pods", "default", "p0")
+    wait_for(lambda: len(a.db("SELECT 1 FROM ipam_allocations WHERE released_at IS NULL"
+                              " AND container_id LIKE 'pod:%'")) == 3, 30,
+             "the deleted pod's adopted address released")
+    assert address(ipam(a, "ADD", "last", pool)) == held[0]
+
+
+def test_whereabouts_records_are_taken_until_their_pods_are_gone(
+        nodes: Callable[..., Daemon], kube: FakeKube) -> None:
+    """With ``ipam-takeover: [whereabouts]``, the addresses whereabouts' IPPool and
+    OverlappingRangeIPReservation objects record for pods that still exist are never
+    handed out; one whose pod is gone is."""
+    pool = "10.185.120.0/28"  # 14 addresses
+    kube.create("pods", pod("wa", node="elsewhere"))
+    kube.create("pods", pod("wb", node="elsewhere"))
+    kube.create("ippools", {"apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "IPPool",
+                            "metadata": {"name": "10.185.120.0-28", "namespace": "kube-system"},
+                            "spec": {"range": pool, "allocations": {
+                                "1": {"id": "c1", "podref": "default/wa", "ifname": "eth0"},
+                                "2": {"id": "c2", "podref": "default/wb", "ifname": "eth0"},
+                                "3": {"id": "c3", "podref": "default/gone", "ifname": "eth0"}}}})
+    kube.create("overlappingrangeipreservations", {
+        "apiVersion": "whereabouts.cni.cncf.io/v1alpha1",
+        "kind": "OverlappingRangeIPReservation",
+        "metadata": {"name": "10.185.120.9", "namespace": "kube-system"},
+        "spec": {"podref": "default/wa", "containerid": "c1"}})
+    a = nodes("node-a", **{"ipam-takeover": ["whereabouts"]})
+    assert a.status()["kubernetes"]["ipam"]["whereabouts_holds"] == 3
+    got = []
+    while True:
+        res = ipam(a, "ADD", f"c{len(got)}", pool)
+        if res.rc != 0:
+            assert res.out is not None and res.out["code"] == 100, res.describe()
+            break
+        got.append(address(res))
+    taken = {"10.185.120.1", "10.185.120.2", "10.185.120.9"}
+    assert len(got) == 14 - 3 and not set(got) & taken and "10.185.120.3" in got
+
+
+def test_requested_addresses_across_the_cluster(
+        nodes: Callable[..., Daemon], kube: FakeKube) -> None:
+    """A requested address (IP=) in a block nobody holds: the block is claimed and the
+    address granted; in another node's block: refused (code 7) naming that node."""
+    pool = "10.185.128.0/20"
+    a, b = nodes("node-a"), nodes("node-b")
+    theirs = address(ipam(b, "ADD", "on-b", pool))
+    net = ipaddress.ip_network(pool)
+    free = next(str(ip) for ip in net.hosts() if not any(
+        ip in ipaddress.ip_network(x["cidr"]) for x in blocks(kube)))
+    assert address(ipam(a, "ADD", "wants-free", pool, args=f"IP={free}")) == free
+    assert [x["node"] for x in blocks(kube)
+            if ipaddress.ip_address(free) in ipaddress.ip_network(x["cidr"])] == ["node-a"]
+    neighbour = str(ipaddress.ip_address(theirs) + 1)
+    res = ipam(a, "ADD", "wants-theirs", pool, args=f"IP={neighbour}")
+    assert res.rc == 1 and res.out is not None and res.out["code"] == 7, res.describe()
+    assert neighbour in res.out["msg"] and "node-b" in res.out["msg"]
