@@ -330,9 +330,10 @@ class ClusterBench(Bench):
 
     # -- the work, at most C at a time on each node -------------------------------------
 
-    def per_node(self, side: Side, counts: list[int], work: Callable[[int, int], None]) -> float:
-        """``work(node, i)`` for i in 0..counts[node]-1, ``self.concurrency`` workers per
-        node, every node at once; stops early when asked. Returns the wall time."""
+    def per_node(self, side: Side, counts: list[int], work: Callable[[int, int], None],
+                 concurrency: int) -> float:
+        """``work(node, i)`` for i in 0..counts[node]-1, ``concurrency`` workers per node,
+        every node at once; stops early when asked. Returns the wall time."""
         locks = [threading.Lock() for _ in counts]
         todo = [iter(range(n)) for n in counts]
 
@@ -349,7 +350,7 @@ class ClusterBench(Bench):
 
         threads = [threading.Thread(target=worker, args=(index,), daemon=True,
                                     name=f"{side.name}-{index + 1}-{k}")
-                   for index in range(len(counts)) for k in range(self.concurrency)]
+                   for index in range(len(counts)) for k in range(concurrency)]
         started = time.perf_counter()
         for t in threads:
             t.start()
@@ -381,14 +382,18 @@ class ClusterBench(Bench):
             return
         a.del_s, a.deleted = time.perf_counter() - t0, True
 
-    def run_round(self, name: str, ipam: Ipam, kube: FakeKube, nodes: int) -> Round:
-        """The ADD phase, then the churn, on ``nodes`` nodes; the fake's counts around each."""
+    def run_round(self, name: str, ipam: Ipam, kube: FakeKube, nodes: int,
+                  pods: int | None = None, concurrency: int | None = None) -> Round:
+        """The ADD phase, then the churn, on ``nodes`` nodes (``pods`` each, ``concurrency``
+        in flight on each: by default the bench's); the fake's counts around each."""
         side = Side(name)
+        pods = self.pods if pods is None else pods
+        concurrency = self.concurrency if concurrency is None else concurrency
         names = self.node_names(nodes)
         tag = name[0]
-        allocs = [[Alloc(n, f"{self.prefix}-{tag}{i + 1}-{k}", "add") for k in range(self.pods)]
+        allocs = [[Alloc(n, f"{self.prefix}-{tag}{i + 1}-{k}", "add") for k in range(pods)]
                   for i, n in enumerate(names)]
-        churned = self.pods // 2
+        churned = pods // 2
         fresh = [[Alloc(n, f"{self.prefix}-{tag}{i + 1}-c{k}", "churn") for k in range(churned)]
                  for i, n in enumerate(names)]
         victims = [churn_victims(a, churned) for a in allocs]
@@ -401,23 +406,25 @@ class ClusterBench(Bench):
             self.add(side, ipam, index, fresh[index][k])
 
         c0 = kube.request_counts
-        add_wall = self.per_node(side, [self.pods] * nodes, add_phase)
+        add_wall = self.per_node(side, [pods] * nodes, add_phase, concurrency)
         c1 = kube.request_counts
-        churn_wall = self.per_node(side, [churned] * nodes, churn)
+        churn_wall = self.per_node(side, [churned] * nodes, churn, concurrency)
         c2 = kube.request_counts
         return Round(names, [a for per in allocs + fresh for a in per], add_wall, churn_wall,
                      made(c0, c1), made(c1, c2), churned, side.failures)
 
     # -- the whole run -------------------------------------------------------------------
 
-    def netctl_round(self, name: str, nodes: int) -> tuple[Round, dict[str, Any], FakeKube]:
+    def netctl_round(self, name: str, nodes: int, pods: int | None = None,
+                     concurrency: int | None = None
+                     ) -> tuple[Round, dict[str, Any], FakeKube]:
         """A round of ``nodes`` netctl daemons on a new fake; the blocks and the daemons'
         figures (they are stopped after it)."""
         kube = self.fake()
         daemons = self.start_daemons(kube, nodes, name)
         ipam = NetctlIpam(self.daemon.ipam_plugin, [d.socket for d in daemons], self.pool,
                           self.netns)
-        rnd = self.run_round(name, ipam, kube, nodes)
+        rnd = self.run_round(name, ipam, kube, nodes, pods, concurrency)
         extra = {"blocks": blocks_report(kube.list("ipamblocks")),
                  "daemons": self.stop_daemons(daemons)}
         return rnd, extra, kube
@@ -440,6 +447,12 @@ class ClusterBench(Bench):
                  f"concurrency {self.concurrency}, backend {self.backend}")
         single, single_extra, single_kube = self.netctl_round("single", 1)
         single_kube.close()
+        progress(f"netctl, one node under the cluster's load: {self.nodes * self.pods} ADDs, "
+                 f"then {self.nodes * self.pods // 2} DEL + ADD, concurrency "
+                 f"{self.nodes * self.concurrency}")
+        loaded, loaded_extra, loaded_kube = self.netctl_round(
+            "loaded", 1, self.nodes * self.pods, self.nodes * self.concurrency)
+        loaded_kube.close()
         progress(f"netctl, {self.nodes} nodes: {self.pods} ADDs each, then {self.pods // 2} "
                  "DEL + ADD each, every node at once")
         cluster, extra, kube = self.netctl_round("netctl", self.nodes)
@@ -458,9 +471,13 @@ class ClusterBench(Bench):
         n_rep["single_node"] = {**s_rep, **single_extra}
         n_rep["cluster_over_single"] = {
             q: ratio_of(n_rep["add_ms"][q], s_rep["add_ms"][q]) for q in ("p50", "p99")}
+        l_rep = side_report(loaded, IPAM_RESOURCES["netctl"])
+        n_rep["single_node_same_load"] = {**l_rep, **loaded_extra}
+        n_rep["cluster_over_same_load"] = {
+            q: ratio_of(n_rep["add_ms"][q], l_rep["add_ms"][q]) for q in ("p50", "p99")}
         w_rep.update(baseline.report())
         w_rep["ippool_allocations"] = in_pool
-        self.check(n_rep, w_rep, s_rep, kube)
+        self.check(n_rep, w_rep, s_rep, kube, l_rep)
         ratios = {
             "writes_per_pod_add": ratio_of(n_rep["requests"]["add"]["writes_per_pod"],
                                            w_rep["requests"]["add"]["writes_per_pod"]),
@@ -479,8 +496,10 @@ class ClusterBench(Bench):
             problems=self.problems)
 
     def check(self, n: dict[str, Any], w: dict[str, Any], s: dict[str, Any],
-              kube: FakeKube) -> None:
-        for label, rep in (("netctl", n), ("netctl one node", s), ("whereabouts", w)):
+              kube: FakeKube, loaded: dict[str, Any]) -> None:
+        for label, rep in (("netctl", n), ("netctl one node", s),
+                           ("netctl one node, the cluster's load", loaded),
+                           ("whereabouts", w)):
             self.problems += [f"{label}: {m}" for m in rep["errors"]]
             if rep["adds"] != rep["adds_planned"]:
                 self.problems.append(f"{label}: {rep['adds']} of {rep['adds_planned']} ADDs "
@@ -601,9 +620,14 @@ def render_cluster(report: dict[str, Any]) -> list[RenderableType]:
         render.table(("", "one node", f"{p['nodes']} nodes", "ratio"), [
             (f"ADD {q} (ms)", num(s["add_ms"][q]), num(n["add_ms"][q]),
              num(n["cluster_over_single"][q])) for q in ("p50", "p99")]
+            + [(f"ADD {q} (ms), one node under the cluster's load",
+                num(n["single_node_same_load"]["add_ms"][q]), num(n["add_ms"][q]),
+                num(n["cluster_over_same_load"][q])) for q in ("p50", "p99")]
             + [("API writes per pod, ADD phase", num(s["requests"]["add"]["writes_per_pod"]),
                 num(n["requests"]["add"]["writes_per_pod"]), "")],
-            "netctl alone on one node vs the cluster (the same round, its own fake)"),
+            "netctl alone on one node vs the cluster (the same round, its own fake); 'the "
+            "cluster's load': one node doing all the nodes' pods at all their concurrency, "
+            "so the machine's CPUs are as busy as in the cluster round"),
         "",
         "requests per pod by verb:",
     ]

@@ -31,7 +31,9 @@ RULES: tuple[Rule, ...] = (
          "the pod cache: this node's pods only (field selector spec.nodeName), listed, then "
          "watched from the list's resourceVersion; one GET for a pod the cache has not seen "
          "yet when its sandbox is ADDed; whereabouts takeover: one GET per pod (any node) "
-         "that a whereabouts reservation names, to hold its address while it exists"),
+         "that a whereabouts reservation names, to hold its address while it exists; "
+         "cluster IPAM: one LIST of a gone node's pods before its blocks are taken over, "
+         "and of this node's pods (their network-status) when its journal lost its blocks"),
     Rule(CORE, "pods", ("patch",),
          "write the k8s.v1.cni.cncf.io/network-status annotation after a successful ADD"),
     Rule(NAD_GROUP, "network-attachment-definitions", ("get", "list", "watch"),
@@ -44,10 +46,11 @@ RULES: tuple[Rule, ...] = (
          "cluster IPAM: the nodes that are gone, whose address blocks are reclaimed after a "
          "grace period"),
     Rule(IPAM_GROUP, "ipamblocks",
-         ("create", "get", "list", "watch", "update", "patch", "delete"),
+         ("create", "get", "list", "watch", "update", "delete"),
          "cluster IPAM: claim a node's address block by creating it (AlreadyExists: taken), "
-         "update it under resourceVersion preconditions, delete it when empty or when its "
-         "node is gone"),
+         "read one whose claim was not answered, hand a gone node's block over with an "
+         "update under its resourceVersion, delete it (with preconditions) when it has "
+         "been empty for block-idle seconds"),
     Rule(WHEREABOUTS_GROUP, "ippools", ("list",),
          "whereabouts takeover (ipam-takeover: [whereabouts]): the addresses whereabouts' "
          "IPPools hand out, held until their pods are gone; listed, never written"),

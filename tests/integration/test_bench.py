@@ -289,6 +289,10 @@ def test_cluster_small_json(backend: str) -> None:
         assert rep["addresses"]["live"] == 6 * rep["nodes"]
     assert n["nodes"] == 2 and n["single_node"]["nodes"] == 1
     assert n["single_node"]["addresses"]["held_twice"] == 0
+    loaded = n["single_node_same_load"]  # one node, both nodes' pods at both's concurrency
+    assert (loaded["nodes"], loaded["adds"], loaded["failures"]) == (1, 12 + 6, 0)
+    assert loaded["addresses"]["held_twice"] == 0 and loaded["addresses"]["live"] == 12
+    assert set(n["cluster_over_same_load"]) == {"p50", "p99"}
     if backend == "kubernetes":
         assert n["addresses"]["held_twice"] == 0
         assert n["blocks"] == {"total": 2, "per_node": {"node-1": 1, "node-2": 1}}
@@ -313,5 +317,5 @@ def test_cluster_small_json(backend: str) -> None:
     netns = [line.split()[0] for line in ip("netns", "list").stdout.splitlines() if line]
     assert [x for x in netns if x.startswith(report["prefix"])] == []
     assert not os.path.exists(report["root"])
-    for d in n["daemons"] + n["single_node"]["daemons"]:
+    for d in n["daemons"] + n["single_node"]["daemons"] + loaded["daemons"]:
         assert not os.path.exists(f"/proc/{d['pid']}")

@@ -251,3 +251,22 @@ def test_the_nad_crd_and_the_examples() -> None:
         assert chosen and {s.name for s in chosen} <= names
         forms.append(value.strip().startswith("["))
     assert sorted(forms) == [False, True]  # the comma form and the JSON form
+
+
+def test_the_ipamblock_crd_matches_the_code() -> None:
+    """The IPAMBlock CRD is cluster-scoped, named and grouped as the kube client calls it,
+    and its schema has every field netctl writes in a block's spec."""
+    import msgspec
+
+    from netctl.kube import blocks
+    from netctl.kube.objects import BlockSpec
+
+    crd = one(DEPLOY / "crds" / "ipamblocks.yaml", "CustomResourceDefinition")
+    spec = crd["spec"]
+    assert spec["scope"] == "Cluster" and spec["names"]["kind"] == "IPAMBlock"
+    assert blocks.BLOCKS == f"/apis/{spec['group']}/v1/{spec['names']['plural']}"
+    assert crd["metadata"]["name"] == f"{spec['names']['plural']}.{spec['group']}"
+    assert access.allowed(spec["group"], spec["names"]["plural"], "create")
+    (version,) = spec["versions"]
+    props = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert set(props) == {f.encode_name for f in msgspec.structs.fields(BlockSpec)}
