@@ -351,16 +351,7 @@ class ClusterBench(Bench):
         threads = [threading.Thread(target=worker, args=(index,), daemon=True,
                                     name=f"{side.name}-{index + 1}-{k}")
                    for index in range(len(counts)) for k in range(concurrency)]
-        started = time.perf_counter()
-        for t in threads:
-            t.start()
-        try:
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.2)
-        finally:
-            self.stop_workers_if_interrupted(threads)
-        return time.perf_counter() - started
+        return self.run_threads(threads)
 
     @staticmethod
     def add(side: Side, ipam: Ipam, index: int, a: Alloc) -> None:

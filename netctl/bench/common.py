@@ -284,6 +284,13 @@ class Bench:
         threads = [threading.Thread(target=worker, name=f"{side.name}-{i}", daemon=True)
                    for i in range(self.concurrency)]
         cpu0 = self.cpu_snapshot()
+        wall = self.run_threads(threads)
+        cpu1 = self.cpu_snapshot()
+        return wall, {k: round(cpu1[k] - cpu0[k], 3) for k in cpu0}
+
+    def run_threads(self, threads: list[threading.Thread]) -> float:
+        """Start ``threads``, wait for them all (stopping them on an interrupt); the wall
+        time."""
         started = time.perf_counter()
         for t in threads:
             t.start()
@@ -293,9 +300,7 @@ class Bench:
                     t.join(0.2)
         finally:
             self.stop_workers_if_interrupted(threads)
-        wall = time.perf_counter() - started
-        cpu1 = self.cpu_snapshot()
-        return wall, {k: round(cpu1[k] - cpu0[k], 3) for k in cpu0}
+        return time.perf_counter() - started
 
     def cpu_snapshot(self) -> dict[str, float]:
         """CPU seconds so far: this process (all its threads), the processes it waited for

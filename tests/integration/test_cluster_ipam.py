@@ -16,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import ipaddress
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,18 @@ def ipam(daemon: Daemon, command: str, container: str, pool: str, *, args: str =
 def address(res: CNIResult) -> str:
     assert res.rc == 0 and res.out is not None, res.describe()
     return str(res.out["ips"][0]["address"]).split("/")[0]
+
+
+def fill(daemon: Daemon, pool: str, prefix: str) -> list[str]:
+    """ADD containers prefix0, prefix1, … until the node answers code 100 (exhausted):
+    the addresses they got."""
+    got: list[str] = []
+    while True:
+        res = ipam(daemon, "ADD", f"{prefix}{len(got)}", pool)
+        if res.rc != 0:
+            assert res.out is not None and res.out["code"] == 100, res.describe()
+            return got
+        got.append(address(res))
 
 
 def blocks(kube: FakeKube) -> list[dict[str, Any]]:
@@ -268,19 +281,12 @@ def test_a_wiped_state_dir_hands_out_no_address_a_live_pod_holds(
             "k8s.v1.cni.cncf.io/network-status": json.dumps(
                 [{"name": "shared", "interface": "eth0", "ips": [ip], "default": True}])}))
     a.kill()
-    import shutil
     shutil.rmtree(a.state_dir)
     a.start()
     wait_for(lambda: a.status()["kubernetes"]["ipam"]["ready"], 20, "ready again")
     adopted = a.db("SELECT container_id FROM ipam_allocations WHERE released_at IS NULL")
     assert len(adopted) == 4 and all(c.startswith("pod:") for c, in adopted)
-    fresh = []
-    while True:
-        res = ipam(a, "ADD", f"new{len(fresh)}", pool)
-        if res.rc != 0:
-            assert res.out is not None and res.out["code"] == 100, res.describe()
-            break
-        fresh.append(address(res))
+    fresh = fill(a, pool, "new")
     assert len(fresh) == 14 - 4 and not set(fresh) & set(held)
     kube.delete("pods", "default", "p0")
     wait_for(lambda: len(a.db("SELECT 1 FROM ipam_allocations WHERE released_at IS NULL"
@@ -310,13 +316,7 @@ def test_whereabouts_records_are_taken_until_their_pods_are_gone(
         "spec": {"podref": "default/wa", "containerid": "c1"}})
     a = nodes("node-a", **{"ipam-takeover": ["whereabouts"]})
     assert a.status()["kubernetes"]["ipam"]["whereabouts_holds"] == 3
-    got = []
-    while True:
-        res = ipam(a, "ADD", f"c{len(got)}", pool)
-        if res.rc != 0:
-            assert res.out is not None and res.out["code"] == 100, res.describe()
-            break
-        got.append(address(res))
+    got = fill(a, pool, "c")
     taken = {"10.185.120.1", "10.185.120.2", "10.185.120.9"}
     assert len(got) == 14 - 3 and not set(got) & taken and "10.185.120.3" in got
 
