@@ -17,6 +17,7 @@ import concurrent.futures
 import ipaddress
 import json
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -338,3 +339,27 @@ def test_requested_addresses_across_the_cluster(
     res = ipam(a, "ADD", "wants-theirs", pool, args=f"IP={neighbour}")
     assert res.rc == 1 and res.out is not None and res.out["code"] == 7, res.describe()
     assert neighbour in res.out["msg"] and "node-b" in res.out["msg"]
+
+
+def test_any_node_names_the_node_whose_block_held_an_address(
+        nodes: Callable[..., Daemon], kube: FakeKube) -> None:
+    """``netctl journal --ip`` on node A names node B for an address of B's block, now and
+    at a past time, and after B released the block no more; ``netctl ipam pools`` on A
+    shows the blocks per node."""
+    pool = "10.185.144.0/20"
+    a, b = nodes("node-a"), nodes("node-b", **{"block-idle": 0.3})
+    address(ipam(a, "ADD", "on-a", pool))
+    theirs = address(ipam(b, "ADD", "on-b", pool))
+    address(ipam(b, "ADD", "keeps-b", pool, args="IP=10.185.159.200"))  # a second block
+
+    def named() -> list[str]:
+        return [x["node"] for x in a.journal("--ip", theirs)["blocks"]]
+
+    wait_for(lambda: named() == ["node-b"], 20, "node-a's journal naming node-b")
+    pools = harness.netctl_json("ipam", "pools", "--state-dir", str(a.state_dir))["pools"]
+    assert [p["blocks"] for p in pools if p["key"] == pool] == [{"node-a": 1, "node-b": 2}]
+    held_at = f"{time.time():.3f}"
+    assert ipam(b, "DEL", "on-b", pool).rc == 0  # its block empties, and is released
+    wait_for(lambda: named() == [], 30, "the released block no longer named")
+    assert [x["node"] for x in a.journal("--ip", theirs, "--at", held_at)["blocks"]] == [
+        "node-b"]
