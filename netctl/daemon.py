@@ -50,6 +50,7 @@ from netctl.server import Handlers, Server, ServerConfig
 if TYPE_CHECKING:  # the client is imported in Kubernetes mode only: it costs ≈ 50 MiB
     from netctl.engine.clusteripam import ClusterStore
     from netctl.kube.api import Api
+    from netctl.kube.objects import Block
     from netctl.kube.pods import NadSource, PodSource
 
 log = logging.getLogger("netctl.daemon")
@@ -165,6 +166,7 @@ class KubeMode:
     ipam: ClusterStore | None = None  # ipam-backend: kubernetes
     block_check: float = 10.0
     takeover: bool = False  # ipam-takeover names whereabouts: its holds count as taken
+    asked: trio.MemoryReceiveChannel[Block] | None = None  # borrows of our blocks' addresses
     status_failures: int = 0
     last_status_failure: str = ""
 
@@ -203,7 +205,13 @@ class KubeMode:
         store.api, store.journal, store.live_pods = self.api, journal, live_pods
         store.settings = ClusterSettings(self.node, cfg.block_idle, cfg.node_gone_grace,
                                          ready_wait=max(cfg.api_timeout, cfg.pod_wait))
-        store.blocks = Informer(self.api, Block, BLOCKS, [])
+        asked, self.asked = trio.open_memory_channel[Block](math.inf)
+
+        def on_block(obj: Block) -> None:
+            if store.asked(obj):  # another node asks for an address of one of ours
+                asked.send_nowait(obj)
+
+        store.blocks = Informer(self.api, Block, BLOCKS, [], on_put=on_block)
         store.nodes = Informer(self.api, Node, NODES, [])
         self.ipam, self.block_check = store, cfg.block_check
         self.takeover = "whereabouts" in cfg.ipam_takeover
@@ -217,6 +225,8 @@ class KubeMode:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store.blocks.run)
             nursery.start_soon(store.nodes.run)
+            if self.asked is not None:
+                nursery.start_soon(store.answer_borrows, self.asked)
             while True:
                 try:
                     if not store.ready.is_set():

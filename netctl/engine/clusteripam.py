@@ -135,7 +135,9 @@ class ClusterStore(IndexStore):
     # this node's pod UIDs (None until the pod cache is filled)
     live_pods: Callable[[], AbstractSet[str] | None] | None = None
     mine: dict[str, Held] = field(default_factory=dict)  # block name → a block held
-    foreign: dict[int, set[int]] = field(default_factory=dict)  # family → addresses taken
+    foreign: dict[int, set[int]] = field(default_factory=dict)  # family → whereabouts' holds
+    lent: dict[int, set[int]] = field(default_factory=dict)  # family → granted to other nodes
+    borrows: int = 0  # requested addresses granted by another node
     ready: trio.Event = field(default_factory=trio.Event)
     claims: int = 0
     releases: int = 0
@@ -144,17 +146,18 @@ class ClusterStore(IndexStore):
     _seen: dict[str, tuple[int, str]] = field(default_factory=dict)  # name → (record, node)
     _gone_since: dict[str, float] = field(default_factory=dict)  # node → first seen gone
     _claiming: set[int] = field(default_factory=set)  # records of claims in flight
+    _pending: dict[str, BlockRecord] = field(default_factory=dict)  # borrows not answered
     _whereabouts_at: float | None = None  # when whereabouts' holds were last read
     whereabouts_holds: int = 0
 
     # -- the planner's view ----------------------------------------------------------------
 
     def used(self, scope: str, version: int) -> AbstractSet[int]:
-        mine = super().used(scope, version)
-        theirs = self.foreign.get(version)
-        if not theirs:
-            return mine
-        return SetUnion(mine, theirs)
+        used = super().used(scope, version)
+        for extra in (self.foreign.get(version), self.lent.get(version)):
+            if extra:
+                used = SetUnion(used, extra)
+        return used
 
     # -- allocation ------------------------------------------------------------------------
 
@@ -216,13 +219,100 @@ class ClusterStore(IndexStore):
                     break
                 name = bmath.block_name(scope_of(cfg, key), blk)
                 other = self._cached(name)
-                if other is None and await self._claim(key, scope_of(cfg, key), blk, cfg, rng):
+                if other is None and \
+                        await self._claim(key, scope_of(cfg, key), blk, cfg, rng) is not None:
                     break
                 other = self._cached(name)
-                owner = other.spec.node if other is not None else "another node"
-                raise CNIError(INVALID_CONFIG, f"requested address {text} in pool {key} lies "
-                               f"in block {blk.cidr}, held by node {owner}: only that node "
-                               "hands out its addresses")
+                if other is not None and other.spec.node != self.settings.node:
+                    single = bmath.Block(rng.version, ip, bmath.BITS[rng.version])
+                    if bmath.block_name(scope_of(cfg, key), single) not in self.mine:
+                        await self._borrow(cfg, rng, key, ip, text, other)
+                    break
+                raise CNIError(TRY_AGAIN_LATER, f"requested address {text} in pool {key}: "
+                               f"block {blk.cidr} was claimed meanwhile; try again")
+
+    async def _borrow(self, cfg: IPAMConfig, rng: Range, key: str, ip: int, text: str,
+                      parent: Block) -> None:
+        """A requested address in another node's block: a borrow object (a single-address
+        block naming that block) is created, and that node grants it — the address is
+        free there, and it never hands it out while the object exists — or refuses it.
+        Code 7 when refused or already borrowed, 11 when the owner does not answer in time."""
+        assert self.api is not None and self.journal is not None
+        scope = scope_of(cfg, key)
+        single = bmath.Block(rng.version, ip, bmath.BITS[rng.version])
+        owner = parent.spec.node
+        obj = await self._claim(key, scope, single, cfg, rng, parent=parent.metadata.name)
+        if obj is None:
+            other = self._cached(bmath.block_name(scope, single))
+            who = f"node {other.spec.node}" if other is not None else "another node"
+            raise CNIError(INVALID_CONFIG, f"requested address {text} in pool {key} is "
+                           f"already claimed by {who}")
+        rec = self._pending.pop(obj.metadata.name)
+        answer = ""
+        with trio.move_on_after(self.settings.ready_wait):
+            while True:
+                found = await kblocks.get(self.api, obj.metadata.name)
+                answer = found.spec.grant if found is not None else "refused"
+                if answer:
+                    break
+                await trio.sleep(0.05)
+        if answer == "granted" and found is not None:
+            await self._hold(rec, found)
+            self.borrows += 1
+            log.info("borrowed %s of pool %s from node %s", text, key, owner)
+            return
+        done = await kblocks.release(self.api, found) if found is not None else True
+        await self.journal.set_block(rec.id, "taken" if done else "claiming",
+                                     ended=done)
+        if answer == "refused":
+            raise CNIError(INVALID_CONFIG, f"requested address {text} in pool {key} is in "
+                           f"use: node {owner}, whose block {parent.spec.cidr} holds it, "
+                           "refused it")
+        raise CNIError(TRY_AGAIN_LATER, f"requested address {text} in pool {key} lies in "
+                       f"block {parent.spec.cidr} of node {owner}, which did not answer "
+                       f"within {self.settings.ready_wait:g} s; try again later")
+
+    async def answer_borrows(self, asked: trio.MemoryReceiveChannel[Block]) -> None:
+        """Answer the borrow objects naming this node's blocks as they come (the blocks'
+        watch sends them here)."""
+        async for obj in asked:
+            await self._answer(obj)
+
+    def asked(self, obj: Block) -> bool:
+        """Whether ``obj`` asks this node for an address of one of its blocks."""
+        return bool(obj.spec.parent) and not obj.spec.grant and obj.spec.parent in self.mine
+
+    async def _answer(self, obj: Block) -> None:
+        assert self.api is not None
+        h = self.mine.get(obj.spec.parent)
+        found = _ip(obj.spec.cidr)
+        grant = "refused"
+        if h is not None and found is not None and h.block.version == found[0] \
+                and h.block.contains(found[1]) \
+                and found[1] not in self.used(h.record.scope, found[0]):
+            grant = "granted"
+            self.lent.setdefault(found[0], set()).add(found[1])  # before any await
+        try:
+            done = await kblocks.answer(self.api, obj, grant)
+        except ApiError:
+            done = None
+        if done is None and grant == "granted" and found is not None:
+            self.lent[found[0]].discard(found[1])  # not written: not lent
+        elif done is not None:
+            log.info("%s address %s of block %s to node %s", grant, obj.spec.cidr,
+                     h.record.cidr if h else obj.spec.parent, obj.spec.node)
+
+    def _lent_now(self) -> dict[int, set[int]]:
+        """The addresses of this node's blocks granted to other nodes, from the cache."""
+        lent: dict[int, set[int]] = {}
+        if self.blocks is None:
+            return lent
+        for b in self.blocks.cache.values():
+            if b.spec.parent in self.mine and b.spec.grant == "granted":
+                found = _ip(b.spec.cidr)
+                if found is not None:
+                    lent.setdefault(found[0], set()).add(found[1])
+        return lent
 
     def _cached(self, name: str) -> Block | None:
         return self.blocks.cache.get(("", name)) if self.blocks is not None else None
@@ -249,7 +339,7 @@ class ClusterStore(IndexStore):
                     if bmath.block_name(scope, blk) in present \
                             or self._overlaps(scope, blk, present):
                         continue
-                    if await self._claim(key, scope, blk, cfg, rng):
+                    if await self._claim(key, scope, blk, cfg, rng) is not None:
                         return
             owners = sorted({b.spec.node for b in self._scope_blocks(scope)})
             raise CNIError(POOL_EXHAUSTED, f"address pool {key} is exhausted: every block of "
@@ -283,8 +373,9 @@ class ClusterStore(IndexStore):
         return False
 
     async def _claim(self, pool: str, scope: str, blk: bmath.Block, cfg: IPAMConfig,
-                     rng: Range) -> bool:
-        """The claim itself: intent journaled, object created, outcome journaled."""
+                     rng: Range, parent: str = "") -> Block | None:
+        """The claim itself: intent journaled, object created, outcome journaled (a borrow,
+        with ``parent``, is held only once granted: its record waits in ``_pending``)."""
         assert self.api is not None and self.journal is not None
         name = bmath.block_name(scope, blk)
         rec = BlockRecord(name=name, pool=pool, scope=scope, cidr=blk.cidr,
@@ -292,7 +383,8 @@ class ClusterStore(IndexStore):
         rec.id = await self.journal.open_block(rec)
         spec = BlockSpec(pool=pool, scope=scope, range=rng.key, networkName=cfg.network_name,
                          poolSize=rng.size, prefix=rng.cidr.prefixlen, cidr=blk.cidr,
-                         node=self.settings.node, claimedAt=kblocks.now_rfc3339())
+                         node=self.settings.node, claimedAt=kblocks.now_rfc3339(),
+                         parent=parent)
         self._claiming.add(rec.id)
         try:
             obj = await kblocks.claim(self.api, name, spec)
@@ -304,13 +396,16 @@ class ClusterStore(IndexStore):
         try:
             if obj is None:
                 await self.journal.set_block(rec.id, "taken", ended=True)
-                return False
+                return None
+            if parent:
+                self._pending[obj.metadata.name] = rec
+                return obj
             await self._hold(rec, obj)
         finally:
             self._claiming.discard(rec.id)
         self.claims += 1
         log.info("claimed block %s of pool %s", blk.cidr, pool)
-        return True
+        return obj
 
     async def _hold(self, rec: BlockRecord, obj: Block, journaled: bool = False) -> None:
         assert self.journal is not None
@@ -336,6 +431,7 @@ class ClusterStore(IndexStore):
         lost = [name for name in mine if name not in self.mine]
         if lost:
             await self._adopt([mine[n] for n in lost])
+        self.lent = self._lent_now()
         self.ready.set()
 
     async def settle(self) -> None:
@@ -355,6 +451,11 @@ class ClusterStore(IndexStore):
                         and obj.spec.node == self.settings.node:
                     log.info("the claim of block %s (pool %s) had succeeded", rec.cidr,
                              rec.pool)
+            if obj is not None and obj.spec.parent and obj.spec.grant != "granted" \
+                    and rec.name not in self._pending:  # a borrow asked before a crash
+                if await kblocks.release(self.api, obj):
+                    await self.journal.set_block(rec.id, "taken", ended=True)
+                continue
             if obj is not None and obj.spec.node == self.settings.node:
                 if rec.name not in self.mine:
                     await self._hold(rec, obj, journaled=rec.state == "held")
@@ -430,6 +531,10 @@ class ClusterStore(IndexStore):
         if self._whereabouts_at is not None and \
                 now - self._whereabouts_at >= WHEREABOUTS_REFRESH:
             await self.take_over_whereabouts()
+        self.lent = self._lent_now()
+        if self.blocks is not None:
+            for obj in [b for b in self.blocks.cache.values() if self.asked(b)]:
+                await self._answer(obj)  # asks the watch brought before this node held it
         await self._record_seen()
         released = await self._release_idle(now)
         taken = await self._take_over(now)
@@ -456,6 +561,9 @@ class ClusterStore(IndexStore):
                 self._seen[name] = (await self.journal.open_block(rec), obj.spec.node)
 
     def _in_use(self, h: Held) -> bool:
+        lent = self.lent.get(h.block.version, set())
+        if any(h.block.contains(ip) for ip in lent):
+            return True
         used = super().used(h.record.scope, h.block.version)
         if len(used) <= h.block.end - h.block.start:
             return any(h.block.contains(ip) for ip in used)
@@ -473,8 +581,10 @@ class ClusterStore(IndexStore):
                 continue
             if now - h.empty_since < self.settings.block_idle:
                 continue
-            if len(self.blocks_of(h.record.pool)) <= 1:
-                continue  # keep one block per pool
+            if not h.obj.spec.parent and len(
+                    [b for b in self.mine.values() if b.record.pool == h.record.pool
+                     and not b.obj.spec.parent]) <= 1:
+                continue  # keep one block per pool (a borrowed address is given back)
             del self.mine[name]  # no allocation lands in it from here on
             try:
                 done = await kblocks.release(self.api, self._cached(name) or h.obj)
@@ -557,6 +667,8 @@ class ClusterStore(IndexStore):
                                       for h in self.mine.values()),
                 "blocks_by_node": by_node, "claims": self.claims, "releases": self.releases,
                 "handovers": self.handovers, "whereabouts_holds": self.whereabouts_holds,
+                "borrowed": self.borrows,
+                "lent": sum(len(v) for v in self.lent.values()),
                 "blocks_cache": self.blocks.status() if self.blocks else None,
                 "nodes_cache": self.nodes.status() if self.nodes else None}
 

@@ -6,6 +6,8 @@ outcome the API server decides, so that nodes racing for a block end with one ow
   carrying the resourceVersion the caller read, so of two nodes racing one gets 409.
 - :func:`release`: delete with the resourceVersion (and UID) as preconditions: a block
   changed meanwhile is not deleted.
+- :func:`answer`: the owner of a block grants or refuses an address of it that another
+  node asked to borrow (a requested address), on the borrow object.
 
 The caches of blocks and nodes are :class:`~netctl.kube.informer.Informer`\\ s over
 :data:`BLOCKS` and :data:`NODES`.
@@ -58,6 +60,21 @@ async def hand_over(api: Api, block: Block, node: str) -> Block | None:
                               resourceVersion=block.metadata.resourceVersion),
                 spec=BlockSpec(pool=spec.pool, scope=spec.scope, cidr=spec.cidr, node=node,
                                claimedAt=now_rfc3339(), history=owners[-20:]))
+    try:
+        return _decode(await api.request("update", "PUT", f"{BLOCKS}/{block.metadata.name}",
+                                         body=msgspec.json.encode(new)))
+    except ApiError as exc:
+        if exc.status in (404, 409):
+            return None
+        raise
+
+
+async def answer(api: Api, block: Block, grant: str) -> Block | None:
+    """The owner's answer to a borrowed address (``granted`` or ``refused``), written on
+    the borrow object as read; None when it changed or went meanwhile."""
+    spec = msgspec.structs.replace(block.spec, grant=grant)
+    new = Block(metadata=Meta(name=block.metadata.name,
+                              resourceVersion=block.metadata.resourceVersion), spec=spec)
     try:
         return _decode(await api.request("update", "PUT", f"{BLOCKS}/{block.metadata.name}",
                                          body=msgspec.json.encode(new)))

@@ -64,10 +64,12 @@ class Gone(Exception):
 
 class Informer(Generic[T]):
     def __init__(self, api: Api, kind: type[T], path: str, query: list[tuple[str, str]],
-                 on_delete: Callable[[T], None] | None = None) -> None:
+                 on_delete: Callable[[T], None] | None = None,
+                 on_put: Callable[[T], None] | None = None) -> None:
         self.api, self.path, self.query = api, path, query
         self.kind: type[T] = kind
         self.on_delete: Callable[[T], None] | None = on_delete
+        self.on_put: Callable[[T], None] | None = on_put  # every object listed or changed
         self.cache: dict[Key, T] = {}
         self.resource_version = ""
         self.synced = trio.Event()
@@ -104,6 +106,8 @@ class Informer(Generic[T]):
     def _put(self, obj: T) -> None:
         key = (obj.metadata.namespace, obj.metadata.name)
         self.cache[key] = obj
+        if self.on_put is not None:
+            self.on_put(obj)
         waiter = self._waiters.pop(key, None)
         if waiter is not None:
             waiter.set()

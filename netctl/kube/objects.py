@@ -92,6 +92,10 @@ class BlockSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True)
     node: str = ""  # the owner
     claimedAt: str = ""  # when the owner claimed it (RFC 3339)
     history: list[BlockOwner] = []  # the owners before
+    # a borrowed address: a single-address block inside another node's block (``parent``),
+    # asked for by ``node`` (a requested address); the parent's node grants or refuses it
+    parent: str = ""
+    grant: str = ""  # "" (asked) | granted | refused
 
 
 class Block(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):

@@ -325,9 +325,11 @@ def test_whereabouts_records_are_taken_until_their_pods_are_gone(
 def test_requested_addresses_across_the_cluster(
         nodes: Callable[..., Daemon], kube: FakeKube) -> None:
     """A requested address (IP=) in a block nobody holds: the block is claimed and the
-    address granted; in another node's block: refused (code 7) naming that node."""
-    pool = "10.185.128.0/20"
-    a, b = nodes("node-a"), nodes("node-b")
+    address granted. In another node's block: that node is asked (a borrow object) and
+    grants a free address — which it then never hands out itself — or refuses one in use
+    (code 7 naming it). A borrowed address freed is given back."""
+    pool = "10.185.128.0/24"  # blocks of /28
+    a, b = nodes("node-a", **{"block-idle": 0.3}), nodes("node-b")
     theirs = address(ipam(b, "ADD", "on-b", pool))
     net = ipaddress.ip_network(pool)
     free = next(str(ip) for ip in net.hosts() if not any(
@@ -335,10 +337,26 @@ def test_requested_addresses_across_the_cluster(
     assert address(ipam(a, "ADD", "wants-free", pool, args=f"IP={free}")) == free
     assert [x["node"] for x in blocks(kube)
             if ipaddress.ip_address(free) in ipaddress.ip_network(x["cidr"])] == ["node-a"]
-    neighbour = str(ipaddress.ip_address(theirs) + 1)
-    res = ipam(a, "ADD", "wants-theirs", pool, args=f"IP={neighbour}")
+
+    res = ipam(a, "ADD", "wants-used", pool, args=f"IP={theirs}")
     assert res.rc == 1 and res.out is not None and res.out["code"] == 7, res.describe()
-    assert neighbour in res.out["msg"] and "node-b" in res.out["msg"]
+    assert theirs in res.out["msg"] and "node-b" in res.out["msg"]
+    assert not [x for x in blocks(kube) if x.get("parent")]  # the refused borrow is gone
+
+    b_block = next(x for x in blocks(kube) if x["node"] == "node-b")
+    lent = str(ipaddress.ip_network(b_block["cidr"])[-2])  # high in b's block: free
+    assert address(ipam(a, "ADD", "borrower", pool, args=f"IP={lent}")) == lent
+    borrow = [x for x in blocks(kube) if x.get("parent")]
+    assert [(x["node"], x["cidr"], x["grant"]) for x in borrow] == [
+        ("node-a", f"{lent}/32", "granted")]
+    assert a.status()["kubernetes"]["ipam"]["borrowed"] == 1
+    assert b.status()["kubernetes"]["ipam"]["lent"] == 1
+    got = [address(ipam(b, "ADD", f"b-fill{i}", pool)) for i in range(16)]
+    assert lent not in got and theirs not in got  # b's whole block and more: never that one
+
+    assert ipam(a, "DEL", "borrower", pool).rc == 0
+    wait_for(lambda: not [x for x in blocks(kube) if x.get("parent")], 30,
+             "the borrowed address given back")
 
 
 def test_any_node_names_the_node_whose_block_held_an_address(
