@@ -92,11 +92,16 @@ def rfc3339(created: float) -> str:
         .replace("+00:00", "Z")
 
 
+def ordered(ctx: Context) -> dict[str, str | int]:
+    """The context in :data:`FIELDS`' order."""
+    return {k: ctx[k] for k in FIELDS if k in ctx}
+
+
 def fields_of(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str, Any]:
     """A record as the ordered keys of the structured formats."""
     out: dict[str, Any] = {"time": rfc3339(record.created), "level": record.levelname.lower(),
                            "logger": record.name, "msg": record.getMessage()}
-    out.update(getattr(record, "netctl_context", None) or _context.get())
+    out.update(ordered(getattr(record, "netctl_context", None) or _context.get()))
     if record.exc_info:
         record.exc_text = record.exc_text or formatter.formatException(record.exc_info)
     if record.exc_text:
@@ -139,7 +144,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        ctx = getattr(record, "netctl_context", None) or _context.get()
+        ctx = ordered(getattr(record, "netctl_context", None) or _context.get())
         if not ctx:
             return line
         head, sep, rest = line.partition("\n")  # a traceback stays below the line
