@@ -201,10 +201,15 @@ def admin_request(socket_path: str, timeout: float = 5.0, call: str = "status",
 
 
 def _cmd_reconcile(args: argparse.Namespace) -> int:
-    """Ask the daemon to reconcile (or only plan, with --dry-run); plan offline if it is down."""
+    """Ask the daemon to reconcile (or only plan, with --dry-run); plan offline if it is down.
+    One request: on a terminal a spinner runs while the daemon works."""
+    from netctl.bench.render import waiting
+
     try:
-        report = admin_request(args.socket, timeout=300, call="reconcile",
-                               dry_run=args.dry_run)
+        with waiting("planning" if args.dry_run else "reconciling (the daemon DELetes what "
+                     "nothing owns)"):
+            report = admin_request(args.socket, timeout=300, call="reconcile",
+                                   dry_run=args.dry_run)
     except OSError as exc:
         if not args.dry_run:
             print(f"netctl: daemon not reachable at {args.socket} ({exc}); acting needs the "
