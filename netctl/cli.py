@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import signal
 import socket
@@ -14,6 +13,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
+from netctl import logs
 from netctl.errors import CNIError
 
 DEFAULT_STATE_DIR = "/var/lib/netctl"
@@ -30,10 +30,10 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
         "networks_dir": args.networks_dir, "kubeconfig": args.kubeconfig,
         "in_cluster": args.in_cluster or None, "node_name": args.node_name,
         "metrics_addr": args.metrics_addr, "log_level": args.log_level,
+        "log_format": args.log_format,
     }
     cfg = daemon.load_config(args.config, overrides)
-    logging.basicConfig(level=cfg.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(cfg.log_level, cfg.log_format)
     import trio  # only the daemon needs it: the read-only commands start faster
 
     trio.run(daemon.run, cfg)
@@ -201,10 +201,15 @@ def admin_request(socket_path: str, timeout: float = 5.0, call: str = "status",
 
 
 def _cmd_reconcile(args: argparse.Namespace) -> int:
-    """Ask the daemon to reconcile (or only plan, with --dry-run); plan offline if it is down."""
+    """Ask the daemon to reconcile (or only plan, with --dry-run); plan offline if it is down.
+    One request: on a terminal a spinner runs while the daemon works."""
+    from netctl.bench.render import waiting
+
     try:
-        report = admin_request(args.socket, timeout=300, call="reconcile",
-                               dry_run=args.dry_run)
+        with waiting("planning" if args.dry_run else "reconciling (the daemon DELetes what "
+                     "nothing owns)"):
+            report = admin_request(args.socket, timeout=300, call="reconcile",
+                                   dry_run=args.dry_run)
     except OSError as exc:
         if not args.dry_run:
             print(f"netctl: daemon not reachable at {args.socket} ({exc}); acting needs the "
@@ -304,7 +309,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--in-cluster", action="store_true")
     p.add_argument("--node-name")
     p.add_argument("--metrics-addr")
-    p.add_argument("--log-level")
+    p.add_argument("--log-level", metavar="LEVEL[,LOGGER=LEVEL…]", help="netctl's level "
+                   "(default info); other libraries stay at warning unless named, e.g. "
+                   "debug,aiosqlite=debug")
+    p.add_argument("--log-format", choices=logs.FORMATS, help="one line per event: text "
+                   "(default), json (one object per line) or logfmt")
     p.set_defaults(fn=_cmd_daemon)
 
     p = sub.add_parser("install-cni", help="install the thin plugin into a CNI bin dir (and "

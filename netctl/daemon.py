@@ -17,7 +17,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 import msgspec.yaml
@@ -69,7 +69,8 @@ class DaemonConfig:
     in_cluster: bool = False
     node_name: str | None = None
     metrics_addr: str | None = None
-    log_level: str = "info"
+    log_level: str = "info"  # LEVEL[,LOGGER=LEVEL…]: netctl's, then other loggers' (logs.py)
+    log_format: Literal["text", "json", "logfmt"] = "text"
     plugin_timeout: float = 60.0
     max_concurrent: int = 32
     max_queue: int = 256

@@ -28,6 +28,7 @@ from typing import Any
 import msgspec
 import trio
 
+from netctl import logs
 from netctl.cni.request import AdminRequest, Envelope, Invocation, Request, Response, decode
 from netctl.cni.versions import LATEST
 from netctl.engine.engine import Reply
@@ -161,6 +162,10 @@ class Server:
             self.served += 1
             inv = decode(req)
             version = inv.caller_version
+            # every line of this request (this task and the ones it starts) says whose
+            logs.bind(verb=inv.verb, container=inv.container_id,
+                      pod=logs.pod_name(inv.pod.namespace, inv.pod.name),
+                      network=inv.conf_name if inv.plugin == "netctl-ipam" else None)
             handler = self.handlers.ipam if inv.plugin == "netctl-ipam" and \
                 inv.verb != "VERSION" else self.handlers.cni
             reply = await handler(inv)

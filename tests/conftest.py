@@ -156,6 +156,55 @@ def free_port() -> int:
         return port
 
 
+# -- log lines (test_logs) -------------------------------------------------------------------
+
+
+def parse_logfmt(line: str) -> dict[str, str]:
+    """One logfmt line → its pairs: ``key=value`` or ``key="quoted value"`` (``\\``,
+    ``\\"``, ``\\n``, ``\\r``, ``\\t`` escapes), separated by spaces; anything else
+    raises ValueError."""
+    out: dict[str, str] = {}
+    i, n = 0, len(line)
+    unescape = {"n": "\n", "r": "\r", "t": "\t", '"': '"', "\\": "\\"}
+    while i < n:
+        if line[i] == " ":
+            i += 1
+            continue
+        eq = line.find("=", i)
+        if eq <= i or " " in line[i:eq] or '"' in line[i:eq]:
+            raise ValueError(f"no key=value at {i}: {line[i:i + 30]!r}")
+        key, i = line[i:eq], eq + 1
+        if i < n and line[i] == '"':
+            chars: list[str] = []
+            i += 1
+            while True:
+                if i >= n:
+                    raise ValueError(f"unterminated quote for {key!r}")
+                c = line[i]
+                if c == "\\":
+                    if i + 1 >= n or line[i + 1] not in unescape:
+                        raise ValueError(f"bad escape in {key!r}")
+                    chars.append(unescape[line[i + 1]])
+                    i += 2
+                elif c == '"':
+                    i += 1
+                    break
+                else:
+                    chars.append(c)
+                    i += 1
+            if i < n and line[i] != " ":
+                raise ValueError(f"text after the quoted value of {key!r}")
+            out[key] = "".join(chars)
+        else:
+            end = line.find(" ", i)
+            end = n if end < 0 else end
+            value = line[i:end]
+            if '"' in value or "=" in value:
+                raise ValueError(f"unquoted value of {key!r} holds a quote or '='")
+            out[key], i = value, end
+    return out
+
+
 # -- what is left ----------------------------------------------------------------------------
 
 

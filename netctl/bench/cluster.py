@@ -67,6 +67,7 @@ from netctl.bench.common import (
     summary_ms,
 )
 from netctl.bench.kube import READS, WRITES, made
+from netctl.bench.render import steps
 from netctl.bench.whereabouts import NAMESPACE, Tally, Whereabouts, pool_name
 from netctl.kubefake import FakeKube, crd, node
 
@@ -337,7 +338,7 @@ class ClusterBench(Bench):
         locks = [threading.Lock() for _ in counts]
         todo = [iter(range(n)) for n in counts]
 
-        def worker(index: int) -> None:
+        def worker(index: int, step: Callable[[str], None]) -> None:
             while not self.stop.is_set():
                 with locks[index]:
                     i = next(todo[index], None)
@@ -347,11 +348,13 @@ class ClusterBench(Bench):
                     work(index, i)
                 except Exception as exc:  # a bench bug: count it, go on
                     side.fail(f"node {index + 1} item {i}: {exc!r}")
+                step("")
 
-        threads = [threading.Thread(target=worker, args=(index,), daemon=True,
-                                    name=f"{side.name}-{index + 1}-{k}")
-                   for index in range(len(counts)) for k in range(concurrency)]
-        return self.run_threads(threads)
+        with steps(side.name, sum(counts)) as step:
+            threads = [threading.Thread(target=worker, args=(index, step), daemon=True,
+                                        name=f"{side.name}-{index + 1}-{k}")
+                       for index in range(len(counts)) for k in range(concurrency)]
+            return self.run_threads(threads)
 
     @staticmethod
     def add(side: Side, ipam: Ipam, index: int, a: Alloc) -> None:

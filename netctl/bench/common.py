@@ -31,7 +31,7 @@ from typing import Any
 from rich.console import RenderableType
 
 from netctl import harness
-from netctl.bench.render import ratio, show
+from netctl.bench.render import ratio, say, show, steps
 from netctl.cni.config import Chain, parse_chain
 from netctl.harness import EXEC_TIMEOUT, SYSTEM_CNI, CNIResult
 
@@ -76,7 +76,7 @@ def proc_cpu(pid: int) -> tuple[float, float]:
 
 
 def progress(msg: str) -> None:
-    print(f"netctl bench: {msg}", file=sys.stderr, flush=True)
+    say(msg)
 
 
 def pick_subnets(count: int, pods: int,
@@ -270,7 +270,7 @@ class Bench:
         lock = threading.Lock()
         counter = iter(range(count))
 
-        def worker() -> None:
+        def worker(step: Callable[[str], None]) -> None:
             while not self.stop.is_set():
                 with lock:
                     index = next(counter, None)
@@ -280,12 +280,14 @@ class Bench:
                     work(index)
                 except Exception as exc:  # a bench bug or a host failure: count it, go on
                     side.fail(f"{what} {index}: {exc!r}")
+                step("")
 
-        threads = [threading.Thread(target=worker, name=f"{side.name}-{i}", daemon=True)
-                   for i in range(self.concurrency)]
-        cpu0 = self.cpu_snapshot()
-        wall = self.run_threads(threads)
-        cpu1 = self.cpu_snapshot()
+        with steps(f"{side.name}: {what}s", count) as step:
+            threads = [threading.Thread(target=worker, args=(step,), name=f"{side.name}-{i}",
+                                        daemon=True) for i in range(self.concurrency)]
+            cpu0 = self.cpu_snapshot()
+            wall = self.run_threads(threads)
+            cpu1 = self.cpu_snapshot()
         return wall, {k: round(cpu1[k] - cpu0[k], 3) for k in cpu0}
 
     def run_threads(self, threads: list[threading.Thread]) -> float:
@@ -316,7 +318,7 @@ class Bench:
             return
         # Interrupted: let every worker finish its item (DEL, netns del), start no more.
         self.stop.set()
-        print("netctl bench: interrupted; finishing the work in flight", file=sys.stderr)
+        say("interrupted; finishing the work in flight")
         with _signals_ignored():
             for t in threads:
                 t.join(EXEC_TIMEOUT * 2)

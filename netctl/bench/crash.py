@@ -73,7 +73,7 @@ from netctl.bench.common import (
     progress,
     summary_ms,
 )
-from netctl.bench.render import num, table, verdict
+from netctl.bench.render import num, steps, table, verdict
 from netctl.harness import LEFTOVERS, CNIResult, Daemon, HarnessError, wait_for
 
 PODS = 30  # churned per iteration
@@ -372,11 +372,12 @@ class CrashBench(Bench):
                  f"(host-local); {self.iterations} iterations of {self.pods} pods, "
                  f"concurrency {self.concurrency}")
         done: list[Iteration] = []
-        for n in range(1, self.iterations + 1):
-            it = self.iteration(n)
-            done.append(it)
-            left = sum(len(v) for v in it.leftovers.values())
-            progress(f"iteration {n}: killed with {sum(it.in_flight.values())} operations "
+        with steps("iterations", self.iterations) as step:
+            for n in range(1, self.iterations + 1):
+                it = self.iteration(n)
+                done.append(it)
+                left = sum(len(v) for v in it.leftovers.values())
+                step(f"iteration {n}: killed with {sum(it.in_flight.values())} operations "
                      f"running, {len(it.vanished)} sandbox(es) vanished, recovered in "
                      f"{it.recovery_s * 1000:.0f} ms, {left} leftovers")
         return self.report(done)

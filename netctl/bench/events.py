@@ -53,6 +53,7 @@ from netctl.bench.common import (
     progress,
     summary_ms,
 )
+from netctl.bench.render import steps
 
 ROUND_TIMEOUT = 30.0  # seconds a vanished sandbox may take to be released
 POLL = 0.01
@@ -147,11 +148,13 @@ class EventsBench(Bench):
         for name, kind in self.kinds.items():  # warm-up, not timed: the bridge appears
             self.vanish(kind, f"{name[0]}w")
             kind.rounds.clear()
-        for i in range(self.rounds):
-            if self.stop.is_set():
-                break
-            for name, kind in self.kinds.items():
-                self.vanish(kind, f"{name[0]}{i}")
+        with steps("rounds", self.rounds) as step:
+            for i in range(self.rounds):
+                if self.stop.is_set():
+                    break
+                for name, kind in self.kinds.items():
+                    self.vanish(kind, f"{name[0]}{i}")
+                step("")
         events = self.daemon.status().get("events") or {}
         bridges = [k.net.bridge for k in self.kinds.values() if k.net]
         left = harness.describe_leftovers(harness.leftovers(

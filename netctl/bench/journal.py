@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from rich.console import RenderableType
 
 from netctl.bench.common import Bench, Measured, drive, progress, summary_ms
-from netctl.bench.render import num, table, verdict
+from netctl.bench.render import num, steps, table, verdict
 from netctl.harness import netctl_argv, run, tail
 from netctl.ipam.planner import pool_key, scope_of
 from netctl.ipam.ranges import Range, next_free
@@ -622,8 +622,10 @@ class JournalBench(Bench):
         conn = query.connect(self.daemon.state_dir)
         timings: dict[str, Any] = {}
         try:
-            for q in todo:
-                timings[q.key] = self.time_query(conn, q, problems)
+            with steps("read paths", len(todo)) as step:
+                for q in todo:
+                    timings[q.key] = self.time_query(conn, q, problems)
+                    step("")
         finally:
             conn.close()
             gc.unfreeze()

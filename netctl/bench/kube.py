@@ -83,6 +83,7 @@ from netctl.bench.common import (
     ratios,
     summary_ms,
 )
+from netctl.bench.render import steps
 from netctl.cni.config import parse_chain
 from netctl.daemon import DaemonConfig
 from netctl.harness import SYSTEM_CNI, CNIResult
@@ -601,9 +602,11 @@ class KubeBench(Bench):
                  f"and {self.pods} pods")
         for obj in self.nad_objects():
             self.kube.create("network-attachment-definitions", obj)
-        for i in range(self.pods):
-            name = self.cached_pod(i)
-            self.create_pod(name, i, earlier_status(self.cluster.name, self.net2.name, i))
+        with steps("pods created", self.pods) as step:
+            for i in range(self.pods):
+                name = self.cached_pod(i)
+                self.create_pod(name, i, earlier_status(self.cluster.name, self.net2.name, i))
+                step("")
         self.wait_caches(self.daemon, self.pods, self.nads)
         by_watch = self.daemon.rss_kib()
         progress(f"caches filled by the watches: RSS {by_watch} KiB; restarting the daemon")

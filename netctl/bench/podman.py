@@ -36,7 +36,8 @@ from rich.console import RenderableType
 
 from netctl import harness
 from netctl.bench import render
-from netctl.bench.common import Bench, Measured, Side, drive, pick_subnets, progress, summary_ms
+from netctl.bench.common import Bench, Measured, Side, drive, pick_subnets, summary_ms
+from netctl.bench.render import steps
 from netctl.harness import SYSTEM_CNI
 from netctl.harness_podman import CNI_STATE, IMAGE, Podman, netctl_conflist, preflight
 
@@ -116,12 +117,13 @@ class PodmanBench(Bench):
             self.run_once(pm, side, warm_up)
         sides = {name: Side(name) for name in SIDES}
         times: dict[str, list[float]] = {name: [] for name in SIDES}
-        for r in range(self.runs):
-            progress(f"round {r + 1} of {self.runs}")
-            for side in SIDES[r % len(SIDES):] + SIDES[:r % len(SIDES)]:
-                took = self.run_once(pm, side, sides[side])
-                if took is not None:
-                    times[side].append(took)
+        with steps("rounds", self.runs) as step:
+            for r in range(self.runs):
+                for side in SIDES[r % len(SIDES):] + SIDES[:r % len(SIDES)]:
+                    took = self.run_once(pm, side, sides[side])
+                    if took is not None:
+                        times[side].append(took)
+                step(f"round {r + 1} of {self.runs} done")
         problems = [msg for s in sides.values() for msg in s.failures]
         left = harness.leftovers(self.daemon, bridges=self.bridges.values())
         podman_net = self.networks["podman"]

@@ -4,18 +4,30 @@ A bench turns its report (the dict ``--json`` prints) into a list of blocks: lin
 text and tables built by :func:`table` (the first column left-aligned, the others
 right-aligned, one style for all). :func:`show` prints them: on a terminal with colour
 and its width; to a pipe or a file as plain text at most :data:`WIDTH` columns wide.
+Long work shows its progress the same way (:func:`steps`, :func:`waiting`): a bar or a
+spinner on a terminal, plain lines elsewhere.
 The helpers below build the rows and lines several benches share (netctl beside its
 baseline with the ratio, latency percentiles, the daemon's figures, the verdict).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -41,6 +53,77 @@ def show(blocks: Iterable[RenderableType], file: IO[str] | None = None) -> None:
                       highlight=False)
     for block in blocks:
         console.print(block)
+
+
+# -- progress on long work --------------------------------------------------------------------
+
+Step = Callable[[str], None]
+_live: list[Progress] = []  # the bar on screen, when one is: nested work adds a row to it
+
+
+@contextlib.contextmanager
+def steps(what: str, total: int, *, prefix: str = "netctl bench",
+          file: IO[str] | None = None) -> Iterator[Step]:
+    """Progress over ``total`` pieces of long work: call ``step(line)`` after each (the
+    line may be empty). On a terminal (``file``, stderr by default) a rich bar counts
+    them, elapsed and remaining time, the lines printed above it; work started inside
+    (a phase of an iteration) gets its own row under it. Elsewhere (a pipe, a file, the
+    tests) only the lines, as plain ``prefix: line`` lines. Threads may step at once."""
+    out = file or sys.stderr
+    if not out.isatty():
+        def plain(line: str = "") -> None:
+            if line:
+                print(f"{prefix}: {line}", file=out, flush=True)
+
+        yield plain
+        return
+    if _live:  # inside another's work: a row of the bar already on screen
+        bar = _live[-1]
+        task = bar.add_task(what, total=total)
+        try:
+            yield _stepper(bar, task, prefix)
+        finally:
+            bar.remove_task(task)
+            bar.refresh()
+        return
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                   console=Console(file=out, markup=False, highlight=False))
+    with bar:
+        _live.append(bar)
+        try:
+            yield _stepper(bar, bar.add_task(what, total=total), prefix)
+        finally:
+            _live.pop()
+
+
+def _stepper(bar: Progress, task: TaskID, prefix: str) -> Step:
+    def step(line: str = "") -> None:
+        if line:
+            bar.console.print(f"{prefix}: {line}")
+        bar.advance(task)
+
+    return step
+
+
+def say(line: str, prefix: str = "netctl bench") -> None:
+    """One line of progress: above the bar when one is on screen, else on stderr."""
+    if _live:
+        _live[-1].console.print(f"{prefix}: {line}")
+    else:
+        print(f"{prefix}: {line}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def waiting(what: str, file: IO[str] | None = None) -> Iterator[None]:
+    """A spinner saying ``what`` while one long call runs, on a terminal; nothing
+    elsewhere."""
+    out = file or sys.stderr
+    if not out.isatty():
+        yield
+        return
+    with Console(file=out, markup=False, highlight=False).status(what):
+        yield
 
 
 # -- shared rows and lines -------------------------------------------------------------------

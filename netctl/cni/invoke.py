@@ -8,7 +8,8 @@
   finish what it is doing before it is killed (plugins are not written to be
   killed half-way through their netlink work). Either way it is reaped inside a
   shielded scope, so no process outlives the call.
-- stdout is capped; stderr is kept (capped too) for the journal.
+- stdout is capped; stderr is kept (capped too) for the journal, and its tail is
+  the ``details`` of a crash's error: never in a message the daemon logs.
 - Each child runs in its own session (a timeout kills its whole process group)
   and carries ``NETCTL_OWNER`` in its environment, so the next daemon can find
   and kill what a SIGKILLed one left running (:func:`kill_orphans`).
@@ -263,8 +264,10 @@ def interpret(command: str, returncode: int, out: bytes, err: bytes) -> dict[str
                               stderr=err)
         how = (f"was killed by signal {-returncode}" if returncode < 0
                else f"exited with status {returncode}")
-        raise PluginError(DELEGATE_CRASHED, f"{how} without a CNI error"
-                          + (f"; stderr: {tail}" if tail else ""), stderr=err)
+        # stderr's tail goes to the caller in ``details``, never into the message (which
+        # the daemon may log): a delegate's stderr is the journal's, not the log's
+        raise PluginError(DELEGATE_CRASHED, f"{how} without a CNI error",
+                          f"stderr: {tail}" if tail else "", stderr=err)
     if command != "ADD" and not out.strip():
         return None
     try:

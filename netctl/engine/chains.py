@@ -21,6 +21,7 @@ version) did nothing, so it does not count as started and is never DELeted.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from typing import Any
 
 import trio
 
+from netctl import logs
 from netctl.cni.config import plugin_config
 from netctl.cni.invoke import Cancellation, PluginError, run_plugin
 from netctl.cni.netns import is_netns
@@ -39,6 +41,7 @@ from netctl.ipam.store import IndexStore, allocate
 from netctl.journal.records import Attachment, StepEnd, StepStart
 from netctl.journal.store import Journal
 
+log = logging.getLogger("netctl.engine")
 
 @dataclass(frozen=True)
 class Delegates:
@@ -188,6 +191,10 @@ class Chains:
                 end.started = False  # refused before it did anything
                 att.steps_started = min(att.steps_started, index)
             await self.journal.end_step(end, op_id=op_id)
+            # the message only: what the plugin printed on stderr is the step's, in the
+            # journal, never in the log
+            log.debug("%s %s of %s failed (code %d): %s", ptype, verb, att.ifname, exc.code,
+                      exc.msg)
             raise StepError(exc.code, f"{att.where(index)}: {verb} failed: {exc.msg}",
                             exc.details) from exc
         except BaseException:
@@ -206,14 +213,16 @@ class Chains:
             gone = self.ipam.of_attachment(att.id)
         await self.journal.end_step(end, op_id=op_id, gone=gone)
         self.ipam.released(gone)
+        log.debug("%s %s of %s done in %.3fs", ptype, verb, att.ifname, out.seconds)
         return out.result
 
     async def add(self, op_id: int, att: Attachment) -> dict[str, Any] | None:
         """ADD every step in order, each getting the previous result; return the final."""
         prev: dict[str, Any] | None = None
-        for index in range(len(att.chain.plugins)):
-            prev = await self.step(op_id, att, index, "ADD", prev)
-            att.result = prev
+        with logs.bound(network=att.network):
+            for index in range(len(att.chain.plugins)):
+                prev = await self.step(op_id, att, index, "ADD", prev)
+                att.result = prev
         missing = unhonoured(att, prev)
         if missing:
             raise StepError(INVALID_CONFIG, f"network {att.network!r} interface {att.ifname}: "
@@ -227,17 +236,19 @@ class Chains:
         plugins' business to tolerate, as the spec asks of them.
         """
         errors: list[StepError] = []
-        for index in reversed(range(att.steps_started)):
-            try:
-                await self.step(op_id, att, index, "DEL", att.result)
-            except StepError as exc:
-                errors.append(exc)
+        with logs.bound(network=att.network):
+            for index in reversed(range(att.steps_started)):
+                try:
+                    await self.step(op_id, att, index, "DEL", att.result)
+                except StepError as exc:
+                    errors.append(exc)
         return errors
 
     async def check(self, op_id: int, att: Attachment) -> None:
         """CHECK every step in order with the stored final result."""
-        for index in range(len(att.chain.plugins)):
-            await self.step(op_id, att, index, "CHECK", att.result)
+        with logs.bound(network=att.network):
+            for index in range(len(att.chain.plugins)):
+                await self.step(op_id, att, index, "CHECK", att.result)
 
     async def delete_all(self, op_id: int, atts: Sequence[Attachment],
                          outcome: dict[int, list[StepError]]) -> None:

@@ -23,6 +23,7 @@ handler. :meth:`Engine.handle` applies the table; the handlers only do the work.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ from netctl.errors import (
 )
 from netctl.journal.records import Attachment, OpEnd, OpStart
 
+log = logging.getLogger("netctl.engine")
 MAX_DEL_FAILURES = 3  # a runtime's DEL of one attachment fails at most this often
 PERMANENT = frozenset({INCOMPATIBLE_VERSION, UNSUPPORTED_FIELD, INVALID_ENVIRONMENT,
                        INVALID_CONFIG})  # no retry repairs these
@@ -79,8 +81,9 @@ class DelIncomplete(CNIError):
     """A DEL that could not remove everything: what was kept, and which of those a
     retry cannot help (a delegate refused for good)."""
 
-    def __init__(self, msg: str, kept: list[Attachment], permanent: set[int]) -> None:
-        super().__init__(DEL_INCOMPLETE, msg)
+    def __init__(self, msg: str, kept: list[Attachment], permanent: set[int],
+                 details: str = "") -> None:
+        super().__init__(DEL_INCOMPLETE, msg, details)
         self.kept, self.permanent = kept, permanent
 
 
@@ -173,6 +176,7 @@ class Engine:
             # leftovers of an ADD that failed and could not be undone: remove them first
             await self.delete_attachments(inv.container_id, mine, OpStart(
                 verb="DEL", container_id=inv.container_id, origin="runtime"), "ADD")
+        started = time.monotonic()
         op_id = await self.journal.begin(OpStart(
             verb="ADD", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
             caller_network=conf.name, caller_version=conf.cniVersion, pod=inv.pod,
@@ -191,11 +195,14 @@ class Engine:
                 msg += "; compensation incomplete: " + "; ".join(failures)
             elif not finished:
                 msg += "; compensation ran out of time"
+            log.warning("ADD failed (code %d), %s: %s", cause.code if cause else CANCELLED,
+                        state, msg)
             await self.journal.finish(op_id, _del_end(
                 state, cause.code if cause else CANCELLED, msg, atts, outcome))
             if cause is None:
                 raise
             raise CNIError(cause.code, msg, cause.details) from None
+        log.info("ADD done in %.3fs: %s", time.monotonic() - started, _names(atts))
         await self.journal.finish(op_id, OpEnd(state="done", attached=atts))
         warning = await self._after_add(inv, atts)
         return Reply(versions.convert_result(atts[0].result or {}, conf.cniVersion), warning)
@@ -299,11 +306,13 @@ class Engine:
                                  op: OpStart, why: str) -> None:
         """DEL ``atts`` through their chains as one operation; CNIError 107 naming what
         could not be removed (those keep their state, one more failure counted)."""
+        started = time.monotonic()
         op_id = await self.journal.begin(op, removing=atts)
         outcome: dict[int, list[StepError]] = {}
         try:
             await self.chains.delete_all(op_id, atts, outcome)
         except BaseException as exc:
+            log.warning("DEL (%s) interrupted: %r", op.origin, exc)
             await self.journal.finish(op_id, _del_end("failed", CANCELLED, repr(exc), atts,
                                                       outcome), retry_at=retry_at)
             raise
@@ -312,10 +321,14 @@ class Engine:
             msg = (f"{why} of container {container_id}: could not remove everything; "
                    "a later DEL or the reconciler retries: " + "; ".join(failures))
             end = _del_end("failed", DEL_INCOMPLETE, msg, atts, outcome)
+            log.warning("DEL (%s) failed: %s", op.origin, msg)
             await self.journal.finish(op_id, end, retry_at=retry_at)
             raise DelIncomplete(msg, [a for a, _ in end.kept], {
                 att_id for att_id, errs in outcome.items()
-                if any(e.code in PERMANENT for e in errs)})
+                if any(e.code in PERMANENT for e in errs)},
+                "; ".join(e.details for errs in outcome.values() for e in errs if e.details))
+        log.info("DEL (%s) done in %.3fs: %s", op.origin, time.monotonic() - started,
+                 _names(atts))
         await self.journal.finish(op_id, _del_end("done", None, None, atts, outcome))
 
     # -- CHECK ------------------------------------------------------------------------------
@@ -396,6 +409,11 @@ class Engine:
     async def version(self, inv: Invocation) -> Reply:
         return Reply({"cniVersion": versions.LATEST,
                       "supportedVersions": list(versions.SUPPORTED)})
+
+
+def _names(atts: list[Attachment]) -> str:
+    """``br as eth0, br2 as net1`` (``nothing`` for none), for a log line."""
+    return ", ".join(f"{a.network} as {a.ifname}" for a in atts) or "nothing"
 
 
 def _repeat_of(mine: list[Attachment], planned: list[Attachment],

@@ -42,6 +42,7 @@ import outcome
 import trio
 import trio_asyncio
 
+from netctl import logs
 from netctl.cni.config import Chain, parse_chain
 from netctl.cni.request import Pod
 from netctl.errors import IO_FAILURE, CNIError
@@ -220,6 +221,7 @@ class Journal:
         self.writes = 0  # writes committed
         self.trips = 0  # calls run on the database thread (reads and batches)
         self.live = LiveIndex()  # where live attachments and allocations are (live.py)
+        self._outer: dict[int, logs.Context] = {}  # op id → the log context it was begun in
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -329,13 +331,22 @@ class Journal:
             att.id, att.state, att.add_op = att_id, "adding", op_id
         for att in removing:
             att.state, att.del_op = "removing", op_id
+        # the lines logged until it finishes (here and in the tasks started meanwhile)
+        # carry the operation
+        self._outer[op_id] = logs.current()
+        logs.bind(op=op_id, verb=op.verb, container=op.container_id,
+                  pod=logs.pod_name(op.pod.namespace, op.pod.name))
         return op_id
 
     async def finish(self, op_id: int, end: OpEnd, *, retry_at: Callable[[int], float] | None
                      = None) -> None:
         """Close an operation: attached ones go live with their results, removed ones
         are removed, kept ones keep their state with the error and one more DEL failure
-        (``retry_at(failures)`` says when the reconciler may try them again)."""
+        (``retry_at(failures)`` says when the reconciler may try them again). The log
+        context goes back to what it was before :meth:`begin`."""
+        outer = self._outer.pop(op_id, None)
+        if outer is not None and logs.current().get("op") == op_id:
+            logs.replace(outer)
         def fn(db: sqlite3.Connection) -> None:
             now = time.time()
             db.executemany("UPDATE attachments SET state='attached', result=? WHERE id=?",

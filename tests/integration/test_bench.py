@@ -56,6 +56,9 @@ def test_churn_small_json() -> None:
     assert report["plugin"]["version_ms"]["p50"] > 0
     assert report["breakdown"]["operations_not_done"] == []
     assert report["breakdown"]["operations"] == {"ADD": 7, "DEL": 7}  # with the warm-up pod
+    # not a terminal: the progress is plain lines, no bar drawn
+    assert "\x1b[" not in proc.stderr
+    assert "netctl bench: netctl: 6 pods, concurrency 2" in proc.stderr.splitlines()
 
     assert report["prefix"].startswith("ncb")
     assert_left_nothing(report)
@@ -173,6 +176,10 @@ def test_crash_small_json() -> None:
         assert it["exit_code"] == 0 and it["failures"] == []
         assert all(n == 0 for n in it["leftovers"].values())
     assert report["daemon"]["peak_rss_kib"] > 0
+    # not a terminal: one plain line per iteration, no bar drawn
+    assert "\x1b[" not in proc.stderr
+    assert [line.split(":")[1] for line in proc.stderr.splitlines()
+            if line.startswith("netctl bench: iteration ")] == [" iteration 1", " iteration 2"]
 
     assert_left_nothing(report)
 

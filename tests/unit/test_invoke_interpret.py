@@ -2,7 +2,8 @@
 
 - a CNI error printed on stdout with a non-zero exit keeps the plugin's own code;
 - a crash (killed by a signal) or a non-zero exit without a CNI error is code 102,
-  and says which, with the tail of stderr;
+  and says which, with the tail of stderr in its details (never in the message, which
+  the daemon may log);
 - malformed or non-object JSON is code 103;
 - DEL/CHECK may print nothing; ADD must print a result.
 """
@@ -50,7 +51,8 @@ def test_killed_by_signal(signum: int) -> None:
         interpret("ADD", -signum, b"", b"panic: runtime error\ngoroutine 1 [running]")
     assert info.value.code == DELEGATE_CRASHED
     assert f"killed by signal {signum}" in info.value.msg
-    assert "goroutine 1 [running]" in info.value.msg
+    assert "goroutine 1 [running]" in info.value.details
+    assert "goroutine" not in info.value.msg
 
 
 def test_exit_2_without_output() -> None:
@@ -72,7 +74,7 @@ def test_nonzero_exit_with_something_else_on_stdout(out: bytes) -> None:
 def test_stderr_tail_is_bounded() -> None:
     with pytest.raises(PluginError) as info:
         interpret("ADD", 3, b"", b"x" * 5000 + b"END")
-    assert info.value.msg.endswith("END") and len(info.value.msg) < 500
+    assert info.value.details.endswith("END") and len(info.value.details) < 500
     assert len(info.value.stderr) == 5003
 
 
