@@ -266,12 +266,22 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if warnings else 0
 
 
+STATUS_READY, STATUS_NOT_READY, STATUS_DOWN = 0, 1, 2  # `netctl status` exit codes
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
+    """The daemon's health over its socket: exit 0 ready, 1 not ready (the document's
+    ``reasons`` say why), 2 down (no socket, or nothing answering on it)."""
     try:
         health = admin_request(args.socket)
-    except OSError as exc:
-        print(f"netctl daemon not reachable at {args.socket}: {exc}", file=sys.stderr)
-        return 1
+    except (OSError, ValueError, struct.error) as exc:  # refused, missing, cut short
+        down = {"ready": False, "reasons": [f"the netctl daemon is not reachable at "
+                                            f"{args.socket}: {exc}"], "socket": args.socket}
+        if args.json:
+            print(json.dumps(down, indent=2))
+        else:
+            print(f"netctl daemon not reachable at {args.socket}: {exc}", file=sys.stderr)
+        return STATUS_DOWN
     # the doctor's warnings, when the runtime's conf dir is here (they do not fail status)
     warnings: list[str] = []
     if os.path.isdir(args.cni_conf_dir):
@@ -285,7 +295,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
             print(f"{key:16} {value}")
         for message in warnings:
             print(f"{'warning':16} {message} (netctl doctor)")
-    return 0
+        for reason in health.get("reasons") or []:
+            print(f"not ready: {reason}", file=sys.stderr)
+    return STATUS_READY if health.get("ready") else STATUS_NOT_READY
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -357,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="the daemon's networks dir")
 
     p = sub.add_parser("status", parents=[conf_dirs], help="health of the daemon, over its "
-                       "socket, and the doctor's warnings")
+                       "socket, and the doctor's warnings; exits 0 ready, 1 not ready, 2 down")
     p.add_argument("--socket", default=DEFAULT_SOCKET)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_status)

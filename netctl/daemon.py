@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -34,13 +35,22 @@ from netctl.engine.kubeselect import KubeSelector
 from netctl.engine.nads import NadResolver
 from netctl.engine.networks import NetworkDir
 from netctl.engine.plan import ArgsSelector
-from netctl.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CNIError, Refusal
+from netctl.engine.readiness import daemon_reasons
+from netctl.errors import (
+    CANCELLED,
+    INVALID_CONFIG,
+    IO_FAILURE,
+    TRY_AGAIN_LATER,
+    CNIError,
+    Refusal,
+)
 from netctl.ipam.planner import Allocation
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import Attachment
 from netctl.journal.store import Journal, open_journal
 from netctl.kube.netstatus import annotation_value, network_status
 from netctl.kube.objects import Meta, Pod
+from netctl.metrics import Metrics, MetricsServer, Snapshot, parse_addr
 from netctl.reconcile.leaks import Reconciler
 from netctl.reconcile.pending import finish_pending, pending_dir
 from netctl.reconcile.replay import replay
@@ -50,6 +60,7 @@ from netctl.server import Handlers, Server, ServerConfig
 if TYPE_CHECKING:  # the client is imported in Kubernetes mode only: it costs ≈ 50 MiB
     from netctl.engine.clusteripam import ClusterStore
     from netctl.kube.api import Api
+    from netctl.kube.informer import Informer
     from netctl.kube.objects import Block
     from netctl.kube.pods import NadSource, PodSource
 
@@ -136,9 +147,12 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
     if "ipam_takeover" in values:
         values["ipam_takeover"] = tuple(str(t) for t in values["ipam_takeover"])
     try:
-        return msgspec.convert(values, DaemonConfig, strict=False)
-    except msgspec.ValidationError as exc:
+        cfg = msgspec.convert(values, DaemonConfig, strict=False)
+        if cfg.metrics_addr:
+            parse_addr(cfg.metrics_addr)
+    except (msgspec.ValidationError, ValueError) as exc:
         raise CNIError(INVALID_CONFIG, f"daemon config: {exc}") from exc
+    return cfg
 
 
 async def _wait_gone(owner: str, timeout: float = 5.0) -> None:
@@ -311,6 +325,23 @@ class KubeMode:
             closing.shield = True
             await self.api.close()
 
+    def not_ready(self, journal_writable: bool) -> list[str]:
+        """Why ADDs cannot be served: the caches not listed yet, the cluster IPAM not
+        started (and the journal, which the caller checked)."""
+        return daemon_reasons(journal_writable=journal_writable,
+                              pods_synced=self.pods.informer.synced.is_set(),
+                              nads_synced=self.nads.informer.synced.is_set(),
+                              ipam_ready=self.ipam.ready.is_set() if self.ipam else None)
+
+    def watches(self) -> dict[str, tuple[bool, float | None]]:
+        """Each cache's resource: whether it is watching, and its age (the metrics)."""
+        informers: list[tuple[str, Informer[Any]]] = [
+            ("pods", self.pods.informer), ("network-attachment-definitions", self.nads.informer)]
+        if self.ipam is not None and self.ipam.blocks is not None \
+                and self.ipam.nodes is not None:
+            informers += [("ipamblocks", self.ipam.blocks), ("nodes", self.ipam.nodes)]
+        return {name: (inf.state == "watching", inf.age()) for name, inf in informers}
+
     def status(self) -> dict[str, Any]:
         return {"node": self.node, "api_server": self.api.host,
                 "pods": self.pods.informer.status(), "nads": self.nads.informer.status(),
@@ -345,23 +376,34 @@ async def run(cfg: DaemonConfig, *,
         else:
             raise CNIError(INVALID_CONFIG, f"ipam-backend {cfg.ipam_backend!r}: sqlite or "
                            "kubernetes")
+        ipam.know_pools(await journal.pool_sizes())
+        metrics = Metrics()
         ipam_types = frozenset({"netctl-ipam", *cfg.ipam_takeover})
         delegates = Delegates(cfg.bin_dirs, cfg.plugin_timeout, owner=journal.path,
                               cancel_grace=cfg.cancel_grace, ipam_types=ipam_types)
         admission = Admission(cfg.max_concurrent, cfg.max_queue)
         limits = Limits(cfg.compensate_timeout, gc_grace=cfg.reconcile_grace,
                         readiness_wait=cfg.readiness_wait)
-        chains = Chains(journal, delegates, ipam)
+        chains = Chains(journal, delegates, ipam, metrics)
+
+        def not_ready() -> list[str]:
+            """Why the daemon cannot serve ADDs now: ``netctl status`` and STATUS."""
+            writable = os.access(journal.path, os.W_OK) and \
+                os.access(os.path.dirname(journal.path), os.W_OK)
+            return daemon_reasons(journal_writable=writable) if kube is None \
+                else kube.not_ready(writable)
+
         if kube is None:
             engine = Engine(chains, NetworkDir(cfg.networks_dir), ArgsSelector(), admission,
-                            limits)
+                            limits, health=not_ready, metrics=metrics)
         else:
             engine = Engine(chains, NadResolver(kube.nads, cfg.multus_conf_dir),
                             KubeSelector(kube.pods), admission, limits,
-                            after_add=kube.write_status)
+                            after_add=kube.write_status, health=not_ready, metrics=metrics)
         plain = IpamPlugin(journal, ipam, admission, ipam_types, gc_grace=cfg.reconcile_grace)
         recorded = pending_dir(cfg.socket)
-        reconciler = Reconciler(engine, ipam, cfg.reconcile_grace, pending=recorded)
+        reconciler = Reconciler(engine, ipam, cfg.reconcile_grace, pending=recorded,
+                                metrics=metrics)
         events = EventWatcher(reconciler, cfg.netns_dirs) if cfg.reconcile_events else None
         report = await replay(engine)
         log.info("start-up replay: %d unfinished operations, %d attachments of %d containers "
@@ -375,10 +417,35 @@ async def run(cfg: DaemonConfig, *,
         for failure in report.failed + dels.failed:
             log.warning("replay: %s", failure)
         started = dataclasses.asdict(report) | {"recorded_dels": dataclasses.asdict(dels)}
+        metrics.replayed({
+            "unfinished_operation": report.operations, "attachment_undone": report.attachments,
+            "replay_failure": len(report.failed), "recorded_del_finished": dels.finished,
+            "recorded_del_dropped": dels.dropped, "recorded_del_corrupt": dels.corrupt,
+            "recorded_del_failed": len(dels.failed)})
+
+        def snapshot() -> Snapshot:
+            """The scrape's state, from memory: counters, caches, two stat calls."""
+            size = 0
+            for path in (journal.path, journal.path + "-wal"):
+                with contextlib.suppress(OSError):
+                    size += os.stat(path).st_size
+            cluster = kube.ipam if kube is not None else None
+            return Snapshot(
+                in_flight=admission.in_flight, queued=admission.queued,
+                stuck=len(journal.live.failing), pools=ipam.pool_usage(),
+                blocks=cluster.blocks_by_node() if cluster is not None else None,
+                journal_bytes=size, journal_writes=journal.writes,
+                journal_commits=journal.commits,
+                watches=kube.watches() if kube is not None else None,
+                api_calls=kube.api.calls if kube is not None else None)
+
+        metrics.watch(snapshot)
 
         async def status() -> dict[str, Any]:
+            reasons = not_ready()
             return {
-                "ready": True, "version": __version__, "pid": os.getpid(),
+                "ready": not reasons, "reasons": reasons,
+                "version": __version__, "pid": os.getpid(),
                 "networks_dir": cfg.networks_dir,  # where `netctl status` checks names
                 "in_flight": admission.in_flight, "queued": admission.queued,
                 "journal": journal.path, "journal_writes": journal.writes,
@@ -389,6 +456,23 @@ async def run(cfg: DaemonConfig, *,
                 "events": events.status() if events is not None else None,
                 "kubernetes": kube.status() if kube is not None else None,
             }
+
+        async def counted(handler: Callable[[Invocation], Awaitable[Reply]],
+                          inv: Invocation) -> Reply:
+            """A request answered: its verb, its code (0: success), its time."""
+            began, code = time.monotonic(), IO_FAILURE  # a bug: the server answers 5
+            try:
+                reply = await handler(inv)
+                code = 0
+                return reply
+            except CNIError as exc:
+                code = exc.code
+                raise
+            except trio.Cancelled:
+                code = CANCELLED
+                raise
+            finally:
+                metrics.request(inv.verb, code, time.monotonic() - began)
 
         async def cni(inv: Invocation) -> Reply:
             try:
@@ -402,7 +486,9 @@ async def run(cfg: DaemonConfig, *,
         async def reconcile(dry_run: bool) -> dict[str, Any]:
             return await reconciler.run(dry_run=dry_run)
 
-        server = Server(Handlers(cni=cni, ipam=plain.handle, status=status,
+        metrics_server = MetricsServer(metrics, cfg.metrics_addr) if cfg.metrics_addr else None
+        server = Server(Handlers(cni=partial(counted, cni), ipam=partial(counted, plain.handle),
+                                 status=status,
                                  reconcile=reconcile, in_flight=lambda: admission.in_flight),
                         ServerConfig(cfg.socket, cfg.allowed_uids, cfg.max_request_bytes,
                                      drain_timeout=cfg.drain_timeout))
@@ -412,6 +498,12 @@ async def run(cfg: DaemonConfig, *,
                     await nursery.start(events.run)
                 if kube is not None:
                     await nursery.start(kube.run, reconciler, cfg.pod_deleted_grace)
+                if metrics_server is not None:
+                    try:
+                        await nursery.start(metrics_server.serve)
+                    except OSError as exc:
+                        raise CNIError(INVALID_CONFIG, f"metrics-addr {cfg.metrics_addr}: "
+                                       f"{exc}") from exc
                 await nursery.start(server.serve)
                 periodic = trio.CancelScope()  # the first round now, then periodic ones
                 nursery.start_soon(_in_scope, periodic, partial(
@@ -422,6 +514,8 @@ async def run(cfg: DaemonConfig, *,
                 async for signum in signals:
                     log.info("signal %s: draining", signal.Signals(signum).name)
                     server.stop()
+                    if metrics_server is not None:
+                        metrics_server.stop()
                     periodic.cancel()  # an interrupted round is finished by the next start
                     if events is not None:
                         events.stop()

@@ -24,7 +24,7 @@ import ipaddress
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -40,6 +40,7 @@ from netctl.ipam.planner import Allocation, Lease, Owner, pool_key, static_ipam
 from netctl.ipam.store import IndexStore, allocate
 from netctl.journal.records import Attachment, StepEnd, StepStart
 from netctl.journal.store import Journal
+from netctl.metrics import Metrics
 
 log = logging.getLogger("netctl.engine")
 
@@ -127,6 +128,7 @@ class Chains:
     journal: Journal
     delegates: Delegates
     ipam: IndexStore
+    metrics: Metrics = field(default_factory=Metrics)  # each plugin run's time
 
     async def _config(self, op_id: int, att: Attachment, index: int, verb: str,
                       prev: dict[str, Any] | None, netns: str
@@ -178,11 +180,15 @@ class Chains:
         end = StepEnd(step_id=step_id, attachment=att.id, verb=verb, position=index)
         cancel = Cancellation()
         d = self.delegates
+        began = time.monotonic()
         try:
-            out = await run_plugin(d.bin_dirs, ptype, verb, conf, container_id=att.container_id,
-                                   netns=netns, ifname=att.ifname, timeout=d.timeout,
-                                   owner=d.owner, cancel_grace=d.cancel_grace,
-                                   cancellation=cancel)
+            try:
+                out = await run_plugin(d.bin_dirs, ptype, verb, conf,
+                                       container_id=att.container_id, netns=netns,
+                                       ifname=att.ifname, timeout=d.timeout, owner=d.owner,
+                                       cancel_grace=d.cancel_grace, cancellation=cancel)
+            finally:
+                self.metrics.plugin_exec(ptype, verb, time.monotonic() - began)
         except CNIError as exc:
             end.code, end.error = exc.code, exc.msg
             end.stderr = exc.stderr if isinstance(exc, PluginError) else b""

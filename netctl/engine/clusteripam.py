@@ -169,6 +169,7 @@ class ClusterStore(IndexStore):
         await self._wait_ready()
         pools = {pool_key(cfg, r): PoolInfo(cfg.network_name, r.key, r.version, r.size)
                  for r in ranges}
+        self.know_pools({key: info.size for key, info in pools.items()})
         await self._place_requested(cfg, ranges, wanted)
         for _ in range(64):
             narrowed = [bmath.narrow(r, self.blocks_of(pool_key(cfg, r))) for r in ranges]
@@ -657,11 +658,16 @@ class ClusterStore(IndexStore):
         self.released(gone)
         return len(gone)
 
-    def status(self) -> dict[str, Any]:
+    def blocks_by_node(self) -> dict[str, int]:
+        """How many blocks each node holds, from the blocks cache."""
         by_node: dict[str, int] = {}
         if self.blocks is not None:
             for b in self.blocks.cache.values():
                 by_node[b.spec.node] = by_node.get(b.spec.node, 0) + 1
+        return by_node
+
+    def status(self) -> dict[str, Any]:
+        by_node = self.blocks_by_node()
         return {"backend": "kubernetes", "ready": self.ready.is_set(),
                 "blocks_held": sorted(f"{h.record.pool} {h.record.cidr}"
                                       for h in self.mine.values()),

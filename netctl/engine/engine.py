@@ -54,6 +54,7 @@ from netctl.errors import (
     CNIError,
 )
 from netctl.journal.records import Attachment, OpEnd, OpStart
+from netctl.metrics import Metrics
 
 log = logging.getLogger("netctl.engine")
 MAX_DEL_FAILURES = 3  # a runtime's DEL of one attachment fails at most this often
@@ -116,12 +117,14 @@ def first_error(exc: BaseException) -> CNIError | None:
 
 
 AfterAdd = Callable[[Invocation, list[Attachment]], Awaitable[str]]
+Health = Callable[[], list[str]]  # why the daemon cannot serve ADDs now (empty: ready)
 
 
 class Engine:
     def __init__(self, chains: Chains, networks: Resolver, selector: Selector,
                  admission: Admission, limits: Limits | None = None,
-                 after_add: AfterAdd | None = None) -> None:
+                 after_add: AfterAdd | None = None, health: Health | None = None,
+                 metrics: Metrics | None = None) -> None:
         self.chains = chains
         self.journal = chains.journal
         self.networks = networks
@@ -131,6 +134,8 @@ class Engine:
         # Kubernetes mode writes the pod's network-status here: a warning (journaled, and
         # passed to the runtime's stderr) or, when the write is required, a CNIError
         self.after_add = after_add
+        self.health = health  # the daemon's readiness, for the STATUS verb
+        self.metrics = metrics or Metrics()
 
     # -- entry point ------------------------------------------------------------------------
 
@@ -190,6 +195,8 @@ class Engine:
             outcome, finished = await self._compensate(op_id, atts)
             failures = [e.msg for errs in outcome.values() for e in errs]
             state = "compensated" if finished and not failures else "compensate_failed"
+            self.metrics.compensation("failed" if failures else "compensated" if finished
+                                      else "timed_out")
             msg = cause.msg if cause else "cancelled"
             if failures:
                 msg += "; compensation incomplete: " + "; ".join(failures)
@@ -389,6 +396,11 @@ class Engine:
         return Reply()
 
     async def status(self, inv: Invocation) -> Reply:
+        """Code 50 while the daemon cannot serve ADDs (:attr:`health` says why) or the
+        cluster network's readiness indicator is missing."""
+        reasons = self.health() if self.health is not None else []
+        if reasons:
+            raise readiness.daemon_not_ready(reasons)
         path = readiness.indicator(decode_conf(inv))
         if path is not None and not await trio.Path(path).exists():
             raise readiness.not_ready(path, "STATUS")

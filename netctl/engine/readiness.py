@@ -1,11 +1,14 @@
-"""The cluster network's readiness indicator (Multus' ``readinessindicatorfile``). Pure.
+"""Readiness: the cluster network's indicator (Multus' ``readinessindicatorfile``) and the
+daemon's own. Pure.
 
 A file whose existence says that the node's own network is up: the conf flannel or
 calico writes once their agent runs, say. With ``readinessindicatorfile`` set, an ADD
 first waits for that file and fails with code 11 naming it when it does not come, and
 STATUS answers "not ready" (code 50) while it is missing. The waiting is the daemon's
 I/O; this module says what to wait for (:func:`indicator`) and what to answer when it
-is not there (:func:`not_ready`). Multus polls every second for 45 s; how long netctl
+is not there (:func:`not_ready`). The daemon's own readiness — what keeps it from serving
+ADDs — is decided here too (:func:`daemon_reasons`), for ``netctl status`` and the STATUS
+verb alike (:func:`daemon_not_ready`). Multus polls every second for 45 s; how long netctl
 waits is a setting of the daemon.
 """
 
@@ -34,3 +37,28 @@ def not_ready(path: str, verb: str, waited: float = 0.0) -> CNIError:
     return CNIError(TRY_AGAIN_LATER, f"the cluster network is not ready: its readiness "
                     f"indicator {path} (readinessindicatorfile) did not appear within "
                     f"{waited:g} s; is the node's network plugin running?")
+
+
+def daemon_reasons(*, journal_writable: bool, pods_synced: bool | None = None,
+                   nads_synced: bool | None = None, ipam_ready: bool | None = None
+                   ) -> list[str]:
+    """Why the daemon cannot serve ADDs now (empty: it can). ``None``: not in this mode
+    (no Kubernetes, or ``ipam-backend: sqlite``)."""
+    reasons = []
+    if not journal_writable:
+        reasons.append("the journal is not writable (its file or directory refuses writes)")
+    if pods_synced is False:
+        reasons.append("the pods cache has not listed this node's pods from the API server "
+                       "yet")
+    if nads_synced is False:
+        reasons.append("the NetworkAttachmentDefinitions cache has not listed them from the "
+                       "API server yet")
+    if ipam_ready is False:
+        reasons.append("the cluster-wide IPAM (ipam-backend: kubernetes) is not ready: its "
+                       "blocks are not settled with the API server yet")
+    return reasons
+
+
+def daemon_not_ready(reasons: list[str]) -> CNIError:
+    """STATUS's answer while the daemon cannot serve ADDs: code 50, with why."""
+    return CNIError(NOT_AVAILABLE, "the netctl daemon is not ready: " + "; ".join(reasons))

@@ -65,6 +65,8 @@ class IndexStore:
     _by_owner: dict[tuple[str, str], list[Allocation]] = field(default_factory=dict)
     _by_attachment: dict[int, list[Allocation]] = field(default_factory=dict)
     _cursors: dict[str, int] = field(default_factory=dict)
+    _sizes: dict[str, int] = field(default_factory=dict)  # pool → addresses (as planned)
+    _used: dict[str, int] = field(default_factory=dict)  # pool → live allocations
 
     @classmethod
     def of(cls, live: Iterable[Allocation], cursors: dict[str, int] | None = None) -> Self:
@@ -90,6 +92,17 @@ class IndexStore:
     def cursor(self, pool: str) -> int | None:
         return self._cursors.get(pool)
 
+    # -- for the metrics -------------------------------------------------------------------
+
+    def know_pools(self, sizes: dict[str, int]) -> None:
+        """The sizes of pools planned before (the journal's ``ipam_pools``)."""
+        self._sizes.update(sizes)
+
+    def pool_usage(self) -> dict[str, tuple[int | None, int]]:
+        """Every known pool's size (None: not planned since the start) and live count."""
+        return {pool: (self._sizes.get(pool), self._used.get(pool, 0))
+                for pool in self._sizes.keys() | self._used.keys()}
+
     # -- Store -------------------------------------------------------------------
 
     async def reserve(self, new: list[Allocation]) -> None:
@@ -106,6 +119,7 @@ class IndexStore:
             scope = self._by_scope.get((alloc.scope, alloc.version), {})
             if scope.get(alloc.ip) is alloc:
                 del scope[alloc.ip]
+                self._used[alloc.pool] = self._used.get(alloc.pool, 1) - 1
             key = (alloc.owner.container_id, alloc.owner.ifname)
             owned = [a for a in self._by_owner.get(key, []) if a is not alloc]
             if owned:
@@ -133,6 +147,7 @@ class IndexStore:
 
     def _add(self, alloc: Allocation) -> None:
         self._by_scope.setdefault((alloc.scope, alloc.version), {})[alloc.ip] = alloc
+        self._used[alloc.pool] = self._used.get(alloc.pool, 0) + 1
         key = (alloc.owner.container_id, alloc.owner.ifname)
         self._by_owner.setdefault(key, []).append(alloc)
         if alloc.owner.attachment_id is not None:
@@ -143,6 +158,8 @@ class IndexStore:
         """Plan and reserve: the decision and the taking happen with no await between
         them, so concurrent requests of one daemon never get the same address."""
         decision = plan(cfg, ranges, owner, wanted, self, now)
+        for key, info in decision.pools.items():
+            self._sizes[key] = info.size
         self.take(decision.new)
         try:
             await self.reserve(decision.new)

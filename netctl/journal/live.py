@@ -54,6 +54,7 @@ class LiveIndex:
         self._by_link: dict[str, set[int]] = {}
         self._by_netns: dict[str, set[int | tuple[str, str]]] = {}
         self._by_name: dict[str, set[str]] = {}  # basename → netns paths
+        self.failing: set[int] = set()  # live attachments with a failed DEL (stuck)
 
     # -- kept by the journal ---------------------------------------------------------------
 
@@ -80,6 +81,11 @@ class LiveIndex:
     def removed(self, att_ids: Iterable[int]) -> None:
         for att_id in att_ids:
             self._drop_attachment(att_id)
+            self.failing.discard(att_id)
+
+    def failed(self, att_ids: Iterable[int]) -> None:
+        """A DEL of these live attachments failed (they count as stuck until removed)."""
+        self.failing.update(a for a in att_ids if a in self.attachments)
 
     def allocated(self, key: tuple[str, str], container_id: str, netns: str,
                   attachment_id: int | None) -> None:

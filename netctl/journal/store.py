@@ -364,6 +364,7 @@ class Journal:
                 self.live.result(att.id, att.result)
             self.live.removed(att.id for att in end.removed)
             self.live.leaving((att.id for att, _ in end.kept), leaving=False)
+            self.live.failed(att.id for att, _ in end.kept)
 
         await self._write(fn, indexed)
         for att in end.attached:
@@ -488,8 +489,8 @@ class Journal:
         """:attr:`live` as the database has it (read when the journal opens): every live
         attachment and allocation, none leaving."""
         def fn(db: sqlite3.Connection) -> tuple[list[sqlite3.Row], list[sqlite3.Row]]:
-            return (db.execute("SELECT id, container_id, netns, result FROM attachments"
-                               " WHERE state != 'removed'").fetchall(),
+            return (db.execute("SELECT id, container_id, netns, result, del_failures"
+                               " FROM attachments WHERE state != 'removed'").fetchall(),
                     db.execute("SELECT scope, address, container_id, netns, attachment_id"
                                " FROM ipam_allocations WHERE released_at IS NULL").fetchall())
 
@@ -498,6 +499,7 @@ class Journal:
         for r in attachments:
             live.attachment(r["id"], r["container_id"], r["netns"],
                             msgspec.json.decode(r["result"]) if r["result"] else None)
+        live.failed(r["id"] for r in attachments if r["del_failures"])
         for r in allocations:
             live.allocated((r["scope"], r["address"]), r["container_id"], r["netns"],
                            r["attachment_id"])
@@ -522,6 +524,11 @@ class Journal:
             return [_allocation(r) for r in rows], cursors
 
         return await self._read(fn)
+
+    async def pool_sizes(self) -> dict[str, int]:
+        """Every pool's size (``ipam_pools``), for the metrics."""
+        return dict(await self._read(lambda db: db.execute(
+            "SELECT key, size FROM ipam_pools").fetchall()))
 
     # -- blocks of the cluster-wide IPAM (migrations/0005_blocks.sql) ---------------------
 

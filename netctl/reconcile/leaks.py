@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -33,6 +33,7 @@ from netctl.engine.engine import Engine
 from netctl.errors import CNIError
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import OpEnd, OpStart
+from netctl.metrics import Metrics
 from netctl.reconcile.events import Hints, concerned, netns_to_check
 from netctl.reconcile.facts import gather, netns_exist
 from netctl.reconcile.pending import finish_pending
@@ -59,6 +60,7 @@ class Reconciler:
     grace: float = 30.0
     pending: str | None = None  # the plugin's recorded DELs (netctl.reconcile.pending)
     parallel: int = 4  # containers DELeted at once: a burst never takes every request slot
+    metrics: Metrics = field(default_factory=Metrics)  # what the rounds found, by reason
 
     async def run(self, *, dry_run: bool) -> dict[str, Any]:
         """A whole round: the plugin's recorded DELs, then every leak the plan finds, and
@@ -103,6 +105,7 @@ class Reconciler:
         report: dict[str, Any] = {"dry_run": dry_run, "plan": todo.to_json(), "errors": []}
         if dry_run or todo.empty:
             return report, frozenset()
+        self.metrics.reconciled(todo.found)
         op_id = await engine.journal.begin(OpStart(
             verb="RECONCILE", origin=origin, request=msgspec.json.encode(todo.to_json())))
         errors: list[str] = []

@@ -22,6 +22,9 @@ attachment whose clean-up failed before, until its back-off (``retry_at``)
 passes; such *stuck* attachments are listed in the plan either way, so that
 ``netctl status`` and ``netctl ipam leaks`` show them.
 
+Each item is also counted under a short, fixed reason (:data:`REASONS`) in
+:attr:`Plan.found`: the ``netctl_reconcile_findings_total`` metric's label.
+
 The same plan answers ``netctl ipam leaks`` (:func:`leaks`): the addresses it
 would free, each with its reason — one decision, whoever asks.
 """
@@ -83,12 +86,20 @@ class Facts:
     now: float = 0.0
 
 
+REASONS = ("netns-gone", "add-not-undone", "del-unfinished", "attachment-removed",
+           "attachment-missing", "allocation-netns-gone", "orphan-link")
+
+
 @dataclass
 class Plan:
     delete: list[tuple[int, str, str]] = field(default_factory=list)  # (att, container, why)
     release: list[tuple[int, str, str]] = field(default_factory=list)  # (alloc, address, why)
     unlink: list[tuple[str, str]] = field(default_factory=list)  # (link name, why)
     stuck: list[AttachmentFact] = field(default_factory=list)  # clean-up failed before
+    found: dict[str, int] = field(default_factory=dict)  # reason (REASONS) → items
+
+    def _found(self, reason: str) -> None:
+        self.found[reason] = self.found.get(reason, 0) + 1
 
     @property
     def empty(self) -> bool:
@@ -122,10 +133,12 @@ def plan(facts: Facts, grace: float) -> Plan:
             continue  # backing off: its last clean-up failed
         if att.state == "attached" and att.netns and not facts.netns_exists.get(att.netns, True):
             out.delete.append((att.id, att.container_id, f"netns {att.netns} is gone"))
+            out._found("netns-gone")
         elif att.state in ("adding", "removing") and not att.op_running:
             what = "a failed ADD could not undo it" if att.state == "adding" \
                 else "a DEL did not finish"
             out.delete.append((att.id, att.container_id, what))
+            out._found("add-not-undone" if att.state == "adding" else "del-unfinished")
     deleting = {a for a, _, _ in out.delete}
     for alloc in facts.allocations:
         if alloc.container_id in facts.busy or alloc.age < grace:
@@ -136,11 +149,14 @@ def plan(facts: Facts, grace: float) -> Plan:
             if alloc.attachment_state is None:
                 out.release.append((alloc.id, alloc.address,
                                     f"attachment {alloc.attachment_id} is not in the journal"))
+                out._found("attachment-missing")
             elif alloc.attachment_state == "removed":
                 out.release.append((alloc.id, alloc.address,
                                     f"attachment {alloc.attachment_id} was removed"))
+                out._found("attachment-removed")
         elif alloc.netns and not facts.netns_exists.get(alloc.netns, True):
             out.release.append((alloc.id, alloc.address, f"netns {alloc.netns} is gone"))
+            out._found("allocation-netns-gone")
     live_names = {name for att in facts.attachments for name, _ in host_interfaces(att.result)}
     for att_id, result in facts.removed_results:
         for name, mac in host_interfaces(result):
@@ -150,6 +166,7 @@ def plan(facts: Facts, grace: float) -> Plan:
             if mac and link.mac.lower() != mac:
                 continue  # the name was reused by something else
             out.unlink.append((name, f"host end of removed attachment {att_id}"))
+            out._found("orphan-link")
     return out
 
 

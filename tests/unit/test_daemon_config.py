@@ -119,3 +119,10 @@ def test_missing_file_refused(tmp_path: Path) -> None:
     with pytest.raises(CNIError) as info:
         load_config(str(tmp_path / "absent.yaml"), {})
     assert info.value.code == INVALID_CONFIG and "absent.yaml" in info.value.msg
+
+
+def test_metrics_addr_checked_when_loaded() -> None:
+    assert load_config(None, {"metrics_addr": "127.0.0.1:9100"}).metrics_addr == "127.0.0.1:9100"
+    with pytest.raises(CNIError) as err:
+        load_config(None, {"metrics_addr": "9100"})
+    assert err.value.code == INVALID_CONFIG and "HOST:PORT" in err.value.msg

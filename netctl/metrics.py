@@ -1,0 +1,269 @@
+"""Prometheus metrics: what netctl's parts count, what is read at scrape time, and the
+``/metrics`` endpoint (``--metrics-addr HOST:PORT``).
+
+Two kinds of numbers, one registry (a dedicated :class:`CollectorRegistry`, never the
+process-global one):
+
+- **Events** are counted as they happen, through the few methods of :class:`Metrics`:
+  a request answered (:meth:`~Metrics.request`), a delegate plugin run
+  (:meth:`~Metrics.plugin_exec`), an ADD compensated (:meth:`~Metrics.compensation`),
+  what the start-up replay and the reconcile rounds found (:meth:`~Metrics.replayed`,
+  :meth:`~Metrics.reconciled`). The daemon makes one :class:`Metrics` and hands it to
+  the engine, the chains and the reconciler; nothing else imports prometheus_client.
+- **State** — requests in flight and queued, stuck attachments, pools, blocks, the
+  journal's counters and size, the Kubernetes caches and API calls — is not copied into
+  gauges as it changes: at scrape time a collector asks the daemon's ``snapshot``
+  callable for a :class:`Snapshot`, built from the parts' in-memory counters (no
+  journal read).
+
+Labels are bounded whatever the callers send: verbs are the CNI verbs or ``other``; a
+code is the CNI error code (``0``: success), at most :data:`MAX_CODES` distinct; plugin
+types come from configs, so the first :data:`MAX_PLUGIN_TYPES` distinct ones keep their
+name and later ones count as ``other``. No container id, pod or address is ever a label.
+
+The endpoint is a small trio TCP server in the daemon's nursery (:class:`MetricsServer`):
+one GET per connection, answered from memory with ``generate_latest``. It runs on the
+event loop's thread like everything the collector reads, so nothing needs a lock, and a
+slow scraper holds only its own connection (reads and writes have a deadline).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+import trio
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+log = logging.getLogger("netctl.metrics")
+
+VERBS = frozenset({"ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION"})
+OTHER = "other"
+MAX_CODES = 32
+MAX_PLUGIN_TYPES = 32
+REQUEST_BUCKETS = (.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
+PLUGIN_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Capped:
+    """A label's values: the first ``limit`` distinct ones as they are, then ``other``."""
+
+    def __init__(self, limit: int, known: Iterable[str] = ()) -> None:
+        self.limit = limit
+        self.seen: set[str] = set(known)
+
+    def __call__(self, value: str) -> str:
+        if value in self.seen:
+            return value
+        if len(self.seen) >= self.limit:
+            return OTHER
+        self.seen.add(value)
+        return value
+
+
+def verb_label(verb: str) -> str:
+    return verb if verb in VERBS else OTHER
+
+
+@dataclass
+class Snapshot:
+    """The daemon's state as the scrape reports it (read from memory)."""
+
+    in_flight: int = 0
+    queued: int = 0
+    stuck: int = 0  # attachments whose clean-up failed and that are still live
+    pools: Mapping[str, tuple[int | None, int]] = field(default_factory=dict)  # size, used
+    blocks: Mapping[str, int] | None = None  # node → blocks (ipam-backend: kubernetes)
+    journal_bytes: int = 0
+    journal_writes: int = 0
+    journal_commits: int = 0
+    watches: Mapping[str, tuple[bool, float | None]] | None = None  # resource → up, age
+    api_calls: Mapping[tuple[str, str], int] | None = None  # (verb, resource) → count
+
+
+class _State(Collector):
+    """The gauges and counters read from a :class:`Snapshot` at scrape time."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+        self.snapshot = snapshot
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # collected at scrape time only (the registry must not call collect())
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.snapshot()
+        yield GaugeMetricFamily("netctl_requests_in_flight",
+                                "CNI requests being served now", value=s.in_flight)
+        yield GaugeMetricFamily("netctl_requests_queued",
+                                "CNI requests waiting for a slot (max-concurrent)",
+                                value=s.queued)
+        yield GaugeMetricFamily("netctl_stuck_attachments", "Live attachments whose clean-up "
+                                "failed (the reconciler retries them with back-off)",
+                                value=s.stuck)
+        size = GaugeMetricFamily("netctl_ipam_pool_size", "Addresses in the pool",
+                                 labels=["pool"])
+        used = GaugeMetricFamily("netctl_ipam_pool_used", "Addresses of the pool allocated "
+                                 "on this node", labels=["pool"])
+        for pool, (total, n) in sorted(s.pools.items()):
+            if total is not None:
+                size.add_metric([pool], total)
+            used.add_metric([pool], n)
+        yield size
+        yield used
+        if s.blocks is not None:
+            blocks = GaugeMetricFamily("netctl_ipam_blocks", "Address blocks held, by node "
+                                       "(the cluster IPAM's blocks cache)", labels=["node"])
+            for node, n in sorted(s.blocks.items()):
+                blocks.add_metric([node], n)
+            yield blocks
+        yield GaugeMetricFamily("netctl_journal_size_bytes", "The journal database's size, "
+                                "its write-ahead log included", value=s.journal_bytes)
+        yield CounterMetricFamily("netctl_journal_writes", "Journal writes committed",
+                                  value=s.journal_writes)
+        yield CounterMetricFamily("netctl_journal_commits", "Journal transactions committed "
+                                  "(fewer than writes: group commit)", value=s.journal_commits)
+        if s.watches is not None:
+            up = GaugeMetricFamily("netctl_kube_watch_up", "1 while the cache of the resource "
+                                   "is watching the API server", labels=["resource"])
+            age = GaugeMetricFamily("netctl_kube_cache_age_seconds", "Seconds since the cache "
+                                    "last heard from the API server", labels=["resource"])
+            for resource, (watching, seconds) in sorted(s.watches.items()):
+                up.add_metric([resource], 1.0 if watching else 0.0)
+                if seconds is not None:
+                    age.add_metric([resource], seconds)
+            yield up
+            yield age
+        if s.api_calls is not None:
+            calls = CounterMetricFamily("netctl_kube_api_requests", "Requests made to the "
+                                        "Kubernetes API server", labels=["verb", "resource"])
+            for (verb, resource), n in sorted(s.api_calls.items()):
+                calls.add_metric([verb, resource], n)
+            yield calls
+
+
+class Metrics:
+    """netctl's instruments, on a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        r = self.registry
+        self._codes = Capped(MAX_CODES, {"0"})
+        self._plugins = Capped(MAX_PLUGIN_TYPES)
+        self.requests = Counter("netctl_requests", "CNI requests answered, by verb and CNI "
+                                "code (0: success)", ["verb", "code"], registry=r)
+        self.request_seconds = Histogram(
+            "netctl_request_duration_seconds", "Time to answer a CNI request", ["verb"],
+            buckets=REQUEST_BUCKETS, registry=r)
+        self.plugin_seconds = Histogram(
+            "netctl_plugin_exec_duration_seconds", "Time a delegate plugin ran, by type (the "
+            f"first {MAX_PLUGIN_TYPES} types seen; later ones: other) and verb",
+            ["plugin", "verb"], buckets=PLUGIN_BUCKETS, registry=r)
+        self.compensations = Counter(
+            "netctl_compensations", "Failed or cancelled ADDs undone: compensated, failed "
+            "(something could not be removed) or timed_out", ["outcome"], registry=r)
+        self.replay_findings = Counter(
+            "netctl_replay_findings", "What the start-up replay found", ["kind"], registry=r)
+        self.reconcile_findings = Counter(
+            "netctl_reconcile_findings", "Leaks the reconcile rounds found and acted on, by "
+            "reason", ["reason"], registry=r)
+
+    # -- events: called by the daemon, the engine, the chains, the reconciler --------------
+
+    def request(self, verb: str, code: int, seconds: float) -> None:
+        v = verb_label(verb)
+        self.requests.labels(v, self._codes(str(code))).inc()
+        self.request_seconds.labels(v).observe(seconds)
+
+    def plugin_exec(self, plugin: str, verb: str, seconds: float) -> None:
+        self.plugin_seconds.labels(self._plugins(plugin), verb_label(verb)).observe(seconds)
+
+    def compensation(self, outcome: str) -> None:
+        self.compensations.labels(outcome).inc()
+
+    def replayed(self, found: Mapping[str, int]) -> None:
+        for kind, n in found.items():
+            self.replay_findings.labels(kind).inc(n)
+
+    def reconciled(self, found: Mapping[str, int]) -> None:
+        for reason, n in found.items():
+            self.reconcile_findings.labels(reason).inc(n)
+
+    # -- state -----------------------------------------------------------------------------
+
+    def watch(self, snapshot: Callable[[], Snapshot]) -> None:
+        """Read ``snapshot()`` at every scrape (the daemon's parts, in memory)."""
+        self.registry.register(_State(snapshot))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9090`` for IPv6; an empty host: every address) → (host, port)."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"metrics-addr {addr!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def respond(head: bytes, body: Callable[[], bytes]) -> bytes:
+    """The HTTP answer to a request whose head (up to the blank line) is ``head``. Pure."""
+    line = head.split(b"\r\n", 1)[0].split()
+    method, target = (line[0], line[1]) if len(line) >= 2 else (b"", b"")
+    path = target.split(b"?", 1)[0]
+    if method not in (b"GET", b"HEAD"):
+        status, ctype, payload = b"405 Method Not Allowed", b"text/plain", b"GET /metrics\n"
+    elif path != b"/metrics":
+        status, ctype, payload = b"404 Not Found", b"text/plain", b"see /metrics\n"
+    else:
+        status, ctype, payload = b"200 OK", CONTENT_TYPE_LATEST.encode(), body()
+    headers = (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
+               + str(len(payload)).encode() + b"\r\nConnection: close\r\n\r\n")
+    return headers + (payload if method != b"HEAD" else b"")
+
+
+@dataclass
+class MetricsServer:
+    """``GET /metrics`` on ``addr``, served in the daemon's nursery until :meth:`stop`."""
+
+    metrics: Metrics
+    addr: str
+    timeout: float = 10.0  # a client gets this long to send its request and read the answer
+    max_head: int = 8192
+    scrapes: int = 0
+    port: int = 0  # the bound port (addr may say 0)
+    _scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        host, port = parse_addr(self.addr)
+        listeners = await trio.open_tcp_listeners(port, host=host or None)
+        self.port = listeners[0].socket.getsockname()[1]
+        log.info("metrics at http://%s/metrics", self.addr)
+        with self._scope:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(trio.serve_listeners, self._handle, listeners)
+                task_status.started()
+
+    def stop(self) -> None:
+        self._scope.cancel()
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            with trio.move_on_after(self.timeout):
+                head = b""
+                try:
+                    while b"\r\n\r\n" not in head and len(head) < self.max_head:
+                        chunk = await stream.receive_some(self.max_head)
+                        if not chunk:
+                            break
+                        head += chunk
+                    answer = respond(head, self.metrics.render)
+                    self.scrapes += 1
+                    await stream.send_all(answer)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass

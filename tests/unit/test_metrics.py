@@ -1,0 +1,139 @@
+"""We test these aspects of the metrics, without a daemon: label values are capped (verbs,
+codes, plugin types), the state collector renders a :class:`Snapshot` as the documented
+families, the endpoint's answer to a request head, ``HOST:PORT`` parsing; the reconcile
+plan's reasons, the daemon's readiness reasons, the store's pool usage and the journal
+index's stuck attachments that the metrics read."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from netctl.engine.readiness import daemon_not_ready, daemon_reasons
+from netctl.errors import NOT_AVAILABLE
+from netctl.ipam.planner import Allocation, Owner
+from netctl.ipam.store import IndexStore
+from netctl.journal.live import LiveIndex
+from netctl.metrics import MAX_PLUGIN_TYPES, Capped, Metrics, Snapshot, parse_addr, respond
+from netctl.reconcile.plan import REASONS, AttachmentFact, Facts, plan
+
+
+def families(m: Metrics) -> dict[str, list[tuple[dict[str, str], float]]]:
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(m.render().decode()):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def test_label_values_are_capped() -> None:
+    m = Metrics()
+    for i in range(200):
+        m.plugin_exec(f"plugin-{i}", "ADD", 0.01)
+        m.request("ADD", 1000 + i, 0.01)
+    m.request("A" * 5000, 0, 0.01)
+    got = families(m)
+    plugins = {labels["plugin"] for labels, _ in got["netctl_plugin_exec_duration_seconds_count"]}
+    assert len(plugins) == MAX_PLUGIN_TYPES + 1 and "other" in plugins
+    codes = {labels["code"] for labels, _ in got["netctl_requests_total"]}
+    assert len(codes) <= 33 and "other" in codes
+    verbs = {labels["verb"] for labels, _ in got["netctl_requests_total"]}
+    assert verbs == {"ADD", "other"}
+    capped = Capped(2, {"known"})
+    assert [capped(v) for v in ("known", "a", "b", "a")] == ["known", "a", "other", "a"]
+
+
+def test_a_snapshot_is_rendered_at_scrape_time() -> None:
+    m = Metrics()
+    state = Snapshot(in_flight=3, queued=1, stuck=2, pools={"p/10.0.0.0/24": (254, 7),
+                                                            "q": (None, 1)},
+                     blocks={"node-a": 2}, journal_bytes=4096, journal_writes=10,
+                     journal_commits=4, watches={"pods": (True, 0.5), "nodes": (False, None)},
+                     api_calls={("list", "pods"): 2})
+    m.watch(lambda: state)
+    got = families(m)
+    assert got["netctl_requests_in_flight"] == [({}, 3)]
+    assert got["netctl_stuck_attachments"] == [({}, 2)]
+    assert got["netctl_ipam_pool_size"] == [({"pool": "p/10.0.0.0/24"}, 254)]
+    assert ({"pool": "q"}, 1) in got["netctl_ipam_pool_used"]
+    assert got["netctl_ipam_blocks"] == [({"node": "node-a"}, 2)]
+    assert got["netctl_journal_writes_total"] == [({}, 10)]
+    assert got["netctl_kube_watch_up"] == [({"resource": "nodes"}, 0), ({"resource": "pods"}, 1)]
+    assert got["netctl_kube_cache_age_seconds"] == [({"resource": "pods"}, 0.5)]
+    assert got["netctl_kube_api_requests_total"] == [({"verb": "list", "resource": "pods"}, 2)]
+    state.in_flight = 0  # read again at the next scrape
+    assert families(m)["netctl_requests_in_flight"] == [({}, 0)]
+    assert "netctl_kube_watch_up" not in families(_standalone())
+
+
+def _standalone() -> Metrics:
+    m = Metrics()
+    m.watch(Snapshot)
+    return m
+
+
+def test_the_endpoint_answers() -> None:
+    ok = respond(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n", lambda: b"body")
+    assert ok.startswith(b"HTTP/1.1 200 OK\r\n") and ok.endswith(b"\r\n\r\nbody")
+    assert b"Content-Length: 4\r\n" in ok
+    assert respond(b"HEAD /metrics HTTP/1.1\r\n\r\n", lambda: b"body").endswith(b"\r\n\r\n")
+    assert respond(b"GET / HTTP/1.1\r\n\r\n", lambda: b"").startswith(b"HTTP/1.1 404")
+    assert respond(b"POST /metrics HTTP/1.1\r\n\r\n", lambda: b"").startswith(b"HTTP/1.1 405")
+    assert respond(b"garbage", lambda: b"").startswith(b"HTTP/1.1 405")
+
+
+def test_metrics_addr() -> None:
+    assert parse_addr("127.0.0.1:9100") == ("127.0.0.1", 9100)
+    assert parse_addr("[::1]:9100") == ("::1", 9100)
+    assert parse_addr(":9100") == ("", 9100)
+    for bad in ("9100", "host:", "host:port", "h:70000"):
+        with pytest.raises(ValueError):
+            parse_addr(bad)
+
+
+def _att(att_id: int, state: str, netns: str = "/run/netns/x", running: bool = False
+         ) -> AttachmentFact:
+    return AttachmentFact(att_id, f"c{att_id}", "net", "eth0", netns, state, running, None)
+
+
+def test_the_plan_counts_its_reasons() -> None:
+    facts = Facts([_att(1, "attached"), _att(2, "adding"), _att(3, "removing"),
+                   _att(4, "attached", "/run/netns/here")], [], [],
+                  {"/run/netns/x": False, "/run/netns/here": True}, {})
+    found = plan(facts, 30).found
+    assert found == {"netns-gone": 1, "add-not-undone": 1, "del-unfinished": 1}
+    assert set(found) <= set(REASONS)
+
+
+def test_readiness_reasons() -> None:
+    assert daemon_reasons(journal_writable=True) == []
+    assert daemon_reasons(journal_writable=True, pods_synced=True, nads_synced=True,
+                          ipam_ready=None) == []
+    reasons = daemon_reasons(journal_writable=False, pods_synced=False, nads_synced=True,
+                             ipam_ready=False)
+    assert len(reasons) == 3 and "journal" in reasons[0] and "pods" in reasons[1]
+    err = daemon_not_ready(reasons)
+    assert err.code == NOT_AVAILABLE and "journal" in err.msg
+
+
+def _alloc(pool: str, ip: int, container: str) -> Allocation:
+    return Allocation(pool=pool, scope=pool, version=4, ip=ip, prefix=24,
+                      owner=Owner(container, "eth0"))
+
+
+def test_pool_usage_follows_the_store() -> None:
+    a, b = _alloc("p", 10, "c1"), _alloc("p", 11, "c2")
+    store = IndexStore.of([a, b])
+    store.know_pools({"p": 254, "empty": 14})
+    assert store.pool_usage() == {"p": (254, 2), "empty": (14, 0)}
+    store.released([a, a])  # twice: counted once
+    assert store.pool_usage()["p"] == (254, 1)
+
+
+def test_stuck_attachments_in_the_live_index() -> None:
+    live = LiveIndex()
+    live.attachment(1, "c1", "/run/netns/a")
+    live.failed([1, 2])  # 2 is not live
+    assert live.failing == {1}
+    live.removed([1])
+    assert live.failing == set()
