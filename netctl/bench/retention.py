@@ -12,7 +12,8 @@ vacuum settings.
 
 Time is simulated: one clock (``SimClock``), passed both to the journal (the rows'
 timestamps) and to the pruner (its "now"), advances by a fixed step per group of pods, so
-that the N lifecycles span three times the longer retention. The journal's size (file and
+that the N lifecycles span three times the longest a finished row is kept (the longer
+retention, and at least the day removed attachments are always kept). The journal's size (file and
 WAL, pages, free pages) is sampled 40 times: it must be flat once the retention age is
 reached (the samples past that point within ±15% of their mean, and no trend), else a
 problem (exit 1). ADD latency (one pod's writes, as the engine's ADD makes them) is
@@ -39,7 +40,7 @@ from netctl.cni.request import Pod
 from netctl.ipam.planner import Allocation, Owner, PoolInfo
 from netctl.journal.pruner import Pruner
 from netctl.journal.records import Attachment, OpEnd, OpStart, StepEnd, StepStart
-from netctl.journal.retention import Retention, parse_duration, show_duration
+from netctl.journal.retention import REMOVED_KEPT, Retention, parse_duration, show_duration
 from netctl.journal.store import Journal, open_journal
 
 RANGE = ipaddress.IPv4Network("10.128.0.0/16")
@@ -275,7 +276,10 @@ class RetentionBench(Bench):
         progress(f"{self.lifecycles} pod lifecycles, journal-retention "
                  f"{show_duration(self.settings.journal)}, allocation-retention "
                  f"{show_duration(self.settings.allocations)}, {self.concurrency} at a time")
-        span = 3 * max(self.settings.journal, self.settings.allocations)
+        # the longest any finished row is kept: a removed attachment (with its operations)
+        # at least REMOVED_KEPT, whatever the journal-retention
+        longest = max(self.settings.journal, REMOVED_KEPT, self.settings.allocations)
+        span = 3 * longest
         out = trio.run(simulate, str(self.daemon.state_dir), self.lifecycles, self.settings,
                        self.live, self.concurrency, span)
         progress("the same lifecycles with retention off (the baseline)")
@@ -285,8 +289,7 @@ class RetentionBench(Bench):
                         self.concurrency, span)
         problems = []
         # a lifecycle's rows go once its pod is removed and the longer retention has passed
-        after = (max(self.settings.journal, self.settings.allocations) / 86400
-                 + out["lifetime_days"]) * 1.1
+        after = (longest / 86400 + out["lifetime_days"]) * 1.1
         spread, trend, problem = flatness(out["samples"], after)
         if problem:
             problems.append(problem)
