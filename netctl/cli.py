@@ -421,6 +421,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b = bsub.add_parser("journal", help="latency of the journal's read paths on N rows")
     b.add_argument("--rows", type=int, default=100000)
+    b.add_argument("--lifecycles", type=int, default=0,
+                   help="instead: N pod lifecycles over simulated time with retention on; "
+                   "the journal's size over time")
+    b.add_argument("--retention", default="7d", help="journal-retention for --lifecycles")
+    b.add_argument("--allocation-retention", default="",
+                   help="allocation-retention for --lifecycles (default: twice --retention)")
     b.add_argument("--json", action="store_true")
     b = bsub.add_parser("crash", help="SIGKILL the daemon mid-churn: replay, reconcile, "
                         "nothing left")

@@ -46,7 +46,14 @@ from netctl.errors import (
 )
 from netctl.ipam.planner import Allocation
 from netctl.ipam.store import IndexStore
+from netctl.journal.pruner import Pruner
 from netctl.journal.records import Attachment
+from netctl.journal.retention import (
+    DEFAULT_ALLOCATIONS,
+    DEFAULT_JOURNAL,
+    Retention,
+    parse_duration,
+)
 from netctl.journal.store import Journal, open_journal
 from netctl.kube.netstatus import annotation_value, network_status
 from netctl.kube.objects import Meta, Pod
@@ -106,6 +113,10 @@ class DaemonConfig:
     block_idle: float = 600.0  # a block empty this long is released (one per pool kept)
     node_gone_grace: float = 300.0  # a deleted Node's blocks are taken over after this
     block_check: float = 10.0  # seconds between rounds of block maintenance
+    # what the journal forgets (netctl/journal/retention.py): seconds, 0 keeps all; the
+    # config file takes durations (7d, 12h, 30m, 90s), plain seconds, 0 or off
+    journal_retention: float = DEFAULT_JOURNAL
+    allocation_retention: float = DEFAULT_ALLOCATIONS
 
     @property
     def bin_dirs(self) -> list[str]:
@@ -146,6 +157,13 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
         values["allowed_uids"] = tuple(int(u) for u in values["allowed_uids"])
     if "ipam_takeover" in values:
         values["ipam_takeover"] = tuple(str(t) for t in values["ipam_takeover"])
+    for name in ("journal_retention", "allocation_retention"):
+        if name in values:
+            try:
+                values[name] = parse_duration(values[name])
+            except (ValueError, TypeError) as exc:
+                raise CNIError(INVALID_CONFIG, f"daemon config: {name.replace('_', '-')}: "
+                               f"{exc}") from exc
     try:
         cfg = msgspec.convert(values, DaemonConfig, strict=False)
         if cfg.metrics_addr:
@@ -440,6 +458,7 @@ async def run(cfg: DaemonConfig, *,
                 api_calls=kube.api.calls if kube is not None else None)
 
         metrics.watch(snapshot)
+        pruner = Pruner(journal, Retention(cfg.journal_retention, cfg.allocation_retention))
 
         async def status() -> dict[str, Any]:
             reasons = not_ready()
@@ -451,6 +470,8 @@ async def run(cfg: DaemonConfig, *,
                 "journal": journal.path, "journal_writes": journal.writes,
                 "journal_commits": journal.commits,  # fewer than writes: group commit
                 "journal_trips": journal.trips,  # calls on the database thread
+                "journal_size": (await journal.size()).as_dict(),
+                "retention": pruner.status(),
                 "replay": started,
                 "stuck": await journal.stuck_attachments(),
                 "events": events.status() if events is not None else None,
@@ -505,6 +526,8 @@ async def run(cfg: DaemonConfig, *,
                         raise CNIError(INVALID_CONFIG, f"metrics-addr {cfg.metrics_addr}: "
                                        f"{exc}") from exc
                 await nursery.start(server.serve)
+                pruning = trio.CancelScope()  # in the background, batch by batch
+                nursery.start_soon(_in_scope, pruning, pruner.run)
                 periodic = trio.CancelScope()  # the first round now, then periodic ones
                 nursery.start_soon(_in_scope, periodic, partial(
                     reconciler.every, cfg.reconcile_interval))
@@ -517,6 +540,7 @@ async def run(cfg: DaemonConfig, *,
                     if metrics_server is not None:
                         metrics_server.stop()
                     periodic.cancel()  # an interrupted round is finished by the next start
+                    pruning.cancel()  # a batch is one write: it completes or never began
                     if events is not None:
                         events.stop()
                     if kube is not None:

@@ -22,6 +22,10 @@ def main(args: argparse.Namespace) -> int:
         from netctl.bench.ipam import run_ipam
 
         return run_ipam(args)
+    if args.bench == "journal" and args.lifecycles:
+        from netctl.bench.retention import run_retention
+
+        return run_retention(args)
     if args.bench == "journal":
         from netctl.bench.journal import run_journal
 

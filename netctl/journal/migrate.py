@@ -4,6 +4,13 @@ Applied versions are recorded in ``schema_migrations``. A database that has a
 version this code does not know (written by a newer netctl) is refused rather
 than used: an older daemon must not write into a schema it does not understand.
 Runs synchronously with the stdlib ``sqlite3``: it happens once, before serving.
+
+The file is kept in ``auto_vacuum=INCREMENTAL`` mode, so the pages that pruning
+(:mod:`netctl.journal.retention`) frees can be handed back to the file system a few at
+a time (``PRAGMA incremental_vacuum``). SQLite sets that mode only on a file without
+tables, or with a ``VACUUM`` (which rewrites the whole file, outside any transaction):
+a new journal gets it before its first table; a journal made by an older netctl is
+converted once, by :func:`ensure_incremental_vacuum`, when it is first opened here.
 """
 
 from __future__ import annotations
@@ -56,12 +63,28 @@ def applied(conn: sqlite3.Connection) -> list[int]:
     return [row[0] for row in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")]
 
 
+INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
+
+
+def ensure_incremental_vacuum(conn: sqlite3.Connection) -> bool:
+    """Put the file in ``auto_vacuum=INCREMENTAL`` mode; True when an existing journal had
+    to be rewritten for it (a ``VACUUM``: once, as long as the file is big)."""
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] == INCREMENTAL:
+        return False
+    conn.execute(f"PRAGMA auto_vacuum={INCREMENTAL}")
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] == INCREMENTAL:
+        return False  # a file without tables yet takes it as it is
+    conn.execute("VACUUM")
+    return True
+
+
 def migrate(path: str | Path) -> list[int]:
     """Bring the journal at ``path`` up to date; return the versions applied now."""
     known = available()
     newest = known[-1][0] if known else 0
     conn = connect(path)
     try:
+        ensure_incremental_vacuum(conn)
         done = set(applied(conn))
         if done and max(done) > newest:
             raise SchemaTooNew(max(done), newest, str(path))

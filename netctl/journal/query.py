@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import math
-import re
 import sqlite3
 import time
 from datetime import datetime
@@ -17,16 +16,15 @@ from typing import Any
 
 import msgspec
 
-_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+from netctl.journal.retention import duration_seconds
 
 
 def parse_time(value: str, now: float | None = None) -> float:
     """``90s``/``5m``/``2h``/``1d`` ago, a UNIX time, or an ISO 8601 time → UNIX seconds."""
     now = time.time() if now is None else now
-    match = _DURATION_RE.match(value.strip())
-    if match:
-        return now - float(match.group(1)) * _UNITS[match.group(2)]
+    ago = duration_seconds(value)
+    if ago is not None:
+        return now - ago
     try:
         seconds = float(value)
     except ValueError:

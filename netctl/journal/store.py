@@ -58,6 +58,8 @@ from netctl.journal.records import (
     StepEnd,
     StepStart,
 )
+from netctl.journal.retention import Cutoffs, Pruned, Size, prune_batch, vacuum_pages
+from netctl.journal.retention import size as journal_size
 
 T = TypeVar("T")
 Sync = Callable[[sqlite3.Connection], T]
@@ -208,8 +210,12 @@ class _Answer(asyncio.Future[Any]):
 class Journal:
     """Typed writes and reads of the journal (see the module's docstring)."""
 
-    def __init__(self, db: aiosqlite.Connection, path: str, write_deadline: float) -> None:
+    def __init__(self, db: aiosqlite.Connection, path: str, write_deadline: float,
+                 clock: Callable[[], float] = time.time) -> None:
         self._db = db
+        # where the rows' timestamps come from: the wall clock; the retention bench and
+        # tests pass a simulated one, to write a week of history in seconds
+        self.clock = clock
         loop = trio_asyncio.current_loop.get()
         assert loop is not None, "a Journal is made inside its trio-asyncio loop"
         self._loop = loop
@@ -300,7 +306,7 @@ class Journal:
         attachments it will add (they get their ids, state ``adding``) and those it will
         remove (state ``removing``). Returns the operation's id."""
         def fn(db: sqlite3.Connection) -> tuple[int, list[int]]:
-            now = time.time()
+            now = self.clock()
             op_id = _insert_operation(db, op, now)
             ids = []
             for att in adding:
@@ -348,7 +354,7 @@ class Journal:
         if outer is not None and logs.current().get("op") == op_id:
             logs.replace(outer)
         def fn(db: sqlite3.Connection) -> None:
-            now = time.time()
+            now = self.clock()
             db.executemany("UPDATE attachments SET state='attached', result=? WHERE id=?",
                            [(_json(a.result), a.id) for a in end.attached])
             db.executemany("UPDATE attachments SET state='removed', error=NULL, removed_at=?"
@@ -383,7 +389,7 @@ class Journal:
         release by the reconciler): begun, done and closed in one transaction, so it
         happened entirely or not at all; with ``failure``, recorded as failed."""
         def fn(db: sqlite3.Connection) -> int:
-            now = time.time()
+            now = self.clock()
             op_id = _insert_operation(db, op, now)
             _record_allocations(db, new, op_id, pools or {}, now)
             _release_allocations(db, gone, op_id, now)
@@ -404,7 +410,7 @@ class Journal:
     async def close_operations(self, ops: Sequence[tuple[int, str, str]]) -> None:
         """Close operations a previous run left running: (id, state, error)."""
         def fn(db: sqlite3.Connection) -> None:
-            now = time.time()
+            now = self.clock()
             for op_id, state, error in ops:
                 _close_operation(db, op_id, state, None, error, now)
 
@@ -441,7 +447,7 @@ class Journal:
         """Record a step before its plugin runs, with the addresses it is given (``new``,
         recorded in the same transaction: committed with the step, or not at all)."""
         def fn(db: sqlite3.Connection) -> int:
-            now = time.time()
+            now = self.clock()
             _record_allocations(db, new, step.op_id, pools or {}, now)
             cur = db.execute(
                 "INSERT INTO steps (operation_id, attachment_id, position, verb, plugin_type,"
@@ -464,7 +470,7 @@ class Journal:
         that did not start (refused before any side effect) no longer counts as
         started, so no DEL is ever sent for it."""
         def fn(db: sqlite3.Connection) -> None:
-            now = time.time()
+            now = self.clock()
             _release_allocations(db, gone, op_id, now)
             db.execute(
                 "UPDATE steps SET state=?, result=?, code=?, error=?, stderr=?, finished_at=?,"
@@ -540,7 +546,7 @@ class Journal:
                 "INSERT INTO ipam_blocks (name, pool, scope, cidr, node, state, since)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)", (block.name, block.pool, block.scope,
                                                   block.cidr, block.node, block.state,
-                                                  time.time()))
+                                                  self.clock()))
             return int(cur.lastrowid or 0)
 
         return await self._write(fn)
@@ -550,7 +556,7 @@ class Journal:
         taken, or another node's block gone or handed over)."""
         def fn(db: sqlite3.Connection) -> None:
             db.execute("UPDATE ipam_blocks SET state=?, until=? WHERE id=?",
-                       (state, time.time() if ended else None, block_id))
+                       (state, self.clock() if ended else None, block_id))
 
         await self._write(fn)
 
@@ -562,6 +568,22 @@ class Journal:
         return [BlockRecord(name=r["name"], pool=r["pool"], scope=r["scope"], cidr=r["cidr"],
                             node=r["node"], state=r["state"], id=r["id"], since=r["since"])
                 for r in rows]
+
+    # -- retention (netctl/journal/retention.py) -------------------------------------------
+
+    async def prune(self, cut: Cutoffs, limit: int) -> Pruned:
+        """Delete one batch of what ended before ``cut`` (at most ``limit`` rows of each
+        kind, with their steps), through the normal write path: group-committed with the
+        requests' writes, under the same deadline."""
+        return await self._write(partial(prune_batch, cut=cut, limit=limit))
+
+    async def vacuum(self, pages: int, keep_free: int = 0) -> int:
+        """Give up to ``pages`` free pages back to the file system (one small write)."""
+        return await self._write(partial(vacuum_pages, pages=pages, keep_free=keep_free))
+
+    async def size(self) -> Size:
+        """The file, its WAL, its pages and free pages (for status)."""
+        return await self._read(partial(journal_size, path=self.path))
 
     async def set_retry(self, attachments: Sequence[Attachment],
                         retry_at: Callable[[int], float]) -> None:
@@ -575,25 +597,27 @@ class Journal:
 
 
 @asynccontextmanager
-async def open_journal(state_dir: str | Path, write_deadline: float = 30.0
-                       ) -> AsyncIterator[Journal]:
+async def open_journal(state_dir: str | Path, write_deadline: float = 30.0,
+                       clock: Callable[[], float] = time.time) -> AsyncIterator[Journal]:
     """Migrate and open ``<state_dir>/journal.db``, inside a trio-asyncio loop (one is
-    opened when the caller has none)."""
+    opened when the caller has none). ``clock``: the rows' timestamps (see
+    :attr:`Journal.clock`)."""
     directory = Path(state_dir)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # noqa: ASYNC240 - start-up
     path = str(directory / "journal.db")
     migrate(path)
     if trio_asyncio.current_loop.get() is None:
         async with trio_asyncio.open_loop():
-            async with _connected(path, write_deadline) as journal:
+            async with _connected(path, write_deadline, clock) as journal:
                 yield journal
     else:
-        async with _connected(path, write_deadline) as journal:
+        async with _connected(path, write_deadline, clock) as journal:
             yield journal
 
 
 @asynccontextmanager
-async def _connected(path: str, write_deadline: float) -> AsyncIterator[Journal]:
+async def _connected(path: str, write_deadline: float, clock: Callable[[], float]
+                     ) -> AsyncIterator[Journal]:
     async def connect() -> aiosqlite.Connection:
         db = await aiosqlite.connect(path, isolation_level=None)
         db.row_factory = sqlite3.Row
@@ -603,7 +627,7 @@ async def _connected(path: str, write_deadline: float) -> AsyncIterator[Journal]
 
     db = await trio_asyncio.aio_as_trio(connect)()
     try:
-        journal = Journal(db, path, write_deadline)
+        journal = Journal(db, path, write_deadline, clock)
         journal.live = await journal.read_live()
         yield journal
     finally:

@@ -17,9 +17,11 @@ import msgspec
 from pyroute2 import IPRoute
 
 from netctl.cni.netns import is_netns
+from netctl.journal.retention import REMOVED_KEPT
 from netctl.reconcile.plan import AllocationFact, AttachmentFact, Facts, Link
 
-REMOVED_WINDOW = 24 * 3600.0  # removed attachments whose host links are still checked
+# removed attachments whose host links are still checked (pruning never takes them)
+REMOVED_WINDOW = REMOVED_KEPT
 
 
 def host_links() -> dict[str, Link]:

@@ -2,7 +2,8 @@
 side) and `netctl bench ipam` run both sides on real namespaces, report numbers for each,
 see no failures (every address distinct, none held after the DELs), and leave nothing with
 their prefix behind; `netctl bench journal` fills a journal made by the real migrations with
-the rows it promises and times every read path, each answer right; `netctl bench crash`
+the rows it promises and times every read path, each answer right, and with `--lifecycles`
+keeps the journal's file flat once the retention age is reached; `netctl bench crash`
 SIGKILLs the daemon in each iteration, vanishes sandboxes, and finds nothing left behind;
 `netctl bench events` times vanished sandboxes released on kernel events, beside the periodic
 round, and leaves nothing; `netctl bench podman` times podman runs on each side and leaves
@@ -145,6 +146,30 @@ def test_journal_small_json() -> None:
     assert queries["attachments_ip_at"]["rows_mean"] >= 1
     assert queries["pools"]["rows_mean"] == 4
     assert "daemon" not in report  # no daemon in this bench
+    assert not os.path.exists(report["root"])
+
+
+def test_journal_lifecycles_small_json() -> None:
+    """800 pod lifecycles over simulated time with retention on: the file is flat once the
+    retention age is reached, far below the same lifecycles with retention off; no write
+    failed or passed its deadline; ADD latency reported for both."""
+    proc = subprocess.run([NETCTL, "bench", "journal", "--lifecycles", "800", "--retention",
+                           "2h", "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    assert report["params"]["journal_retention"] == "2h"
+    assert report["params"]["allocation_retention"] == "4h"
+    r = report["retention"]
+    assert r["lifecycles"] == 800 and len(r["samples"]) >= 20
+    assert abs(r["spread"]) <= 0.15 and r["trend"] <= 0.075
+    assert r["deadline"] == {"late": 0, "failed": 0}
+    pruned = r["pruner"]["pruned"]
+    assert pruned["attachments"] > 0 and pruned["operations"] > 0 and pruned["steps"] > 0
+    assert pruned["allocations"] > 0
+    assert r["samples"][-1]["rows"] < 0.75 * report["baseline"]["samples"][-1]["rows"]
+    assert set(r["add_ms"]) == {"retention on, before", "retention on, pruning",
+                                "retention off (baseline)"}
     assert not os.path.exists(report["root"])
 
 
