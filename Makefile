@@ -39,7 +39,7 @@ lint: setup
 	$(BIN)/lint-imports
 
 test: setup lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not soak"
 
 unit: setup
 	$(BIN)/pytest -q tests/unit

@@ -431,6 +431,12 @@ def build_parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("crash", help="SIGKILL the daemon mid-churn: replay, reconcile, "
                         "nothing left")
     b.add_argument("--iterations", type=int, default=10)
+    b.add_argument("--pods", type=int, default=30, help="pods churned per iteration")
+    b.add_argument("--seed", type=int, default=None, help="the random choices' seed "
+                   "(kill moments, faults, GCs, reboots); printed, random by default")
+    b.add_argument("--reboot-pods", type=int, default=0, metavar="N",
+                   help="after the iterations, time the start-up after a node reboot with "
+                   "N attachments whose netns vanished (0: skip)")
     b.add_argument("--json", action="store_true")
     b = bsub.add_parser("events", help="netns deleted without a DEL → address released, on "
                         "kernel events vs the periodic round")

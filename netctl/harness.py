@@ -154,6 +154,14 @@ def netns_del(name: str) -> None:
     ip("netns", "del", name, check=False)
 
 
+def ping(ns: str, address: str) -> bool:
+    """Whether one ping from netns ``ns`` to ``address`` is answered within a second."""
+    proc = subprocess.run(["ip", "netns", "exec", ns, "ping", "-c1", "-W1", "-q", address],
+                          capture_output=True, check=False, timeout=30, env={"PATH": PATH},
+                          start_new_session=True)
+    return proc.returncode == 0
+
+
 def remove_host_objects(prefix: str, bridges: Iterable[str] = ()) -> list[str]:
     """Delete every netns and host link named ``prefix…`` and the ports still on
     ``bridges``; return the names that are still there."""
@@ -491,6 +499,25 @@ class Daemon:
             return int(conn.execute(
                 "SELECT COUNT(*) FROM attachments WHERE state != 'removed' AND container_id IN "
                 f"({','.join('?' * len(wanted))})", wanted).fetchone()[0]) if wanted else 0
+        finally:
+            conn.close()
+
+    def live_counts(self) -> tuple[int, int]:
+        """(attachments not removed, live allocations) in the journal (read-only, cheap)."""
+        conn = sqlite3.connect(f"file:{self.journal_path}?mode=ro", uri=True, timeout=10)
+        try:
+            atts = conn.execute("SELECT COUNT(*) FROM attachments WHERE state != 'removed'")
+            allocs = conn.execute("SELECT COUNT(*) FROM ipam_allocations"
+                                  " WHERE released_at IS NULL")
+            return int(atts.fetchone()[0]), int(allocs.fetchone()[0])
+        finally:
+            conn.close()
+
+    def integrity(self) -> list[str]:
+        """``PRAGMA integrity_check`` of the journal: ``["ok"]`` when it is sound."""
+        conn = sqlite3.connect(f"file:{self.journal_path}?mode=ro", uri=True, timeout=10)
+        try:
+            return [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
         finally:
             conn.close()
 
