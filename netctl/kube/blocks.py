@@ -56,23 +56,19 @@ async def hand_over(api: Api, block: Block, node: str) -> Block | None:
     None when it changed since it was read (another node took it, or it was released)."""
     spec = block.spec
     owners = [*spec.history, BlockOwner(spec.node, spec.claimedAt, now_rfc3339())]
-    new = Block(metadata=Meta(name=block.metadata.name,
-                              resourceVersion=block.metadata.resourceVersion),
-                spec=BlockSpec(pool=spec.pool, scope=spec.scope, cidr=spec.cidr, node=node,
-                               claimedAt=now_rfc3339(), history=owners[-20:]))
-    try:
-        return _decode(await api.request("update", "PUT", f"{BLOCKS}/{block.metadata.name}",
-                                         body=msgspec.json.encode(new)))
-    except ApiError as exc:
-        if exc.status in (404, 409):
-            return None
-        raise
+    return await _update(api, block, msgspec.structs.replace(
+        spec, node=node, claimedAt=now_rfc3339(), history=owners[-20:]))
 
 
 async def answer(api: Api, block: Block, grant: str) -> Block | None:
     """The owner's answer to a borrowed address (``granted`` or ``refused``), written on
     the borrow object as read; None when it changed or went meanwhile."""
-    spec = msgspec.structs.replace(block.spec, grant=grant)
+    return await _update(api, block, msgspec.structs.replace(block.spec, grant=grant))
+
+
+async def _update(api: Api, block: Block, spec: BlockSpec) -> Block | None:
+    """``block`` (as read) with ``spec``, under the resourceVersion read; None when it
+    changed or went meanwhile (409, 404)."""
     new = Block(metadata=Meta(name=block.metadata.name,
                               resourceVersion=block.metadata.resourceVersion), spec=spec)
     try:
