@@ -421,6 +421,7 @@ async def run(cfg: DaemonConfig, *,
         plain = IpamPlugin(journal, ipam, admission, ipam_types, gc_grace=cfg.reconcile_grace)
         recorded = pending_dir(cfg.socket)
         reconciler = Reconciler(engine, ipam, cfg.reconcile_grace, pending=recorded,
+                                parallel=max(1, min(16, cfg.max_concurrent // 2)),
                                 metrics=metrics)
         events = EventWatcher(reconciler, cfg.netns_dirs) if cfg.reconcile_events else None
         report = await replay(engine)

@@ -102,6 +102,7 @@ from netctl.bench.common import (
     drive,
     from_journal,
     pick_subnets,
+    proc_cpu,
     progress,
     summary_ms,
 )
@@ -675,15 +676,24 @@ class CrashBench(Bench):
             self.parallel(side, len(pods), lambda i: self.forget(pods[i]), what="netns")
         finally:
             self.concurrency = concurrency
+        # A rebooted node starts with its namespaces gone; here the kernel is still tearing
+        # them down (their veths) for seconds after `ip netns del`: wait for it, so the
+        # restart is timed as on a node that rebooted, and say how long it took.
+        deleted_at = time.monotonic()
+        wait_for(lambda: not any(harness.bridge_ports(net.bridge) for net in self.nets),
+                 300, f"the kernel's teardown of {n} deleted netns")
+        teardown_s = time.monotonic() - deleted_at
         live = self.daemon.live_counts()[0]
         self.peak_rss_kib = max(self.peak_rss_kib, kill(self.daemon).peak_rss_kib)
         exec_at = time.monotonic()
         accepting_s = self.daemon.start()
         released_s: float | None = None
+        cpu = (0.0, 0.0)  # the restarted daemon's CPU s till then: its own, its delegates'
         try:
             wait_for(lambda: self.daemon.live_attachments_of(p.container for p in pods) == 0,
                      300, f"the {n} attachments released after the reboot")
             released_s = time.monotonic() - exec_at
+            cpu = proc_cpu(self.daemon.pid) if self.daemon.pid else (0.0, 0.0)
         except HarnessError as exc:
             side.fail(str(exc))
         replay = self.daemon.status().get("replay", {})
@@ -695,8 +705,10 @@ class CrashBench(Bench):
             side.fail(f"the daemon exited with {code} on SIGTERM")
         side.failures += harness.describe_leftovers(left)
         return {"pods": n, "live_attachments_at_kill": live, "adds_s": round(added_s, 2),
+                "kernel_teardown_ms": round(teardown_s * 1000, 1),
                 "accepting_ms": round(accepting_s * 1000, 1),
                 "released_ms": None if released_s is None else round(released_s * 1000, 1),
+                "released_cpu_s": {"daemon": round(cpu[0], 2), "delegates": round(cpu[1], 2)},
                 "replay": replay, "leftovers": {k: len(v) for k, v in left.items()},
                 "failures": side.failures[:20]}
 
@@ -899,8 +911,12 @@ def rebooted_lines(r: dict[str, Any] | None) -> list[RenderableType]:
         ("plain ADDs (cluster network, concurrency 8), s", f"{r['adds_s']:.1f}"),
         ("attachments live at the SIGKILL (every netns deleted)",
          str(r["live_attachments_at_kill"])),
+        ("the kernel's teardown of the deleted netns (before the kill), ms",
+         num(r["kernel_teardown_ms"], "{:.0f}")),
         ("restart exec → socket accepting, ms", num(r["accepting_ms"], "{:.0f}")),
         ("restart exec → every attachment released, ms", num(r["released_ms"], "{:.0f}")),
+        ("CPU till then: the daemon's, its delegates', s",
+         f"{r['released_cpu_s']['daemon']:.1f}, {r['released_cpu_s']['delegates']:.1f}"),
         ("start-up replay: operations closed", str(replay.get("operations", 0))),
         ("leftovers", str(sum(r["leftovers"].values()))),
         ("failures", str(len(r["failures"])))])]

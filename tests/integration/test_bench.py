@@ -176,8 +176,8 @@ def test_journal_lifecycles_small_json() -> None:
 def test_crash_small_json() -> None:
     """Two iterations: the daemon SIGKILLed mid-churn each time, sandboxes vanished, restart,
     reconcile, the runtime's DELs; nothing left, everything cleaned up."""
-    proc = subprocess.run([NETCTL, "bench", "crash", "--iterations", "2", "--json"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([NETCTL, "bench", "crash", "--iterations", "2", "--reboot-pods",
+                           "12", "--json"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] is True and report["problems"] == []
@@ -201,6 +201,13 @@ def test_crash_small_json() -> None:
         assert it["exit_code"] == 0 and it["failures"] == []
         assert all(n == 0 for n in it["leftovers"].values())
     assert report["daemon"]["peak_rss_kib"] > 0
+    # then a node reboot with 12 attachments: the kernel's teardown waited for before the
+    # kill, every attachment released after the restart, the CPU it took, nothing left
+    r = report["rebooted_start"]
+    assert r["pods"] == 12 and r["live_attachments_at_kill"] == 12 and r["failures"] == []
+    assert r["kernel_teardown_ms"] >= 0 and 0 < r["accepting_ms"] <= r["released_ms"]
+    assert r["released_cpu_s"]["daemon"] > 0 and r["released_cpu_s"]["delegates"] > 0
+    assert all(n == 0 for n in r["leftovers"].values())
     # not a terminal: one plain line per iteration, no bar drawn
     assert "\x1b[" not in proc.stderr
     assert [line.split(":")[1] for line in proc.stderr.splitlines()
