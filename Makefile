@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CNI_BIN := /usr/lib/cni
 
-.PHONY: setup system-packages demo test lint unit clean
+.PHONY: setup system-packages demo tour test lint unit clean
 
 setup: $(BIN)/netctl system-packages
 
@@ -46,6 +46,9 @@ unit: setup
 
 demo: setup
 	bash deploy/demo.sh
+
+tour: setup
+	bash deploy/tour.sh
 
 clean:
 	rm -rf $(VENV) *.egg-info

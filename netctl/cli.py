@@ -291,12 +291,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**health, "warnings": warnings}, indent=2))
     else:
-        for key, value in health.items():
-            print(f"{key:16} {value}")
-        for message in warnings:
-            print(f"{'warning':16} {message} (netctl doctor)")
-        for reason in health.get("reasons") or []:
-            print(f"not ready: {reason}", file=sys.stderr)
+        from netctl.statusview import render
+
+        print("\n".join(render(health, warnings)))
     return STATUS_READY if health.get("ready") else STATUS_NOT_READY
 
 

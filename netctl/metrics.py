@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import trio
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
@@ -149,6 +149,10 @@ class Metrics:
     """netctl's instruments, on a registry of their own."""
 
     def __init__(self) -> None:
+        # no `_created` series beside each counter and histogram: they double a scrape and
+        # say only when the daemon started (a process-wide switch; nothing else in the
+        # daemon uses prometheus_client)
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
         self._codes = Capped(MAX_CODES, {"0"})

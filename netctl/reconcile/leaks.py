@@ -175,8 +175,8 @@ class Reconciler:
                 if a.id in ids]
         if atts:
             await self.engine.delete_attachments(container, atts, OpStart(
-                verb="DEL", container_id=container, netns=atts[0].netns, origin=origin),
-                origin)
+                verb="DEL", container_id=container, netns=atts[0].netns, pod=atts[0].pod,
+                origin=origin), origin)
 
     async def pod_deleted(self, namespace: str, name: str, uid: str) -> list[str]:
         """Kubernetes mode: the pod ``namespace/name`` with ``uid`` is gone from the API.

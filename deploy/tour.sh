@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# netctl operator's tour (`make tour`): every admin command once, on a real daemon, with
+# its real output — the README's "Operating netctl" guide is this script's output.
+#
+# Run as root from the repository root, after `make setup`. A standalone daemon on a
+# temporary state dir serves one bridge network (netctl-ipam) with metrics on a loopback
+# port and logfmt logs; three pods (network namespaces) are ADDed through the installed
+# thin plugin; one pod is DELeted; one pod's netns is deleted without a DEL (a runtime
+# that crashed). Kernel-event reconciling is off so that leak stays visible until
+# `netctl reconcile` cleans it. Each command is printed with `$ ` before its output and
+# its exit status after it. A trap removes everything the tour made (daemon, netns,
+# bridge, temp dir) on any exit. Host names start with "ntour-".
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO=$(pwd)
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+NETCTL="$REPO/.venv/bin/netctl"
+PYTHON="$REPO/.venv/bin/python"
+BRIDGE=ntour-br0
+NET=tour-bridge
+SUBNET=10.251.0.0/28
+PODS=(web-1 web-2 web-3)
+METRICS=""                  # 127.0.0.1 and a free port
+TMP=""
+DAEMON_PID=""
+
+cleanup() {
+    local pod
+    if [[ -n "$DAEMON_PID" ]] && kill -0 "$DAEMON_PID" 2>/dev/null; then
+        kill -TERM "$DAEMON_PID" 2>/dev/null || true
+        wait "$DAEMON_PID" 2>/dev/null || true
+    fi
+    for pod in "${PODS[@]}"; do ip netns del "ntour-$pod" 2>/dev/null || true; done
+    ip link del "$BRIDGE" 2>/dev/null || true
+    if [[ -n "$TMP" ]]; then rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+cleanup
+
+TMP=$(mktemp -d /tmp/netctl-tour.XXXXXX)
+METRICS=127.0.0.1:$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -p "$TMP/nets" "$TMP/net.d" "$TMP/bin"
+
+# show CMD…: print the command as an operator types it (paths shortened), run it, print
+# its output and its exit status.
+show() {
+    local status=0
+    printf '\n$ %s\n' "$(sed -e "s#$REPO/.venv/bin/##g" -e "s#$TMP#\$TOUR#g" <<<"$*")"
+    "$@" 2>&1 | sed -e "s#$TMP#\$TOUR#g" || status=${PIPESTATUS[0]}
+    printf '(exit %s)\n' "$status"
+}
+
+cat >"$TMP/nets/$NET.yaml" <<EOF
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: $NET
+  namespace: default
+spec:
+  config: |
+    {"cniVersion": "1.0.0", "name": "$NET",
+     "plugins": [{"type": "bridge", "bridge": "$BRIDGE",
+                  "ipam": {"type": "netctl-ipam", "range": "$SUBNET"}}]}
+EOF
+cat >"$TMP/daemon.yaml" <<EOF
+state-dir: $TMP/state
+socket: $TMP/run/netctl.sock
+networks-dir: $TMP/nets
+cni-bin-dir: /usr/lib/cni
+metrics-addr: "$METRICS"
+log-format: logfmt
+reconcile-events: false
+reconcile-interval: 0
+reconcile-grace: 0
+EOF
+CONF="{\"cniVersion\": \"1.0.0\", \"name\": \"netctl\", \"type\": \"netctl-cni\",
+ \"socket\": \"$TMP/run/netctl.sock\", \"clusterNetwork\": \"$NET\"}"
+echo "$CONF" >"$TMP/net.d/10-netctl.conf"
+"$NETCTL" install-cni --bin-dir "$TMP/bin" >/dev/null
+
+# cni VERB POD: the thin plugin, as a runtime execs it.
+cni() {
+    echo "$CONF" | env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin CNI_COMMAND="$1" \
+        CNI_CONTAINERID="tour-$2-0123456789ab" CNI_NETNS="/var/run/netns/ntour-$2" \
+        CNI_IFNAME=eth0 CNI_PATH="$TMP/bin" \
+        CNI_ARGS="K8S_POD_NAMESPACE=tour;K8S_POD_NAME=$2" "$TMP/bin/netctl-cni" \
+        >"$TMP/$2.$1.json"
+}
+
+echo "# the daemon is not running yet"
+show "$NETCTL" status --socket "$TMP/run/netctl.sock"
+
+"$NETCTL" daemon --config "$TMP/daemon.yaml" >"$TMP/daemon.log" 2>&1 &
+DAEMON_PID=$!
+for _ in $(seq 300); do
+    "$NETCTL" status --socket "$TMP/run/netctl.sock" >/dev/null 2>&1 && break
+    sleep 0.1
+done
+
+echo
+echo "# a daemon on \$TOUR/daemon.yaml:"
+sed 's/^/#   /' <<<"$(sed "s#$TMP#\$TOUR#g" "$TMP/daemon.yaml")"
+show "$NETCTL" status --socket "$TMP/run/netctl.sock" --cni-conf-dir "$TMP/net.d"
+show "$NETCTL" doctor --cni-conf-dir "$TMP/net.d" --networks-dir "$TMP/nets"
+
+for pod in "${PODS[@]}"; do
+    ip netns add "ntour-$pod"
+    cni ADD "$pod"
+done
+sleep 1
+WEB2_AT=$(date -u +%Y-%m-%dT%H:%M:%SZ)  # a second after the ADDs: web-2 held its address
+WEB2_IP=$("$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["ips"][0]["address"].split("/")[0])' <"$TMP/web-2.ADD.json")
+sleep 1
+cni DEL web-2
+ip netns del ntour-web-2
+echo
+echo "# three pods ADDed; web-2 DELeted; now web-3's netns goes without a DEL"
+ip netns del ntour-web-3
+
+show "$NETCTL" ipam pools --state-dir "$TMP/state"
+show "$NETCTL" ipam show "$NET" --state-dir "$TMP/state"
+show "$NETCTL" journal --state-dir "$TMP/state" --pod tour/web-2
+show "$NETCTL" journal --state-dir "$TMP/state" --ip "$WEB2_IP" --at "$WEB2_AT"
+show "$NETCTL" ipam leaks --state-dir "$TMP/state"
+show "$NETCTL" reconcile --socket "$TMP/run/netctl.sock" --dry-run
+show "$NETCTL" reconcile --socket "$TMP/run/netctl.sock"
+show "$NETCTL" ipam leaks --state-dir "$TMP/state"
+show "$NETCTL" status --socket "$TMP/run/netctl.sock" --cni-conf-dir "$TMP/net.d" --json
+echo
+echo "\$ curl -s http://$METRICS/metrics | grep -v '^#' | grep -v ' 0.0\$'   # (excerpt)"
+"$PYTHON" -c "
+import urllib.request
+body = urllib.request.urlopen('http://$METRICS/metrics', timeout=5).read().decode()
+for line in body.splitlines():
+    if line.startswith('#') or line.endswith(' 0.0') or '_bucket' in line:
+        continue
+    print(line)
+"
+echo
+echo "\$ cat \$TOUR/daemon.log   # (logfmt)"
+sed "s#$TMP#\$TOUR#g" "$TMP/daemon.log"
+
+cni DEL web-1
+ip netns del ntour-web-1
+kill -TERM "$DAEMON_PID"
+wait "$DAEMON_PID" || true
+DAEMON_PID=""
+echo
+echo "# the daemon stopped (SIGTERM)"
+show "$NETCTL" status --socket "$TMP/run/netctl.sock"
