@@ -2,18 +2,18 @@
 
 Runs on demand (``netctl reconcile``), right after the start-up replay, every
 ``reconcile-interval`` seconds in the daemon, and on kernel events
-(:meth:`Reconciler.run_for`: the same plan over the containers the events concern,
-see :mod:`netctl.reconcile.events`). A run that finds work is an operation of its
-own (verb RECONCILE, origin ``reconcile`` or ``event``): begun with the plan as its
-request, then finished with its outcome and errors. Each attachment is DELeted
-through its own chain from the journal in its container's turn with the runtime's
-requests, up to 16 containers at once (at most half of ``max-concurrent``); a
-container with a request in flight is left alone (for the next round, or the next
-look on events). Allocations are released through the IPAM store (one journaled
-RELEASE each); host links are deleted with pyroute2. A whole round first finishes the DELs the plugin recorded while the daemon
-was down (:mod:`netctl.reconcile.pending`). A clean-up that fails counts a failure on
-its attachment, and the next rounds leave it be until its back-off passes (see
-:func:`netctl.engine.engine.retry_at`).
+(:meth:`Reconciler.run_for`: the same plan over the containers the events concern, see
+:mod:`netctl.reconcile.events`). A run that finds work is an operation of its own (verb
+RECONCILE, origin ``reconcile`` or ``event``): begun with the plan as its request, then
+finished with its outcome and errors. Each attachment is DELeted through its own chain
+from the journal in its container's turn with the runtime's requests, up to 16
+containers at once (at most half of ``max-concurrent``); a container with a request in
+flight is left alone (for the next round, or the next look on events). Allocations are
+released through the IPAM store (one journaled RELEASE each); host links are deleted
+with pyroute2. A whole round first finishes the DELs the plugin recorded while the
+daemon was down (:mod:`netctl.reconcile.pending`). A clean-up that fails counts a
+failure on its attachment, and the next rounds leave it be until its back-off passes
+(see :func:`netctl.engine.engine.retry_at`).
 """
 
 from __future__ import annotations
