@@ -17,6 +17,13 @@ On a temporary state dir, a journal made by the real migrations
   :func:`netctl.ipam.ranges.next_free`, as the allocator (and host-local) does, so
   an address is reused over the week.
 
+A node runs as many pods at once as it can hold, whatever its history: up to
+``BUSY_ROWS`` rows the pods live 3 hours on average and 3% are never removed; past it,
+more rows mean faster churn, not more pods at once. By Little's law (pods live = arrivals
+times mean lifetime) the mean lifetime and the never-removed share shrink by ``BUSY_ROWS/N``,
+so the live set, and the pools' use, stay those of a ``BUSY_ROWS`` week while every
+address is handed out again more often (the pools do not grow: a node's do not).
+
 Then the read paths of ``netctl journal`` and ``netctl ipam`` are timed in-process
 (the functions of :mod:`netctl.journal.query` on the CLI's read-only connection),
 each on 50 targets drawn from the simulation, every answer checked against it; and
@@ -62,6 +69,7 @@ DEPLOYMENTS = ("web", "api", "cart", "checkout", "worker", "exporter", "ingest",
 STATEFULSETS = ("db", "cache", "queue")
 LIFETIME_S = 3 * 3600.0  # mean lifetime of a pod that is removed
 LONG_LIVED = 0.03  # share of pods (and plain allocations) never removed
+BUSY_ROWS = 100_000  # past this many rows the churn is faster, the live set the same
 ADD_FAILS = 0.01  # share of ADDs that failed and were compensated
 LEAKS = 0.002  # share of removed pod-net attachments whose allocation was never released
 CHAIN_VERSION = "1.0.0"
@@ -89,6 +97,8 @@ class Pool:
     used: set[int] = field(default_factory=set)
     cursor: int | None = None
     live: int = 0
+    peak: int = 0  # the most addresses held at once
+    handed_out: int = 0
 
     def take(self) -> int:
         ip = next_free(self.rng, self.used, self.cursor, "round-robin")
@@ -97,6 +107,8 @@ class Pool:
         self.used.add(ip)
         self.cursor = ip
         self.live += 1
+        self.peak = max(self.peak, self.live)
+        self.handed_out += 1
         return ip
 
     def give_back(self, ip: int) -> None:
@@ -262,8 +274,11 @@ class _Pending:
 class Simulation:
     """A week of a busy node: N attachments and N allocations, as journal rows."""
 
-    def __init__(self, rows: int, seed: int = SEED) -> None:
+    def __init__(self, rows: int, seed: int = SEED, busy_rows: int = BUSY_ROWS) -> None:
         self.rows = rows
+        self.churn = max(1.0, rows / busy_rows)  # 1 up to busy_rows: as before
+        self.lifetime_s = LIFETIME_S / self.churn
+        self.long_lived = LONG_LIVED / self.churn
         self.rnd = random.Random(seed)
         self.now = time.time()
         self.start = self.now - WEEK
@@ -281,16 +296,17 @@ class Simulation:
             Net("default/storage", "storage", "stor0", "net1", storage_ipam, host_local, False),
         ]
         self.week = Week(self.now, self.start, [self.pod_pool, *self.plain_pools])
+        self.host_local = host_local
 
     def lifetimes(self, count: int) -> list[tuple[float, float | None]]:
         """(start, end or None: still live) of ``count`` leases over the week."""
         out: list[tuple[float, float | None]] = []
         for _ in range(count):
             t = self.start + self.rnd.random() * (WEEK - 60)
-            if self.rnd.random() < LONG_LIVED:
+            if self.rnd.random() < self.long_lived:
                 out.append((t, None))
                 continue
-            end = t + 1 + self.rnd.expovariate(1.0 / LIFETIME_S)
+            end = t + 1 + self.rnd.expovariate(1.0 / self.lifetime_s)
             out.append((t, end if end < self.now - 5 else None))
         return out
 
@@ -603,14 +619,20 @@ class JournalBench(Bench):
         migrate(path)
         progress(f"simulating a week: {self.rows} attachments, {self.rows} allocations")
         t0 = time.perf_counter()
-        week = Simulation(self.rows).build()
+        sim = Simulation(self.rows)
+        week = sim.build()
         simulated = time.perf_counter() - t0
         t0 = time.perf_counter()
         write(path, week)
         written = time.perf_counter() - t0
         journal = self.describe(path)
         journal.update({"simulate_s": round(simulated, 2), "insert_s": round(written, 2),
-                        "leaks_injected": week.leaks})
+                        "leaks_injected": week.leaks,
+                        "churn": {"mean_lifetime_s": round(sim.lifetime_s, 1),
+                                  "never_removed": round(sim.long_lived, 5),
+                                  "pools": {p.key: {"size": p.rng.size, "peak_live": p.peak,
+                                                    "handed_out": p.handed_out}
+                                            for p in (*week.pools, sim.host_local)}}})
         progress(f"journal {journal['db_bytes'] / 2**20:.1f} MiB; timing the read paths, "
                   f"{self.reps} targets each")
         problems: list[str] = []
@@ -705,7 +727,7 @@ class JournalBench(Bench):
 
 def render_journal(report: dict[str, Any]) -> list[RenderableType]:
     p, j = report["params"], report["journal"]
-    rows = j["rows"]
+    rows, churn = j["rows"], j["churn"]
     return [
         f"netctl bench journal: {p['rows']} attachments and {p['rows']} IPAM allocations over "
         f"a simulated week, {p['cpus']} CPUs",
@@ -714,6 +736,10 @@ def render_journal(report: dict[str, Any]) -> list[RenderableType]:
           f"{j['live']['ipam_allocations']} allocations",
         f"  {j['db_bytes'] / 2**20:.1f} MiB on disk, schema version {j['schema_version']}; "
         f"simulated in {j['simulate_s']:.1f} s, inserted in {j['insert_s']:.1f} s",
+        f"  pods live {churn['mean_lifetime_s'] / 60:.0f} min on average, "
+        f"{churn['never_removed']:.2%} never removed; addresses held at most at once / "
+        "handed out: " + ", ".join(f"{k} {v['peak_live']}/{v['handed_out']}"
+                                   for k, v in churn["pools"].items()),
         f"each query on {p['repetitions']} targets drawn from the simulation (the CLI's "
         f"read-only connection, in-process), the CLI {p['cli_runs']} times", "",
         table(("", "p50 ms", "p95 ms", "p99 ms", "max ms", "rows"), [

@@ -132,6 +132,11 @@ def test_journal_small_json() -> None:
     assert j["rows"]["operations"] > 2000 and j["rows"]["steps"] > 2000  # ADD and DEL each
     assert 0 < j["live"]["attachments"] < 2000 and 0 < j["live"]["ipam_allocations"] < 2000
     assert j["db_bytes"] > 0
+    churn = j["churn"]  # 2000 rows, below bench journal's BUSY_ROWS: 3-hour lives, as always
+    assert churn["mean_lifetime_s"] == 3 * 3600 and churn["never_removed"] == 0.03
+    assert len(churn["pools"]) == 5  # the four IPAM pools and host-local's subnet
+    assert all(0 < p["peak_live"] <= p["handed_out"] and p["peak_live"] < p["size"]
+               for p in churn["pools"].values())
     assert j["schema_version"] == available()[-1][0]  # the real migrations, all of them
     assert "attachment_addresses_address" in j["indexes"]
     queries = report["queries"]
