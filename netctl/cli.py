@@ -15,6 +15,7 @@ from typing import Any
 
 from netctl import logs
 from netctl.errors import CNIError
+from netctl.journal.query import PAGE as JOURNAL_LIMIT
 
 DEFAULT_STATE_DIR = "/var/lib/netctl"
 DEFAULT_SOCKET = "/run/netctl/netctl.sock"
@@ -81,8 +82,12 @@ def _cmd_journal(args: argparse.Namespace) -> int:
     at = query.parse_time(args.at) if args.at else None
     since = query.parse_time(args.since) if args.since else None
     container = query.resolve_container(conn, args.container) if args.container else None
+    limit = 0 if args.running else max(args.limit, 0)  # --running: all it touches
     atts = query.attachments(conn, pod=args.pod, container=container, ip=args.ip, at=at,
-                             since=since, network=args.network)
+                             since=since, network=args.network,
+                             limit=limit + 1 if limit else 0)  # one more: are there older?
+    older = bool(limit) and len(atts) > limit
+    atts = atts[1:] if older else atts
     # the IPAM's record of the address: the only one in plain-plugin mode (no attachment)
     allocs = query.allocations_at(conn, args.ip, at, since=since, container=container,
                                   pod=args.pod) if args.ip else []
@@ -95,8 +100,11 @@ def _cmd_journal(args: argparse.Namespace) -> int:
     blocks = query.blocks_at(conn, args.ip, at) if args.ip else []
     if args.json:
         print(json.dumps({"attachments": atts, "allocations": allocs, "operations": ops,
-                          "blocks": blocks}, indent=2))
+                          "blocks": blocks, "older_attachments": older}, indent=2))
         return 0
+    if older:
+        print(f"(the newest {limit} attachments; older ones not shown: --limit 0 for all)",
+              file=sys.stderr)
     for row in atts:
         row["addresses"] = ",".join(row["addresses"]) or "-"
         row["since"], row["until"] = _fmt_time(row["since"]), _fmt_time(row["until"])
@@ -356,6 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--running", action="store_true",
                    help="only the operations still running (all of them) and the attachments "
                         "they touch")
+    p.add_argument("--limit", type=int, default=JOURNAL_LIMIT, metavar="N",
+                   help=f"the newest N attachments (default {JOURNAL_LIMIT}; 0: all)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_journal)
 

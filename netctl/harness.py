@@ -522,8 +522,9 @@ class Daemon:
             conn.close()
 
     def journal(self, *args: str) -> dict[str, Any]:
-        """``netctl journal --state-dir … ARGS… --json``."""
-        return netctl_json("journal", "--state-dir", str(self.state_dir), *args)
+        """``netctl journal --state-dir … --limit 0 ARGS… --json`` (every attachment)."""
+        return netctl_json("journal", "--state-dir", str(self.state_dir), "--limit", "0",
+                           *args)
 
     def status(self) -> dict[str, Any]:
         """``netctl status --json``: the daemon's health over its socket."""

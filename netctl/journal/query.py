@@ -18,6 +18,8 @@ import msgspec
 
 from netctl.journal.retention import duration_seconds
 
+PAGE = 100  # `netctl journal`: the newest attachments shown unless --limit says otherwise
+
 
 def parse_time(value: str, now: float | None = None) -> float:
     """``90s``/``5m``/``2h``/``1d`` ago, a UNIX time, or an ISO 8601 time → UNIX seconds."""
@@ -117,8 +119,11 @@ def resolve_container(conn: sqlite3.Connection, prefix: str, limit: int = 10) ->
 
 def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
                 container: str | None = None, ip: str | None = None, at: float | None = None,
-                since: float | None = None, network: str | None = None) -> list[dict[str, Any]]:
-    """Attachments (live and past) matching every filter given.
+                since: float | None = None, network: str | None = None,
+                limit: int = 0) -> list[dict[str, Any]]:
+    """Attachments (live and past) matching every filter given, oldest first; with
+    ``limit``, the newest ``limit`` of them only (a StatefulSet's pod name can have
+    thousands in a week: they are read newest first from the index, never all).
 
     With ``ip``, the candidates come from the address index (``attachment_addresses``,
     migrations/0003: the addresses of every result, as the plugins wrote them), then each
@@ -153,7 +158,11 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
     sql = "SELECT * FROM attachments"
     if where:
         sql += " WHERE " + " AND ".join(where)
-    if since is None:
+    newest_first = bool(limit) and since is None and wanted is None
+    if newest_first:
+        sql += " ORDER BY id DESC LIMIT ?"
+        params.append(limit)
+    elif since is None:
         sql += " ORDER BY id"
     # else sorted below: unordered, the since filter's OR runs on the created_at and
     # removed_at indexes instead of a scan of the table in id order
@@ -173,6 +182,10 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
         })
     if since is not None:
         out.sort(key=lambda a: int(a["attachment"]))
+    if newest_first:
+        out.reverse()
+    elif limit:
+        out = out[-limit:]
     return out
 
 

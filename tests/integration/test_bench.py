@@ -141,7 +141,8 @@ def test_journal_small_json() -> None:
     assert "attachment_addresses_address" in j["indexes"]
     queries = report["queries"]
     assert set(queries) == {
-        "attachments_ip_at", "attachments_ip", "attachments_pod", "attachments_container",
+        "attachments_ip_at", "attachments_ip", "attachments_pod", "attachments_pod_all",
+        "attachments_container",
         "attachments_since", "allocations_at", "pools", "pool_allocations", "leaks",
         "operations_container", "cli_journal_ip_at"}
     for key, q in queries.items():

@@ -178,6 +178,35 @@ def test_journal_cli_pod_name(rows: Rows, tmp_path: Path,
     assert [line.split()[:2] for line in lines] == [["c1", "shop/web"], ["c2", "web"]]
 
 
+def test_journal_pod_shows_the_newest_attachments(rows: Rows, tmp_path: Path,
+                                                  read: sqlite3.Connection,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A StatefulSet's pod name over a week: ``--pod`` shows the newest ``--limit`` (100 by
+    default), oldest first, and says older ones exist; ``--limit 0`` shows all; the
+    query reads them newest first from the index (never the whole history)."""
+    for i in range(130):
+        rows.attach(f"c{i:03}", pod="shop/db-0")
+    rows.attach("other", pod="shop/db-1")
+    newest = [a["container"] for a in query.attachments(read, pod="shop/db-0", limit=5)]
+    assert newest == ["c125", "c126", "c127", "c128", "c129"]
+    plan = " ".join(str(r[-1]) for r in read.execute(
+        "EXPLAIN QUERY PLAN SELECT * FROM attachments WHERE pod_namespace=? AND pod_name=?"
+        " ORDER BY id DESC LIMIT 5", ("shop", "db-0")))
+    assert "attachments_pod" in plan and "TEMP B-TREE" not in plan, plan
+    code, out, err = run(tmp_path, capsys, "journal", "--pod", "shop/db-0", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["older_attachments"] is True
+    assert [a["container"] for a in doc["attachments"]] == [f"c{i:03}" for i in range(30, 130)]
+    code, out, err = run(tmp_path, capsys, "journal", "--pod", "shop/db-0")
+    assert code == 0 and len(out.splitlines()) == 101 and "--limit 0" in err
+    code, out, _ = run(tmp_path, capsys, "journal", "--pod", "shop/db-0", "--limit", "0",
+                       "--json")
+    doc = json.loads(out)
+    assert len(doc["attachments"]) == 130 and doc["older_attachments"] is False
+    code, out, err = run(tmp_path, capsys, "journal", "--pod", "shop/db-1")
+    assert len(out.splitlines()) == 2 and err == ""
+
+
 # --- ipam show NETWORK ------------------------------------------------------------------------
 
 def test_network_pools(rows: Rows, read: sqlite3.Connection) -> None:
