@@ -58,6 +58,7 @@ from netctl.journal.store import Journal, open_journal
 from netctl.kube.netstatus import annotation_value, network_status
 from netctl.kube.objects import Meta, Pod
 from netctl.metrics import Metrics, MetricsServer, Snapshot, parse_addr
+from netctl.reconcile.leaks import PARALLEL as RECONCILE_PARALLEL
 from netctl.reconcile.leaks import Reconciler
 from netctl.reconcile.pending import finish_pending, pending_dir
 from netctl.reconcile.replay import replay
@@ -421,7 +422,8 @@ async def run(cfg: DaemonConfig, *,
         plain = IpamPlugin(journal, ipam, admission, ipam_types, gc_grace=cfg.reconcile_grace)
         recorded = pending_dir(cfg.socket)
         reconciler = Reconciler(engine, ipam, cfg.reconcile_grace, pending=recorded,
-                                parallel=max(1, min(16, cfg.max_concurrent // 2)),
+                                parallel=max(1, min(RECONCILE_PARALLEL,
+                                                    cfg.max_concurrent // 2)),
                                 metrics=metrics)
         events = EventWatcher(reconciler, cfg.netns_dirs) if cfg.reconcile_events else None
         report = await replay(engine)

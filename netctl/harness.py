@@ -15,6 +15,7 @@ from plain threads.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -490,36 +491,34 @@ class Daemon:
                            ifname=ifname, args=cni_args(pod, networks, *args),
                            cni_path=CLIENT_CNI_PATH, env=env, timeout=timeout)
 
+    def read_only(self) -> contextlib.closing[sqlite3.Connection]:
+        """A read-only connection to the journal, closed when its ``with`` block ends."""
+        return contextlib.closing(sqlite3.connect(f"file:{self.journal_path}?mode=ro",
+                                                  uri=True, timeout=10))
+
     def live_attachments_of(self, containers: Iterable[str]) -> int:
         """How many attachments of ``containers`` the journal has not removed (a read-only
         look at the database, cheap enough to wait on)."""
         wanted = list(containers)
-        conn = sqlite3.connect(f"file:{self.journal_path}?mode=ro", uri=True, timeout=10)
-        try:
+        if not wanted:
+            return 0
+        with self.read_only() as conn:
             return int(conn.execute(
                 "SELECT COUNT(*) FROM attachments WHERE state != 'removed' AND container_id IN "
-                f"({','.join('?' * len(wanted))})", wanted).fetchone()[0]) if wanted else 0
-        finally:
-            conn.close()
+                f"({','.join('?' * len(wanted))})", wanted).fetchone()[0])
 
     def live_counts(self) -> tuple[int, int]:
         """(attachments not removed, live allocations) in the journal (read-only, cheap)."""
-        conn = sqlite3.connect(f"file:{self.journal_path}?mode=ro", uri=True, timeout=10)
-        try:
+        with self.read_only() as conn:
             atts = conn.execute("SELECT COUNT(*) FROM attachments WHERE state != 'removed'")
             allocs = conn.execute("SELECT COUNT(*) FROM ipam_allocations"
                                   " WHERE released_at IS NULL")
             return int(atts.fetchone()[0]), int(allocs.fetchone()[0])
-        finally:
-            conn.close()
 
     def integrity(self) -> list[str]:
         """``PRAGMA integrity_check`` of the journal: ``["ok"]`` when it is sound."""
-        conn = sqlite3.connect(f"file:{self.journal_path}?mode=ro", uri=True, timeout=10)
-        try:
+        with self.read_only() as conn:
             return [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
-        finally:
-            conn.close()
 
     def journal(self, *args: str) -> dict[str, Any]:
         """``netctl journal --state-dir … --limit 0 ARGS… --json`` (every attachment)."""

@@ -41,6 +41,8 @@ from netctl.reconcile.plan import AllocationFact, Facts, Plan, plan
 
 log = logging.getLogger("netctl.reconcile")
 
+PARALLEL = 16  # containers DELeted at once by a round, at most
+
 
 def _unlink(name: str) -> str | None:
     try:
@@ -59,7 +61,8 @@ class Reconciler:
     ipam: IndexStore
     grace: float = 30.0
     pending: str | None = None  # the plugin's recorded DELs (netctl.reconcile.pending)
-    parallel: int = 16  # containers DELeted at once: half the request slots at most
+    parallel: int = PARALLEL  # containers DELeted at once (the daemon: at most half of
+    # max-concurrent, so the runtime's requests keep the other half)
     metrics: Metrics = field(default_factory=Metrics)  # what the rounds found, by reason
 
     async def run(self, *, dry_run: bool) -> dict[str, Any]:
