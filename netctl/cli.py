@@ -188,9 +188,10 @@ def _ipam_report(args: argparse.Namespace, conn: sqlite3.Connection) -> None:
 
 
 def admin_request(socket_path: str, timeout: float = 5.0, call: str = "status",
-                  dry_run: bool = False) -> dict[str, Any]:
+                  dry_run: bool = False, **fields: Any) -> dict[str, Any]:
     """One admin call over the daemon's socket (an ``AdminRequest`` frame)."""
-    body = json.dumps({"kind": "admin", "call": call, "dry_run": dry_run}).encode()
+    body = json.dumps({"kind": "admin", "call": call, "dry_run": dry_run,
+                       **fields}).encode()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(socket_path)
@@ -238,8 +239,9 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
     found = report["plan"]
     verb = "would" if report["dry_run"] else "did"
     for key, what in (("attachments", "DEL attachment"), ("allocations", "release allocation"),
+                      ("freed", "release the addresses of stuck attachment"),
                       ("links", "delete host link")):
-        for item in found[key]:
+        for item in found.get(key, []):
             ident = item.get("attachment") or item.get("allocation") or item.get("link")
             extra = item.get("container") or item.get("address") or ""
             print(f"{verb} {what} {ident} {extra}: {item['reason']}")
@@ -275,6 +277,39 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 STATUS_READY, STATUS_NOT_READY, STATUS_DOWN = 0, 1, 2  # `netctl status` exit codes
+
+
+def _cmd_forget(args: argparse.Namespace) -> int:
+    """End a container's stuck attachments by hand, through the daemon (it serializes
+    with the runtime's requests and owns the addresses): exit 0 forgotten, 1 refused or
+    the daemon unreachable."""
+    who = os.environ.get("SUDO_USER") or os.environ.get("USER") or ""
+    try:
+        report = admin_request(args.socket, timeout=60, call="forget",
+                               container=args.container, ifname=args.ifname or "",
+                               network=args.network or "", force=args.force,
+                               who=who, why=args.why or "")
+    except OSError as exc:
+        print(f"netctl: daemon not reachable at {args.socket} ({exc}); forget needs the "
+              "daemon (it holds the addresses and serializes with the runtime)",
+              file=sys.stderr)
+        return 1
+    if "msg" in report and "code" in report:  # refused: a CNI error document
+        if args.json:
+            print(json.dumps(report, indent=2))
+        print(f"netctl forget: {report['msg']}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    forced = " (forced: its netns still existed)" if report["forced"] else ""
+    print(f"forgot {len(report['forgotten'])} attachments of container "
+          f"{report['container']}{forced}; journaled as operation {report['operation']}")
+    for row in report["forgotten"]:
+        print(f"  attachment {row['attachment']}: {row['network']} as {row['ifname']} "
+              f"({row['state']}, {row['failures']} failed DELs), released "
+              f"{', '.join(row['addresses']) or 'no address'}")
+    return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -394,6 +429,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="offline --dry-run: allocations younger than this are kept")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_reconcile)
+
+    p = sub.add_parser("forget", help="end a container's stuck attachments by hand: "
+                       "no DEL run, their addresses released, journaled with who and why")
+    p.add_argument("--container", required=True, metavar="ID",
+                   help="the container (a unique prefix of its id)")
+    p.add_argument("--ifname", help="only the attachment on this interface")
+    p.add_argument("--network", help="only the attachments of this network")
+    p.add_argument("--why", help="the reason, kept in the journal")
+    p.add_argument("--force", action="store_true",
+                   help="forget even though the netns still exists (its interfaces may be "
+                   "in use: their addresses can then be given to another pod)")
+    p.add_argument("--socket", default=DEFAULT_SOCKET)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_forget)
 
     p = sub.add_parser("ipam", help="the central IPAM's pools, allocations and leaks")
     isub = p.add_subparsers(dest="ipam", required=True, metavar="WHAT")

@@ -26,7 +26,7 @@ import trio
 
 from netctl import __version__
 from netctl.cni.invoke import kill_orphans, owned_processes
-from netctl.cni.request import Invocation
+from netctl.cni.request import AdminRequest, Invocation
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, Delegates
 from netctl.engine.engine import Engine, Limits, Reply
@@ -510,10 +510,16 @@ async def run(cfg: DaemonConfig, *,
         async def reconcile(dry_run: bool) -> dict[str, Any]:
             return await reconciler.run(dry_run=dry_run)
 
+        async def forget(req: AdminRequest) -> dict[str, Any]:
+            return await reconciler.forget(req.container, ifname=req.ifname,
+                                           network=req.network, force=req.force,
+                                           who=req.who, why=req.why)
+
         metrics_server = MetricsServer(metrics, cfg.metrics_addr) if cfg.metrics_addr else None
         server = Server(Handlers(cni=partial(counted, cni), ipam=partial(counted, plain.handle),
                                  status=status,
-                                 reconcile=reconcile, in_flight=lambda: admission.in_flight),
+                                 reconcile=reconcile, forget=forget,
+                                 in_flight=lambda: admission.in_flight),
                         ServerConfig(cfg.socket, cfg.allowed_uids, cfg.max_request_bytes,
                                      drain_timeout=cfg.drain_timeout))
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

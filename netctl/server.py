@@ -62,6 +62,7 @@ class Handlers:
     ipam: Callable[[Invocation], Awaitable[Reply]]  # netctl-ipam
     status: Callable[[], Awaitable[dict[str, Any]]]
     reconcile: Callable[[bool], Awaitable[dict[str, Any]]]  # dry_run → report
+    forget: Callable[[AdminRequest], Awaitable[dict[str, Any]]]  # netctl forget → report
     in_flight: Callable[[], int]
 
 
@@ -143,7 +144,7 @@ class Server:
     async def _respond(self, stream: trio.SocketStream) -> Response:
         version = LATEST
         try:
-            self._check_peer(stream)
+            peer = self._check_peer(stream)
             with trio.fail_after(self.config.read_timeout):
                 (size,) = _HEADER.unpack(await _read_exact(stream, _HEADER.size))
                 if size > self.config.max_request_bytes:
@@ -155,7 +156,8 @@ class Server:
                 if kind == "admin":
                     admin = msgspec.json.decode(body, type=AdminRequest)
                     self.served += 1
-                    return Response(output=msgspec.json.encode(await self._admin(admin)).decode())
+                    return Response(output=msgspec.json.encode(
+                        await self._admin(admin, peer)).decode())
                 req = msgspec.json.decode(body, type=Request)
             except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
                 raise CNIError(DECODE_FAILURE, f"malformed request frame: {exc}") from None
@@ -200,15 +202,21 @@ class Server:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
 
-    async def _admin(self, req: AdminRequest) -> dict[str, Any]:
-        """``netctl status`` and ``netctl reconcile`` over the socket."""
+    async def _admin(self, req: AdminRequest, peer: tuple[int, int]) -> dict[str, Any]:
+        """``netctl status``, ``reconcile`` and ``forget`` over the socket; ``forget`` is
+        journaled with the caller's name and its uid and pid as the kernel gives them."""
         if req.call == "reconcile":
             return await self.handlers.reconcile(req.dry_run)
+        if req.call == "forget":
+            pid, uid = peer
+            who = f"{req.who or '?'} (uid {uid}, pid {pid})"
+            return await self.handlers.forget(msgspec.structs.replace(req, who=who))
         return {**await self.handlers.status(), "served": self.served,
                 "uptime_seconds": round(time.time() - self.started_at, 3),
                 "socket": self.config.socket_path}
 
-    def _check_peer(self, stream: trio.SocketStream) -> None:
+    def _check_peer(self, stream: trio.SocketStream) -> tuple[int, int]:
+        """The peer's (pid, uid); refused (code 104) unless its uid is allowed."""
         creds = stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                          struct.calcsize("3i"))
         pid, uid, _gid = struct.unpack("3i", creds)
@@ -216,3 +224,4 @@ class Server:
             raise CNIError(PERMISSION_DENIED, f"caller uid {uid} (pid {pid}) is not allowed on "
                            f"{self.config.socket_path}; allowed uids: "
                            f"{', '.join(map(str, self.config.allowed_uids))}")
+        return pid, uid

@@ -36,11 +36,20 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class AdminRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """An operator's call over the socket: ``status`` or ``reconcile``."""
+    """An operator's call over the socket: ``status``, ``reconcile`` or ``forget`` (a
+    container's live attachments ended by hand: ``container`` a unique id prefix,
+    ``ifname``/``network`` narrowing them, ``force`` past a netns that still exists,
+    ``who`` and ``why`` for the journal)."""
 
     kind: Literal["admin"] = "admin"
-    call: Literal["status", "reconcile"] = "status"
+    call: Literal["status", "reconcile", "forget"] = "status"
     dry_run: bool = False
+    container: str = ""
+    ifname: str = ""
+    network: str = ""
+    force: bool = False
+    who: str = ""
+    why: str = ""
 
 
 class Envelope(msgspec.Struct, forbid_unknown_fields=False):

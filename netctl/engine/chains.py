@@ -14,8 +14,11 @@ in its end transaction.
 
 A DEL whose netns is gone (missing, or not a network namespace any more) gives
 the delegates an empty ``CNI_NETNS``, as the spec allows, so their IPAM still
-releases. A step whose ADD the plugin refused with code 1 (incompatible
-version) did nothing, so it does not count as started and is never DELeted.
+releases; and the addresses netctl allocated itself are released then even when the
+delegate's DEL fails (nothing can be using them without the netns), so a broken
+delegate never holds a pool's address for ever. A step whose ADD the plugin refused
+with code 1 (incompatible version) did nothing, so it does not count as started and
+is never DELeted.
 """
 
 from __future__ import annotations
@@ -196,7 +199,12 @@ class Chains:
                     exc, PluginError):
                 end.started = False  # refused before it did anything
                 att.steps_started = min(att.steps_started, index)
-            await self.journal.end_step(end, op_id=op_id)
+            # A DEL that failed with the netns gone still frees the addresses netctl gave
+            # the step: no interface can be using them. The DEL itself is retried for what
+            # the plugin may hold outside the netns; those retries get no addresses.
+            gone = self._served_leases(att, index) if verb == "DEL" and not netns else []
+            await self.journal.end_step(end, op_id=op_id, gone=gone)
+            self.ipam.released(gone)
             # the message only: what the plugin printed on stderr is the step's, in the
             # journal, never in the log
             log.debug("%s %s of %s failed (code %d): %s", ptype, verb, att.ifname, exc.code,
@@ -214,13 +222,17 @@ class Chains:
             await self.journal.end_step(end, op_id=op_id)
             raise
         end.result, end.stderr, end.seconds = out.result, out.stderr, out.seconds
-        gone = []
-        if verb == "DEL" and served_ipam(att.chain.plugins[index], d.ipam_types) is not None:
-            gone = self.ipam.of_attachment(att.id)
+        gone = self._served_leases(att, index) if verb == "DEL" else []
         await self.journal.end_step(end, op_id=op_id, gone=gone)
         self.ipam.released(gone)
         log.debug("%s %s of %s done in %.3fs", ptype, verb, att.ifname, out.seconds)
         return out.result
+
+    def _served_leases(self, att: Attachment, index: int) -> list[Allocation]:
+        """The addresses netctl allocated for step ``index`` of ``att`` (its DEL frees them)."""
+        if served_ipam(att.chain.plugins[index], self.delegates.ipam_types) is None:
+            return []
+        return self.ipam.of_attachment(att.id)
 
     async def add(self, op_id: int, att: Attachment) -> dict[str, Any] | None:
         """ADD every step in order, each getting the previous result; return the final."""

@@ -29,6 +29,7 @@ class LiveAttachment:
     netns: str
     links: frozenset[str] = frozenset()  # host-side interfaces in its latest result
     leaving: bool = False  # a DEL of it is under way in this daemon
+    pod_uid: str = ""  # the Kubernetes pod it belongs to ("" outside Kubernetes)
 
 
 @dataclass(frozen=True)
@@ -54,15 +55,17 @@ class LiveIndex:
         self._by_link: dict[str, set[int]] = {}
         self._by_netns: dict[str, set[int | tuple[str, str]]] = {}
         self._by_name: dict[str, set[str]] = {}  # basename → netns paths
+        self._by_pod: dict[str, set[int]] = {}  # pod UID → its live attachments
         self.failing: set[int] = set()  # live attachments with a failed DEL (stuck)
 
     # -- kept by the journal ---------------------------------------------------------------
 
     def attachment(self, att_id: int, container_id: str, netns: str,
-                   result: dict[str, Any] | None = None) -> None:
+                   result: dict[str, Any] | None = None, pod_uid: str = "") -> None:
         """An attachment is live (begun, or loaded), with its latest result."""
         self._drop_attachment(att_id)
-        self._put_attachment(att_id, LiveAttachment(container_id, netns, _links(result)))
+        self._put_attachment(att_id, LiveAttachment(container_id, netns, _links(result),
+                                                    pod_uid=pod_uid))
 
     def result(self, att_id: int, result: dict[str, Any] | None) -> None:
         """A newer result of a live attachment: its host links."""
@@ -106,6 +109,11 @@ class LiveIndex:
         """Whether the container has a live attachment."""
         return container_id in self._by_container
 
+    def of_pod(self, uid: str) -> set[str]:
+        """The containers with a live attachment of the pod with this UID (none: a pod
+        deletion has nothing to clean, and costs no journal read)."""
+        return {self.attachments[a].container_id for a in self._by_pod.get(uid, ())}
+
     def at_link(self, name: str) -> Iterator[LiveAttachment]:
         for att_id in self._by_link.get(name, ()):
             yield self.attachments[att_id]
@@ -135,6 +143,8 @@ class LiveIndex:
     def _put_attachment(self, att_id: int, att: LiveAttachment) -> None:
         self.attachments[att_id] = att
         self._by_container.setdefault(att.container_id, set()).add(att_id)
+        if att.pod_uid:
+            self._by_pod.setdefault(att.pod_uid, set()).add(att_id)
         for name in att.links:
             self._by_link.setdefault(name, set()).add(att_id)
         self._index_netns(att.netns, att_id)
@@ -144,6 +154,8 @@ class LiveIndex:
         if att is None:
             return
         _discard(self._by_container, att.container_id, att_id)
+        if att.pod_uid:
+            _discard(self._by_pod, att.pod_uid, att_id)
         for name in att.links:
             _discard(self._by_link, name, att_id)
         self._unindex_netns(att.netns, att_id)

@@ -329,7 +329,8 @@ class Journal:
 
         def indexed(result: tuple[int, list[int]]) -> None:
             for att, att_id in zip(adding, result[1], strict=True):
-                self.live.attachment(att_id, att.container_id, att.netns, att.result)
+                self.live.attachment(att_id, att.container_id, att.netns, att.result,
+                                     att.pod.uid)
             self.live.leaving(att.id for att in removing)
 
         op_id, ids = await self._write(fn, indexed)
@@ -400,6 +401,29 @@ class Journal:
             return op_id
 
         return await self._write(fn, lambda _: self._allocations_changed(new, gone))
+
+    async def forget(self, op: OpStart, atts: Sequence[Attachment],
+                     gone: Sequence[Allocation]) -> int:
+        """An operator ends attachments by hand (``netctl forget``): the operation, the
+        attachments marked removed without any DEL, and their addresses released — in
+        one transaction, so all of it happened or none."""
+        def fn(db: sqlite3.Connection) -> int:
+            now = self.clock()
+            op_id = _insert_operation(db, op, now)
+            db.executemany("UPDATE attachments SET state='removed', del_op=?, removed_at=?"
+                           " WHERE id=?", [(op_id, now, a.id) for a in atts])
+            _release_allocations(db, gone, op_id, now)
+            _close_operation(db, op_id, "done", None, None, now)
+            return op_id
+
+        def indexed(_: int) -> None:
+            self.live.removed(a.id for a in atts)
+            self._allocations_changed((), gone)
+
+        op_id = await self._write(fn, indexed)
+        for att in atts:
+            att.state = "removed"
+        return op_id
 
     async def unfinished_operations(self) -> list[Operation]:
         rows = await self._read(lambda db: db.execute(
@@ -495,8 +519,8 @@ class Journal:
         """:attr:`live` as the database has it (read when the journal opens): every live
         attachment and allocation, none leaving."""
         def fn(db: sqlite3.Connection) -> tuple[list[sqlite3.Row], list[sqlite3.Row]]:
-            return (db.execute("SELECT id, container_id, netns, result, del_failures"
-                               " FROM attachments WHERE state != 'removed'").fetchall(),
+            return (db.execute("SELECT id, container_id, netns, result, del_failures,"
+                               " pod_uid FROM attachments WHERE state != 'removed'").fetchall(),
                     db.execute("SELECT scope, address, container_id, netns, attachment_id"
                                " FROM ipam_allocations WHERE released_at IS NULL").fetchall())
 
@@ -504,7 +528,8 @@ class Journal:
         live = LiveIndex()
         for r in attachments:
             live.attachment(r["id"], r["container_id"], r["netns"],
-                            msgspec.json.decode(r["result"]) if r["result"] else None)
+                            msgspec.json.decode(r["result"]) if r["result"] else None,
+                            r["pod_uid"] or "")
         live.failed(r["id"] for r in attachments if r["del_failures"])
         for r in allocations:
             live.allocated((r["scope"], r["address"]), r["container_id"], r["netns"],

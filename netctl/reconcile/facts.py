@@ -71,8 +71,12 @@ def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None
                 "SELECT id, container_id, network, ifname, netns, state, add_op, del_op, result,"
                 " del_failures, retry_at, error FROM attachments WHERE state != 'removed'"
                 f"{only.format('')} ORDER BY id", args)]
+        # an attachment an operator forgot (``netctl forget``, maybe with --force while
+        # its pod ran) was never DELeted: its host links are not the sweep's to delete
         removed = [(r[0], _result(r[1])) for r in conn.execute(
-            "SELECT id, result FROM attachments WHERE state='removed' AND removed_at > ?",
+            "SELECT id, result FROM attachments WHERE state='removed' AND removed_at > ?"
+            " AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = attachments.del_op"
+            " AND o.verb = 'FORGET')",
             (now - REMOVED_WINDOW,))] if sweep else []
         allocations = [
             AllocationFact(id=r[0], pool=r[1], address=r[2], container_id=r[3], ifname=r[4],

@@ -29,8 +29,9 @@ import trio
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from netctl.cni.netns import is_netns
 from netctl.engine.engine import Engine
-from netctl.errors import CNIError
+from netctl.errors import INVALID_CONFIG, CNIError
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import OpEnd, OpStart
 from netctl.metrics import Metrics
@@ -123,8 +124,9 @@ class Reconciler:
         name = "reconcile" if origin == "reconcile" else f"reconcile on events ({why})"
         if errors:
             log.warning("%s: %s", name, "; ".join(errors))
-        log.info("%s: %d attachments DELeted, %d allocations released, %d links deleted%s",
-                 name, len(todo.delete), len(todo.release), len(todo.unlink),
+        log.info("%s: %d attachments DELeted, %d allocations released, %d stuck attachments' "
+                 "addresses released, %d links deleted%s", name, len(todo.delete),
+                 len(todo.release), len(todo.free), len(todo.unlink),
                  f"; {len(deferred)} containers busy, left for later" if deferred else "")
         return report, frozenset(deferred)
 
@@ -165,10 +167,47 @@ class Reconciler:
                 verb="RELEASE", container_id=fact.container_id, ifname=fact.ifname,
                 netns=fact.netns, origin=origin, request=reason.encode()), gone=[held])
             self.ipam.released([held])
+        async with trio.open_nursery() as nursery:
+            for att_id, container, reason in todo.free:
+                nursery.start_soon(self._free_stuck, container, att_id, reason, origin,
+                                   errors, deferred)
         for name, _ in todo.unlink:
             failure = await trio.to_thread.run_sync(_unlink, name)
             if failure:
                 errors.append(failure)
+
+    async def _free_stuck(self, container: str, att_id: int, reason: str, origin: str,
+                          errors: list[str], deferred: set[str]) -> None:
+        """Release the addresses of a stuck attachment whose netns is gone, in its
+        container's turn, without running its DEL (which keeps backing off for what the
+        delegate may hold outside the netns): read again under the turn, and only while
+        the attachment is still live and its netns still gone."""
+        engine = self.engine
+        if container in engine.admission.busy():
+            deferred.add(container)
+            return
+
+        async def free() -> None:
+            att = next((a for a in await engine.journal.live_attachments(container)
+                        if a.id == att_id), None)
+            if att is None or await trio.to_thread.run_sync(is_netns, att.netns):
+                return
+            held = self.ipam.of_attachment(att_id)
+            if not held:
+                return
+            await engine.journal.one_transaction(OpStart(
+                verb="RELEASE", container_id=container, ifname=att.ifname, netns=att.netns,
+                pod=att.pod, origin=origin, request=f"attachment {att_id}: {reason}".encode()),
+                gone=held)
+            self.ipam.released(held)
+            log.info("released %s of stuck attachment %d (%s as %s): %s",
+                     ", ".join(a.address for a in held), att_id, att.network, att.ifname,
+                     reason)
+
+        try:
+            await engine.admission.serialized(container, "RELEASE", free)
+        except CNIError as exc:
+            errors.append(exc.msg)
 
     async def _delete(self, container: str, ids: set[int], origin: str) -> None:
         """DEL the planned attachments of ``container`` that are still live: read again
@@ -189,9 +228,12 @@ class Reconciler:
         if not uid:
             return []
         mine: dict[str, set[int]] = {}
-        for att in await self.engine.journal.live_attachments():
-            if (att.pod.namespace, att.pod.name, att.pod.uid) == (namespace, name, uid):
-                mine.setdefault(att.container_id, set()).add(att.id)
+        # the journal's live index names the pod's containers: a pod with nothing live
+        # (kubelet's DEL came first, as it nearly always does) costs no journal read
+        for container in sorted(self.engine.journal.live.of_pod(uid)):
+            for att in await self.engine.journal.live_attachments(container):
+                if (att.pod.namespace, att.pod.name, att.pod.uid) == (namespace, name, uid):
+                    mine.setdefault(att.container_id, set()).add(att.id)
         done = []
         for container, ids in mine.items():
             if container in self.engine.admission.busy():
@@ -203,6 +245,65 @@ class Reconciler:
             except CNIError as exc:
                 log.warning("pod %s/%s deleted: %s", namespace, name, exc.msg)
         return done
+
+    async def forget(self, prefix: str, *, ifname: str = "", network: str = "",
+                     force: bool = False, who: str = "", why: str = "") -> dict[str, Any]:
+        """An operator ends a container's live attachments by hand (``netctl forget``):
+        no DEL is run; they are marked removed and the addresses netctl allocated for
+        them released, journaled as one FORGET operation naming who asked and why.
+
+        ``prefix`` names one container (a unique prefix of its id); ``ifname`` and
+        ``network`` narrow the attachments. Refused (code 7, nothing changed) while the
+        attachments' netns still exists — their interfaces may be in use — unless
+        ``force``. Runs in the container's turn, after its requests in flight."""
+        live = self.engine.journal.live
+        containers = {a.container_id for a in live.attachments.values()
+                      if a.container_id.startswith(prefix)} if prefix else set()
+        if not containers:
+            raise CNIError(INVALID_CONFIG, f"no live attachment of a container whose id "
+                           f"starts with {prefix!r}")
+        if len(containers) > 1:
+            raise CNIError(INVALID_CONFIG, f"{prefix!r} names {len(containers)} containers ("
+                           f"{', '.join(sorted(containers)[:5])}…): give more of the id")
+        (container,) = containers
+
+        async def act() -> dict[str, Any]:
+            atts = [a for a in await self.engine.journal.live_attachments(container)
+                    if (not ifname or ifname in (a.ifname, a.caller_ifname))
+                    and (not network or network in (a.network, a.caller_network))]
+            if not atts:
+                raise CNIError(INVALID_CONFIG, f"container {container} has no live "
+                               f"attachment{' on ' + ifname if ifname else ''}"
+                               f"{' of network ' + network if network else ''}")
+            paths = sorted({a.netns for a in atts if a.netns})
+            exists = await trio.to_thread.run_sync(netns_exist, paths)
+            alive = [p for p in paths if exists[p]]
+            if alive and not force:
+                raise CNIError(INVALID_CONFIG, f"the netns of container {container} "
+                               f"({', '.join(alive)}) still exists: its interfaces may be in "
+                               "use, so netctl will not forget them; delete the pod (or its "
+                               "netns) first, or pass --force")
+            gone = [alloc for a in atts for alloc in self.ipam.of_attachment(a.id)]
+            rows = [{"attachment": a.id, "network": a.network, "ifname": a.ifname,
+                     "state": a.state, "failures": a.del_failures, "error": a.error,
+                     "netns": a.netns, "netns_exists": exists.get(a.netns, False),
+                     "addresses": [g.address for g in gone
+                                   if g.owner.attachment_id == a.id]} for a in atts]
+            request = msgspec.json.encode({"who": who, "why": why, "force": force,
+                                           "attachments": rows})
+            op_id = await self.engine.journal.forget(OpStart(
+                verb="FORGET", container_id=container, netns=atts[0].netns,
+                ifname=ifname, caller_network=network, pod=atts[0].pod, origin="admin",
+                request=request), atts, gone)
+            self.ipam.released(gone)
+            log.warning("forgot %d attachments of container %s at the request of %s (%s)%s: "
+                        "released %s", len(atts), container, who or "an operator",
+                        why or "no reason given", " with --force" if alive else "",
+                        ", ".join(g.address for g in gone) or "no address")
+            return {"operation": op_id, "container": container, "forced": bool(alive),
+                    "forgotten": rows}
+
+        return await self.engine.admission.serialized(container, "FORGET", act)
 
     async def every(self, interval: float) -> None:
         """The daemon's reconcile rounds: the first at once (the daemon starts this right

@@ -20,7 +20,10 @@ three kinds of clean-up, each with its reason:
 Containers with a request in flight are left alone this round, and so is an
 attachment whose clean-up failed before, until its back-off (``retry_at``)
 passes; such *stuck* attachments are listed in the plan either way, so that
-``netctl status`` and ``netctl ipam leaks`` show them.
+``netctl status`` and ``netctl ipam leaks`` show them. One thing is not left to the
+back-off: once a stuck attachment's netns is gone, the addresses netctl allocated for
+it are freed at once (``free``), without its DEL — no interface can be using them —
+so a delegate whose DEL keeps failing never holds a pool's address for ever.
 
 Each item is also counted under a short, fixed reason (:data:`REASONS`) in
 :attr:`Plan.found`: the ``netctl_reconcile_findings_total`` metric's label.
@@ -87,7 +90,7 @@ class Facts:
 
 
 REASONS = ("netns-gone", "add-not-undone", "del-unfinished", "attachment-removed",
-           "attachment-missing", "allocation-netns-gone", "orphan-link")
+           "attachment-missing", "allocation-netns-gone", "stuck-netns-gone", "orphan-link")
 
 
 @dataclass
@@ -95,6 +98,8 @@ class Plan:
     delete: list[tuple[int, str, str]] = field(default_factory=list)  # (att, container, why)
     release: list[tuple[int, str, str]] = field(default_factory=list)  # (alloc, address, why)
     unlink: list[tuple[str, str]] = field(default_factory=list)  # (link name, why)
+    # stuck attachments whose netns is gone: their addresses are released, no DEL run
+    free: list[tuple[int, str, str]] = field(default_factory=list)  # (att, container, why)
     stuck: list[AttachmentFact] = field(default_factory=list)  # clean-up failed before
     found: dict[str, int] = field(default_factory=dict)  # reason (REASONS) → items
 
@@ -103,7 +108,7 @@ class Plan:
 
     @property
     def empty(self) -> bool:
-        return not (self.delete or self.release or self.unlink)
+        return not (self.delete or self.release or self.unlink or self.free)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,6 +117,8 @@ class Plan:
             "allocations": [{"allocation": a, "address": ad, "reason": r}
                             for a, ad, r in self.release],
             "links": [{"link": n, "reason": r} for n, r in self.unlink],
+            "freed": [{"attachment": a, "container": c, "reason": r}
+                      for a, c, r in self.free],
             "stuck": [stuck_json(a) for a in self.stuck],
         }
 
@@ -124,14 +131,23 @@ def stuck_json(att: AttachmentFact) -> dict[str, Any]:
 
 def plan(facts: Facts, grace: float) -> Plan:
     out = Plan()
+    holding = {a.attachment_id for a in facts.allocations}
     for att in facts.attachments:
         if att.del_failures and att.state != "attached":
             out.stuck.append(att)
         if att.container_id in facts.busy:
             continue
+        gone = bool(att.netns) and not facts.netns_exists.get(att.netns, True)
         if att.retry_at is not None and att.retry_at > facts.now:
-            continue  # backing off: its last clean-up failed
-        if att.state == "attached" and att.netns and not facts.netns_exists.get(att.netns, True):
+            # backing off: its last clean-up failed; but with its netns gone, what
+            # netctl allocated for it is no one's any more
+            if gone and att.id in holding:
+                out.free.append((att.id, att.container_id, f"netns {att.netns} is gone; "
+                                 f"its DEL failed {att.del_failures} times and is retried "
+                                 "later"))
+                out._found("stuck-netns-gone")
+            continue
+        if att.state == "attached" and gone:
             out.delete.append((att.id, att.container_id, f"netns {att.netns} is gone"))
             out._found("netns-gone")
         elif att.state in ("adding", "removing") and not att.op_running:
@@ -139,7 +155,7 @@ def plan(facts: Facts, grace: float) -> Plan:
                 else "a DEL did not finish"
             out.delete.append((att.id, att.container_id, what))
             out._found("add-not-undone" if att.state == "adding" else "del-unfinished")
-    deleting = {a for a, _, _ in out.delete}
+    deleting = {a for a, _, _ in out.delete} | {a for a, _, _ in out.free}
     for alloc in facts.allocations:
         if alloc.container_id in facts.busy or alloc.age < grace:
             continue
@@ -176,7 +192,8 @@ def leaks(facts: Facts, todo: Plan) -> list[dict[str, Any]]:
     - ``attachment-removed`` / ``attachment-missing``: an allocation whose attachment
       is removed, or not in the journal;
     - ``netns-gone``: a plain-plugin allocation whose netns is gone, or an
-      attachment's whose netns is gone (its DEL releases it);
+      attachment's whose netns is gone (its DEL releases it; a stuck one's is
+      released without waiting for its DEL);
     - ``failed-add`` / ``unfinished-del``: held by the leftovers of a failed ADD or
       an unfinished DEL;
     - ``stuck``: held by an attachment whose clean-up keeps failing (backing off).
@@ -203,7 +220,10 @@ def leaks(facts: Facts, todo: Plan) -> list[dict[str, Any]]:
                   else "failed-add" if att.state == "adding" else "unfinished-del")
         for alloc in by_att.get(att_id, []):
             out.append(_leak(alloc, reason, f"attachment {att_id}: {why}"))
-    deleting = {a for a, _, _ in todo.delete}
+    for att_id, _, why in todo.free:
+        for alloc in by_att.get(att_id, []):
+            out.append(_leak(alloc, "netns-gone", f"attachment {att_id}: {why}"))
+    deleting = {a for a, _, _ in todo.delete} | {a for a, _, _ in todo.free}
     for att in todo.stuck:
         if att.id not in deleting:
             for alloc in by_att.get(att.id, []):
