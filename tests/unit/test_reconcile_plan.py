@@ -141,6 +141,32 @@ def test_attached_attachment_with_its_back_off_running_is_left_alone() -> None:
     assert [a for a, _, _ in plan(later, grace=30).delete] == [1]
 
 
+def test_a_stuck_attachments_addresses_are_freed_once_its_netns_is_gone() -> None:
+    """Backing off or not, once its netns is gone nothing can use what netctl allocated
+    for it: freed at once (no DEL, which keeps its back-off); never while the netns
+    exists, nor while the container is busy."""
+    allocations = [alloc(5, 1, "removing", container="c1", age=1)]  # younger than grace
+    gone = facts(attachments=[stuck_att(NOW + 60)], allocations=allocations,
+                 netns_exists={"/run/netns/p": False}, now=NOW)
+    p = plan(gone, grace=30)
+    assert [(a, c) for a, c, _ in p.free] == [(1, "c1")]
+    assert "netns /run/netns/p is gone; its DEL failed 2 times" in p.free[0][2]
+    assert p.delete == [] and p.release == [] and not p.empty
+    assert p.found == {"stuck-netns-gone": 1}
+    assert p.to_json()["freed"][0]["attachment"] == 1
+    rows = leaks(gone, p)
+    assert [(r["allocation"], r["reason"]) for r in rows] == [(5, "netns-gone")]
+    here = facts(attachments=[stuck_att(NOW + 60)], allocations=allocations,
+                 netns_exists={"/run/netns/p": True}, now=NOW)
+    assert plan(here, grace=30).free == []
+    busy = facts(attachments=[stuck_att(NOW + 60)], allocations=allocations,
+                 netns_exists={"/run/netns/p": False}, busy=frozenset({"c1"}), now=NOW)
+    assert plan(busy, grace=30).free == []
+    nothing_held = facts(attachments=[stuck_att(NOW + 60)],
+                         netns_exists={"/run/netns/p": False}, now=NOW)
+    assert plan(nothing_held, grace=30).empty
+
+
 def test_leaks_report_a_stuck_attachments_allocations_as_stuck() -> None:
     allocations = [alloc(5, 1, "removing", container="c1"),
                    alloc(6, 1, "removing", container="c1")]
