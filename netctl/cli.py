@@ -514,6 +514,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ADDs at the same moment, for the peak memory (default 100)")
     b.add_argument("--api-latency", type=float, default=0.0, metavar="MS",
                    help="added to every API request by the fake (default 0)")
+    b.add_argument("--standing", type=int, default=0, metavar="N", help="pods ADDed on "
+                   "each side before the churn and kept until after it (default 0)")
+    b.add_argument("--delete-pods", action="store_true", help="each kube churn round's ADDs "
+                   "run while the last round's DELed pods are deleted through the API "
+                   "(pod-deleted-grace 0)")
     b.add_argument("--json", action="store_true")
     b = bsub.add_parser("cluster", help="N nodes sharing one pool through the fake API server: "
                         "API requests per pod, allocation latency, duplicates; netctl's cluster "

@@ -29,6 +29,13 @@ In order:
    network-status written on the pod), then DEL them. The fake's counts around the kube
    side's ADDs and DELs give the requests per pod, by verb; each exec is timed (start to
    exit); the daemons' CPU (their own, and their delegates') is read around each batch.
+   With ``--standing N``, N more pods are ADDed on each side before the churn and DELed
+   after it (a node's running pods: live attachments the churn runs beside). With
+   ``--delete-pods``, each kube round's ADDs run while the pods of the round before (DELed
+   already, as kubelet does first) are deleted through the API, the daemon's
+   ``pod-deleted-grace`` 0 so its clean-up of each deletion runs right then (a rollout's
+   old pods going away while new ones start); the deleted pods are created again after
+   the churn for the phases below.
 3. **cache misses**: ``--misses`` new pods, each created in the fake just before its ADD
    (kubelet has the pod before it runs the sandbox): with the watch healthy (the daemon's
    cache has the pod when the request arrives, or the daemon waits for the watch), then
@@ -333,10 +340,13 @@ class Sampler:
 
 class KubeBench(Bench):
     def __init__(self, pods: int, nads: int, churn: int, misses: int, concurrency: int,
-                 burst: int, api_latency_ms: float) -> None:
+                 burst: int, api_latency_ms: float, *, standing: int = 0,
+                 delete_pods: bool = False) -> None:
         super().__init__(concurrency)
         self.pods, self.nads, self.churn_pods, self.misses = pods, nads, churn, misses
         self.burst_pods, self.api_latency_ms = burst, api_latency_ms
+        self.standing, self.delete_pods = standing, delete_pods
+        self.deleted_through_api = 0
         self.kube = FakeKube(latency_ms=api_latency_ms)
         self.standalone = harness.Daemon(self.root / "standalone", self.prefix,
                                          settings={"log-level": "info"})
@@ -355,7 +365,8 @@ class KubeBench(Bench):
 
     def add_networks(self) -> None:
         """The two networks: NADs for the fake (created later), files for standalone."""
-        live = max(self.churn_pods // ROUNDS + 1, self.burst_pods, self.misses) + 8
+        live = max(self.churn_pods // ROUNDS + 1, self.burst_pods, self.misses) + 8 + \
+            self.standing
         for subnet in pick_subnets(2, live):
             i = len(self.nets) + 1
             name, bridge = f"{self.prefix}-{i}", f"{self.prefix}b{i}"
@@ -473,21 +484,55 @@ class KubeBench(Bench):
         return wall
 
     def churn(self) -> tuple[dict[str, Side], dict[str, Counter[str]]]:
-        """The warm-cache churn, the sides alternating by round."""
+        """The warm-cache churn, the sides alternating by round (beside ``--standing``
+        pods, and with ``--delete-pods`` the kube side's pods deleted through the API)."""
         sides = {"kube": Side("kube"), "standalone": Side("standalone")}
         requests: dict[str, Counter[str]] = {"ADD": Counter(), "DEL": Counter()}
         per_round = -(-self.churn_pods // ROUNDS)
+        standing = Side("standing")
+        kept = [(side, self.sandbox(side, "s", i, self.cached_pod(self.pods - 1 - i)))
+                for side in sides for i in range(self.standing)]
+
+        def everyone(work: Callable[[str, Side, Sandbox], None]) -> None:
+            self.parallel(standing, len(kept), lambda i: work(kept[i][0], standing, kept[i][1]))
+
+        everyone(self.add)
+        deleted: list[str] = []  # the kube side's last round, DELed: deleted next round
         for r in range(ROUNDS):
             indices = range(r * per_round, min((r + 1) * per_round, self.churn_pods))
             for side, rec in sides.items():
                 sbs = [self.sandbox(side, "c", i, self.cached_pod(i)) for i in indices]
+                deleter = None
+                if side == "kube" and deleted:
+                    deleter = threading.Thread(target=self.delete_from_api,
+                                               args=(list(deleted),), daemon=True)
+                    deleter.start()
                 self.batch(side, rec, "ADD", sbs, requests["ADD"] if side == "kube" else None)
+                if deleter is not None:
+                    deleter.join()
+                    deleted = []
                 if side == "kube":
                     for sb in sbs:
                         if sb.run.ok:
                             self.check_status(rec, sb)
                 self.batch(side, rec, "DEL", sbs, requests["DEL"] if side == "kube" else None)
+                if side == "kube" and self.delete_pods:
+                    deleted = [sb.pod for sb in sbs]
+        if self.delete_pods:
+            self.delete_from_api(deleted)
+            for i in range(self.churn_pods):  # the later phases ADD them again
+                self.create_pod(self.cached_pod(i), i, earlier_status(
+                    self.cluster.name, self.net2.name, i))
+            self.wait_caches(self.daemon, self.pods + 1, self.nads)  # and the warm-up's pod
+        everyone(self.delete)
+        self.problems += [f"standing pods: {m}" for m in standing.failures]
         return sides, requests
+
+    def delete_from_api(self, names: list[str]) -> None:
+        """Delete pods through the API, one request each, as a controller would."""
+        for name in names:
+            self.kube.delete("pods", POD_NAMESPACE, name)
+            self.deleted_through_api += 1
 
     def miss(self, tag: str, held: bool) -> dict[str, Any]:
         """``--misses`` new pods, each created just before its ADD; with ``held``, the
@@ -635,6 +680,8 @@ class KubeBench(Bench):
         self.daemon.settings.update({
             "kubeconfig": str(self.kube.kubeconfig(self.root / "kubeconfig")),
             "node-name": NODE})
+        if self.delete_pods:
+            self.daemon.settings["pod-deleted-grace"] = 0
         self.add_networks()
         self.daemon.install_plugin()
         self.standalone.install_plugin()
@@ -676,7 +723,9 @@ class KubeBench(Bench):
             params={"pods": self.pods, "nads": self.nads, "churn": self.churn_pods,
                     "misses": self.misses, "concurrency": self.concurrency,
                     "burst": self.burst_pods, "api_latency_ms": self.api_latency_ms,
-                    "rounds": ROUNDS, "max_concurrent": MAX_CONCURRENT, "node": NODE},
+                    "rounds": ROUNDS, "max_concurrent": MAX_CONCURRENT, "node": NODE,
+                    "standing": self.standing, "delete_pods": self.delete_pods,
+                    "deleted_through_api": self.deleted_through_api},
             parts={"subnets": [str(n.subnet) for n in self.nets], "requests": requests,
                    "kube": reports["kube"], "standalone": reports["standalone"],
                    "ratio": ratios(reports["kube"], reports["standalone"],
@@ -772,7 +821,10 @@ def render_kube(report: dict[str, Any]) -> list[RenderableType]:
             ("failures", str(k["failures"]), str(s["failures"]), ""),
             ("leftovers after the run", str(len(k["leftovers"])), str(len(s["leftovers"])), ""),
         ], f"warm cache: {p['churn']} pods per side, {p['rounds']} rounds alternating the "
-           f"sides, concurrency {p['concurrency']}; each exec timed start to exit"),
+           f"sides, concurrency {p['concurrency']}; each exec timed start to exit"
+           + (f"; beside {p['standing']} standing pods" if p.get("standing") else "")
+           + (f"; {p['deleted_through_api']} DELed pods deleted through the API during the "
+              "kube side's ADDs (pod-deleted-grace 0)" if p.get("delete_pods") else "")),
         "",
         render.table(("", "pods", "GETs/pod", "ADD p50 (ms)", "ADD p99 (ms)"), [
             (label.strip(" …"), str(m["pods"]),
@@ -826,9 +878,9 @@ def memory_rows(p: dict[str, Any], mem: dict[str, Any], burst: dict[str, Any],
 def run_kube(args: argparse.Namespace) -> int:
     bad = [f"--{name.replace('_', '-')} must be ≥ {low}" for name, low in (
         ("pods", 1), ("nads", 2), ("churn", 1), ("misses", 1), ("concurrency", 1),
-        ("burst", 1), ("api_latency", 0)) if getattr(args, name) < low]
-    bad += [f"--{name} must be ≤ --pods" for name in ("churn", "burst")
-            if getattr(args, name) > args.pods]
+        ("burst", 1), ("api_latency", 0), ("standing", 0)) if getattr(args, name) < low]
+    bad += [f"--{name} + --standing must be ≤ --pods" for name in ("churn", "burst")
+            if getattr(args, name) + args.standing > args.pods]
     if bad:
         print(f"netctl bench kube: {'; '.join(bad)}", file=sys.stderr)
         return 2
@@ -839,5 +891,6 @@ def run_kube(args: argparse.Namespace) -> int:
         print(f"netctl bench kube: {why}", file=sys.stderr)
         return 2
     bench = KubeBench(args.pods, args.nads, args.churn, args.misses, args.concurrency,
-                      args.burst, args.api_latency)
+                      args.burst, args.api_latency, standing=args.standing,
+                      delete_pods=args.delete_pods)
     return drive(bench, "kube", bench.measure, render_kube, args.json)

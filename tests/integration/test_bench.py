@@ -271,15 +271,20 @@ def test_podman_small_json() -> None:
 
 
 def test_kube_small_json() -> None:
-    """A small cache, two rounds' worth of churn per side, two misses of each kind, a burst
-    of five: the request counts are the design's (exact: they are counts, not timings), every
+    """A small cache, two rounds' worth of churn per side beside two standing pods, the
+    churned pods deleted through the API, two misses of each kind, a burst of five: the
+    request counts are the design's (exact: they are counts, not timings), every
     number is there, nothing is left."""
     proc = subprocess.run([NETCTL, "bench", "kube", "--pods", "20", "--nads", "5", "--churn",
                            "8", "--misses", "2", "--concurrency", "2", "--burst", "5",
-                           "--json"], capture_output=True, text=True, timeout=600)
+                           "--standing", "2", "--delete-pods", "--json"],
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] is True and report["problems"] == []
+    # every churned pod deleted through the API once its DEL was done (and made again)
+    assert report["params"]["deleted_through_api"] == 8
+    assert report["params"]["standing"] == 2
     req = report["requests"]
     warm = req["warm_cache"]
     assert warm["ADD"]["pods"] == 8 and warm["ADD"]["requests"] == {"patch pods": 8}
