@@ -7,7 +7,12 @@ events act), and two networks with netctl-ipam:
 
 - **bridge**: the pod's host veth dies with its netns (netlink ``RTM_DELLINK``, and
   ``RTM_DELNSID``), and the netns dir loses its name;
-- **macvlan only**, on a veth parent: no host-side link, so only the netns dir tells.
+- **macvlan only**, on a veth parent: no host-side link, so only the netns dir tells;
+- **stuck**: macvlan on a ``master`` that does not exist (a NAD with a typo), so the ADD
+  fails, its compensation's DEL fails and so does the runtime's DEL after it: the
+  attachment is stuck, backing off, holding its address until its netns goes. The
+  reconciler releases the address on the netns event without running the DEL; the
+  attachments stay stuck and are forgotten (``netctl forget``) at the end.
 
 Each round, for each network: ``ip netns add``, ADD through the installed thin plugin as
 a runtime would (a pod of that network alone), then ``ip netns del`` — the clock starts
@@ -57,7 +62,8 @@ from netctl.bench.render import steps
 
 ROUND_TIMEOUT = 30.0  # seconds a vanished sandbox may take to be released
 POLL = 0.01
-KINDS = {"bridge": "bridge (host veth)", "macvlan": "macvlan only (no host link)"}
+KINDS = {"bridge": "bridge (host veth)", "macvlan": "macvlan only (no host link)",
+         "stuck": "stuck (its DEL fails)"}
 SETTINGS = {"reconcile-interval": 0, "reconcile-events": True}
 
 
@@ -85,9 +91,10 @@ class EventsBench(Bench):
         self.rounds = rounds
         self.interval = interval
         self.kinds = {name: Kind(name) for name in KINDS}
+        self.stuck: list[str] = []  # containers left stuck, forgotten at the end
 
     def setup(self) -> None:
-        bridge_net, macvlan_net = pick_subnets(2, self.rounds + 4)
+        bridge_net, macvlan_net, stuck_net = pick_subnets(3, self.rounds + 4)
         bridge = self.kinds["bridge"]
         bridge.net = self.add_network(bridge_net, netctl_ipam=True)
         bridge.cluster = bridge.net.name
@@ -101,15 +108,33 @@ class EventsBench(Bench):
             "cniVersion": DELEGATE_VERSION, "name": macvlan.cluster, "plugins": [{
                 "type": "macvlan", "master": parent, "mode": "bridge",
                 "ipam": {"type": "netctl-ipam", "range": str(macvlan_net)}}]})
+        stuck = self.kinds["stuck"]
+        stuck.cluster = f"{self.prefix}-typo"
+        self.daemon.add_network(stuck.cluster, {
+            "cniVersion": DELEGATE_VERSION, "name": stuck.cluster, "plugins": [{
+                "type": "macvlan", "master": f"{self.prefix}x", "mode": "bridge",  # no such
+                "ipam": {"type": "netctl-ipam", "range": str(stuck_net)}}]})
         self.daemon.install_plugin()
 
     def attach(self, kind: Kind, tag: str) -> tuple[str, str] | None:
         """A pod of ``kind``'s network alone, in a new netns: (container, netns name)."""
         container, ns = f"{self.prefix}-{tag}", f"{self.prefix}-{tag}"
         harness.netns_add(ns)
-        res = self.daemon.cni("ADD", container, ns, self.daemon.conf(kind.cluster,
-                                                                     DELEGATE_VERSION),
-                              pod=f"{POD_NAMESPACE}/{tag}")
+        conf = self.daemon.conf(kind.cluster, DELEGATE_VERSION)
+        res = self.daemon.cni("ADD", container, ns, conf, pod=f"{POD_NAMESPACE}/{tag}")
+        if kind.name == "stuck":
+            # fails, and so does the runtime's DEL after it: stuck, holding its address
+            dele = self.daemon.cni("DEL", container, ns, conf, pod=f"{POD_NAMESPACE}/{tag}")
+            held = from_journal(Path(self.daemon.journal_path), lambda c: {"n": c.execute(
+                "SELECT COUNT(*) FROM ipam_allocations WHERE container_id=? AND released_at"
+                " IS NULL", (container,)).fetchone()[0]}).get("n")
+            if res.rc == 0 or dele.rc == 0 or held != 1:
+                kind.failures.append(f"{tag}: not stuck holding one address (ADD "
+                                     f"{res.describe()}; DEL {dele.describe()}; {held} held)")
+                harness.netns_del(ns)
+                return None
+            self.stuck.append(container)
+            return container, ns
         problem = res.describe() if res.rc != 0 else (
             check_result(res.out, kind.net) if kind.net else None)
         if problem:
@@ -155,6 +180,9 @@ class EventsBench(Bench):
                 for name, kind in self.kinds.items():
                     self.vanish(kind, f"{name[0]}{i}")
                 step("")
+        for container in self.stuck:  # their DEL can never succeed: ended by hand
+            harness.netctl_json("forget", "--socket", self.daemon.socket, "--container",
+                                container, "--why", "netctl bench events: stuck on purpose")
         events = self.daemon.status().get("events") or {}
         bridges = [k.net.bridge for k in self.kinds.values() if k.net]
         left = harness.describe_leftovers(harness.leftovers(
@@ -178,14 +206,15 @@ class EventsBench(Bench):
 
 def released(db_path: Path, container: str, t0: float) -> Released | None:
     """The container's vanished sandbox, seconds after ``t0``, once its address is released
-    and the DEL on events is done; None before."""
+    and the DEL on events is done (for a stuck attachment, the RELEASE on events: its DEL
+    is not run); None before."""
 
     def read(conn: sqlite3.Connection) -> dict[str, Any]:
         alloc = conn.execute("SELECT max(released_at), count(*) - count(released_at)"
                              " FROM ipam_allocations WHERE container_id=?",
                              (container,)).fetchone()
         op = conn.execute("SELECT started_at, finished_at FROM operations WHERE origin='event'"
-                          " AND verb='DEL' AND container_id=? AND state='done'",
+                          " AND verb IN ('DEL', 'RELEASE') AND container_id=? AND state='done'",
                           (container,)).fetchone()
         if alloc is None or alloc[0] is None or alloc[1] or op is None:
             return {}
@@ -206,12 +235,12 @@ def kind_report(kind: Kind) -> dict[str, Any]:
 
 def render_events(report: dict[str, Any]) -> list[RenderableType]:
     p, base = report["params"], report["baseline"]
-    b, m = report["bridge"], report["macvlan"]
+    b, m, st = report["bridge"], report["macvlan"], report["stuck"]
     interval = f"periodic {base['interval_s']:g} s"
 
     def row(label: str, key: str, q: str, baseline: float | None) -> render.Row:
         ratios = [render.ratio(baseline, r[key][q]) if baseline else None for r in (b, m)]
-        return (label, render.num(b[key][q], "{:.0f}"), render.num(m[key][q], "{:.0f}"),
+        return (label, *(render.num(r[key][q], "{:.0f}") for r in (b, m, st)),
                 render.num(baseline, "{:.0f}"), *(render.num(x, "{:.0f}x") for x in ratios))
 
     ev = report.get("events") or {}
@@ -219,18 +248,21 @@ def render_events(report: dict[str, Any]) -> list[RenderableType]:
         f"netctl bench events: {p['rounds']} rounds of each kind, one `ip netns del` at a time, "
         f"reconcile-interval 0 (events only), {p['cpus']} CPUs, prefix {report['prefix']}",
         "bridge: its host veth dies with the netns (netlink) and the netns dir tells; "
-        "macvlan only: no host link, the netns dir tells",
+        "macvlan only: no host link, the netns dir tells; stuck: a failed ADD whose DELs "
+        "fail (macvlan on a missing master), its address released without its DEL",
         render.load_line(p), "",
         render.table(
-            ("ms after `ip netns del`", "bridge", "macvlan", interval, "ratio br", "ratio mv"),
+            ("ms after `ip netns del`", "bridge", "macvlan", "stuck", interval, "ratio br",
+             "ratio mv"),
             [row("address released, median", "released_ms", "p50", base["median_ms"]),
              row("address released, max", "released_ms", "max", base["max_ms"]),
-             row("DEL on events begins, median", "noticed_ms", "p50", None),
-             ("the DEL itself, median", render.num(b["del_ms"]["p50"], "{:.0f}"),
-              render.num(m["del_ms"]["p50"], "{:.0f}"), "", "", "")]),
+             row("DEL (RELEASE) on events begins, median", "noticed_ms", "p50", None),
+             ("the DEL (RELEASE) itself, median",
+              *(render.num(r["del_ms"]["p50"], "{:.0f}") for r in (b, m, st)), "", "", "")]),
         f"(the periodic round's wait is its interval, not measured: a sandbox vanished at a "
         f"random moment waits 0 to {base['interval_s']:g} s, {base['interval_s'] / 2:g} s at "
-        "the median; the ratios are that wait over the measured release)",
+        "the median; the ratios are that wait over the measured release; a stuck "
+        "attachment's address waited for its DEL to succeed, that is for ever)",
         f"events the daemon saw: {ev.get('links_deleted', 0)} links deleted, "
         f"{ev.get('netns_deleted', 0)} netns deleted, {ev.get('nsids_deleted', 0)} nsids "
         f"deleted, in {ev.get('batches', 0)} batches; {ev.get('attachments_reconciled', 0)} "

@@ -225,7 +225,8 @@ def test_crash_small_json() -> None:
 
 def test_events_small_json() -> None:
     """Two rounds of each kind: a vanished bridge and macvlan-only sandbox released on events
-    (the periodic round off), the periodic round's wait beside it, nothing left."""
+    (the periodic round off), a stuck one's address released without its DEL, the periodic
+    round's wait beside it, nothing left (the stuck ones forgotten)."""
     proc = subprocess.run([NETCTL, "bench", "events", "--rounds", "2", "--interval", "60",
                            "--json"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -238,6 +239,9 @@ def test_events_small_json() -> None:
         assert released["n"] == 2 and 0 < released["p50"] <= released["max"]
         assert 0 < noticed["p50"] <= released["max"]  # noticed before it is released
         assert all(v is not None and v > 0 for v in report["ratio"][kind].values())
+    stuck = report["stuck"]  # a DEL that fails: the address released without it
+    assert stuck["rounds"] == 2 and stuck["failures"] == []
+    assert stuck["released_ms"]["n"] == 2 and 0 < stuck["released_ms"]["p50"]
     assert report["baseline"] == {"interval_s": 60.0, "median_ms": 30000.0, "max_ms": 60000.0}
     assert report["events"]["attachments_reconciled"] >= 6  # with the warm-up's two
     assert report["daemon"]["exit_code"] == 0
