@@ -96,7 +96,7 @@ class DaemonConfig:
     compensate_timeout: float = 30.0
     cancel_grace: float = 5.0
     drain_timeout: float = 30.0
-    max_request_bytes: int = 1 << 20
+    max_request_bytes: int = 4 << 20
     allowed_uids: tuple[int, ...] = (0,)
     ipam_takeover: tuple[str, ...] = ()  # IPAM types served by netctl-ipam, e.g. whereabouts
     reconcile_interval: float = 60.0  # seconds between reconcile rounds; 0: the first only

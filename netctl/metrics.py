@@ -214,6 +214,11 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def metrics_url(host: str, port: int) -> str:
+    """The endpoint's URL on a bound address (the port the kernel chose for ``:0``)."""
+    return f"http://[{host}]:{port}/metrics" if ":" in host else f"http://{host}:{port}/metrics"
+
+
 def respond(head: bytes, body: Callable[[], bytes]) -> bytes:
     """The HTTP answer to a request whose head (up to the blank line) is ``head``. Pure."""
     line = head.split(b"\r\n", 1)[0].split()
@@ -246,8 +251,9 @@ class MetricsServer:
                     ) -> None:
         host, port = parse_addr(self.addr)
         listeners = await trio.open_tcp_listeners(port, host=host or None)
-        self.port = listeners[0].socket.getsockname()[1]
-        log.info("metrics at http://%s/metrics", self.addr)
+        bound = [listener.socket.getsockname()[:2] for listener in listeners]
+        self.port = bound[0][1]
+        log.info("metrics at %s", ", ".join(metrics_url(h, p) for h, p in bound))
         with self._scope:
             async with trio.open_nursery() as nursery:
                 await nursery.start(trio.serve_listeners, self._handle, listeners)

@@ -9,9 +9,17 @@ and handed to the engine (``netctl-cni``) or the plain IPAM plugin
 (``netctl-ipam``); an admin request to the daemon's status or reconciler.
 
 The socket's directory is 0700 and the socket 0600; on top of that every peer's
-uid is read with SO_PEERCRED and must be in ``allowed_uids``. Frames larger
-than ``max_request_bytes`` are answered with code 105 without being read;
-malformed frames with code 6. Nothing a client sends can stop the server.
+uid is read with SO_PEERCRED and must be in ``allowed_uids``. Malformed frames
+are answered with code 6. Nothing a client sends can stop the server.
+
+Size (:func:`readable`, :func:`admitted`): a frame of at most ``max_request_bytes``
+is served; a larger one is answered with code 105 naming the limit and the setting
+that raises it — unread above ``DEL_CEILING`` (16 MiB), and up to that ceiling read,
+and still served when it is a well-formed CNI DEL. No DEL is refused for its size: it needs
+nothing that is large (its targets come from the journal), and a refused DEL is
+retried by the runtime for ever. A plugin from before the raw ``config`` field
+grows stdin in its frame (up to about 7 times the pod's annotations, which Kubernetes
+caps at 256 KiB), which the ceiling leaves ample room for.
 """
 
 from __future__ import annotations
@@ -29,7 +37,15 @@ import msgspec
 import trio
 
 from netctl import logs
-from netctl.cni.request import AdminRequest, Envelope, Invocation, Request, Response, decode
+from netctl.cni.request import (
+    DEL_CEILING,
+    AdminRequest,
+    Envelope,
+    Invocation,
+    Request,
+    Response,
+    decode,
+)
 from netctl.cni.versions import LATEST
 from netctl.engine.engine import Reply
 from netctl.errors import (
@@ -49,7 +65,7 @@ _HEADER = struct.Struct(">I")
 class ServerConfig:
     socket_path: str
     allowed_uids: tuple[int, ...] = (0,)
-    max_request_bytes: int = 1 << 20
+    max_request_bytes: int = 4 << 20  # every pod the API accepts fits (see the README)
     read_timeout: float = 10.0
     drain_timeout: float = 30.0
 
@@ -74,6 +90,23 @@ async def _read_exact(stream: trio.SocketStream, n: int) -> bytes:
             raise EOFError(f"connection closed after {len(buf)} of {n} bytes")
         buf += chunk
     return bytes(buf)
+
+
+def readable(size: int, limit: int) -> bool:
+    """Whether to read a frame of ``size`` bytes at all: one over max-request-bytes
+    (``limit``) may still be a DEL, up to :data:`DEL_CEILING`; above both, 105 unread."""
+    return size <= max(limit, DEL_CEILING)
+
+
+def admitted(size: int, limit: int, command: str) -> bool:
+    """Whether a frame read whole is served: anything up to ``limit``; over it, only a
+    CNI DEL (``command`` is "" for a frame that is not a well-formed CNI request)."""
+    return size <= limit or command == "DEL"
+
+
+def too_large(size: int, limit: int) -> CNIError:
+    return CNIError(REQUEST_TOO_LARGE, f"request of {size} bytes exceeds the daemon's limit of "
+                    f"{limit} bytes; raise max-request-bytes in the daemon's config to serve it")
 
 
 def _only_cancelled(exc: BaseException) -> bool:
@@ -145,22 +178,31 @@ class Server:
         version = LATEST
         try:
             peer = self._check_peer(stream)
+            limit = self.config.max_request_bytes
             with trio.fail_after(self.config.read_timeout):
                 (size,) = _HEADER.unpack(await _read_exact(stream, _HEADER.size))
-                if size > self.config.max_request_bytes:
-                    raise CNIError(REQUEST_TOO_LARGE, f"request of {size} bytes exceeds the "
-                                   f"daemon's limit of {self.config.max_request_bytes} bytes")
+                if not readable(size, limit):
+                    raise too_large(size, limit)
                 body = await _read_exact(stream, size)
             try:
                 kind = msgspec.json.decode(body, type=Envelope).kind
                 if kind == "admin":
+                    if not admitted(size, limit, ""):
+                        raise too_large(size, limit)
                     admin = msgspec.json.decode(body, type=AdminRequest)
                     self.served += 1
                     return Response(output=msgspec.json.encode(
                         await self._admin(admin, peer)).decode())
                 req = msgspec.json.decode(body, type=Request)
             except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
+                if not admitted(size, limit, ""):
+                    raise too_large(size, limit) from None
                 raise CNIError(DECODE_FAILURE, f"malformed request frame: {exc}") from None
+            if not admitted(size, limit, req.command):
+                raise too_large(size, limit)
+            if size > limit:
+                log.info("serving a DEL of %d bytes, over max-request-bytes (%d): no DEL is "
+                         "refused for its size", size, limit)
             self.served += 1
             inv = decode(req)
             version = inv.caller_version

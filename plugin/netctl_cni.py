@@ -7,6 +7,16 @@ length-framed JSON request to the daemon's Unix socket (``"socket"`` in the
 network config — in its ``ipam`` section when run as ``netctl-ipam`` — default
 /run/netctl/netctl.sock), print the answer, exit 0 or 1.
 
+- The frame carries the network config without growing it (:func:`frame_body`):
+  a stdin that is a JSON object goes in verbatim, as the raw JSON value of
+  ``"config"``; escaping it into a string would make every ``\\u003c`` (Go's
+  ``<``) 7 bytes and every ``\\"`` 4. Only a stdin that is not a JSON object (or
+  holds a ``\\ud…`` escape, which the daemon's decoder may refuse where Python's
+  accepts it) goes as the string ``"stdin"``, as older plugins sent every stdin.
+- A DEL leaves the pod's annotations out of ``runtimeConfig``
+  (``io.kubernetes.cri.pod-annotations``, up to megabytes): a DEL needs nothing
+  but the journal, and must never be refused for its size.
+
 - VERSION is answered here, without the daemon; so is a stdin that is not a
   JSON object (code 6): it cannot say which socket to use.
 - Daemon unreachable: ADD and CHECK fail at once with code 11 (try again
@@ -30,6 +40,7 @@ import sys
 DEFAULT_SOCKET = "/run/netctl/netctl.sock"
 SUPPORTED = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 PENDING_DIR = "pending-del"  # beside the socket: DELs recorded while the daemon was down
+POD_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"  # runtimeConfig: dropped from a DEL
 CONNECT_TIMEOUT = 2.0
 REPLY_TIMEOUT = float(os.environ.get("NETCTL_REPLY_TIMEOUT", "300"))
 
@@ -68,18 +79,42 @@ def loads(text: str) -> object:
 
 
 def dumps(obj: object) -> str:
-    """Encode str, int, bool, None, lists and dicts with str keys (all this plugin sends)."""
+    """Encode what :func:`loads` returns: str, int, finite float, bool, None, lists and
+    dicts with str keys (TypeError for anything else)."""
     if isinstance(obj, str):
         return str(_quote(obj))
     if obj is None or isinstance(obj, bool):
         return {None: "null", True: "true", False: "false"}[obj]
     if isinstance(obj, int):
         return str(obj)
+    if isinstance(obj, float):
+        if obj != obj or obj in (float("inf"), float("-inf")):  # 1e999 reads as inf
+            raise TypeError(f"cannot encode {obj!r}")
+        return repr(obj)
     if isinstance(obj, list):
         return "[" + ",".join(dumps(v) for v in obj) + "]"
     if isinstance(obj, dict):
         return "{" + ",".join(f"{_quote(k)}:{dumps(v)}" for k, v in obj.items()) + "}"
     raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def frame_body(request: dict[str, str], command: str, conf: dict[str, object] | None,
+               text: str) -> bytes:
+    """The frame's JSON: ``request`` and the network config, ``text`` (stdin as read,
+    stripped), ``conf`` when it is a JSON object. See the module's docstring."""
+    if conf is not None and command == "DEL":
+        runtime = conf.get("runtimeConfig")
+        if isinstance(runtime, dict) and POD_ANNOTATIONS in runtime:
+            slim = {**conf, "runtimeConfig": {k: v for k, v in runtime.items()
+                                              if k != POD_ANNOTATIONS}}
+            try:
+                text = dumps(slim)
+            except TypeError:
+                pass  # sent whole: the daemon drops them too, and serves a DEL of any size
+    head = dumps(request)[:-1]
+    if conf is not None and "\\ud" not in text and "\\uD" not in text:
+        return (head + ',"config":' + text + "}").encode()
+    return (head + ',"stdin":' + dumps(text) + "}").encode()
 
 
 def _error(version: str, code: int, msg: str) -> int:
@@ -136,9 +171,10 @@ def main() -> int:
     env = os.environ
     command = env.get("CNI_COMMAND", "")
     stdin = sys.stdin.buffer.read()
-    undecodable = ""
+    undecodable, text = "", ""
     try:
-        conf = loads(stdin.decode("utf-8"))
+        text = stdin.decode("utf-8").strip()
+        conf = loads(text)
         if not isinstance(conf, dict):
             conf, undecodable = {}, "not a JSON object"
     except ValueError as exc:  # UnicodeDecodeError included
@@ -168,10 +204,10 @@ def main() -> int:
         "ifname": env.get("CNI_IFNAME", ""),
         "args": env.get("CNI_ARGS", ""),
         "path": env.get("CNI_PATH", ""),
-        "stdin": stdin.decode("utf-8", "replace"),
         "plugin": plugin,
     }
-    body = dumps(request).encode()
+    body = frame_body(request, command, None if undecodable else conf,
+                      text if not undecodable else stdin.decode("utf-8", "replace"))
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(CONNECT_TIMEOUT)

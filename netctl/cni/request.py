@@ -6,6 +6,13 @@ environment and stdin, unchanged but for the netns path) or an
 ``kind``. The server turns a ``Request`` into an :class:`Invocation` exactly
 once — CNI_ARGS split, the pod named, stdin decoded — and nothing deeper parses
 them again.
+
+A stdin that is a JSON object comes verbatim as the raw JSON value ``config``, so
+the frame is no larger than stdin; any other stdin (and every stdin of a plugin
+older than ``config``) as the string ``stdin``. A DEL's config loses
+``runtimeConfig[POD_ANNOTATIONS]`` here, before anything journals it: a DEL reads
+nothing from it (its targets and chains come from the journal), and the pod's
+annotations can be megabytes.
 """
 
 from __future__ import annotations
@@ -20,6 +27,13 @@ from netctl.errors import DECODE_FAILURE, INVALID_CONFIG, CNIError
 
 C = TypeVar("C", bound=msgspec.Struct)
 
+# the runtimeConfig capability under which CRI-O and containerd pass the pod's annotations
+# (netctl.kube.objects.RUNTIME_ANNOTATIONS, which this layer does not import)
+POD_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
+# A DEL is served up to this size whatever max-request-bytes says (netctl.server); the
+# plugin's DEL records (netctl.reconcile.pending) are read up to it too.
+DEL_CEILING = 16 << 20
+
 
 class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     """What the plugin read from its environment and stdin, unchanged but for the netns path."""
@@ -31,7 +45,8 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     ifname: str = ""
     args: str = ""
     path: str = ""
-    stdin: str = ""
+    stdin: str = ""  # stdin as a string: when it is not a JSON object, or from an older plugin
+    config: msgspec.Raw = msgspec.Raw()  # stdin verbatim, when it is a JSON object
     plugin: str = "netctl-cni"  # which executable name the runtime ran
 
 
@@ -89,7 +104,7 @@ class Invocation(msgspec.Struct, kw_only=True):
     ifname: str
     args: dict[str, str]
     pod: Pod
-    stdin: bytes
+    stdin: bytes  # a DEL's without the pod's annotations (see the module's docstring)
     conf: dict[str, Any] | None  # stdin as a JSON object; None when it is not one
     conf_error: str = ""  # why ``conf`` is None
     args_error: CNIError | None = None  # why ``args`` is empty (CNI_ARGS malformed)
@@ -105,7 +120,7 @@ def decode(req: Request) -> Invocation:
     """Split a request into its typed parts. Only the verb is validated here; the
     engine's verb table says which other parts a verb needs."""
     verb = validate.command(req.command)
-    raw = req.stdin.encode()
+    raw = bytes(req.config) if len(req.config) else req.stdin.encode()
     conf: dict[str, Any] | None = None
     error = ""
     try:
@@ -116,6 +131,10 @@ def decode(req: Request) -> Invocation:
             error = "not a JSON object"
     except msgspec.DecodeError as exc:
         error = str(exc)
+    if verb == "DEL" and conf is not None:
+        slim = without_pod_annotations(conf)
+        if slim is not None:
+            conf, raw = slim, msgspec.json.encode(slim)
     version = (conf or {}).get("cniVersion")
     caller = version if isinstance(version, str) and version in versions.SUPPORTED \
         else versions.LATEST
@@ -129,6 +148,15 @@ def decode(req: Request) -> Invocation:
                       netns=req.netns, ifname=req.ifname, args=args, args_error=args_error,
                       pod=Pod.from_args(args), stdin=raw, conf=conf, conf_error=error,
                       caller_version=caller)
+
+
+def without_pod_annotations(conf: dict[str, Any]) -> dict[str, Any] | None:
+    """``conf`` without ``runtimeConfig[POD_ANNOTATIONS]``; None when it has none."""
+    runtime = conf.get("runtimeConfig")
+    if not isinstance(runtime, dict) or POD_ANNOTATIONS not in runtime:
+        return None
+    return {**conf, "runtimeConfig": {k: v for k, v in runtime.items()
+                                      if k != POD_ANNOTATIONS}}
 
 
 def conf_as(inv: Invocation, kind: type[C], what: str, any_case: Collection[str] = ()) -> C:

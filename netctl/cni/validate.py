@@ -22,18 +22,23 @@ def container_id(value: str | None) -> str:
     return value
 
 
+IFNAMSIZ = 16  # the kernel's buffer for an interface name, its NUL included
+
+
 def ifname(value: str | None, what: str = "CNI_IFNAME") -> str:
+    """An interface name the kernel takes: at most 15 *bytes* of UTF-8 (``IFNAMSIZ``
+    less the NUL; "ethé" counts 5), no '/', ':' or white space, not '.' or '..'."""
     if not value:
         raise CNIError(INVALID_ENVIRONMENT, f"{what} is missing")
     if (
-        len(value) > 15
+        len(value.encode("utf-8", "surrogatepass")) >= IFNAMSIZ
         or value in (".", "..")
         or any(c in value for c in "/:")
         or any(c.isspace() for c in value)
     ):
         raise CNIError(
             INVALID_ENVIRONMENT,
-            f"{what} {value[:40]!r} is invalid: at most 15 characters, "
+            f"{what} {value[:40]!r} is invalid: at most 15 bytes in UTF-8, "
             "no '/', ':' or white space, not '.' or '..'",
         )
     return value

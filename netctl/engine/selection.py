@@ -1,8 +1,10 @@
 """Network selection: the ``k8s.v1.cni.cncf.io/networks`` syntax, both forms. Pure.
 
-Comma form: ``[ns/]name[@ifname], …``. JSON form: a list of objects with
-``name``, ``namespace``, ``interface``, ``ips``, ``mac``, ``default-route``,
-``cni-args``, ``portMappings``, ``bandwidth``, ``deviceID``, ``infiniband-guid``.
+Comma form: ``[ns/]name[@ifname], …`` (one '@' at most, as Multus has it). JSON
+form: a list of objects with ``name``, ``namespace``, ``interface``, ``ips``,
+``mac``, ``default-route``, ``cni-args``, ``portMappings``, ``bandwidth``,
+``deviceID``, ``infiniband-guid``; a JSON object or string instead of the list is
+refused for what it is. Interface names are checked as the kernel counts them (bytes).
 In standalone mode the same value comes in CNI_ARGS as ``NETCTL_NETWORKS``.
 """
 
@@ -55,6 +57,11 @@ def parse(value: str) -> list[Selection]:
     text = value.strip()
     if not text:
         return []
+    if text[0] in '{"':
+        what = "a JSON object" if text[0] == "{" else "a JSON string"
+        raise CNIError(INVALID_CONFIG, f"network selection: it is {what}; it must be a JSON "
+                       'list of objects ([{"name": …}, …]) or the comma form '
+                       "([namespace/]name[@interface], …)")
     if text.startswith("["):
         try:
             items = msgspec.json.decode(text.encode(), type=list[Selection])
@@ -70,6 +77,9 @@ def parse(value: str) -> list[Selection]:
                 continue
             namespace: str | None = None
             iface: str | None = None
+            if part.count("@") > 1:
+                raise CNIError(INVALID_CONFIG, f"network selection: {part[:80]!r} has more "
+                               "than one '@' (the form is [namespace/]name[@interface])")
             if "@" in part:
                 part, iface = part.split("@", 1)
             if "/" in part:

@@ -31,7 +31,7 @@ from functools import partial
 import msgspec
 import trio
 
-from netctl.cni.request import Request, decode
+from netctl.cni.request import DEL_CEILING, Request, decode
 from netctl.engine.engine import Engine
 from netctl.errors import CNIError
 
@@ -87,7 +87,7 @@ def _read(path: str, name: str) -> Record:
     written = int(stem) / 1e9 if stem.isdigit() else 0.0
     try:
         with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as fh:
-            data = fh.read(1 << 21)
+            data = fh.read(DEL_CEILING + 1)  # a longer one is cut: corrupt
         req = msgspec.json.decode(data, type=Request)
     except (OSError, msgspec.MsgspecError) as exc:
         return Record(path, written, None, f"unreadable: {exc}")

@@ -6,6 +6,8 @@ and the real bridge plugin, the scrape parsed with prometheus-client's own parse
   pool gauges, and the journal's counters; other paths answer 404;
 - 1,000 containers served by the plain ``netctl-ipam`` plugin leave every label set as
   small as it was: no container id ever becomes a label value;
+- with ``--metrics-addr 127.0.0.1:0`` the log names the port the kernel chose, and the
+  endpoint answers there;
 - ``netctl status`` exits 0 when ready, 2 when the daemon is down, 1 when it is not ready
   (Kubernetes mode with the API server down before the first list), and STATUS then
   answers code 50 naming why.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import secrets
 import subprocess
 from collections.abc import Callable
@@ -151,6 +154,18 @@ def test_label_sets_stay_bounded_over_a_thousand_containers(
     assert len(after) < 200, len(after)
     values = {v for (_, labels) in after for _, v in labels}
     assert not any(c in v for c in containers for v in values)
+
+
+def test_the_log_names_the_bound_port(daemon: Daemon) -> None:
+    daemon.settings["metrics-addr"] = "127.0.0.1:0"  # the kernel picks the port
+    daemon.start()
+    found = wait_for(lambda: re.search(r"metrics at http://127\.0\.0\.1:(\d+)/metrics",
+                                       daemon.log()), what="the metrics log line")
+    port = int(found.group(1))
+    assert port != 0, found.group(0)
+    samples = scrape(port)
+    assert value(samples, "netctl_requests_in_flight") == 0
+    assert series(samples, "netctl_requests_in_flight") == [{}]
 
 
 def status(daemon: Daemon) -> tuple[int, dict[str, Any]]:

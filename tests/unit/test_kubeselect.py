@@ -278,7 +278,15 @@ def test_isolation_for_the_default_network() -> None:
                             "DNS-1123 name"),
     ({NETWORKS: "shop_x/storage"}, "namespace 'shop_x' is not a DNS-1123 name"),
     ({NETWORKS: "storage@a/b"}, "interface of network 'storage'"),
-    ({NETWORKS: "storage@" + "x" * 16}, "at most 15 characters"),
+    ({NETWORKS: "storage@" + "x" * 16}, "at most 15 bytes"),
+    ({NETWORKS: "storage@" + "é" * 8}, "interface of network 'storage' 'éééééééé' is invalid: "
+                                       "at most 15 bytes"),
+    ({NETWORKS: "storage@a@b"}, f"annotation {NETWORKS} is malformed: 'storage@a@b' has "
+                                "more than one '@'"),
+    ({NETWORKS: '{"name": "storage"}'}, f"annotation {NETWORKS} is malformed: it is a JSON "
+                                        "object; it must be a JSON list of objects"),
+    ({DEFAULT_NETWORK: '{"name": "storage"}'}, f"annotation {DEFAULT_NETWORK} is malformed: "
+                                               "it is a JSON object"),
     ({NETWORKS: '[{"name": "storage"'}, "not valid JSON"),
     ({NETWORKS: '[{"interface": "x"}]'}, "missing required field `name`"),
     ({NETWORKS: '[{"name": "storage", "ips": "10.0.0.1"}]'},

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from netctl import metrics
 from netctl.engine.readiness import daemon_not_ready, daemon_reasons
 from netctl.errors import NOT_AVAILABLE
 from netctl.ipam.planner import Allocation, Owner
@@ -89,6 +90,11 @@ def test_metrics_addr() -> None:
     for bad in ("9100", "host:", "host:port", "h:70000"):
         with pytest.raises(ValueError):
             parse_addr(bad)
+
+
+def test_the_logged_url_of_a_bound_address() -> None:
+    assert metrics.metrics_url("127.0.0.1", 40123) == "http://127.0.0.1:40123/metrics"
+    assert metrics.metrics_url("::", 9100) == "http://[::]:9100/metrics"
 
 
 def _att(att_id: int, state: str, netns: str = "/run/netns/x", running: bool = False

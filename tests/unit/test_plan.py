@@ -254,6 +254,9 @@ def test_plan_bad_delegate_refused() -> None:
     ("NETCTL_NETWORKS=nowhere", "'nowhere' not found"),
     ("NETCTL_NETWORKS=red@eth0", "'eth0' is requested twice"),
     ("NETCTL_NETWORKS=Red", "DNS-1123"),
+    ("NETCTL_NETWORKS=red@a@b", "'red@a@b' has more than one '@'"),
+    ("NETCTL_NETWORKS=red@" + "é" * 8, "at most 15 bytes"),
+    ('NETCTL_NETWORKS={"name":"red"}', "it is a JSON object"),
 ])
 def test_plan_refusals(args: str, words: str) -> None:
     with pytest.raises(CNIError) as info:

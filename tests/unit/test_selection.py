@@ -89,13 +89,43 @@ def test_longest_name_accepted() -> None:
 
 @pytest.mark.parametrize("value", [
     "blue@" + "x" * 16, "blue@a:b", "blue@a/b", "blue@..", "blue@", "blue@a b",
-    '[{"name": "blue", "interface": "x:y"}]',
+    '[{"name": "blue", "interface": "x:y"}]', "blue@" + "é" * 8,
+    '[{"name": "blue", "interface": "' + "é" * 8 + '"}]',
 ])
 def test_invalid_interface_refused(value: str) -> None:
     with pytest.raises(CNIError) as info:
         parse(value)
     assert info.value.code == INVALID_CONFIG
     assert "interface of network 'blue'" in info.value.msg
+
+
+def test_interface_names_are_counted_in_bytes() -> None:
+    assert names("blue@" + "é" * 7 + "x") == [(None, "blue", "é" * 7 + "x")]  # 15 bytes
+    with pytest.raises(CNIError) as info:
+        parse("blue@" + "é" * 8)  # 8 characters, 16 bytes
+    assert "at most 15 bytes" in info.value.msg
+
+
+@pytest.mark.parametrize("value", ["mv@a@b", "team/mv@a@b", "red, mv@@b"])
+def test_more_than_one_at_refused(value: str) -> None:
+    """Multus refuses it; taking the rest as the interface made one named 'a@b'."""
+    with pytest.raises(CNIError) as info:
+        parse(value)
+    assert info.value.code == INVALID_CONFIG
+    element = value.split(",")[-1].strip()
+    assert f"{element!r} has more than one '@'" in info.value.msg
+
+
+@pytest.mark.parametrize(("value", "what"), [
+    ('{"name": "mv"}', "a JSON object"), (' {"name":"mv","interface":"a"} ', "a JSON object"),
+    ('"mv"', "a JSON string"),
+])
+def test_json_that_is_not_a_list_is_named(value: str, what: str) -> None:
+    with pytest.raises(CNIError) as info:
+        parse(value)
+    assert info.value.code == INVALID_CONFIG
+    assert f"it is {what}; it must be a JSON list of objects" in info.value.msg
+    assert "DNS-1123" not in info.value.msg
 
 
 @pytest.mark.parametrize(("value", "words"), [

@@ -41,13 +41,15 @@ def test_container_id_missing(cid: str | None) -> None:
     refused(validate.container_id, cid, "CNI_CONTAINERID is missing")
 
 
-@pytest.mark.parametrize("name", ["eth0", "net1", "a", "x" * 15, "eth0.100", "veth@1", "..."])
+@pytest.mark.parametrize("name", ["eth0", "net1", "a", "x" * 15, "eth0.100", "veth@1", "...",
+                                  "é" * 7 + "x", "网" * 5])
 def test_ifname_accepted(name: str) -> None:
     assert validate.ifname(name) == name
 
 
 @pytest.mark.parametrize("name", [
     "x" * 16, "a/b", "/", "eth:0", "eth 0", " eth0", "eth0\t", "eth0\n", ".", "..",
+    "é" * 8, "网" * 5 + "x", "eth0-🙂🙂🙂",  # 16, 16 and 17 bytes: the kernel counts bytes
 ])
 def test_ifname_refused(name: str) -> None:
     refused(validate.ifname, name, "CNI_IFNAME")
