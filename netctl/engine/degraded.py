@@ -93,10 +93,11 @@ def reasons(stuck: Sequence[Mapping[str, Any]], full: Sequence[PoolFill], at: fl
     is not). ``stuck``: the journal's stuck attachments (``stuck_attachments()``)."""
     out = []
     for s in stuck:
+        n = s.get("failures")
         out.append(f"attachment {s.get('attachment')} of container {s.get('container')} "
                    f"({s.get('network')} {s.get('ifname')}) is stuck: its clean-up failed "
-                   f"{s.get('failures')} times ({s.get('error') or 'no error recorded'}); "
-                   "the reconciler retries it with back-off")
+                   f"{n} time{'' if n == 1 else 's'} ({s.get('error') or 'no error recorded'})"
+                   "; the reconciler retries it with back-off")
     for p in full:
         what = "exhausted" if p.used >= p.size else "nearly exhausted"
         out.append(f"pool {p.pool} is {what}: {p.used} of its {p.size} addresses taken "
