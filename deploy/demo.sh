@@ -233,7 +233,7 @@ start_daemon() {
 wait_daemon_ready() {
     local deadline=$((SECONDS + READY_TIMEOUT))
     until "$NETCTL" status --socket "$TMP/run/netctl.sock" --cni-conf-dir "$TMP/net.d" \
-            >"$TMP/out/status" 2>&1; do
+            --degraded-ok >"$TMP/out/status" 2>&1; do
         kill -0 "$DAEMON_PID" 2>/dev/null || fail "the daemon exited during start-up"
         ((SECONDS < deadline)) || fail "the daemon did not answer within ${READY_TIMEOUT}s"
         sleep 0.1
@@ -702,7 +702,7 @@ print(json.dumps({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachment
 
 # kube_status NODE: `netctl status --json` of NODE's daemon
 kube_status() {
-    "$NETCTL" status --socket "$TMP/kube/$1/netctl.sock" --json 2>/dev/null
+    "$NETCTL" status --socket "$TMP/kube/$1/netctl.sock" --degraded-ok --json 2>/dev/null
 }
 
 # kube_watching NODE: whether NODE's daemon answers, watching pods and NADs, 3 NADs cached

@@ -276,7 +276,18 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if warnings else 0
 
 
-STATUS_READY, STATUS_NOT_READY, STATUS_DOWN = 0, 1, 2  # `netctl status` exit codes
+# `netctl status` exit codes
+STATUS_READY, STATUS_NOT_READY, STATUS_DOWN, STATUS_DEGRADED = 0, 1, 2, 3
+
+
+def status_code(health: dict[str, Any], degraded_ok: bool = False) -> int:
+    """The exit code of a status document: not ready wins over degraded (a degraded
+    daemon is ready: it serves); ``--degraded-ok`` makes degraded 0, for a probe."""
+    if not health.get("ready"):
+        return STATUS_NOT_READY
+    if health.get("degraded") and not degraded_ok:
+        return STATUS_DEGRADED
+    return STATUS_READY
 
 
 def _cmd_forget(args: argparse.Namespace) -> int:
@@ -314,12 +325,14 @@ def _cmd_forget(args: argparse.Namespace) -> int:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     """The daemon's health over its socket: exit 0 ready, 1 not ready (the document's
-    ``reasons`` say why), 2 down (no socket, or nothing answering on it)."""
+    ``reasons`` say why), 2 down (no socket, or nothing answering on it), 3 degraded:
+    ready, but attachments are stuck or a pool is nearly full (``degraded_reasons``)."""
     try:
         health = admin_request(args.socket)
     except (OSError, ValueError, struct.error) as exc:  # refused, missing, cut short
-        down = {"ready": False, "reasons": [f"the netctl daemon is not reachable at "
-                                            f"{args.socket}: {exc}"], "socket": args.socket}
+        down = {"ready": False, "state": "down",
+                "reasons": [f"the netctl daemon is not reachable at {args.socket}: {exc}"],
+                "socket": args.socket}
         if args.json:
             print(json.dumps(down, indent=2))
         else:
@@ -337,7 +350,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         from netctl.statusview import render
 
         print("\n".join(render(health, warnings)))
-    return STATUS_READY if health.get("ready") else STATUS_NOT_READY
+    return status_code(health, args.degraded_ok)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -411,8 +424,11 @@ def build_parser() -> argparse.ArgumentParser:
                            help="the daemon's networks dir")
 
     p = sub.add_parser("status", parents=[conf_dirs], help="health of the daemon, over its "
-                       "socket, and the doctor's warnings; exits 0 ready, 1 not ready, 2 down")
+                       "socket, and the doctor's warnings; exits 0 ready, 1 not ready, 2 down, "
+                       "3 degraded (ready, but attachments stuck or a pool nearly full)")
     p.add_argument("--socket", default=DEFAULT_SOCKET)
+    p.add_argument("--degraded-ok", action="store_true", help="exit 0 when degraded (a "
+                   "readiness probe: a degraded daemon still serves)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_status)
 

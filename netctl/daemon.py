@@ -29,6 +29,14 @@ from netctl.cni.invoke import kill_orphans, owned_processes
 from netctl.cni.request import AdminRequest, Invocation
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, Delegates
+from netctl.engine.degraded import (
+    DEFAULT_POOL_DEGRADED_AT,
+    full_pools,
+    is_degraded,
+    parse_threshold,
+    pool_fills,
+)
+from netctl.engine.degraded import reasons as degraded_reasons
 from netctl.engine.engine import Engine, Limits, Reply
 from netctl.engine.ipam_plugin import IpamPlugin
 from netctl.engine.kubeselect import KubeSelector
@@ -118,6 +126,9 @@ class DaemonConfig:
     # config file takes durations (7d, 12h, 30m, 90s), plain seconds, 0 or off
     journal_retention: float = DEFAULT_JOURNAL
     allocation_retention: float = DEFAULT_ALLOCATIONS
+    # `netctl status` says degraded once a pool is this full (netctl/engine/degraded.py): a
+    # fraction of its assignable addresses, 0 (off) to 1 (full); the config file takes 90%
+    pool_degraded_at: float = DEFAULT_POOL_DEGRADED_AT
 
     @property
     def bin_dirs(self) -> list[str]:
@@ -165,6 +176,11 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
             except (ValueError, TypeError) as exc:
                 raise CNIError(INVALID_CONFIG, f"daemon config: {name.replace('_', '-')}: "
                                f"{exc}") from exc
+    if "pool_degraded_at" in values:
+        try:
+            values["pool_degraded_at"] = parse_threshold(values["pool_degraded_at"])
+        except ValueError as exc:
+            raise CNIError(INVALID_CONFIG, f"daemon config: pool-degraded-at: {exc}") from exc
     try:
         cfg = msgspec.convert(values, DaemonConfig, strict=False)
         if cfg.metrics_addr:
@@ -451,22 +467,36 @@ async def run(cfg: DaemonConfig, *,
                 with contextlib.suppress(OSError):
                     size += os.stat(path).st_size
             cluster = kube.ipam if kube is not None else None
+            stuck = len(journal.live.failing)
             return Snapshot(
                 in_flight=admission.in_flight, queued=admission.queued,
-                stuck=len(journal.live.failing), pools=ipam.pool_usage(),
+                ready=not not_ready(),
+                degraded=is_degraded(stuck, ipam.pool_fill(), cfg.pool_degraded_at),
+                stuck=stuck, pools=ipam.pool_usage(),
                 blocks=cluster.blocks_by_node() if cluster is not None else None,
                 journal_bytes=size, journal_writes=journal.writes,
                 journal_commits=journal.commits,
                 watches=kube.watches() if kube is not None else None,
-                api_calls=kube.api.calls if kube is not None else None)
+                api_calls=kube.api.calls if kube is not None else None,
+                api_answers=kube.api.answers if kube is not None else None)
 
         metrics.watch(snapshot)
         pruner = Pruner(journal, Retention(cfg.journal_retention, cfg.allocation_retention))
 
         async def status() -> dict[str, Any]:
+            """The status document: ready (ADDs can be served) or not and why; degraded
+            (ready, but stuck attachments or full pools) and why; then the numbers."""
             reasons = not_ready()
+            stuck = await journal.stuck_attachments()
+            fill = ipam.pool_fill()
+            full = full_pools(fill, cfg.pool_degraded_at)
+            degraded = degraded_reasons(stuck, full, cfg.pool_degraded_at)
             return {
                 "ready": not reasons, "reasons": reasons,
+                "state": "not ready" if reasons else "degraded" if degraded else "ready",
+                "degraded": bool(degraded), "degraded_reasons": degraded,
+                "pools": [p.to_json() for p in pool_fills(fill)],
+                "pool_degraded_at": cfg.pool_degraded_at,
                 "version": __version__, "pid": os.getpid(),
                 "networks_dir": cfg.networks_dir,  # where `netctl status` checks names
                 "in_flight": admission.in_flight, "queued": admission.queued,
@@ -476,7 +506,7 @@ async def run(cfg: DaemonConfig, *,
                 "journal_size": (await journal.size()).as_dict(),
                 "retention": pruner.status(),
                 "replay": started,
-                "stuck": await journal.stuck_attachments(),
+                "stuck": stuck,
                 "events": events.status() if events is not None else None,
                 "kubernetes": kube.status() if kube is not None else None,
             }

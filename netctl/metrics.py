@@ -10,11 +10,13 @@ process-global one):
   what the start-up replay and the reconcile rounds found (:meth:`~Metrics.replayed`,
   :meth:`~Metrics.reconciled`). The daemon makes one :class:`Metrics` and hands it to
   the engine, the chains and the reconciler; nothing else imports prometheus_client.
-- **State** — requests in flight and queued, stuck attachments, pools, blocks, the
-  journal's counters and size, the Kubernetes caches and API calls — is not copied into
+- **State** — ready and degraded, requests in flight and queued, stuck attachments,
+  pools, blocks, the journal's counters and size, the Kubernetes caches and API calls and
+  answers — is not copied into
   gauges as it changes: at scrape time a collector asks the daemon's ``snapshot``
   callable for a :class:`Snapshot`, built from the parts' in-memory counters (no
-  journal read).
+  journal read). Beside them: prometheus-client's process collector (``process_*``, read
+  from ``/proc``) and ``netctl_build_info{version=…}``.
 
 Labels are bounded whatever the callers send: verbs are the CNI verbs or ``other``; a
 code is the CNI error code (``0``: success), at most :data:`MAX_CODES` distinct; plugin
@@ -34,10 +36,19 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import trio
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    Info,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
+
+from netctl import __version__
 
 log = logging.getLogger("netctl.metrics")
 
@@ -75,6 +86,8 @@ class Snapshot:
 
     in_flight: int = 0
     queued: int = 0
+    ready: bool = True  # ADDs can be served (netctl status: ready)
+    degraded: bool = False  # ready, but stuck attachments or a pool nearly full
     stuck: int = 0  # attachments whose clean-up failed and that are still live
     pools: Mapping[str, tuple[int | None, int]] = field(default_factory=dict)  # size, used
     blocks: Mapping[str, int] | None = None  # node → blocks (ipam-backend: kubernetes)
@@ -83,6 +96,8 @@ class Snapshot:
     journal_commits: int = 0
     watches: Mapping[str, tuple[bool, float | None]] | None = None  # resource → up, age
     api_calls: Mapping[tuple[str, str], int] | None = None  # (verb, resource) → count
+    # (verb, resource, code) → count: answers by HTTP status (netctl.kube.api.code_label)
+    api_answers: Mapping[tuple[str, str, str], int] | None = None
 
 
 class _State(Collector):
@@ -101,6 +116,12 @@ class _State(Collector):
         yield GaugeMetricFamily("netctl_requests_queued",
                                 "CNI requests waiting for a slot (max-concurrent)",
                                 value=s.queued)
+        yield GaugeMetricFamily("netctl_ready", "1 while the daemon can serve ADDs "
+                                "(netctl status exits 0 or 3)", value=1.0 if s.ready else 0.0)
+        yield GaugeMetricFamily("netctl_degraded", "1 while the daemon is degraded: ready, "
+                                "but attachments are stuck or a pool is filled to "
+                                "pool-degraded-at (netctl status names them)",
+                                value=1.0 if s.degraded else 0.0)
         yield GaugeMetricFamily("netctl_stuck_attachments", "Live attachments whose clean-up "
                                 "failed (the reconciler retries them with back-off)",
                                 value=s.stuck)
@@ -143,6 +164,15 @@ class _State(Collector):
             for (verb, resource), n in sorted(s.api_calls.items()):
                 calls.add_metric([verb, resource], n)
             yield calls
+        if s.api_answers is not None:
+            answers = CounterMetricFamily(
+                "netctl_kube_api_responses", "Answers of the Kubernetes API server, by the "
+                "request's verb and resource and the HTTP status (a few by number, others "
+                "by class such as 5xx; 0: unreachable or timed out)",
+                labels=["verb", "resource", "code"])
+            for (verb, resource, code), n in sorted(s.api_answers.items()):
+                answers.add_metric([verb, resource, code], n)
+            yield answers
 
 
 class Metrics:
@@ -155,6 +185,11 @@ class Metrics:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
+        # process_*: CPU seconds, resident and virtual memory, open and max fds, start time
+        # (read from /proc at each scrape: a few small files)
+        ProcessCollector(registry=r)
+        Info("netctl_build", "The running netctl's version", registry=r).info(
+            {"version": __version__})
         self._codes = Capped(MAX_CODES, {"0"})
         self._plugins = Capped(MAX_PLUGIN_TYPES)
         self.requests = Counter("netctl_requests", "CNI requests answered, by verb and CNI "

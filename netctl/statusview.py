@@ -1,5 +1,6 @@
 """``netctl status`` for a person: the status document (``--json`` prints it whole) as a
-few lines, one per concern, the numbers an operator looks at first. Pure: a dict in,
+few lines, one per concern: first the state (ready, degraded, NOT READY) and why, then
+the numbers an operator looks at first. Pure: a dict in,
 lines out; keys a daemon of another version does not send are left out."""
 
 from __future__ import annotations
@@ -41,11 +42,14 @@ def render(health: Mapping[str, Any], warnings: list[str], now: float | None = N
     def row(key: str, text: str) -> None:
         lines.append(f"{key:12} {text}")
 
-    state = "ready" if health.get("ready") else "NOT READY"
+    state = "NOT READY" if not health.get("ready") else \
+        "degraded" if health.get("degraded") else "ready"
     row("daemon", f"{state}: pid {health.get('pid')}, version {health.get('version')}, up "
         f"{ago(float(health.get('uptime_seconds') or 0))}, socket {health.get('socket')}")
     for reason in health.get("reasons") or []:
         row("not ready", str(reason))
+    for reason in health.get("degraded_reasons") or []:
+        row("degraded", str(reason))
     row("requests", f"{health.get('served', 0)} served (CNI and admin), "
         f"{health.get('in_flight', 0)} in flight, {health.get('queued', 0)} queued")
     js = health.get("journal_size") or {}
@@ -71,6 +75,14 @@ def render(health: Mapping[str, Any], warnings: list[str], now: float | None = N
             f"{replay.get('containers', 0)} containers, finished "
             f"{dels.get('finished', 0)} DELs recorded while down"
             + (f"; failed: {'; '.join(replay['failed'])}" if replay.get("failed") else ""))
+    pools = health.get("pools")
+    if pools is not None:
+        at = health.get("pool_degraded_at")
+        fullest = max(pools, key=lambda p: float(p.get("fraction", 0)), default=None)
+        row("pools", f"{len(pools)} known" + (
+            f", fullest {fullest.get('pool')}: {fullest.get('used')} of {fullest.get('size')}"
+            f" taken ({float(fullest.get('fraction', 0)):.0%})" if fullest else "")
+            + (f"; degraded at {float(at):.0%}" if at else "; pool check off"))
     stuck = health.get("stuck") or []
     row("stuck", f"{len(stuck)} attachments whose DEL failed" + ("" if stuck else " (none)"))
     for s in stuck:

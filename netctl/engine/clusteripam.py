@@ -666,6 +666,28 @@ class ClusterStore(IndexStore):
                 by_node[b.spec.node] = by_node.get(b.spec.node, 0) + 1
         return by_node
 
+    def pool_fill(self) -> dict[str, tuple[int | None, int]]:
+        """Every known pool's size and how many of its addresses this node can no longer
+        hand out: its own live allocations, plus every address in other nodes' blocks
+        (counted by the block's size; a borrowed address only when it was granted out of
+        one of this node's blocks, the others lie in a block counted already). Capped at
+        the pool's size (netctl/engine/degraded.py)."""
+        usage = self.pool_usage()
+        others: dict[str, int] = {}
+        if self.blocks is not None:
+            for obj in self.blocks.cache.values():
+                spec = obj.spec
+                if spec.node == self.settings.node or spec.pool not in usage:
+                    continue
+                if spec.parent:
+                    n = 1 if spec.parent in self.mine and spec.grant == "granted" else 0
+                else:
+                    n = _cidr_size(spec.cidr)
+                others[spec.pool] = others.get(spec.pool, 0) + n
+        return {pool: (size, used + others.get(pool, 0) if size is None
+                       else min(size, used + others.get(pool, 0)))
+                for pool, (size, used) in usage.items()}
+
     def status(self) -> dict[str, Any]:
         by_node = self.blocks_by_node()
         return {"backend": "kubernetes", "ready": self.ready.is_set(),
@@ -677,6 +699,14 @@ class ClusterStore(IndexStore):
                 "lent": sum(len(v) for v in self.lent.values()),
                 "blocks_cache": self.blocks.status() if self.blocks else None,
                 "nodes_cache": self.nodes.status() if self.nodes else None}
+
+
+def _cidr_size(cidr: str) -> int:
+    """How many addresses a block's CIDR spans (0 when it does not parse)."""
+    _, sep, prefix = cidr.rpartition("/")
+    if not sep or not prefix.isdigit():
+        return 0
+    return 1 << max(0, (128 if ":" in cidr else 32) - int(prefix))
 
 
 def _status_addresses(pod: _FullPod) -> list[tuple[str, int, int]]:

@@ -103,6 +103,11 @@ class IndexStore:
         return {pool: (self._sizes.get(pool), self._used.get(pool, 0))
                 for pool in self._sizes.keys() | self._used.keys()}
 
+    def pool_fill(self) -> dict[str, tuple[int | None, int]]:
+        """Every known pool's size and how many of its addresses this node can no longer
+        hand out (``pool-degraded-at``, netctl/engine/degraded.py): here its live ones."""
+        return self.pool_usage()
+
     # -- Store -------------------------------------------------------------------
 
     async def reserve(self, new: list[Allocation]) -> None:

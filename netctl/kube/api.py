@@ -71,6 +71,8 @@ class Api:
         self.settings = settings
         self.host = str(api.configuration.host)
         self.calls: dict[tuple[str, str], int] = {}  # (verb, resource) → count
+        # (verb, resource, code) → count, once answered (code_label: bounded)
+        self.answers: dict[tuple[str, str, str], int] = {}
         self.credential_reloads = 0  # after a 401: the token re-read
 
     @classmethod
@@ -111,6 +113,10 @@ class Api:
     def _count(self, verb: str, path: str) -> None:
         resource = _resource_of(path)
         self.calls[(verb, resource)] = self.calls.get((verb, resource), 0) + 1
+
+    def _answered(self, verb: str, path: str, status: int) -> None:
+        key = (verb, _resource_of(path), code_label(status))
+        self.answers[key] = self.answers.get(key, 0) + 1
 
     async def _call(self, method: str, path: str, query: list[tuple[str, str]] | None = None,
                     body: bytes | None = None, content_type: str = "application/json",
@@ -154,7 +160,13 @@ class Api:
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 raise ApiError(0, f"API server {self.host} not reachable: {exc or 'timeout'}"
                                ) from None
-        return await on_asyncio(go)
+        try:
+            data = await on_asyncio(go)
+        except ApiError as exc:
+            self._answered(verb, path, exc.status)
+            raise
+        self._answered(verb, path, 200)  # any 2xx: the callers need no finer code
+        return data
 
     async def get(self, path: str) -> bytes | None:
         """GET one object; None when it does not exist (404)."""
@@ -182,7 +194,12 @@ class Api:
                 raise ApiError(0, f"API server {self.host} not reachable: {exc or 'timeout'}"
                                ) from None
 
-        resp = await on_asyncio(open_stream)
+        try:
+            resp = await on_asyncio(open_stream)
+        except ApiError as exc:
+            self._answered("watch", path, exc.status)
+            raise
+        self._answered("watch", path, 200)
         try:
             while True:
                 async def line() -> bytes:
@@ -210,6 +227,21 @@ def _reason(data: bytes) -> str:
     except msgspec.MsgspecError:
         return ""
     return st.message or st.reason
+
+
+# HTTP statuses an API server answers that a metric names by number; others by class
+CODES = frozenset({400, 401, 403, 404, 409, 410, 422, 429, 500, 502, 503, 504})
+
+
+def code_label(status: int) -> str:
+    """An answer's HTTP status as a bounded label: ``2xx`` for any success, the number
+    for the statuses in :data:`CODES`, else its class (``4xx``, ``5xx``); ``0``: no answer
+    (unreachable, timed out)."""
+    if status == 0:
+        return "0"
+    if status in CODES:
+        return str(status)
+    return f"{status // 100}xx" if 100 <= status <= 599 else "other"
 
 
 def _resource_of(path: str) -> str:

@@ -381,3 +381,31 @@ def test_any_node_names_the_node_whose_block_held_an_address(
     wait_for(lambda: named() == [], 30, "the released block no longer named")
     assert [x["node"] for x in a.journal("--ip", theirs, "--at", held_at)["blocks"]] == [
         "node-b"]
+
+
+def test_a_node_is_degraded_when_other_nodes_hold_nearly_all_the_pool(
+        nodes: Callable[..., Daemon], kube: FakeKube) -> None:
+    """``pool-degraded-at`` with shared pools: a node holding one address of a /26 (62
+    assignable, /30 blocks) is degraded once another node's blocks take 0.6 of the pool —
+    its own usage (1 of 62) says nothing of the room left for its next pods — and ready
+    again once that node's empty blocks are released."""
+    pool = "10.185.48.0/26"
+    a = nodes("node-a", **{"block-idle": 0.5, "pool-degraded-at": 0.6})
+    b = nodes("node-b", **{"pool-degraded-at": 0.6})
+    address(ipam(b, "ADD", "b0", pool))
+    health = b.status()
+    assert (health["state"], health["degraded_reasons"]) == ("ready", []), health
+    got = [address(ipam(a, "ADD", f"a{i}", pool)) for i in range(40)]
+    assert len(set(got)) == 40
+    # node-b hears of node-a's blocks through its watch
+    health = wait_for(lambda: (h := b.status())["state"] == "degraded" and h, 30,
+                      "node-b degraded")
+    (reason,) = health["degraded_reasons"]
+    assert health["ready"] is True, health
+    assert f"pool {pool} is nearly exhausted" in reason, reason
+    (fill,) = [p for p in health["pools"] if p["pool"] == pool]
+    assert fill["size"] == 62 and fill["used"] >= 41, fill  # b's 1 + a's blocks
+    for i in range(40):
+        assert ipam(a, "DEL", f"a{i}", pool).rc == 0
+    wait_for(lambda: b.status()["state"] == "ready", 30,
+             "node-b ready once node-a's empty blocks are released")

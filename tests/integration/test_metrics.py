@@ -205,6 +205,9 @@ def test_status_not_ready_while_the_api_server_was_never_listed(
         assert "pods cache" in res.out["msg"]
         down = scrape(port)
         assert value(down, "netctl_kube_watch_up", resource="pods") == 0
+        assert value(down, "netctl_kube_api_responses_total", verb="list", resource="pods",
+                     code="0") >= 1  # no answer: the API server is down
+        assert value(down, "netctl_ready") == 0
 
         kube.start()
         wait_for(lambda: status(daemon)[0] == 0, 30, "status ready once the API server is back")

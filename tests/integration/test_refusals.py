@@ -75,10 +75,10 @@ def faildel_net(daemon: Daemon, delcode: int) -> None:
                                          ipam_dir=daemon.ipam_dir))
 
 
-def netctl_json(daemon: Daemon, *args: str) -> dict[str, Any]:
+def netctl_json(daemon: Daemon, *args: str, rc: int = 0) -> dict[str, Any]:
     proc = subprocess.run([NETCTL, *args, "--json"], capture_output=True, text=True,
                           env={**os.environ}, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == rc, proc.stdout + proc.stderr
     result: dict[str, Any] = json.loads(proc.stdout)
     return result
 
@@ -95,7 +95,7 @@ def test_a_del_refused_for_good_succeeds_at_once_and_the_attachment_is_stuck(
     assert "left to the reconciler" in res.stderr
     states = dict(daemon.db("SELECT network, state FROM attachments"))
     assert states == {"default/br": "removed", "default/fd": "removing"}
-    status = netctl_json(daemon, "status", "--socket", daemon.socket)
+    status = netctl_json(daemon, "status", "--socket", daemon.socket, rc=3)  # degraded
     assert [(s["network"], s["failures"]) for s in status["stuck"]] == [("default/fd", 1)]
 
     # the reconciler leaves it alone until its back-off passes: no new DEL is journaled

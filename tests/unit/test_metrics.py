@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from netctl import metrics
+from netctl import __version__, metrics
 from netctl.engine.readiness import daemon_not_ready, daemon_reasons
 from netctl.errors import NOT_AVAILABLE
 from netctl.ipam.planner import Allocation, Owner
@@ -65,6 +65,29 @@ def test_a_snapshot_is_rendered_at_scrape_time() -> None:
     state.in_flight = 0  # read again at the next scrape
     assert families(m)["netctl_requests_in_flight"] == [({}, 0)]
     assert "netctl_kube_watch_up" not in families(_standalone())
+
+
+def test_process_build_state_and_api_answers() -> None:
+    """The process collector's series, the build's version, the ready and degraded gauges
+    and the API's answers by code, from the snapshot at each scrape."""
+    m = Metrics()
+    state = Snapshot(ready=True, degraded=True,
+                     api_answers={("get", "pods", "404"): 3, ("list", "pods", "2xx"): 1})
+    m.watch(lambda: state)
+    got = families(m)
+    assert got["netctl_build_info"] == [({"version": __version__}, 1.0)]
+    assert got["process_resident_memory_bytes"][0][1] > 0
+    assert got["process_open_fds"][0][1] > 0
+    assert got["process_start_time_seconds"][0][1] > 0
+    assert "process_cpu_seconds_total" in got
+    assert got["netctl_ready"] == [({}, 1.0)] and got["netctl_degraded"] == [({}, 1.0)]
+    assert got["netctl_kube_api_responses_total"] == [
+        ({"verb": "get", "resource": "pods", "code": "404"}, 3),
+        ({"verb": "list", "resource": "pods", "code": "2xx"}, 1)]
+    state.ready, state.degraded = False, False
+    again = families(m)
+    assert again["netctl_ready"] == [({}, 0.0)] and again["netctl_degraded"] == [({}, 0.0)]
+    assert "netctl_kube_api_responses_total" not in families(_standalone())
 
 
 def _standalone() -> Metrics:

@@ -80,3 +80,23 @@ def test_units() -> None:
     assert [size(n) for n in (0, 1023, 1024, 5 * 1024 ** 3)] == \
         ["0 B", "1023 B", "1.0 KiB", "5.0 GiB"]
     assert [ago(s) for s in (5, 600, 7200, 3 * 86400)] == ["5 s", "10 min", "2.0 h", "3.0 d"]
+
+
+def test_degraded_with_reasons_and_pools() -> None:
+    doc = {**READY, "degraded": True, "pool_degraded_at": 0.9, "degraded_reasons": [
+        "attachment 7 of container c1 (default/br eth0) is stuck: its clean-up failed 3 times",
+        "pool tiny/10.236.0.0/29 is exhausted: 6 of its 6 addresses taken"],
+        "pools": [{"pool": "big", "size": 254, "used": 3, "fraction": 0.0118},
+                  {"pool": "tiny/10.236.0.0/29", "size": 6, "used": 6, "fraction": 1.0}]}
+    lines = render(doc, [], now=1060.0)
+    assert lines[0].startswith("daemon       degraded: pid 42"), lines[0]
+    assert "degraded     attachment 7 of container c1 (default/br eth0) is stuck: its " \
+        "clean-up failed 3 times" in lines
+    assert "degraded     pool tiny/10.236.0.0/29 is exhausted: 6 of its 6 addresses taken" \
+        in lines
+    assert "pools        2 known, fullest tiny/10.236.0.0/29: 6 of 6 taken (100%); degraded " \
+        "at 90%" in lines
+    off = render({**doc, "degraded": False, "degraded_reasons": [], "pool_degraded_at": 0},
+                 [], now=1060.0)
+    assert off[0].startswith("daemon       ready:") and "pool check off" in "\n".join(off)
+    assert not any(line.startswith("pools") for line in render(READY, [], now=1060.0))

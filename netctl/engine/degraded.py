@@ -1,0 +1,106 @@
+"""Degraded: the daemon serves, but something wants an operator. Pure.
+
+*Ready* says whether the daemon can serve ADDs (:mod:`netctl.engine.readiness`). A ready
+daemon is **degraded** while:
+
+- an attachment is **stuck**: its clean-up (a DEL: the runtime's, the reconciler's, a
+  compensation's) failed and the reconciler retries it with back-off; what it holds may
+  stay held until a DEL succeeds;
+- a pool is **exhausted or nearly**: the addresses of the pool this node can no longer
+  hand out reach ``pool-degraded-at`` (a daemon setting, :data:`DEFAULT_POOL_DEGRADED_AT`)
+  of the pool's assignable addresses; 0 turns the check off, 1 says degraded only once
+  full. The count is the IPAM store's ``pool_fill()``:
+
+  - ``ipam-backend: sqlite``: the node's live allocations of the pool;
+  - ``ipam-backend: kubernetes``: nodes share the pool in blocks, so the node's own
+    usage says little (a node with two pods may find no block left to claim). What this
+    node can no longer hand out is its own live allocations plus every address in other
+    nodes' blocks; what is left is the free addresses of its own blocks and of the
+    blocks nobody holds. A node is degraded on a pool when the cluster is short of
+    room for *its* next pods.
+
+Degraded never makes the STATUS verb fail nor refuses an ADD: ``netctl status`` says it
+(its own exit code), and so does the ``netctl_degraded`` gauge.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_POOL_DEGRADED_AT = 0.9
+
+
+@dataclass(frozen=True)
+class PoolFill:
+    """A pool's assignable addresses, and how many this node can no longer hand out."""
+
+    pool: str
+    size: int
+    used: int
+
+    @property
+    def fraction(self) -> float:
+        return self.used / self.size if self.size else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pool": self.pool, "size": self.size, "used": self.used,
+                "fraction": round(self.fraction, 4)}
+
+
+def parse_threshold(value: object) -> float:
+    """``pool-degraded-at`` as a fraction: a number from 0 (off) to 1, or a percentage
+    (``"90%"``). Raises ValueError saying what is expected."""
+    text = str(value).strip()
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        at = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number; give a fraction of the pool's "
+                         "addresses such as 0.9 (or 90%), 1 for full only, 0 for off") from None
+    if not 0 <= at <= 1:
+        raise ValueError(f"{value!r} is not between 0 (off) and 1 (degraded only once a "
+                         "pool is full); e.g. 0.9")
+    return at
+
+
+def pool_fills(pools: Mapping[str, tuple[int | None, int]]) -> list[PoolFill]:
+    """Every pool whose size is known (planned since the start, or journaled), by key."""
+    return [PoolFill(pool, size, used) for pool, (size, used) in sorted(pools.items())
+            if size]
+
+
+def full_pools(pools: Mapping[str, tuple[int | None, int]], at: float) -> list[PoolFill]:
+    """The pools exhausted or nearly: filled to ``at`` of their size (none when ``at`` is 0),
+    fullest first."""
+    if at <= 0:
+        return []
+    full = [p for p in pool_fills(pools) if p.used >= math.ceil(at * p.size - 1e-9)]
+    return sorted(full, key=lambda p: (-p.fraction, p.pool))
+
+
+def is_degraded(stuck: int, pools: Mapping[str, tuple[int | None, int]], at: float) -> bool:
+    """Whether the daemon is degraded (the metrics' question: counts only)."""
+    return stuck > 0 or bool(full_pools(pools, at))
+
+
+def reasons(stuck: Sequence[Mapping[str, Any]], full: Sequence[PoolFill], at: float
+            ) -> list[str]:
+    """Why the daemon is degraded, one line per stuck attachment and full pool (empty: it
+    is not). ``stuck``: the journal's stuck attachments (``stuck_attachments()``)."""
+    out = []
+    for s in stuck:
+        n = s.get("failures")
+        out.append(f"attachment {s.get('attachment')} of container {s.get('container')} "
+                   f"({s.get('network')} {s.get('ifname')}) is stuck: its clean-up failed "
+                   f"{n} time{'' if n == 1 else 's'} ({s.get('error') or 'no error recorded'})"
+                   "; the reconciler retries it with back-off")
+    for p in full:
+        what = "exhausted" if p.used >= p.size else "nearly exhausted"
+        out.append(f"pool {p.pool} is {what}: {p.used} of its {p.size} addresses taken "
+                   f"({p.fraction:.0%}; pool-degraded-at {at:g}); an ADD on it gets code "
+                   "100 once none is left")
+    return out
