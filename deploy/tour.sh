@@ -7,8 +7,11 @@
 # port and logfmt logs; three pods (network namespaces) are ADDed through the installed
 # thin plugin; one pod is DELeted; one pod's netns is deleted without a DEL (a runtime
 # that crashed). Kernel-event reconciling is off so that leak stays visible until
-# `netctl reconcile` cleans it. Each command is printed with `$ ` before its output and
-# its exit status after it. A trap removes everything the tour made (daemon, netns,
+# `netctl reconcile` cleans it. Then a pod of a network with a typo in its NAD (macvlan on a
+# master link that does not exist, sharing the bridge network's pool) fails its ADD and its
+# DEL: the daemon is degraded, its address is released once its netns is gone, and
+# `netctl forget` ends the stuck attachment. Each command is printed with `$ ` before its
+# output and its exit status after it. A trap removes everything the tour made (daemon, netns,
 # bridge, temp dir) on any exit. Host names start with "ntour-".
 set -euo pipefail
 
@@ -21,6 +24,7 @@ BRIDGE=ntour-br0
 NET=tour-bridge
 SUBNET=10.251.0.0/28
 PODS=(web-1 web-2 web-3)
+TYPO=tour-typo
 METRICS=""                  # 127.0.0.1 and a free port
 TMP=""
 DAEMON_PID=""
@@ -31,7 +35,7 @@ cleanup() {
         kill -TERM "$DAEMON_PID" 2>/dev/null || true
         wait "$DAEMON_PID" 2>/dev/null || true
     fi
-    for pod in "${PODS[@]}"; do ip netns del "ntour-$pod" 2>/dev/null || true; done
+    for pod in "${PODS[@]}" db-1; do ip netns del "ntour-$pod" 2>/dev/null || true; done
     ip link del "$BRIDGE" 2>/dev/null || true
     if [[ -n "$TMP" ]]; then rm -rf "$TMP"; fi
 }
@@ -63,6 +67,18 @@ spec:
      "plugins": [{"type": "bridge", "bridge": "$BRIDGE",
                   "ipam": {"type": "netctl-ipam", "range": "$SUBNET"}}]}
 EOF
+cat >"$TMP/nets/$TYPO.yaml" <<EOF
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: $TYPO
+  namespace: default
+spec:
+  config: |
+    {"cniVersion": "1.0.0", "name": "$TYPO",
+     "plugins": [{"type": "macvlan", "master": "ntour-eht1",
+                  "ipam": {"type": "netctl-ipam", "range": "$SUBNET"}}]}
+EOF
 cat >"$TMP/daemon.yaml" <<EOF
 state-dir: $TMP/state
 socket: $TMP/run/netctl.sock
@@ -79,9 +95,9 @@ CONF="{\"cniVersion\": \"1.0.0\", \"name\": \"netctl\", \"type\": \"netctl-cni\"
 echo "$CONF" >"$TMP/net.d/10-netctl.conf"
 "$NETCTL" install-cni --bin-dir "$TMP/bin" >/dev/null
 
-# cni VERB POD: the thin plugin, as a runtime execs it.
+# cni VERB POD [CONF]: the thin plugin, as a runtime execs it.
 cni() {
-    echo "$CONF" | env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin CNI_COMMAND="$1" \
+    echo "${3:-$CONF}" | env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin CNI_COMMAND="$1" \
         CNI_CONTAINERID="tour-$2-0123456789ab" CNI_NETNS="/var/run/netns/ntour-$2" \
         CNI_IFNAME=eth0 CNI_PATH="$TMP/bin" \
         CNI_ARGS="K8S_POD_NAMESPACE=tour;K8S_POD_NAME=$2" "$TMP/bin/netctl-cni" \
@@ -127,6 +143,24 @@ show "$NETCTL" reconcile --socket "$TMP/run/netctl.sock" --dry-run
 show "$NETCTL" reconcile --socket "$TMP/run/netctl.sock"
 show "$NETCTL" ipam leaks --state-dir "$TMP/state"
 show "$NETCTL" status --socket "$TMP/run/netctl.sock" --cni-conf-dir "$TMP/net.d" --json
+TYPO_CONF="{\"cniVersion\": \"1.0.0\", \"name\": \"netctl\", \"type\": \"netctl-cni\",
+ \"socket\": \"$TMP/run/netctl.sock\", \"clusterNetwork\": \"$TYPO\"}"
+ip netns add ntour-db-1
+cni ADD db-1 "$TYPO_CONF" || true
+cni DEL db-1 "$TYPO_CONF" || true
+echo
+echo "# db-1's network $TYPO names master ntour-eht1, a link that does not exist: its ADD and"
+echo "# then kubelet's DEL fail, and the attachment is stuck, holding an address of the pool"
+show "$NETCTL" status --socket "$TMP/run/netctl.sock"
+show "$NETCTL" forget --socket "$TMP/run/netctl.sock" --container tour-db-1
+ip netns del ntour-db-1
+echo
+echo "# the runtime removed db-1's sandbox: the address is no one's any more"
+show "$NETCTL" reconcile --socket "$TMP/run/netctl.sock"
+show "$NETCTL" forget --socket "$TMP/run/netctl.sock" --container tour-db-1 \
+    --why "NAD tour-typo names master ntour-eht1; fixed in the NAD"
+show "$NETCTL" status --socket "$TMP/run/netctl.sock"
+show "$NETCTL" journal --state-dir "$TMP/state" --container tour-db-1
 echo
 echo "\$ curl -s http://$METRICS/metrics | grep -v '^#' | grep -v ' 0.0\$'   # (excerpt)"
 "$PYTHON" -c "
