@@ -55,6 +55,11 @@ def _unlink(name: str) -> str | None:
     return None
 
 
+REASONS_BY_ORIGIN = {  # the reason journaled with a DEL its caller gave none for
+    "pod-deleted": "the pod was deleted through the API (its UID matched)",
+}
+
+
 @dataclass
 class Reconciler:
     engine: Engine
@@ -132,8 +137,11 @@ class Reconciler:
                          errors: list[str], deferred: set[str]) -> None:
         engine = self.engine
         by_container: dict[str, set[int]] = {}
-        for att_id, container, _ in todo.delete:
+        whys: dict[str, list[str]] = {}  # the plan's reasons, journaled with each DEL
+        for att_id, container, why in todo.delete:
             by_container.setdefault(container, set()).add(att_id)
+            if why not in whys.setdefault(container, []):
+                whys[container].append(why)
         limiter = trio.CapacityLimiter(self.parallel)
 
         async def delete(container: str, ids: set[int]) -> None:
@@ -144,7 +152,7 @@ class Reconciler:
                     return
                 try:
                     await engine.admission.serialized(container, "DEL", partial(
-                        self._delete, container, ids, origin))
+                        self._delete, container, ids, origin, "; ".join(whys[container])))
                 except CNIError as exc:
                     errors.append(exc.msg)
                 except OSError as exc:
@@ -163,23 +171,26 @@ class Reconciler:
                 continue  # released (or taken again) since the facts were read
             await engine.journal.one_transaction(OpStart(
                 verb="RELEASE", container_id=fact.container_id, ifname=fact.ifname,
-                netns=fact.netns, origin=origin, request=reason.encode()), gone=[held])
+                netns=fact.netns, origin=origin, request=reason.encode(), reason=reason),
+                gone=[held])
             self.ipam.released([held])
         for name, _ in todo.unlink:
             failure = await trio.to_thread.run_sync(_unlink, name)
             if failure:
                 errors.append(failure)
 
-    async def _delete(self, container: str, ids: set[int], origin: str) -> None:
+    async def _delete(self, container: str, ids: set[int], origin: str,
+                      reason: str = "") -> None:
         """DEL the planned attachments of ``container`` that are still live: read again
         under the container's turn, so a DEL that ran meanwhile (the runtime's, another
-        round's) is not repeated."""
+        round's) is not repeated. ``reason`` is journaled with the DEL (default: the
+        origin's, :data:`REASONS_BY_ORIGIN`)."""
         atts = [a for a in await self.engine.journal.live_attachments(container)
                 if a.id in ids]
         if atts:
             await self.engine.delete_attachments(container, atts, OpStart(
                 verb="DEL", container_id=container, netns=atts[0].netns, pod=atts[0].pod,
-                origin=origin), origin)
+                origin=origin, reason=reason or REASONS_BY_ORIGIN.get(origin)), origin)
 
     async def pod_deleted(self, namespace: str, name: str, uid: str) -> list[str]:
         """Kubernetes mode: the pod ``namespace/name`` with ``uid`` is gone from the API.
