@@ -138,10 +138,15 @@ show "$NETCTL" ipam pools --state-dir "$TMP/state"
 show "$NETCTL" ipam show "$NET" --state-dir "$TMP/state"
 show "$NETCTL" journal --state-dir "$TMP/state" --pod tour/web-2
 show "$NETCTL" journal --state-dir "$TMP/state" --ip "$WEB2_IP" --at "$WEB2_AT"
+show "$NETCTL" journal --state-dir "$TMP/state" --ip "$WEB2_IP" \
+    --at "$(TZ=Etc/GMT-1 date -d "$WEB2_AT" +%Y-%m-%dT%H:%M:%S%:z)"
+show "$NETCTL" journal --state-dir "$TMP/state" --ip "$WEB2_IP" --at "${WEB2_AT%Z}"
 show "$NETCTL" ipam leaks --state-dir "$TMP/state"
 show "$NETCTL" reconcile --socket "$TMP/run/netctl.sock" --dry-run
 show "$NETCTL" reconcile --socket "$TMP/run/netctl.sock"
 show "$NETCTL" ipam leaks --state-dir "$TMP/state"
+show "$NETCTL" journal --state-dir "$TMP/state" --pod tour/web-3
+show env TZ=Europe/Paris "$NETCTL" journal --state-dir "$TMP/state" --namespace tour --local
 show "$NETCTL" status --socket "$TMP/run/netctl.sock" --cni-conf-dir "$TMP/net.d" --json
 TYPO_CONF="{\"cniVersion\": \"1.0.0\", \"name\": \"netctl\", \"type\": \"netctl-cni\",
  \"socket\": \"$TMP/run/netctl.sock\", \"clusterNetwork\": \"$TYPO\"}"

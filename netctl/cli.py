@@ -10,7 +10,6 @@ import socket
 import sqlite3
 import struct
 import sys
-from datetime import datetime
 from typing import Any
 
 from netctl import logs
@@ -64,7 +63,10 @@ def _cmd_install_cni(args: argparse.Namespace) -> int:
 
 
 def _fmt_time(t: float | None) -> str:
-    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+    """RFC 3339 in UTC, as ``netctl journal`` prints times."""
+    from netctl.journalview import rfc3339
+
+    return rfc3339(t)
 
 
 def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
@@ -76,53 +78,27 @@ def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
 
 
 def _cmd_journal(args: argparse.Namespace) -> int:
+    """One query (:func:`netctl.journal.query.journal`), printed whole with ``--json`` or
+    rendered as tables from that same document."""
     from netctl.journal import query
+    from netctl.journalview import render
 
     conn = query.connect(args.state_dir)
-    at = query.parse_time(args.at) if args.at else None
-    since = query.parse_time(args.since) if args.since else None
-    container = query.resolve_container(conn, args.container) if args.container else None
-    limit = 0 if args.running else max(args.limit, 0)  # --running: all it touches
-    atts = query.attachments(conn, pod=args.pod, container=container, ip=args.ip, at=at,
-                             since=since, network=args.network,
-                             limit=limit + 1 if limit else 0)  # one more: are there older?
-    older = bool(limit) and len(atts) > limit
-    atts = atts[1:] if older else atts
-    # the IPAM's record of the address: the only one in plain-plugin mode (no attachment)
-    allocs = query.allocations_at(conn, args.ip, at, since=since, container=container,
-                                  pod=args.pod) if args.ip else []
-    ops = [] if (args.ip or args.pod or args.network) else query.operations(
-        conn, container=container, since=since)
-    if args.running:  # what is in flight: every running operation, the attachments it touches
-        ops = query.running_operations(conn)
-        touched = {op["id"] for op in ops}
-        atts = [a for a in atts if a["add_op"] in touched or a["del_op"] in touched]
-    blocks = query.blocks_at(conn, args.ip, at) if args.ip else []
+    at = query.read_time(args.at, local=args.local) if args.at else None
+    since = query.read_time(args.since, local=args.local) if args.since else None
+    doc = query.journal(conn, query.Filters(
+        pod=query.pod_selector(args.pod, args.namespace), container=args.container,
+        ip=args.ip, at=at.seconds if at else None, since=since.seconds if since else None,
+        network=args.network, running=args.running, limit=args.limit,
+        notes=tuple(f"{flag}: {t.note}" for flag, t in (("--at", at), ("--since", since))
+                    if t is not None and t.note)))
     if args.json:
-        print(json.dumps({"attachments": atts, "allocations": allocs, "operations": ops,
-                          "blocks": blocks, "older_attachments": older}, indent=2))
+        print(json.dumps(doc, indent=2))
         return 0
-    if older:
-        print(f"(the newest {limit} attachments; older ones not shown: --limit 0 for all)",
-              file=sys.stderr)
-    for row in atts:
-        row["addresses"] = ",".join(row["addresses"]) or "-"
-        row["since"], row["until"] = _fmt_time(row["since"]), _fmt_time(row["until"])
-    print(_table(atts, ["container", "pod", "network", "ifname", "addresses", "state", "since",
-                        "until"]))
-    if args.ip:
-        print()
-        print(_table(_timed(allocs), ["pool", "address", "container", "pod", "ifname", "since",
-                                      "until"]))
-        if blocks:  # ipam-backend: kubernetes — whose block held it, so whose journal knows
-            print()
-            print(_table(_timed(blocks), ["block", "pool", "node", "since", "until"]))
-    if ops:
-        for row in ops:
-            row["started_at"] = _fmt_time(row["started_at"])
-        print()
-        print(_table(ops, ["id", "verb", "container_id", "origin", "state", "code", "started_at",
-                           "error"]))
+    lines, notes = render(doc, local=args.local)
+    for note in notes:
+        print(note, file=sys.stderr)
+    print("\n".join(lines))
     return 0
 
 
@@ -402,18 +378,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("journal", help="who held what, when: attachments and operations")
     p.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
-    p.add_argument("--pod", metavar="[NS/]NAME", help="a pod; NAME alone: in any namespace")
+    p.add_argument("--pod", metavar="[NS/]NAME", help="a pod; NAME alone: in any namespace; "
+                   "NS/*: every pod of namespace NS")
+    p.add_argument("--namespace", metavar="NS", help="every pod of a namespace (with --pod "
+                   "NAME: that pod of it)")
     p.add_argument("--container", metavar="ID", help="a container id, or a unique prefix "
                    "of one (runtimes print 12 characters)")
     p.add_argument("--ip", metavar="ADDR")
-    p.add_argument("--at", metavar="TIME")
-    p.add_argument("--since", metavar="DURATION|TIME")
+    p.add_argument("--at", metavar="TIME", help="RFC 3339 (2026-11-25T23:41:07Z, …+01:00), "
+                   "UNIX seconds, or a DURATION ago; a time without a zone is read as UTC "
+                   "(with --local: local time)")
+    p.add_argument("--since", metavar="DURATION|TIME", help="30s, 5m, 2h, 1d ago, or a TIME "
+                   "as --at takes it")
     p.add_argument("--network", metavar="NAME")
     p.add_argument("--running", action="store_true",
                    help="only the operations still running (all of them) and the attachments "
                         "they touch")
     p.add_argument("--limit", type=int, default=JOURNAL_LIMIT, metavar="N",
                    help=f"the newest N attachments (default {JOURNAL_LIMIT}; 0: all)")
+    p.add_argument("--local", action="store_true", help="print times in local time with its "
+                   "offset (default: UTC, ending in Z), and read a --at/--since time without a "
+                   "zone as local time")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_journal)
 

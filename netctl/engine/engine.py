@@ -120,6 +120,11 @@ AfterAdd = Callable[[Invocation, list[Attachment]], Awaitable[str]]
 Health = Callable[[], list[str]]  # why the daemon cannot serve ADDs now (empty: ready)
 
 
+DEL_REASONS = {  # the reason journaled with a runtime's DEL that did not come straight
+    "plugin-record": "the runtime's DEL, recorded by the plugin while the daemon was down",
+}
+
+
 class Engine:
     def __init__(self, chains: Chains, networks: Resolver, selector: Selector,
                  admission: Admission, limits: Limits | None = None,
@@ -180,7 +185,9 @@ class Engine:
                 return Reply(versions.convert_result(same, conf.cniVersion))
             # leftovers of an ADD that failed and could not be undone: remove them first
             await self.delete_attachments(inv.container_id, mine, OpStart(
-                verb="DEL", container_id=inv.container_id, origin="runtime"), "ADD")
+                verb="DEL", container_id=inv.container_id, origin="runtime",
+                reason="leftovers of an earlier ADD that failed and was not undone, "
+                "removed before this ADD"), "ADD")
         started = time.monotonic()
         op_id = await self.journal.begin(OpStart(
             verb="ADD", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
@@ -228,7 +235,7 @@ class Engine:
                 await self.delete_attachments(inv.container_id, atts, OpStart(
                     verb="DEL", container_id=inv.container_id, netns=inv.netns,
                     ifname=inv.ifname, caller_network=inv.conf_name, pod=inv.pod,
-                    origin="compensate"), "ADD")
+                    origin="compensate", reason=f"undoing the ADD: {exc.msg}"), "ADD")
             except CNIError as undo:
                 raise CNIError(exc.code, f"{exc.msg}; undoing the ADD: {undo.msg}") from None
             raise CNIError(exc.code, f"{exc.msg}; the ADD was undone") from None
@@ -299,8 +306,8 @@ class Engine:
         try:
             await self.delete_attachments(inv.container_id, mine, OpStart(
                 verb="DEL", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
-                caller_network=inv.conf_name, pod=inv.pod, request=inv.stdin, origin=origin),
-                "DEL")
+                caller_network=inv.conf_name, pod=inv.pod, request=inv.stdin, origin=origin,
+                reason=DEL_REASONS.get(origin)), "DEL")
         except DelIncomplete as exc:
             if not all(a.del_failures >= MAX_DEL_FAILURES or a.id in exc.permanent
                        for a in exc.kept):
@@ -388,7 +395,8 @@ class Engine:
                 await self.admission.serialized(container_id, "DEL", partial(
                     self.delete_attachments, container_id, atts, OpStart(
                         verb="DEL", container_id=container_id, caller_network=conf.name,
-                        origin="gc"), "GC"))
+                        origin="gc", reason=f"GC of network {conf.name}: not in the "
+                        "runtime's list of valid attachments"), "GC"))
             except CNIError as exc:
                 errors.append(exc.msg)
         if errors:

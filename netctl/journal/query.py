@@ -10,7 +10,8 @@ import ipaddress
 import math
 import sqlite3
 import time
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +22,53 @@ from netctl.journal.retention import duration_seconds
 PAGE = 100  # `netctl journal`: the newest attachments shown unless --limit says otherwise
 
 
-def parse_time(value: str, now: float | None = None) -> float:
-    """``90s``/``5m``/``2h``/``1d`` ago, a UNIX time, or an ISO 8601 time → UNIX seconds."""
+ZONE_NOTE = ("{value!r} has no time zone: read as {how} (give Z or an offset such as "
+             "+01:00 to say otherwise)")
+
+
+@dataclass(frozen=True)
+class TimeRead:
+    """A ``--at``/``--since`` value read: UNIX seconds, and a note when the value left
+    something to choose (an ISO 8601 time without a zone)."""
+
+    seconds: float
+    note: str = ""
+
+
+def read_time(value: str, now: float | None = None, *, local: bool = False) -> TimeRead:
+    """``90s``/``5m``/``2h``/``1d`` ago, a UNIX time, or an RFC 3339 / ISO 8601 time
+    (``2026-11-25T23:41:07Z``, ``…+01:00``) → UNIX seconds. A time without a zone is read
+    as UTC — the zone ``netctl journal`` prints — or, with ``local``, as this machine's
+    local time; the note says which."""
     now = time.time() if now is None else now
     ago = duration_seconds(value)
     if ago is not None:
-        return now - ago
+        return TimeRead(now - ago)
     try:
         seconds = float(value)
     except ValueError:
         pass
     else:
         if math.isfinite(seconds):  # float() also takes "nan" and "inf"
-            return seconds
+            return TimeRead(seconds)
     try:
-        return datetime.fromisoformat(value).timestamp()
+        when = datetime.fromisoformat(value.strip())
     except ValueError:
-        raise ValueError(f"{value!r} is neither a duration (30s, 5m, 2h, 1d), "
-                         "a UNIX time nor an ISO 8601 time") from None
+        raise ValueError(f"{value!r} is neither a duration (30s, 5m, 2h, 1d), a UNIX time "
+                         "nor an RFC 3339 time (2026-11-25T23:41:07Z, …+01:00)") from None
+    if when.tzinfo is not None:
+        return TimeRead(when.timestamp())
+    if local:
+        zone = when.astimezone().strftime("%z")
+        return TimeRead(when.astimezone().timestamp(), ZONE_NOTE.format(
+            value=value, how=f"local time (UTC{zone[:3]}:{zone[3:]})"))
+    return TimeRead(when.replace(tzinfo=UTC).timestamp(),
+                    ZONE_NOTE.format(value=value, how="UTC"))
+
+
+def parse_time(value: str, now: float | None = None, *, local: bool = False) -> float:
+    """:func:`read_time`'s seconds alone."""
+    return read_time(value, now, local=local).seconds
 
 
 def connect(state_dir: str | Path) -> sqlite3.Connection:
@@ -62,12 +92,30 @@ def _has_table(conn: sqlite3.Connection, name: str) -> bool:
                         (name,)).fetchone() is not None
 
 
+def pod_selector(pod: str | None, namespace: str | None) -> str | None:
+    """``--pod`` and ``--namespace`` as one selector for :func:`_pod_filter`: ``NS/*`` for
+    a whole namespace, ``NS/NAME`` for a pod of it; ValueError when they disagree."""
+    if not namespace:
+        return pod or None
+    if not pod:
+        return f"{namespace}/*"
+    if "/" not in pod:
+        return f"{namespace}/{pod}"
+    if pod.partition("/")[0] != namespace:
+        raise ValueError(f"--pod {pod} is not in --namespace {namespace}: give one of them, "
+                         "or the pod's own namespace")
+    return pod
+
+
 def _pod_filter(pod: str) -> tuple[str, list[str]]:
     """``NS/NAME`` matches that pod (``/NAME``: a pod with no namespace, as podman's);
-    a bare ``NAME`` matches a pod of that name in any namespace."""
+    ``NS/*`` every pod of namespace NS; a bare ``NAME`` matches a pod of that name in
+    any namespace."""
     if "/" not in pod:
         return "pod_name=?", [pod]
     ns, _, name = pod.partition("/")
+    if name == "*":
+        return "pod_namespace=?", [ns]
     return "pod_namespace=? AND pod_name=?", [ns, name]
 
 
@@ -189,22 +237,119 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
     return out
 
 
+OPS_PAGE = 200  # `netctl journal`: the newest operations a filter matches
+
+
+def _op_columns(conn: sqlite3.Connection) -> str:
+    """The operation columns a journal shows; ``reason`` is NULL in a journal not migrated
+    to 0007 yet (the daemon of an older netctl still running)."""
+    names = {str(r[1]) for r in conn.execute("PRAGMA table_info(operations)")}
+    reason = "reason" if "reason" in names else "NULL AS reason"
+    return ("id, verb, container_id, ifname, pod_namespace, pod_name, origin, state, code,"
+            f" error, {reason}, started_at, finished_at")
+
+
+def _operation(row: sqlite3.Row) -> dict[str, Any]:
+    return {**dict(row), "pod": _pod(row)}
+
+
 def operations(conn: sqlite3.Connection, *, container: str | None = None,
-               since: float | None = None, limit: int = 200) -> list[dict[str, Any]]:
+               pod: str | None = None, since: float | None = None,
+               limit: int = OPS_PAGE) -> list[dict[str, Any]]:
+    """The newest ``limit`` operations of ``container`` and/or ``pod`` (a
+    :func:`_pod_filter` selector: ``NS/NAME``, ``NAME``, ``NS/*``) started since
+    ``since``, oldest first. Without a filter: the newest of all."""
     where: list[str] = []
     params: list[Any] = []
     if container:
         where.append("container_id=?")
         params.append(container)
+    if pod:
+        clause, values = _pod_filter(pod)
+        where.append(clause)
+        params += values
     if since is not None:
         where.append("started_at>=?")
         params.append(since)
-    sql = ("SELECT id, verb, container_id, ifname, pod_namespace, pod_name, origin, state, code,"
-           " error, started_at, finished_at FROM operations")
+    sql = f"SELECT {_op_columns(conn)} FROM operations"
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY id DESC LIMIT ?"
-    return [dict(r) for r in conn.execute(sql, [*params, limit])][::-1]
+    return [_operation(r) for r in conn.execute(sql, [*params, limit])][::-1]
+
+
+def operations_by_id(conn: sqlite3.Connection, ids: set[int]) -> list[dict[str, Any]]:
+    """The operations with these ids (those the attachments and allocations shown name),
+    oldest first."""
+    wanted = sorted(ids)
+    out: list[dict[str, Any]] = []
+    for i in range(0, len(wanted), 500):  # SQLite's bound parameters per statement
+        chunk = wanted[i:i + 500]
+        out += [_operation(r) for r in conn.execute(
+            f"SELECT {_op_columns(conn)} FROM operations WHERE id IN"
+            f" ({','.join('?' * len(chunk))}) ORDER BY id", chunk)]
+    return out
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What ``netctl journal`` asks: every filter given must match."""
+
+    pod: str | None = None  # a _pod_filter selector: NS/NAME, NAME, /NAME, NS/*
+    container: str | None = None  # an id or a unique prefix of one
+    ip: str | None = None
+    at: float | None = None
+    since: float | None = None
+    network: str | None = None
+    running: bool = False
+    limit: int = PAGE  # attachments; 0: all
+    notes: tuple[str, ...] = field(default=())  # how the times given were read
+
+
+def journal(conn: sqlite3.Connection, f: Filters) -> dict[str, Any]:
+    """The one answer of ``netctl journal``: ``--json`` prints it whole and the table is
+    rendered from it (:mod:`netctl.journalview`), so a script never sees less than a person.
+
+    ``attachments``: the newest ``limit`` matching (``older_attachments`` when more match);
+    ``allocations``: with ``ip``, the IPAM's record of the address; ``operations``: those
+    of the container, pod or namespace asked for (the newest :data:`OPS_PAGE`,
+    ``older_operations`` when more match) — without a filter, or with ``since`` alone,
+    the newest of all — plus every operation that made or removed an attachment or an
+    allocation shown, with its ``origin`` and ``reason``; ``blocks``: with ``ip``, the
+    cluster IPAM's blocks that held it; ``notes``: how the times given were read.
+    ``running``: every running operation and the attachments they touch."""
+    container = resolve_container(conn, f.container) if f.container else None
+    limit = 0 if f.running else max(f.limit, 0)
+    atts = attachments(conn, pod=f.pod, container=container, ip=f.ip, at=f.at,
+                       since=f.since, network=f.network,
+                       limit=limit + 1 if limit else 0)  # one more: are there older?
+    older = bool(limit) and len(atts) > limit
+    atts = atts[1:] if older else atts
+    # the IPAM's record of the address: the only one in plain-plugin mode (no attachment)
+    allocs = allocations_at(conn, f.ip, f.at, since=f.since, container=container,
+                            pod=f.pod) if f.ip else []
+    older_ops = False
+    if f.running:
+        ops = running_operations(conn)
+        touched = {op["id"] for op in ops}
+        atts = [a for a in atts if a["add_op"] in touched or a["del_op"] in touched]
+    else:
+        ops = []
+        if container or f.pod or not (f.ip or f.network or f.at is not None):
+            ops = operations(conn, container=container, pod=f.pod, since=f.since,
+                             limit=OPS_PAGE + 1)
+            older_ops = len(ops) > OPS_PAGE
+            ops = ops[1:] if older_ops else ops
+        named = {a[k] for a in atts for k in ("add_op", "del_op") if a[k] is not None}
+        named |= {a[k] for a in allocs for k in ("allocated_op", "released_op")
+                  if a[k] is not None}
+        named -= {op["id"] for op in ops}
+        if named:
+            ops = sorted(ops + operations_by_id(conn, named), key=lambda op: int(op["id"]))
+    blocks = blocks_at(conn, f.ip, f.at) if f.ip else []
+    return {"attachments": atts, "allocations": allocs, "operations": ops, "blocks": blocks,
+            "older_attachments": older, "older_operations": older_ops,
+            "notes": list(f.notes)}
 
 
 def steps(conn: sqlite3.Connection, operation_id: int) -> list[dict[str, Any]]:
@@ -363,6 +508,5 @@ def running_operations(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     """Every operation still ``running``, oldest first, with no limit: the requests in
     flight while the daemon runs; while it is down, those a crash cut short (its start-up
     replay closes them)."""
-    return [dict(r) for r in conn.execute(
-        "SELECT id, verb, container_id, ifname, pod_namespace, pod_name, origin, state, code,"
-        " error, started_at, finished_at FROM operations WHERE state='running' ORDER BY id")]
+    return [_operation(r) for r in conn.execute(
+        f"SELECT {_op_columns(conn)} FROM operations WHERE state='running' ORDER BY id")]

@@ -58,7 +58,8 @@ class OpStart(msgspec.Struct, kw_only=True):
     caller_version: str = ""
     pod: Pod = Pod()
     request: bytes | None = None
-    origin: str = "runtime"  # runtime | replay | reconcile | gc | ipam
+    origin: str = "runtime"  # runtime | replay | reconcile | event | pod-deleted | gc | …
+    reason: str | None = None  # why netctl began it when no runtime asked (a DEL, a RELEASE)
 
 
 class OpEnd(msgspec.Struct, kw_only=True):

@@ -113,10 +113,10 @@ def _allocation(row: sqlite3.Row) -> Allocation:
 def _insert_operation(db: sqlite3.Connection, op: OpStart, now: float) -> int:
     cur = db.execute(
         "INSERT INTO operations (verb, container_id, netns, ifname, caller_network,"
-        " caller_version, pod_namespace, pod_name, pod_uid, request, origin, state,"
-        " started_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,'running',?)",
+        " caller_version, pod_namespace, pod_name, pod_uid, request, origin, reason, state,"
+        " started_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'running',?)",
         (op.verb, op.container_id, op.netns, op.ifname, op.caller_network, op.caller_version,
-         op.pod.namespace, op.pod.name, op.pod.uid, op.request, op.origin, now))
+         op.pod.namespace, op.pod.name, op.pod.uid, op.request, op.origin, op.reason, now))
     assert cur.lastrowid is not None
     return cur.lastrowid
 

@@ -56,6 +56,11 @@ def _unlink(name: str) -> str | None:
     return None
 
 
+REASONS_BY_ORIGIN = {  # the reason journaled with a DEL its caller gave none for
+    "pod-deleted": "the pod was deleted through the API (its UID matched)",
+}
+
+
 @dataclass
 class Reconciler:
     engine: Engine
@@ -134,8 +139,11 @@ class Reconciler:
                          errors: list[str], deferred: set[str]) -> None:
         engine = self.engine
         by_container: dict[str, set[int]] = {}
-        for att_id, container, _ in todo.delete:
+        whys: dict[str, list[str]] = {}  # the plan's reasons, journaled with each DEL
+        for att_id, container, why in todo.delete:
             by_container.setdefault(container, set()).add(att_id)
+            if why not in whys.setdefault(container, []):
+                whys[container].append(why)
         limiter = trio.CapacityLimiter(self.parallel)
 
         async def delete(container: str, ids: set[int]) -> None:
@@ -146,7 +154,7 @@ class Reconciler:
                     return
                 try:
                     await engine.admission.serialized(container, "DEL", partial(
-                        self._delete, container, ids, origin))
+                        self._delete, container, ids, origin, "; ".join(whys[container])))
                 except CNIError as exc:
                     errors.append(exc.msg)
                 except OSError as exc:
@@ -165,7 +173,8 @@ class Reconciler:
                 continue  # released (or taken again) since the facts were read
             await engine.journal.one_transaction(OpStart(
                 verb="RELEASE", container_id=fact.container_id, ifname=fact.ifname,
-                netns=fact.netns, origin=origin, request=reason.encode()), gone=[held])
+                netns=fact.netns, origin=origin, request=reason.encode(), reason=reason),
+                gone=[held])
             self.ipam.released([held])
         async with trio.open_nursery() as nursery:
             for att_id, container, reason in todo.free:
@@ -197,8 +206,8 @@ class Reconciler:
                 return
             await engine.journal.one_transaction(OpStart(
                 verb="RELEASE", container_id=container, ifname=att.ifname, netns=att.netns,
-                pod=att.pod, origin=origin, request=f"attachment {att_id}: {reason}".encode()),
-                gone=held)
+                pod=att.pod, origin=origin, request=f"attachment {att_id}: {reason}".encode(),
+                reason=reason), gone=held)
             self.ipam.released(held)
             log.info("released %s of stuck attachment %d (%s as %s): %s",
                      ", ".join(a.address for a in held), att_id, att.network, att.ifname,
@@ -209,16 +218,18 @@ class Reconciler:
         except CNIError as exc:
             errors.append(exc.msg)
 
-    async def _delete(self, container: str, ids: set[int], origin: str) -> None:
+    async def _delete(self, container: str, ids: set[int], origin: str,
+                      reason: str = "") -> None:
         """DEL the planned attachments of ``container`` that are still live: read again
         under the container's turn, so a DEL that ran meanwhile (the runtime's, another
-        round's) is not repeated."""
+        round's) is not repeated. ``reason`` is journaled with the DEL (default: the
+        origin's, :data:`REASONS_BY_ORIGIN`)."""
         atts = [a for a in await self.engine.journal.live_attachments(container)
                 if a.id in ids]
         if atts:
             await self.engine.delete_attachments(container, atts, OpStart(
                 verb="DEL", container_id=container, netns=atts[0].netns, pod=atts[0].pod,
-                origin=origin), origin)
+                origin=origin, reason=reason or REASONS_BY_ORIGIN.get(origin)), origin)
 
     async def pod_deleted(self, namespace: str, name: str, uid: str) -> list[str]:
         """Kubernetes mode: the pod ``namespace/name`` with ``uid`` is gone from the API.
@@ -294,7 +305,8 @@ class Reconciler:
             op_id = await self.engine.journal.forget(OpStart(
                 verb="FORGET", container_id=container, netns=atts[0].netns,
                 ifname=ifname, caller_network=network, pod=atts[0].pod, origin="admin",
-                request=request), atts, gone)
+                request=request, reason=f"forgotten by {who or 'an operator'}"
+                + (f": {why}" if why else "") + (" (forced)" if alive else "")), atts, gone)
             self.ipam.released(gone)
             log.warning("forgot %d attachments of container %s at the request of %s (%s)%s: "
                         "released %s", len(atts), container, who or "an operator",

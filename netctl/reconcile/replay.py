@@ -41,7 +41,9 @@ async def replay(engine: Engine) -> ReplayReport:
         report.attachments += len(atts)
         try:
             await engine.delete_attachments(container_id, atts, OpStart(
-                verb="DEL", container_id=container_id, netns=atts[0].netns, origin="replay"),
+                verb="DEL", container_id=container_id, netns=atts[0].netns, origin="replay",
+                reason="start-up replay: an ADD or DEL of it was cut short (daemon stopped "
+                "or killed)"),
                 "replay")
         except CNIError as exc:
             report.failed.append(exc.msg)

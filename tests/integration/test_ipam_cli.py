@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -109,7 +109,7 @@ def test_pools_show_and_who_held_an_address(daemon: Daemon, netns) -> None:
     at_release = netctl_json(daemon, "journal", "--ip", addr1, "--at", repr(until))
     assert at_release["allocations"] == []
 
-    iso = datetime.fromtimestamp(held_at).isoformat()
+    iso = datetime.fromtimestamp(held_at, UTC).isoformat()  # with its offset
     journal_table = table(daemon, "journal", "--ip", addr1, "--at", iso)
     assert POOL in journal_table and "shop/web-1" in journal_table and "cli1" in journal_table
 

@@ -6,7 +6,10 @@ the migrations runner, with rows written by SQL, and through ``netctl.cli.main``
   error naming the candidates (capped); an unknown prefix matches nothing;
 - ``--pod NAME`` without a namespace matches that name in any namespace (podman's pods
   have none; shown as the name alone), ``NS/NAME`` only that one, ``/NAME`` only the
-  pod without a namespace — for attachments and for allocations;
+  pod without a namespace — for attachments and for allocations; ``--namespace NS`` and
+  ``--pod 'NS/*'`` are the same query (with ``--pod NAME``: that pod of it; a pod of
+  another namespace is refused); ``--pod`` shows the pod's operations;
+- a journal not migrated to 0007 (an older daemon still running) shows no ``reason``;
 - ``ipam show``: a pool key as before; a network's name — the IPAM ``network_name``, the
   network of the attachments that held its addresses (NAD ``ns/name``, NAD name, CNI
   name), or a plain-plugin request's CNI name — shows all of its pools; an unknown name
@@ -174,8 +177,13 @@ def test_journal_cli_pod_name(rows: Rows, tmp_path: Path,
     rows.attach("c2", pod="web")
     code, out, _ = run(tmp_path, capsys, "journal", "--pod", "web")
     assert code == 0
-    lines = out.splitlines()[1:]
+    lines = first_table(out)[1:]
     assert [line.split()[:2] for line in lines] == [["c1", "shop/web"], ["c2", "web"]]
+
+
+def first_table(out: str) -> list[str]:
+    """The attachments' table of ``netctl journal``'s text (the operations follow it)."""
+    return out.split("\n\n")[0].splitlines()
 
 
 def test_journal_pod_shows_the_newest_attachments(rows: Rows, tmp_path: Path,
@@ -198,13 +206,57 @@ def test_journal_pod_shows_the_newest_attachments(rows: Rows, tmp_path: Path,
     assert code == 0 and doc["older_attachments"] is True
     assert [a["container"] for a in doc["attachments"]] == [f"c{i:03}" for i in range(30, 130)]
     code, out, err = run(tmp_path, capsys, "journal", "--pod", "shop/db-0")
-    assert code == 0 and len(out.splitlines()) == 101 and "--limit 0" in err
+    assert code == 0 and len(first_table(out)) == 101 and "--limit 0" in err
     code, out, _ = run(tmp_path, capsys, "journal", "--pod", "shop/db-0", "--limit", "0",
                        "--json")
     doc = json.loads(out)
     assert len(doc["attachments"]) == 130 and doc["older_attachments"] is False
     code, out, err = run(tmp_path, capsys, "journal", "--pod", "shop/db-1")
-    assert len(out.splitlines()) == 2 and err == ""
+    assert len(first_table(out)) == 2 and err == ""
+
+
+def test_namespace_and_pod_star_are_one_query(rows: Rows, read: sqlite3.Connection,
+                                             tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    rows.attach("c1", pod="shop/web")
+    rows.attach("c2", pod="shop/db")
+    rows.attach("c3", pod="ops/web")
+    rows.attach("c4", pod="web")
+    assert query.pod_selector("shop/*", None) == query.pod_selector(None, "shop") == "shop/*"
+    assert query.pod_selector("web", "shop") == "shop/web"
+    assert query.pod_selector("shop/web", "shop") == "shop/web"
+    with pytest.raises(ValueError, match="not in --namespace ops"):
+        query.pod_selector("shop/web", "ops")
+    docs = []
+    for args in (["--namespace", "shop"], ["--pod", "shop/*"]):
+        code, out, _ = run(tmp_path, capsys, "journal", *args, "--json")
+        docs.append(json.loads(out))
+        assert code == 0
+    assert docs[0] == docs[1]
+    assert [a["container"] for a in docs[0]["attachments"]] == ["c1", "c2"]
+    assert [(o["verb"], o["container_id"]) for o in docs[0]["operations"]] == [
+        ("ADD", "c1"), ("ADD", "c2")]
+    code, out, _ = run(tmp_path, capsys, "journal", "--namespace", "shop", "--pod", "web",
+                       "--json")
+    assert [a["container"] for a in json.loads(out)["attachments"]] == ["c1"]
+    code, _, err = run(tmp_path, capsys, "journal", "--namespace", "ops", "--pod", "shop/web")
+    assert code == 1 and "--pod shop/web is not in --namespace ops" in err
+    code, out, _ = run(tmp_path, capsys, "journal", "--pod", "web", "--json")
+    doc = json.loads(out)  # the pod's operations, not only its attachments
+    assert [o["container_id"] for o in doc["operations"]] == ["c1", "c3", "c4"]
+    assert [o["pod"] for o in doc["operations"]] == ["shop/web", "ops/web", "web"]
+
+
+def test_a_journal_without_the_reason_column(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A journal an older daemon still writes (schema 6): no reason, nothing fails."""
+    rows = Rows(tmp_path)
+    rows.attach("c1", pod="shop/web")
+    rows.conn.execute("ALTER TABLE operations DROP COLUMN reason")
+    rows.conn.close()
+    code, out, _ = run(tmp_path, capsys, "journal", "--container", "c1", "--json")
+    assert code == 0
+    assert [(o["verb"], o["reason"]) for o in json.loads(out)["operations"]] == [("ADD", None)]
 
 
 # --- ipam show NETWORK ------------------------------------------------------------------------

@@ -1,13 +1,14 @@
 """We test these aspects of ``parse_time`` (``--at``/``--since``): durations ago, UNIX
-times, ISO 8601 times with and without a zone, and refusal of anything else."""
+times, RFC 3339 times with a zone or offset, without one (read as UTC, or as local time
+with ``local``, and a note saying which), and refusal of anything else."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 
-from netctl.journal.query import parse_time
+from netctl.journal.query import parse_time, read_time
 
 NOW = 1_700_000_000.0
 
@@ -45,11 +46,29 @@ def test_iso_times_with_zone(value: str, expected: float) -> None:
     assert parse_time(value, now=NOW) == expected
 
 
-def test_iso_time_without_zone_is_local() -> None:
+def test_iso_time_without_zone_is_utc_and_says_so() -> None:
+    """The default platform teams expect: UTC, the zone the journal prints its times in."""
+    utc = datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
+    for value in ("2023-11-14T22:13:20", "2023-11-14 22:13:20"):
+        read = read_time(value)
+        assert read.seconds == utc.timestamp() == parse_time(value)
+        assert "read as UTC" in read.note and repr(value) in read.note
+    assert parse_time("2023-11-14") == datetime(2023, 11, 14, tzinfo=UTC).timestamp()
+    assert read_time("2023-11-14T22:13:20Z").note == ""  # a zone given: nothing to say
+    assert read_time("5m", now=NOW).note == "" and read_time("1700000000").note == ""
+
+
+def test_iso_time_without_zone_with_local_is_local() -> None:
     local = datetime(2023, 11, 14, 22, 13, 20).astimezone()
-    assert parse_time("2023-11-14T22:13:20") == local.timestamp()
-    assert parse_time("2023-11-14 22:13:20") == local.timestamp()
-    assert parse_time("2023-11-14") == datetime(2023, 11, 14).timestamp()
+    read = read_time("2023-11-14T22:13:20", local=True)
+    assert read.seconds == local.timestamp()
+    assert "read as local time (UTC" in read.note
+    # an offset given wins over --local
+    assert read_time("2023-11-14T22:13:20+00:00", local=True).seconds == utc_ts()
+
+
+def utc_ts() -> float:
+    return datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC).timestamp()
 
 
 @pytest.mark.parametrize("bad", [

@@ -1,0 +1,81 @@
+"""``netctl journal`` for a person: the one answer of :func:`netctl.journal.query.journal`
+(``--json`` prints it whole) as tables. Pure: the document in, lines out, nothing left out —
+every attachment, allocation, block and operation of the document is a row, so the table
+and the JSON cannot say different things.
+
+Times are RFC 3339 with milliseconds: UTC with ``Z`` (``2026-11-25T23:41:07.123Z``), or
+with ``local`` this machine's local time with its offset (``2026-11-26T00:41:07.123+01:00``).
+The document keeps UNIX seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+ATTACHMENT_COLUMNS = ["container", "pod", "network", "ifname", "addresses", "state", "since",
+                      "until"]
+ALLOCATION_COLUMNS = ["pool", "address", "container", "pod", "ifname", "since", "until"]
+BLOCK_COLUMNS = ["block", "pool", "node", "since", "until"]
+OPERATION_COLUMNS = ["id", "verb", "container", "pod", "origin", "state", "code", "started",
+                     "reason", "error"]
+
+
+def rfc3339(t: float | None, local: bool = False) -> str:
+    """UNIX seconds as RFC 3339 with milliseconds, UTC (``Z``) or local with its offset;
+    ``-`` for no time."""
+    if t is None:
+        return "-"
+    when = datetime.fromtimestamp(t, UTC)
+    if local:
+        when = when.astimezone()
+    text = when.isoformat(timespec="milliseconds")
+    return text[:-6] + "Z" if text.endswith("+00:00") and not local else text
+
+
+def cell(value: Any) -> str:
+    """A value as one table cell: ``-`` for none, white space (a plugin's multi-line
+    error) folded to single spaces so that a row stays one line."""
+    text = " ".join(str(value).split()) if value is not None else ""
+    return text or "-"
+
+
+def table(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    cells = [[cell(r.get(c)) for c in cols] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+              for row in cells]
+    return "\n".join(lines)
+
+
+def _timed(rows: list[dict[str, Any]], local: bool) -> list[dict[str, Any]]:
+    return [{**r, "since": rfc3339(r.get("since"), local),
+             "until": rfc3339(r.get("until"), local)} for r in rows]
+
+
+def render(doc: Mapping[str, Any], local: bool = False) -> tuple[list[str], list[str]]:
+    """(stdout lines, stderr notes): the attachments' table always (its header alone when
+    none matched), then the allocations, blocks and operations each when there are any."""
+    local = bool(local)
+    notes = [str(n) for n in doc.get("notes") or []]
+    if doc.get("older_attachments"):
+        notes.append(f"(the newest {len(doc['attachments'])} attachments; older ones not "
+                     "shown: --limit 0 for all)")
+    if doc.get("older_operations"):
+        notes.append(f"(the newest {len(doc['operations'])} operations of what was asked; "
+                     "older ones not shown: narrow it with --since)")
+    atts = [{**a, "addresses": ",".join(a["addresses"]) or "-"}
+            for a in _timed(list(doc["attachments"]), local)]
+    out = table(atts, ATTACHMENT_COLUMNS).splitlines()
+    if doc.get("allocations"):
+        out += ["", *table(_timed(list(doc["allocations"]), local),
+                           ALLOCATION_COLUMNS).splitlines()]
+    if doc.get("blocks"):  # ipam-backend: kubernetes — whose block held it, so whose journal
+        out += ["", *table(_timed(list(doc["blocks"]), local), BLOCK_COLUMNS).splitlines()]
+    if doc.get("operations"):
+        ops = [{**op, "container": op["container_id"],
+                "started": rfc3339(op["started_at"], local)} for op in doc["operations"]]
+        out += ["", *table(ops, OPERATION_COLUMNS).splitlines()]
+    return out, notes
