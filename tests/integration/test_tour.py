@@ -3,7 +3,9 @@ guide is its output) runs on a real daemon and shows what the guide says it show
 ``netctl status`` exits 2 while the daemon is down and 0 when it is ready; the pools and
 the allocations; the journal naming the pod that held an address at a past time; a
 sandbox gone without a DEL found as a leak, planned by ``reconcile --dry-run``, DELeted by
-``netctl reconcile`` and no longer a leak; the metrics counting the requests; logfmt log
+``netctl reconcile`` and no longer a leak; a NAD with a typo making a stuck attachment:
+``status`` degraded (3), ``forget`` refused while its netns exists, its address released
+once it is gone, then forgotten and ready again; the metrics counting the requests; logfmt log
 lines carrying the operation's identifiers. Its trap leaves nothing behind."""
 
 from __future__ import annotations
@@ -49,7 +51,16 @@ def test_tour() -> None:
     statuses = [k for k in found if k.startswith("netctl status")]
     # down before the start and after SIGTERM (2), ready in between (0)
     exits = [next(line for line in found[k] if line.startswith("(exit")) for k in statuses]
-    assert exits == ["(exit 2)", "(exit 0)", "(exit 0)", "(exit 2)"]
+    # … and degraded (3) while db-1's attachment is stuck, ready again once forgotten
+    assert exits == ["(exit 2)", "(exit 0)", "(exit 0)", "(exit 3)", "(exit 0)", "(exit 2)"]
+    degraded = found[statuses[3]]
+    assert any(line.startswith("degraded") and "tour-db-1" in line for line in degraded)
+    forgets = [k for k in found if k.startswith("netctl forget")]
+    assert "still exists" in "\n".join(found[forgets[0]]) and "(exit 1)" in found[forgets[0]]
+    assert "forgot 1 attachments of container tour-db-1" in "\n".join(found[forgets[1]])
+    assert "did release the addresses of stuck attachment" in "\n".join(
+        found["netctl reconcile --socket $TOUR/run/netctl.sock #2"])
+    assert "FORGET" in one(found, "netctl journal --state-dir $TOUR/state --container")
     assert "ready: pid" in one(found, "netctl status --socket $TOUR/run/netctl.sock --cni")
     assert re.search(r"10\.251\.0\.0/28\s+10\.251\.0\.0/28\s+4\s+14\s+2\s+12",
                      one(found, "netctl ipam pools"))
