@@ -174,6 +174,10 @@ class Metrics:
         self.reconcile_findings = Counter(
             "netctl_reconcile_findings", "Leaks the reconcile rounds found and acted on, by "
             "reason", ["reason"], registry=r)
+        self.network_status_failures = Counter(
+            "netctl_network_status_writes_failed", "Attempts to write a pod's network-status "
+            "annotation that the API server did not take (the ADD's own, then each retry "
+            "in the background)", registry=r)
 
     # -- events: called by the daemon, the engine, the chains, the reconciler --------------
 
@@ -195,6 +199,9 @@ class Metrics:
     def reconciled(self, found: Mapping[str, int]) -> None:
         for reason, n in found.items():
             self.reconcile_findings.labels(reason).inc(n)
+
+    def network_status_write_failed(self) -> None:
+        self.network_status_failures.inc()
 
     # -- state -----------------------------------------------------------------------------
 
