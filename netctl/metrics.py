@@ -8,8 +8,10 @@ process-global one):
   a request answered (:meth:`~Metrics.request`), a delegate plugin run
   (:meth:`~Metrics.plugin_exec`), an ADD compensated (:meth:`~Metrics.compensation`),
   what the start-up replay and the reconcile rounds found (:meth:`~Metrics.replayed`,
-  :meth:`~Metrics.reconciled`). The daemon makes one :class:`Metrics` and hands it to
-  the engine, the chains and the reconciler; nothing else imports prometheus_client.
+  :meth:`~Metrics.reconciled`), a network-status write the API server did not take
+  (:meth:`~Metrics.network_status_write_failed`). The daemon makes one :class:`Metrics`
+  and hands it to the engine, the chains, the reconciler and Kubernetes mode; nothing else
+  imports prometheus_client.
 - **State** — requests in flight and queued, stuck attachments, pools, blocks, the
   journal's counters and size, the Kubernetes caches and API calls — is not copied into
   gauges as it changes: at scrape time a collector asks the daemon's ``snapshot``
