@@ -705,12 +705,13 @@ kube_status() {
     "$NETCTL" status --socket "$TMP/kube/$1/netctl.sock" --degraded-ok --json 2>/dev/null
 }
 
-# kube_watching NODE: whether NODE's daemon answers, watching pods and NADs, 3 NADs cached
+# kube_watching NODE: whether NODE's daemon answers ready, watching pods and NADs, 3 NADs
+# cached
 kube_watching() {
     local status
     status=$(kube_status "$1") || return 1
     json_py 'k = doc["kubernetes"]
-sys.exit(not (k["pods"]["state"] == k["nads"]["state"] == "watching"
+sys.exit(not (doc["ready"] and k["pods"]["state"] == k["nads"]["state"] == "watching"
               and k["nads"]["objects"] == 3))' <<<"$status"
 }
 
@@ -719,6 +720,9 @@ start_kube_nodes() {
     for node in "${KUBE_NODES[@]}"; do
         dir=$TMP/kube/$node
         mkdir -p "$dir/nets"
+        # its Node object, as kubelet registers it: a daemon whose --node-name names no
+        # Node is not ready (netctl status says so)
+        kube_api POST /api/v1/nodes "{\"apiVersion\": \"v1\", \"kind\": \"Node\", \"metadata\": {\"name\": \"$node\"}}" >/dev/null
         bridge_net podnet "${KUBE_BRIDGE[$node]}" "${KUBE_SUBNET[$node]}" >"$dir/cluster.conflist"
         cat >"$dir/daemon.json" <<EOF
 {"state-dir": "$dir/state", "socket": "$dir/netctl.sock", "networks-dir": "$dir/nets",
@@ -734,7 +738,7 @@ EOF
     for node in "${KUBE_NODES[@]}"; do
         wait_until "$READY_TIMEOUT" "$node's watches" kube_watching "$node"
     done
-    ok "both daemons watch their node's pods and every NAD (netctl status: watching, 3 NADs)"
+    ok "both daemons ready, watching their node's pods and every NAD (netctl status: watching, 3 NADs)"
 }
 
 # kube_conf NODE: the conf NODE's runtime passes (as install-cni --auto-config writes it:

@@ -55,7 +55,7 @@ from netctl.errors import (
 from netctl.ipam.planner import Allocation
 from netctl.ipam.store import IndexStore
 from netctl.journal.pruner import Pruner
-from netctl.journal.records import Attachment
+from netctl.journal.records import Attachment, OpStart
 from netctl.journal.retention import (
     DEFAULT_ALLOCATIONS,
     DEFAULT_JOURNAL,
@@ -79,6 +79,8 @@ if TYPE_CHECKING:  # the client is imported in Kubernetes mode only: it costs �
     from netctl.kube.informer import Informer
     from netctl.kube.objects import Block
     from netctl.kube.pods import NadSource, PodSource
+    from netctl.kube.statuswrites import StatusWrites
+    from netctl.kube.thisnode import NodeCheck
 
 log = logging.getLogger("netctl.daemon")
 
@@ -204,12 +206,21 @@ async def _in_scope(scope: trio.CancelScope, fn: Callable[[], Awaitable[None]]) 
 
 @dataclass
 class KubeMode:
-    """Kubernetes mode's parts: the API, the node's pods, the cluster's NADs."""
+    """Kubernetes mode's parts: the API, this node's Node, its pods, the cluster's NADs, the
+    network-status writes retried in the background.
+
+    :meth:`run` carries the watches and the deletions until :meth:`stop` (SIGTERM), which
+    cancels them first — a deletion the API server sends meanwhile is dropped with them
+    (the next start's relist finds the pod gone) — and lets the network-status writes
+    still pending make their last attempt."""
 
     api: Api
     node: str
     pods: PodSource
     nads: NadSource
+    this_node: NodeCheck
+    writes: StatusWrites
+    journal: Journal
     deleted: trio.MemorySendChannel[Pod]
     deletions: trio.MemoryReceiveChannel[Pod]
     required: bool = False  # network-status-required
@@ -219,15 +230,18 @@ class KubeMode:
     asked: trio.MemoryReceiveChannel[Block] | None = None  # borrows of our blocks' addresses
     status_failures: int = 0
     last_status_failure: str = ""
+    watching: trio.CancelScope = dataclasses.field(default_factory=trio.CancelScope)
 
     @classmethod
-    async def connect(cls, cfg: DaemonConfig) -> KubeMode:
+    async def connect(cls, cfg: DaemonConfig, journal: Journal, metrics: Metrics) -> KubeMode:
         node = cfg.node_name or os.environ.get("NODE_NAME", "")
         if not node:
             raise CNIError(INVALID_CONFIG, "Kubernetes mode needs the node's name: "
                            "--node-name, or NODE_NAME in the environment")
         from netctl.kube.api import Api, ApiError, KubeSettings
         from netctl.kube.pods import NadSource, PodSource
+        from netctl.kube.statuswrites import StatusWrites
+        from netctl.kube.thisnode import NodeCheck
 
         try:
             api = await Api.connect(KubeSettings(cfg.kubeconfig, cfg.in_cluster,
@@ -235,8 +249,11 @@ class KubeMode:
         except ApiError as exc:
             raise CNIError(INVALID_CONFIG, exc.reason) from None
         send, receive = trio.open_memory_channel[Pod](math.inf)
+        writes = StatusWrites(api, on_failure=metrics.network_status_write_failed,
+                              last_try=cfg.api_timeout + 1)
         return cls(api, node, PodSource(api, node, cfg.pod_wait, send.send_nowait),
-                   NadSource(api), send, receive, cfg.network_status_required)
+                   NadSource(api), NodeCheck(api, node), writes, journal, send, receive,
+                   cfg.network_status_required)
 
     def cluster_store(self, cfg: DaemonConfig, journal: Journal,
                       live: tuple[list[Allocation], dict[str, int]]) -> ClusterStore:
@@ -290,21 +307,45 @@ class KubeMode:
                 await trio.sleep(self.block_check if store.ready.is_set() else 1.0)
 
     async def write_status(self, inv: Invocation, atts: list[Attachment]) -> str:
-        """After a successful ADD: the pod's network-status. A failure is a warning the
-        engine journals; with ``network-status-required`` it fails the ADD (code 11: the
-        engine undoes it and the runtime retries)."""
+        """After a successful ADD: the pod's network-status (guarded by the pod's UID). A
+        failure is a warning the engine journals, and the write goes on in the background
+        (:mod:`netctl.kube.statuswrites`) until the pod has it, is gone or replaced, or the
+        attachments are DELeted; with ``network-status-required`` it fails the ADD instead
+        (code 11: the engine undoes it and the runtime retries)."""
         if not inv.pod.name:
             return ""
-        value = annotation_value(network_status(atts))
-        from netctl.kube.pods import write_network_status
+        from netctl.kube.objects import is_static
+        from netctl.kube.statuswrites import Write, patch_status
 
-        warning = await write_network_status(self.api, inv.pod.namespace, inv.pod.name, value)
-        if warning:
-            self.status_failures += 1
-            self.last_status_failure = warning
+        namespace, name = inv.pod.namespace, inv.pod.name
+        cached = self.pods.informer.cache.get((namespace, name))
+        uid = cached.metadata.uid if cached is not None and (is_static(cached) or not
+                                                             inv.pod.uid) else inv.pod.uid
+        ids = {a.id for a in atts}
+
+        async def current() -> bool:
+            """The ADD's attachments are all still live (no DEL, no newer ADD meanwhile)."""
+            return ids <= {a.id for a in await self.journal.live_attachments(inv.container_id)}
+
+        async def written() -> None:
+            await self.journal.one_transaction(OpStart(
+                verb="ANNOTATE", container_id=inv.container_id, netns=inv.netns,
+                ifname=inv.ifname, caller_network=inv.conf_name, pod=inv.pod,
+                origin="kubernetes"))
+
+        write = Write(namespace, name, uid, annotation_value(network_status(atts)),
+                      current, written)
+        if await patch_status(self.api, write) != "failed":
+            return ""  # written, or the pod is gone or replaced: nothing to annotate
+        self.writes.on_failure()
+        self.status_failures += 1
+        self.last_status_failure = warning = write.warning
+        if self.required:
             log.warning("%s", warning)
-            if self.required:
-                raise CNIError(TRY_AGAIN_LATER, f"{warning} (network-status-required)")
+            raise CNIError(TRY_AGAIN_LATER, f"{warning} (network-status-required)")
+        if self.writes.retry(write):
+            warning += "; retried in the background until the pod has it"
+        log.warning("%s", warning)
         return warning
 
     async def refused(self, inv: Invocation, exc: Refusal) -> None:
@@ -342,16 +383,27 @@ class KubeMode:
                 self.deleted.send_nowait(Pod(metadata=Meta(name=name, namespace=namespace,
                                                            uid=uid)))
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.pods.informer.run)
-            nursery.start_soon(self.nads.informer.run)
-            nursery.start_soon(gone_while_down)
-            if self.ipam is not None:
-                nursery.start_soon(self._cluster_ipam, self.ipam)
-            task_status.started()
-            async for pod in self.deletions:
-                nursery.start_soon(later, pod)
-            nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as outer:
+            await outer.start(self.writes.run)  # until stop(), then their last attempts
+            with self.watching:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self.this_node.run)
+                    nursery.start_soon(self.pods.informer.run)
+                    nursery.start_soon(self.nads.informer.run)
+                    nursery.start_soon(gone_while_down)
+                    if self.ipam is not None:
+                        nursery.start_soon(self._cluster_ipam, self.ipam)
+                    task_status.started()
+                    async for pod in self.deletions:
+                        nursery.start_soon(later, pod)
+
+    def stop(self) -> None:
+        """End :meth:`run`: the watches and the deletions waiting out their grace are
+        cancelled at once (the channel of deletions stays open: a deletion the informer
+        is handing over right now is dropped, not an error; the next start's relist finds
+        that pod gone), and the network-status writes still pending try once more."""
+        self.watching.cancel()
+        self.writes.stop()
 
     async def close(self) -> None:
         """Close the API client (its connections), shielded and bounded: also on the
@@ -366,7 +418,8 @@ class KubeMode:
         return daemon_reasons(journal_writable=journal_writable,
                               pods_synced=self.pods.informer.synced.is_set(),
                               nads_synced=self.nads.informer.synced.is_set(),
-                              ipam_ready=self.ipam.ready.is_set() if self.ipam else None)
+                              ipam_ready=self.ipam.ready.is_set() if self.ipam else None,
+                              node=self.node, node_exists=self.this_node.exists)
 
     def watches(self) -> dict[str, tuple[bool, float | None]]:
         """Each cache's resource: whether it is watching, and its age (the metrics)."""
@@ -378,13 +431,15 @@ class KubeMode:
         return {name: (inf.state == "watching", inf.age()) for name, inf in informers}
 
     def status(self) -> dict[str, Any]:
-        return {"node": self.node, "api_server": self.api.host,
+        return {"node": self.node, "node_object": self.this_node.status(),
+                "api_server": self.api.host,
                 "pods": self.pods.informer.status(), "nads": self.nads.informer.status(),
                 "credential_reloads": self.api.credential_reloads,
                 "ipam": self.ipam.status() if self.ipam is not None else None,
                 "network_status_required": self.required,
                 "network_status_failures": self.status_failures,
                 "last_network_status_failure": self.last_status_failure,
+                "network_status_retries": self.writes.status(),
                 "api_calls": {f"{verb} {res}": n for (verb, res), n
                               in sorted(self.api.calls.items())}}
 
@@ -392,7 +447,9 @@ class KubeMode:
 async def run(cfg: DaemonConfig, *,
               task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
     async with open_journal(cfg.state_dir) as journal, contextlib.AsyncExitStack() as stack:
-        kube = await KubeMode.connect(cfg) if cfg.kubeconfig or cfg.in_cluster else None
+        metrics = Metrics()
+        kube = await KubeMode.connect(cfg, journal, metrics) \
+            if cfg.kubeconfig or cfg.in_cluster else None
         if kube is not None:
             stack.push_async_callback(kube.close)
         orphans = await trio.to_thread.run_sync(kill_orphans, journal.path)
@@ -412,7 +469,6 @@ async def run(cfg: DaemonConfig, *,
             raise CNIError(INVALID_CONFIG, f"ipam-backend {cfg.ipam_backend!r}: sqlite or "
                            "kubernetes")
         ipam.know_pools(await journal.pool_sizes())
-        metrics = Metrics()
         ipam_types = frozenset({"netctl-ipam", *cfg.ipam_takeover})
         delegates = Delegates(cfg.bin_dirs, cfg.plugin_timeout, owner=journal.path,
                               cancel_grace=cfg.cancel_grace, ipam_types=ipam_types)
@@ -583,6 +639,6 @@ async def run(cfg: DaemonConfig, *,
                     if events is not None:
                         events.stop()
                     if kube is not None:
-                        kube.deleted.close()  # ends kube.run; the server drains meanwhile
+                        kube.stop()  # ends kube.run; the server drains meanwhile
                     break
     log.info("netctl daemon stopped")

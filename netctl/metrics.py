@@ -8,8 +8,10 @@ process-global one):
   a request answered (:meth:`~Metrics.request`), a delegate plugin run
   (:meth:`~Metrics.plugin_exec`), an ADD compensated (:meth:`~Metrics.compensation`),
   what the start-up replay and the reconcile rounds found (:meth:`~Metrics.replayed`,
-  :meth:`~Metrics.reconciled`). The daemon makes one :class:`Metrics` and hands it to
-  the engine, the chains and the reconciler; nothing else imports prometheus_client.
+  :meth:`~Metrics.reconciled`), a network-status write the API server did not take
+  (:meth:`~Metrics.network_status_write_failed`). The daemon makes one :class:`Metrics`
+  and hands it to the engine, the chains, the reconciler and Kubernetes mode; nothing else
+  imports prometheus_client.
 - **State** — ready and degraded, requests in flight and queued, stuck attachments,
   pools, blocks, the journal's counters and size, the Kubernetes caches and API calls and
   answers — is not copied into
@@ -209,6 +211,10 @@ class Metrics:
         self.reconcile_findings = Counter(
             "netctl_reconcile_findings", "Leaks the reconcile rounds found and acted on, by "
             "reason", ["reason"], registry=r)
+        self.network_status_failures = Counter(
+            "netctl_network_status_writes_failed", "Attempts to write a pod's network-status "
+            "annotation that the API server did not take (the ADD's own, then each retry "
+            "in the background)", registry=r)
 
     # -- events: called by the daemon, the engine, the chains, the reconciler --------------
 
@@ -230,6 +236,9 @@ class Metrics:
     def reconciled(self, found: Mapping[str, int]) -> None:
         for reason, n in found.items():
             self.reconcile_findings.labels(reason).inc(n)
+
+    def network_status_write_failed(self) -> None:
+        self.network_status_failures.inc()
 
     # -- state -----------------------------------------------------------------------------
 

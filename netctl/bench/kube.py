@@ -95,7 +95,7 @@ from netctl.cni.config import parse_chain
 from netctl.daemon import DaemonConfig
 from netctl.harness import SYSTEM_CNI, CNIResult
 from netctl.kube.objects import NETWORK_STATUS, NETWORKS
-from netctl.kubefake import FakeKube, nad, pod
+from netctl.kubefake import FakeKube, nad, node, pod
 
 NODE = "bench-node"
 CLUSTER_NAMESPACE = "kube-system"  # multusNamespace's default: where clusterNetwork is
@@ -640,7 +640,7 @@ class KubeBench(Bench):
     def memory(self) -> dict[str, Any]:
         """The kube daemon started on the empty fake, then filled, then restarted."""
         self.daemon.start()
-        self.kube.wait_watches(2)
+        self.kube.wait_watches(3)  # its Node, its pods, the NADs
         self.wait_caches(self.daemon, 0, 0)
         empty = self.daemon.rss_kib()
         progress(f"kube daemon on an empty fake: RSS {empty} KiB; creating {self.nads} NADs "
@@ -677,6 +677,7 @@ class KubeBench(Bench):
 
     def measure(self) -> Measured:
         self.kube.open()
+        self.kube.create("nodes", node(NODE))  # the daemon is not ready without its Node
         self.daemon.settings.update({
             "kubeconfig": str(self.kube.kubeconfig(self.root / "kubeconfig")),
             "node-name": NODE})

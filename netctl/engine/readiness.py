@@ -40,13 +40,20 @@ def not_ready(path: str, verb: str, waited: float = 0.0) -> CNIError:
 
 
 def daemon_reasons(*, journal_writable: bool, pods_synced: bool | None = None,
-                   nads_synced: bool | None = None, ipam_ready: bool | None = None
-                   ) -> list[str]:
+                   nads_synced: bool | None = None, ipam_ready: bool | None = None,
+                   node: str = "", node_exists: bool | None = None) -> list[str]:
     """Why the daemon cannot serve ADDs now (empty: it can). ``None``: not in this mode
-    (no Kubernetes, or ``ipam-backend: sqlite``)."""
+    (no Kubernetes, or ``ipam-backend: sqlite``). In Kubernetes mode ``node`` is the
+    daemon's ``--node-name`` and ``node_exists`` whether the API server has a Node of that
+    name (``None``: not read yet): a wrong name (the short hostname where kubelet
+    registered the FQDN) watches no pod at all, so it is a reason of its own."""
     reasons = []
     if not journal_writable:
         reasons.append("the journal is not writable (its file or directory refuses writes)")
+    if node and node_exists is None:
+        reasons.append(f"the Node {node!r} has not been read from the API server yet")
+    elif node and node_exists is False:
+        reasons.append(node_missing(node))
     if pods_synced is False:
         reasons.append("the pods cache has not listed this node's pods from the API server "
                        "yet")
@@ -57,6 +64,14 @@ def daemon_reasons(*, journal_writable: bool, pods_synced: bool | None = None,
         reasons.append("the cluster-wide IPAM (ipam-backend: kubernetes) is not ready: its "
                        "blocks are not settled with the API server yet")
     return reasons
+
+
+def node_missing(node: str) -> str:
+    """The reason (and log line) while the API server has no Node named ``node``."""
+    return (f"the API server has no Node named {node!r}: --node-name (or NODE_NAME) must be "
+            "the name kubelet registered the node with (kubectl get nodes; often the FQDN, "
+            "not the short hostname); until then no pod of this node is watched and a pod "
+            "deleted through the API is never cleaned")
 
 
 def daemon_not_ready(reasons: list[str]) -> CNIError:

@@ -43,8 +43,9 @@ RULES: tuple[Rule, ...] = (
          "tell a pod why its networks were refused (a malformed annotation, an unknown or "
          "forbidden NAD); patch counts a repeated event instead of creating another"),
     Rule(CORE, "nodes", ("get", "list", "watch"),
-         "cluster IPAM: the nodes that are gone, whose address blocks are reclaimed after a "
-         "grace period"),
+         "this node's own Node (field selector metadata.name), listed then watched: not "
+         "ready while --node-name names no Node; cluster IPAM: the nodes that are gone, "
+         "whose address blocks are reclaimed after a grace period"),
     Rule(IPAM_GROUP, "ipamblocks",
          ("create", "get", "list", "watch", "update", "delete"),
          "cluster IPAM: claim a node's address block by creating it (AlreadyExists: taken), "

@@ -23,7 +23,8 @@ cniVersion netctl serves (0.3.x and 0.4.0 carry the same fields as 1.x here):
 
 :func:`annotation_value` prints each entry as Go's ``json.MarshalIndent(entry, "",
 "    ")`` does, joined by ``,`` inside ``[…]``; :func:`patch_body` wraps the value in the
-JSON merge patch the kube client sends (``application/merge-patch+json``).
+JSON merge patch the kube client sends (``application/merge-patch+json``), with the pod's
+UID as a precondition when it is known.
 """
 
 from __future__ import annotations
@@ -68,9 +69,14 @@ def annotation_value(entries: Sequence[Mapping[str, Any]]) -> str:
     return "[" + ",".join(_go_json(entry) for entry in entries) + "]"
 
 
-def patch_body(value: str) -> bytes:
-    """The JSON merge patch that sets the annotation to ``value``."""
-    return msgspec.json.encode({"metadata": {"annotations": {NETWORK_STATUS: value}}})
+def patch_body(value: str, uid: str = "") -> bytes:
+    """The JSON merge patch that sets the annotation to ``value``; with ``uid``, only on the
+    pod of that UID (the API server answers 409 for a pod replaced under the same name, as
+    kubelet's own status patches are guarded)."""
+    meta: dict[str, Any] = {"annotations": {NETWORK_STATUS: value}}
+    if uid:
+        meta = {"uid": uid, **meta}
+    return msgspec.json.encode({"metadata": meta})
 
 
 def _entries(result: Mapping[str, Any], name: str, default: bool,

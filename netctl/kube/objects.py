@@ -30,6 +30,7 @@ REASON_BAD_ANNOTATION = "InvalidNetworkAnnotation"  # a malformed selection
 REASON_NOT_FOUND = "NoNetworkFound"  # no such NAD (Multus' reason)
 REASON_FORBIDDEN = "NetworkNotAllowed"  # namespaceIsolation
 REASON_BAD_NAD = "InvalidNetworkConfig"  # a NAD whose spec.config netctl cannot run
+REASON_OTHER_NODE = "PodOfAnotherNode"  # a sandbox ADDed here for a pod bound elsewhere
 
 # The only annotations kept in memory: a pod's other annotations (often kilobytes:
 # kubectl's last-applied-configuration, the network-status netctl itself writes) are

@@ -4,7 +4,10 @@ them: watched caches, and a pod lookup that costs no API read in steady state.
 :class:`PodSource` watches the pods of one node (field selector ``spec.nodeName``).
 :meth:`PodSource.lookup` answers from the cache; a pod the watch has not delivered yet
 (kubelet often runs the sandbox before the watch brings its pod) is waited for up to
-``pod-wait`` seconds, then read with at most one GET. An API server that cannot be
+``pod-wait`` seconds, then read with at most one GET. A pod bound to another node
+(``spec.nodeName``: the GET finds any pod, the cache only this node's) is refused with
+code 7 naming both nodes (:func:`check_node`): its network-status is not this node's to
+write, and its deletion would never reach this node's watch. An API server that cannot be
 reached makes the lookup fail with code 11 (try again later), naming the server — an
 ADD that needs the pod cannot go on, while a DEL never needs it. Deleted pods are
 passed to ``on_deleted`` (the daemon DELetes their attachments after a grace period,
@@ -19,11 +22,10 @@ from collections.abc import Callable
 
 import msgspec
 
-from netctl.errors import TRY_AGAIN_LATER, CNIError
-from netctl.kube.api import PATCH_MERGE, Api, ApiError
+from netctl.errors import TRY_AGAIN_LATER, CNIError, Refusal
+from netctl.kube.api import Api, ApiError
 from netctl.kube.informer import Informer
-from netctl.kube.netstatus import patch_body
-from netctl.kube.objects import Nad, Pod
+from netctl.kube.objects import REASON_OTHER_NODE, Nad, Pod
 
 log = logging.getLogger("netctl.kube")
 
@@ -58,7 +60,26 @@ class PodSource:
                                "later") from None
             raise CNIError(TRY_AGAIN_LATER, f"pod {namespace}/{name}: the API server "
                            f"{self.api.host} answered {exc}") from None
-        return None if data is None else msgspec.json.decode(data, type=Pod)
+        if data is None:
+            return None
+        found = msgspec.json.decode(data, type=Pod)
+        check_node(found, self.node)
+        return found
+
+
+def check_node(pod: Pod, node: str) -> None:
+    """Refuse (code 7, a :class:`~netctl.errors.Refusal` with its Event) a pod that the API
+    server binds to another node than ``node``, naming both. A pod not bound yet (no
+    ``spec.nodeName``: no kubelet runs it) is left to the other checks."""
+    bound = pod.spec.nodeName
+    if not bound or bound == node:
+        return
+    ref = f"{pod.metadata.namespace}/{pod.metadata.name}"
+    raise Refusal(f"pod {ref} is bound to node {bound!r}, but this is node {node!r} "
+                  "(--node-name or NODE_NAME): refused; if both are this machine, set "
+                  f"--node-name to {bound!r}, the name kubelet registered",
+                  REASON_OTHER_NODE, f"its sandbox was ADDed on node {node!r}, not on its "
+                  f"node {bound!r}: is that node's --node-name wrong?", pod=ref)
 
 
 class NadSource:
@@ -75,19 +96,6 @@ class NadSource:
                            f"the cache of NADs is not filled yet ({self.informer.state}); "
                            "try again later")
         return self.informer.cache.get((namespace, name))
-
-
-async def write_network_status(api: Api, namespace: str, name: str, value: str) -> str:
-    """PATCH the pod's network-status annotation (a merge patch: no conflict to retry);
-    a warning when it could not be written, "" when it was or the pod is gone."""
-    try:
-        await api.request("patch", "PATCH", pod_path(namespace, name), body=patch_body(value),
-                          content_type=PATCH_MERGE)
-    except ApiError as exc:
-        if exc.status == 404:
-            return ""
-        return f"network-status of pod {namespace}/{name} not written: {exc}"
-    return ""
 
 
 async def post_event(api: Api, namespace: str, name: str, uid: str, reason: str,

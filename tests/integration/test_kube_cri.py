@@ -39,7 +39,7 @@ import pytest
 
 from netctl import harness
 from netctl.harness_podman import HostSnapshot
-from netctl.kubefake import FakeKube, nad, pod
+from netctl.kubefake import FakeKube, nad, node, pod
 from tests import cri
 from tests.conftest import (
     SYSTEM_CNI,
@@ -92,8 +92,9 @@ def start_daemon(daemon: Daemon, kube: FakeKube, tmp_path: Path) -> None:
         "blue", daemon.name("c1"), {"type": "netctl-ipam", "range": str(BLUE)})))
     daemon.settings.update({"kubeconfig": str(kube.kubeconfig(tmp_path / "kubeconfig")),
                             "node-name": NODE, "api-timeout": 3, "pod-wait": 0.5})
+    kube.create("nodes", node(NODE))
     daemon.start()
-    kube.wait_watches(2)  # pods (this node's) and NADs
+    kube.wait_watches(3)  # its Node, its pods and the NADs
 
 
 def runtime_dirs(daemon: Daemon, tmp_path: Path) -> tuple[Path, Path, Path]:

@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
-from netctl.kubefake import FakeKube, nad, pod
+from netctl.kubefake import FakeKube, nad, node, pod
 from tests.conftest import (
     Background,
     Daemon,
     bridge_ports,
+    free_port,
     ipam_bridge,
     netns_addrs,
     netns_links,
@@ -57,11 +58,13 @@ def start(daemon: Daemon, kube: FakeKube, tmp_path: Path, **settings: Any) -> No
         "blue", "default", _net(daemon, "blue", "k1", "10.184.1.0/24")))
     kube.create("network-attachment-definitions", nad(
         "green", "default", _net(daemon, "green", "k2", "10.184.2.0/24")))
+    if kube.get("nodes", None, NODE) is None:  # a daemon without its Node is not ready
+        kube.create("nodes", node(NODE))
     daemon.settings.update({"kubeconfig": str(kube.kubeconfig(tmp_path / "kubeconfig")),
                             "node-name": NODE, "pod-deleted-grace": 0.2, "api-timeout": 3,
                             "pod-wait": 0.5, **settings})
     daemon.start()
-    kube.wait_watches(2)  # pods (this node's) and NADs
+    kube.wait_watches(3)  # its Node, its pods and the NADs
 
 
 def add_pod(kube: FakeKube, name: str, annotations: dict[str, str] | None = None) -> str:
@@ -348,3 +351,209 @@ def test_a_rotated_token_is_read_again(daemon: Daemon, netns: Callable[[], str],
         assert daemon.status()["kubernetes"]["credential_reloads"] >= 1
         assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0
         assert kube.server_errors == []
+
+
+# -- the node's name (issue 16, defect 3) -----------------------------------------------------
+
+
+def test_a_node_name_the_api_server_has_no_node_of_is_not_ready_until_it_has(
+        daemon: Daemon, kube: FakeKube, tmp_path: Path) -> None:
+    """``--node-name`` names no Node (the short hostname where kubelet registered the FQDN):
+    the daemon says it is not ready — ``netctl status`` and the STATUS verb (code 50) name
+    the node and the setting — and logs it; once a Node of that name exists, it is ready."""
+    wrong = "nct-node-short"
+    start(daemon, kube, tmp_path, **{"node-name": wrong})
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["synced"], 10, "the pods listed")
+
+    def missing() -> dict[str, Any] | None:
+        doc = daemon.status()
+        return doc if any(f"no Node named {wrong!r}" in r for r in doc["reasons"]) else None
+
+    doc = wait_for(missing, 10, "not ready, for want of a Node of its name")
+    assert doc["ready"] is False and doc["kubernetes"]["node_object"]["exists"] is False, doc
+    assert [r for r in doc["reasons"] if "--node-name" in r], doc["reasons"]
+    res = daemon.cni("STATUS", "", None, daemon.conf("cluster", "1.1.0"), ifname="")
+    assert res.rc == 1 and res.out is not None and res.out["code"] == 50, res.describe()
+    assert wrong in res.out["msg"] and "--node-name" in res.out["msg"]
+    assert f"no Node named {wrong}" in daemon.log()
+
+    kube.create("nodes", node(wrong))
+    wait_for(lambda: daemon.status()["ready"], 10, "ready once its Node exists")
+    assert daemon.cni("STATUS", "", None, daemon.conf("cluster", "1.1.0"), ifname="").rc == 0
+    kube.delete("nodes", None, wrong)  # and not ready again when it goes
+    wait_for(lambda: not daemon.status()["ready"], 10, "not ready once its Node is deleted")
+
+
+def test_an_add_for_a_pod_of_another_node_is_refused_naming_both_nodes(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    """The pod the ADD names is bound to another node (the GET finds it; this node's cache
+    never has it): refused with code 7 naming both nodes, an Event on the pod; nothing
+    attached or journaled as attached, no network-status written on another node's pod."""
+    start(daemon, kube, tmp_path)
+    other = "nct-node-b"
+    uid = str(kube.create("pods", pod("far", node=other, annotations={
+        "k8s.v1.cni.cncf.io/networks": "blue"}))["metadata"]["uid"])
+    ns = netns()
+    res = cni(daemon, "ADD", "cfar", ns, "far", uid)
+    assert res.rc == 1 and res.out is not None and res.out["code"] == 7, res.describe()
+    assert "default/far" in res.out["msg"] and repr(other) in res.out["msg"] \
+        and repr(NODE) in res.out["msg"], res.out["msg"]
+    assert netns_links(ns) == ["lo"]
+    assert daemon.db("SELECT count(*) FROM attachments WHERE container_id='cfar'") == [(0,)]
+    assert daemon.db("SELECT count(*) FROM operations WHERE container_id='cfar'") == [(0,)]
+    assert STATUS not in kube.get("pods", "default", "far")["metadata"].get("annotations", {})
+    assert kube.count("patch", "pods") == 0
+    events = wait_for(lambda: [e for e in kube.list("events", "default")
+                               if e["involvedObject"]["name"] == "far"], 10, "the Event")
+    assert events[0]["reason"] == "PodOfAnotherNode" and other in events[0]["message"]
+    assert cni(daemon, "DEL", "cfar", ns, "far", uid).rc == 0
+
+
+# -- network-status when the API server does not take it (issue 16, defect 4) ----------------
+
+
+def _metric(port: int, name: str) -> float:
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(name + " ") or line.startswith(name + "{"))
+
+
+def annotate_ops(daemon: Daemon, container: str) -> list[tuple[str, int | None]]:
+    return [(state, code) for state, code in daemon.db(
+        "SELECT state, code FROM operations WHERE container_id=? AND verb='ANNOTATE' "
+        "ORDER BY id", (container,))]
+
+
+def test_a_network_status_the_api_does_not_take_at_once_is_written_later(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    """The API server refuses the network-status patch for a while: the ADD answers at once
+    with the warning, and the status is written in the background once the API server
+    takes it — no other request from the runtime — journaled (a failed ANNOTATE, then a
+    done one), counted in ``netctl status`` and the metric of failed writes."""
+    port = free_port()
+    start(daemon, kube, tmp_path, **{"metrics-addr": f"127.0.0.1:{port}"})
+    uid = add_pod(kube, "slow", {"k8s.v1.cni.cncf.io/networks": "blue"})
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 10, "the pod")
+    kube.forbid("patch", "pods")
+    ns = netns()
+    res = cni(daemon, "ADD", "cslow", ns, "slow", uid)
+    assert res.rc == 0, res.describe()
+    assert "network-status" in res.stderr, res.stderr
+    assert STATUS not in kube.get("pods", "default", "slow")["metadata"].get("annotations", {})
+    wait_for(lambda: kube.count("patch", "pods") >= 2, 20, "a retry refused too")
+    assert "background" in res.stderr, res.stderr
+    assert daemon.status()["kubernetes"]["network_status_retries"]["pending"] == [
+        ["default", "slow"]]
+    kube.forbid("patch", "pods", 0)  # the API server takes it now
+
+    annotations = wait_for(lambda: kube.get("pods", "default", "slow")["metadata"].get(
+        "annotations", {}).get(STATUS), 30, "the network-status written in the background")
+    assert {e["interface"] for e in json.loads(annotations)} == {"eth0", "net1"}
+    wait_for(lambda: annotate_ops(daemon, "cslow") == [("failed", 11), ("done", None)], 10,
+             "the eventual success journaled after the failure")
+    kstatus = daemon.status()["kubernetes"]
+    assert kstatus["network_status_retries"]["written_later"] == 1
+    assert kstatus["network_status_retries"]["pending"] == []
+    assert _metric(port, "netctl_network_status_writes_failed_total") >= 2
+    assert cni(daemon, "DEL", "cslow", ns, "slow", uid).rc == 0
+
+
+@pytest.mark.parametrize("meanwhile", ["pod deleted", "pod replaced", "attachments DELeted"])
+def test_a_network_status_retry_ends_when_its_pod_or_attachments_go(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path,
+        meanwhile: str) -> None:
+    """While the status is retried, the pod is deleted, or replaced under its name (another
+    UID), or the runtime DELetes the container: once the API server answers again, the
+    retry ends without writing anything (not on the replacement either) — not retried for
+    ever."""
+    start(daemon, kube, tmp_path, **{"pod-deleted-grace": 600})
+    uid = add_pod(kube, "p", {"k8s.v1.cni.cncf.io/networks": "blue"})
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 10, "the pod")
+    kube.forbid("patch", "pods")
+    ns = netns()
+    res = cni(daemon, "ADD", "cp", ns, "p", uid)
+    assert res.rc == 0 and "background" in res.stderr, res.describe()
+    if meanwhile == "attachments DELeted":
+        assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0
+    else:
+        kube.delete("pods", "default", "p")
+        if meanwhile == "pod replaced":
+            add_pod(kube, "p", {"k8s.v1.cni.cncf.io/networks": "blue"})
+    kube.forbid("patch", "pods", 0)
+    wait_for(lambda: daemon.status()["kubernetes"]["network_status_retries"]["abandoned"]
+             == 1, 30, "the retry ended")
+    retries = daemon.status()["kubernetes"]["network_status_retries"]
+    assert retries["pending"] == [] and retries["written_later"] == 0
+    after = kube.get("pods", "default", "p")
+    assert after is None or STATUS not in after["metadata"].get("annotations", {})
+    assert annotate_ops(daemon, "cp") == [("failed", 11)]
+    if meanwhile != "attachments DELeted":
+        assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0
+
+
+def test_sigterm_with_a_network_status_pending_exits_cleanly(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    """SIGTERM while a network-status is retried: one last attempt, the write left unwritten
+    named in the log, exit 0 without a traceback."""
+    start(daemon, kube, tmp_path)
+    uid = add_pod(kube, "p")
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 10, "the pod")
+    kube.forbid("patch", "pods")
+    assert cni(daemon, "ADD", "cp", netns(), "p", uid).rc == 0
+    patches = kube.count("patch", "pods")
+    assert daemon.stop() == 0
+    assert kube.count("patch", "pods") >= patches + 1  # the last attempt, at least
+    log = daemon.log()
+    assert "network-status of pod default/p not written" in log and "the daemon stop" in log
+    assert "Traceback" not in log, log[-3000:]
+
+
+# -- SIGTERM right after deletions through the API (issue 16, defect 9) ----------------------
+
+
+def test_sigterm_right_after_pods_deleted_through_the_api_exits_cleanly(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], background: Background,
+        tmp_path: Path) -> None:
+    """Pods deleted through the API, their DELETED events reaching the daemon as SIGTERM
+    does, with an ADD in flight — a few times over: each time the daemon drains the ADD
+    (its network-status written) and exits 0, with no traceback."""
+    gate = tmp_path / "gate"
+    start(daemon, kube, tmp_path)
+    kube.create("network-attachment-definitions", nad("held", "default", {
+        "cniVersion": "1.0.0", "name": "held", "plugins": [{"type": "gate", "gate": str(gate)}]}))
+    for round_ in range(4):
+        if round_:
+            gate.unlink()
+            daemon.start()
+            kube.wait_watches(3)
+        doomed = [f"d{round_}-{i}" for i in range(1500)]
+        for name in doomed:
+            add_pod(kube, name)
+        uid = add_pod(kube, f"busy{round_}", {"k8s.v1.cni.cncf.io/networks": "held"})
+        cached = 1501 + round_  # the busy pods of the rounds before stay
+        wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == cached  # noqa: B023
+                 and daemon.status()["kubernetes"]["nads"]["objects"] == 4, 20,
+                 "the pods and the NAD in the caches")
+        container = f"cbusy{round_}"
+        call = background("ADD", container, netns(), daemon.conf("cluster", "1.0.0"),
+                          pod=f"default/busy{round_}",
+                          args=("IgnoreUnknown=1", f"K8S_POD_UID={uid}"))
+        wait_for(lambda: step_states(daemon, container).get("gate") == "running",  # noqa: B023
+                 20, "the ADD in flight")
+        with kube.watches_held():  # the deletions reach the daemon all at once, as it stops
+            for name in doomed:
+                kube.delete("pods", "default", name)
+        assert daemon.proc is not None
+        daemon.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: not os.path.exists(daemon.socket), 10, "the socket removed")
+        gate.touch()
+        res = call.result(timeout=30)
+        assert res.rc == 0, res.describe()
+        assert daemon.proc.wait(30) == 0, daemon.log()[-3000:]
+        log = daemon.log()
+        assert "Traceback" not in log and "ClosedResourceError" not in log, log[-3000:]
+        assert STATUS in kube.get("pods", "default", f"busy{round_}")["metadata"]["annotations"]

@@ -29,7 +29,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from netctl.harness import SYSTEM_CNI, exec_plugin, netctl_argv
-from netctl.kubefake import FakeKube, nad
+from netctl.kubefake import FakeKube, nad, node
 from tests.conftest import Daemon, free_port, ipam_bridge, wait_for
 
 pytestmark = pytest.mark.netns
@@ -194,6 +194,7 @@ def test_status_not_ready_while_the_api_server_was_never_listed(
         port = with_metrics(daemon)
         daemon.settings.update({"kubeconfig": str(kube.kubeconfig(tmp_path / "kubeconfig")),
                                 "node-name": "node-a", "api-timeout": 2})
+        kube.create("nodes", node("node-a"))
         kube.stop()
         daemon.start()
         rc, doc = status(daemon)
