@@ -557,9 +557,11 @@ class Journal:
         return await self._read(fn)
 
     async def pool_sizes(self) -> dict[str, int]:
-        """Every pool's size (``ipam_pools``), for the metrics."""
-        return dict(await self._read(lambda db: db.execute(
-            "SELECT key, size FROM ipam_pools").fetchall()))
+        """Every pool's size (``ipam_pools``, kept as text: an IPv6 pool's size passes
+        SQLite's integers), for the metrics and the degraded status."""
+        rows = await self._read(lambda db: db.execute(
+            "SELECT key, size FROM ipam_pools").fetchall())
+        return {str(key): int(size) for key, size in rows}
 
     # -- blocks of the cluster-wide IPAM (migrations/0005_blocks.sql) ---------------------
 

@@ -25,7 +25,7 @@ import pytest
 
 from netctl import __version__, harness
 from netctl.harness import CNIResult, netctl_argv
-from netctl.kubefake import FakeKube, nad
+from netctl.kubefake import FakeKube, nad, node
 from tests.conftest import Daemon, free_port, ipam_bridge, wait_for
 from tests.integration.test_metrics import scrape, value
 
@@ -122,6 +122,13 @@ def test_a_pool_filled_to_the_threshold_is_degraded_until_freed(daemon: Daemon) 
         "degraded at 50%" in text.splitlines(), text
     assert value(scrape(port), "netctl_degraded") == 1
 
+    # a restart knows the pool from the journal (its size stored as text): the same answer
+    daemon.stop()
+    daemon.start()
+    rc, doc = status_json(daemon)
+    assert (rc, doc["state"], doc["pools"]) == (3, "degraded", [pool | {"used": 3,
+                                                                        "fraction": 0.5}]), doc
+
     assert ipam(daemon, "DEL", "tiny-2").rc == 0
     rc, doc = status_json(daemon)
     assert (rc, doc["state"], doc["degraded_reasons"]) == (0, "ready", [])
@@ -131,13 +138,14 @@ def test_a_pool_filled_to_the_threshold_is_degraded_until_freed(daemon: Daemon) 
 def test_a_kubernetes_scrape_has_the_process_the_build_and_api_answers_by_code(
         daemon: Daemon, netns: Callable[[], str], tmp_path: Path) -> None:
     with FakeKube(bookmark_interval=0.5) as kube:
+        kube.create("nodes", node("node-a"))  # the daemon is not ready without its Node
         kube.create("network-attachment-definitions", nad("cluster", "kube-system", ipam_bridge(
             "cluster", daemon.name("k0"), {"type": "netctl-ipam", "range": "10.237.2.0/24"})))
         port = with_metrics(daemon)
         daemon.settings.update({"kubeconfig": str(kube.kubeconfig(tmp_path / "kubeconfig")),
                                 "node-name": "node-a", "api-timeout": 3, "pod-wait": 0.2})
         daemon.start()
-        kube.wait_watches(2)
+        kube.wait_watches(3)
         wait_for(lambda: status_json(daemon)[0] == 0, 30, "ready")
         # a pod the API does not have: the ADD waits pod-wait, GETs it, and hears 404
         res = daemon.cni("ADD", "ghost-c1", netns(), daemon.conf("cluster", "1.0.0"),
