@@ -270,7 +270,10 @@ def _cmd_forget(args: argparse.Namespace) -> int:
     """End a container's stuck attachments by hand, through the daemon (it serializes
     with the runtime's requests and owns the addresses): exit 0 forgotten, 1 refused or
     the daemon unreachable."""
-    who = os.environ.get("SUDO_USER") or os.environ.get("USER") or ""
+    import pwd
+
+    who = os.environ.get("SUDO_USER") or os.environ.get("USER") or \
+        os.environ.get("LOGNAME") or pwd.getpwuid(os.getuid()).pw_name
     try:
         report = admin_request(args.socket, timeout=60, call="forget",
                                container=args.container, ifname=args.ifname or "",
