@@ -204,14 +204,20 @@ async def simulate(state_dir: str, lifecycles: int, settings: Retention, live: i
         every = max(1, groups // SAMPLES)
         # a pruner round every ROUNDS-th of the journal-retention in simulated time (the
         # daemon's rounds are 10 min apart: a sliver of 7 days), each a task beside the
-        # writes; a round still running when the next is due delays the next one only
+        # writes. A round still running when the next is due holds the workload until it
+        # ends: a daemon's round takes milliseconds of its 10 minutes, and time compressed
+        # a hundred thousand times must not starve the pruner (its batches are paced in
+        # real time), or the file would grow with the machine's speed, not the history
         per_round = max(1, int(settings.journal / ROUNDS / step)) if settings.enabled else 0
         due = trio.Semaphore(0)
+        round_done = trio.Event()
+        round_done.set()
 
         async def rounds() -> None:
             while True:
                 await due.acquire()
                 await pruner.prune_once()
+                round_done.set()
 
         async with trio.open_nursery() as background:
             if per_round:
@@ -227,7 +233,9 @@ async def simulate(state_dir: str, lifecycles: int, settings: Retention, live: i
                             nursery.start_soon(one_del, life)
                         del pods[:concurrency]
                 pods.extend(born)
-                if per_round and g % per_round == 0 and due.value == 0:
+                if per_round and g % per_round == 0:
+                    await round_done.wait()
+                    round_done = trio.Event()
                     due.release()
                 if g % every == every - 1:
                     await sample((g + 1) * concurrency)
