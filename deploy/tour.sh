@@ -55,30 +55,22 @@ show() {
     printf '(exit %s)\n' "$status"
 }
 
-cat >"$TMP/nets/$NET.yaml" <<EOF
+# nad NAME PLUGIN: a NAD file for a one-plugin network on the tour's pool
+nad() {
+    cat >"$TMP/nets/$1.yaml" <<EOF
 apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
 metadata:
-  name: $NET
+  name: $1
   namespace: default
 spec:
   config: |
-    {"cniVersion": "1.0.0", "name": "$NET",
-     "plugins": [{"type": "bridge", "bridge": "$BRIDGE",
-                  "ipam": {"type": "netctl-ipam", "range": "$SUBNET"}}]}
+    {"cniVersion": "1.0.0", "name": "$1",
+     "plugins": [{$2, "ipam": {"type": "netctl-ipam", "range": "$SUBNET"}}]}
 EOF
-cat >"$TMP/nets/$TYPO.yaml" <<EOF
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: $TYPO
-  namespace: default
-spec:
-  config: |
-    {"cniVersion": "1.0.0", "name": "$TYPO",
-     "plugins": [{"type": "macvlan", "master": "ntour-eht1",
-                  "ipam": {"type": "netctl-ipam", "range": "$SUBNET"}}]}
-EOF
+}
+nad "$NET" "\"type\": \"bridge\", \"bridge\": \"$BRIDGE\""
+nad "$TYPO" '"type": "macvlan", "master": "ntour-eht1"'  # a typo: no such link
 cat >"$TMP/daemon.yaml" <<EOF
 state-dir: $TMP/state
 socket: $TMP/run/netctl.sock
