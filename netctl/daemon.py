@@ -37,7 +37,8 @@ from netctl.engine.degraded import (
     pool_fills,
 )
 from netctl.engine.degraded import reasons as degraded_reasons
-from netctl.engine.engine import Engine, Limits, Reply
+from netctl.engine.engine import Cutover, Engine, Limits, Reply
+from netctl.engine.foreign import DEFAULT_MULTUS_CACHE, DEFAULT_RESULTS_CACHE
 from netctl.engine.ipam_plugin import IpamPlugin
 from netctl.engine.kubeselect import KubeSelector
 from netctl.engine.nads import NadResolver
@@ -113,6 +114,11 @@ class DaemonConfig:
     reconcile_grace: float = 30.0  # allocations younger than this are never released
     reconcile_events: bool = True  # reconcile on kernel and netns-dir events (watch.py)
     netns_dirs: tuple[str, ...] = ("/run/netns", "/var/run/netns")  # watched for deletions
+    # a DEL for a container netctl never saw (a pod from before the switch) runs what ran
+    # for it: Multus' cache of it, else the cluster network (netctl/engine/foreign.py)
+    cutover_dels: bool = True
+    multus_cache_dir: str = DEFAULT_MULTUS_CACHE  # Multus' cniDir
+    cni_results_dir: str = DEFAULT_RESULTS_CACHE  # libcni's cached ADD results
     # Kubernetes mode
     api_timeout: float = 10.0  # one API request (watches are renewed every 5 min)
     pod_wait: float = 2.0  # an ADD waits this long for the watch to bring an unseen pod
@@ -484,13 +490,15 @@ async def run(cfg: DaemonConfig, *,
             return daemon_reasons(journal_writable=writable) if kube is None \
                 else kube.not_ready(writable)
 
+        cutover = Cutover(cfg.cutover_dels, cfg.multus_cache_dir, cfg.cni_results_dir)
         if kube is None:
             engine = Engine(chains, NetworkDir(cfg.networks_dir), ArgsSelector(), admission,
-                            limits, health=not_ready, metrics=metrics)
+                            limits, health=not_ready, metrics=metrics, cutover=cutover)
         else:
             engine = Engine(chains, NadResolver(kube.nads, cfg.multus_conf_dir),
                             KubeSelector(kube.pods), admission, limits,
-                            after_add=kube.write_status, health=not_ready, metrics=metrics)
+                            after_add=kube.write_status, health=not_ready, metrics=metrics,
+                            cutover=cutover)
         plain = IpamPlugin(journal, ipam, admission, ipam_types, gc_grace=cfg.reconcile_grace)
         recorded = pending_dir(cfg.socket)
         reconciler = Reconciler(engine, ipam, cfg.reconcile_grace, pending=recorded,

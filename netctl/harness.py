@@ -397,7 +397,9 @@ class Daemon:
         config.write_text(json.dumps({
             "state-dir": str(self.state_dir), "socket": self.socket,
             "cni-bin-dir": ":".join(self.bin_dirs), "networks-dir": str(self.networks_dir),
-            **self.settings}))
+            # never the host's: a DEL of an unknown container reads these (engine/foreign.py)
+            "multus-cache-dir": str(self.root / "multus"),
+            "cni-results-dir": str(self.root / "cni-results"), **self.settings}))
         with open(self.log_path, "ab") as log:  # the child keeps its own copy
             started = time.perf_counter()
             self.proc = subprocess.Popen(netctl_argv("daemon", "--config", str(config)),

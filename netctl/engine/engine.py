@@ -11,7 +11,10 @@ handler. :meth:`Engine.handle` applies the table; the handlers only do the work.
   then runs every chain in one nursery. Any failure or cancellation cancels
   the siblings, and every step that started is DELeted again in reverse
   (shielded, with its own deadline).
-- DEL needs nothing but the journal; CHECK replays the stored results.
+- DEL needs nothing but the journal; CHECK replays the stored results. A DEL for a
+  container the journal has never seen (a pod created before the switch from Multus)
+  is carried out as Multus would: from Multus' own cache of the container, else the
+  cluster network alone (:mod:`netctl.engine.foreign`); it never fails for that.
 - GC DELetes this network's attachments that the runtime's valid list does not
   name (and that are older than ``gc_grace``); a GC without any list collects
   nothing.
@@ -24,6 +27,7 @@ handler. :meth:`Engine.handle` applies the table; the handlers only do the work.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -34,13 +38,15 @@ import msgspec
 import trio
 
 from netctl.cni import validate, versions
+from netctl.cni.config import parse_chain
 from netctl.cni.invoke import find_plugin
 from netctl.cni.netns import netns_state
 from netctl.cni.probe import check_delegate_version, supported_versions
 from netctl.cni.request import Invocation
-from netctl.engine import readiness
+from netctl.engine import foreign, readiness
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, StepError, served_config, served_ipam
+from netctl.engine.networks import inline
 from netctl.engine.plan import NetctlConf, Resolver, Selector, decode_conf, plan
 from netctl.errors import (
     CANCELLED,
@@ -69,6 +75,16 @@ def retry_at(failures: int, now: float | None = None) -> float:
     times: exponential back-off, capped."""
     delay = min(RETRY_CAP, RETRY_BASE * 2.0 ** max(0, failures - 1))
     return (time.time() if now is None else now) + delay
+
+
+@dataclass(frozen=True)
+class Cutover:
+    """Where a DEL for a container netctl never saw finds what ran for it
+    (:mod:`netctl.engine.foreign`); ``enabled`` False answers such a DEL "nothing"."""
+
+    enabled: bool = True
+    multus_cache: str = foreign.DEFAULT_MULTUS_CACHE
+    results_cache: str = foreign.DEFAULT_RESULTS_CACHE
 
 
 @dataclass
@@ -129,7 +145,7 @@ class Engine:
     def __init__(self, chains: Chains, networks: Resolver, selector: Selector,
                  admission: Admission, limits: Limits | None = None,
                  after_add: AfterAdd | None = None, health: Health | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, cutover: Cutover | None = None) -> None:
         self.chains = chains
         self.journal = chains.journal
         self.networks = networks
@@ -141,6 +157,7 @@ class Engine:
         self.after_add = after_add
         self.health = health  # the daemon's readiness, for the STATUS verb
         self.metrics = metrics or Metrics()
+        self.cutover = cutover or Cutover()
 
     # -- entry point ------------------------------------------------------------------------
 
@@ -303,6 +320,13 @@ class Engine:
     async def delete(self, inv: Invocation, origin: str = "runtime",
                      before: float | None = None) -> Reply:
         mine = await self.targets_of_del(inv, before)
+        unknown = ""
+        if not mine and self.cutover.enabled and \
+                not await self.journal.seen(inv.container_id):
+            reply = await self._delete_foreign(inv, origin)
+            if isinstance(reply, Reply):
+                return reply
+            unknown = reply  # nothing could run: journaled as a DEL of nothing, warned
         try:
             await self.delete_attachments(inv.container_id, mine, OpStart(
                 verb="DEL", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
@@ -314,7 +338,7 @@ class Engine:
                 raise
             return Reply(warning=f"{exc.msg}; left to the reconciler (netctl status shows "
                          "stuck attachments), so this DEL does not fail for ever")
-        return Reply()
+        return Reply(warning=unknown)
 
     async def delete_attachments(self, container_id: str, atts: list[Attachment],
                                  op: OpStart, why: str) -> None:
@@ -344,6 +368,87 @@ class Engine:
         log.info("DEL (%s) done in %.3fs: %s", op.origin, time.monotonic() - started,
                  _names(atts))
         await self.journal.finish(op_id, _del_end("done", None, None, atts, outcome))
+
+    async def _delete_foreign(self, inv: Invocation, origin: str) -> Reply | str:
+        """DEL a container the journal has never seen, as Multus would have: its
+        delegates from Multus' cache (which goes once they are all DELeted), else the
+        cluster network; journaled as one DEL whose attachments are those networks.
+
+        One try, never an error: a delegate whose DEL fails is journaled with its error
+        and named in the warning, and its attachment ends all the same — netctl cannot
+        tell a pod that had that network from one that never did (an ADD it refused), so
+        it keeps nothing stuck on its account. When nothing can run, the warning to give
+        (the caller journals a DEL of nothing)."""
+        nets, source = await trio.to_thread.run_sync(self._foreign_networks, inv)
+        if not nets:
+            return f"container {inv.container_id} is unknown to netctl and {source}: " \
+                "nothing DELeted"
+        atts: list[Attachment] = []
+        for net in nets:
+            try:
+                chain = parse_chain(net.config, f"{source}: network {net.name!r}")
+            except CNIError as exc:
+                log.warning("DEL of unknown container %s: %s; skipped", inv.container_id,
+                            exc.msg)
+                continue
+            atts.append(Attachment(
+                container_id=inv.container_id, ifname=net.ifname, network=net.name,
+                chain=chain, is_default=not atts, caller_network=inv.conf_name,
+                caller_ifname=inv.ifname, netns=inv.netns, pod=inv.pod,
+                steps_started=len(chain.plugins), result=foreign.cached_result(
+                    self.cutover.results_cache, chain.name, inv.container_id, net.ifname)))
+        if not atts:
+            return f"container {inv.container_id} is unknown to netctl, and no config of " \
+                f"{source} can run: nothing DELeted"
+        reason = f"a container netctl never saw (created before the switch): {source}"
+        op_id = await self.journal.begin(OpStart(
+            verb="DEL", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
+            caller_network=inv.conf_name, pod=inv.pod, request=inv.stdin, origin=origin,
+            reason=reason), adding=atts)
+        outcome: dict[int, list[StepError]] = {}
+        try:
+            await self.chains.delete_all(op_id, atts, outcome)
+        except BaseException as exc:
+            await self.journal.finish(op_id, _del_end("failed", CANCELLED, repr(exc), atts,
+                                                      outcome), retry_at=retry_at)
+            raise
+        failures = [e.msg for errs in outcome.values() for e in errs]
+        await self.journal.finish(op_id, OpEnd(
+            state="failed" if failures else "done", code=DEL_INCOMPLETE if failures else None,
+            error="; ".join(failures) or None, removed=atts))
+        log.info("DEL of container %s, unknown to netctl (%s): %s%s", inv.container_id,
+                 source, _names(atts), f"; failed: {'; '.join(failures)}" if failures else "")
+        if failures:
+            return Reply(warning=f"{reason}: tried once, not everything went: "
+                         + "; ".join(failures))
+        path = foreign.cache_path(self.cutover.multus_cache, inv.container_id)
+        if path is not None and source.startswith("Multus' cache"):
+            await trio.to_thread.run_sync(_remove, path)
+        return Reply()
+
+    def _foreign_networks(self, inv: Invocation) -> tuple[list[foreign.ForeignNet], str]:
+        """What ran for a container netctl never saw, and where that was read."""
+        path = foreign.cache_path(self.cutover.multus_cache, inv.container_id)
+        why = ""
+        if path is not None:
+            try:
+                with open(path, "rb") as fh:
+                    return foreign.multus_cache(fh.read(), inv.ifname), f"Multus' cache {path}"
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError) as exc:
+                why = f" (Multus' cache {path} unreadable: {exc})"
+        try:
+            conf = decode_conf(inv)
+            if conf.delegates:
+                net = inline(conf.delegates[0], 0)
+            else:
+                net = self.networks.resolve(conf.clusterNetwork,
+                                            inv.pod.namespace or conf.multusNamespace)
+        except CNIError as exc:
+            return [], f"its cluster network cannot be read ({exc.msg}){why}"
+        return ([foreign.ForeignNet(net.key, inv.ifname, msgspec.json.decode(net.chain.raw))],
+                f"its cluster network {net.key}{why}")
 
     # -- CHECK ------------------------------------------------------------------------------
 
@@ -429,6 +534,13 @@ class Engine:
     async def version(self, inv: Invocation) -> Reply:
         return Reply({"cniVersion": versions.LATEST,
                       "supportedVersions": list(versions.SUPPORTED)})
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _names(atts: list[Attachment]) -> str:

@@ -315,12 +315,13 @@ class Journal:
                     "INSERT INTO attachments (container_id, ifname, network, network_name,"
                     " is_default, caller_network, caller_ifname, netns, pod_namespace,"
                     " pod_name, pod_uid, cni_version, chain, capability_args, cni_args, state,"
-                    " add_op, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'adding',?,?)",
+                    " add_op, created_at, steps_started, result) VALUES"
+                    " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'adding',?,?,?,?)",
                     (att.container_id, att.ifname, att.network, att.chain.name,
                      int(att.is_default), att.caller_network, att.caller_ifname, att.netns,
                      att.pod.namespace, att.pod.name, att.pod.uid, att.chain.cni_version,
                      att.chain.raw, _json(att.capability_args), _json(att.cni_args), op_id,
-                     now))
+                     now, att.steps_started, _json(att.result)))
                 assert cur.lastrowid is not None
                 ids.append(cur.lastrowid)
             db.executemany("UPDATE attachments SET state='removing', del_op=? WHERE id=?",
@@ -455,6 +456,16 @@ class Journal:
                 "SELECT * FROM attachments WHERE state != 'removed' AND container_id=?"
                 " ORDER BY id", (container_id,)).fetchall())
         return [_attachment(r) for r in rows]
+
+    async def seen(self, container_id: str) -> bool:
+        """Whether the journal has any operation of this container (its live index
+        answers without a read while the container has something live)."""
+        if self.live.holds(container_id):
+            return True
+        rows = await self._read(lambda db: db.execute(
+            "SELECT 1 FROM operations WHERE container_id=? LIMIT 1",
+            (container_id,)).fetchall())
+        return bool(rows)
 
     async def stuck_attachments(self) -> list[dict[str, Any]]:
         """Attachments whose clean-up failed and that are not removed yet (for status)."""

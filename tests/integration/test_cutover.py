@@ -1,0 +1,173 @@
+"""We test these aspects of a node switched from Multus to netctl: a pod created before the
+switch — its delegates run the way Multus runs them (the cluster network on eth0, a
+secondary on net1, each exec'd directly, and Multus' scratch cache of the container
+written as Multus writes it) — releases everything when it is deleted after the switch:
+netctl DELs each network from Multus' cache (interfaces gone, host-local reservations
+released, the cache file removed), journals it as a DEL with its reason, and a repeated DEL
+changes nothing; without a Multus cache the cluster network alone is DELeted; a container
+netctl ADDed itself never takes that path; a truncated cache falls back to the cluster
+network; with ``cutover-dels: false`` such a DEL does nothing.
+
+Addresses: 10.238.0.0/24 (cluster), 10.238.1.0/24 (blue)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from netctl.harness import bridge_conf, exec_plugin, host_local, host_local_leases
+from tests.conftest import Daemon, netns_links
+
+pytestmark = pytest.mark.netns
+
+
+def networks(daemon: Daemon, veth_parent: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    cluster = bridge_conf("cluster", daemon.name("br"), host_local("10.238.0.0/24",
+                                                                   daemon.ipam_dir))
+    blue = {"cniVersion": "1.0.0", "name": "blue", "type": "macvlan", "master": veth_parent,
+            "mode": "bridge", "ipam": host_local("10.238.1.0/24", daemon.ipam_dir)}
+    daemon.add_network("cluster", cluster)
+    daemon.add_network("blue", blue)
+    return cluster, blue
+
+
+def as_multus(daemon: Daemon, container: str, ns: str, cluster: dict[str, Any],
+              blue: dict[str, Any] | None) -> None:
+    """ADD the pod's networks the way Multus does (each delegate exec'd, the cluster network
+    on eth0, the secondary on net1), then write Multus' scratch cache of the container."""
+    plugins = [(cluster["plugins"][0], "eth0", cluster)]
+    if blue is not None:
+        plugins.append((blue, "net1", blue))
+    for plugin, ifname, net in plugins:
+        conf = {"cniVersion": net["cniVersion"], "name": net["name"], **plugin}
+        res = exec_plugin(f"/usr/lib/cni/{plugin['type']}", "ADD", conf, container=container,
+                          netns=ns, ifname=ifname)
+        assert res.rc == 0, res.describe()
+    cache = [{"Conf": {"cniVersion": "", "name": "", "type": ""},
+              "ConfList": {"cniVersion": "1.0.0", "name": "cluster",
+                           "plugins": cluster["plugins"]},
+              "Name": "cluster", "IsFilterV4Gateway": False, "IsFilterV6Gateway": False,
+              "Bytes": base64.b64encode(json.dumps(cluster).encode()).decode()}]
+    if blue is not None:
+        cache.append({"Conf": blue, "ConfList": {"cniVersion": "", "name": "", "plugins": None},
+                      "Name": "blue", "IsFilterV4Gateway": False, "IsFilterV6Gateway": False,
+                      "Bytes": base64.b64encode(json.dumps(blue).encode()).decode()})
+    directory = daemon.root / "multus"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / container).write_text(json.dumps(cache))
+
+
+def dels_of(daemon: Daemon, container: str) -> list[tuple[str, str, str]]:
+    return [(v, s, r or "") for v, s, r in daemon.db(
+        "SELECT verb, state, reason FROM operations WHERE container_id = ? ORDER BY id",
+        (container,))]
+
+
+def test_a_pod_from_before_the_switch_releases_everything(
+        daemon: Daemon, netns: Callable[[], str], veth_parent: str) -> None:
+    cluster, blue = networks(daemon, veth_parent)
+    daemon.start()
+    ns, cid = netns(), "multus0123456789"
+    as_multus(daemon, cid, ns, cluster, blue)
+    assert sorted(netns_links(ns)) == ["eth0", "lo", "net1"]
+    assert len(host_local_leases(daemon.ipam_dir)) == 2
+
+    conf = daemon.conf("cluster")
+    res = daemon.cni("DEL", cid, ns, conf, pod="default/old")
+    assert res.rc == 0, res.describe()
+    assert netns_links(ns) == ["lo"]
+    assert host_local_leases(daemon.ipam_dir) == []
+    assert not (daemon.root / "multus" / cid).exists()
+    ops = dels_of(daemon, cid)
+    assert len(ops) == 1 and ops[0][:2] == ("DEL", "done"), ops
+    assert "never saw" in ops[0][2] and "Multus' cache" in ops[0][2]
+    steps = daemon.db("SELECT s.plugin_type, s.ifname, s.state FROM steps s JOIN operations o"
+                      " ON o.id = s.operation_id WHERE o.container_id = ? ORDER BY s.id",
+                      (cid,))
+    assert sorted(steps) == [("bridge", "eth0", "ok"), ("macvlan", "net1", "ok")]
+    assert daemon.db("SELECT network, ifname, state FROM attachments WHERE container_id = ?"
+                     " ORDER BY id", (cid,)) == [("cluster", "eth0", "removed"),
+                                                  ("blue", "net1", "removed")]
+    # containerd's second DEL (RemovePodSandbox): known now, nothing runs again
+    assert daemon.cni("DEL", cid, "", conf, pod="default/old").rc == 0
+    assert len(dels_of(daemon, cid)) == 2
+    assert len(daemon.db("SELECT 1 FROM steps s JOIN operations o ON o.id = s.operation_id"
+                         " WHERE o.container_id = ?", (cid,))) == 2
+
+
+def test_without_a_multus_cache_the_cluster_network_is_deleted(
+        daemon: Daemon, netns: Callable[[], str], veth_parent: str) -> None:
+    cluster, _ = networks(daemon, veth_parent)
+    daemon.start()
+    ns, cid = netns(), "nocache0123456789"
+    as_multus(daemon, cid, ns, cluster, None)
+    (daemon.root / "multus" / cid).unlink()  # no record of it (or Multus never had one)
+    assert len(host_local_leases(daemon.ipam_dir)) == 1
+    res = daemon.cni("DEL", cid, ns, daemon.conf("cluster"), pod="default/old")
+    assert res.rc == 0, res.describe()
+    assert host_local_leases(daemon.ipam_dir) == [] and netns_links(ns) == ["lo"]
+    assert "cluster network default/cluster" in dels_of(daemon, cid)[0][2]
+
+    # a truncated cache: the cluster network all the same, named in the reason
+    ns2, cid2 = netns(), "truncated0123456"
+    as_multus(daemon, cid2, ns2, cluster, None)
+    path = daemon.root / "multus" / cid2
+    path.write_text(path.read_text()[:40])
+    assert daemon.cni("DEL", cid2, ns2, daemon.conf("cluster")).rc == 0
+    assert host_local_leases(daemon.ipam_dir) == []
+    assert "unreadable" in dels_of(daemon, cid2)[0][2]
+
+
+def test_a_container_netctl_added_never_takes_that_path(
+        daemon: Daemon, netns: Callable[[], str], veth_parent: str) -> None:
+    networks(daemon, veth_parent)
+    daemon.start()
+    ns, conf = netns(), daemon.conf("cluster")
+    assert daemon.cni("ADD", "mine0123", ns, conf).rc == 0
+    assert daemon.cni("DEL", "mine0123", ns, conf).rc == 0
+    assert daemon.cni("DEL", "mine0123", ns, conf).rc == 0
+    assert [v for v, _, _ in dels_of(daemon, "mine0123")] == ["ADD", "DEL", "DEL"]
+    assert all(r == "" for _, _, r in dels_of(daemon, "mine0123"))
+
+
+def test_cutover_dels_off(daemon: Daemon, netns: Callable[[], str], veth_parent: str) -> None:
+    cluster, _ = networks(daemon, veth_parent)
+    daemon.settings["cutover-dels"] = False
+    daemon.start()
+    ns, cid = netns(), "off0123456789"
+    as_multus(daemon, cid, ns, cluster, None)
+    res = daemon.cni("DEL", cid, ns, daemon.conf("cluster"))
+    assert res.rc == 0, res.describe()
+    assert len(host_local_leases(daemon.ipam_dir)) == 1  # left, as the setting asks
+    exec_plugin("/usr/lib/cni/bridge", "DEL", {"cniVersion": "1.0.0", "name": "cluster",
+                                               **cluster["plugins"][0]},
+                container=cid, netns=ns)  # clean up as Multus would have
+
+
+def test_a_delegate_that_fails_is_tried_once_and_warned(
+        daemon: Daemon, netns: Callable[[], str], veth_parent: str) -> None:
+    """A cached delegate that cannot be DELeted (its plugin is gone from the node): the
+    DEL succeeds with a warning naming it, journaled as failed; nothing is left stuck (netctl
+    cannot tell whether the pod ever had it) and the cache file stays for an operator."""
+    cluster, _ = networks(daemon, veth_parent)
+    daemon.start()
+    ns, cid = netns(), "gone0123456789"
+    as_multus(daemon, cid, ns, cluster, None)
+    path = daemon.root / "multus" / cid
+    cache = json.loads(path.read_text())
+    gone = {"cniVersion": "1.0.0", "name": "gone", "type": "no-such-plugin"}
+    cache.append({"Conf": gone, "Name": "gone",
+                  "Bytes": base64.b64encode(json.dumps(gone).encode()).decode()})
+    path.write_text(json.dumps(cache))
+    res = daemon.cni("DEL", cid, ns, daemon.conf("cluster"))
+    assert res.rc == 0, res.describe()
+    assert "tried once" in res.stderr and "no-such-plugin" in res.stderr, res.stderr
+    assert host_local_leases(daemon.ipam_dir) == []  # the cluster network went
+    assert daemon.db("SELECT state FROM operations WHERE container_id = ?", (cid,)) == [
+        ("failed",)]
+    assert daemon.db("SELECT COUNT(*) FROM attachments WHERE state != 'removed'") == [(0,)]
+    assert path.exists()
