@@ -488,6 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--concurrency", type=int, default=8)
     b.add_argument("--networks", type=int, default=1)
     b.add_argument("--ipam", choices=["netctl-ipam", "host-local"], default="host-local")
+    b.add_argument("--plugin-binary", metavar="FILE", help="the thin plugin to install and "
+                   "exec (netctl install-cni --plugin-binary; default: the build), e.g. "
+                   "another version's to compare")
     b.add_argument("--json", action="store_true")
     b = bsub.add_parser("ipam", help="netctl-ipam as a plain IPAM plugin vs host-local")
     b.add_argument("--allocations", type=int, default=500)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"unicode/utf8"
@@ -58,7 +59,18 @@ func objectMembers(data []byte) ([]member, error) {
 	if !json.Valid(data) {
 		var v json.RawMessage
 		err := json.Unmarshal(data, &v) // for the decoder's precise message
-		if err == nil {
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) && syntax.Offset > 0 {
+			at := int(syntax.Offset)
+			from, to := at-16, at+16
+			if from < 0 {
+				from = 0
+			}
+			if to > len(data) {
+				to = len(data)
+			}
+			err = fmt.Errorf("%v at byte %d, near `%s`", err, at, data[from:to])
+		} else if err == nil {
 			err = errors.New("invalid JSON")
 		}
 		return nil, err
