@@ -42,8 +42,12 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
 
 def _cmd_install_cni(args: argparse.Namespace) -> int:
     from netctl import autoconfig
-    from netctl.install import install, uninstall
+    from netctl.install import InstallError, install, uninstall
 
+    if args.python is not None:
+        print("netctl install-cni: --python is gone: the plugin is a static executable now "
+              "and runs no interpreter on the host; drop the option", file=sys.stderr)
+        return 2
     if args.watch and (args.uninstall or not args.auto_config):
         print("netctl: --watch goes with --auto-config, not with --uninstall", file=sys.stderr)
         return 2
@@ -53,7 +57,17 @@ def _cmd_install_cni(args: argparse.Namespace) -> int:
         for path in removed:
             print(f"removed {path}")
         return 0
-    for path in install(args.bin_dir, args.python):
+    try:
+        written = install(args.bin_dir, args.plugin_binary)
+    except InstallError as exc:
+        print(f"netctl install-cni: {exc}; nothing installed in {args.bin_dir}",
+              file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"netctl install-cni: cannot write the plugin into {args.bin_dir}: {exc}",
+              file=sys.stderr)
+        return 1
+    for path in written:
         print(f"installed {path}", flush=True)
     if not args.auto_config:
         return 0
@@ -363,7 +377,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("install-cni", help="install the thin plugin into a CNI bin dir (and "
                        "with --auto-config put netctl in front of the node's primary CNI)")
     p.add_argument("--bin-dir", default="/opt/cni/bin")
-    p.add_argument("--python", help="interpreter for the plugin (default: this one)")
+    p.add_argument("--plugin-binary", metavar="FILE", help="the plugin executable to install "
+                   "(default: the checkout's build/plugin/netctl-cni, else "
+                   "/usr/lib/netctl/netctl-cni)")
+    p.add_argument("--python", help=argparse.SUPPRESS)  # gone: an error that says why
     p.add_argument("--cni-conf-dir", default=DEFAULT_CNI_CONF_DIR, metavar="DIR",
                    help="the runtime's CNI config dir (for --auto-config)")
     p.add_argument("--auto-config", action="store_true",
@@ -471,6 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--concurrency", type=int, default=8)
     b.add_argument("--networks", type=int, default=1)
     b.add_argument("--ipam", choices=["netctl-ipam", "host-local"], default="host-local")
+    b.add_argument("--plugin-binary", metavar="FILE", help="the thin plugin to install and "
+                   "exec (netctl install-cni --plugin-binary; default: the build), e.g. "
+                   "another version's to compare")
     b.add_argument("--json", action="store_true")
     b = bsub.add_parser("ipam", help="netctl-ipam as a plain IPAM plugin vs host-local")
     b.add_argument("--allocations", type=int, default=500)

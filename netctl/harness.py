@@ -373,9 +373,11 @@ class Daemon:
         """A host-unique link or netns name (≤15 characters)."""
         return f"{self.prefix}{what}"[:15]
 
-    def install_plugin(self) -> None:
-        """``netctl install-cni --bin-dir root/bin``."""
-        proc = run(netctl_argv("install-cni", "--bin-dir", str(self.root / "bin")))
+    def install_plugin(self, binary: str | None = None) -> None:
+        """``netctl install-cni --bin-dir root/bin`` (``--plugin-binary binary``: the
+        build's when None)."""
+        extra = ["--plugin-binary", binary] if binary else []
+        proc = run(netctl_argv("install-cni", "--bin-dir", str(self.root / "bin"), *extra))
         if proc.returncode != 0:
             raise HarnessError(f"netctl install-cni exited {proc.returncode}: "
                                f"{tail(proc.stderr)}")

@@ -20,6 +20,9 @@ nothing that is large (its targets come from the journal), and a refused DEL is
 retried by the runtime for ever. A plugin from before the raw ``config`` field
 grows stdin in its frame (up to about 7 times the pod's annotations, which Kubernetes
 caps at 256 KiB), which the ceiling leaves ample room for.
+
+Every answer carries the daemon's frame protocol (``proto``); a frame of a newer one is
+refused before anything is done (:func:`~netctl.cni.request.protocol_refusal`).
 """
 
 from __future__ import annotations
@@ -39,12 +42,14 @@ import trio
 from netctl import logs
 from netctl.cni.request import (
     DEL_CEILING,
+    PROTO,
     AdminRequest,
     Envelope,
     Invocation,
     Request,
     Response,
     decode,
+    protocol_refusal,
 )
 from netctl.cni.versions import LATEST
 from netctl.engine.engine import Reply
@@ -168,7 +173,7 @@ class Server:
             except (EOFError, trio.BrokenResourceError, trio.TooSlowError) as exc:
                 log.warning("dropped a connection: %s", exc)
                 return
-            data = msgspec.json.encode(response)
+            data = msgspec.json.encode(msgspec.structs.replace(response, proto=PROTO))
             try:
                 await stream.send_all(_HEADER.pack(len(data)) + data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -200,6 +205,11 @@ class Server:
                 raise CNIError(DECODE_FAILURE, f"malformed request frame: {exc}") from None
             if not admitted(size, limit, req.command):
                 raise too_large(size, limit)
+            refusal = protocol_refusal(req)
+            if refusal is not None:
+                log.warning("%s %s of %s refused: %s", req.plugin[:20], req.command[:20],
+                            req.container_id[:80], refusal.msg)
+                raise refusal
             if size > limit:
                 log.info("serving a DEL of %d bytes, over max-request-bytes (%d): no DEL is "
                          "refused for its size", size, limit)
@@ -237,7 +247,7 @@ class Server:
                        f"(its drain-timeout of {self.config.drain_timeout:g}s ran out); what "
                        "it had done is undone, or left to the next start-up replay to finish")
         data = msgspec.json.encode(Response(status=1, output=msgspec.json.encode(
-            err.to_json(version)).decode()))
+            err.to_json(version)).decode(), proto=PROTO))
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             try:
                 await stream.send_all(_HEADER.pack(len(data)) + data)

@@ -12,6 +12,7 @@ import json
 import secrets
 import socket
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,10 +35,22 @@ from netctl.harness import (  # noqa: F401  (the helpers the test modules import
 )
 
 NETCTL = str(Path(sys.executable).parent / "netctl")
-TEST_PLUGINS = Path(__file__).resolve().parent / "plugins"
+ROOT = Path(__file__).resolve().parent.parent
+TEST_PLUGINS = ROOT / "tests" / "plugins"
+PLUGIN_BINARY = ROOT / "build" / "plugin" / "netctl-cni"  # `make plugin` (the Makefile)
 RUN_TAG = secrets.token_hex(2)
 TEST_SETTINGS = {"log-level": "debug", "plugin-timeout": 5, "compensate-timeout": 20,
                  "drain-timeout": 10, "reconcile-interval": 0}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Every test runs the plugin binary built from the sources as they are: ``make
+    plugin`` rebuilds it when a source is newer (and does nothing otherwise)."""
+    proc = subprocess.run(["make", "-s", "-C", str(ROOT), "plugin"], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        pytest.exit(f"make plugin failed (the tests run the plugin binary it builds):\n"
+                    f"{proc.stdout}{proc.stderr}", returncode=1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

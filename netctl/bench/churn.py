@@ -61,11 +61,13 @@ from netctl.harness import SYSTEM_CNI, CNIResult
 
 
 class Churn(Bench):
-    def __init__(self, pods: int, concurrency: int, networks: int, ipam: str) -> None:
+    def __init__(self, pods: int, concurrency: int, networks: int, ipam: str,
+                 plugin_binary: str | None = None) -> None:
         super().__init__(concurrency)
         self.pods = pods
         self.k = networks
         self.ipam = ipam  # the netctl side's; the direct side always has host-local
+        self.plugin_binary = plugin_binary  # what install-cni installs; None: the build
 
     @staticmethod
     def pod(index: int) -> str:
@@ -175,7 +177,7 @@ class Churn(Bench):
     def measure(self) -> Measured:
         for subnet in pick_subnets(self.k, self.pods):
             self.add_network(subnet, netctl_ipam=self.ipam == "netctl-ipam")
-        self.daemon.install_plugin()
+        self.daemon.install_plugin(self.plugin_binary)
         progress(f"{self.k} networks {', '.join(str(n.subnet) for n in self.nets)}; "
                  "starting the daemon")
         self.daemon.start()
@@ -203,7 +205,7 @@ class Churn(Bench):
         problems += [f"direct: {m}" for m in direct.failures + direct_left]
         return Measured(
             params={"pods": self.pods, "concurrency": self.concurrency, "networks": self.k,
-                    "ipam": self.ipam,
+                    "ipam": self.ipam, "plugin_binary": self.plugin_binary or "the build",
                     "ipam_by_side": {"netctl": self.ipam, "direct": "host-local"}},
             parts={"subnets": [str(n.subnet) for n in self.nets], "netctl": n_rep,
                    "direct": d_rep, "ratio": ratios(n_rep, d_rep)},
@@ -300,6 +302,7 @@ def render_churn(report: dict[str, Any]) -> list[RenderableType]:
     out: list[RenderableType] = [
         f"netctl bench churn: {p['pods']} pods, concurrency {p['concurrency']}, "
         f"{p['networks']} network(s) of bridge, {p['cpus']} CPUs, prefix {report['prefix']}",
+        f"plugin: {p.get('plugin_binary', 'the build')} (installed by netctl install-cni)",
         f"IPAM: netctl side {sides['netctl']} ({how[sides['netctl']]}); direct side "
         f"{sides['direct']} ({how[sides['direct']]})",
         render.load_line(p), "",
@@ -363,5 +366,5 @@ def run_churn(args: argparse.Namespace) -> int:
     if why:
         print(f"netctl bench churn: {why}", file=sys.stderr)
         return 2
-    bench = Churn(args.pods, args.concurrency, args.networks, args.ipam)
+    bench = Churn(args.pods, args.concurrency, args.networks, args.ipam, args.plugin_binary)
     return drive(bench, "churn", bench.measure, render_churn, args.json)

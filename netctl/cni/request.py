@@ -13,6 +13,14 @@ older than ``config``) as the string ``stdin``. A DEL's config loses
 ``runtimeConfig[POD_ANNOTATIONS]`` here, before anything journals it: a DEL reads
 nothing from it (its targets and chains come from the journal), and the pod's
 annotations can be megabytes.
+
+Protocol versions (:data:`PROTO`): the plugin binary on the host and the daemon are
+replaced at different moments of a rolling upgrade, so a frame says which protocol it
+speaks (``proto``; none is version 1, the Python plugin's frame) and every answer says
+the daemon's. A frame of a protocol newer than the daemon's is refused (code 11, naming
+both: :func:`protocol_refusal`); the plugin then records a DEL as when the daemon is down,
+and the start-up replay keeps such a record for the upgraded daemon
+(netctl.reconcile.pending). A frame of any older protocol is served as it always was.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from netctl.cni import validate, versions
-from netctl.errors import DECODE_FAILURE, INVALID_CONFIG, CNIError
+from netctl.errors import DECODE_FAILURE, INVALID_CONFIG, TRY_AGAIN_LATER, CNIError
 
 C = TypeVar("C", bound=msgspec.Struct)
 
@@ -33,12 +41,16 @@ POD_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
 # A DEL is served up to this size whatever max-request-bytes says (netctl.server); the
 # plugin's DEL records (netctl.reconcile.pending) are read up to it too.
 DEL_CEILING = 16 << 20
+# The frame protocol this daemon speaks: 1, the frame without "proto" (the Python plugin's);
+# 2, the same fields and "proto" (the static plugin's).
+PROTO = 2
 
 
 class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     """What the plugin read from its environment and stdin, unchanged but for the netns path."""
 
     kind: Literal["cni"] = "cni"
+    proto: int = 1  # the plugin's frame protocol; a frame without it is version 1
     command: str = ""
     container_id: str = ""
     netns: str = ""
@@ -79,6 +91,7 @@ class Response(msgspec.Struct, kw_only=True, omit_defaults=True):
     status: int = 0
     output: str = ""
     warning: str = ""
+    proto: int = 0  # the daemon's frame protocol (PROTO), in every answer to a CNI request
 
 
 class Pod(msgspec.Struct, frozen=True, kw_only=True):
@@ -114,6 +127,18 @@ class Invocation(msgspec.Struct, kw_only=True):
     def conf_name(self) -> str:
         name = (self.conf or {}).get("name")
         return name if isinstance(name, str) else ""
+
+
+def protocol_refusal(req: Request) -> CNIError | None:
+    """Why this daemon cannot serve a frame of ``req.proto``; None when it can."""
+    if req.proto <= PROTO:
+        return None
+    who = req.plugin if req.plugin in ("netctl-cni", "netctl-ipam") else "the netctl plugin"
+    return CNIError(TRY_AGAIN_LATER, f"{who} sent a frame of protocol {req.proto}, newer than "
+                    f"this netctl daemon's protocol {PROTO}: the node is half-way through an "
+                    "upgrade (the plugin binary on the host is newer than the daemon); finish "
+                    "upgrading the daemon, or install its own plugin (netctl install-cni); "
+                    "try again later")
 
 
 def decode(req: Request) -> Invocation:

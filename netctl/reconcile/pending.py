@@ -16,6 +16,12 @@ removed; one whose DEL fails stays for the next round, and the engine's DEL rule
 A temporary file older than a minute is a plugin that died writing it — that DEL
 never exited 0, so the runtime retries it — and is removed.
 
+A record is the plugin's frame, of any protocol this daemon serves (the Python plugin's,
+without ``proto``; the static plugin's, with it). One of a newer protocol — written by
+an upgraded plugin that this older daemon refused, during a rolling upgrade — is kept,
+neither carried out nor removed, and counted as failed: the upgraded daemon's start-up
+replay finishes it.
+
 On a tmpfs ``/run`` the records do not outlive a node reboot, and need not: a reboot
 takes every pod's netns with it, and the first reconcile releases those.
 """
@@ -31,13 +37,13 @@ from functools import partial
 import msgspec
 import trio
 
-from netctl.cni.request import DEL_CEILING, Request, decode
+from netctl.cni.request import DEL_CEILING, PROTO, Request, decode, protocol_refusal
 from netctl.engine.engine import Engine
 from netctl.errors import CNIError
 
 log = logging.getLogger("netctl.reconcile")
 
-PENDING_DIR = "pending-del"  # the plugin's name for it (plugin/netctl_cni.py)
+PENDING_DIR = "pending-del"  # the plugin's name for it (plugin/main.go)
 STALE_TMP = 60.0  # a temporary record this old is a plugin that died writing it
 
 
@@ -113,6 +119,11 @@ async def finish_pending(engine: Engine, directory: str) -> PendingReport:
             log.warning("pending DEL record %s ignored and removed: %s", rec.path, rec.problem)
             report.corrupt += 1
             await trio.to_thread.run_sync(_remove, rec.path)
+            continue
+        if protocol_refusal(rec.request) is not None:
+            report.failed.append(f"{os.path.basename(rec.path)}: written by a plugin of frame "
+                                 f"protocol {rec.request.proto}, newer than this daemon's "
+                                 f"{PROTO}: kept for the upgraded daemon")
             continue
         try:
             inv = decode(rec.request)
