@@ -443,8 +443,8 @@ class Engine:
             if conf.delegates:
                 net = inline(conf.delegates[0], 0)
             else:
-                net = self.networks.resolve(conf.clusterNetwork,
-                                            inv.pod.namespace or conf.multusNamespace)
+                # where Multus (and Kubernetes mode) look the cluster network up
+                net = self.networks.resolve(conf.clusterNetwork, conf.multusNamespace)
         except CNIError as exc:
             return [], f"its cluster network cannot be read ({exc.msg}){why}"
         return ([foreign.ForeignNet(net.key, inv.ifname, msgspec.json.decode(net.chain.raw))],
