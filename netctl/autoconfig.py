@@ -15,9 +15,13 @@ The decision is pure (:func:`decide` over the dir's files as
   object there means **wait**: the primary CNI may be half-way through writing it;
 - it must come after ``00-netctl.conflist``: a loaded file that sorts before it is
   **refused** (the runtime would load that one and never netctl: Multus'
-  ``00-multus.conf`` is one), and so is a primary netctl could not run (no
-  ``cniVersion`` netctl serves, no ``name``, a bad plugin ``type``): the same check the
-  daemon makes when it reads the file as ``clusterNetwork``;
+  ``00-multus.conf`` is one) — unless it is Multus' and ``replace_multus`` says to take
+  its place: then netctl's file is written first and Multus' renamed away after it
+  (:func:`take_place`: one rename, so some meta-plugin's config is in front at every
+  moment), to a name no runtime loads, from which ``--uninstall`` puts it back
+  (:func:`restore_replaced`) before it removes netctl's; and so is a primary netctl
+  could not run (no ``cniVersion`` netctl serves, no ``name``, a bad plugin
+  ``type``): the same check the daemon makes when it reads the file as ``clusterNetwork``;
 - the generated conflist: ``cniVersion`` the primary's (the runtime accepts it), one
   ``netctl-cni`` entry with ``socket``, ``clusterNetwork`` = the primary's **path** (the
   daemon reads it at that path: mount the conf dir at the same path), and the union of
@@ -57,6 +61,8 @@ CONF_NAME = "00-netctl.conflist"
 NETWORK_NAME = "netctl"
 PLUGIN_TYPE = "netctl-cni"
 RESCAN_INTERVAL = 5.0  # seconds: the back-stop for events inotify does not give
+MULTUS_TYPES = frozenset({"multus", "multus-shim"})
+REPLACED = ".netctl-replaced"  # a replaced config's suffix: not a name libcni loads
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class Generated:
     primary: str
     conflist: dict[str, Any]
     skipped: tuple[tuple[str, str], ...] = ()  # (path, why) passed over before it
+    replaces: tuple[str, ...] = ()  # Multus' configs in front, renamed away once it is written
 
 
 @dataclass(frozen=True)
@@ -91,18 +98,34 @@ def _has_netctl_entry(conf: dict[str, Any]) -> bool:
         isinstance(p, dict) and p.get("type") == PLUGIN_TYPE for p in plugins)
 
 
-def decide(files: Sequence[ConfFile], socket: str) -> Decision:
-    """What ``00-netctl.conflist`` should be, from the conf dir's files in load order."""
+def _is_multus(conf: dict[str, Any] | None) -> bool:
+    plugins = conf.get("plugins") if conf and "plugins" in conf else [conf]
+    return isinstance(plugins, list) and any(
+        isinstance(p, dict) and p.get("type") in MULTUS_TYPES for p in plugins)
+
+
+def decide(files: Sequence[ConfFile], socket: str, replace_multus: bool = False) -> Decision:
+    """What ``00-netctl.conflist`` should be, from the conf dir's files in load order
+    (with ``replace_multus``, Multus' configs in front of it are to be renamed away)."""
     skipped: list[tuple[str, str]] = []
+    replaces: list[str] = []
     for f in files:
         name = os.path.basename(f.path)
         if name == CONF_NAME:
             continue
         if name < CONF_NAME:
+            if _is_multus(f.conf):
+                if replace_multus:
+                    replaces.append(f.path)
+                    continue
+                return Refused(f"{f.path} sorts before {CONF_NAME} and is Multus' config: "
+                               "the runtime would go on using Multus; uninstall Multus first, "
+                               "or stop its DaemonSet and pass --replace-multus to take its "
+                               "place in one rename")
             return Refused(f"{f.path} sorts before {CONF_NAME}: the runtime uses the first "
                            f"config of the dir, so it would use {name} and never netctl; "
                            "remove or rename it (Multus' 00-multus.conf: uninstall Multus "
-                           "first)")
+                           "first, or --replace-multus)")
         if f.conf is None:
             return Waiting(f"{f.path} {f.error}: waiting for it to be complete")
         if _has_netctl_entry(f.conf):
@@ -120,7 +143,7 @@ def decide(files: Sequence[ConfFile], socket: str) -> Decision:
                  "capabilities": {cap: True for cap in sorted(caps)}}
         conflist = {"cniVersion": chain.cni_version, "name": NETWORK_NAME,
                     "plugins": [entry]}
-        return Generated(f.path, conflist, tuple(skipped))
+        return Generated(f.path, conflist, tuple(skipped), tuple(replaces))
     also = f" ({len(skipped)} netctl config(s) passed over)" if skipped else ""
     return Waiting(f"no primary CNI config yet{also}: waiting for the node's network "
                    "plugin to write one")
@@ -178,6 +201,47 @@ def write_conf(conf_dir: str, data: bytes) -> bool:
     return True
 
 
+def _fsync_dir(conf_dir: str) -> None:
+    dir_fd = os.open(conf_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def take_place(paths: Sequence[str]) -> list[tuple[str, str]]:
+    """Rename Multus' configs (already behind netctl's, which is written) to hidden names
+    no runtime loads: (from, to) of each."""
+    moved = []
+    for path in paths:
+        directory, name = os.path.split(path)
+        target = os.path.join(directory, f".{name}{REPLACED}")
+        os.replace(path, target)
+        _fsync_dir(directory)
+        moved.append((path, target))
+    return moved
+
+
+def restore_replaced(conf_dir: str) -> list[str]:
+    """Put back the configs :func:`take_place` renamed away (unless one of that name is
+    there again); the paths restored. ``--uninstall`` runs it before it removes netctl's
+    file, so a config stays in front."""
+    try:
+        names = sorted(os.listdir(conf_dir))
+    except FileNotFoundError:
+        return []
+    restored = []
+    for name in names:
+        if name.startswith(".") and name.endswith(REPLACED):
+            target = os.path.join(conf_dir, name[1:-len(REPLACED)])
+            if not os.path.exists(target):
+                os.replace(os.path.join(conf_dir, name), target)
+                restored.append(target)
+    if restored:
+        _fsync_dir(conf_dir)
+    return restored
+
+
 def remove_conf(conf_dir: str) -> list[str]:
     """Remove ``00-netctl.conflist`` and temporary files a killed writer left; the
     paths removed."""
@@ -229,7 +293,8 @@ class DirEvents:
 
 
 def run(conf_dir: str, socket: str, *, wait_timeout: float = 0, watch: bool = False,
-        say: Callable[[str], None] = print, rescan: float = RESCAN_INTERVAL) -> int:
+        say: Callable[[str], None] = print, rescan: float = RESCAN_INTERVAL,
+        replace_multus: bool = False) -> int:
     """Generate ``00-netctl.conflist`` once a primary config is there (waiting up to
     ``wait_timeout`` seconds, 0: for ever), and with ``watch`` keep it in step with the
     dir until the process is stopped. 0 when written (or up to date), 1 when refused
@@ -241,7 +306,7 @@ def run(conf_dir: str, socket: str, *, wait_timeout: float = 0, watch: bool = Fa
     said = ""
     try:
         while True:
-            decision = decide(read_conf_dir(conf_dir), socket)
+            decision = decide(read_conf_dir(conf_dir), socket, replace_multus)
             if isinstance(decision, Generated):
                 wrote = write_conf(conf_dir, render(decision.conflist))
                 line = (f"{'wrote' if wrote else 'up to date:'} {conf_path(conf_dir)}: "
@@ -249,6 +314,9 @@ def run(conf_dir: str, socket: str, *, wait_timeout: float = 0, watch: bool = Fa
                         f"{decision.conflist['cniVersion']}")
                 for path, why in decision.skipped:
                     line += f"\n  passed over {path}: {why}"
+                for path, target in take_place(decision.replaces):
+                    wrote = True
+                    line += f"\n  took the place of Multus' {path} (renamed to {target})"
                 if not watch:
                     say(line)
                     return 0

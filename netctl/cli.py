@@ -51,7 +51,13 @@ def _cmd_install_cni(args: argparse.Namespace) -> int:
     if args.watch and (args.uninstall or not args.auto_config):
         print("netctl: --watch goes with --auto-config, not with --uninstall", file=sys.stderr)
         return 2
+    if args.replace_multus and (args.uninstall or not args.auto_config):
+        print("netctl: --replace-multus goes with --auto-config", file=sys.stderr)
+        return 2
     if args.uninstall:
+        if args.auto_config:  # a config taken over goes back first: one stays in front
+            for path in autoconfig.restore_replaced(args.cni_conf_dir):
+                print(f"restored {path}")
         removed = autoconfig.remove_conf(args.cni_conf_dir) if args.auto_config else []
         removed += uninstall(args.bin_dir)
         for path in removed:
@@ -73,7 +79,8 @@ def _cmd_install_cni(args: argparse.Namespace) -> int:
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop; never remove the conf
     return autoconfig.run(args.cni_conf_dir, args.socket, wait_timeout=args.wait_timeout,
-                          watch=args.watch, say=lambda line: print(line, flush=True))
+                          watch=args.watch, say=lambda line: print(line, flush=True),
+                          replace_multus=args.replace_multus)
 
 
 def _fmt_time(t: float | None) -> str:
@@ -392,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="give up waiting for a primary CNI config after this (0: never)")
     p.add_argument("--watch", action="store_true", help="keep running and regenerate "
                    "00-netctl.conflist when the conf dir changes")
+    p.add_argument("--replace-multus", action="store_true", help="with --auto-config: take "
+                   "the place of Multus' config in front (00-multus.conf): netctl's written "
+                   "first, Multus' renamed away after it; --uninstall puts it back")
     p.add_argument("--uninstall", action="store_true", help="remove the plugin (and with "
                    "--auto-config 00-netctl.conflist) instead")
     p.set_defaults(fn=_cmd_install_cni)

@@ -7,6 +7,8 @@ on real files in a temporary conf dir:
   file sorting before ours is refused with exit 1 and nothing written;
 - ``--watch`` follows the dir: the primary edited, a new primary sorting first, our file
   removed by hand — each regenerates it; SIGTERM stops it with exit 0 and the file stays;
+- ``--replace-multus`` takes the place of Multus' ``00-multus.conf`` in one rename, and
+  ``--uninstall`` puts it back;
 - ``--uninstall`` removes the conf, the plugin and a killed writer's temporary file, and
   nothing else;
 - the write, seen through inotify: the target is never created, opened for writing or
@@ -190,6 +192,30 @@ def test_uninstall_removes_the_conf_the_plugin_and_leftovers_only(tmp_path: Path
     assert [p.name for p in conf_dir.iterdir()] == [primary.name]
     assert [p.name for p in (tmp_path / "bin").iterdir()] == ["bridge"]
     assert Command(tmp_path, "--uninstall").wait() == 0  # twice: nothing left to do
+
+
+def test_replace_multus_takes_its_place_in_one_rename_and_uninstall_puts_it_back(
+        tmp_path: Path) -> None:
+    """``--replace-multus``: netctl's conf is written behind Multus' first, then Multus'
+    is renamed to a name no runtime loads, so at every moment a meta-plugin's config is the
+    runtime's first; ``--uninstall`` puts Multus' back before it removes netctl's."""
+    conf_dir = tmp_path / "net.d"
+    multus = {"cniVersion": "0.3.1", "name": "multus-cni-network", "type": "multus-shim"}
+    write(conf_dir, ("00-multus.conf", multus))
+    primary = write(conf_dir, CALICO)
+    cmd = Command(tmp_path, "--replace-multus")
+    assert cmd.wait() == 0, cmd.lines
+    assert cmd.said("took the place of Multus'"), cmd.lines
+    first = sorted(p.name for p in conf_dir.iterdir() if loaded(p.name))[0]
+    assert first == CONF_NAME
+    assert json.loads((conf_dir / CONF_NAME).read_text())["plugins"][0][
+        "clusterNetwork"] == str(primary)
+    assert json.loads((conf_dir / ".00-multus.conf.netctl-replaced").read_text()) == multus
+    cmd = Command(tmp_path, "--uninstall")
+    assert cmd.wait() == 0, cmd.lines
+    assert cmd.said(f"restored {conf_dir / '00-multus.conf'}"), cmd.lines
+    assert sorted(p.name for p in conf_dir.iterdir()) == ["00-multus.conf", primary.name]
+    assert json.loads((conf_dir / "00-multus.conf").read_text()) == multus
 
 
 # --- inotify, read by the test itself -----------------------------------------------

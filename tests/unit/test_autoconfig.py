@@ -162,3 +162,20 @@ def test_the_daemon_accepts_what_is_generated(tmp_path: Path) -> None:
 def test_the_temporary_name_is_never_loaded() -> None:
     assert not loaded(tmp_name(4242)) and tmp_name(4242).startswith(".")
     assert loaded(CONF_NAME)
+
+
+def test_replace_multus_takes_its_place_and_nothing_else() -> None:
+    """With ``replace_multus``, Multus' configs in front (its thin or thick type, a conf or
+    a conflist) are to be renamed away and the primary is the next file; any other file in
+    front is still refused."""
+    shim = {"cniVersion": "0.3.1", "name": "multus-cni-network", "type": "multus-shim"}
+    thin = {"cniVersion": "0.3.1", "name": "multus", "plugins": [{"type": "multus"}]}
+    d = decide(files(("00-multus.conf", shim), ("00-m2.conflist", thin), CALICO), SOCKET,
+               replace_multus=True)
+    assert isinstance(d, Generated) and d.primary == f"{D}/{CALICO[0]}"
+    assert d.replaces == (f"{D}/00-m2.conflist", f"{D}/00-multus.conf")
+    refused = decide(files(("00-multus.conf", shim), CALICO), SOCKET)
+    assert isinstance(refused, Refused) and "--replace-multus" in refused.reason
+    other = decide(files(("00-aaa.conf", CALICO[1]), CALICO), SOCKET, replace_multus=True)
+    assert isinstance(other, Refused) and "00-aaa.conf sorts before" in other.reason
+    assert decide(files(CALICO), SOCKET, replace_multus=True).replaces == ()  # type: ignore[union-attr]
