@@ -193,11 +193,7 @@ def write_conf(conf_dir: str, data: bytes) -> bool:
         except OSError:
             pass
         raise
-    dir_fd = os.open(conf_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    _fsync_dir(conf_dir)
     return True
 
 
