@@ -38,7 +38,7 @@ import msgspec
 import trio
 
 from netctl.cni import validate, versions
-from netctl.cni.config import parse_chain
+from netctl.cni.config import Chain, parse_chain
 from netctl.cni.invoke import find_plugin
 from netctl.cni.netns import netns_state
 from netctl.cni.probe import check_delegate_version, supported_versions
@@ -379,27 +379,19 @@ class Engine:
         tell a pod that had that network from one that never did (an ADD it refused), so
         it keeps nothing stuck on its account. When nothing can run, the warning to give
         (the caller journals a DEL of nothing)."""
-        nets, source = await trio.to_thread.run_sync(self._foreign_networks, inv)
-        if not nets:
+        chains, source = await self._foreign_chains(inv)
+        if not chains:
             return f"container {inv.container_id} is unknown to netctl and {source}: " \
                 "nothing DELeted"
-        atts: list[Attachment] = []
-        for net in nets:
-            try:
-                chain = parse_chain(net.config, f"{source}: network {net.name!r}")
-            except CNIError as exc:
-                log.warning("DEL of unknown container %s: %s; skipped", inv.container_id,
-                            exc.msg)
-                continue
-            atts.append(Attachment(
-                container_id=inv.container_id, ifname=net.ifname, network=net.name,
-                chain=chain, is_default=not atts, caller_network=inv.conf_name,
-                caller_ifname=inv.ifname, netns=inv.netns, pod=inv.pod,
-                steps_started=len(chain.plugins), result=foreign.cached_result(
-                    self.cutover.results_cache, chain.name, inv.container_id, net.ifname)))
-        if not atts:
-            return f"container {inv.container_id} is unknown to netctl, and no config of " \
-                f"{source} can run: nothing DELeted"
+        results = await trio.to_thread.run_sync(lambda: [foreign.cached_result(
+            self.cutover.results_cache, chain.name, inv.container_id, ifname)
+            for _, ifname, chain in chains])
+        atts = [Attachment(
+            container_id=inv.container_id, ifname=ifname, network=name, chain=chain,
+            is_default=i == 0, caller_network=inv.conf_name, caller_ifname=inv.ifname,
+            netns=inv.netns, pod=inv.pod, steps_started=len(chain.plugins), result=result)
+            for i, ((name, ifname, chain), result) in enumerate(zip(chains, results,
+                                                                    strict=True))]
         reason = f"a container netctl never saw (created before the switch): {source}"
         op_id = await self.journal.begin(OpStart(
             verb="DEL", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
@@ -426,14 +418,26 @@ class Engine:
             await trio.to_thread.run_sync(_remove, path)
         return Reply()
 
-    def _foreign_networks(self, inv: Invocation) -> tuple[list[foreign.ForeignNet], str]:
-        """What ran for a container netctl never saw, and where that was read."""
+    async def _foreign_chains(self, inv: Invocation
+                              ) -> tuple[list[tuple[str, str, Chain]], str]:
+        """What ran for a container netctl never saw — (network, interface, chain) each
+        — and where that was read: Multus' cache of it (read in a worker thread), else the
+        cluster network (looked up here, on the loop, like every other lookup)."""
         path = foreign.cache_path(self.cutover.multus_cache, inv.container_id)
         why = ""
         if path is not None:
             try:
-                with open(path, "rb") as fh:
-                    return foreign.multus_cache(fh.read(), inv.ifname), f"Multus' cache {path}"
+                raw = await trio.Path(path).read_bytes()
+                source = f"Multus' cache {path}"
+                out = []
+                for cached in foreign.multus_cache(raw, inv.ifname):
+                    try:
+                        out.append((cached.name, cached.ifname, parse_chain(
+                            cached.config, f"{source}: network {cached.name!r}")))
+                    except CNIError as exc:
+                        log.warning("DEL of unknown container %s: %s; skipped",
+                                    inv.container_id, exc.msg)
+                return out, source
             except FileNotFoundError:
                 pass
             except (OSError, ValueError) as exc:
@@ -447,8 +451,7 @@ class Engine:
                 net = self.networks.resolve(conf.clusterNetwork, conf.multusNamespace)
         except CNIError as exc:
             return [], f"its cluster network cannot be read ({exc.msg}){why}"
-        return ([foreign.ForeignNet(net.key, inv.ifname, msgspec.json.decode(net.chain.raw))],
-                f"its cluster network {net.key}{why}")
+        return [(net.key, inv.ifname, net.chain)], f"its cluster network {net.key}{why}"
 
     # -- CHECK ------------------------------------------------------------------------------
 
