@@ -30,7 +30,7 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
         "networks_dir": args.networks_dir, "kubeconfig": args.kubeconfig,
         "in_cluster": args.in_cluster or None, "node_name": args.node_name,
         "metrics_addr": args.metrics_addr, "log_level": args.log_level,
-        "log_format": args.log_format,
+        "log_format": args.log_format, "host_root": args.host_root,
     }
     cfg = daemon.load_config(args.config, overrides)
     logs.configure(cfg.log_level, cfg.log_format)
@@ -328,8 +328,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     ``reasons`` say why), 2 down (no socket, or nothing answering on it), 3 degraded:
     ready, but attachments are stuck or a pool is nearly full (``degraded_reasons``)."""
     try:
-        health = admin_request(args.socket)
-    except (OSError, ValueError, struct.error) as exc:  # refused, missing, cut short
+        health = admin_request(args.socket, timeout=args.timeout)
+    except (OSError, ValueError, struct.error) as exc:  # refused, missing, cut short, silent
         down = {"ready": False, "state": "down",
                 "reasons": [f"the netctl daemon is not reachable at {args.socket}: {exc}"],
                 "socket": args.socket}
@@ -350,7 +350,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         from netctl.statusview import render
 
         print("\n".join(render(health, warnings)))
-    return status_code(health, args.degraded_ok)
+    return STATUS_READY if args.live else status_code(health, args.degraded_ok)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -370,6 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--socket")
     p.add_argument("--cni-bin-dir")
     p.add_argument("--networks-dir")
+    p.add_argument("--host-root", metavar="DIR", help="where the host's / is mounted when "
+                   "the daemon runs in a container: delegates run chrooted into it and "
+                   "host files are read there (default: none, run as is)")
     p.add_argument("--kubeconfig")
     p.add_argument("--in-cluster", action="store_true")
     p.add_argument("--node-name")
@@ -444,6 +447,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--socket", default=DEFAULT_SOCKET)
     p.add_argument("--degraded-ok", action="store_true", help="exit 0 when degraded (a "
                    "readiness probe: a degraded daemon still serves)")
+    p.add_argument("--live", action="store_true", help="exit 0 whenever the daemon answers, "
+                   "ready or not, 2 when it does not (a liveness probe: restart only a "
+                   "daemon that stopped answering)")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="how long to wait for the answer (default 5): no answer is down")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_status)
 

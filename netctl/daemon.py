@@ -25,6 +25,7 @@ import msgspec.yaml
 import trio
 
 from netctl import __version__
+from netctl.cni.hostroot import HostRoot
 from netctl.cni.invoke import kill_orphans, owned_processes
 from netctl.cni.request import AdminRequest, Invocation
 from netctl.engine.admission import Admission
@@ -119,6 +120,9 @@ class DaemonConfig:
     cutover_dels: bool = True
     multus_cache_dir: str = DEFAULT_MULTUS_CACHE  # Multus' cniDir
     cni_results_dir: str = DEFAULT_RESULTS_CACHE  # libcni's cached ADD results
+    # where the host's / is mounted when the daemon runs in a container ("" : run as is):
+    # delegates run chrooted into it, host files are read there (netctl/cni/hostroot.py)
+    host_root: str = ""
     # Kubernetes mode
     api_timeout: float = 10.0  # one API request (watches are renewed every 5 min)
     pod_wait: float = 2.0  # an ADD waits this long for the watch to bring an unseen pod
@@ -452,6 +456,7 @@ class KubeMode:
 
 async def run(cfg: DaemonConfig, *,
               task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
+    root = HostRoot.at(cfg.host_root)  # checked before anything is opened
     async with open_journal(cfg.state_dir) as journal, contextlib.AsyncExitStack() as stack:
         metrics = Metrics()
         kube = await KubeMode.connect(cfg, journal, metrics) \
@@ -477,7 +482,8 @@ async def run(cfg: DaemonConfig, *,
         ipam.know_pools(await journal.pool_sizes())
         ipam_types = frozenset({"netctl-ipam", *cfg.ipam_takeover})
         delegates = Delegates(cfg.bin_dirs, cfg.plugin_timeout, owner=journal.path,
-                              cancel_grace=cfg.cancel_grace, ipam_types=ipam_types)
+                              cancel_grace=cfg.cancel_grace, ipam_types=ipam_types,
+                              root=root)
         admission = Admission(cfg.max_concurrent, cfg.max_queue)
         limits = Limits(cfg.compensate_timeout, gc_grace=cfg.reconcile_grace,
                         readiness_wait=cfg.readiness_wait)
@@ -490,12 +496,15 @@ async def run(cfg: DaemonConfig, *,
             return daemon_reasons(journal_writable=writable) if kube is None \
                 else kube.not_ready(writable)
 
-        cutover = Cutover(cfg.cutover_dels, cfg.multus_cache_dir, cfg.cni_results_dir)
+        cutover = Cutover(cfg.cutover_dels, root.host(cfg.multus_cache_dir),
+                          root.host(cfg.cni_results_dir))
         if kube is None:
-            engine = Engine(chains, NetworkDir(cfg.networks_dir), ArgsSelector(), admission,
-                            limits, health=not_ready, metrics=metrics, cutover=cutover)
+            engine = Engine(chains, NetworkDir(cfg.networks_dir, root), ArgsSelector(),
+                            admission, limits, health=not_ready, metrics=metrics,
+                            cutover=cutover)
         else:
-            engine = Engine(chains, NadResolver(kube.nads, cfg.multus_conf_dir),
+            engine = Engine(chains, NadResolver(kube.nads, root.host(cfg.multus_conf_dir),
+                                                root),
                             KubeSelector(kube.pods), admission, limits,
                             after_add=kube.write_status, health=not_ready, metrics=metrics,
                             cutover=cutover)

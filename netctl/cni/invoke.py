@@ -27,6 +27,7 @@ import msgspec
 import trio
 
 from netctl.cni.config import validate_plugin_type
+from netctl.cni.hostroot import HostRoot
 from netctl.cni.types import check_result
 from netctl.errors import (
     DELEGATE_BAD_OUTPUT,
@@ -104,19 +105,24 @@ class Cancellation(msgspec.Struct):
         return f"cancelled; still running after {grace:g}s of grace, killed"
 
 
-def find_plugin(bin_dirs: Sequence[str], ptype: str) -> str:
+def find_plugin(bin_dirs: Sequence[str], ptype: str, root: HostRoot = HostRoot()) -> str:
+    """The path of plugin ``ptype``: the first regular executable of that name in
+    ``bin_dirs``. With a host ``root``, the dirs are the host's and so is the answer (the
+    daemon looks for it inside the root, as the chrooted exec will)."""
     validate_plugin_type(ptype, "plugin")
     for directory in bin_dirs:
         path = os.path.join(directory, ptype)
+        seen = root.resolve(path)
         try:
-            st = os.stat(path)
+            st = os.stat(seen)
         except OSError:
             continue
-        if os.path.isfile(path) and st.st_mode & 0o111:
+        if os.path.isfile(seen) and st.st_mode & 0o111:
             return path
+    where = f" (the host's, under host-root {root.path})" if root.path else ""
     raise CNIError(
         INVALID_CONFIG,
-        f"plugin type {ptype!r} not found as an executable in {':'.join(bin_dirs)}",
+        f"plugin type {ptype!r} not found as an executable in {':'.join(bin_dirs)}{where}",
     )
 
 
@@ -147,14 +153,16 @@ async def run_plugin(
     owner: str = "",
     cancel_grace: float = 5.0,
     cancellation: Cancellation | None = None,
+    root: HostRoot = HostRoot(),
 ) -> PluginOutput:
     """Run ``ptype`` with ``command``; return its decoded result or raise :class:`PluginError`.
 
     If the call is cancelled, ``cancellation`` is filled in before the
     cancellation goes on (did the plugin have its config, did it finish within
-    ``cancel_grace``), so the caller can record what really happened.
+    ``cancel_grace``), so the caller can record what really happened. With a host
+    ``root`` the plugin runs chrooted into it (:mod:`netctl.cni.hostroot`).
     """
-    path = find_plugin(bin_dirs, ptype)
+    path = find_plugin(bin_dirs, ptype, root)
     env = {
         "CNI_COMMAND": command,
         "CNI_CONTAINERID": container_id,
@@ -167,7 +175,7 @@ async def run_plugin(
     }
     started = time.monotonic()
     proc = await trio.lowlevel.open_process(
-        [path],
+        root.argv(path),
         stdin=-1,  # subprocess.PIPE
         stdout=-1,
         stderr=-1,

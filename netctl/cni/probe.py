@@ -36,6 +36,7 @@ import msgspec
 import trio
 
 from netctl.cni import versions
+from netctl.cni.hostroot import HostRoot
 from netctl.cni.invoke import kill_group
 from netctl.errors import INCOMPATIBLE_VERSION, CNIError
 
@@ -78,9 +79,10 @@ def check_delegate_version(ptype: str, path: str, version: str,
                    f"it supports {listed}")
 
 
-def binary_stamp(path: str) -> Stamp | None:
-    """``(realpath, mtime_ns, size)`` of the binary, or None when it cannot be stat'ed."""
-    real = os.path.realpath(path)
+def binary_stamp(path: str, root: HostRoot = HostRoot()) -> Stamp | None:
+    """``(realpath, mtime_ns, size)`` of the binary, or None when it cannot be stat'ed
+    (with a host ``root``: the host's path, its symlinks followed inside the root)."""
+    real = root.resolve(path) if root.path else os.path.realpath(path)
     try:
         st = os.stat(real)
     except OSError:
@@ -88,13 +90,15 @@ def binary_stamp(path: str) -> Stamp | None:
     return real, st.st_mtime_ns, st.st_size
 
 
-async def exec_version(path: str, *, timeout: float, probe_version: str) -> bytes | None:
-    """Run ``path`` with CNI_COMMAND=VERSION; its stdout, or None when it failed."""
+async def exec_version(path: str, *, timeout: float, probe_version: str,
+                       root: HostRoot = HostRoot()) -> bytes | None:
+    """Run ``path`` (chrooted into a host ``root``) with CNI_COMMAND=VERSION; its stdout,
+    or None when it failed."""
     env = {"CNI_COMMAND": "VERSION", "PATH": _SAFE_PATH}
     stdin = msgspec.json.encode({"cniVersion": probe_version})
     try:
         proc = await trio.lowlevel.open_process(
-            [path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            root.argv(path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     except OSError:
         return None
@@ -143,16 +147,17 @@ class VersionProbe:
     _known: dict[str, tuple[Stamp, frozenset[str]]] = field(default_factory=dict)
     _pending: dict[Stamp, trio.Event] = field(default_factory=dict)
 
-    def cached(self, path: str) -> frozenset[str] | None:
+    def cached(self, path: str, root: HostRoot = HostRoot()) -> frozenset[str] | None:
         """What is remembered for the binary as it is now; None when it must be asked."""
-        stamp = binary_stamp(path)
+        stamp = binary_stamp(path, root)
         known = self._known.get(stamp[0]) if stamp else None
         return known[1] if known and known[0] == stamp else None
 
-    async def supported_versions(self, path: str) -> frozenset[str]:
+    async def supported_versions(self, path: str,
+                                 root: HostRoot = HostRoot()) -> frozenset[str]:
         """The versions ``path`` supports; :data:`UNKNOWN` when its VERSION failed."""
         while True:
-            stamp = binary_stamp(path)
+            stamp = binary_stamp(path, root)
             if stamp is None:
                 return UNKNOWN
             known = self._known.get(stamp[0])
@@ -165,8 +170,10 @@ class VersionProbe:
         done = self._pending[stamp] = trio.Event()
         try:
             self.execs += 1
-            out = await exec_version(stamp[0], timeout=self.timeout,
-                                     probe_version=self.probe_version)
+            # as is, the resolved path; in a host root, the host's path (the chrooted
+            # exec follows its links there)
+            out = await exec_version(path if root.path else stamp[0], timeout=self.timeout,
+                                     probe_version=self.probe_version, root=root)
             supported = UNKNOWN if out is None else parse_supported(out)
             self._known[stamp[0]] = (stamp, supported)
             return supported
@@ -178,7 +185,7 @@ class VersionProbe:
 _default = VersionProbe()
 
 
-async def supported_versions(path: str) -> frozenset[str]:
+async def supported_versions(path: str, root: HostRoot = HostRoot()) -> frozenset[str]:
     """The versions the delegate binary at ``path`` supports, asked once per daemon life
     while it is unchanged; :data:`UNKNOWN` (empty) when its VERSION fails."""
-    return await _default.supported_versions(path)
+    return await _default.supported_versions(path, root)

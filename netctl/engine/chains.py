@@ -34,6 +34,7 @@ import trio
 
 from netctl import logs
 from netctl.cni.config import plugin_config
+from netctl.cni.hostroot import HostRoot
 from netctl.cni.invoke import Cancellation, PluginError, run_plugin
 from netctl.cni.netns import is_netns
 from netctl.engine.plan import requested_ips
@@ -56,6 +57,7 @@ class Delegates:
     owner: str = ""  # marks every child, see netctl.cni.invoke.kill_orphans
     cancel_grace: float = 5.0  # a cancelled delegate may finish its step this long
     ipam_types: frozenset[str] = frozenset({"netctl-ipam"})  # IPAM types served in-process
+    root: HostRoot = field(default_factory=HostRoot)  # delegates run chrooted into it
 
 
 class StepError(CNIError):
@@ -189,7 +191,8 @@ class Chains:
                 out = await run_plugin(d.bin_dirs, ptype, verb, conf,
                                        container_id=att.container_id, netns=netns,
                                        ifname=att.ifname, timeout=d.timeout, owner=d.owner,
-                                       cancel_grace=d.cancel_grace, cancellation=cancel)
+                                       cancel_grace=d.cancel_grace, cancellation=cancel,
+                                       root=d.root)
             finally:
                 self.metrics.plugin_exec(ptype, verb, time.monotonic() - began)
         except CNIError as exc:

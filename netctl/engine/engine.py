@@ -286,8 +286,8 @@ class Engine:
                         and served_ipam(plugin, d.ipam_types) is None:
                     types.append(ipam["type"])
                 for ptype in types:
-                    path = find_plugin(d.bin_dirs, ptype)
-                    supported = await supported_versions(path)
+                    path = find_plugin(d.bin_dirs, ptype, d.root)
+                    supported = await supported_versions(path, d.root)
                     try:
                         check_delegate_version(ptype, path, att.chain.cni_version, supported)
                     except CNIError as exc:
@@ -518,8 +518,9 @@ class Engine:
         if reasons:
             raise readiness.daemon_not_ready(reasons)
         path = readiness.indicator(decode_conf(inv))
-        if path is not None and not await trio.Path(path).exists():
-            raise readiness.not_ready(path, "STATUS")
+        root = self.chains.delegates.root
+        if path is not None and not await trio.Path(root.host(path)).exists():
+            raise readiness.not_ready(root.describe(path), "STATUS")
         return Reply()
 
     async def _wait_ready(self, conf: NetctlConf) -> None:
@@ -528,11 +529,12 @@ class Engine:
         path = readiness.indicator(conf)
         if path is None:
             return
+        root = self.chains.delegates.root  # the host's file, seen where the host is
         with trio.move_on_after(self.limits.readiness_wait):
-            while not await trio.Path(path).exists():  # noqa: ASYNC110 - a file, no event to wait on
+            while not await trio.Path(root.host(path)).exists():  # noqa: ASYNC110 - a file, no event to wait on
                 await trio.sleep(0.25)
             return
-        raise readiness.not_ready(path, "ADD", self.limits.readiness_wait)
+        raise readiness.not_ready(root.describe(path), "ADD", self.limits.readiness_wait)
 
     async def version(self, inv: Invocation) -> Reply:
         return Reply({"cniVersion": versions.LATEST,

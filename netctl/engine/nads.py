@@ -33,6 +33,7 @@ import msgspec
 
 from netctl.cni.confdir import read_conf_dir
 from netctl.cni.config import parse_chain
+from netctl.cni.hostroot import HostRoot
 from netctl.engine.networks import Network, from_file
 from netctl.errors import INVALID_CONFIG, CNIError, Refusal
 from netctl.kube.objects import REASON_BAD_NAD, REASON_NOT_FOUND, Nad, key
@@ -54,14 +55,16 @@ class NadLookup(Protocol):
 class NadResolver:
     """NADs from the client's cache, conf files from the conf dir."""
 
-    def __init__(self, nads: NadLookup, conf_dir: str = MULTUS_CONF_DIR) -> None:
+    def __init__(self, nads: NadLookup, conf_dir: str = MULTUS_CONF_DIR,
+                 root: HostRoot = HostRoot()) -> None:
         self.nads = nads
-        self.conf_dir = conf_dir
+        self.conf_dir = conf_dir  # where the daemon reads it: in the host root, if any
+        self.root = root  # where a network given by its path is read
         self._parsed: dict[str, tuple[tuple[str, str], Network]] = {}
 
     def resolve(self, ref: str, namespace: str) -> Network:
         if ref.startswith("/"):
-            return from_file(ref)
+            return from_file(ref, self.root)
         if "/" in ref:
             ns, name = ref.split("/", 1)
             nad = self.nads.get(ns, name)

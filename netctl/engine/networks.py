@@ -19,6 +19,7 @@ import msgspec.yaml
 
 from netctl.cni.confdir import MAX_CONF_BYTES
 from netctl.cni.config import Chain, parse_chain
+from netctl.cni.hostroot import HostRoot
 from netctl.errors import INVALID_CONFIG, CNIError
 
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -49,6 +50,7 @@ class Network:
 @dataclass
 class NetworkDir:
     directory: str
+    root: HostRoot = field(default_factory=HostRoot)  # where a network given by path is read
     _stamp: tuple[tuple[str, int, int], ...] = ()
     _by_key: dict[str, Network] = field(default_factory=dict)
     _by_chain_name: dict[str, Network] = field(default_factory=dict)
@@ -95,7 +97,7 @@ class NetworkDir:
         """Find a network by ``ns/name``, NAD name in ``namespace`` or ``default``,
         chain name, or an absolute path to a conf/conflist file."""
         if ref.startswith("/"):
-            return from_file(ref)
+            return from_file(ref, self.root)
         self._scan()
         candidates = lookups(ref, namespace)
         for key in candidates:
@@ -111,18 +113,20 @@ class NetworkDir:
         return list(self._by_key.values())
 
 
-def from_file(path: str) -> Network:
-    """A network given by the absolute path of its conf or conflist file (its key)."""
+def from_file(path: str, root: HostRoot = HostRoot()) -> Network:
+    """A network given by the absolute path of its conf or conflist file (its key): the
+    host's file, read in the host ``root`` when the daemon has one."""
+    seen, named = root.host(path), root.describe(path)
     try:
-        st = os.stat(path)
+        st = os.stat(seen)
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONF_BYTES:
-            raise CNIError(INVALID_CONFIG, f"network file {path} is not a regular file "
+            raise CNIError(INVALID_CONFIG, f"network file {named} is not a regular file "
                            f"of at most {MAX_CONF_BYTES} bytes")
-        with open(path, "rb") as fh:
+        with open(seen, "rb") as fh:
             raw = fh.read(MAX_CONF_BYTES + 1)
     except OSError as exc:
-        raise CNIError(INVALID_CONFIG, f"network file {path}: {exc.strerror}") from exc
-    return Network(key=path, chain=parse_chain(raw, f"network file {path}"))
+        raise CNIError(INVALID_CONFIG, f"network file {named}: {exc.strerror}") from exc
+    return Network(key=path, chain=parse_chain(raw, f"network file {named}"))
 
 
 def lookups(ref: str, namespace: str) -> list[str]:
