@@ -119,13 +119,20 @@ def test_daemonset_privileges_tolerations_and_node_name() -> None:
         assert "securityContext" not in c, f"{c['name']} writes files: root, not privileged"
 
 
-def test_host_paths_are_mounted_at_the_same_paths() -> None:
+def test_host_paths_are_mounted_at_the_same_paths(tmp_path: Path) -> None:
     spec = pod_spec()
     main = mounts(spec, container(spec, "netctl"))
-    for path in ("/opt/cni/bin", "/etc/cni/net.d", "/run/netctl", "/var/lib/netctl",
-                 "/run/netns", "/var/lib/cni"):
+    for path in ("/run/netctl", "/var/lib/netctl", "/run/netns"):
         assert main[path]["host"] == path, path
     assert main["/run/netns"]["propagation"] == "HostToContainer"
+    # the delegates and the host files they need: the host's root, where host-root says
+    cm = one(KUBE / "daemonset.yaml", "ConfigMap")
+    (tmp_path / "d.yaml").write_text(cm["data"]["daemon.yaml"])
+    cfg = daemon.load_config(str(tmp_path / "d.yaml"), {})
+    assert main[cfg.host_root] == {"host": "/", "propagation": "HostToContainer",
+                                   "readOnly": False}
+    for path in ("/opt/cni/bin", "/etc/cni/net.d", "/var/lib/cni"):
+        assert path not in main, f"{path} is the host's, read under {cfg.host_root}"
     assert not main["/run/netctl"]["readOnly"] and not main["/var/lib/netctl"]["readOnly"]
     for name in ("install-cni", "cni-config"):
         writer = mounts(spec, container(spec, name))
@@ -145,6 +152,11 @@ def test_the_commands_are_netctls_and_agree_on_the_socket(tmp_path: Path) -> Non
     assert vars(watcher) | {"watch": False} == vars(init) | {"wait_timeout": 0}
     probe = parsed(container(spec, "netctl")["readinessProbe"]["exec"]["command"])
     assert probe.cmd == "status" and probe.degraded_ok  # a degraded daemon serves
+    for kind in ("startupProbe", "livenessProbe"):  # an answer, ready or not, is alive
+        live = container(spec, "netctl")[kind]
+        probe = parsed(live["exec"]["command"])
+        assert probe.cmd == "status" and probe.live, kind
+        assert probe.timeout < live["timeoutSeconds"], "netctl answers before kubelet gives up"
     cm = one(KUBE / "daemonset.yaml", "ConfigMap")
     (tmp_path / "d.yaml").write_text(cm["data"]["daemon.yaml"])
     socket = daemon.load_config(str(tmp_path / "d.yaml"), {}).socket
