@@ -7,7 +7,13 @@ GO ?= go
 PLUGIN := build/plugin/netctl-cni
 PLUGIN_SRC := plugin/go.mod $(wildcard plugin/*.go)
 
-.PHONY: setup system-packages plugin demo tour test lint unit clean
+# The container image (deploy/image/): tagged $(IMAGE), the name deploy/kubernetes/*.yaml
+# give (a release pushes it under its registry's name: README, "The image").
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= localhost/netctl:$(VERSION)
+BASE_IMAGE ?= localhost/netctl-base:bookworm
+
+.PHONY: setup system-packages plugin demo tour test lint unit clean image image-base
 
 setup: system-packages $(BIN)/netctl $(BIN)/netctl-cni
 
@@ -54,6 +60,17 @@ $(BIN)/netctl: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(BIN)/netctl
+
+# netctl's image, built by podman into its default store (/var/lib/containers/storage):
+# the base first if it is missing (image-base), then deploy/image/Containerfile with no
+# network. Prints the image's size and how long it took.
+image: $(PLUGIN) $(BIN)/netctl
+	IMAGE=$(IMAGE) BASE_IMAGE=$(BASE_IMAGE) VENV_PY=$(BIN)/python \
+	  bash deploy/image/build.sh
+
+# The base alone: Debian bookworm by mmdebstrap, imported; kept if it exists (FORCE=1 rebuilds)
+image-base:
+	BASE_IMAGE=$(BASE_IMAGE) FORCE=$(FORCE) bash deploy/image/base.sh
 
 lint: setup
 	$(BIN)/ruff check netctl tests
