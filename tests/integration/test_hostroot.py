@@ -44,10 +44,11 @@ def host(tmp_path: Path) -> Iterator[FakeHost]:
         yield fake
 
 
-def furnish(host: FakeHost, bridge: str) -> None:
+def furnish(host: FakeHost, bridge: str, data_dir: str = "") -> None:
     """A node's files: the Debian plugins linked into /opt/cni/bin (absolute links, as a
     package would make them), the test's hostfile delegate only there, a primary CNI
-    config in /etc/cni/net.d, and the marker the delegate reads."""
+    config in /etc/cni/net.d (host-local's ``dataDir`` when given: else its default,
+    ``/var/lib/cni/networks``), and the marker the delegate reads."""
     bin_dir = host.path("/opt/cni/bin")
     for name in ("bridge", "host-local", "loopback"):
         (bin_dir / name).symlink_to(f"/usr/lib/cni/{name}")
@@ -57,7 +58,8 @@ def furnish(host: FakeHost, bridge: str) -> None:
     conf.parent.mkdir(parents=True)
     conf.write_text(json.dumps({"cniVersion": "1.0.0", "name": "primary", "plugins": [{
         "type": "bridge", "bridge": bridge, "isGateway": True,
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": SUBNET}]]}}]}))
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": SUBNET}]],
+                 **({"dataDir": data_dir} if data_dir else {})}}]}))
 
 
 def test_delegates_run_in_the_host_root(daemon: Daemon, host: FakeHost,
@@ -102,7 +104,8 @@ def test_delegates_run_in_the_host_root(daemon: Daemon, host: FakeHost,
 
 def test_without_host_root_the_host_plugin_is_not_found(
         daemon: Daemon, host: FakeHost, netns: Callable[[], str]) -> None:
-    furnish(host, daemon.name("hb"))
+    # run as is, host-local would write this machine's /var/lib/cni: the fake host's
+    furnish(host, daemon.name("hb"), data_dir=str(host.path("/var/lib/cni/networks")))
     daemon.bin_dirs = [str(host.path("/opt/cni/bin"))]  # found, but run as is
     daemon.add_network("hosted", {"cniVersion": "1.0.0", "name": "hosted", "plugins": [{
         "type": "netctl-test-hostfile", "hostFile": MARKER, "record": RECORD}]})
