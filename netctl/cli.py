@@ -31,6 +31,7 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
         "in_cluster": args.in_cluster or None, "node_name": args.node_name,
         "metrics_addr": args.metrics_addr, "log_level": args.log_level,
         "log_format": args.log_format, "host_root": args.host_root,
+        "exit_after_replay": args.exit_after_replay or None,
     }
     cfg = daemon.load_config(args.config, overrides)
     logs.configure(cfg.log_level, cfg.log_format)
@@ -135,10 +136,55 @@ def _cmd_ipam(args: argparse.Namespace) -> int:
 
     conn = query.connect(args.state_dir)
     try:
+        if args.ipam == "handback":
+            return _ipam_handback(args, conn)
         _ipam_report(args, conn)
     finally:
         conn.close()
     return 0
+
+
+def _ipam_handback(args: argparse.Namespace, conn: sqlite3.Connection) -> int:
+    """``netctl ipam handback``: exit 0 when every address is in whereabouts' records
+    (written now or already), 1 when one is held there by another owner or could not be
+    written; recorded DELs not carried out yet are reported (they hold addresses too)."""
+    import msgspec
+
+    from netctl.journal import query
+    from netctl.kube.api import ApiError, KubeSettings
+    from netctl.kube.handback import Held, run_hand_back
+    from netctl.reconcile.pending import pending_dir
+
+    held = [Held(r["address"], r["pool_range"], r["network_name"],
+                 r["scope"].startswith("network:"), r["container_id"], r["ifname"],
+                 r["pod_namespace"], r["pod_name"]) for r in query.held_addresses(conn)]
+    try:
+        outcomes = run_hand_back(KubeSettings(args.kubeconfig, args.in_cluster), held,
+                                 namespace=args.namespace, dry_run=args.dry_run)
+    except ApiError as exc:
+        print(f"netctl ipam handback: {exc}", file=sys.stderr)
+        return 1
+    recorded = pending_dir(args.socket)
+    try:
+        pending = sorted(n for n in os.listdir(recorded) if not n.startswith("."))
+    except FileNotFoundError:
+        pending = []
+    rows = [msgspec.to_builtins(o) for o in outcomes]
+    if args.json:
+        print(json.dumps({"records": rows, "recorded_dels": pending}, indent=2))
+    else:
+        print(_table(rows, ["address", "pod", "ifname", "record", "outcome", "detail"]))
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
+        print(", ".join(f"{n} {what}" for what, n in sorted(counts.items())) or
+              "netctl holds no address")
+        if pending:
+            print(f"{len(pending)} DELs recorded in {recorded} while the daemon was down are "
+                  "not carried out yet: start the daemon once (netctl daemon "
+                  "--exit-after-replay) before uninstalling", file=sys.stderr)
+    bad = {"conflict", "failed"}
+    return 1 if any(o.outcome in bad for o in outcomes) else 0
 
 
 def _ipam_report(args: argparse.Namespace, conn: sqlite3.Connection) -> None:
@@ -373,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host-root", metavar="DIR", help="where the host's / is mounted when "
                    "the daemon runs in a container: delegates run chrooted into it and "
                    "host files are read there (default: none, run as is)")
+    p.add_argument("--exit-after-replay", action="store_true", help="do the start-up replay "
+                   "(unfinished operations, the DELs the plugin recorded while the daemon was "
+                   "down), then exit without serving: for an uninstall")
     p.add_argument("--kubeconfig")
     p.add_argument("--in-cluster", action="store_true")
     p.add_argument("--node-name")
@@ -497,6 +546,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "reconciler's plan")
     i.add_argument("--grace", type=float, default=0.0, help="leave out allocations younger "
                    "than this many seconds (the daemon's reconciler waits reconcile-grace)")
+    i = isub.add_parser("handback", parents=[read], help="for a rollback: write the addresses "
+                        "netctl holds into whereabouts' IPPools (and overlapping-range "
+                        "reservations), so whereabouts sees them and releases them itself")
+    i.add_argument("--to", choices=["whereabouts"], default="whereabouts")
+    where = i.add_mutually_exclusive_group(required=True)
+    where.add_argument("--kubeconfig", metavar="FILE")
+    where.add_argument("--in-cluster", action="store_true")
+    i.add_argument("--namespace", default="kube-system", help="whereabouts' namespace, where "
+                   "its IPPools are (default kube-system)")
+    i.add_argument("--socket", default=DEFAULT_SOCKET, help="the daemon's socket path: the "
+                   "DELs recorded beside it and not carried out yet are reported")
+    i.add_argument("--dry-run", action="store_true", help="say what would be written")
     p.set_defaults(fn=_cmd_ipam)
 
     p = sub.add_parser("bench", help="benchmarks on real namespaces and real plugins")

@@ -123,6 +123,7 @@ class DaemonConfig:
     # where the host's / is mounted when the daemon runs in a container ("" : run as is):
     # delegates run chrooted into it, host files are read there (netctl/cni/hostroot.py)
     host_root: str = ""
+    exit_after_replay: bool = False  # the start-up replay, then exit without serving
     # Kubernetes mode
     api_timeout: float = 10.0  # one API request (watches are renewed every 5 min)
     pod_wait: float = 2.0  # an ADD waits this long for the watch to bring an unseen pod
@@ -526,6 +527,9 @@ async def run(cfg: DaemonConfig, *,
                  dels.corrupt, len(dels.failed))
         for failure in report.failed + dels.failed:
             log.warning("replay: %s", failure)
+        if cfg.exit_after_replay:
+            log.info("start-up replay done; exiting (exit-after-replay)")
+            return
         started = dataclasses.asdict(report) | {"recorded_dels": dataclasses.asdict(dels)}
         metrics.replayed({
             "unfinished_operation": report.operations, "attachment_undone": report.attachments,

@@ -405,6 +405,15 @@ def pools(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     return out
 
 
+def held_addresses(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every address held now (a live allocation), with its pool's range and network name
+    and its allocation scope (``network:…`` when its network's ranges may overlap)."""
+    return [dict(r) for r in conn.execute(
+        "SELECT al.address, al.scope, al.container_id, al.ifname, al.pod_namespace,"
+        " al.pod_name, p.range AS pool_range, p.network_name FROM ipam_allocations al"
+        " JOIN ipam_pools p ON p.key = al.pool WHERE al.released_at IS NULL ORDER BY al.id")]
+
+
 def blocks_at(conn: sqlite3.Connection, ip: str, at: float | None = None
               ) -> list[dict[str, Any]]:
     """The cluster-wide IPAM's blocks holding ``ip`` (migrations/0005): this node's and the
