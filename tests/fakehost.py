@@ -19,6 +19,7 @@ it: a bind of ``/usr`` is never deleted through.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -31,6 +32,10 @@ LINKS = {"bin": "usr/bin", "sbin": "usr/sbin", "lib": "usr/lib", "lib64": "usr/l
          "var/run": "/run"}
 DIRS = ("etc", "opt/cni/bin", "var/lib", "run/netns", "tmp", "root")
 NETNS = Path("/run/netns")
+CNI_PLUGINS = Path("/usr/lib/cni")  # Debian's
+HOSTFILE = Path(__file__).resolve().parent / "plugins" / "hostfile"
+MARKER = "/etc/netctl-test-host-marker"  # a file only the fake host has
+PRIMARY = "/etc/cni/net.d/10-primary.conflist"  # its primary CNI's config
 
 
 def _mount(*args: str) -> None:
@@ -103,3 +108,22 @@ class FakeHost:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def furnish(host: FakeHost, bridge: str, subnet: str, data_dir: str = "") -> None:
+    """A node before netctl: Debian's plugins linked into its /opt/cni/bin (absolute links,
+    as a package makes them), the test delegate ``netctl-test-hostfile`` only there, its
+    primary CNI's config (:data:`PRIMARY`: a bridge with host-local on ``subnet``, whose
+    ``dataDir`` is host-local's default unless ``data_dir`` is given) and :data:`MARKER`,
+    whose first line is ``the node's own file``."""
+    bin_dir = host.path("/opt/cni/bin")
+    for plugin in sorted(os.listdir(CNI_PLUGINS)):
+        (bin_dir / plugin).symlink_to(CNI_PLUGINS / plugin)
+    shutil.copy(HOSTFILE, bin_dir / "netctl-test-hostfile")
+    host.path(MARKER).write_text("the node's own file\n")
+    conf = host.path(PRIMARY)
+    conf.parent.mkdir(parents=True)
+    conf.write_text(json.dumps({"cniVersion": "1.0.0", "name": "primary", "plugins": [{
+        "type": "bridge", "bridge": bridge, "isGateway": True,
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]],
+                 **({"dataDir": data_dir} if data_dir else {})}}]}))

@@ -38,8 +38,8 @@ from netctl import harness
 from netctl.harness_podman import HostSnapshot
 from netctl.kubefake import FakeKube, nad, node, pod
 from tests import cri
-from tests.conftest import ROOT, TEST_PLUGINS, bridge_ports, netns_addrs, netns_links
-from tests.fakehost import FakeHost
+from tests.conftest import ROOT, bridge_ports, netns_addrs, netns_links
+from tests.fakehost import MARKER, PRIMARY, FakeHost, furnish
 from tests.kubelet import KUBECONFIG, Kubelet, documents
 
 MANIFEST = ROOT / "deploy" / "kubernetes" / "daemonset.yaml"
@@ -47,8 +47,6 @@ IMAGE_ENV = ROOT / "deploy" / "image" / "podman-env"  # how `make image` runs po
 NODE = "node-ds"
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 STATUS = "k8s.v1.cni.cncf.io/network-status"
-PRIMARY = "/etc/cni/net.d/10-primary.conflist"
-MARKER = "/etc/netctl-test-host-marker"
 RECORD = "/var/lib/netctl-test/hostfile.log"
 SUBNET = ipaddress.IPv4Network("10.188.0.0/24")
 BLUE = ipaddress.IPv4Network("10.188.1.0/24")
@@ -117,21 +115,6 @@ def run_netctl() -> Iterator[Path]:
         shutil.rmtree(RUN_NETCTL, ignore_errors=True)
 
 
-def furnish(host: FakeHost, bridge: str) -> None:
-    """The node before netctl: Debian's plugins in /opt/cni/bin (absolute links, the
-    test's hostfile delegate only there), its primary CNI's config, a file of its own."""
-    bin_dir = host.path("/opt/cni/bin")
-    for plugin in sorted(os.listdir("/usr/lib/cni")):
-        (bin_dir / plugin).symlink_to(f"/usr/lib/cni/{plugin}")
-    shutil.copy(TEST_PLUGINS / "hostfile", bin_dir / "netctl-test-hostfile")
-    host.path(MARKER).write_text("the node's own file\n")
-    conf = host.path(PRIMARY)
-    conf.parent.mkdir(parents=True)
-    conf.write_text(json.dumps({"cniVersion": "1.0.0", "name": "primary", "plugins": [{
-        "type": "bridge", "bridge": bridge, "isGateway": True,
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": str(SUBNET)}]]}}]}))
-
-
 def metrics() -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as r:
         return str(r.read().decode())
@@ -142,7 +125,7 @@ def test_the_daemonset_runs_pods_and_restarts_a_daemon_that_stops_answering(
         tmp_path: Path) -> None:
     tag = os.urandom(2).hex()
     primary_bridge, blue_bridge = f"nctds{tag}p", f"nctds{tag}b"
-    furnish(host, primary_bridge)
+    furnish(host, primary_bridge, str(SUBNET))
     kube.create("nodes", node(NODE))
     kube.create("network-attachment-definitions", nad("blue", "default", harness.bridge_conf(
         "blue", blue_bridge, {"type": "netctl-ipam", "range": str(BLUE)}, gateway=False)))

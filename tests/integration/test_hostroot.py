@@ -17,8 +17,6 @@ test_daemonset.py. We check, with ``host-root`` set to the fake host:
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,15 +24,13 @@ from pathlib import Path
 import pytest
 
 from netctl import harness
-from tests.conftest import NETCTL, TEST_PLUGINS, Daemon, netns_addrs
-from tests.fakehost import FakeHost
+from tests.conftest import NETCTL, Daemon, netns_addrs
+from tests.fakehost import MARKER, PRIMARY, FakeHost, furnish
 
 pytestmark = [pytest.mark.netns]
 
-MARKER = "/etc/netctl-test-host-marker"
 RECORD = "/var/lib/netctl-test/hostfile.log"
 INDICATOR = "/run/netctl-test-primary/ready"
-PRIMARY = "/etc/cni/net.d/10-primary.conflist"
 SUBNET = "10.187.0.0/24"
 
 
@@ -44,27 +40,9 @@ def host(tmp_path: Path) -> Iterator[FakeHost]:
         yield fake
 
 
-def furnish(host: FakeHost, bridge: str, data_dir: str = "") -> None:
-    """A node's files: the Debian plugins linked into /opt/cni/bin (absolute links, as a
-    package would make them), the test's hostfile delegate only there, a primary CNI
-    config in /etc/cni/net.d (host-local's ``dataDir`` when given: else its default,
-    ``/var/lib/cni/networks``), and the marker the delegate reads."""
-    bin_dir = host.path("/opt/cni/bin")
-    for name in ("bridge", "host-local", "loopback"):
-        (bin_dir / name).symlink_to(f"/usr/lib/cni/{name}")
-    shutil.copy(TEST_PLUGINS / "hostfile", bin_dir / "netctl-test-hostfile")
-    host.path(MARKER).write_text("the host's own file\n")
-    conf = host.path(PRIMARY)
-    conf.parent.mkdir(parents=True)
-    conf.write_text(json.dumps({"cniVersion": "1.0.0", "name": "primary", "plugins": [{
-        "type": "bridge", "bridge": bridge, "isGateway": True,
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": SUBNET}]],
-                 **({"dataDir": data_dir} if data_dir else {})}}]}))
-
-
 def test_delegates_run_in_the_host_root(daemon: Daemon, host: FakeHost,
                                         netns: Callable[[], str]) -> None:
-    furnish(host, daemon.name("hb"))
+    furnish(host, daemon.name("hb"), SUBNET)
     daemon.bin_dirs = ["/opt/cni/bin"]  # the host's
     daemon.settings["host-root"] = str(host.root)
     daemon.add_network("hosted", {"cniVersion": "1.0.0", "name": "hosted", "plugins": [{
@@ -91,7 +69,7 @@ def test_delegates_run_in_the_host_root(daemon: Daemon, host: FakeHost,
     leases = host.path("/var/lib/cni/networks/primary")
     assert (leases / address).read_text().startswith("hostroot-1")
     assert not Path("/var/lib/cni/networks/primary", address).exists()
-    assert host.path(RECORD).read_text() == "the host's own file hostroot-1\n"
+    assert host.path(RECORD).read_text() == "the node's own file hostroot-1\n"
     assert not Path(RECORD).exists() and not Path(MARKER).exists()
 
     delete = daemon.cni("DEL", "hostroot-1", f"{harness.NETNS_DIR}/{ns}", conf,
@@ -105,7 +83,7 @@ def test_delegates_run_in_the_host_root(daemon: Daemon, host: FakeHost,
 def test_without_host_root_the_host_plugin_is_not_found(
         daemon: Daemon, host: FakeHost, netns: Callable[[], str]) -> None:
     # run as is, host-local would write this machine's /var/lib/cni: the fake host's
-    furnish(host, daemon.name("hb"), data_dir=str(host.path("/var/lib/cni/networks")))
+    furnish(host, daemon.name("hb"), SUBNET, data_dir=str(host.path("/var/lib/cni/networks")))
     daemon.bin_dirs = [str(host.path("/opt/cni/bin"))]  # found, but run as is
     daemon.add_network("hosted", {"cniVersion": "1.0.0", "name": "hosted", "plugins": [{
         "type": "netctl-test-hostfile", "hostFile": MARKER, "record": RECORD}]})
