@@ -16,7 +16,12 @@ kubelet drives it, its CNI conf and bin dirs the fake node's. We check:
 - the liveness probe restarts a daemon that stops answering (SIGSTOP): failures counted
   to ``failureThreshold``, a restart, then the restarted daemon answers and is ready;
 - the pod is stopped and removed through CRI after the restart: every address is
-  released (the lease, netctl's allocation), the delegate's record is gone;
+  released (the lease, netctl's allocation), the delegate's record is gone; the restarted
+  daemon serves a new pod;
+- rollback: the DaemonSet is deleted, that pod is removed while no daemon runs (the plugin
+  records its DELs), and ``deploy/kubernetes/uninstall.yaml``'s init containers run: the
+  conflist and the plugin go, the recorded DELs are carried out (the lease, the bridge
+  port, netctl's address released);
 - nothing is left: containers, sandboxes, netns, the node's links, mounts.
 """
 
@@ -43,6 +48,7 @@ from tests.fakehost import MARKER, PRIMARY, FakeHost, furnish
 from tests.kubelet import KUBECONFIG, Kubelet, documents
 
 MANIFEST = ROOT / "deploy" / "kubernetes" / "daemonset.yaml"
+UNINSTALL = ROOT / "deploy" / "kubernetes" / "uninstall.yaml"
 IMAGE_ENV = ROOT / "deploy" / "image" / "podman-env"  # how `make image` runs podman
 NODE = "node-ds"
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
@@ -113,6 +119,16 @@ def run_netctl() -> Iterator[Path]:
         yield RUN_NETCTL
     finally:
         shutil.rmtree(RUN_NETCTL, ignore_errors=True)
+
+
+def held(kubelet: Kubelet) -> int:
+    """Addresses netctl holds on the node: ``netctl ipam pools`` in the image, on the
+    node's state dir (the daemon up or not)."""
+    state = kubelet.host.path("/var/lib/netctl")
+    out = kubelet.run_podman("run", "--rm", "--network", "none", "--volume",
+                             f"{state}:/var/lib/netctl", kubelet.image or "", "netctl", "ipam",
+                             "pools", "--json")
+    return sum(int(p["in_use"]) for p in json.loads(out.stdout)["pools"])
 
 
 def metrics() -> str:
@@ -211,11 +227,38 @@ def test_the_daemonset_runs_pods_and_restarts_a_daemon_that_stops_answering(
             assert not lease.exists() and not host.path(RECORD).exists()
             assert not os.path.exists(status.netns)
             assert bridge_ports(primary_bridge) == [] and bridge_ports(blue_bridge) == []
-            pools = json.loads(subprocess.run(
-                [*podman, "exec", kubelet.name("netctl"), "netctl", "ipam", "pools",
-                 "--json"], env=env, capture_output=True, text=True, check=True,
-                timeout=60).stdout)
-            assert all(p.get("used", 0) == 0 for p in pools.get("pools", [])), pools
+            assert held(kubelet) == 0
+
+            # the restarted daemon serves a new pod too
+            late = kube.create("pods", pod("late", "default", node=NODE,
+                                           annotations={NETWORKS: "blue"}))["metadata"]
+            late_id = ctd.cri.run_pod_sandbox(cri.SandboxConfig(
+                "late", "default", late["uid"], annotations={NETWORKS: "blue"}))
+            late_ns = ctd.cri.pod_sandbox_status(late_id).netns
+            late_ip = ipaddress.ip_interface(
+                netns_addrs(os.path.basename(late_ns))["eth0"][0]).ip
+            late_lease = host.path(f"/var/lib/cni/networks/primary/{late_ip}")
+            assert late_lease.exists() and held(kubelet) == 1
+
+            # rollback: the DaemonSet is deleted; the pod goes while no daemon runs (the
+            # plugin records the DELs: nothing is released yet); then uninstall.yaml
+            kubelet.close()
+            ctd.cri.stop_pod_sandbox(late_id)
+            ctd.cri.remove_pod_sandbox(late_id)
+            assert late_lease.exists() and os.listdir(RUN_NETCTL / "pending-del")
+            undo = Kubelet(UNINSTALL, host, tmp_path / "kubelet", node=NODE, podman=podman,
+                           env=env, shared=[str(RUN_NETCTL), "/run/netns"], image=image)
+            try:
+                undo.run_init_containers()
+            finally:
+                undo.close()
+            assert not host.path("/etc/cni/net.d/00-netctl.conflist").exists()
+            assert not host.path("/opt/cni/bin/netctl-cni").exists()
+            # the recorded DELs carried out: the lease, the bridge port, netctl's address
+            assert not late_lease.exists() and os.listdir(RUN_NETCTL / "pending-del") == []
+            assert bridge_ports(primary_bridge) == [] and bridge_ports(blue_bridge) == []
+            assert not os.path.exists(late_ns)
+            assert held(kubelet) == 0
     finally:
         try:
             kubelet.close()

@@ -168,6 +168,19 @@ def test_the_commands_are_netctls_and_agree_on_the_socket(tmp_path: Path) -> Non
     assert (undo.uninstall, undo.auto_config, undo.bin_dir, undo.cni_conf_dir) == (
         True, True, "/opt/cni/bin", "/etc/cni/net.d")
     assert uninstall["tolerations"] == [{"operator": "Exists"}]
+    # then the DELs recorded meanwhile, with the daemon's own state, socket and host root
+    assert [c["name"] for c in uninstall["initContainers"]] == ["uninstall-cni", "replay"]
+    replay = container(uninstall, "replay")
+    again = parsed(replay["command"])
+    cfg = daemon.load_config(str(tmp_path / "d.yaml"), {})
+    assert again.exit_after_replay and not again.in_cluster and again.kubeconfig is None
+    assert (again.state_dir, again.socket, again.cni_bin_dir, again.host_root) == (
+        cfg.state_dir, cfg.socket, cfg.cni_bin_dir, cfg.host_root)
+    assert mounts(uninstall, replay) == {
+        path: m for path, m in mounts(spec, container(spec, "netctl")).items()
+        if path != "/etc/netctl"}
+    assert replay["securityContext"] == {"privileged": True}
+    assert uninstall["hostNetwork"] is True and uninstall["hostPID"] is True
 
 
 @pytest.mark.parametrize("name", ["daemonset.yaml", "uninstall.yaml"])
