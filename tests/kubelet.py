@@ -27,7 +27,6 @@ failure.
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 import time
@@ -187,7 +186,7 @@ class Kubelet:
         return proc.returncode == 0
 
     def wait_probe(self, container: str, kind: str, timeout: float = 120) -> float:
-        """Probe every second until it passes; the seconds it took."""
+        """Probe every half second until it passes; the seconds it took."""
         started = time.monotonic()
         while not self.probe(container, kind):
             if time.monotonic() - started > timeout:
@@ -195,7 +194,7 @@ class Kubelet:
                                f"{self.logs(container)}")
             if not self.running(container):
                 raise PodError(f"{container} exited:\n{self.logs(container)}")
-            time.sleep(1)
+            time.sleep(0.5)  # the next probe (kubelet's periodSeconds, shortened)
         return time.monotonic() - started
 
     def watch_liveness(self, container: str, rounds: int, interval: float = 0.5
@@ -230,8 +229,3 @@ class Kubelet:
         if leftover:
             raise PodError(f"containers left: {leftover}")
 
-
-def wait_gone(pid: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-        time.sleep(0.1)
