@@ -20,7 +20,14 @@ import time
 import msgspec
 
 from netctl.kube.api import Api, ApiError
-from netctl.kube.objects import Block, BlockOwner, BlockSpec, Meta
+from netctl.kube.objects import (
+    BLOCK_API_VERSION,
+    BLOCK_KIND,
+    Block,
+    BlockOwner,
+    BlockSpec,
+    Meta,
+)
 
 GROUP = "ipam.netctl.dev"
 BLOCKS = f"/apis/{GROUP}/v1/ipamblocks"
@@ -35,9 +42,18 @@ def _decode(data: bytes) -> Block:
     return msgspec.json.decode(data, type=Block)
 
 
+def _body(block: Block) -> bytes:
+    """``block`` as a request body. apiVersion and kind always go along: a custom resource
+    without them is refused (400 "Object 'Kind' is missing"), and ``omit_defaults`` would
+    leave out their default values."""
+    doc = msgspec.to_builtins(block)
+    doc["apiVersion"], doc["kind"] = BLOCK_API_VERSION, BLOCK_KIND
+    return msgspec.json.encode(doc)
+
+
 async def claim(api: Api, name: str, spec: BlockSpec) -> Block | None:
     """Create the block (the claim); None when it exists already (another claim won)."""
-    body = msgspec.json.encode(Block(metadata=Meta(name=name), spec=spec))
+    body = _body(Block(metadata=Meta(name=name), spec=spec))
     try:
         return _decode(await api.request("create", "POST", BLOCKS, body=body))
     except ApiError as exc:
@@ -73,7 +89,7 @@ async def _update(api: Api, block: Block, spec: BlockSpec) -> Block | None:
                               resourceVersion=block.metadata.resourceVersion), spec=spec)
     try:
         return _decode(await api.request("update", "PUT", f"{BLOCKS}/{block.metadata.name}",
-                                         body=msgspec.json.encode(new)))
+                                         body=_body(new)))
     except ApiError as exc:
         if exc.status in (404, 409):
             return None

@@ -99,13 +99,17 @@ class BlockSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True)
     grant: str = ""  # "" (asked) | granted | refused
 
 
+BLOCK_API_VERSION = "ipam.netctl.dev/v1"
+BLOCK_KIND = "IPAMBlock"
+
+
 class Block(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     """An IPAMBlock (``ipam.netctl.dev/v1``, cluster-scoped): one node's block of a pool."""
 
     metadata: Meta = msgspec.field(default_factory=Meta)
     spec: BlockSpec = msgspec.field(default_factory=BlockSpec)
-    apiVersion: str = "ipam.netctl.dev/v1"
-    kind: str = "IPAMBlock"
+    apiVersion: str = BLOCK_API_VERSION
+    kind: str = BLOCK_KIND
 
 
 class Node(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):

@@ -374,7 +374,8 @@ class FakeKube:
         res = self.registry.named(resource)
         meta = obj.get("metadata") or {}
         return self._call(lambda: clone(self._store.update(
-            res, meta.get("namespace") or "default", meta.get("name", ""), obj, subresource)))
+            res, meta.get("namespace") or "default", meta.get("name", ""), obj, subresource,
+            from_api=False)))
 
     def patch(self, resource: str, namespace: str | None, name: str,
               patch: dict[str, Any] | builtins.list[Any], *, subresource: str = "",

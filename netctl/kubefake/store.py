@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import json
 import random
 import re
 import uuid
@@ -117,6 +118,12 @@ def translate(change: Change, w: Watcher) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
+def _brief(body: dict[str, Any]) -> str:
+    """The start of a body, as the real server quotes it in a decoding error."""
+    text = json.dumps(body, separators=(",", ":"))
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 class Store:
     def __init__(self, registry: Registry, *, history_size: int = 1000,
                  graceful_pod_deletion: bool = False) -> None:
@@ -148,7 +155,7 @@ class Store:
     def create(self, res: Resource, ns: str, body: Any, *, from_api: bool = True) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request is not a JSON object")
-        self._check_type(res, body)
+        self._check_type(res, body, from_api)
         obj = clone(body)
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
@@ -178,10 +185,10 @@ class Store:
         return self._commit(res, "ADDED", obj, None)
 
     def update(self, res: Resource, ns: str, name: str, body: Any, subresource: str = "",
-               ) -> dict[str, Any]:
+               *, from_api: bool = True) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request is not a JSON object")
-        self._check_type(res, body)
+        self._check_type(res, body, from_api)
         return self._replace(res, ns, name, body, subresource, require_rv=res.custom)
 
     def patch(self, res: Resource, ns: str, name: str, content_type: str, body: Any,
@@ -324,7 +331,15 @@ class Store:
             return self._commit(res, "DELETED", new, None)
         return self._commit(res, "MODIFIED", new, old)
 
-    def _check_type(self, res: Resource, body: dict[str, Any]) -> None:
+    def _check_type(self, res: Resource, body: dict[str, Any], from_api: bool = True) -> None:
+        # a custom resource's body is decoded as unstructured JSON, which needs both: the
+        # real server answers 400 without them (built-in kinds default to the URL's)
+        if from_api and res.custom:
+            for key, what in (("kind", "Kind"), ("apiVersion", "Version")):
+                if not body.get(key):
+                    raise errors.bad_request(
+                        f"{res.kind} in version \"{res.version}\" cannot be handled as a "
+                        f"{res.kind}: Object '{what}' is missing in '{_brief(body)}'")
         if body.get("apiVersion") not in (None, "", res.api_version):
             raise errors.bad_request(f"the API version in the data ({body['apiVersion']}) does "
                                      f"not match the expected API version ({res.api_version})")

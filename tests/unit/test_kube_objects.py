@@ -66,3 +66,15 @@ def test_refusal_names_its_pod_once() -> None:
                                                      "shop/web-1")
     assert named.for_pod("other/x") is named and bad.for_pod("") is bad
     assert len(Refusal("m", "R", "n" * 5000).note) == 1024
+
+
+def test_a_block_body_carries_its_api_version_and_kind() -> None:
+    """The claim's and the update's body: a custom resource without apiVersion and kind is
+    refused by the real API server, and omit_defaults would drop their default values."""
+    from netctl.kube import blocks
+    from netctl.kube.objects import Block, BlockSpec, Meta
+
+    body = msgspec.json.decode(blocks._body(Block(metadata=Meta(name="b"),
+                                                  spec=BlockSpec(node="n1"))))
+    assert (body["apiVersion"], body["kind"]) == ("ipam.netctl.dev/v1", "IPAMBlock")
+    assert body["metadata"] == {"name": "b"} and body["spec"]["node"] == "n1"

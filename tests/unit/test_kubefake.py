@@ -155,6 +155,14 @@ def test_create_get_list_and_status_errors(kube: FakeKube) -> None:
                 "name": "c", "namespace": "ns1",
                 "annotations": {"k8s.v1.cni.cncf.io/network-status": [1]}}})
         assert not_strings.value.status == 400
+        # a custom object without kind or apiVersion: the real server cannot decode it
+        for missing in ("kind", "apiVersion"):
+            bare = {k: v for k, v in block.items() if k != missing}
+            bare["metadata"] = {"name": f"no-{missing.lower()}"}
+            with pytest.raises(ApiException) as undecodable:
+                await custom.create_cluster_custom_object(*BLOCK, bare)
+            assert undecodable.value.status == 400
+            assert "is missing in" in status_of(undecodable.value)["message"]
     run(kube, body)
 
 
