@@ -1,7 +1,8 @@
 """The kinds the fake serves, and what the API server knows about each: group, version,
 plural, kind, scope, which fields a field selector may name, whether ``status`` is a
-subresource, and whether the kind is a custom resource (CRD rules: an update must carry
-``metadata.resourceVersion``; no strategic-merge patch).
+subresource, and whether the kind is a custom resource (CRD rules: a create or update body
+must carry ``apiVersion`` and ``kind``, an update ``metadata.resourceVersion``; no
+strategic-merge patch).
 
 Built in: core/v1 ``pods``, ``events``, ``nodes``, ``namespaces``,
 ``coordination.k8s.io/v1`` ``leases`` (leader election: whereabouts' protocol, which
