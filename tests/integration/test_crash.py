@@ -167,7 +167,7 @@ def run_harness(iterations: int) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_crash_harness_with_a_fixed_seed() -> None:
-    parts = run_harness(15)
+    parts = run_harness(30)
 
     faults = parts["faults"]
     # the seed's choices: faults of every kind, GCs, node reboots (see the unit test)
