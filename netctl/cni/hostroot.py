@@ -33,7 +33,9 @@ from dataclasses import dataclass
 
 from netctl.errors import INVALID_CONFIG, CNIError
 
-_SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# the PATH every child netctl execs gets (delegates, their VERSION probe), and where the
+# chroot binary is looked for
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_LINKS = 40  # symlinks followed in one lookup, as the kernel's ELOOP limit
 
 
@@ -106,10 +108,10 @@ class HostRoot:
             raise CNIError(INVALID_CONFIG, f"host-root {path}: has no /proc/self (mount the "
                            "host's root recursively, its /proc included, with the host's "
                            "PID namespace)")
-        found = shutil.which("chroot", path=_SAFE_PATH)
+        found = shutil.which("chroot", path=SAFE_PATH)
         if found is None:
             raise CNIError(INVALID_CONFIG, f"host-root {path}: no chroot binary (coreutils) "
-                           f"on {_SAFE_PATH} to run delegates in it")
+                           f"on {SAFE_PATH} to run delegates in it")
         return cls(path, found)
 
     def host(self, path: str) -> str:

@@ -27,7 +27,7 @@ import msgspec
 import trio
 
 from netctl.cni.config import validate_plugin_type
-from netctl.cni.hostroot import HostRoot
+from netctl.cni.hostroot import SAFE_PATH, HostRoot
 from netctl.cni.types import check_result
 from netctl.errors import (
     DELEGATE_BAD_OUTPUT,
@@ -39,7 +39,6 @@ from netctl.errors import (
 
 MAX_STDOUT = 1 << 20
 MAX_STDERR = 64 << 10
-_SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 OWNER_VAR = "NETCTL_OWNER"
 
 
@@ -170,7 +169,7 @@ async def run_plugin(
         "CNI_IFNAME": ifname,
         "CNI_ARGS": cni_args,
         "CNI_PATH": ":".join(bin_dirs),
-        "PATH": _SAFE_PATH,
+        "PATH": SAFE_PATH,
         OWNER_VAR: owner,
     }
     started = time.monotonic()

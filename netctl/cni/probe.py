@@ -36,13 +36,12 @@ import msgspec
 import trio
 
 from netctl.cni import versions
-from netctl.cni.hostroot import HostRoot
+from netctl.cni.hostroot import SAFE_PATH, HostRoot
 from netctl.cni.invoke import kill_group
 from netctl.errors import INCOMPATIBLE_VERSION, CNIError
 
 UNKNOWN: frozenset[str] = frozenset()
 MAX_OUTPUT = 64 << 10
-_SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 Stamp = tuple[str, int, int]  # realpath, mtime_ns, size
 
@@ -94,7 +93,7 @@ async def exec_version(path: str, *, timeout: float, probe_version: str,
                        root: HostRoot = HostRoot()) -> bytes | None:
     """Run ``path`` (chrooted into a host ``root``) with CNI_COMMAND=VERSION; its stdout,
     or None when it failed."""
-    env = {"CNI_COMMAND": "VERSION", "PATH": _SAFE_PATH}
+    env = {"CNI_COMMAND": "VERSION", "PATH": SAFE_PATH}
     stdin = msgspec.json.encode({"cniVersion": probe_version})
     try:
         proc = await trio.lowlevel.open_process(
