@@ -332,6 +332,9 @@ class Daemon:
     prefix: str
     bin_dirs: list[str] = field(default_factory=lambda: [SYSTEM_CNI])
     settings: dict[str, Any] = field(default_factory=dict)  # more daemon config keys
+    # a command the daemon is exec'd through (it must exec it in the same process, as
+    # ``env`` and ``unshare`` without --fork do): another environment, a mount namespace
+    launcher: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     pid: int = 0  # of the last one started
 
@@ -404,7 +407,8 @@ class Daemon:
             "cni-results-dir": str(self.root / "cni-results"), **self.settings}))
         with open(self.log_path, "ab") as log:  # the child keeps its own copy
             started = time.perf_counter()
-            self.proc = subprocess.Popen(netctl_argv("daemon", "--config", str(config)),
+            self.proc = subprocess.Popen([*self.launcher,
+                                          *netctl_argv("daemon", "--config", str(config))],
                                          stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         self.pid = self.proc.pid

@@ -8,6 +8,7 @@ twice in a row on one machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import socket
@@ -33,6 +34,9 @@ from netctl.harness import (  # noqa: F401  (the helpers the test modules import
     netns_links,
     wait_for,
 )
+from netctl.kubefake import FakeKube
+from tests import realkube
+from tests.realkube import RealKube
 
 NETCTL = str(Path(sys.executable).parent / "netctl")
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +63,50 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "netns" in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# -- the Kubernetes API: the fake, and a real kube-apiserver ---------------------------------
+
+Kube = FakeKube | RealKube
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test that takes ``kube`` and is marked ``servers("fake", "real")`` (on itself or
+    its module) runs once against each server named; its module's ``kube`` fixture builds
+    it with :func:`kube_server`."""
+    marker = metafunc.definition.get_closest_marker("servers")
+    if marker is not None and "kube" in metafunc.fixturenames:
+        metafunc.parametrize("kube", marker.args, indirect=True)
+
+
+@pytest.fixture(scope="session")
+def real_kube() -> Iterator[RealKube]:
+    """One real etcd and kube-apiserver for the session (:mod:`tests.realkube`), or the
+    test skipped with what is missing and how to provide it."""
+    reason = realkube.unavailable()
+    if reason:
+        pytest.skip(f"real kube-apiserver: {reason}")
+    with RealKube() as kube:
+        yield kube
+
+
+@contextlib.contextmanager
+def kube_server(request: pytest.FixtureRequest, **fake: Any) -> Iterator[Kube]:
+    """The server the test is parametrized with: a new :class:`FakeKube` (``fake`` are
+    its arguments), or the session's real API server, emptied of what the test made
+    afterwards (and started again if the test left it stopped)."""
+    if getattr(request, "param", "fake") == "fake":
+        with FakeKube(**fake) as kube:
+            yield kube
+        return
+    real: RealKube = request.getfixturevalue("real_kube")
+    real.reset_counts()
+    try:
+        yield real
+    finally:
+        if not real.serving:
+            real.start()
+        real.clean()
 
 
 class Daemon(harness.Daemon):

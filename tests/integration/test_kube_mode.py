@@ -11,8 +11,10 @@ Subnets: 10.184.0.0/24 (cluster), 10.184.1.0/24 (blue), 10.184.2.0/24 (green).""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
+import shutil
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,26 +26,30 @@ from netctl.kubefake import FakeKube, nad, node, pod
 from tests.conftest import (
     Background,
     Daemon,
+    Kube,
     bridge_ports,
     free_port,
     ipam_bridge,
+    kube_server,
     netns_addrs,
     netns_links,
     step_states,
     wait_for,
 )
+from tests.realkube import RealKube
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.servers("fake", "real")]
 
 NODE = "node-a"
 STATUS = "k8s.v1.cni.cncf.io/network-status"
+IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster config reads
 
 
 @pytest.fixture
-def kube() -> Iterator[FakeKube]:
-    with FakeKube(bookmark_interval=0.5) as fake:
-        yield fake
-        assert fake.server_errors == []
+def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
+    with kube_server(request, bookmark_interval=0.5) as server:
+        yield server
+        assert server.server_errors == []
 
 
 def _net(daemon: Daemon, name: str, suffix: str, subnet: str) -> dict[str, Any]:
@@ -267,6 +273,7 @@ def test_sigterm_drains_an_inflight_add_and_closes_the_client(
     assert "Unclosed client session" not in daemon.log(), daemon.log()[-2000:]
 
 
+@pytest.mark.servers("fake")  # a refused patch on demand: forbid()
 @pytest.mark.parametrize("required", [False, True])
 def test_a_network_status_the_api_refuses(daemon: Daemon, kube: FakeKube,
                                           netns: Callable[[], str], tmp_path: Path,
@@ -306,6 +313,7 @@ def test_a_network_status_the_api_refuses(daemon: Daemon, kube: FakeKube,
     assert netns_links(ns) == ["lo"]
 
 
+@pytest.mark.servers("fake")  # a deletion while the server is down, and a new etcd
 def test_an_api_server_back_with_a_new_history_loses_no_deletion(
         daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
     """The API server restarts on a new etcd (every resourceVersion the daemon knows is
@@ -351,6 +359,56 @@ def test_a_rotated_token_is_read_again(daemon: Daemon, netns: Callable[[], str],
         assert daemon.status()["kubernetes"]["credential_reloads"] >= 1
         assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0
         assert kube.server_errors == []
+
+
+@pytest.mark.servers("real")
+def test_in_cluster_a_rotated_token_is_read_again_after_an_api_server_restart(
+        daemon: Daemon, kube: Kube, netns: Callable[[], str], tmp_path: Path) -> None:
+    """In-cluster configuration, as in a pod: the ServiceAccount's token and the CA where
+    in-cluster configuration reads them (a private mount namespace), the server in
+    ``KUBERNETES_SERVICE_HOST``/``PORT``. The token, bound to a Secret, is rotated (the file
+    rewritten) and revoked (its Secret deleted); the API server restarts, so no cached
+    check keeps the old token alive: the daemon's relists get 401, it reads the token
+    again, and an ADD is served with its network-status written."""
+    assert isinstance(kube, RealKube)
+    secrets_dir = tmp_path / "serviceaccount"
+    secrets_dir.mkdir()
+    shutil.copy(kube.ca_file, secrets_dir / "ca.crt")
+    (secrets_dir / "namespace").write_text("kube-system")
+
+    def bound_token(secret: str) -> str:
+        kube.request("POST", "/api/v1/namespaces/kube-system/secrets", {
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": secret, "labels": {"netctl-test": "true"}}})
+        return kube.token_for("kube-system", "netctl", bound_secret=secret)
+
+    (secrets_dir / "token").write_text(bound_token("netctl-first"))
+    daemon.launcher = [
+        "env", "KUBERNETES_SERVICE_HOST=127.0.0.1", f"KUBERNETES_SERVICE_PORT={kube.port}",
+        "unshare", "--mount", "--propagation", "slave", "sh", "-ec",
+        f'mkdir -p {IN_CLUSTER}; mount --bind "$0" {IN_CLUSTER}; exec "$@"',
+        str(secrets_dir)]
+    made = [p for p in (Path("/run/secrets/kubernetes.io/serviceaccount"),
+                        Path("/run/secrets/kubernetes.io"), Path("/run/secrets"))
+            if not p.exists()]
+    try:
+        start(daemon, kube, tmp_path, kubeconfig="", **{"in-cluster": True})
+        (secrets_dir / "token").write_text(bound_token("netctl-second"))
+        kube.request("DELETE", "/api/v1/namespaces/kube-system/secrets/netctl-first")
+        kube.restart()  # the old token's cached check is gone with the process
+        uid = add_pod(kube, "p")
+        wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 30,
+                 "the pod, through a watch renewed with the new token")
+        ns = netns()
+        assert cni(daemon, "ADD", "cp", ns, "p", uid).rc == 0
+        assert STATUS in kube.get("pods", "default", "p")["metadata"]["annotations"]
+        assert daemon.status()["kubernetes"]["credential_reloads"] >= 1
+        assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0
+    finally:
+        daemon.shut_down()
+        for p in made:  # what the private namespace's mkdir left on the host
+            with contextlib.suppress(OSError):
+                p.rmdir()
 
 
 # -- the node's name (issue 16, defect 3) -----------------------------------------------------
@@ -428,6 +486,7 @@ def annotate_ops(daemon: Daemon, container: str) -> list[tuple[str, int | None]]
         "ORDER BY id", (container,))]
 
 
+@pytest.mark.servers("fake")  # a refused patch on demand: forbid()
 def test_a_network_status_the_api_does_not_take_at_once_is_written_later(
         daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
     """The API server refuses the network-status patch for a while: the ADD answers at once
@@ -462,6 +521,7 @@ def test_a_network_status_the_api_does_not_take_at_once_is_written_later(
     assert cni(daemon, "DEL", "cslow", ns, "slow", uid).rc == 0
 
 
+@pytest.mark.servers("fake")  # a refused patch on demand: forbid()
 @pytest.mark.parametrize("meanwhile", ["pod deleted", "pod replaced", "attachments DELeted"])
 def test_a_network_status_retry_ends_when_its_pod_or_attachments_go(
         daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path,
@@ -495,6 +555,7 @@ def test_a_network_status_retry_ends_when_its_pod_or_attachments_go(
         assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0
 
 
+@pytest.mark.servers("fake")  # a refused patch on demand: forbid()
 def test_sigterm_with_a_network_status_pending_exits_cleanly(
         daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
     """SIGTERM while a network-status is retried: one last attempt, the write left unwritten
@@ -515,6 +576,7 @@ def test_sigterm_with_a_network_status_pending_exits_cleanly(
 # -- SIGTERM right after deletions through the API (issue 16, defect 9) ----------------------
 
 
+@pytest.mark.servers("fake")  # watch events held back: watches_held()
 def test_sigterm_right_after_pods_deleted_through_the_api_exits_cleanly(
         daemon: Daemon, kube: FakeKube, netns: Callable[[], str], background: Background,
         tmp_path: Path) -> None:
