@@ -78,6 +78,7 @@ from netctl.server import Handlers, Server, ServerConfig
 if TYPE_CHECKING:  # the client is imported in Kubernetes mode only: it costs ≈ 50 MiB
     from netctl.engine.clusteripam import ClusterStore
     from netctl.kube.api import Api
+    from netctl.kube.events import EventRecorder
     from netctl.kube.informer import Informer
     from netctl.kube.objects import Block
     from netctl.kube.pods import NadSource, PodSource
@@ -218,7 +219,7 @@ async def _in_scope(scope: trio.CancelScope, fn: Callable[[], Awaitable[None]]) 
 @dataclass
 class KubeMode:
     """Kubernetes mode's parts: the API, this node's Node, its pods, the cluster's NADs, the
-    network-status writes retried in the background.
+    network-status writes retried in the background, the Events on refused pods.
 
     :meth:`run` carries the watches and the deletions until :meth:`stop` (SIGTERM), which
     cancels them first — a deletion the API server sends meanwhile is dropped with them
@@ -231,6 +232,7 @@ class KubeMode:
     nads: NadSource
     this_node: NodeCheck
     writes: StatusWrites
+    events: EventRecorder
     journal: Journal
     deleted: trio.MemorySendChannel[Pod]
     deletions: trio.MemoryReceiveChannel[Pod]
@@ -250,6 +252,7 @@ class KubeMode:
             raise CNIError(INVALID_CONFIG, "Kubernetes mode needs the node's name: "
                            "--node-name, or NODE_NAME in the environment")
         from netctl.kube.api import Api, ApiError, KubeSettings
+        from netctl.kube.events import EventRecorder
         from netctl.kube.pods import NadSource, PodSource
         from netctl.kube.statuswrites import StatusWrites
         from netctl.kube.thisnode import NodeCheck
@@ -263,8 +266,8 @@ class KubeMode:
         writes = StatusWrites(api, on_failure=metrics.network_status_write_failed,
                               last_try=cfg.api_timeout + 1)
         return cls(api, node, PodSource(api, node, cfg.pod_wait, send.send_nowait),
-                   NadSource(api), NodeCheck(api, node), writes, journal, send, receive,
-                   cfg.network_status_required)
+                   NadSource(api), NodeCheck(api, node), writes, EventRecorder(api, node),
+                   journal, send, receive, cfg.network_status_required)
 
     def cluster_store(self, cfg: DaemonConfig, journal: Journal,
                       live: tuple[list[Allocation], dict[str, int]]) -> ClusterStore:
@@ -360,11 +363,10 @@ class KubeMode:
         return warning
 
     async def refused(self, inv: Invocation, exc: Refusal) -> None:
+        """A Warning Event on the refused pod, or one more count of the same one."""
         namespace, _, name = exc.pod.partition("/")
-        from netctl.kube.pods import post_event
-
-        await post_event(self.api, namespace or inv.pod.namespace, name or inv.pod.name,
-                         inv.pod.uid, exc.reason, exc.note or exc.msg, self.node)
+        await self.events.warn(namespace or inv.pod.namespace, name or inv.pod.name,
+                               inv.pod.uid, exc.reason, exc.note or exc.msg)
 
     async def run(self, reconciler: Reconciler, grace: float,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

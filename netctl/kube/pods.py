@@ -16,8 +16,6 @@ matching by UID, never by name).
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable
 
 import msgspec
@@ -26,8 +24,6 @@ from netctl.errors import TRY_AGAIN_LATER, CNIError, Refusal
 from netctl.kube.api import Api, ApiError
 from netctl.kube.informer import Informer
 from netctl.kube.objects import REASON_OTHER_NODE, Nad, Pod
-
-log = logging.getLogger("netctl.kube")
 
 PODS = "/api/v1/pods"
 NADS = "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions"
@@ -97,20 +93,3 @@ class NadSource:
                            "try again later")
         return self.informer.cache.get((namespace, name))
 
-
-async def post_event(api: Api, namespace: str, name: str, uid: str, reason: str,
-                     message: str, node: str) -> None:
-    """A Warning Event on the pod (best effort: a failure is only logged)."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    event = {"apiVersion": "v1", "kind": "Event",
-             "metadata": {"generateName": f"{name}.", "namespace": namespace},
-             "involvedObject": {"kind": "Pod", "namespace": namespace, "name": name,
-                                "uid": uid, "apiVersion": "v1"},
-             "reason": reason, "message": message[:1024], "type": "Warning",
-             "source": {"component": "netctl", "host": node},
-             "firstTimestamp": now, "lastTimestamp": now, "count": 1}
-    try:
-        await api.request("create", "POST", f"/api/v1/namespaces/{namespace}/events",
-                          body=msgspec.json.encode(event))
-    except ApiError as exc:
-        log.warning("event on pod %s/%s not posted: %s", namespace, name, exc)

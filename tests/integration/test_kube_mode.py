@@ -2,9 +2,10 @@
 API server (``netctl/kubefake``, real HTTP, real kubernetes-asyncio), real netns and real
 plugins. Pods' annotations in both forms reach the right NADs, interfaces and addresses;
 network-status is written on the pod; a warm cache costs no pod GET or LIST per ADD; a
-malformed annotation is refused (code 7) with an Event on the pod; a pod deleted through
-the API has its attachments DELeted; a replaced pod (UID mismatch) is refused; with the
-API server down an ADD for an unseen pod answers code 11 at once and a DEL completes.
+malformed annotation is refused (code 7) with an Event on the pod, its repeats counted on
+that one Event; a pod deleted through the API has its attachments DELeted; a replaced pod
+(UID mismatch) is refused; with the API server down an ADD for an unseen pod answers code
+11 at once and a DEL completes.
 
 Subnets: 10.184.0.0/24 (cluster), 10.184.1.0/24 (blue), 10.184.2.0/24 (green)."""
 
@@ -162,6 +163,28 @@ def test_a_malformed_annotation_is_refused_with_an_event_on_the_pod(
                                if e["involvedObject"]["name"] == "bad"], 10, "the Event")
     assert events[0]["type"] == "Warning" and events[0]["involvedObject"]["uid"] == uid
     assert cni(daemon, "DEL", "cbad", ns, "bad", uid).rc == 0
+
+
+def test_repeated_refusals_of_a_pod_count_on_one_event(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    """A sandbox the runtime ADDs again and again (new sandbox IDs, the same refusal)
+    leaves one Event, its count the number of refusals, not one Event per ADD."""
+    start(daemon, kube, tmp_path)
+    uid = add_pod(kube, "loop", {"k8s.v1.cni.cncf.io/networks": '[{"name": "Blue!"}'})
+    ns = netns()
+    for i in range(5):
+        res = cni(daemon, "ADD", f"cloop{i}", ns, "loop", uid)
+        assert res.rc == 1 and res.out is not None and res.out["code"] == 7, res.describe()
+        assert cni(daemon, "DEL", f"cloop{i}", ns, "loop", uid).rc == 0
+
+    def of_pod() -> list[dict[str, Any]]:
+        return [e for e in kube.list("events", "default")
+                if e["involvedObject"]["name"] == "loop"]
+    wait_for(lambda: sum(e.get("count", 1) for e in of_pod()) >= 5, 10, "five refusals")
+    (event,) = of_pod()
+    assert event["count"] == 5 and event["involvedObject"]["uid"] == uid
+    assert event["type"] == "Warning" and event["metadata"]["name"].startswith("loop.")
+    assert event["lastTimestamp"] >= event["firstTimestamp"]
 
 
 def test_a_pod_deleted_through_the_api_has_its_attachments_deleted(

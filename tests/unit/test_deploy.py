@@ -13,9 +13,9 @@ wherever netctl reads what they say:
   ``# measured:`` comment (the daemon's from ``netctl bench kube``);
 - RBAC: the ClusterRole is exactly ``netctl.kube.access.RULES``, row by row, each reason
   as its comment; the binding ties it to the DaemonSet's ServiceAccount;
-- the NetworkAttachmentDefinition CRD as the API defines it, the example NADs are of it
-  and their configs are networks netctl runs, the example pods' annotations parse (both
-  forms).
+- the NetworkAttachmentDefinition CRD as the API defines it and Multus (v4.3.0) installs
+  it, object for object; the example NADs are of it and their configs are networks netctl
+  runs, the example pods' annotations parse (both forms).
 """
 
 from __future__ import annotations
@@ -276,6 +276,63 @@ def test_the_nad_crd_and_the_examples() -> None:
         assert chosen and {s.name for s in chosen} <= names
         forms.append(value.strip().startswith("["))
     assert sorted(forms) == [False, True]  # the comma form and the JSON form
+
+
+# Multus v4.3.0's NetworkAttachmentDefinition CRD (deployments/multus-daemonset-thick.yml),
+# as the API server stores it: netctl ships the same object, so that applying either over
+# the other changes nothing
+_K8S_API_CONVENTIONS = "https://git.k8s.io/community/contributors/devel/sig-architecture/" \
+    "api-conventions.md"
+MULTUS_NAD_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "network-attachment-definitions.k8s.cni.cncf.io"},
+    "spec": {
+        "group": "k8s.cni.cncf.io",
+        "scope": "Namespaced",
+        "names": {"plural": "network-attachment-definitions",
+                  "singular": "network-attachment-definition",
+                  "kind": "NetworkAttachmentDefinition",
+                  "shortNames": ["nad", "net-attach-def"]},
+        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+            "openAPIV3Schema": {
+                "description": "NetworkAttachmentDefinition is a CRD schema specified by the "
+                "Network Plumbing Working Group to express the intent for attaching pods to "
+                "one or more logical or physical networks. More information available at: "
+                "https://github.com/k8snetworkplumbingwg/multi-net-spec",
+                "type": "object",
+                "properties": {
+                    "apiVersion": {
+                        "description": "APIVersion defines the versioned schema of this "
+                        "represen tation of an object. Servers should convert recognized "
+                        "schemas to the latest internal value, and may reject unrecognized "
+                        f"values. More info: {_K8S_API_CONVENTIONS}#resources",
+                        "type": "string"},
+                    "kind": {
+                        "description": "Kind is a string value representing the REST "
+                        "resource this object represents. Servers may infer this from the "
+                        "endpoint the client submits requests to. Cannot be updated. In "
+                        f"CamelCase. More info: {_K8S_API_CONVENTIONS}#types-kinds",
+                        "type": "string"},
+                    "metadata": {"type": "object"},
+                    "spec": {
+                        "description": "NetworkAttachmentDefinition spec defines the desired "
+                        "state of a network attachment",
+                        "type": "object",
+                        "properties": {"config": {
+                            "description": "NetworkAttachmentDefinition config is a "
+                            "JSON-formatted CNI configuration",
+                            "type": "string"}}}}}}}],
+    },
+}
+
+
+def test_the_nad_crd_is_multus_own() -> None:
+    """The whole object, metadata included: a label or an explicit listKind that Multus'
+    CRD has not would be written over it (and back) by every apply."""
+    crd = one(DEPLOY / "crds" / "network-attachment-definitions.yaml",
+              "CustomResourceDefinition")
+    assert crd == MULTUS_NAD_CRD
 
 
 def test_the_ipamblock_crd_matches_the_code() -> None:

@@ -8,7 +8,8 @@ kubernetes-asyncio client over real HTTP, in these aspects:
   resourceVersion; the status subresource;
 - patches: strategic (the client's default for a dict on core kinds), merge with null
   removal, JSON patch with ``test``; the client's JSON-patch content type for a dict on
-  custom objects is refused as by the real server;
+  custom objects is refused as by the real server; an Event's count merge-patched, and
+  404 for an Event that is gone;
 - selectors on list and watch (``spec.nodeName``, labels), with objects moving in and out
   of a selector arriving as ADDED/DELETED; two nodes' watches side by side;
 - watches: from a list's resourceVersion in order; from nothing with the current state;
@@ -258,6 +259,31 @@ def test_patches_on_pod_annotations(kube: FakeKube) -> None:
                 *NAD[:2], "default", NAD[2], "n1", {"metadata": {"labels": {"a": "c"}}},
                 _content_type="application/strategic-merge-patch+json")
         assert strategic.value.status == 415
+    run(kube, body)
+
+
+def test_a_repeated_event_is_counted_by_a_merge_patch(kube: FakeKube) -> None:
+    """How a recorder counts a repeat: a merge patch of count and lastTimestamp keeps the
+    rest of the Event; a patch of an Event that is not there is 404 and creates nothing
+    (events allow create-on-update, but only an apply patch creates)."""
+    event = {"metadata": {"name": "p.17f0", "namespace": "default"},
+             "involvedObject": {"kind": "Pod", "namespace": "default", "name": "p"},
+             "reason": "R", "message": "m", "type": "Warning", "count": 1,
+             "firstTimestamp": "2024-01-01T00:00:00Z", "lastTimestamp": "2024-01-01T00:00:00Z"}
+
+    async def body(api: client.ApiClient) -> None:
+        v1 = core(api)
+        await v1.create_namespaced_event("default", event)
+        counted = await v1.patch_namespaced_event("p.17f0", "default", {
+            "count": 2, "lastTimestamp": "2024-01-01T00:00:05Z"}, _content_type=MERGE)
+        assert (counted.count, counted.message, counted.reason) == (2, "m", "R")
+        assert counted.first_timestamp < counted.last_timestamp
+        with pytest.raises(ApiException) as missing:
+            await v1.patch_namespaced_event("p.0", "default", {"count": 2},
+                                            _content_type=MERGE)
+        assert (missing.value.status, status_of(missing.value)["reason"]) == (404, "NotFound")
+        listed = await v1.list_namespaced_event("default")
+        assert [e.metadata.name for e in listed.items] == ["p.17f0"]
     run(kube, body)
 
 
