@@ -12,10 +12,13 @@ PLUGIN_SRC := plugin/go.mod $(wildcard plugin/*.go)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= localhost/netctl:$(VERSION)
 BASE_IMAGE ?= localhost/netctl-base:bookworm
+# etcd for the tests' real kube-apiserver (tests/realkube.py; the API server itself is
+# ../shared/kube/kube-apiserver.gz, or NETCTL_KUBE_APISERVER)
+KUBE_ETCD := build/kube/etcd
 
 .PHONY: setup system-packages plugin demo tour test lint unit clean image image-base
 
-setup: system-packages $(BIN)/netctl $(BIN)/netctl-cni
+setup: system-packages $(BIN)/netctl $(BIN)/netctl-cni $(KUBE_ETCD)
 
 # Debian's CNI plugins (the real delegates), iproute2, ping for the demo, containerd (1.6,
 # with runc) for the tests that drive a real runtime over CRI; podman with runc,
@@ -39,6 +42,16 @@ system-packages:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman \
 	    runc busybox-static iptables; \
 	fi
+
+# Debian's etcd-server, taken from its package without installing it (installing starts a
+# system service). Without it the real-server tests are skipped, saying how to provide it.
+$(KUBE_ETCD):
+	@mkdir -p build/kube/deb
+	@cd build/kube/deb && { apt-get download etcd-server >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get download etcd-server >/dev/null 2>&1; }; } && \
+	  dpkg-deb -x etcd-server_*.deb root && cp root/usr/bin/etcd ../etcd \
+	  || echo "make: etcd-server not downloaded: the real kube-apiserver tests will be skipped" >&2
+	@rm -rf build/kube/deb
 
 # The thin plugin: a static executable, Go's standard library only (nothing is fetched:
 # GOPROXY=off), its build cache in build/ too.

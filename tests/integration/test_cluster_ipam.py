@@ -27,9 +27,17 @@ import pytest
 from netctl import harness
 from netctl.harness import CNIResult
 from netctl.kubefake import FakeKube, crd, node, pod
-from tests.conftest import SYSTEM_CNI, TEST_PLUGINS, TEST_SETTINGS, Daemon, wait_for
+from tests.conftest import (
+    SYSTEM_CNI,
+    TEST_PLUGINS,
+    TEST_SETTINGS,
+    Daemon,
+    Kube,
+    kube_server,
+    wait_for,
+)
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.servers("fake", "real")]
 
 BLOCKS = crd("ipam.netctl.dev", "v1", "ipamblocks", "IPAMBlock")
 IPPOOLS = crd("whereabouts.cni.cncf.io", "v1alpha1", "ippools", "IPPool", namespaced=True)
@@ -39,10 +47,11 @@ WRITES = ("create", "update", "patch", "delete")
 
 
 @pytest.fixture
-def kube() -> Iterator[FakeKube]:
-    with FakeKube(crds=[BLOCKS, IPPOOLS, RESERVATIONS], bookmark_interval=0.5) as fake:
-        yield fake
-        assert fake.server_errors == []
+def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
+    with kube_server(request, crds=[BLOCKS, IPPOOLS, RESERVATIONS],
+                     bookmark_interval=0.5) as server:
+        yield server
+        assert server.server_errors == []
 
 
 @pytest.fixture
@@ -139,6 +148,7 @@ def test_four_nodes_allocate_from_one_pool_without_a_duplicate(
     assert kube.count("get", "pods") == kube.count("list", "pods") == 0
 
 
+@pytest.mark.servers("fake")  # an answer held back: answers_held()
 def test_a_crash_between_the_claim_and_its_record(
         nodes: Callable[..., Daemon], kube: FakeKube) -> None:
     """The daemon is SIGKILLed after the API server created its block and before it heard
