@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,8 @@ import pytest
 
 from netctl import __version__, harness
 from netctl.harness import CNIResult, netctl_argv
-from netctl.kubefake import FakeKube, nad, node
-from tests.conftest import Daemon, free_port, ipam_bridge, wait_for
+from netctl.kubefake import nad, node
+from tests.conftest import Daemon, Kube, free_port, ipam_bridge, kube_server, wait_for
 from tests.integration.test_metrics import scrape, value
 
 pytestmark = pytest.mark.netns
@@ -135,32 +135,39 @@ def test_a_pool_filled_to_the_threshold_is_degraded_until_freed(daemon: Daemon) 
     assert value(scrape(port), "netctl_degraded") == 0
 
 
+@pytest.mark.servers("fake", "real")
 def test_a_kubernetes_scrape_has_the_process_the_build_and_api_answers_by_code(
-        daemon: Daemon, netns: Callable[[], str], tmp_path: Path) -> None:
-    with FakeKube(bookmark_interval=0.5) as kube:
-        kube.create("nodes", node("node-a"))  # the daemon is not ready without its Node
-        kube.create("network-attachment-definitions", nad("cluster", "kube-system", ipam_bridge(
-            "cluster", daemon.name("k0"), {"type": "netctl-ipam", "range": "10.237.2.0/24"})))
-        port = with_metrics(daemon)
-        daemon.settings.update({"kubeconfig": str(kube.kubeconfig(tmp_path / "kubeconfig")),
-                                "node-name": "node-a", "api-timeout": 3, "pod-wait": 0.2})
-        daemon.start()
-        kube.wait_watches(3)
-        wait_for(lambda: status_json(daemon)[0] == 0, 30, "ready")
-        # a pod the API does not have: the ADD waits pod-wait, GETs it, and hears 404
-        res = daemon.cni("ADD", "ghost-c1", netns(), daemon.conf("cluster", "1.0.0"),
-                         pod="default/ghost")
-        assert res.rc == 1, res.describe()
-        got = scrape(port)
-        assert value(got, "netctl_build_info", version=__version__) == 1
-        assert value(got, "process_resident_memory_bytes") > 0
-        assert value(got, "process_open_fds") > 0
-        assert value(got, "process_start_time_seconds") > 0
-        assert value(got, "process_cpu_seconds_total") > 0
-        assert value(got, "netctl_ready") == 1 and value(got, "netctl_degraded") == 0
-        answers = "netctl_kube_api_responses_total"
-        assert value(got, answers, verb="list", resource="pods", code="2xx") >= 1
-        assert value(got, answers, verb="watch", resource="pods", code="2xx") >= 1
-        assert value(got, answers, verb="get", resource="pods", code="404") == 1
-        assert kube.count("get", "pods") == 1
-        daemon.stop()
+        daemon: Daemon, netns: Callable[[], str], tmp_path: Path, kube: Kube) -> None:
+    kube.create("nodes", node("node-a"))  # the daemon is not ready without its Node
+    kube.create("network-attachment-definitions", nad("cluster", "kube-system", ipam_bridge(
+        "cluster", daemon.name("k0"), {"type": "netctl-ipam", "range": "10.237.2.0/24"})))
+    port = with_metrics(daemon)
+    daemon.settings.update({"kubeconfig": str(kube.kubeconfig(tmp_path / "kubeconfig")),
+                            "node-name": "node-a", "api-timeout": 3, "pod-wait": 0.2})
+    daemon.start()
+    kube.wait_watches(3)
+    wait_for(lambda: status_json(daemon)[0] == 0, 30, "ready")
+    # a pod the API does not have: the ADD waits pod-wait, GETs it, and hears 404
+    res = daemon.cni("ADD", "ghost-c1", netns(), daemon.conf("cluster", "1.0.0"),
+                     pod="default/ghost")
+    assert res.rc == 1, res.describe()
+    got = scrape(port)
+    assert value(got, "netctl_build_info", version=__version__) == 1
+    assert value(got, "process_resident_memory_bytes") > 0
+    assert value(got, "process_open_fds") > 0
+    assert value(got, "process_start_time_seconds") > 0
+    assert value(got, "process_cpu_seconds_total") > 0
+    assert value(got, "netctl_ready") == 1 and value(got, "netctl_degraded") == 0
+    answers = "netctl_kube_api_responses_total"
+    assert value(got, answers, verb="list", resource="pods", code="2xx") >= 1
+    assert value(got, answers, verb="watch", resource="pods", code="2xx") >= 1
+    assert value(got, answers, verb="get", resource="pods", code="404") == 1
+    assert kube.count("get", "pods") == 1
+    daemon.stop()
+
+
+@pytest.fixture
+def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
+    with kube_server(request, bookmark_interval=0.5) as server:
+        yield server
+        assert server.server_errors == []

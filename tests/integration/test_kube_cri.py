@@ -44,16 +44,18 @@ from tests import cri
 from tests.conftest import (
     SYSTEM_CNI,
     Daemon,
+    Kube,
     bridge_ports,
     free_port,
     http_get,
     ipam_bridge,
+    kube_server,
     netns_addrs,
     netns_links,
     wait_for,
 )
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow,
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.servers("fake", "real"),
               pytest.mark.skipif(bool(cri.unavailable(sandboxes=True)),
                                  reason=cri.unavailable(sandboxes=True) or "-")]
 
@@ -68,10 +70,10 @@ TAP = Path(__file__).resolve().parent / "cni-tap"  # records what the runtime se
 
 
 @pytest.fixture
-def kube() -> Iterator[FakeKube]:
-    with FakeKube(bookmark_interval=0.5) as fake:
-        yield fake
-        assert fake.server_errors == []
+def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
+    with kube_server(request, bookmark_interval=0.5) as server:
+        yield server
+        assert server.server_errors == []
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import json
 import re
 import secrets
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from netctl.harness import SYSTEM_CNI, exec_plugin, netctl_argv
-from netctl.kubefake import FakeKube, nad, node
-from tests.conftest import Daemon, free_port, ipam_bridge, wait_for
+from netctl.kubefake import nad, node
+from tests.conftest import Daemon, Kube, free_port, ipam_bridge, kube_server, wait_for
 
 pytestmark = pytest.mark.netns
 
@@ -184,38 +184,45 @@ def test_status_exit_codes_standalone(daemon: Daemon) -> None:
     assert "not reachable" in doc["reasons"][0], doc
 
 
+@pytest.mark.servers("fake", "real")
 def test_status_not_ready_while_the_api_server_was_never_listed(
-        daemon: Daemon, tmp_path: Path) -> None:
+        daemon: Daemon, tmp_path: Path, kube: Kube) -> None:
     """Kubernetes mode, the API server down before the first list: status exits 1 with
     the caches as reasons, STATUS answers 50; once the API server is back, 0."""
-    with FakeKube(bookmark_interval=0.5) as kube:
-        kube.create("network-attachment-definitions", nad("cluster", "kube-system", ipam_bridge(
-            "cluster", daemon.name("k0"), {"type": "netctl-ipam", "range": "10.143.0.0/24"})))
-        port = with_metrics(daemon)
-        daemon.settings.update({"kubeconfig": str(kube.kubeconfig(tmp_path / "kubeconfig")),
-                                "node-name": "node-a", "api-timeout": 2})
-        kube.create("nodes", node("node-a"))
-        kube.stop()
-        daemon.start()
-        rc, doc = status(daemon)
-        assert rc == 1 and doc["ready"] is False, doc
-        assert any("pods cache" in r for r in doc["reasons"]), doc
-        assert any("NetworkAttachmentDefinitions" in r for r in doc["reasons"]), doc
-        res = daemon.cni("STATUS", "", None, daemon.conf("cluster"), ifname="")
-        assert res.rc == 1 and res.out is not None and res.out["code"] == 50, res.stdout
-        assert "pods cache" in res.out["msg"]
-        down = scrape(port)
-        assert value(down, "netctl_kube_watch_up", resource="pods") == 0
-        assert value(down, "netctl_kube_api_responses_total", verb="list", resource="pods",
-                     code="0") >= 1  # no answer: the API server is down
-        assert value(down, "netctl_ready") == 0
+    kube.create("network-attachment-definitions", nad("cluster", "kube-system", ipam_bridge(
+        "cluster", daemon.name("k0"), {"type": "netctl-ipam", "range": "10.143.0.0/24"})))
+    port = with_metrics(daemon)
+    daemon.settings.update({"kubeconfig": str(kube.kubeconfig(tmp_path / "kubeconfig")),
+                            "node-name": "node-a", "api-timeout": 2})
+    kube.create("nodes", node("node-a"))
+    kube.stop()
+    daemon.start()
+    rc, doc = status(daemon)
+    assert rc == 1 and doc["ready"] is False, doc
+    assert any("pods cache" in r for r in doc["reasons"]), doc
+    assert any("NetworkAttachmentDefinitions" in r for r in doc["reasons"]), doc
+    res = daemon.cni("STATUS", "", None, daemon.conf("cluster"), ifname="")
+    assert res.rc == 1 and res.out is not None and res.out["code"] == 50, res.stdout
+    assert "pods cache" in res.out["msg"]
+    down = scrape(port)
+    assert value(down, "netctl_kube_watch_up", resource="pods") == 0
+    assert value(down, "netctl_kube_api_responses_total", verb="list", resource="pods",
+                 code="0") >= 1  # no answer: the API server is down
+    assert value(down, "netctl_ready") == 0
 
-        kube.start()
-        wait_for(lambda: status(daemon)[0] == 0, 30, "status ready once the API server is back")
-        assert daemon.cni("STATUS", "", None, daemon.conf("cluster"), ifname="").rc == 0
-        up = scrape(port)
-        assert value(up, "netctl_kube_watch_up", resource="pods") == 1
-        assert value(up, "netctl_kube_watch_up", resource="network-attachment-definitions") == 1
-        assert value(up, "netctl_kube_cache_age_seconds", resource="pods") >= 0
-        assert value(up, "netctl_kube_api_requests_total", verb="list", resource="pods") >= 1
-        daemon.stop()
+    kube.start()
+    wait_for(lambda: status(daemon)[0] == 0, 30, "status ready once the API server is back")
+    assert daemon.cni("STATUS", "", None, daemon.conf("cluster"), ifname="").rc == 0
+    up = scrape(port)
+    assert value(up, "netctl_kube_watch_up", resource="pods") == 1
+    assert value(up, "netctl_kube_watch_up", resource="network-attachment-definitions") == 1
+    assert value(up, "netctl_kube_cache_age_seconds", resource="pods") >= 0
+    assert value(up, "netctl_kube_api_requests_total", verb="list", resource="pods") >= 1
+    daemon.stop()
+
+
+@pytest.fixture
+def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
+    with kube_server(request, bookmark_interval=0.5) as server:
+        yield server
+        assert server.server_errors == []
