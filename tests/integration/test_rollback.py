@@ -34,9 +34,10 @@ from netctl import harness
 from netctl.kube.handback import pool_name
 from netctl.kube.whereabouts import pool_holds, reservation_holds
 from netctl.kubefake import FakeKube, crd
-from tests.conftest import NETCTL, Daemon, ipam_bridge
+from tests.conftest import NETCTL, Daemon, Kube, ipam_bridge, kube_server
+from tests.realkube import RealKube
 
-pytestmark = [pytest.mark.netns]
+pytestmark = [pytest.mark.netns, pytest.mark.servers("fake", "real")]
 
 IPPOOLS = crd("whereabouts.cni.cncf.io", "v1alpha1", "ippools", "IPPool", namespaced=True)
 RESERVATIONS = crd("whereabouts.cni.cncf.io", "v1alpha1", "overlappingrangeipreservations",
@@ -46,14 +47,17 @@ GREEN = "10.189.1.10-10.189.1.20/24"  # a narrowed range, named: green-10.189.1.
 
 
 @pytest.fixture
-def kube() -> Iterator[FakeKube]:
-    with FakeKube(crds=[IPPOOLS, RESERVATIONS]) as fake:
-        yield fake
+def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
+    with kube_server(request, crds=[IPPOOLS, RESERVATIONS]) as server:
+        yield server
+        assert server.server_errors == []
 
 
 def handback(daemon: Daemon, kube: FakeKube, tmp_path: Path, *extra: str
              ) -> tuple[int, dict[str, Any]]:
-    config = kube.kubeconfig(tmp_path / "kubeconfig")
+    # as an administrator runs it (README): the fake's own token, the real server's admin
+    admin = {"token": kube.admin_token} if isinstance(kube, RealKube) else {}
+    config = kube.kubeconfig(tmp_path / "kubeconfig", **admin)
     proc = subprocess.run([NETCTL, "ipam", "handback", "--kubeconfig", str(config),
                            "--state-dir", str(daemon.state_dir), "--socket", daemon.socket,
                            "--json", *extra], capture_output=True, text=True, timeout=120)
