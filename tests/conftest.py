@@ -35,8 +35,8 @@ from netctl.harness import (  # noqa: F401  (the helpers the test modules import
     wait_for,
 )
 from netctl.kubefake import FakeKube
-from tests import realkube
-from tests.realkube import RealKube
+from netctl.kubefake import real as realkube
+from netctl.kubefake.real import RealKube
 
 NETCTL = str(Path(sys.executable).parent / "netctl")
 ROOT = Path(__file__).resolve().parent.parent

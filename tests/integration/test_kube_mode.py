@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from netctl.kubefake import FakeKube, nad, node, pod
+from netctl.kubefake.real import RealKube
 from tests.conftest import (
     Background,
     Daemon,
@@ -37,7 +38,6 @@ from tests.conftest import (
     step_states,
     wait_for,
 )
-from tests.realkube import RealKube
 
 pytestmark = [pytest.mark.netns, pytest.mark.servers("fake", "real")]
 

@@ -34,8 +34,8 @@ from netctl import harness
 from netctl.kube.handback import pool_name
 from netctl.kube.whereabouts import pool_holds, reservation_holds
 from netctl.kubefake import FakeKube, crd
+from netctl.kubefake.real import RealKube
 from tests.conftest import NETCTL, Daemon, Kube, ipam_bridge, kube_server
-from tests.realkube import RealKube
 
 pytestmark = [pytest.mark.netns, pytest.mark.servers("fake", "real")]
 

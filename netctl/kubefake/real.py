@@ -1,4 +1,5 @@
-"""A real Kubernetes API server for the tests, started as controller-runtime's envtest
+"""A real Kubernetes API server for the tests and ``netctl bench cluster --api-server real``,
+started as controller-runtime's envtest
 starts one: etcd and kube-apiserver as child processes on free loopback ports, in a
 temporary directory (on tmpfs), with a CA, a serving certificate and service-account keys
 made by ``openssl``, an admin token, an audit log, the project's CRDs and RBAC applied.
@@ -25,6 +26,7 @@ whereabouts' records), so tests see the same empty cluster the fake gives them.
 
 from __future__ import annotations
 
+import builtins
 import collections
 import contextlib
 import gzip
@@ -46,10 +48,9 @@ from typing import Any
 
 import yaml
 
-from netctl.kubefake import Resource, crd
-from netctl.kubefake.resources import BUILTIN, Registry
+from .resources import BUILTIN, Registry, Resource, crd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: deploy/, build/, ../shared
 KUBE_BUILD = ROOT / "build" / "kube"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 SA_NAMESPACE, SA_NAME = "kube-system", "netctl"  # deploy/kubernetes/rbac.yaml
@@ -417,7 +418,7 @@ class RealKube:
         return updated
 
     def patch(self, resource: str, namespace: str | None, name: str,
-              patch: dict[str, Any] | list[Any], *, subresource: str = "",
+              patch: dict[str, Any] | builtins.list[Any], *, subresource: str = "",
               ) -> dict[str, Any]:
         res = self.registry.named(resource)
         kind = "application/json-patch+json" if isinstance(patch, list) else \
@@ -462,7 +463,7 @@ class RealKube:
     # -- requests netctl made (the audit log) ------------------------------------------------
 
     def audit(self, *, since_reset: bool = True, settle: bool = True,
-              ) -> list[dict[str, Any]]:
+              ) -> builtins.list[dict[str, Any]]:
         """The audit events of netctl's ServiceAccount (stages ResponseStarted and
         ResponseComplete), since the last :meth:`reset_counts`; with ``settle``, once a
         request of the test's own is in the log (the server must be up)."""
@@ -535,7 +536,7 @@ class RealKube:
         _wait(lambda: self.watches(resource) >= n, timeout, f"{n} watches open")
 
     @property
-    def server_errors(self) -> list[str]:
+    def server_errors(self) -> builtins.list[str]:
         """Requests of netctl's since :meth:`reset_counts` that the server failed with 500
         (an internal error; a 503 while it starts or stops is its normal answer)."""
         return [f"{e['verb']} {e.get('requestURI')}: {e['responseStatus']['code']}"
@@ -554,9 +555,9 @@ class RealKube:
     # -- the manifests -------------------------------------------------------------------
 
     def _apply_manifests(self) -> None:
-        docs: list[dict[str, Any]] = []
-        for path in sorted((ROOT / "deploy" / "crds").glob("*.yaml")):
-            docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+        docs: builtins.list[dict[str, Any]] = []
+        for crd_file in sorted((ROOT / "deploy" / "crds").glob("*.yaml")):
+            docs += [d for d in yaml.safe_load_all(crd_file.read_text()) if d]
         docs += [_crd_manifest(r) for r in _WHEREABOUTS_CRDS]
         docs += [d for d in yaml.safe_load_all(
             (ROOT / "deploy" / "kubernetes" / "rbac.yaml").read_text()) if d]
