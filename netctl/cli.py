@@ -635,6 +635,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default 5)")
     b.add_argument("--pool", default="10.96.0.0/16", help="the range every node shares "
                    "(default 10.96.0.0/16)")
+    b.add_argument("--api-server", choices=["fake", "real"], default="fake",
+                   help="the project's fake API server (default), or a real kube-apiserver "
+                   "and etcd started for the run (../shared/kube, NETCTL_KUBE_APISERVER, "
+                   "NETCTL_ETCD; README, \"Testing\"); --api-latency-ms applies to the fake")
     b.add_argument("--concurrency", type=int, default=4, help="allocations in flight per "
                    "node (default 4)")
     b.add_argument("--backend", choices=["kubernetes", "sqlite"], default="kubernetes",

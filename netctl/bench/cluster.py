@@ -68,8 +68,12 @@ from netctl.bench.common import (
 )
 from netctl.bench.kube import READS, WRITES, made
 from netctl.bench.render import steps
-from netctl.bench.whereabouts import NAMESPACE, Tally, Whereabouts, pool_name
+from netctl.bench.whereabouts import NAMESPACE, Endpoint, Tally, Whereabouts, pool_name
 from netctl.kubefake import FakeKube, crd, node
+from netctl.kubefake.real import RealKube
+from netctl.kubefake.real import unavailable as real_unavailable
+
+Kube = FakeKube | RealKube
 
 BACKENDS = ("kubernetes", "sqlite")
 DEFAULT_BACKEND = "kubernetes"
@@ -217,14 +221,14 @@ class WhereaboutsIpam:
     """whereabouts' protocol, one :class:`~netctl.bench.whereabouts.Whereabouts` per
     invocation (its identity the pod, as whereabouts' is)."""
 
-    url: str
+    api: Endpoint
     pool: ipaddress.IPv4Network | ipaddress.IPv6Network
     stop: threading.Event
     tallies: list[Tally] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def invocation(self, container: str) -> Whereabouts:
-        return Whereabouts(self.url, self.pool, f"{POD_NAMESPACE}/{container}", self.stop)
+        return Whereabouts(self.api, self.pool, f"{POD_NAMESPACE}/{container}", self.stop)
 
     def kept(self, w: Whereabouts) -> None:
         with self.lock:
@@ -272,7 +276,7 @@ class ClusterBench(Bench):
     """The three rounds (see the module's docstring) and their clean-up."""
 
     def __init__(self, nodes: int, pods: int, latency_ms: float, pool: str, concurrency: int,
-                 backend: str) -> None:
+                 backend: str, api_server: str = "fake") -> None:
         self.settings = backend_setting(backend)  # before the base makes its temporary dir
         super().__init__(concurrency)
         self.nodes = nodes
@@ -280,20 +284,43 @@ class ClusterBench(Bench):
         self.latency_ms = latency_ms
         self.pool = ipaddress.ip_network(pool)
         self.backend = backend
+        self.api_server = api_server
+        if api_server == "real":
+            self.latency_ms = 0.0  # the real server's own
         self.fakes: list[FakeKube] = []
+        self.real: RealKube | None = None
         self.daemons: list[harness.Daemon] = []
         self.netns = ""
         self.problems: list[str] = []
 
     # -- set-up ------------------------------------------------------------------------
 
-    def fake(self) -> FakeKube:
+    def fake(self) -> Kube:
+        """A new fake API server for a round; or the real one (started for the first
+        round), emptied of the last round's blocks, pools, nodes and counts."""
+        if self.api_server == "real":
+            if self.real is None:
+                self.real = RealKube()
+                self.real.open()
+            self.real.clean()
+            self.real.reset_counts()
+            return self.real
         kube = FakeKube(crds=[IPAMBLOCKS, IPPOOLS], latency_ms=self.latency_ms)
         self.fakes.append(kube)
         kube.open()
         return kube
 
-    def start_daemons(self, kube: FakeKube, count: int, name: str) -> list[harness.Daemon]:
+    def endpoint(self, kube: Kube) -> Endpoint:
+        """How the baseline reaches ``kube``: the real one with the bench's own token."""
+        if isinstance(kube, RealKube):
+            return Endpoint(kube.url, kube.bench_token, str(kube.ca_file))
+        return Endpoint(kube.url)
+
+    def done_with(self, kube: Kube) -> None:
+        if isinstance(kube, FakeKube):
+            kube.close()
+
+    def start_daemons(self, kube: Kube, count: int, name: str) -> list[harness.Daemon]:
         """``count`` daemons in Kubernetes mode on ``kube``, node-1…count (their Node objects
         created first), each under its own dir; returns once every socket accepts and every
         daemon's caches have synced (its lists and watches are made before anything is
@@ -376,7 +403,7 @@ class ClusterBench(Bench):
             return
         a.del_s, a.deleted = time.perf_counter() - t0, True
 
-    def run_round(self, name: str, ipam: Ipam, kube: FakeKube, nodes: int,
+    def run_round(self, name: str, ipam: Ipam, kube: Kube, nodes: int,
                   pods: int | None = None, concurrency: int | None = None) -> Round:
         """The ADD phase, then the churn, on ``nodes`` nodes (``pods`` each, ``concurrency``
         in flight on each: by default the bench's); the fake's counts around each."""
@@ -411,7 +438,7 @@ class ClusterBench(Bench):
 
     def netctl_round(self, name: str, nodes: int, pods: int | None = None,
                      concurrency: int | None = None
-                     ) -> tuple[Round, dict[str, Any], FakeKube]:
+                     ) -> tuple[Round, dict[str, Any], Kube]:
         """A round of ``nodes`` netctl daemons on a new fake; the blocks and the daemons'
         figures (they are stopped after it)."""
         kube = self.fake()
@@ -440,19 +467,19 @@ class ClusterBench(Bench):
         progress(f"netctl, one node: {self.pods} ADDs, then {self.pods // 2} DEL + ADD, "
                  f"concurrency {self.concurrency}, backend {self.backend}")
         single, single_extra, single_kube = self.netctl_round("single", 1)
-        single_kube.close()
+        self.done_with(single_kube)
         progress(f"netctl, one node under the cluster's load: {self.nodes * self.pods} ADDs, "
                  f"then {self.nodes * self.pods // 2} DEL + ADD, concurrency "
                  f"{self.nodes * self.concurrency}")
         loaded, loaded_extra, loaded_kube = self.netctl_round(
             "loaded", 1, self.nodes * self.pods, self.nodes * self.concurrency)
-        loaded_kube.close()
+        self.done_with(loaded_kube)
         progress(f"netctl, {self.nodes} nodes: {self.pods} ADDs each, then {self.pods // 2} "
                  "DEL + ADD each, every node at once")
         cluster, extra, kube = self.netctl_round("netctl", self.nodes)
         progress(f"whereabouts' protocol, {self.nodes} nodes x {self.concurrency} threads: the "
                  "same round")
-        baseline = WhereaboutsIpam(kube.url, self.pool, self.stop)
+        baseline = WhereaboutsIpam(self.endpoint(kube), self.pool, self.stop)
         base = self.run_round("whereabouts", baseline, kube, self.nodes)
         stored = kube.get("ippools", NAMESPACE, pool_name(self.pool))
         in_pool = len(((stored or {}).get("spec") or {}).get("allocations") or {})
@@ -485,12 +512,13 @@ class ClusterBench(Bench):
         return Measured(
             params={"nodes": self.nodes, "pods": self.pods, "churn": self.pods // 2,
                     "concurrency": self.concurrency, "api_latency_ms": self.latency_ms,
+                    "api_server": self.api_server,
                     "pool": str(self.pool), "backend": self.backend},
             parts={"netctl": n_rep, "whereabouts": w_rep, "ratio": ratios},
             problems=self.problems)
 
     def check(self, n: dict[str, Any], w: dict[str, Any], s: dict[str, Any],
-              kube: FakeKube, loaded: dict[str, Any]) -> None:
+              kube: Kube, loaded: dict[str, Any]) -> None:
         for label, rep in (("netctl", n), ("netctl one node", s),
                            ("netctl one node, the cluster's load", loaded),
                            ("whereabouts", w)):
@@ -515,11 +543,12 @@ class ClusterBench(Bench):
                 d.shut_down()
             except Exception as exc:
                 problems.append(f"daemon {d.root}: {exc!r}")
-        for kube in self.fakes:
+        servers: list[Kube] = [*self.fakes, *([self.real] if self.real else [])]
+        for kube in servers:
             try:
                 kube.close()
             except Exception as exc:
-                problems.append(f"fake API server: {exc!r}")
+                problems.append(f"API server: {exc!r}")
         return problems + super().cleanup()
 
 
@@ -578,7 +607,7 @@ def render_cluster(report: dict[str, Any]) -> list[RenderableType]:
     out: list[RenderableType] = [
         f"netctl bench cluster: {p['nodes']} nodes x {p['pods']} ADDs, then {p['churn']} DEL + "
         f"ADD each; concurrency {p['concurrency']} per node, every node at once; pool "
-        f"{p['pool']}; +{p['api_latency_ms']:g} ms per API request; {p['cpus']} CPUs, prefix "
+        f"{p['pool']}; {api_line(p)}; {p['cpus']} CPUs, prefix "
         f"{report['prefix']}",
         f"netctl: {p['nodes']} netctl daemons (Kubernetes mode, ipam-backend {p['backend']}: "
         f"pools {ipam.get(p['backend'], p['backend'])}), netctl-ipam exec'd as a plain IPAM "
@@ -643,6 +672,12 @@ def render_cluster(report: dict[str, Any]) -> list[RenderableType]:
     return [*out, "", *render.verdict(report["problems"], "every ADD and DEL succeeded")]
 
 
+def api_line(p: dict[str, Any]) -> str:
+    if p.get("api_server") == "real":
+        return "a real kube-apiserver and etcd (requests counted from its audit log)"
+    return f"the fake API server, +{p['api_latency_ms']:g} ms per API request"
+
+
 # -- entry point ---------------------------------------------------------------------------
 
 
@@ -664,8 +699,10 @@ def run_cluster(args: argparse.Namespace) -> int:
         print(f"netctl bench cluster: {why}", file=sys.stderr)
         return 2
     try:
+        if args.api_server == "real" and (reason := real_unavailable()):
+            raise ValueError(f"--api-server real: {reason}")
         bench = ClusterBench(args.nodes, args.pods, args.api_latency_ms, args.pool,
-                             args.concurrency, args.backend)
+                             args.concurrency, args.backend, args.api_server)
     except ValueError as exc:
         print(f"netctl bench cluster: {exc}", file=sys.stderr)
         return 2

@@ -38,6 +38,7 @@ from __future__ import annotations
 import http.client
 import ipaddress
 import random
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -158,18 +159,36 @@ def release(allocations: Allocations, container: str) -> Allocations:
 # -- I/O: one invocation ----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the API server is: its URL, and for a real one (https) a bearer token and the
+    CA file that signed its certificate."""
+
+    url: str
+    token: str | None = None
+    ca_file: str | None = None
+
+
 class _Http:
     """One keep-alive HTTP/1.1 connection to the API server; JSON in and out."""
 
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port,
-                                               timeout=30)
+    def __init__(self, api: Endpoint) -> None:
+        parts = urlsplit(api.url)
+        host = parts.hostname or "127.0.0.1"
+        self.conn: http.client.HTTPConnection
+        if parts.scheme == "https":
+            self.conn = http.client.HTTPSConnection(
+                host, parts.port, timeout=30, context=ssl.create_default_context(
+                    cafile=api.ca_file))
+        else:
+            self.conn = http.client.HTTPConnection(host, parts.port, timeout=30)
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if api.token:
+            self.headers["Authorization"] = f"Bearer {api.token}"
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = msgspec.json.encode(body) if body is not None else None
-        self.conn.request(method, path, body=data, headers={
-            "Content-Type": "application/json", "Accept": "application/json"})
+        self.conn.request(method, path, body=data, headers=self.headers)
         resp = self.conn.getresponse()
         raw = resp.read()
         return resp.status, msgspec.json.decode(raw) if raw else None
@@ -189,12 +208,12 @@ class Tally:
 
 class Whereabouts:
     """One CNI invocation of whereabouts' IPAM, ADD or DEL, against the API server at
-    ``url`` (see the module's docstring). ``stop`` set ends a wait for the lease."""
+    ``api`` (see the module's docstring). ``stop`` set ends a wait for the lease."""
 
-    def __init__(self, url: str, pool: ipaddress.IPv4Network | ipaddress.IPv6Network,
+    def __init__(self, api: Endpoint, pool: ipaddress.IPv4Network | ipaddress.IPv6Network,
                  identity: str, stop: threading.Event, rng: random.Random | None = None
                  ) -> None:
-        self.url = url
+        self.api = api
         self.pool = pool
         self.me = identity
         self.stop = stop
@@ -214,7 +233,7 @@ class Whereabouts:
         self._locked(DEL_TIME_LIMIT_S, lambda allocs: (None, release(allocs, container)))
 
     def _locked(self, limit: float, change: Callable[[Allocations], tuple[T, Allocations]]) -> T:
-        api = _Http(self.url)
+        api = _Http(self.api)
         try:
             lease = self._acquire(api, time.monotonic() + limit)
             try:

@@ -55,6 +55,8 @@ KUBE_BUILD = ROOT / "build" / "kube"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 SA_NAMESPACE, SA_NAME = "kube-system", "netctl"  # deploy/kubernetes/rbac.yaml
 SA_USER = f"system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}"
+BENCH_USER = "netctl-bench"  # a bench's baseline client (whereabouts' protocol): counted too
+COUNTED = (SA_USER, BENCH_USER)
 
 BLOCKS = crd("ipam.netctl.dev", "v1", "ipamblocks", "IPAMBlock")
 IPPOOLS = crd("whereabouts.cni.cncf.io", "v1alpha1", "ippools", "IPPool", namespaced=True)
@@ -175,6 +177,7 @@ class RealKube:
         self.port = free_port()
         self.etcd_port, self.peer_port = free_port(), free_port()
         self.admin_token = secrets.token_hex(16)
+        self.bench_token = secrets.token_hex(16)
         self.sa_token = ""
         self._etcd: subprocess.Popen[bytes] | None = None
         self._apiserver: subprocess.Popen[bytes] | None = None
@@ -195,7 +198,8 @@ class RealKube:
             make_certs(self.dir)
             self._ssl = ssl.create_default_context(cafile=str(self.dir / "ca.crt"))
             (self.dir / "tokens.csv").write_text(
-                f'{self.admin_token},netctl-test-admin,netctl-test-admin,"system:masters"\n')
+                f'{self.admin_token},netctl-test-admin,netctl-test-admin,"system:masters"\n'
+                f'{self.bench_token},{BENCH_USER},{BENCH_USER},"system:masters"\n')
             (self.dir / "audit-policy.yaml").write_text(AUDIT_POLICY)
             self._start_etcd()
             self.start()
@@ -464,9 +468,10 @@ class RealKube:
 
     def audit(self, *, since_reset: bool = True, settle: bool = True,
               ) -> builtins.list[dict[str, Any]]:
-        """The audit events of netctl's ServiceAccount (stages ResponseStarted and
-        ResponseComplete), since the last :meth:`reset_counts`; with ``settle``, once a
-        request of the test's own is in the log (the server must be up)."""
+        """The audit events of netctl's ServiceAccount and of a bench's baseline (stages
+        ResponseStarted and ResponseComplete), since the last :meth:`reset_counts`; with
+        ``settle``, once a request of the test's own is in the log (the server must be
+        up)."""
         if settle:
             self._settle()
         path = self.dir / "audit.log"
@@ -480,7 +485,7 @@ class RealKube:
                 event = json.loads(line)
             except ValueError:
                 continue  # a line being written
-            if (event.get("user") or {}).get("username") == SA_USER:
+            if (event.get("user") or {}).get("username") in COUNTED:
                 out.append(event)
         return out
 

@@ -69,12 +69,13 @@ def test_baseline_against_the_fake_from_many_threads() -> None:
     lock = threading.Lock()
 
     def add(i: int) -> None:
-        address = wb.Whereabouts(kube.url, POOL, f"bench/p{i}", stop).add(f"c{i}", f"bench/p{i}")
+        address = wb.Whereabouts(wb.Endpoint(kube.url), POOL, f"bench/p{i}", stop).add(
+            f"c{i}", f"bench/p{i}")
         with lock:
             got.append(address)
 
     def delete(i: int) -> None:
-        wb.Whereabouts(kube.url, POOL, f"bench/p{i}", stop).delete(f"c{i}")
+        wb.Whereabouts(wb.Endpoint(kube.url), POOL, f"bench/p{i}", stop).delete(f"c{i}")
 
     def at_once(work: Callable[[int], None], items: range) -> None:
         threads = [threading.Thread(target=work, args=(i,)) for i in items]
