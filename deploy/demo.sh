@@ -57,6 +57,9 @@ declare -A KUBE_POD_NODE=([web]=node-a [db]=node-b [late]=node-b)
 declare -A KUBE_PID=()      # node → its daemon's pid
 declare -A POD_UID=()       # pod → the uid the API server gave it
 FAKE_PID=""                 # the fake API server's process
+# the Kubernetes act's API server: "fake" (netctl/kubefake), or "real": a real kube-apiserver
+# and etcd (`NETCTL_DEMO_API_SERVER=real make demo`; README, "Testing")
+DEMO_API_SERVER=${NETCTL_DEMO_API_SERVER:-fake}
 POD_DELETED_GRACE=1         # seconds (the default, 10, suits kubelet; the demo is shorter)
 
 TMP=""
@@ -651,18 +654,24 @@ wait_until() {
     done
 }
 
-# kube_api METHOD PATH [BODY]: a request to the fake API server over its real HTTP API, as
-# any client makes it (the URL from the kubeconfig); the answer on stdout; an error fails
+# kube_api METHOD PATH [BODY]: a request to the API server over its real HTTP API, as any
+# client makes it (URL, token and CA from the administrator's kubeconfig); the answer on
+# stdout; an error fails
 kube_api() {
-    "$PYTHON" - "$TMP/kube/kubeconfig" "$@" <<'EOF'
-import sys, urllib.error, urllib.request
+    "$PYTHON" - "$TMP/kube/kubeconfig.admin" "$@" <<'EOF'
+import ssl, sys, urllib.error, urllib.request
 import yaml
 config, method, path, *body = sys.argv[1:]
-server = yaml.safe_load(open(config))["clusters"][0]["cluster"]["server"]
-request = urllib.request.Request(server + path, method=method,
-                                 data=body[0].encode() if body else None,
-                                 headers={"Content-Type": "application/json"})
-opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
+doc = yaml.safe_load(open(config))
+cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
+headers = {"Content-Type": "application/json"}
+if user.get("token"):
+    headers["Authorization"] = f"Bearer {user['token']}"
+request = urllib.request.Request(cluster["server"] + path, method=method,
+                                 data=body[0].encode() if body else None, headers=headers)
+tls = ssl.create_default_context(cafile=cluster.get("certificate-authority"))
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),  # loopback only
+                                     urllib.request.HTTPSHandler(context=tls))
 try:
     with opener.open(request, timeout=10) as answer:
         print(answer.read().decode())
@@ -672,11 +681,13 @@ EOF
 }
 
 start_fake_api() {
+    local real=()
+    [[ "$DEMO_API_SERVER" == real ]] && real=(--real)
     mkdir -p "$TMP/kube"
-    "$PYTHON" -m netctl.kubefake "$TMP/kube/kubeconfig" >"$TMP/kube/fake.log" 2>&1 &
+    "$PYTHON" -m netctl.kubefake "${real[@]}" "$TMP/kube/kubeconfig" >"$TMP/kube/fake.log" 2>&1 &
     FAKE_PID=$!
-    wait_until "$READY_TIMEOUT" "the fake API server's kubeconfig" test -e "$TMP/kube/kubeconfig"
-    echo "    python -m netctl.kubefake $TMP/kube/kubeconfig (pid $FAKE_PID)"
+    wait_until 60 "the API server's kubeconfig" test -e "$TMP/kube/kubeconfig"
+    echo "    python -m netctl.kubefake ${real[*]} $TMP/kube/kubeconfig (pid $FAKE_PID)"
     sed 's/^/    | /' "$TMP/kube/fake.log"
 }
 
@@ -688,6 +699,8 @@ bridge_net() {
 
 create_nads() {
     local net body
+    kube_api POST /api/v1/namespaces \
+        "{\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {\"name\": \"$KUBE_NS\"}}" >/dev/null
     for net in blue green red; do
         body=$("$PYTHON" -c 'import json, sys
 name, ns, config = sys.argv[1:]
@@ -864,8 +877,10 @@ nothing_left() {
 
 delete_pod_through_api() {
     local origins
-    kube_api DELETE "/api/v1/namespaces/$KUBE_NS/pods/web" >/dev/null
-    echo "    DELETE /api/v1/namespaces/$KUBE_NS/pods/web (and no runtime DEL follows)"
+    # at once (gracePeriodSeconds 0): no kubelet runs here to finish a graceful deletion
+    kube_api DELETE "/api/v1/namespaces/$KUBE_NS/pods/web" \
+        '{"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}' >/dev/null
+    echo "    DELETE /api/v1/namespaces/$KUBE_NS/pods/web, gracePeriodSeconds 0 (and no runtime DEL follows)"
     wait_until 30 "node-a to DEL web's attachments" gone node-a web
     origins=$("$NETCTL" journal --state-dir "$TMP/kube/node-a/state" --container \
         "${CONTAINER[kweb]}" --json \
@@ -881,7 +896,7 @@ api_outage() {
     local started ms code msg node
     kill -USR1 "$FAKE_PID"
     wait_until 10 "the outage" grep -q "outage" "$TMP/kube/fake.log"
-    echo "    the API server is down (SIGUSR1 to the fake: no listener, connections cut)"
+    echo "    the API server is down (SIGUSR1 to python -m netctl.kubefake: no listener, connections cut)"
     started=$(date +%s%N)
     if kube_cni ADD late; then
         fail "the ADD of late succeeded with the API server down"
@@ -923,7 +938,7 @@ stop_kube() {
     wait "$FAKE_PID" || rc=$?
     FAKE_PID=""
     [[ $rc -eq 0 ]] || fail "the fake API server failed (exit $rc): $(cat "$TMP/kube/fake.log")"
-    ok "no port left on either node's bridge; the fake API server exited 0 (no error of its own)"
+    ok "no port left on either node's bridge; the API server process exited 0 (no error of its own)"
 }
 
 main() {
@@ -980,7 +995,8 @@ main() {
     step "Stop the daemon with SIGTERM"
     stop_daemon
 
-    step "Kubernetes mode: a fake API server and two nodes, each its own daemon"
+    step "Kubernetes mode: $([[ $DEMO_API_SERVER == real ]] && echo "a real kube-apiserver" \
+        || echo "a fake API server") and two nodes, each its own daemon"
     start_fake_api
     create_nads
     start_kube_nodes

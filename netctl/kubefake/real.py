@@ -223,7 +223,7 @@ class RealKube:
         assert etcd is not None
         peer = f"http://127.0.0.1:{self.peer_port}"
         client = f"http://127.0.0.1:{self.etcd_port}"
-        with open(self.dir / "etcd.log", "wb") as log:
+        with open(self.dir / "etcd.log", "wb") as log, _signals_unblocked():
             self._etcd = subprocess.Popen(
                 [str(etcd), "--name", "default", "--data-dir", str(self.dir / "etcd"),
                  "--listen-client-urls", client, "--advertise-client-urls", client,
@@ -238,7 +238,7 @@ class RealKube:
         binary = apiserver_binary()
         assert binary is not None
         d = self.dir
-        with open(d / "apiserver.log", "ab") as log:
+        with open(d / "apiserver.log", "ab") as log, _signals_unblocked():
             self._apiserver = self._spawn_apiserver(binary, log)
         _wait(lambda: self._status("GET", "/readyz") == 200, 60,
               "kube-apiserver to answer /readyz", self._apiserver, d / "apiserver.log")
@@ -622,6 +622,18 @@ def _crd_manifest(res: Resource) -> dict[str, Any]:
                               "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
         },
     }
+
+
+@contextlib.contextmanager
+def _signals_unblocked() -> Iterator[None]:
+    """No signal blocked while a child is spawned (a child inherits the mask, and a caller
+    that takes its signals with ``sigwait`` blocks them: the API server would never see
+    the SIGTERM that stops it)."""
+    old = signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
