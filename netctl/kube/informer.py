@@ -15,7 +15,10 @@ keyed by (namespace, name):
   (:meth:`age`) and counts of lists, watches and events are what ``netctl status``
   shows; ``on_delete`` is called for every deletion (the daemon's pod deletions feed
   the reconciler); :meth:`wait_for` lets a caller wait for a key the watch has not
-  delivered yet (kubelet often runs a sandbox before the watch brings its pod).
+  delivered yet (kubelet often runs a sandbox before the watch brings its pod);
+  :meth:`wake_waiters` ends every such wait at once (the key not there): the informer
+  calls it when a list or the renewal of its watch fails, as no event comes while it
+  backs off; its owner also when another call finds the API server unreachable.
 """
 
 from __future__ import annotations
@@ -103,6 +106,12 @@ class Informer(Generic[T]):
             await event.wait()
         return self.cache.get(key)
 
+    def wake_waiters(self) -> None:
+        """End every :meth:`wait_for` now: nothing will come."""
+        waiters, self._waiters = self._waiters, {}
+        for event in waiters.values():
+            event.set()
+
     def _put(self, obj: T) -> None:
         key = (obj.metadata.namespace, obj.metadata.name)
         self.cache[key] = obj
@@ -184,10 +193,12 @@ class Informer(Generic[T]):
                     continue
                 self.state = f"retrying after: {exc}"
                 log.warning("watch %s: %s; retrying", self.path, exc)
+                self.wake_waiters()  # no event comes while it backs off
                 await sleep_backoff(failures)
                 failures += 1
             except msgspec.MsgspecError as exc:
                 self.state = f"retrying after an undecodable list: {exc}"
+                self.wake_waiters()
                 await sleep_backoff(failures)
                 failures += 1
                 relist = True

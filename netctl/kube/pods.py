@@ -9,9 +9,12 @@ them: watched caches, and a pod lookup that costs no API read in steady state.
 code 7 naming both nodes (:func:`check_node`): its network-status is not this node's to
 write, and its deletion would never reach this node's watch. An API server that cannot be
 reached makes the lookup fail with code 11 (try again later), naming the server — an
-ADD that needs the pod cannot go on, while a DEL never needs it. Deleted pods are
-passed to ``on_deleted`` (the daemon DELetes their attachments after a grace period,
-matching by UID, never by name).
+ADD that needs the pod cannot go on, while a DEL never needs it. The wait is skipped, or
+ends, as soon as the server is known unreachable: the pods' watch is backing off after a
+failed list or renewal, or a call to the API (the watch's renewal, any request) has
+failed to reach it since the last one that did (:attr:`~netctl.kube.api.Api.unreachable`);
+the GET then says so. Deleted pods are passed to ``on_deleted`` (the daemon DELetes their
+attachments after a grace period, matching by UID, never by name).
 """
 
 from __future__ import annotations
@@ -43,11 +46,14 @@ class PodSource:
         self.api, self.node, self.wait = api, node, wait
         self.informer: Informer[Pod] = Informer(
             api, Pod, PODS, [("fieldSelector", f"spec.nodeName={node}")], on_deleted)
+        api.on_unreachable(self.informer.wake_waiters)
 
     async def lookup(self, namespace: str, name: str) -> Pod | None:
         """The pod, from the cache, or after a short wait for the watch, or from one GET;
-        None when the API server says it does not exist."""
-        live = self.informer.state == "watching"  # else no event will come: ask at once
+        None when the API server says it does not exist. No wait while the server is known
+        unreachable (see the module's docstring): the GET says why at once."""
+        # else no event will come: ask at once
+        live = self.informer.state == "watching" and not self.api.unreachable
         found = await self.informer.wait_for((namespace, name), self.wait if live else 0)
         if found is not None:
             return found

@@ -557,3 +557,40 @@ def test_sigterm_right_after_pods_deleted_through_the_api_exits_cleanly(
         log = daemon.log()
         assert "Traceback" not in log and "ClosedResourceError" not in log, log[-3000:]
         assert STATUS in kube.get("pods", "default", f"busy{round_}")["metadata"]["annotations"]
+
+
+# -- an API server that stops (issue 18, defect 4) -------------------------------------------
+
+
+def test_an_add_waiting_for_an_unseen_pod_ends_when_the_api_server_stops(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], background: Background,
+        tmp_path: Path) -> None:
+    """``pod-wait`` is 60 s and the plugin is given 20: an ADD for a pod the watch has not
+    brought is waiting for it when the API server stops. The wait ends as soon as the
+    daemon's watch fails to reconnect, and the ADD answers code 11 naming the server and
+    why (had it waited ``pod-wait``, the plugin would time out). An ADD sent after that,
+    for another unseen pod, answers at once the same way; one for a pod the cache has
+    is served."""
+    start(daemon, kube, tmp_path, **{"pod-wait": 60})
+    uid = add_pod(kube, "seen")
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 10, "the pod")
+    waiting = background("ADD", "cwait", netns(), daemon.conf("cluster", "1.0.0"),
+                         pod="default/unseen", args=("IgnoreUnknown=1", "K8S_POD_UID=u-1"),
+                         timeout=20)
+    wait_for(lambda: daemon.status()["in_flight"] == 1, 10, "the ADD waiting for its pod")
+    kube.stop()
+    res = waiting.result(timeout=30)
+    assert res.rc == 1 and res.out is not None and res.out["code"] == 11, res.describe()
+    assert "default/unseen" in res.out["msg"] and kube.url in res.out["msg"], res.out["msg"]
+    assert "cannot be reached" in res.out["msg"], res.out["msg"]
+
+    res = cni(daemon, "ADD", "cnew", netns(), "unseen2", "u-2", timeout=20)
+    assert res.rc == 1 and res.out is not None and res.out["code"] == 11, res.describe()
+    assert "default/unseen2" in res.out["msg"] and kube.url in res.out["msg"], res.out["msg"]
+    ns = netns()
+    res = cni(daemon, "ADD", "cseen", ns, "seen", uid, timeout=20)
+    assert res.rc == 0, res.describe()  # from the cache (its network-status written later)
+    assert cni(daemon, "DEL", "cseen", ns, "seen", uid).rc == 0
+    kube.start()
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["state"] == "watching", 30,
+             "the watches back")

@@ -2,8 +2,9 @@
 through kubernetes-asyncio and trio-asyncio: list then watch with a field selector,
 objects that arrive later, a dropped stream resumed without a relist, a compacted history
 (410) relisted, an outage ridden out with a pod deleted meanwhile reported as deleted,
-a request counter that shows no GET or LIST per lookup, and an unreachable API server
-as an :class:`ApiError` with status 0."""
+a request counter that shows no GET or LIST per lookup, an unreachable API server
+as an :class:`ApiError` with status 0, and a pod lookup's wait ended by any call that
+finds the server unreachable."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from netctl.kube.api import Api, ApiError, KubeSettings
 from netctl.kube.informer import Informer, Pod
 from netctl.kube.objects import NETWORKS
 from netctl.kube.pods import PodSource
-from netctl.kubefake import FakeKube, pod
+from netctl.kubefake import FakeKube, node, pod
 
 
 async def _wait(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -137,3 +138,38 @@ def test_a_pod_lookup_reads_the_cache_waits_for_the_watch_then_gets_once(
                 await api.close()
 
         trio.run(main)
+
+
+def test_a_pod_lookup_stops_waiting_once_a_call_finds_the_api_server_unreachable(
+        tmp_path: Path) -> None:
+    """``pod-wait`` is 60 s: a lookup of a pod the watch has not brought is waiting when
+    another call (a GET whose answer never comes within ``api-timeout``) fails to reach
+    the server; the wait ends there and the lookup makes its GET (404: no such pod) — had
+    it waited ``pod-wait``, the 20 s deadline would fail the test. While that failure is
+    the last word, a lookup does not wait at all; once a call is answered again, it does."""
+    with FakeKube() as fake:
+        config = fake.kubeconfig(tmp_path / "kubeconfig")
+        fake.create("nodes", node("n1"))
+
+        async def main() -> None:
+            async with trio_asyncio.open_loop():
+                api = await Api.connect(KubeSettings(kubeconfig=str(config), api_timeout=1))
+                source = PodSource(api, "n1", wait=60)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(source.informer.run)
+                    await source.informer.synced.wait()
+
+                    async def a_call_unanswered() -> None:
+                        await trio.testing.wait_all_tasks_blocked()  # the lookup waits
+                        with fake.answers_held("get", "nodes"), pytest.raises(ApiError):
+                            await api.get("/api/v1/nodes/n1")
+                    nursery.start_soon(a_call_unanswered)
+                    fake.reset_counts()
+                    with trio.fail_after(20):
+                        assert await source.lookup("default", "unseen") is None
+                    assert fake.count("get", "pods") == 1 and api.unreachable == ""
+                    nursery.cancel_scope.cancel()
+                await api.close()
+
+        trio.run(main)
+        assert fake.server_errors == []
