@@ -15,6 +15,11 @@ failed list or renewal, or a call to the API (the watch's renewal, any request) 
 failed to reach it since the last one that did (:attr:`~netctl.kube.api.Api.unreachable`);
 the GET then says so. Deleted pods are passed to ``on_deleted`` (the daemon DELetes their
 attachments after a grace period, matching by UID, never by name).
+
+:class:`NadSource` watches every NetworkAttachmentDefinition. A lookup before its first
+list raises :class:`~netctl.errors.NotListedYet` (code 11); the engine then waits for
+that list (:meth:`NadSource.wait_listed`) up to ``pod-wait`` seconds, as for a pod — not
+at all while the API server is known unreachable — and looks again.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from netctl.errors import TRY_AGAIN_LATER, CNIError, Refusal
+from netctl.errors import TRY_AGAIN_LATER, CNIError, NotListedYet, Refusal
 from netctl.kube.api import Api, ApiError
 from netctl.kube.informer import Informer
 from netctl.kube.objects import REASON_OTHER_NODE, Nad, Pod
@@ -91,17 +96,31 @@ def check_node(pod: Pod, node: str) -> None:
 class NadSource:
     """Every NetworkAttachmentDefinition of the cluster, watched."""
 
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: Api, wait: float = 2.0) -> None:
+        self.api, self.wait = api, wait
         self.informer: Informer[Nad] = Informer(api, Nad, NADS, [])
+        api.on_unreachable(self.informer.wake_waiters)
 
     def get(self, namespace: str, name: str) -> Nad | None:
-        """The NAD; before the first list has filled the cache, code 11 (an unknown
-        network then is not yet known to be unknown)."""
-        if not self.informer.synced.is_set():
-            raise CNIError(TRY_AGAIN_LATER, f"NetworkAttachmentDefinition {namespace}/{name}: "
-                           f"the cache of NADs is not filled yet ({self.informer.state}); "
-                           "try again later")
-        return self.informer.cache.get((namespace, name))
+        """The NAD; before the first list has filled the cache, :class:`NotListedYet`
+        (code 11: an unknown network then is not yet known to be unknown), saying why."""
+        if self.informer.synced.is_set():
+            return self.informer.cache.get((namespace, name))
+        if self.api.unreachable:
+            why = f"the API server {self.api.host} cannot be reached ({self.api.unreachable})"
+        else:
+            why = (f"their first list from the API server {self.api.host} has not come "
+                   f"({self.informer.state}; an ADD waits for it up to {self.wait:g} s, "
+                   "pod-wait)")
+        raise NotListedYet(f"NetworkAttachmentDefinition {namespace}/{name}: the cache of "
+                           f"NetworkAttachmentDefinitions is not filled yet: {why}; try "
+                           "again later")
+
+    async def wait_listed(self) -> None:
+        """Wait up to ``wait`` seconds for the first list; not while the API server is
+        known unreachable."""
+        if not self.api.unreachable:
+            await self.informer.wait_synced(self.wait)
 
 
 async def post_event(api: Api, namespace: str, name: str, uid: str, reason: str,

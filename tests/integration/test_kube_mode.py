@@ -4,7 +4,9 @@ plugins. Pods' annotations in both forms reach the right NADs, interfaces and ad
 network-status is written on the pod; a warm cache costs no pod GET or LIST per ADD; a
 malformed annotation is refused (code 7) with an Event on the pod; a pod deleted through
 the API has its attachments DELeted; a replaced pod (UID mismatch) is refused; with the
-API server down an ADD for an unseen pod answers code 11 at once and a DEL completes.
+API server down an ADD for an unseen pod answers code 11 at once — also one that was
+already waiting for it when the server stopped — and a DEL completes; an ADD before the
+first list of NADs waits for it, while STATUS says not ready.
 
 Subnets: 10.184.0.0/24 (cluster), 10.184.1.0/24 (blue), 10.184.2.0/24 (green)."""
 
@@ -51,7 +53,8 @@ def _net(daemon: Daemon, name: str, suffix: str, subnet: str) -> dict[str, Any]:
         "type": "netctl-ipam", "range": subnet})
 
 
-def start(daemon: Daemon, kube: FakeKube, tmp_path: Path, **settings: Any) -> None:
+def start(daemon: Daemon, kube: FakeKube, tmp_path: Path, watches: int = 3,
+          **settings: Any) -> None:
     kube.create("network-attachment-definitions", nad(
         "cluster", "kube-system", _net(daemon, "cluster", "k0", "10.184.0.0/24")))
     kube.create("network-attachment-definitions", nad(
@@ -64,7 +67,7 @@ def start(daemon: Daemon, kube: FakeKube, tmp_path: Path, **settings: Any) -> No
                             "node-name": NODE, "pod-deleted-grace": 0.2, "api-timeout": 3,
                             "pod-wait": 0.5, **settings})
     daemon.start()
-    kube.wait_watches(3)  # its Node, its pods and the NADs
+    kube.wait_watches(watches)  # its Node, its pods and the NADs
 
 
 def add_pod(kube: FakeKube, name: str, annotations: dict[str, str] | None = None) -> str:
@@ -594,3 +597,43 @@ def test_an_add_waiting_for_an_unseen_pod_ends_when_the_api_server_stops(
     kube.start()
     wait_for(lambda: daemon.status()["kubernetes"]["pods"]["state"] == "watching", 30,
              "the watches back")
+
+
+# -- an ADD before the NADs are listed (issue 18, defect 6) ----------------------------------
+
+
+def test_an_add_before_the_first_list_of_nads_waits_for_it(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], background: Background,
+        tmp_path: Path) -> None:
+    """The first list of NADs takes long (its answer held): meanwhile the daemon is not
+    ready — STATUS answers code 50 and ``netctl status`` exits 1, both naming the NAD
+    cache — and an ADD for a pod whose networks are NADs waits for the list (up to
+    ``pod-wait``, 60 s here) instead of answering code 11: once the list is answered, it
+    is served. Then STATUS succeeds."""
+    conf = daemon.conf("cluster", "1.1.0")
+    with kube.answers_held("list", "network-attachment-definitions"):
+        start(daemon, kube, tmp_path, watches=2, **{"pod-wait": 60})
+        uid = add_pod(kube, "early", {"k8s.v1.cni.cncf.io/networks": "blue"})
+        wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 10, "the pod")
+        status = daemon.cni("STATUS", "", None, conf, ifname="")
+        assert status.rc == 1 and status.out is not None and status.out["code"] == 50, \
+            status.describe()
+        assert "NetworkAttachmentDefinitions" in status.out["msg"], status.out["msg"]
+        doc = daemon.status()
+        assert doc["ready"] is False and any(
+            "NetworkAttachmentDefinitions" in r for r in doc["reasons"]), doc["reasons"]
+        ns = netns()
+        call = background("ADD", "cearly", ns, daemon.conf("cluster", "1.0.0"),
+                          pod="default/early", args=("IgnoreUnknown=1", f"K8S_POD_UID={uid}"),
+                          timeout=30)
+        wait_for(lambda: call.done() or daemon.status()["in_flight"] == 1, 10,
+                 "the ADD in flight")
+        assert not call.done(), call.result().describe()  # not answered while held
+        assert kube.held_answers == 1
+    res = call.result(timeout=30)
+    assert res.rc == 0, res.describe()
+    assert set(netns_links(ns)) == {"lo", "eth0", "net1"}
+    wait_for(lambda: daemon.cni("STATUS", "", None, conf, ifname="").rc == 0, 10,
+             "STATUS ready once the NADs are listed")
+    assert kube.list("events", "default") == []  # nothing was refused
+    assert cni(daemon, "DEL", "cearly", ns, "early", uid).rc == 0
