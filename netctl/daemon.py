@@ -266,8 +266,9 @@ class KubeMode:
         writes = StatusWrites(api, on_failure=metrics.network_status_write_failed,
                               last_try=cfg.api_timeout + 1)
         return cls(api, node, PodSource(api, node, cfg.pod_wait, send.send_nowait),
-                   NadSource(api), NodeCheck(api, node), writes, EventRecorder(api, node),
-                   journal, send, receive, cfg.network_status_required)
+                   NadSource(api, cfg.pod_wait), NodeCheck(api, node), writes,
+                   EventRecorder(api, node), journal, send, receive,
+                   cfg.network_status_required)
 
     def cluster_store(self, cfg: DaemonConfig, journal: Journal,
                       live: tuple[list[Allocation], dict[str, int]]) -> ClusterStore:

@@ -73,6 +73,14 @@ class CNIError(Exception):
         return f"CNIError({self.code}, {self.msg!r})"
 
 
+class NotListedYet(CNIError):
+    """A lookup in a watched cache before its first list (code 11): what it asks for is
+    not known to be missing yet. The caller may wait for the list and ask again."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(TRY_AGAIN_LATER, msg)
+
+
 EVENT_NOTE_MAX = 1024  # the API server refuses an Event whose note is longer
 
 

@@ -309,7 +309,8 @@ class ClusterStore(IndexStore):
         if self.blocks is None:
             return lent
         for b in self.blocks.cache.values():
-            if b.spec.parent in self.mine and b.spec.grant == "granted":
+            if b.spec.parent in self.mine and b.spec.grant == "granted" \
+                    and b.spec.node != self.settings.node:  # not one taken over with it
                 found = _ip(b.spec.cidr)
                 if found is not None:
                     lent.setdefault(found[0], set()).add(found[1])
@@ -481,13 +482,8 @@ class ClusterStore(IndexStore):
             ("fieldSelector", f"spec.nodeName={self.settings.node}")])
         pods = msgspec.json.decode(data, type=_PodList).items
         found = [(obj, blk) for obj in objs if (blk := _block_of(obj)) is not None]
-        new: list[tuple[Allocation, PoolInfo]] = []
-        for pod in pods:
-            for ifname, version, ip in _status_addresses(pod):
-                for obj, blk in found:
-                    if blk.version == version and blk.contains(ip) \
-                            and self.holder(obj.spec.scope, version, ip) is None:
-                        new.append(_adopted(obj, blk, ip, pod, ifname))
+        new = _adoptions(pods, found, lambda scope, version, ip:
+                         self.holder(scope, version, ip) is not None)
         for alloc, info in new:
             await self.journal.one_transaction(OpStart(
                 verb="ADOPT", container_id=alloc.owner.container_id,
@@ -722,6 +718,34 @@ def _status_addresses(pod: _FullPod) -> list[tuple[str, int, int]]:
         return []
     return [(e.interface, *found) for e in entries for text in e.ips
             if (found := _ip(text)) is not None]
+
+
+def _adoptions(pods: list[_FullPod], found: list[tuple[Block, bmath.Block]],
+               held: Callable[[str, int, int], bool]) -> list[tuple[Allocation, PoolInfo]]:
+    """The allocations adopting the addresses ``pods``' network-status names in the blocks
+    ``found``: one per (scope, address) not ``held`` already. An address in two blocks of
+    a scope (a borrowed /32 inside a block taken over) is adopted in the narrowest; one
+    that two pods name, by the first (warned)."""
+    new: dict[tuple[str, int, int], tuple[Allocation, PoolInfo]] = {}
+    narrowest = sorted(found, key=lambda f: (-f[1].prefix, f[0].metadata.name))
+    for pod in pods:
+        for ifname, version, ip in _status_addresses(pod):
+            seen: set[tuple[str, int, int]] = set()  # this address's scopes
+            for obj, blk in narrowest:
+                key = (obj.spec.scope, version, ip)
+                if blk.version != version or not blk.contains(ip) or key in seen \
+                        or held(*key):
+                    continue
+                seen.add(key)
+                if key not in new:
+                    new[key] = _adopted(obj, blk, ip, pod, ifname)
+                elif (first := new[key][0].owner.pod) is not None \
+                        and first.uid != pod.metadata.uid:
+                    log.warning("pods %s/%s and %s/%s both name %s in their network-status:"
+                                " adopted for the first", first.namespace, first.name,
+                                pod.metadata.namespace, pod.metadata.name,
+                                new[key][0].address)
+    return list(new.values())
 
 
 def _adopted(obj: Block, blk: bmath.Block, ip: int, pod: _FullPod, ifname: str

@@ -58,6 +58,7 @@ from netctl.errors import (
     UNKNOWN_CONTAINER,
     UNSUPPORTED_FIELD,
     CNIError,
+    NotListedYet,
 )
 from netctl.journal.records import Attachment, OpEnd, OpStart
 from netctl.metrics import Metrics
@@ -191,7 +192,12 @@ class Engine:
             what = "does not exist" if found == "missing" else "is not a network namespace"
             raise CNIError(INVALID_ENVIRONMENT, f"CNI_NETNS {inv.netns} {what}")
         await self._wait_ready(conf)
-        atts = plan(conf, inv, await self.selector.select(conf, inv), self.networks)
+        choice = await self.selector.select(conf, inv)
+        try:
+            atts = plan(conf, inv, choice, self.networks)
+        except NotListedYet:  # a NAD before the first list: wait for it, within pod-wait
+            await self.networks.wait_listed()
+            atts = plan(conf, inv, choice, self.networks)  # code 11 if still not listed
         self._check_ipam(atts)
         await self._check_versions(atts)
         mine = [a for a in await self.journal.live_attachments(inv.container_id)

@@ -47,8 +47,12 @@ class NadLookup(Protocol):
 
     def get(self, namespace: str, name: str) -> Nad | None:
         """The cached NAD, or None when the cluster has none of that name. Until the
-        first LIST has filled the cache it should raise ``CNIError(TRY_AGAIN_LATER)``
+        first LIST has filled the cache it raises :class:`~netctl.errors.NotListedYet`
         instead: a NAD missing then is not known to be missing."""
+        ...
+
+    async def wait_listed(self) -> None:
+        """Wait (up to ``pod-wait``) for the first LIST."""
         ...
 
 
@@ -84,6 +88,9 @@ class NadResolver:
                           f"network {ref!r} not found (NetworkAttachmentDefinition "
                           f"{namespace}/{ref} or a CNI config in {self.conf_dir})")
         return found
+
+    async def wait_listed(self) -> None:
+        await self.nads.wait_listed()
 
     def _network(self, nad: Nad) -> Network:
         ref, name, config = key(nad), nad.metadata.name, nad.spec.config

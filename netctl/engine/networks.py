@@ -112,6 +112,9 @@ class NetworkDir:
         self._scan()
         return list(self._by_key.values())
 
+    async def wait_listed(self) -> None:
+        """Nothing to wait for: the directory is read at each lookup."""
+
 
 def from_file(path: str, root: HostRoot = HostRoot()) -> Network:
     """A network given by the absolute path of its conf or conflist file (its key): the

@@ -23,7 +23,7 @@ import msgspec
 from netctl.cni.request import GCList, Invocation, conf_as
 from netctl.engine import selection
 from netctl.engine.networks import Network, inline
-from netctl.errors import INVALID_CONFIG, CNIError, Refusal
+from netctl.errors import INVALID_CONFIG, CNIError, NotListedYet, Refusal
 from netctl.journal.records import Attachment
 from netctl.kube.objects import REASON_BAD_ANNOTATION
 
@@ -146,7 +146,15 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
 
 
 class Resolver(Protocol):
-    def resolve(self, ref: str, namespace: str) -> Network: ...
+    def resolve(self, ref: str, namespace: str) -> Network:
+        """The network ``ref`` names; :class:`~netctl.errors.NotListedYet` when its
+        source has not been read yet (Kubernetes mode, before the first list of NADs)."""
+        ...
+
+    async def wait_listed(self) -> None:
+        """After a :class:`~netctl.errors.NotListedYet`: wait, a bounded time, until
+        :meth:`resolve` can answer (it says why when it still cannot)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -222,7 +230,7 @@ def plan(conf: NetctlConf, inv: Invocation, choice: Choice,
 def _as_pods(exc: CNIError, choice: Choice) -> CNIError:
     """In Kubernetes mode a network the pod cannot have is refused as the pod's: the
     message names the pod, and the pod gets an Event (:class:`~netctl.errors.Refusal`)."""
-    if not choice.pod:
+    if not choice.pod or isinstance(exc, NotListedYet):  # not the pod's fault: no Event
         return exc
     if isinstance(exc, Refusal):
         return exc.for_pod(choice.pod)

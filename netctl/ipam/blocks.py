@@ -17,8 +17,9 @@ module is the arithmetic:
   starting point derived from the node's name (nodes spread over the pool instead of all
   racing for its first block);
 - :func:`narrow`: a :class:`~netctl.ipam.ranges.Range` restricted to the blocks a node
-  holds, which the planner allocates from as from any range (``range_start``,
-  ``range_end``, ``exclude`` and the gateway still apply).
+  holds (they may overlap: a borrowed address inside a block taken over since), which
+  the planner allocates from as from any range (``range_start``, ``range_end``,
+  ``exclude`` and the gateway still apply).
 """
 
 from __future__ import annotations
@@ -109,8 +110,8 @@ def block_name(scope: str, block: Block) -> str:
 def narrow(rng: Range, blocks: Iterable[Block]) -> Range:
     """``rng`` restricted to ``blocks``: the same key, CIDR and gateway (leases keep the
     pool's prefix length), assignable only inside the blocks."""
-    spans = sorted((max(b.start, rng.first), min(b.end, rng.last)) for b in blocks)
-    spans = [(s, e) for s, e in spans if s <= e]
+    clipped = [(max(b.start, rng.first), min(b.end, rng.last)) for b in blocks]
+    spans = merge_intervals([(s, e) for s, e in clipped if s <= e])  # blocks may overlap
     if not spans:  # nothing assignable: an empty range (first > last)
         return replace(rng, first=rng.first, last=rng.first - 1, excluded=())
     first, last = spans[0][0], spans[-1][1]

@@ -12,7 +12,12 @@ nothing.
 
 Every call has a timeout (``api-timeout``, a setting: slow control planes exist), and
 a failure is one :class:`ApiError`: ``status`` the HTTP status, 0 when the server
-could not be reached or did not answer in time.
+could not be reached or did not answer in time. :attr:`Api.unreachable` says why the
+last call failed so (a request, or the opening of a watch; empty once one is answered),
+and the callbacks given to :meth:`Api.on_unreachable` are called at each such failure:
+a caller waiting for a watch to bring something stops waiting for a server known gone.
+A watch the server ends, or whose stream drops, is not such a failure: its renewal is
+the call that tells.
 """
 
 from __future__ import annotations
@@ -74,6 +79,8 @@ class Api:
         # (verb, resource, code) → count, once answered (code_label: bounded)
         self.answers: dict[tuple[str, str, str], int] = {}
         self.credential_reloads = 0  # after a 401: the token re-read
+        self.unreachable = ""  # why the last call did not reach the server ("": it did)
+        self._on_unreachable: list[Callable[[], None]] = []
 
     @classmethod
     async def connect(cls, settings: KubeSettings) -> Api:
@@ -114,9 +121,19 @@ class Api:
         resource = _resource_of(path)
         self.calls[(verb, resource)] = self.calls.get((verb, resource), 0) + 1
 
-    def _answered(self, verb: str, path: str, status: int) -> None:
+    def on_unreachable(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever a call fails to reach the server (status 0)."""
+        self._on_unreachable.append(callback)
+
+    def _answered(self, verb: str, path: str, status: int, why: str = "") -> None:
         key = (verb, _resource_of(path), code_label(status))
         self.answers[key] = self.answers.get(key, 0) + 1
+        if status:
+            self.unreachable = ""
+            return
+        self.unreachable = why or "not reachable"
+        for callback in self._on_unreachable:
+            callback()
 
     async def _call(self, method: str, path: str, query: list[tuple[str, str]] | None = None,
                     body: bytes | None = None, content_type: str = "application/json",
@@ -163,7 +180,7 @@ class Api:
         try:
             data = await on_asyncio(go)
         except ApiError as exc:
-            self._answered(verb, path, exc.status)
+            self._answered(verb, path, exc.status, exc.reason)
             raise
         self._answered(verb, path, 200)  # any 2xx: the callers need no finer code
         return data
@@ -197,7 +214,7 @@ class Api:
         try:
             resp = await on_asyncio(open_stream)
         except ApiError as exc:
-            self._answered("watch", path, exc.status)
+            self._answered("watch", path, exc.status, exc.reason)
             raise
         self._answered("watch", path, 200)
         try:

@@ -15,7 +15,11 @@ keyed by (namespace, name):
   (:meth:`age`) and counts of lists, watches and events are what ``netctl status``
   shows; ``on_delete`` is called for every deletion (the daemon's pod deletions feed
   the reconciler); :meth:`wait_for` lets a caller wait for a key the watch has not
-  delivered yet (kubelet often runs a sandbox before the watch brings its pod).
+  delivered yet (kubelet often runs a sandbox before the watch brings its pod), and
+  :meth:`wait_synced` for the first list; :meth:`wake_waiters` ends every such wait at
+  once (the key or the list not there): the informer calls it when a list or the
+  renewal of its watch fails, as no event comes while it backs off; its owner also when
+  another call finds the API server unreachable.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ class Informer(Generic[T]):
         self.state = "starting"
         self.last_seen = 0.0  # monotonic time of the last list or event
         self.lists = self.watches = self.events = 0
-        self._waiters: dict[Key, trio.Event] = {}
+        self._waiters: dict[Key | None, trio.Event] = {}  # None: the first list
         self._list_type = msgspec.defstruct(
             "List", [("metadata", _ListMeta, msgspec.field(default_factory=_ListMeta)),
                      ("items", list[kind], msgspec.field(default_factory=list))],  # type: ignore[valid-type]
@@ -102,6 +106,20 @@ class Informer(Generic[T]):
         with trio.move_on_after(timeout):
             await event.wait()
         return self.cache.get(key)
+
+    async def wait_synced(self, timeout: float) -> bool:
+        """Whether the first list has filled the cache, waiting up to ``timeout``."""
+        if not self.synced.is_set() and timeout > 0:
+            event = self._waiters.setdefault(None, trio.Event())
+            with trio.move_on_after(timeout):
+                await event.wait()
+        return self.synced.is_set()
+
+    def wake_waiters(self) -> None:
+        """End every :meth:`wait_for` and :meth:`wait_synced` now: nothing will come."""
+        waiters, self._waiters = self._waiters, {}
+        for event in waiters.values():
+            event.set()
 
     def _put(self, obj: T) -> None:
         key = (obj.metadata.namespace, obj.metadata.name)
@@ -131,6 +149,9 @@ class Informer(Generic[T]):
         self.resource_version = listed.metadata.resourceVersion  # type: ignore[attr-defined]
         self.last_seen = time.monotonic()
         self.synced.set()
+        waiter = self._waiters.pop(None, None)
+        if waiter is not None:
+            waiter.set()
 
     async def _watch(self) -> None:
         self.state = "watching"
@@ -184,10 +205,12 @@ class Informer(Generic[T]):
                     continue
                 self.state = f"retrying after: {exc}"
                 log.warning("watch %s: %s; retrying", self.path, exc)
+                self.wake_waiters()  # no event comes while it backs off
                 await sleep_backoff(failures)
                 failures += 1
             except msgspec.MsgspecError as exc:
                 self.state = f"retrying after an undecodable list: {exc}"
+                self.wake_waiters()
                 await sleep_backoff(failures)
                 failures += 1
                 relist = True

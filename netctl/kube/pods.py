@@ -9,9 +9,17 @@ them: watched caches, and a pod lookup that costs no API read in steady state.
 code 7 naming both nodes (:func:`check_node`): its network-status is not this node's to
 write, and its deletion would never reach this node's watch. An API server that cannot be
 reached makes the lookup fail with code 11 (try again later), naming the server — an
-ADD that needs the pod cannot go on, while a DEL never needs it. Deleted pods are
-passed to ``on_deleted`` (the daemon DELetes their attachments after a grace period,
-matching by UID, never by name).
+ADD that needs the pod cannot go on, while a DEL never needs it. The wait is skipped, or
+ends, as soon as the server is known unreachable: the pods' watch is backing off after a
+failed list or renewal, or a call to the API (the watch's renewal, any request) has
+failed to reach it since the last one that did (:attr:`~netctl.kube.api.Api.unreachable`);
+the GET then says so. Deleted pods are passed to ``on_deleted`` (the daemon DELetes their
+attachments after a grace period, matching by UID, never by name).
+
+:class:`NadSource` watches every NetworkAttachmentDefinition. A lookup before its first
+list raises :class:`~netctl.errors.NotListedYet` (code 11); the engine then waits for
+that list (:meth:`NadSource.wait_listed`) up to ``pod-wait`` seconds, as for a pod — not
+at all while the API server is known unreachable — and looks again.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from netctl.errors import TRY_AGAIN_LATER, CNIError, Refusal
+from netctl.errors import TRY_AGAIN_LATER, CNIError, NotListedYet, Refusal
 from netctl.kube.api import Api, ApiError
 from netctl.kube.informer import Informer
 from netctl.kube.objects import REASON_OTHER_NODE, Nad, Pod
@@ -39,11 +47,14 @@ class PodSource:
         self.api, self.node, self.wait = api, node, wait
         self.informer: Informer[Pod] = Informer(
             api, Pod, PODS, [("fieldSelector", f"spec.nodeName={node}")], on_deleted)
+        api.on_unreachable(self.informer.wake_waiters)
 
     async def lookup(self, namespace: str, name: str) -> Pod | None:
         """The pod, from the cache, or after a short wait for the watch, or from one GET;
-        None when the API server says it does not exist."""
-        live = self.informer.state == "watching"  # else no event will come: ask at once
+        None when the API server says it does not exist. No wait while the server is known
+        unreachable (see the module's docstring): the GET says why at once."""
+        # else no event will come: ask at once
+        live = self.informer.state == "watching" and not self.api.unreachable
         found = await self.informer.wait_for((namespace, name), self.wait if live else 0)
         if found is not None:
             return found
@@ -81,15 +92,29 @@ def check_node(pod: Pod, node: str) -> None:
 class NadSource:
     """Every NetworkAttachmentDefinition of the cluster, watched."""
 
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: Api, wait: float = 2.0) -> None:
+        self.api, self.wait = api, wait
         self.informer: Informer[Nad] = Informer(api, Nad, NADS, [])
+        api.on_unreachable(self.informer.wake_waiters)
 
     def get(self, namespace: str, name: str) -> Nad | None:
-        """The NAD; before the first list has filled the cache, code 11 (an unknown
-        network then is not yet known to be unknown)."""
-        if not self.informer.synced.is_set():
-            raise CNIError(TRY_AGAIN_LATER, f"NetworkAttachmentDefinition {namespace}/{name}: "
-                           f"the cache of NADs is not filled yet ({self.informer.state}); "
-                           "try again later")
-        return self.informer.cache.get((namespace, name))
+        """The NAD; before the first list has filled the cache, :class:`NotListedYet`
+        (code 11: an unknown network then is not yet known to be unknown), saying why."""
+        if self.informer.synced.is_set():
+            return self.informer.cache.get((namespace, name))
+        if self.api.unreachable:
+            why = f"the API server {self.api.host} cannot be reached ({self.api.unreachable})"
+        else:
+            why = (f"their first list from the API server {self.api.host} has not come "
+                   f"({self.informer.state}; an ADD waits for it up to {self.wait:g} s, "
+                   "pod-wait)")
+        raise NotListedYet(f"NetworkAttachmentDefinition {namespace}/{name}: the cache of "
+                           f"NetworkAttachmentDefinitions is not filled yet: {why}; try "
+                           "again later")
+
+    async def wait_listed(self) -> None:
+        """Wait up to ``wait`` seconds for the first list; not while the API server is
+        known unreachable."""
+        if not self.api.unreachable:
+            await self.informer.wait_synced(self.wait)
 

@@ -324,9 +324,11 @@ class FakeKube:
 
     @contextlib.contextmanager
     def answers_held(self, verb: str, resource: str) -> Iterator[None]:
-        """Within the block, requests of ``verb`` on ``resource`` (as counted) are carried
-        out at once but not answered until the block ends: the client's request succeeded
-        and it does not know yet — the moment to kill it. :attr:`held_answers` counts them."""
+        """Within the block, requests of ``verb`` (any but ``watch``) on ``resource`` (as
+        counted) are carried out at once — a list is read then — but not answered until
+        the block ends: the client's request succeeded and it does not know yet (the moment
+        to kill it), or an answer that takes long (a first list on a big cluster, a server
+        that accepts the connection and never answers). :attr:`held_answers` counts them."""
         self._call(lambda: self._answers_held.__setitem__((verb, resource), asyncio.Event()))
         try:
             yield
@@ -496,9 +498,19 @@ class FakeKube:
             return _json(target)
         if self.latency_ms:
             await asyncio.sleep(self.latency_ms / 1000)
-        store, res, ns, name = self._store, target.resource, target.namespace, target.name
         if action == "watch":
             return await self._stream(request, target)
+        answer = await self._carry_out(request, action, target)
+        held = self._answers_held.get((action, target.counted))
+        if held is not None:
+            self.held_answers += 1
+            await held.wait()
+        return answer
+
+    async def _carry_out(self, request: web.BaseRequest, action: str,
+                         target: Route) -> web.Response:
+        query = request.query
+        store, res, ns, name = self._store, target.resource, target.namespace, target.name
         if action == "get":
             return _json(store.get(res, ns, name))
         if action == "list":
@@ -509,12 +521,7 @@ class FakeKube:
                           "items": store.select(res, ns, selector)})
         body = await self._body(request)
         if action == "create":
-            created = _json(store.create(res, ns, body), 201)
-            held = self._answers_held.get((action, target.counted))
-            if held is not None:
-                self.held_answers += 1
-                await held.wait()
-            return created
+            return _json(store.create(res, ns, body), 201)
         if action == "update":
             return _json(store.update(res, ns, name, body, target.subresource))
         if action == "patch":

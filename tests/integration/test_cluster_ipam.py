@@ -306,6 +306,50 @@ def test_a_wiped_state_dir_hands_out_no_address_a_live_pod_holds(
     assert address(ipam(a, "ADD", "last", pool)) == held[0]
 
 
+def test_a_borrowed_address_inside_a_block_taken_over_is_adopted_once(
+        nodes: Callable[..., Daemon], kube: FakeKube) -> None:
+    """Node A borrows an address of node B's block, then takes that block over (B is gone):
+    A holds the borrowed /32 and the block around it. A's journal is lost: at the restart
+    both blocks are adopted and the pod's address is recorded once, in the first round.
+    Once the pod is gone, the borrow (the address A lends itself) is released as any idle
+    block, and the address handed out again."""
+    pool = "10.185.160.0/24"  # blocks of /28
+    a = nodes("node-a", **{"node-gone-grace": 0.3, "block-idle": 0.3})
+    b = nodes("node-b")
+    address(ipam(b, "ADD", "on-b", pool))
+    (b_block,) = [x["cidr"] for x in blocks(kube) if x["node"] == "node-b"]
+    lent = str(ipaddress.ip_network(b_block)[-2])
+    assert address(ipam(a, "ADD", "borrower", pool, args=f"IP={lent}")) == lent
+    uid = kube.create("pods", pod("borrower", node="node-a", annotations={
+        "k8s.v1.cni.cncf.io/network-status": json.dumps(
+            [{"name": "shared", "interface": "eth0", "ips": [lent], "default": True}])})
+    )["metadata"]["uid"]
+    b.kill()
+    kube.delete("nodes", None, "node-b")
+    wait_for(lambda: {x["node"] for x in blocks(kube)} == {"node-a"}, 30,
+             "node-b's block taken over by node-a")
+    assert sorted(x["cidr"] for x in blocks(kube)) == sorted([b_block, f"{lent}/32"])
+
+    a.kill()
+    shutil.rmtree(a.state_dir)
+    before = len(a.log())
+    a.start()
+    wait_for(lambda: a.status()["kubernetes"]["ipam"]["ready"], 20, "ready again")
+    assert a.db("SELECT address, container_id FROM ipam_allocations") == [
+        (lent, f"pod:{uid}")]
+    assert sorted(a.db("SELECT cidr FROM ipam_blocks WHERE state = 'held'")) == sorted([
+        (f"{lent}/32",), (b_block,)])
+    # in the first round: no journal write refused, no "cluster IPAM: …; retrying"
+    assert not [line for line in a.log()[before:].splitlines()
+                if "UNIQUE constraint" in line or "cluster IPAM:" in line], a.log()[before:]
+
+    kube.delete("pods", "default", "borrower")
+    wait_for(lambda: [x["cidr"] for x in blocks(kube)] == [b_block], 30,
+             "the borrow released once its address is free; the block kept")
+    assert address(ipam(a, "ADD", "again", pool, args=f"IP={lent}")) == lent
+    assert [x["cidr"] for x in blocks(kube)] == [b_block]  # from the block, no new borrow
+
+
 def test_whereabouts_records_are_taken_until_their_pods_are_gone(
         nodes: Callable[..., Daemon], kube: FakeKube) -> None:
     """With ``ipam-takeover: [whereabouts]``, the addresses whereabouts' IPPool and

@@ -1,11 +1,14 @@
-"""We test Kubernetes mode end to end: a real daemon with ``--kubeconfig`` against the fake
-API server (``netctl/kubefake``, real HTTP, real kubernetes-asyncio), real netns and real
+"""We test Kubernetes mode end to end: a real daemon with ``--kubeconfig`` against an API
+server (``netctl/kubefake``, real HTTP, real kubernetes-asyncio), real netns and real
 plugins. Pods' annotations in both forms reach the right NADs, interfaces and addresses;
 network-status is written on the pod; a warm cache costs no pod GET or LIST per ADD; a
 malformed annotation is refused (code 7) with an Event on the pod, its repeats counted on
 that one Event; a pod deleted through the API has its attachments DELeted; a replaced pod
 (UID mismatch) is refused; with the API server down an ADD for an unseen pod answers code
-11 at once and a DEL completes.
+11 at once — also one that was already waiting for it when the server stopped — and a
+DEL completes; an ADD before the first list of NADs waits for it, while STATUS says not
+ready. Each runs against the fake API server and a real kube-apiserver (``[real]``), but
+those marked ``servers("fake")``.
 
 Subnets: 10.184.0.0/24 (cluster), 10.184.1.0/24 (blue), 10.184.2.0/24 (green)."""
 
@@ -58,7 +61,8 @@ def _net(daemon: Daemon, name: str, suffix: str, subnet: str) -> dict[str, Any]:
         "type": "netctl-ipam", "range": subnet})
 
 
-def start(daemon: Daemon, kube: FakeKube, tmp_path: Path, **settings: Any) -> None:
+def start(daemon: Daemon, kube: FakeKube, tmp_path: Path, watches: int = 3,
+          **settings: Any) -> None:
     kube.create("network-attachment-definitions", nad(
         "cluster", "kube-system", _net(daemon, "cluster", "k0", "10.184.0.0/24")))
     kube.create("network-attachment-definitions", nad(
@@ -71,7 +75,7 @@ def start(daemon: Daemon, kube: FakeKube, tmp_path: Path, **settings: Any) -> No
                             "node-name": NODE, "pod-deleted-grace": 0.2, "api-timeout": 3,
                             "pod-wait": 0.5, **settings})
     daemon.start()
-    kube.wait_watches(3)  # its Node, its pods and the NADs
+    kube.wait_watches(watches)  # its Node, its pods and the NADs
 
 
 def add_pod(kube: FakeKube, name: str, annotations: dict[str, str] | None = None) -> str:
@@ -645,3 +649,81 @@ def test_sigterm_right_after_pods_deleted_through_the_api_exits_cleanly(
         log = daemon.log()
         assert "Traceback" not in log and "ClosedResourceError" not in log, log[-3000:]
         assert STATUS in kube.get("pods", "default", f"busy{round_}")["metadata"]["annotations"]
+
+
+# -- an API server that stops (issue 18, defect 4) -------------------------------------------
+
+
+def test_an_add_waiting_for_an_unseen_pod_ends_when_the_api_server_stops(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], background: Background,
+        tmp_path: Path) -> None:
+    """``pod-wait`` is 60 s and the plugin is given 20: an ADD for a pod the watch has not
+    brought is waiting for it when the API server stops. The wait ends as soon as the
+    daemon's watch fails to reconnect, and the ADD answers code 11 naming the server and
+    why (had it waited ``pod-wait``, the plugin would time out). An ADD sent after that,
+    for another unseen pod, answers at once the same way; one for a pod the cache has
+    is served."""
+    start(daemon, kube, tmp_path, **{"pod-wait": 60})
+    uid = add_pod(kube, "seen")
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 10, "the pod")
+    waiting = background("ADD", "cwait", netns(), daemon.conf("cluster", "1.0.0"),
+                         pod="default/unseen", args=("IgnoreUnknown=1", "K8S_POD_UID=u-1"),
+                         timeout=20)
+    wait_for(lambda: daemon.status()["in_flight"] == 1, 10, "the ADD waiting for its pod")
+    kube.stop()
+    res = waiting.result(timeout=30)
+    assert res.rc == 1 and res.out is not None and res.out["code"] == 11, res.describe()
+    assert "default/unseen" in res.out["msg"] and kube.url in res.out["msg"], res.out["msg"]
+    assert "cannot be reached" in res.out["msg"], res.out["msg"]
+
+    res = cni(daemon, "ADD", "cnew", netns(), "unseen2", "u-2", timeout=20)
+    assert res.rc == 1 and res.out is not None and res.out["code"] == 11, res.describe()
+    assert "default/unseen2" in res.out["msg"] and kube.url in res.out["msg"], res.out["msg"]
+    ns = netns()
+    res = cni(daemon, "ADD", "cseen", ns, "seen", uid, timeout=20)
+    assert res.rc == 0, res.describe()  # from the cache (its network-status written later)
+    assert cni(daemon, "DEL", "cseen", ns, "seen", uid).rc == 0
+    kube.start()
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["state"] == "watching", 30,
+             "the watches back")
+
+
+# -- an ADD before the NADs are listed (issue 18, defect 6) ----------------------------------
+
+
+@pytest.mark.servers("fake")  # the list's answer held back: answers_held()
+def test_an_add_before_the_first_list_of_nads_waits_for_it(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], background: Background,
+        tmp_path: Path) -> None:
+    """The first list of NADs takes long (its answer held): meanwhile the daemon is not
+    ready — STATUS answers code 50 and ``netctl status`` exits 1, both naming the NAD
+    cache — and an ADD for a pod whose networks are NADs waits for the list (up to
+    ``pod-wait``, 60 s here) instead of answering code 11: once the list is answered, it
+    is served. Then STATUS succeeds."""
+    conf = daemon.conf("cluster", "1.1.0")
+    with kube.answers_held("list", "network-attachment-definitions"):
+        start(daemon, kube, tmp_path, watches=2, **{"pod-wait": 60})
+        uid = add_pod(kube, "early", {"k8s.v1.cni.cncf.io/networks": "blue"})
+        wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 10, "the pod")
+        status = daemon.cni("STATUS", "", None, conf, ifname="")
+        assert status.rc == 1 and status.out is not None and status.out["code"] == 50, \
+            status.describe()
+        assert "NetworkAttachmentDefinitions" in status.out["msg"], status.out["msg"]
+        doc = daemon.status()
+        assert doc["ready"] is False and any(
+            "NetworkAttachmentDefinitions" in r for r in doc["reasons"]), doc["reasons"]
+        ns = netns()
+        call = background("ADD", "cearly", ns, daemon.conf("cluster", "1.0.0"),
+                          pod="default/early", args=("IgnoreUnknown=1", f"K8S_POD_UID={uid}"),
+                          timeout=30)
+        wait_for(lambda: call.done() or daemon.status()["in_flight"] == 1, 10,
+                 "the ADD in flight")
+        assert not call.done(), call.result().describe()  # not answered while held
+        assert kube.held_answers == 1
+    res = call.result(timeout=30)
+    assert res.rc == 0, res.describe()
+    assert set(netns_links(ns)) == {"lo", "eth0", "net1"}
+    wait_for(lambda: daemon.cni("STATUS", "", None, conf, ifname="").rc == 0, 10,
+             "STATUS ready once the NADs are listed")
+    assert kube.list("events", "default") == []  # nothing was refused
+    assert cni(daemon, "DEL", "cearly", ns, "early", uid).rc == 0

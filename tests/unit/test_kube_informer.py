@@ -2,8 +2,9 @@
 through kubernetes-asyncio and trio-asyncio: list then watch with a field selector,
 objects that arrive later, a dropped stream resumed without a relist, a compacted history
 (410) relisted, an outage ridden out with a pod deleted meanwhile reported as deleted,
-a request counter that shows no GET or LIST per lookup, and an unreachable API server
-as an :class:`ApiError` with status 0."""
+a request counter that shows no GET or LIST per lookup, an unreachable API server
+as an :class:`ApiError` with status 0, a pod lookup's wait ended by any call that
+finds the server unreachable, and a NAD lookup before the first list waiting for it."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ import trio
 import trio.testing
 import trio_asyncio
 
-from netctl.errors import CNIError
+from netctl.errors import CNIError, NotListedYet
 from netctl.kube.api import Api, ApiError, KubeSettings
 from netctl.kube.informer import Informer, Pod
 from netctl.kube.objects import NETWORKS
-from netctl.kube.pods import PodSource
-from netctl.kubefake import FakeKube, pod
+from netctl.kube.pods import NadSource, PodSource
+from netctl.kubefake import FakeKube, nad, node, pod
 
 
 async def _wait(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -133,6 +134,97 @@ def test_a_pod_lookup_reads_the_cache_waits_for_the_watch_then_gets_once(
                         await source.lookup("default", "unseen")
                     assert err.value.code == 11 and "cannot be reached" in err.value.msg
                     assert await source.lookup("default", "warm") is not None  # cached
+                    nursery.cancel_scope.cancel()
+                await api.close()
+
+        trio.run(main)
+
+
+def test_a_pod_lookup_stops_waiting_once_a_call_finds_the_api_server_unreachable(
+        tmp_path: Path) -> None:
+    """``pod-wait`` is 60 s: a lookup of a pod the watch has not brought is waiting when
+    another call (a GET whose answer never comes within ``api-timeout``) fails to reach
+    the server; the wait ends there and the lookup makes its GET (404: no such pod) — had
+    it waited ``pod-wait``, the 20 s deadline would fail the test. While that failure is
+    the last word, a lookup does not wait at all; once a call is answered again, it does."""
+    with FakeKube() as fake:
+        config = fake.kubeconfig(tmp_path / "kubeconfig")
+        fake.create("nodes", node("n1"))
+
+        async def main() -> None:
+            async with trio_asyncio.open_loop():
+                api = await Api.connect(KubeSettings(kubeconfig=str(config), api_timeout=1))
+                source = PodSource(api, "n1", wait=60)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(source.informer.run)
+                    await source.informer.synced.wait()
+
+                    async def a_call_unanswered() -> None:
+                        await trio.testing.wait_all_tasks_blocked()  # the lookup waits
+                        with fake.answers_held("get", "nodes"), pytest.raises(ApiError):
+                            await api.get("/api/v1/nodes/n1")
+                    nursery.start_soon(a_call_unanswered)
+                    fake.reset_counts()
+                    with trio.fail_after(20):
+                        assert await source.lookup("default", "unseen") is None
+                    assert fake.count("get", "pods") == 1 and api.unreachable == ""
+                    nursery.cancel_scope.cancel()
+                await api.close()
+
+        trio.run(main)
+        assert fake.server_errors == []
+
+
+def test_a_nad_lookup_before_the_first_list_waits_for_it(tmp_path: Path) -> None:
+    """Before the first list of NADs a lookup raises :class:`NotListedYet` (code 11); a
+    wait for the list ends when it is answered (its answer held meanwhile); a lookup
+    after a wait in vain says the list has not come, and with the API server known
+    unreachable there is no wait and the lookup names the server."""
+    with FakeKube() as fake:
+        config = fake.kubeconfig(tmp_path / "kubeconfig")
+        fake.create("network-attachment-definitions", nad("blue", config={"type": "x"}))
+
+        async def main() -> None:
+            async with trio_asyncio.open_loop():
+                api = await Api.connect(KubeSettings(kubeconfig=str(config), api_timeout=2))
+                short, nads = NadSource(api, wait=0.2), NadSource(api, wait=60)
+                listed = trio.Event()
+
+                async def wait_listed() -> None:
+                    with trio.fail_after(20):  # not the 60 s wait: the list came
+                        await nads.wait_listed()
+                    listed.set()
+
+                async with trio.open_nursery() as nursery:
+                    with fake.answers_held("list", "network-attachment-definitions"):
+                        nursery.start_soon(short.informer.run)
+                        nursery.start_soon(nads.informer.run)
+                        await _wait(lambda: fake.held_answers == 2)
+                        with pytest.raises(NotListedYet) as listing:
+                            nads.get("default", "blue")
+                        assert listing.value.code == 11
+                        await short.wait_listed()  # 0.2 s, in vain
+                        with pytest.raises(NotListedYet) as err:
+                            short.get("default", "blue")
+                        assert "default/blue" in err.value.msg and "has not come" in \
+                            err.value.msg and "0.2 s" in err.value.msg, err.value.msg
+                        nursery.start_soon(wait_listed)
+                        await trio.testing.wait_all_tasks_blocked()
+                        assert not listed.is_set()
+                    await listed.wait()
+                    assert nads.get("default", "blue") is not None
+                    nursery.cancel_scope.cancel()
+
+                fake.stop()
+                down = NadSource(api, wait=60)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(down.informer.run)
+                    await _wait(lambda: down.informer.state.startswith("retrying"))
+                    with trio.fail_after(20):  # not the 60 s wait: known unreachable
+                        await down.wait_listed()
+                    with pytest.raises(NotListedYet) as err:
+                        down.get("default", "blue")
+                    assert "cannot be reached" in err.value.msg and fake.url in err.value.msg
                     nursery.cancel_scope.cancel()
                 await api.close()
 
