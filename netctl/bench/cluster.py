@@ -638,7 +638,8 @@ def render_cluster(report: dict[str, Any]) -> list[RenderableType]:
             ("live addresses held twice", str(n["addresses"]["held_twice"]),
              str(w["addresses"]["held_twice"]), ""),
         ], "ADD and DEL timed start to end (netctl: the plugin's exec; whereabouts: lease, pool, "
-           "release); requests from the fake's counts"),
+           "release); requests counted by "
+           + ("the real server's audit log" if p.get("api_server") == "real" else "the fake")),
         "",
         render.table(("", "one node", f"{p['nodes']} nodes", "ratio"), [
             (f"ADD {q} (ms)", num(s["add_ms"][q]), num(n["add_ms"][q]),
