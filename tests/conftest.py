@@ -94,7 +94,8 @@ def real_kube() -> Iterator[RealKube]:
 def kube_server(request: pytest.FixtureRequest, **fake: Any) -> Iterator[Kube]:
     """The server the test is parametrized with: a new :class:`FakeKube` (``fake`` are
     its arguments), or the session's real API server, emptied of what the test made
-    afterwards (and started again if the test left it stopped)."""
+    afterwards (and started again if the test left it stopped); there, none of netctl's
+    requests may have been refused (403: a verb its ClusterRole lacks; 422)."""
     if getattr(request, "param", "fake") == "fake":
         with FakeKube(**fake) as kube:
             yield kube
@@ -103,6 +104,7 @@ def kube_server(request: pytest.FixtureRequest, **fake: Any) -> Iterator[Kube]:
     real.reset_counts()
     try:
         yield real
+        assert real.refused == [], "netctl's requests refused by RBAC or validation"
     finally:
         if not real.serving:
             real.start()

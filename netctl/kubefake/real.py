@@ -29,6 +29,7 @@ from __future__ import annotations
 import builtins
 import collections
 import contextlib
+import datetime
 import gzip
 import http.client
 import json
@@ -182,6 +183,9 @@ class RealKube:
         self._etcd: subprocess.Popen[bytes] | None = None
         self._apiserver: subprocess.Popen[bytes] | None = None
         self._audit_from = 0  # the audit log's offset at the last reset_counts
+        # since when RBAC answers (it loads a moment after each start: 403s before it are
+        # the server's, not a verb netctl's ClusterRole lacks)
+        self._rbac_since = datetime.datetime.max.replace(tzinfo=datetime.UTC)
         self._ssl = ssl.create_default_context()
 
     # -- life cycle ----------------------------------------------------------------------
@@ -242,6 +246,8 @@ class RealKube:
             self._apiserver = self._spawn_apiserver(binary, log)
         _wait(lambda: self._status("GET", "/readyz") == 200, 60,
               "kube-apiserver to answer /readyz", self._apiserver, d / "apiserver.log")
+        if self.sa_token:  # a restart: RBAC loaded again
+            self._wait_rbac()
 
     def _spawn_apiserver(self, binary: Path, log: Any) -> subprocess.Popen[bytes]:
         d = self.dir
@@ -549,6 +555,16 @@ class RealKube:
                 if e.get("stage") == "ResponseComplete"
                 and (e.get("responseStatus") or {}).get("code", 0) == 500]
 
+    @property
+    def refused(self) -> builtins.list[str]:
+        """Requests of netctl's since :meth:`reset_counts` that RBAC (403) or validation
+        (422) refused: a verb the ClusterRole lacks, an object the server will not take."""
+        return [f"{e['verb']} {e.get('requestURI')}: {e['responseStatus']['code']}"
+                for e in self.audit(settle=self.serving)
+                if e.get("stage") == "ResponseComplete"
+                and (e.get("responseStatus") or {}).get("code", 0) in (403, 422)
+                and _received(e) >= self._rbac_since]
+
     def compact(self) -> None:
         """etcd's history compacted up to now (through its HTTP gateway): a watch resumed
         from an earlier resourceVersion, once the API server's watch cache no longer holds
@@ -605,6 +621,7 @@ class RealKube:
             finally:
                 conn.close()
         _wait(allowed, 30, "netctl's ServiceAccount to be allowed to list nodes")
+        self._rbac_since = datetime.datetime.now(datetime.UTC)
 
 
 def _crd_manifest(res: Resource) -> dict[str, Any]:
@@ -622,6 +639,11 @@ def _crd_manifest(res: Resource) -> dict[str, Any]:
                               "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
         },
     }
+
+
+def _received(event: dict[str, Any]) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(event["requestReceivedTimestamp"].replace(
+        "Z", "+00:00"))
 
 
 @contextlib.contextmanager
