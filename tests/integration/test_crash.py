@@ -249,8 +249,10 @@ def test_sigterm_drains_an_inflight_add(daemon: Daemon, netns, background) -> No
 def test_sigterm_past_drain_timeout_compensates(daemon: Daemon, netns, background) -> None:
     br = daemon.name("b")
     daemon.add_network("br", bridge_conf("br", br, "10.113.2.0/24", ipam_dir=daemon.ipam_dir))
+    # cancel-grace: the cancelled hang is killed after it (the default, 5 s, is no part
+    # of what this test checks)
     call, ns = add_hanging(daemon, netns, background, "br", "drain2",
-                           settings={"drain-timeout": 1})
+                           settings={"drain-timeout": 1, "cancel-grace": 0.5})
 
     assert daemon.proc is not None
     started = time.monotonic()
