@@ -19,8 +19,14 @@ round) and ``reconcile-grace`` 0.
 
 Every random choice of an iteration is made at its start (:meth:`CrashBench.plan`) from a
 stream seeded with the run's ``--seed`` and the iteration's number: the kill's pod count,
-whether it is a node reboot (1 in 10), whether and when a GC runs (1 in 2), which pods
-get a faulty delegate (1 in 5, the kind at random). Each iteration:
+whether it is a node reboot (1 in 10), whether and when a GC runs (1 in 2, before the
+kill's count is reached), which of the other pods get a faulty delegate (1 in 5, the kind
+at random). The first churned pod always gets one, its kind by turns (:func:`fault_cover`:
+every round of four iterations hits each kind once, in an order shuffled from the seed).
+What lands does not depend on timing: the kill waits for the first pod's ADD to be
+answered and for the GC to finish, and the pods past the kill's count wait for them too
+(the churn pauses), so the kill still falls in the churn. A faulty ADD the kill cuts
+(any answer accepted) is counted apart from those answered and checked. Each iteration:
 
 1. start the daemon; ADD five resident pods, which stay attached through the churn;
 2. churn: P pods, at most C at a time, each ``ip netns add``, ADD and DEL through the
@@ -32,10 +38,11 @@ get a faulty delegate (1 in 5, the kind at random). Each iteration:
    meanwhile, maybe, a CNI GC (cniVersion 1.1.0, ``cni.dev/valid-attachments`` listing
    every pod the runtime knows; no pod becomes known while it runs): it must DEL none
    of them;
-3. once a random number of pods has started, after a random pause, SIGKILL the daemon
-   and count the operations ``netctl journal --running`` lists. The plugin execs then in flight
-   finish however they can (any answer is accepted); no pod starts or goes on after that:
-   the runtime keeps what it has;
+3. once a random number of pods has started (and what the kill waits for is done), after
+   a random pause, SIGKILL the daemon and count the operations ``netctl journal
+   --running`` lists. The plugin execs then in flight finish however they can (any
+   answer is accepted); no pod starts or goes on after that: the runtime keeps what it
+   has;
 4. delete the netns of one or two pods the runtime has attached, without a DEL (vanished
    sandboxes); DEL another through the plugin, which records it (the daemon is down).
    A node reboot instead deletes every pod's netns, and the runtime forgets them all;
@@ -133,6 +140,16 @@ FAULTS = {
     "garbage": ("echo '{\"cniVersion\": \"1.0.0\", \"interfaces\": [{\"name\":'", 103,
                 "malformed JSON"),
 }
+
+
+def fault_cover(seed: int, number: int) -> str:
+    """The kind of faulty delegate iteration ``number`` (from 1) gives its first pod: the
+    iterations go in rounds of one per kind, each round's order shuffled from the seed and
+    the round's number, so iterations 1 to 4 (and 5 to 8, …) hit every kind."""
+    kinds = sorted(FAULTS)
+    rounds, position = divmod(number - 1, len(kinds))
+    random.Random(f"{seed}/faults/{rounds}").shuffle(kinds)
+    return kinds[position]
 
 
 def fault_plugin(kind: str) -> str:
@@ -285,6 +302,7 @@ class Iteration:
     gc_after: int | None = None  # pods started before the GC (None: no GC)
     faulty: list[str | None] = field(default_factory=list)  # churned pod → its fault kind
     started: int = 0  # churned pods started
+    awaited: set[str] = field(default_factory=set)  # what the kill waits for ("pod 0", "GC")
     execs: Counter[str] = field(default_factory=Counter)  # verb → plugin execs
     # "ADD exit 1", …: execs ending after the kill began (in flight, or started just then)
     interrupted: Counter[str] = field(default_factory=Counter)
@@ -299,7 +317,9 @@ class Iteration:
     replay: dict[str, Any] = field(default_factory=dict)
     reconcile: dict[str, Any] = field(default_factory=dict)
     runtime_dels: int = 0
-    faults: Counter[str] = field(default_factory=Counter)  # kind → pods with that fault
+    # kind → faulty ADDs answered by the live daemon (and checked), or cut by the kill
+    faults: Counter[str] = field(default_factory=Counter)
+    faults_cut: Counter[str] = field(default_factory=Counter)
     gc: dict[str, int] = field(default_factory=dict)  # the GC's valid list, DELs it made
     deleted: list[Pod] = field(default_factory=list)  # DELed (exit 0) and forgotten
     checked: dict[str, int] = field(default_factory=dict)  # the check point's counts
@@ -381,6 +401,8 @@ class CrashBench(Bench):
                 and not it.restarted
             if cut:
                 it.interrupted[f"{command} exit {'timeout' if res is None else res.rc}"] += 1
+            if command == "ADD" and pod.fault:
+                (it.faults_cut if cut else it.faults)[pod.fault] += 1
         if cut:
             return res  # cut by the kill: any answer goes
         if command == "ADD" and pod.fault:
@@ -412,17 +434,20 @@ class CrashBench(Bench):
         return problems
 
     def churn_pod(self, it: Iteration, index: int) -> None:
+        if index >= it.kill_after:  # the kill's count is reached: wait for what it awaits
+            with self.started:
+                while it.awaited and not self.halt.is_set() and not self.stop.is_set():
+                    self.started.wait(0.05)
         if self.halt.is_set():
             return
-        fault = it.faulty[index]
-        pod = self.new_pod(it, index, fault=fault)
-        if fault:
-            with self.lock:
-                it.faults[fault] += 1
-        with self.started:
-            it.started += 1
-            self.started.notify_all()
-        add = self.cni(it, "ADD", pod)
+        try:
+            pod = self.new_pod(it, index, fault=it.faulty[index])
+            with self.started:
+                it.started += 1
+                self.started.notify_all()
+            add = self.cni(it, "ADD", pod)
+        finally:
+            self.settled(it, f"pod {index}")  # its ADD answered: the kill may come
         pod.attached = add is not None and add.rc == 0
         if self.halt.is_set():
             return  # the runtime keeps the pod as it is
@@ -431,13 +456,26 @@ class CrashBench(Bench):
         if rm is not None and rm.rc == 0:
             self.forget(pod, it)
 
-    def gc(self, it: Iteration, churn_done: threading.Event, after: int) -> None:
-        """Once ``after`` pods started, a CNI GC (1.1.0) listing every pod the runtime knows
-        (no pod becomes known while it runs); it must DEL none of them."""
+    def settled(self, it: Iteration, what: str) -> None:
+        """``what`` (one of ``it.awaited``) is done: the kill waits no more for it."""
         with self.started:
-            while it.started < after and not churn_done.is_set() and not self.halt.is_set():
+            it.awaited.discard(what)
+            self.started.notify_all()
+
+    def gc(self, it: Iteration, churn_done: threading.Event, after: int) -> None:
+        """Once ``after`` pods started (at most the kill's count: the kill waits for it), a
+        CNI GC (1.1.0) listing every pod the runtime knows (no pod becomes known while it
+        runs); it must exit 0 and DEL none of them."""
+        try:
+            self.collect(it, churn_done, after)
+        finally:
+            self.settled(it, "GC")
+
+    def collect(self, it: Iteration, churn_done: threading.Event, after: int) -> None:
+        with self.started:
+            while it.started < after and not churn_done.is_set() and not self.stop.is_set():
                 self.started.wait(0.05)
-        if self.halt.is_set():
+        if self.stop.is_set():
             return
         with self.gc_gate:
             with self.lock:
@@ -449,15 +487,12 @@ class CrashBench(Bench):
                 res: CNIResult | None = self.daemon.cni("GC", "", None, conf)
             except subprocess.TimeoutExpired:
                 res = None
-            with self.lock:
-                cut = self.kill_at is not None
             collected = from_journal(Path(self.daemon.journal_path), lambda conn: {
                 r[0]: r[1] for r in conn.execute(
                     "SELECT id, container_id FROM operations WHERE origin='gc' AND id > ?",
                     (before,))})
         it.gc = {"valid": len(valid), "dels": len(collected)}
-        if not cut:
-            it.side.exited_ok("GC", res)
+        it.side.exited_ok("GC", res)
         wrong = sorted(set(collected.values()) & set(valid))
         if wrong:
             it.side.fail(f"GC DELeted pods its valid list named: {harness.some(wrong)}")
@@ -470,11 +505,12 @@ class CrashBench(Bench):
     # -- the fault ---------------------------------------------------------------------
 
     def killer(self, it: Iteration, churn_done: threading.Event) -> None:
-        """SIGKILL the daemon once ``it.kill_after`` pods started (or the churn ended), after
-        a random pause."""
+        """SIGKILL the daemon once ``it.kill_after`` pods started (or the churn ended) and
+        what it awaits is done (the first pod's ADD answered, the GC), after a random
+        pause."""
         with self.started:
-            while it.started < it.kill_after and not churn_done.is_set() \
-                    and not self.stop.is_set():
+            while not self.stop.is_set() and (
+                    it.awaited or (it.started < it.kill_after and not churn_done.is_set())):
                 self.started.wait(0.05)
         if self.stop.is_set():
             return
@@ -605,9 +641,11 @@ class CrashBench(Bench):
         it.kill_after = rnd.randint(self.concurrency, max(self.pods - self.concurrency,
                                                           self.concurrency))
         it.reboot = rnd.random() < REBOOT_SHARE
-        it.gc_after = rnd.randint(0, self.pods) if rnd.random() < GC_SHARE else None
+        it.gc_after = rnd.randint(0, it.kill_after) if rnd.random() < GC_SHARE else None
         it.faulty = [rnd.choice(sorted(FAULTS)) if rnd.random() < FAULT_SHARE else None
                      for _ in range(self.pods)]
+        if it.faulty:
+            it.faulty[0] = fault_cover(self.seed, number)  # the first pod started
         return it
 
     def iteration(self, number: int) -> Iteration:
@@ -620,6 +658,9 @@ class CrashBench(Bench):
             add = self.cni(it, "ADD", pod)
             pod.attached = add is not None and add.rc == 0
         churn_done = threading.Event()
+        it.awaited = {"pod 0"} if it.faulty else set()
+        if it.gc_after is not None:
+            it.awaited.add("GC")
         helpers = [threading.Thread(target=self.killer, args=(it, churn_done), daemon=True,
                                     name="killer")]
         if it.gc_after is not None:
@@ -725,7 +766,8 @@ class CrashBench(Bench):
                 left = sum(len(v) for v in it.leftovers.values())
                 step(f"iteration {n}{' (reboot)' if it.reboot else ''}: killed with "
                      f"{sum(it.in_flight.values())} operations running, {len(it.vanished)} "
-                     f"sandbox(es) vanished, {sum(it.faults.values())} faults, recovered in "
+                     f"sandbox(es) vanished, {sum(it.faults.values())} faults "
+                     f"({sum(it.faults_cut.values())} more cut by the kill), recovered in "
                      f"{it.recovery_s * 1000:.0f} ms, {len(it.side.failures)} violations, "
                      f"{left} leftovers")
         rebooted = None
@@ -752,11 +794,13 @@ class CrashBench(Bench):
         by_verb: Counter[str] = Counter()
         interrupted: Counter[str] = Counter()
         faults: Counter[str] = Counter()
+        faults_cut: Counter[str] = Counter()
         checked: Counter[str] = Counter()
         for it in done:
             by_verb.update(it.in_flight)
             interrupted.update(it.interrupted)
             faults.update(it.faults)
+            faults_cut.update(it.faults_cut)
             checked.update(it.checked)
         states = from_journal(Path(self.daemon.journal_path), lambda conn: dict(Counter(
             f"{v} {o} {s}" for v, o, s in conn.execute(
@@ -776,6 +820,7 @@ class CrashBench(Bench):
                 "orphaned_delegates": sum(it.orphans for it in done),
                 "reboots": sum(it.reboot for it in done),
                 "delegate_faults": {k: faults[k] for k in FAULTS},
+                "delegate_faults_cut": {k: faults_cut[k] for k in FAULTS},
                 "gcs": sum(1 for it in done if it.gc),
                 "gc_dels": sum(it.gc.get("dels", 0) for it in done),
             },
@@ -805,7 +850,8 @@ class CrashBench(Bench):
                 "vanished_released_ms": None if it.released_s is None
                 else round(it.released_s * 1000, 1),
                 "reconcile": it.reconcile, "runtime_dels_after_restart": it.runtime_dels,
-                "reboot": it.reboot, "delegate_faults": dict(it.faults), "gc": it.gc,
+                "reboot": it.reboot, "delegate_faults": dict(it.faults),
+                "delegate_faults_cut": dict(it.faults_cut), "gc": it.gc,
                 "checked": it.checked,
                 "leftovers": {k: len(v) for k, v in it.leftovers.items()},
                 "failures": it.side.failures[:20], "exit_code": it.exit_code,
@@ -857,6 +903,8 @@ def render_crash(report: dict[str, Any]) -> list[RenderableType]:
             ("node reboots (every netns deleted at the kill)", str(f["reboots"])),
             ("pods with a faulty delegate (ADD failed, compensated, DEL ok)",
              listed(f["delegate_faults"])),
+            ("pods with a faulty delegate whose ADD the kill cut (any answer accepted)",
+             listed(f["delegate_faults_cut"])),
             ("CNI GCs during the churn (pods DELeted by them)",
              f"{f['gcs']} ({f['gc_dels']})")]),
         "", table(("checked after each restart", ""), [

@@ -4,7 +4,9 @@ each kind of violation (a journal that fails its integrity check, an address all
 twice, an allocation whose attachment is not live, an attachment of a deleted or unknown
 pod, an acknowledged pod with nothing attached, a bridge port too many, a netns left, a
 delegate running, reconcile work left); the faulty delegates' scripts; an iteration's
-random choices come from the seed and its number alone."""
+random choices come from the seed and its number alone; every round of four iterations
+gives each kind of fault to its first pod, whatever the seed, and plans its GC before the
+kill's count."""
 
 from __future__ import annotations
 
@@ -104,3 +106,22 @@ def test_an_iterations_choices_come_from_the_seed_and_its_number() -> None:
         choices(bench(6), n) for n in range(1, 20)]
     faults = [f for n in range(1, 50) for f in bench(5).plan(n).faulty if f]
     assert set(faults) == set(FAULTS)
+
+
+def test_each_round_of_iterations_covers_every_fault_kind() -> None:
+    def bench(seed: int, pods: int) -> crash.CrashBench:
+        b = crash.CrashBench.__new__(crash.CrashBench)
+        b.seed, b.pods, b.concurrency = seed, pods, 3
+        return b
+
+    for seed in range(20):
+        for first in (1, 5, 9):  # rounds 1, 2, 3
+            plans = [bench(seed, 6).plan(n) for n in range(first, first + len(FAULTS))]
+            assert sorted(str(p.faulty[0]) for p in plans) == sorted(FAULTS), seed
+            assert all(p.gc_after is None or 0 <= p.gc_after <= p.kill_after for p in plans)
+        assert [crash.fault_cover(seed, n) for n in range(1, 9)] == [
+            bench(seed, 6).plan(n).faulty[0] for n in range(1, 9)]
+    # the order of a round comes from the seed
+    assert len({tuple(crash.fault_cover(seed, n) for n in range(1, 5))
+                for seed in range(20)}) > 1
+    assert bench(1, 0).plan(1).faulty == []  # no churned pod, no fault
