@@ -36,7 +36,7 @@ from netctl.harness import (  # noqa: F401  (the helpers the test modules import
 )
 from netctl.kubefake import FakeKube
 from netctl.kubefake import real as realkube
-from netctl.kubefake.real import RealKube
+from netctl.kubefake.real import RealKube, free_port  # noqa: F401  (for the test modules)
 
 NETCTL = str(Path(sys.executable).parent / "netctl")
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,6 +88,15 @@ def real_kube() -> Iterator[RealKube]:
         pytest.skip(f"real kube-apiserver: {reason}")
     with RealKube() as kube:
         yield kube
+
+
+@pytest.fixture
+def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
+    """The API server of a test marked ``servers(…)``: a fake one by default (a module
+    serving more kinds has its own fixture, built with :func:`kube_server` too)."""
+    with kube_server(request, bookmark_interval=0.5) as server:
+        yield server
+        assert server.server_errors == []
 
 
 @contextlib.contextmanager
@@ -210,13 +219,6 @@ def http_get(port: int) -> bytes | None:
             return b"".join(chunks)
     except ConnectionRefusedError:
         return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # -- log lines (test_logs) -------------------------------------------------------------------

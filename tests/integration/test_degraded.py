@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import pytest
 from netctl import __version__, harness
 from netctl.harness import CNIResult, netctl_argv
 from netctl.kubefake import nad, node
-from tests.conftest import Daemon, Kube, free_port, ipam_bridge, kube_server, wait_for
+from tests.conftest import Daemon, Kube, free_port, ipam_bridge, wait_for
 from tests.integration.test_metrics import scrape, value
 
 pytestmark = pytest.mark.netns
@@ -165,9 +165,3 @@ def test_a_kubernetes_scrape_has_the_process_the_build_and_api_answers_by_code(
     assert kube.count("get", "pods") == 1
     daemon.stop()
 
-
-@pytest.fixture
-def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
-    with kube_server(request, bookmark_interval=0.5) as server:
-        yield server
-        assert server.server_errors == []

@@ -44,12 +44,10 @@ from tests import cri
 from tests.conftest import (
     SYSTEM_CNI,
     Daemon,
-    Kube,
     bridge_ports,
     free_port,
     http_get,
     ipam_bridge,
-    kube_server,
     netns_addrs,
     netns_links,
     wait_for,
@@ -68,12 +66,6 @@ BLUE = ipaddress.IPv4Network("10.186.1.0/24")
 PAUSE = "localhost/netctl-pause:latest"
 TAP = Path(__file__).resolve().parent / "cni-tap"  # records what the runtime sends
 
-
-@pytest.fixture
-def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
-    with kube_server(request, bookmark_interval=0.5) as server:
-        yield server
-        assert server.server_errors == []
 
 
 @pytest.fixture

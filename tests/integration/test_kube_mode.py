@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,6 @@ from tests.conftest import (
     bridge_ports,
     free_port,
     ipam_bridge,
-    kube_server,
     netns_addrs,
     netns_links,
     step_states,
@@ -48,12 +47,6 @@ NODE = "node-a"
 STATUS = "k8s.v1.cni.cncf.io/network-status"
 IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster config reads
 
-
-@pytest.fixture
-def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
-    with kube_server(request, bookmark_interval=0.5) as server:
-        yield server
-        assert server.server_errors == []
 
 
 def _net(daemon: Daemon, name: str, suffix: str, subnet: str) -> dict[str, Any]:

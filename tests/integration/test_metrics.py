@@ -20,7 +20,7 @@ import json
 import re
 import secrets
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from netctl.harness import SYSTEM_CNI, exec_plugin, netctl_argv
 from netctl.kubefake import nad, node
-from tests.conftest import Daemon, Kube, free_port, ipam_bridge, kube_server, wait_for
+from tests.conftest import Daemon, Kube, free_port, ipam_bridge, wait_for
 
 pytestmark = pytest.mark.netns
 
@@ -220,9 +220,3 @@ def test_status_not_ready_while_the_api_server_was_never_listed(
     assert value(up, "netctl_kube_api_requests_total", verb="list", resource="pods") >= 1
     daemon.stop()
 
-
-@pytest.fixture
-def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
-    with kube_server(request, bookmark_interval=0.5) as server:
-        yield server
-        assert server.server_errors == []
