@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import socket
 import sqlite3
@@ -70,13 +71,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 Kube = FakeKube | RealKube
 
 
+SERVERS = os.environ.get("NETCTL_TEST_SERVERS", "auto")  # auto | both | fake | real
+REAL_MISSING = realkube.unavailable()
+
+
+def servers_for(marked: tuple[str, ...]) -> tuple[str, ...]:
+    """The API servers a test marked ``servers(*marked)`` runs against. ``auto`` (the
+    default): a test either server can serve runs once, on the real one when it is here
+    (the fake otherwise); ``both``: on each (to hold the fake to the real server's
+    behaviour); ``fake`` or ``real``: on that one where marked for it."""
+    if SERVERS == "both" or len(marked) == 1:
+        return marked
+    if SERVERS in marked:
+        return (SERVERS,)
+    return ("fake",) if REAL_MISSING else ("real",)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A test that takes ``kube`` and is marked ``servers("fake", "real")`` (on itself or
-    its module) runs once against each server named; its module's ``kube`` fixture builds
-    it with :func:`kube_server`."""
+    """A test that takes ``kube`` and is marked ``servers(…)`` (on itself or its module)
+    runs against the servers :func:`servers_for` picks; its module's ``kube`` fixture
+    builds each with :func:`kube_server`."""
     marker = metafunc.definition.get_closest_marker("servers")
     if marker is not None and "kube" in metafunc.fixturenames:
-        metafunc.parametrize("kube", marker.args, indirect=True)
+        metafunc.parametrize("kube", servers_for(marker.args), indirect=True)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if REAL_MISSING:
+        terminalreporter.write_line(
+            f"real kube-apiserver: not run ({REAL_MISSING}); the tests either server can "
+            "serve ran on the fake, those for the real one only were skipped")
 
 
 @pytest.fixture(scope="session")
