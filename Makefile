@@ -21,15 +21,16 @@ KUBE_ETCD := build/kube/etcd
 setup: system-packages $(BIN)/netctl $(BIN)/netctl-cni $(KUBE_ETCD)
 
 # Debian's CNI plugins (the real delegates), iproute2, ping for the demo, containerd (1.6,
-# with runc) for the tests that drive a real runtime over CRI; podman with runc,
+# with runc) for the tests that drive a real runtime over CRI, openssl for the real
+# kube-apiserver's certificates (tests/, netctl/kubefake/real.py); podman with runc,
 # busybox-static (its test image) and iptables (portmap) for tests/integration/test_podman.py
 # and `netctl bench podman`; golang-go (Go 1.19) builds the plugin.
 system-packages:
 	@if [ ! -x $(CNI_BIN)/bridge ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null \
-	    || ! command -v containerd >/dev/null; then \
+	    || ! command -v containerd >/dev/null || ! command -v openssl >/dev/null; then \
 	  apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins \
-	    iproute2 iputils-ping containerd; \
+	    iproute2 iputils-ping containerd openssl; \
 	fi
 	@if ! command -v $(GO) >/dev/null; then \
 	  apt-get update -qq && \
