@@ -13,6 +13,7 @@ import sys
 from typing import Any, TypeAlias
 
 from netctl import logs
+from netctl.cni.frame import HEADER, body_size, frame
 from netctl.errors import CNIError
 from netctl.journal.query import PAGE as JOURNAL_LIMIT
 
@@ -240,9 +241,8 @@ def admin_request(socket_path: str, timeout: float = 5.0, call: str = "status",
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(socket_path)
-        sock.sendall(struct.pack(">I", len(body)) + body)
-        head = sock.recv(4, socket.MSG_WAITALL)
-        (size,) = struct.unpack(">I", head)
+        sock.sendall(frame(body))
+        size = body_size(sock.recv(HEADER.size, socket.MSG_WAITALL))
         data = b""
         while len(data) < size:
             chunk = sock.recv(size - len(data))
