@@ -10,9 +10,10 @@ import socket
 import sqlite3
 import struct
 import sys
-from typing import Any
+from typing import Any, TypeAlias
 
 from netctl import logs
+from netctl.cni.frame import HEADER, body_size, frame
 from netctl.errors import CNIError
 from netctl.journal.query import PAGE as JOURNAL_LIMIT
 
@@ -20,6 +21,8 @@ DEFAULT_STATE_DIR = "/var/lib/netctl"
 DEFAULT_SOCKET = "/run/netctl/netctl.sock"
 DEFAULT_CNI_CONF_DIR = "/etc/cni/net.d"
 DEFAULT_NETWORKS_DIR = "/etc/netctl/networks.d"
+
+_Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
@@ -238,9 +241,8 @@ def admin_request(socket_path: str, timeout: float = 5.0, call: str = "status",
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(socket_path)
-        sock.sendall(struct.pack(">I", len(body)) + body)
-        head = sock.recv(4, socket.MSG_WAITALL)
-        (size,) = struct.unpack(">I", head)
+        sock.sendall(frame(body))
+        size = body_size(sock.recv(HEADER.size, socket.MSG_WAITALL))
         data = b""
         while len(data) < size:
             chunk = sock.recv(size - len(data))
@@ -407,9 +409,17 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: one function per command group adds its commands."""
     parser = argparse.ArgumentParser(prog="netctl", description="node network controller")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    for add in (_add_daemon, _add_install_cni, _add_journal, _add_status_doctor,
+                _add_reconcile, _add_forget, _add_ipam, _add_bench):
+        add(sub)
+    return parser
 
+
+def _add_daemon(sub: _Commands) -> None:
+    """``netctl daemon``: the per-node daemon, its settings as flags."""
     p = sub.add_parser("daemon", help="run the per-node daemon")
     p.add_argument("--config")
     p.add_argument("--state-dir")
@@ -433,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default), json (one object per line) or logfmt")
     p.set_defaults(fn=_cmd_daemon)
 
+
+def _add_install_cni(sub: _Commands) -> None:
+    """``netctl install-cni``: the plugin into a CNI bin dir (or out of it), and the auto-config."""
     p = sub.add_parser("install-cni", help="install the thin plugin into a CNI bin dir (and "
                        "with --auto-config put netctl in front of the node's primary CNI)")
     p.add_argument("--bin-dir", default="/opt/cni/bin")
@@ -458,6 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "--auto-config 00-netctl.conflist) instead")
     p.set_defaults(fn=_cmd_install_cni)
 
+
+def _add_journal(sub: _Commands) -> None:
+    """``netctl journal``: what the journal holds, filtered."""
     p = sub.add_parser("journal", help="who held what, when: attachments and operations")
     p.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     p.add_argument("--pod", metavar="[NS/]NAME", help="a pod; NAME alone: in any namespace; "
@@ -484,6 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_journal)
 
+
+def _add_status_doctor(sub: _Commands) -> None:
+    """``netctl status`` and ``netctl doctor``, both reading the runtime's CNI config dir."""
     conf_dirs = argparse.ArgumentParser(add_help=False)
     conf_dirs.add_argument("--cni-conf-dir", default=DEFAULT_CNI_CONF_DIR, metavar="DIR",
                            help="the runtime's CNI config dir")
@@ -509,6 +528,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_doctor)
 
+
+def _add_reconcile(sub: _Commands) -> None:
+    """``netctl reconcile``: clean what nothing owns, or plan it."""
     p = sub.add_parser("reconcile", help="find and clean what nothing owns any more")
     p.add_argument("--socket", default=DEFAULT_SOCKET)
     p.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
@@ -518,6 +540,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_reconcile)
 
+
+def _add_forget(sub: _Commands) -> None:
+    """``netctl forget``: a container's stuck attachments ended by hand."""
     p = sub.add_parser("forget", help="end a container's stuck attachments by hand: "
                        "no DEL run, their addresses released, journaled with who and why")
     p.add_argument("--container", required=True, metavar="ID",
@@ -532,6 +557,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_forget)
 
+
+def _add_ipam(sub: _Commands) -> None:
+    """``netctl ipam pools|show|leaks|handback``."""
     p = sub.add_parser("ipam", help="the central IPAM's pools, allocations and leaks")
     isub = p.add_subparsers(dest="ipam", required=True, metavar="WHAT")
     read = argparse.ArgumentParser(add_help=False)
@@ -560,8 +588,22 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--dry-run", action="store_true", help="say what would be written")
     p.set_defaults(fn=_cmd_ipam)
 
+
+def _add_bench(sub: _Commands) -> None:
+    """``netctl bench BENCH``: on one node, with an API server, and with podman."""
     p = sub.add_parser("bench", help="benchmarks on real namespaces and real plugins")
     bsub = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    _add_node_benches(bsub)
+    _add_kube_benches(bsub)
+    b = bsub.add_parser("podman", help="podman run --rm on a netctl network vs podman's own "
+                        "bridge network (Debian's podman, CNI backend)")
+    b.add_argument("--runs", type=int, default=10, help="runs per side (default 10)")
+    b.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_bench)
+
+
+def _add_node_benches(bsub: _Commands) -> None:
+    """The benches of one node's daemon: churn, ipam, journal, crash, events."""
     b = bsub.add_parser("churn", help="pod ADD/DEL churn: netctl vs direct sequential exec")
     b.add_argument("--pods", type=int, default=100)
     b.add_argument("--concurrency", type=int, default=8)
@@ -603,6 +645,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--interval", type=float, default=60.0, metavar="S",
                    help="the periodic round's interval to compare with (reconcile-interval)")
     b.add_argument("--json", action="store_true")
+
+
+def _add_kube_benches(bsub: _Commands) -> None:
+    """The benches against an API server: one node's Kubernetes mode, a cluster of nodes."""
     b = bsub.add_parser("kube", help="Kubernetes mode against the fake API server: API "
                         "requests per ADD/DEL, ADD latency vs standalone, memory")
     b.add_argument("--pods", type=int, default=1000, help="pods of the node in the fake, "
@@ -645,12 +691,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the daemons' ipam-backend (default kubernetes: blocks per node; "
                    "sqlite: pools per node, duplicates across nodes)")
     b.add_argument("--json", action="store_true")
-    b = bsub.add_parser("podman", help="podman run --rm on a netctl network vs podman's own "
-                        "bridge network (Debian's podman, CNI backend)")
-    b.add_argument("--runs", type=int, default=10, help="runs per side (default 10)")
-    b.add_argument("--json", action="store_true")
-    p.set_defaults(fn=_cmd_bench)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -512,7 +512,8 @@ async def run(cfg: DaemonConfig, *,
                             KubeSelector(kube.pods), admission, limits,
                             after_add=kube.write_status, health=not_ready, metrics=metrics,
                             cutover=cutover)
-        plain = IpamPlugin(journal, ipam, admission, ipam_types, gc_grace=cfg.reconcile_grace)
+        ipam_plugin = IpamPlugin(journal, ipam, admission, ipam_types,
+                                 gc_grace=cfg.reconcile_grace)
         recorded = pending_dir(cfg.socket)
         reconciler = Reconciler(engine, ipam, cfg.reconcile_grace, pending=recorded,
                                 parallel=max(1, min(RECONCILE_PARALLEL,
@@ -626,8 +627,8 @@ async def run(cfg: DaemonConfig, *,
                                            who=req.who, why=req.why)
 
         metrics_server = MetricsServer(metrics, cfg.metrics_addr) if cfg.metrics_addr else None
-        server = Server(Handlers(cni=partial(counted, cni), ipam=partial(counted, plain.handle),
-                                 status=status,
+        server = Server(Handlers(cni=partial(counted, cni),
+                                 ipam=partial(counted, ipam_plugin.handle), status=status,
                                  reconcile=reconcile, forget=forget,
                                  in_flight=lambda: admission.in_flight),
                         ServerConfig(cfg.socket, cfg.allowed_uids, cfg.max_request_bytes,

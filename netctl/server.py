@@ -1,7 +1,7 @@
 """The Unix socket server: framing, peer credentials, dispatch, graceful drain.
 
-Wire format, both ways: a 4-byte big-endian length, then that many bytes of
-JSON (a :class:`~netctl.cni.request.Request` or an
+Wire format (:mod:`netctl.cni.frame`), both ways: a 4-byte big-endian length,
+then that many bytes of JSON (a :class:`~netctl.cni.request.Request` or an
 :class:`~netctl.cni.request.AdminRequest` in, told apart by ``kind``; a
 :class:`~netctl.cni.request.Response` out). One request per connection. A CNI
 request is decoded once, here, into an :class:`~netctl.cni.request.Invocation`
@@ -40,6 +40,7 @@ import msgspec
 import trio
 
 from netctl import logs
+from netctl.cni.frame import HEADER, body_size, frame
 from netctl.cni.request import (
     DEL_CEILING,
     PROTO,
@@ -63,7 +64,6 @@ from netctl.errors import (
 )
 
 log = logging.getLogger("netctl.server")
-_HEADER = struct.Struct(">I")
 
 
 @dataclass
@@ -175,7 +175,7 @@ class Server:
                 return
             data = msgspec.json.encode(msgspec.structs.replace(response, proto=PROTO))
             try:
-                await stream.send_all(_HEADER.pack(len(data)) + data)
+                await stream.send_all(frame(data))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 log.warning("client went away before its answer")
 
@@ -185,7 +185,7 @@ class Server:
             peer = self._check_peer(stream)
             limit = self.config.max_request_bytes
             with trio.fail_after(self.config.read_timeout):
-                (size,) = _HEADER.unpack(await _read_exact(stream, _HEADER.size))
+                size = body_size(await _read_exact(stream, HEADER.size))
                 if not readable(size, limit):
                     raise too_large(size, limit)
                 body = await _read_exact(stream, size)
@@ -250,7 +250,7 @@ class Server:
             err.to_json(version)).decode(), proto=PROTO))
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             try:
-                await stream.send_all(_HEADER.pack(len(data)) + data)
+                await stream.send_all(frame(data))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
 

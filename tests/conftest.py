@@ -333,7 +333,7 @@ def assert_still_serves(daemon: Daemon, ns: str, cluster: str, bridge: str) -> N
     assert netns_links(ns) == ["lo"]
 
 
-# -- daemons dying mid-ADD (test_crash, test_ipam_more) ------------------------------------
+# -- daemons dying mid-ADD (test_crash, test_ipam_config_and_recovery) ---------------------
 
 Background = Callable[..., Future[CNIResult]]
 
@@ -391,7 +391,7 @@ def hang_sleeps(daemon: Daemon) -> list[int]:
                     "the hang plugin's sleep")
 
 
-# -- the central IPAM (test_ipam, test_ipam_more) -----------------------------------------
+# -- the central IPAM (test_ipam, test_ipam_config_and_recovery) ---------------------------
 
 
 def live(daemon: Daemon) -> list[tuple[str, str, str]]:

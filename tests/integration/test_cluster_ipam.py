@@ -244,7 +244,7 @@ def test_two_nodes_racing_to_take_over_one_block(kube: FakeKube, tmp_path: Path)
     import trio
     import trio_asyncio
 
-    from netctl.kube import blocks as kblocks
+    from netctl.kube import blocks as block_objects
     from netctl.kube.api import Api, KubeSettings
     from netctl.kube.objects import BlockSpec
 
@@ -254,15 +254,15 @@ def test_two_nodes_racing_to_take_over_one_block(kube: FakeKube, tmp_path: Path)
         async with trio_asyncio.open_loop():
             apis = [await Api.connect(KubeSettings(str(config))) for _ in range(2)]
             try:
-                made = await kblocks.claim(apis[0], "b-race", BlockSpec(
+                made = await block_objects.claim(apis[0], "b-race", BlockSpec(
                     pool="p", scope="s", cidr="10.185.96.0/26", node="gone"))
                 assert made is not None
-                read = await kblocks.get(apis[0], "b-race")
+                read = await block_objects.get(apis[0], "b-race")
                 assert read is not None
                 results: list[bool] = []
 
                 async def take(api: Api, node: str) -> None:
-                    results.append(await kblocks.hand_over(api, read, node) is not None)
+                    results.append(await block_objects.hand_over(api, read, node) is not None)
 
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(take, apis[0], "node-x")

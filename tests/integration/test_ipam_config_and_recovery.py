@@ -1,4 +1,4 @@
-"""We test more aspects of the central IPAM (netctl-ipam) on real netns and plugins:
+"""We test the central IPAM's (netctl-ipam) settings and its recovery on real netns and plugins:
 
 - SIGKILL mid-ADD: the bridge step (netctl-ipam) has allocated, the ``hang`` step runs;
   the restarted daemon's replay DEL releases the allocation (``released_op`` is the
