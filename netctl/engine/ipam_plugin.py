@@ -68,7 +68,8 @@ class IpamPlugin:
         if ipam is None:
             raise CNIError(INVALID_CONFIG, "netctl-ipam: the config has no 'ipam' section of "
                            "type netctl-ipam")
-        # under a bridge with isGateway the gateway is defaulted, as for the engine's
+        # under a bridge with isGateway the gateway is defaulted (chains.ipam_config), as
+        # for a delegate the engine runs
         return await dispatch(IPAM_VERBS, self, inv, self.admission,
                               version=lambda: conf.cniVersion,
                               request=lambda: _Request(inv, conf, *ipam_config(plugin, ipam)),
