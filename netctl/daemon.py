@@ -38,7 +38,7 @@ from netctl.engine.degraded import (
     pool_fills,
 )
 from netctl.engine.degraded import reasons as degraded_reasons
-from netctl.engine.engine import Cutover, Engine, Limits, Reply
+from netctl.engine.engine import Cutover, Engine, Limits
 from netctl.engine.foreign import DEFAULT_MULTUS_CACHE, DEFAULT_RESULTS_CACHE
 from netctl.engine.ipam_plugin import IpamPlugin
 from netctl.engine.kubeselect import KubeSelector
@@ -46,6 +46,7 @@ from netctl.engine.nads import NadResolver
 from netctl.engine.networks import NetworkDir
 from netctl.engine.plan import ArgsSelector
 from netctl.engine.readiness import daemon_reasons
+from netctl.engine.verbs import Reply
 from netctl.errors import (
     CANCELLED,
     INVALID_CONFIG,

@@ -53,7 +53,7 @@ from netctl.cni.request import (
     protocol_refusal,
 )
 from netctl.cni.versions import LATEST
-from netctl.engine.engine import Reply
+from netctl.engine.verbs import Reply
 from netctl.errors import (
     CANCELLED,
     DECODE_FAILURE,

@@ -71,6 +71,16 @@ class Admission:
             if gate.users == 0:
                 self._gates.pop(container_id, None)
 
+    async def delete_in_turn(self, container_id: str, fn: Callable[[], Awaitable[T]], *,
+                             skip_busy: bool = False) -> T | None:
+        """Run the DEL ``fn`` in the container's turn (:meth:`serialized`). With
+        ``skip_busy`` — the reconciler, which never acts under a request — a container
+        with a request running or waiting is left alone: None, nothing run."""
+        # no checkpoint between this test and serialized() registering the container
+        if skip_busy and container_id in self._gates:
+            return None
+        return await self.serialized(container_id, "DEL", fn)
+
     async def admitted(self, verb: str, fn: Callable[[], Awaitable[T]]) -> T:
         """Run ``fn`` within ``max_concurrent``; refuse (code 11) when the queue is full."""
         if self._limiter.available_tokens == 0 and verb != "DEL" \

@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import trio
@@ -41,7 +42,7 @@ from netctl.engine.plan import requested_ips
 from netctl.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError
 from netctl.ipam import ranges as ranges_mod
 from netctl.ipam.planner import Allocation, Lease, Owner, pool_key, static_ipam
-from netctl.ipam.store import IndexStore, allocate
+from netctl.ipam.store import IndexStore, allocate, record
 from netctl.journal.records import Attachment, StepEnd, StepStart
 from netctl.journal.store import Journal
 from netctl.metrics import Metrics
@@ -121,8 +122,13 @@ def served_config(plugin: dict[str, Any], types: frozenset[str]
     """The plugin's served ``ipam`` section parsed (code 7 when it is bad), with the
     gateway defaulted when the plugin takes one (a bridge with ``isGateway``); else None."""
     ipam = served_ipam(plugin, types)
-    if ipam is None:
-        return None
+    return None if ipam is None else ipam_config(plugin, ipam)
+
+
+def ipam_config(plugin: dict[str, Any], ipam: dict[str, Any]
+                ) -> tuple[ranges_mod.IPAMConfig, list[ranges_mod.Range]]:
+    """``plugin``'s ``ipam`` section parsed (code 7 when it is bad), with the gateway
+    defaulted when the plugin takes one (a bridge with ``isGateway``)."""
     return ranges_mod.parse_config(ipam, default_gateway=ranges_mod.takes_gateway(plugin))
 
 
@@ -173,13 +179,8 @@ class Chains:
                             exc.details) from exc
         start = StepStart(op_id=op_id, attachment=att.id, position=index, verb=verb,
                           plugin_type=ptype, config=conf, netns=netns, ifname=att.ifname)
-        try:
-            step_id = await self.journal.begin_step(
-                start, new=new, pools=decision.pools if decision else None)
-        except BaseException:
-            self.ipam.unreserve(new)
-            raise
-        self.ipam.recorded(new)
+        step_id = await record(self.ipam, new, partial(
+            self.journal.begin_step, start, new=new, pools=decision.pools if decision else None))
         if verb == "ADD":
             att.steps_started = max(att.steps_started, index + 1)
         end = StepEnd(step_id=step_id, attachment=att.id, verb=verb, position=index)

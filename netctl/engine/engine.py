@@ -1,9 +1,7 @@
 """The engine: one CNI invocation → journaled, concurrent, compensated delegate chains.
 
-The verbs are a table (:data:`VERBS`): the oldest cniVersion that has the verb,
-whether it names a container (CNI_CONTAINERID, CNI_IFNAME and CNI_ARGS must be
-valid), whether it is serialized with the container's other requests, and its
-handler. :meth:`Engine.handle` applies the table; the handlers only do the work.
+The verbs are a table (:data:`VERBS`, applied by :func:`netctl.engine.verbs.dispatch`,
+as netctl-ipam's are); the handlers only do the work.
 
 - ADD plans every attachment (refusing a netns that is not one, a bad IPAM
   section, a delegate that does not speak the network's cniVersion — before
@@ -34,10 +32,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import msgspec
 import trio
 
-from netctl.cni import validate, versions
+from netctl.cni import versions
 from netctl.cni.config import Chain, parse_chain
 from netctl.cni.invoke import find_plugin
 from netctl.cni.netns import netns_state
@@ -48,6 +45,7 @@ from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, StepError, served_config, served_ipam
 from netctl.engine.networks import inline
 from netctl.engine.plan import NetctlConf, Resolver, Selector, decode_conf, plan
+from netctl.engine.verbs import ANY, Reply, Verb, dispatch
 from netctl.errors import (
     CANCELLED,
     DEL_INCOMPLETE,
@@ -105,22 +103,6 @@ class DelIncomplete(CNIError):
         self.kept, self.permanent = kept, permanent
 
 
-class Reply(msgspec.Struct, omit_defaults=True):
-    """What a handler answers: the result to print (None: nothing), and a warning."""
-
-    result: dict[str, Any] | None = None
-    warning: str = ""
-
-
-@dataclass(frozen=True)
-class Verb:
-    min_version: tuple[int, int, int]  # the oldest cniVersion that has it
-    needs_container: bool
-    serialized: bool
-    needs_conf: bool  # the netctl conf must decode (DEL works without it)
-    handler: Callable[[Engine, Invocation], Awaitable[Reply]]
-
-
 def first_error(exc: BaseException) -> CNIError | None:
     """The first CNIError inside an exception (group), if any."""
     if isinstance(exc, CNIError):
@@ -164,22 +146,9 @@ class Engine:
 
     async def handle(self, inv: Invocation) -> Reply:
         """Serve one invocation of netctl-cni; raise CNIError to refuse it."""
-        verb = VERBS[inv.verb]
-        if verb.needs_conf:
-            conf = decode_conf(inv)
-            if versions.parse(conf.cniVersion) < verb.min_version:
-                need = ".".join(map(str, verb.min_version))
-                raise CNIError(INCOMPATIBLE_VERSION, f"{inv.verb} needs cniVersion {need} or "
-                               f"later, not {conf.cniVersion}")
-        if verb.needs_container:
-            validate.container_id(inv.container_id)
-            validate.ifname(inv.ifname)
-            if inv.args_error is not None:
-                raise inv.args_error
-        if verb.serialized:
-            return await self.admission.serialized(inv.container_id, inv.verb,
-                                                   partial(verb.handler, self, inv))
-        return await verb.handler(self, inv)
+        return await dispatch(VERBS, self, inv, self.admission,
+                              version=lambda: decode_conf(inv).cniVersion,
+                              request=lambda: inv)
 
     # -- ADD --------------------------------------------------------------------------------
 
@@ -506,7 +475,7 @@ class Engine:
         errors = []
         for container_id, atts in stale.items():
             try:
-                await self.admission.serialized(container_id, "DEL", partial(
+                await self.admission.delete_in_turn(container_id, partial(
                     self.delete_attachments, container_id, atts, OpStart(
                         verb="DEL", container_id=container_id, caller_network=conf.name,
                         origin="gc", reason=f"GC of network {conf.name}: not in the "
@@ -584,18 +553,11 @@ def _del_end(state: str, code: int | None, error: str | None, atts: list[Attachm
     return OpEnd(state=state, code=code, error=error, removed=removed, kept=kept)
 
 
-ANY = (0, 0, 0)
-VERBS: dict[str, Verb] = {
-    "ADD": Verb(ANY, needs_container=True, serialized=True, needs_conf=True,
-                handler=Engine.add),
-    "DEL": Verb(ANY, needs_container=True, serialized=True, needs_conf=False,
-                handler=Engine.delete),
-    "CHECK": Verb((0, 4, 0), needs_container=True, serialized=True, needs_conf=True,
-                  handler=Engine.check),
-    "GC": Verb((1, 1, 0), needs_container=False, serialized=False, needs_conf=True,
-               handler=Engine.gc),
-    "STATUS": Verb((1, 1, 0), needs_container=False, serialized=False, needs_conf=True,
-                   handler=Engine.status),
-    "VERSION": Verb(ANY, needs_container=False, serialized=False, needs_conf=False,
-                    handler=Engine.version),
+VERBS: dict[str, Verb[Engine, Invocation]] = {
+    "ADD": Verb(ANY, per_container=True, handler=Engine.add),
+    "DEL": Verb(ANY, per_container=True, handler=Engine.delete, gated=False),
+    "CHECK": Verb((0, 4, 0), per_container=True, handler=Engine.check),
+    "GC": Verb((1, 1, 0), per_container=False, handler=Engine.gc),
+    "STATUS": Verb((1, 1, 0), per_container=False, handler=Engine.status),
+    "VERSION": Verb(ANY, per_container=False, handler=Engine.version, gated=False),
 }

@@ -4,30 +4,25 @@ planner and store the engine uses, owned by (container id, ifname).
 
 Each request is one journal transaction — the operation and its allocation or
 release together — so no crash can split them. The verbs are a table like the
-engine's.
+engine's, applied by the same :func:`netctl.engine.verbs.dispatch`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 
-from netctl.cni import validate, versions
+from netctl.cni import versions
 from netctl.cni.request import GCList, Invocation, conf_as
 from netctl.engine.admission import Admission
-from netctl.engine.engine import Reply
+from netctl.engine.chains import ipam_config, served_ipam
 from netctl.engine.plan import requested_addresses
-from netctl.errors import (
-    INCOMPATIBLE_VERSION,
-    INVALID_CONFIG,
-    UNKNOWN_CONTAINER,
-    CNIError,
-)
+from netctl.engine.verbs import ANY, Reply, Verb, dispatch
+from netctl.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, CNIError
 from netctl.ipam.planner import Owner, ipam_result, pool_key
-from netctl.ipam.ranges import IPAMConfig, Range, parse_config, takes_gateway
-from netctl.ipam.store import IndexStore, allocate
+from netctl.ipam.ranges import IPAMConfig, Range
+from netctl.ipam.store import IndexStore, allocate, record
 from netctl.journal.records import OpStart
 from netctl.journal.store import Journal
 
@@ -58,13 +53,6 @@ class _Request:
                        origin=origin)
 
 
-@dataclass(frozen=True)
-class _Verb:
-    min_version: tuple[int, int, int]
-    needs_container: bool
-    handler: Callable[[IpamPlugin, _Request], Awaitable[Reply]]
-
-
 @dataclass
 class IpamPlugin:
     journal: Journal
@@ -75,27 +63,17 @@ class IpamPlugin:
 
     async def handle(self, inv: Invocation) -> Reply:
         conf = conf_as(inv, _Conf, "netctl-ipam: the network config")
-        if not isinstance(conf.ipam, dict) or conf.ipam.get("type") not in self.ipam_types:
+        plugin = inv.conf or {}  # the whole conf of the main plugin that exec'd us
+        ipam = served_ipam(plugin, self.ipam_types)
+        if ipam is None:
             raise CNIError(INVALID_CONFIG, "netctl-ipam: the config has no 'ipam' section of "
                            "type netctl-ipam")
-        verb = IPAM_VERBS[inv.verb]
-        if versions.parse(conf.cniVersion) < verb.min_version:
-            need = ".".join(map(str, verb.min_version))
-            raise CNIError(INCOMPATIBLE_VERSION, f"netctl-ipam: {inv.verb} needs cniVersion "
-                           f"{need} or later, not {conf.cniVersion}")
-        # stdin is the whole conf of the main plugin that exec'd us: under a bridge with
-        # isGateway the gateway is defaulted, as in the engine (chains.served_config)
-        cfg, ranges = parse_config(dict(conf.ipam),
-                                   default_gateway=takes_gateway(inv.conf or {}))
-        req = _Request(inv, conf, cfg, ranges)
-        if not verb.needs_container:
-            return await verb.handler(self, req)
-        validate.container_id(inv.container_id)
-        validate.ifname(inv.ifname)
-        if inv.args_error is not None:
-            raise inv.args_error
-        return await self.admission.serialized(inv.container_id, inv.verb,
-                                               partial(verb.handler, self, req))
+        # under a bridge with isGateway the gateway is defaulted (chains.ipam_config), as
+        # for a delegate the engine runs
+        return await dispatch(IPAM_VERBS, self, inv, self.admission,
+                              version=lambda: conf.cniVersion,
+                              request=lambda: _Request(inv, conf, *ipam_config(plugin, ipam)),
+                              who="netctl-ipam: ")
 
     async def add(self, req: _Request) -> Reply:
         inv = req.inv
@@ -107,13 +85,8 @@ class IpamPlugin:
         except CNIError as exc:
             await self.journal.one_transaction(req.op(), failure=exc)
             raise
-        try:
-            await self.journal.one_transaction(req.op(), new=decision.new,
-                                               pools=decision.pools)
-        except BaseException:
-            self.store.unreserve(decision.new)
-            raise
-        self.store.recorded(decision.new)
+        await record(self.store, decision.new, partial(
+            self.journal.one_transaction, req.op(), new=decision.new, pools=decision.pools))
         result = ipam_result(req.cfg, decision.leases, req.conf.cniVersion)
         return Reply(versions.convert_result(result, req.conf.cniVersion))
 
@@ -151,10 +124,10 @@ class IpamPlugin:
         return Reply()
 
 
-IPAM_VERBS: dict[str, _Verb] = {
-    "ADD": _Verb((0, 0, 0), True, IpamPlugin.add),
-    "DEL": _Verb((0, 0, 0), True, IpamPlugin.delete),
-    "CHECK": _Verb((0, 4, 0), True, IpamPlugin.check),
-    "GC": _Verb((1, 1, 0), False, IpamPlugin.gc),
-    "STATUS": _Verb((1, 1, 0), False, IpamPlugin.status),
+IPAM_VERBS: dict[str, Verb[IpamPlugin, _Request]] = {
+    "ADD": Verb(ANY, per_container=True, handler=IpamPlugin.add),
+    "DEL": Verb(ANY, per_container=True, handler=IpamPlugin.delete),
+    "CHECK": Verb((0, 4, 0), per_container=True, handler=IpamPlugin.check),
+    "GC": Verb((1, 1, 0), per_container=False, handler=IpamPlugin.gc),
+    "STATUS": Verb((1, 1, 0), per_container=False, handler=IpamPlugin.status),
 }

@@ -23,13 +23,15 @@ contract tests run beside it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Protocol, Self
+from typing import Protocol, Self, TypeVar
 
 from netctl.ipam.planner import Allocation, Decision, Owner, View, plan
 from netctl.ipam.ranges import IPAMConfig, Range
+
+T = TypeVar("T")
 
 
 class Store(View, Protocol):
@@ -187,3 +189,17 @@ async def allocate(store: IndexStore, cfg: IPAMConfig, ranges: list[Range], owne
                    wanted: list[str], now: float) -> Decision:
     """Plan and reserve on ``store`` (:meth:`IndexStore.allocate`, or a cluster store's)."""
     return await store.allocate(cfg, ranges, owner, wanted, now)
+
+
+async def record(store: IndexStore, new: list[Allocation], write: Callable[[], Awaitable[T]]
+                 ) -> T:
+    """Record ``new`` (reserved by :func:`allocate`) with ``write``, the journal
+    transaction that uses them: ``recorded`` once it committed, ``unreserve`` when it
+    did not."""
+    try:
+        out = await write()
+    except BaseException:
+        store.unreserve(new)
+        raise
+    store.recorded(new)
+    return out

@@ -148,13 +148,11 @@ class Reconciler:
 
         async def delete(container: str, ids: set[int]) -> None:
             async with limiter:
-                # no checkpoint between this test and serialized() registering the container
-                if container in engine.admission.busy():
-                    deferred.add(container)  # a request came meanwhile: never under it
-                    return
                 try:
-                    await engine.admission.serialized(container, "DEL", partial(
-                        self._delete, container, ids, origin, "; ".join(whys[container])))
+                    if await engine.admission.delete_in_turn(container, partial(
+                            self._delete, container, ids, origin, "; ".join(whys[container])),
+                            skip_busy=True) is None:
+                        deferred.add(container)  # a request came meanwhile: never under it
                 except CNIError as exc:
                     errors.append(exc.msg)
                 except OSError as exc:
@@ -219,17 +217,18 @@ class Reconciler:
             errors.append(exc.msg)
 
     async def _delete(self, container: str, ids: set[int], origin: str,
-                      reason: str = "") -> None:
+                      reason: str = "") -> int:
         """DEL the planned attachments of ``container`` that are still live: read again
         under the container's turn, so a DEL that ran meanwhile (the runtime's, another
         round's) is not repeated. ``reason`` is journaled with the DEL (default: the
-        origin's, :data:`REASONS_BY_ORIGIN`)."""
+        origin's, :data:`REASONS_BY_ORIGIN`). How many were DELeted."""
         atts = [a for a in await self.engine.journal.live_attachments(container)
                 if a.id in ids]
         if atts:
             await self.engine.delete_attachments(container, atts, OpStart(
                 verb="DEL", container_id=container, netns=atts[0].netns, pod=atts[0].pod,
                 origin=origin, reason=reason or REASONS_BY_ORIGIN.get(origin)), origin)
+        return len(atts)
 
     async def pod_deleted(self, namespace: str, name: str, uid: str) -> list[str]:
         """Kubernetes mode: the pod ``namespace/name`` with ``uid`` is gone from the API.
@@ -247,12 +246,10 @@ class Reconciler:
                     mine.setdefault(att.container_id, set()).add(att.id)
         done = []
         for container, ids in mine.items():
-            if container in self.engine.admission.busy():
-                continue
             try:
-                await self.engine.admission.serialized(container, "DEL", partial(
-                    self._delete, container, ids, "pod-deleted"))
-                done.append(container)
+                if await self.engine.admission.delete_in_turn(container, partial(
+                        self._delete, container, ids, "pod-deleted"), skip_busy=True) is not None:
+                    done.append(container)
             except CNIError as exc:
                 log.warning("pod %s/%s deleted: %s", namespace, name, exc.msg)
         return done

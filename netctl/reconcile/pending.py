@@ -129,9 +129,9 @@ async def finish_pending(engine: Engine, directory: str) -> PendingReport:
             inv = decode(rec.request)
             targets = await engine.targets_of_del(inv, before=rec.written_at)
             if targets:
-                reply = await engine.admission.serialized(inv.container_id, "DEL", partial(
+                reply = await engine.admission.delete_in_turn(inv.container_id, partial(
                     engine.delete, inv, "plugin-record", rec.written_at))
-                if reply.warning:
+                if reply is not None and reply.warning:
                     log.warning("recorded DEL of %s: %s", inv.container_id, reply.warning)
                 report.finished += 1
             else:
