@@ -16,6 +16,7 @@ from netctl import logs
 from netctl.cni.frame import HEADER, body_size, frame
 from netctl.errors import CNIError
 from netctl.journal.query import PAGE as JOURNAL_LIMIT
+from netctl.journal.query import journal_path
 
 DEFAULT_STATE_DIR = "/var/lib/netctl"
 DEFAULT_SOCKET = "/run/netctl/netctl.sock"
@@ -225,7 +226,7 @@ def _ipam_report(args: argparse.Namespace, conn: sqlite3.Connection) -> None:
         from netctl.reconcile.facts import gather
         from netctl.reconcile.plan import leaks, plan
 
-        facts = gather(f"{args.state_dir}/journal.db", links={})
+        facts = gather(journal_path(args.state_dir), links={})
         rows = leaks(facts, plan(facts, args.grace))
         if args.json:
             print(json.dumps({"leaks": rows}, indent=2))
@@ -273,7 +274,7 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
         from netctl.reconcile.facts import gather
         from netctl.reconcile.plan import plan
 
-        path = f"{args.state_dir}/journal.db"
+        path = journal_path(args.state_dir)
         if not os.path.exists(path):
             raise FileNotFoundError(f"no journal at {path}") from None
         report = {"dry_run": True, "offline": True,

@@ -6,11 +6,11 @@ How it works: everything goes through the same doors a user has. The daemon is s
 as ``netctl daemon --config FILE`` (a JSON config: the temporary dirs, then the caller's
 settings) and is ready when its socket accepts; the plugin is installed with ``netctl
 install-cni --bin-dir`` and exec'd with the ``CNI_*`` environment and the config on
-stdin; the journal is read through ``netctl journal|ipam|reconcile … --json``, never
-its database. The host is read with ``ip -j`` and ``/proc``. Every name a run makes on
-the host starts with one prefix, so :func:`remove_host_objects` removes exactly what it
-made, also after a failure. Synchronous on purpose: the tests and the benches drive it
-from plain threads.
+stdin; the journal is read through ``netctl journal|ipam|reconcile … --json`` or
+:mod:`netctl.journal.query`, never with SQL of its own. The host is read with ``ip -j``
+and ``/proc``. Every name a run makes on the host starts with one prefix, so
+:func:`remove_host_objects` removes exactly what it made, also after a failure.
+Synchronous on purpose: the tests and the benches drive it from plain threads.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from netctl.journal import query
 
 T = TypeVar("T")
 
@@ -349,7 +351,7 @@ class Daemon:
     @property
     def journal_path(self) -> str:
         """The journal's path: also the ``NETCTL_OWNER`` marker of this daemon's delegates."""
-        return str(self.state_dir / "journal.db")
+        return str(query.journal_path(self.state_dir))
 
     @property
     def networks_dir(self) -> Path:
@@ -501,8 +503,7 @@ class Daemon:
 
     def read_only(self) -> contextlib.closing[sqlite3.Connection]:
         """A read-only connection to the journal, closed when its ``with`` block ends."""
-        return contextlib.closing(sqlite3.connect(f"file:{self.journal_path}?mode=ro",
-                                                  uri=True, timeout=10))
+        return contextlib.closing(query.open_read_only(self.journal_path, timeout=10))
 
     def live_attachments_of(self, containers: Iterable[str]) -> int:
         """How many attachments of ``containers`` the journal has not removed (a read-only
@@ -511,22 +512,17 @@ class Daemon:
         if not wanted:
             return 0
         with self.read_only() as conn:
-            return int(conn.execute(
-                "SELECT COUNT(*) FROM attachments WHERE state != 'removed' AND container_id IN "
-                f"({','.join('?' * len(wanted))})", wanted).fetchone()[0])
+            return query.live_attachment_count(conn, wanted)
 
     def live_counts(self) -> tuple[int, int]:
         """(attachments not removed, live allocations) in the journal (read-only, cheap)."""
         with self.read_only() as conn:
-            atts = conn.execute("SELECT COUNT(*) FROM attachments WHERE state != 'removed'")
-            allocs = conn.execute("SELECT COUNT(*) FROM ipam_allocations"
-                                  " WHERE released_at IS NULL")
-            return int(atts.fetchone()[0]), int(allocs.fetchone()[0])
+            return query.live_counts(conn)
 
     def integrity(self) -> list[str]:
         """``PRAGMA integrity_check`` of the journal: ``["ok"]`` when it is sound."""
         with self.read_only() as conn:
-            return [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
+            return query.integrity(conn)
 
     def journal(self, *args: str) -> dict[str, Any]:
         """``netctl journal --state-dir … --limit 0 ARGS… --json`` (every attachment)."""

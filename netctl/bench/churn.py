@@ -58,6 +58,7 @@ from netctl.bench.common import (
 )
 from netctl.cni.config import plugin_config
 from netctl.harness import SYSTEM_CNI, CNIResult
+from netctl.journal import query
 
 
 class Churn(Bench):
@@ -241,13 +242,12 @@ def journal_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
 def _breakdown(conn: sqlite3.Connection, runs: list[PodRun]) -> dict[str, Any]:
     ops, not_done, counts = operations(conn, "runtime")
     steps: dict[int, list[sqlite3.Row]] = {}
-    for r in conn.execute("SELECT operation_id, attachment_id, started_at, finished_at,"
-                          " seconds, state FROM steps"):
+    for r in query.step_times(conn):
         steps.setdefault(r["operation_id"], []).append(r)
-    step_count = conn.execute("SELECT count(*) FROM steps").fetchone()[0]
-    allocations = conn.execute("SELECT count(*) FROM ipam_allocations").fetchone()[0]
-    out: dict[str, Any] = {"operations": counts, "steps": step_count,
-                           "ipam_allocations": allocations, "operations_not_done": not_done}
+    rows = query.row_counts(conn, ("steps", "ipam_allocations"))
+    out: dict[str, Any] = {"operations": counts, "steps": rows["steps"],
+                           "ipam_allocations": rows["ipam_allocations"],
+                           "operations_not_done": not_done}
     for verb in ("ADD", "DEL"):
         timed = timed_operations(ops, runs, verb)
         delegates: list[float] = []

@@ -34,6 +34,7 @@ from netctl import harness
 from netctl.bench.render import ratio, say, show, steps
 from netctl.cni.config import Chain, parse_chain
 from netctl.harness import EXEC_TIMEOUT, SYSTEM_CNI, CNIResult
+from netctl.journal import query
 
 BENCH_RANGE = ipaddress.IPv4Network("10.200.0.0/16")
 DELEGATE_VERSION = "1.0.0"  # the newest the system plugins (v1.1.1) speak
@@ -389,8 +390,7 @@ def from_journal(db_path: Path,
     """``read`` on a read-only connection to the journal (rows by column name); a journal
     that cannot be read is an error and an operation not done."""
     try:
-        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-        conn.row_factory = sqlite3.Row
+        conn = query.open_read_only(db_path)
         try:
             return read(conn)
         finally:
@@ -407,14 +407,10 @@ def operations(conn: sqlite3.Connection,
                origin: str) -> tuple[Operations, list[str], dict[str, int]]:
     """The journal's operations of ``origin`` by (container, verb), those not done
     (described), and the count of every operation by verb."""
-    ops = {(r["container_id"], r["verb"]): r for r in conn.execute(
-        "SELECT id, verb, container_id, state, started_at, finished_at FROM operations"
-        " WHERE origin=?", (origin,))}
+    ops = {(r["container_id"], r["verb"]): r for r in query.operations_of_origin(conn, origin)}
     not_done = [f"{r['verb']} of {r['container_id']}: {r['state']}" for r in ops.values()
                 if r["state"] != "done"]
-    counts = dict(conn.execute("SELECT verb, count(*) FROM operations GROUP BY verb")
-                  .fetchall())
-    return ops, not_done, counts
+    return ops, not_done, query.operation_counts(conn)
 
 
 @dataclass

@@ -115,6 +115,7 @@ from netctl.bench.common import (
 )
 from netctl.bench.render import num, steps, table, verdict
 from netctl.harness import LEFTOVERS, CNIResult, Daemon, HarnessError, wait_for
+from netctl.journal import query
 
 PODS = 30  # churned per iteration
 RESIDENTS = 5  # attached before the churn, kept through it (≤ 3 vanish or DELed while down)
@@ -488,9 +489,7 @@ class CrashBench(Bench):
             except subprocess.TimeoutExpired:
                 res = None
             collected = from_journal(Path(self.daemon.journal_path), lambda conn: {
-                r[0]: r[1] for r in conn.execute(
-                    "SELECT id, container_id FROM operations WHERE origin='gc' AND id > ?",
-                    (before,))})
+                str(op): c for op, c in query.containers_after(conn, "gc", before).items()})
         it.gc = {"valid": len(valid), "dels": len(collected)}
         it.side.exited_ok("GC", res)
         wrong = sorted(set(collected.values()) & set(valid))
@@ -499,7 +498,7 @@ class CrashBench(Bench):
 
     def last_operation(self) -> int:
         got = from_journal(Path(self.daemon.journal_path), lambda conn: {
-            "id": conn.execute("SELECT COALESCE(MAX(id), 0) FROM operations").fetchone()[0]})
+            "id": query.last_operation_id(conn)})
         return int(got.get("id", 0))
 
     # -- the fault ---------------------------------------------------------------------
@@ -803,8 +802,7 @@ class CrashBench(Bench):
             faults_cut.update(it.faults_cut)
             checked.update(it.checked)
         states = from_journal(Path(self.daemon.journal_path), lambda conn: dict(Counter(
-            f"{v} {o} {s}" for v, o, s in conn.execute(
-                "SELECT verb, origin, state FROM operations"))))
+            f"{v} {o} {s}" for v, o, s in query.operation_states(conn))))
         parts = {
             "networks": [{"name": n.name, "subnet": str(n.subnet), "bridge": n.bridge,
                           "ipam": n.ipam} for n in self.nets],

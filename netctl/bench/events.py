@@ -59,6 +59,7 @@ from netctl.bench.common import (
     summary_ms,
 )
 from netctl.bench.render import steps
+from netctl.journal import query
 
 ROUND_TIMEOUT = 30.0  # seconds a vanished sandbox may take to be released
 POLL = 0.01
@@ -125,9 +126,8 @@ class EventsBench(Bench):
         if kind.name == "stuck":
             # fails, and so does the runtime's DEL after it: stuck, holding its address
             dele = self.daemon.cni("DEL", container, ns, conf, pod=f"{POD_NAMESPACE}/{tag}")
-            held = from_journal(Path(self.daemon.journal_path), lambda c: {"n": c.execute(
-                "SELECT COUNT(*) FROM ipam_allocations WHERE container_id=? AND released_at"
-                " IS NULL", (container,)).fetchone()[0]}).get("n")
+            held = from_journal(Path(self.daemon.journal_path), lambda c: {
+                "n": query.held_by(c, container)}).get("n")
             if res.rc == 0 or dele.rc == 0 or held != 1:
                 kind.failures.append(f"{tag}: not stuck holding one address (ADD "
                                      f"{res.describe()}; DEL {dele.describe()}; {held} held)")
@@ -210,15 +210,11 @@ def released(db_path: Path, container: str, t0: float) -> Released | None:
     is not run); None before."""
 
     def read(conn: sqlite3.Connection) -> dict[str, Any]:
-        alloc = conn.execute("SELECT max(released_at), count(*) - count(released_at)"
-                             " FROM ipam_allocations WHERE container_id=?",
-                             (container,)).fetchone()
-        op = conn.execute("SELECT started_at, finished_at FROM operations WHERE origin='event'"
-                          " AND verb IN ('DEL', 'RELEASE') AND container_id=? AND state='done'",
-                          (container,)).fetchone()
-        if alloc is None or alloc[0] is None or alloc[1] or op is None:
+        released_at, held = query.last_release(conn, container)
+        op = query.event_release(conn, container)
+        if released_at is None or held or op is None:
             return {}
-        return {"released": Released(op["started_at"] - t0, alloc[0] - t0,
+        return {"released": Released(op["started_at"] - t0, released_at - t0,
                                      op["finished_at"] - op["started_at"])}
 
     found = from_journal(db_path, read).get("released")

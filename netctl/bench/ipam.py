@@ -42,6 +42,7 @@ from netctl.bench.common import (
 )
 from netctl.harness import SYSTEM_CNI, CNIResult, tail
 from netctl.ipam.ranges import parse_config as parse_ipam
+from netctl.journal import query
 
 IPAM_SIDES = ("netctl", "host_local")
 IPAM_LABELS = {"netctl": "netctl-ipam", "host_local": "host-local"}
@@ -228,7 +229,7 @@ def ipam_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
 
 def _ipam_breakdown(conn: sqlite3.Connection, runs: list[PodRun]) -> dict[str, Any]:
     ops, not_done, counts = operations(conn, "ipam")
-    allocations = conn.execute("SELECT count(*) FROM ipam_allocations").fetchone()[0]
+    allocations = query.row_counts(conn, ("ipam_allocations",))["ipam_allocations"]
     out: dict[str, Any] = {"operations": counts, "allocation_rows": allocations,
                            "operations_not_done": not_done}
     for verb in ("ADD", "DEL"):

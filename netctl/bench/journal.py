@@ -663,20 +663,14 @@ class JournalBench(Bench):
             parts={"journal": journal, "queries": timings}, problems=problems)
 
     def describe(self, path: str) -> dict[str, Any]:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = query.open_read_only(path)
         try:
-            counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                      for t in ("operations", "attachments", "steps", "ipam_pools",
-                                "ipam_allocations")}
-            live = {
-                "attachments": conn.execute("SELECT count(*) FROM attachments"
-                                            " WHERE state != 'removed'").fetchone()[0],
-                "ipam_allocations": conn.execute("SELECT count(*) FROM ipam_allocations"
-                                                 " WHERE released_at IS NULL").fetchone()[0]}
-            indexes = [r[0] for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type='index' AND sql IS NOT NULL"
-                " ORDER BY name")]
-            version = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
+            counts = query.row_counts(conn, ("operations", "attachments", "steps", "ipam_pools",
+                                             "ipam_allocations"))
+            attachments, allocations = query.live_counts(conn)
+            live = {"attachments": attachments, "ipam_allocations": allocations}
+            indexes = query.index_names(conn)
+            version = query.schema_version(conn)
         finally:
             conn.close()
         size = sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))

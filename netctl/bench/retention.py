@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import sqlite3
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -38,6 +37,7 @@ from netctl.bench.render import num, table, verdict
 from netctl.cni.config import Chain, parse_chain
 from netctl.cni.request import Pod
 from netctl.ipam.planner import Allocation, Owner, PoolInfo
+from netctl.journal import query
 from netctl.journal.pruner import Pruner
 from netctl.journal.records import Attachment, OpEnd, OpStart, StepEnd, StepStart
 from netctl.journal.retention import REMOVED_KEPT, Retention, parse_duration, show_duration
@@ -153,10 +153,10 @@ class Sample:
 
 def count_rows(path: str) -> int:
     """Rows of the tables that grow, read as the CLI reads (read-only, beside the writer)."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = query.open_read_only(path)
     try:
-        return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in (
-            "operations", "steps", "attachments", "ipam_allocations"))
+        return sum(query.row_counts(conn, (
+            "operations", "steps", "attachments", "ipam_allocations")).values())
     finally:
         conn.close()
 

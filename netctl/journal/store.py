@@ -49,6 +49,7 @@ from netctl.errors import IO_FAILURE, CNIError
 from netctl.ipam.planner import Allocation, Owner, PoolInfo
 from netctl.journal.live import LiveIndex
 from netctl.journal.migrate import PRAGMAS, migrate
+from netctl.journal.query import journal_path
 from netctl.journal.records import (
     Attachment,
     BlockRecord,
@@ -637,12 +638,12 @@ class Journal:
 @asynccontextmanager
 async def open_journal(state_dir: str | Path, write_deadline: float = 30.0,
                        clock: Callable[[], float] = time.time) -> AsyncIterator[Journal]:
-    """Migrate and open ``<state_dir>/journal.db``, inside a trio-asyncio loop (one is
-    opened when the caller has none). ``clock``: the rows' timestamps (see
+    """Migrate and open the journal of ``state_dir`` (:func:`journal_path`), inside a
+    trio-asyncio loop (one is opened when the caller has none). ``clock``: the rows' timestamps (see
     :attr:`Journal.clock`)."""
     directory = Path(state_dir)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # noqa: ASYNC240 - start-up
-    path = str(directory / "journal.db")
+    path = str(journal_path(directory))
     migrate(path)
     if trio_asyncio.current_loop.get() is None:
         async with trio_asyncio.open_loop():
