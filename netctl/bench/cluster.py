@@ -69,7 +69,7 @@ from netctl.bench.common import (
 from netctl.bench.kube import READS, WRITES, made
 from netctl.bench.render import steps
 from netctl.bench.whereabouts import NAMESPACE, Endpoint, Tally, Whereabouts, pool_name
-from netctl.kubefake import FakeKube, crd, node
+from netctl.kubefake import IPAMBLOCKS, IPPOOLS, FakeKube, node
 from netctl.kubefake.real import RealKube
 from netctl.kubefake.real import unavailable as real_unavailable
 
@@ -78,8 +78,6 @@ Kube = FakeKube | RealKube
 BACKENDS = ("kubernetes", "sqlite")
 DEFAULT_BACKEND = "kubernetes"
 NODE = "node-{}"
-IPAMBLOCKS = crd("ipam.netctl.dev", "v1", "ipamblocks", "IPAMBlock")
-IPPOOLS = crd("whereabouts.cni.cncf.io", "v1alpha1", "ippools", "IPPool", namespaced=True)
 IPAM_RESOURCES = {"netctl": ("ipamblocks",), "whereabouts": ("leases", "ippools")}
 SIDES = ("netctl", "whereabouts")
 DEL_EXEC_TIMEOUT = 60.0

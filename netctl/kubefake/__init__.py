@@ -17,7 +17,8 @@ node imports it, and it imports nothing of netctl (``lint-imports`` holds both).
 
 from .errors import ApiError
 from .objects import nad, node, pod
-from .resources import Resource, crd
+from .resources import IPAMBLOCKS, IPPOOLS, RESERVATIONS, Resource, crd
 from .server import FakeKube
 
-__all__ = ["ApiError", "FakeKube", "Resource", "crd", "nad", "node", "pod"]
+__all__ = ["IPAMBLOCKS", "IPPOOLS", "RESERVATIONS", "ApiError", "FakeKube", "Resource", "crd",
+           "nad", "node", "pod"]

@@ -49,7 +49,7 @@ from typing import Any
 
 import yaml
 
-from .resources import BUILTIN, Registry, Resource, crd
+from .resources import BUILTIN, IPAMBLOCKS, IPPOOLS, RESERVATIONS, Registry, Resource
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: deploy/, build/, ../shared
 KUBE_BUILD = ROOT / "build" / "kube"
@@ -59,10 +59,6 @@ SA_USER = f"system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}"
 BENCH_USER = "netctl-bench"  # a bench's baseline client (whereabouts' protocol): counted too
 COUNTED = (SA_USER, BENCH_USER)
 
-BLOCKS = crd("ipam.netctl.dev", "v1", "ipamblocks", "IPAMBlock")
-IPPOOLS = crd("whereabouts.cni.cncf.io", "v1alpha1", "ippools", "IPPool", namespaced=True)
-RESERVATIONS = crd("whereabouts.cni.cncf.io", "v1alpha1", "overlappingrangeipreservations",
-                   "OverlappingRangeIPReservation", namespaced=True)
 # what a test may create, and what clean() removes (namespaces stay: no controller-manager
 # runs to finish a namespace's deletion)
 CLEANED = ("pods", "events", "network-attachment-definitions", "nodes", "ipamblocks",
@@ -78,7 +74,7 @@ _MANIFEST_KINDS = {
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
 }
-_WHEREABOUTS_CRDS = (IPPOOLS, RESERVATIONS)
+_WHEREABOUTS_CRDS = (IPPOOLS, RESERVATIONS)  # their real CRDs are not the project's
 
 
 class ApiFailure(Exception):
@@ -172,7 +168,7 @@ rules:
 class RealKube:
     """etcd and kube-apiserver, started by :meth:`open`, stopped by :meth:`close`."""
 
-    def __init__(self, extra: Iterable[Resource] = (BLOCKS, *_WHEREABOUTS_CRDS)) -> None:
+    def __init__(self, extra: Iterable[Resource] = (IPAMBLOCKS, *_WHEREABOUTS_CRDS)) -> None:
         self.registry = Registry([*BUILTIN, *extra])
         self.dir = Path(tempfile.mkdtemp(prefix="netctl-kube-", dir="/dev/shm"))
         self.port = free_port()
@@ -346,11 +342,13 @@ class RealKube:
         return json.loads(data) if data else None
 
     def _raw(self, method: str, path: str, body: Any = None,
-             content_type: str = "application/json") -> tuple[int, bytes]:
+             content_type: str = "application/json", token: str | None = None,
+             ) -> tuple[int, bytes]:
+        """One request (the admin's unless ``token``): status and body."""
         conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self._ssl,
                                            timeout=30)
         try:
-            headers = {"Authorization": f"Bearer {self.admin_token}",
+            headers = {"Authorization": f"Bearer {token or self.admin_token}",
                        "Accept": "application/json"}
             data = None
             if body is not None:
@@ -510,9 +508,8 @@ class RealKube:
         "pods")``, ``("patch", "pods/status")``; a watch counted once."""
         counts: collections.Counter[tuple[str, str]] = collections.Counter()
         for event in self.audit():
-            if event.get("stage") != "ResponseComplete" and event.get("verb") != "watch":
-                continue
-            if event.get("verb") == "watch" and event.get("stage") != "ResponseStarted":
+            counted_at = "ResponseStarted" if event["verb"] == "watch" else "ResponseComplete"
+            if event.get("stage") != counted_at:
                 continue
             ref = event.get("objectRef") or {}
             resource = ref.get("resource", "")
@@ -610,16 +607,7 @@ class RealKube:
     def _wait_rbac(self) -> None:
         """RBAC is loaded a moment after /readyz: wait until netctl's token may list nodes."""
         def allowed() -> bool:
-            conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self._ssl,
-                                               timeout=10)
-            try:
-                conn.request("GET", "/api/v1/nodes", headers={
-                    "Authorization": f"Bearer {self.sa_token}"})
-                resp = conn.getresponse()
-                resp.read()
-                return resp.status == 200
-            finally:
-                conn.close()
+            return self._raw("GET", "/api/v1/nodes", token=self.sa_token)[0] == 200
         _wait(allowed, 30, "netctl's ServiceAccount to be allowed to list nodes")
         self._rbac_since = datetime.datetime.now(datetime.UTC)
 
@@ -658,34 +646,35 @@ def _signals_unblocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
+def _etcd(url: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+    """A GET (or, with ``body``, a JSON POST) to etcd's HTTP endpoint: status and body."""
     parsed = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parsed.hostname or "", parsed.port, timeout=10)
     try:
-        conn.request("POST", parsed.path, json.dumps(body).encode(),
-                     {"Content-Type": "application/json"})
+        if body is None:
+            conn.request("GET", parsed.path)
+        else:
+            conn.request("POST", parsed.path, json.dumps(body).encode(),
+                         {"Content-Type": "application/json"})
         resp = conn.getresponse()
-        data = resp.read()
-        if resp.status != 200:
-            raise RuntimeError(f"etcd {parsed.path}: {resp.status} {data[:300]!r}")
-        answer: dict[str, Any] = json.loads(data)
-        return answer
+        return resp.status, resp.read()
     finally:
         conn.close()
+
+
+def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    status, data = _etcd(url, body)
+    if status != 200:
+        raise RuntimeError(f"etcd {url}: {status} {data[:300]!r}")
+    answer: dict[str, Any] = json.loads(data)
+    return answer
 
 
 def _http_ok(url: str) -> bool:
-    parsed = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parsed.hostname or "", parsed.port, timeout=2)
     try:
-        conn.request("GET", parsed.path)
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status == 200
+        return _etcd(url)[0] == 200
     except OSError:
         return False
-    finally:
-        conn.close()
 
 
 def _wait(check: Any, timeout: float, what: str, proc: subprocess.Popen[bytes] | None = None,
@@ -702,8 +691,3 @@ def _wait(check: Any, timeout: float, what: str, proc: subprocess.Popen[bytes] |
             raise TimeoutError(f"waited {timeout} s for {what}")
         time.sleep(0.05)
 
-
-@contextlib.contextmanager
-def running() -> Iterator[RealKube]:
-    with RealKube() as kube:
-        yield kube

@@ -101,6 +101,12 @@ NADS = crd("k8s.cni.cncf.io", "v1", "network-attachment-definitions",
 
 BUILTIN = (PODS, EVENTS, NODES, NAMESPACES, LEASES, NADS)
 
+# CRDs a test or a bench adds: netctl's address blocks, whereabouts' records
+IPAMBLOCKS = crd("ipam.netctl.dev", "v1", "ipamblocks", "IPAMBlock")
+IPPOOLS = crd("whereabouts.cni.cncf.io", "v1alpha1", "ippools", "IPPool", namespaced=True)
+RESERVATIONS = crd("whereabouts.cni.cncf.io", "v1alpha1", "overlappingrangeipreservations",
+                   "OverlappingRangeIPReservation", namespaced=True)
+
 
 class Registry:
     """The served resources, looked up by URL parts or by a test's short name."""

@@ -26,7 +26,7 @@ import pytest
 
 from netctl import harness
 from netctl.harness import CNIResult
-from netctl.kubefake import FakeKube, crd, node, pod
+from netctl.kubefake import IPAMBLOCKS, IPPOOLS, RESERVATIONS, FakeKube, node, pod
 from tests.conftest import (
     SYSTEM_CNI,
     TEST_PLUGINS,
@@ -39,16 +39,12 @@ from tests.conftest import (
 
 pytestmark = [pytest.mark.netns, pytest.mark.servers("fake", "real")]
 
-BLOCKS = crd("ipam.netctl.dev", "v1", "ipamblocks", "IPAMBlock")
-IPPOOLS = crd("whereabouts.cni.cncf.io", "v1alpha1", "ippools", "IPPool", namespaced=True)
-RESERVATIONS = crd("whereabouts.cni.cncf.io", "v1alpha1", "overlappingrangeipreservations",
-                   "OverlappingRangeIPReservation", namespaced=True)
 WRITES = ("create", "update", "patch", "delete")
 
 
 @pytest.fixture
 def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
-    with kube_server(request, crds=[BLOCKS, IPPOOLS, RESERVATIONS],
+    with kube_server(request, crds=[IPAMBLOCKS, IPPOOLS, RESERVATIONS],
                      bookmark_interval=0.5) as server:
         yield server
         assert server.server_errors == []

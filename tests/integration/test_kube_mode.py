@@ -360,6 +360,20 @@ def test_an_api_server_back_with_a_new_history_loses_no_deletion(
     assert cni(daemon, "DEL", "cstays", keep_ns, "stays", keep_uid).rc == 0
 
 
+def served_with_the_new_token(daemon: Daemon, kube: Kube, netns: Callable[[], str]) -> None:
+    """After a token rotation: a new pod reaches the daemon through a watch renewed with
+    the new token, its ADD is served and its network-status written, the credentials were
+    read again, and its DEL works."""
+    uid = add_pod(kube, "p")
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 30,
+             "the pod, through a watch renewed with the new token")
+    ns = netns()
+    assert cni(daemon, "ADD", "cp", ns, "p", uid).rc == 0
+    assert STATUS in kube.get("pods", "default", "p")["metadata"]["annotations"]
+    assert daemon.status()["kubernetes"]["credential_reloads"] >= 1
+    assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0
+
+
 def test_a_rotated_token_is_read_again(daemon: Daemon, netns: Callable[[], str],
                                        tmp_path: Path) -> None:
     """The kubeconfig's ``tokenFile`` is rewritten and the API server accepts only the new
@@ -373,14 +387,7 @@ def test_a_rotated_token_is_read_again(daemon: Daemon, netns: Callable[[], str],
         token.write_text("second-token")
         kube.token = "second-token"  # the old one is refused from now on
         kube.drop_watches()  # the watches reconnect: 401, then the new token
-        uid = add_pod(kube, "p")
-        wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 20,
-                 "the pod, through a watch renewed with the new token")
-        ns = netns()
-        assert cni(daemon, "ADD", "cp", ns, "p", uid).rc == 0
-        assert STATUS in kube.get("pods", "default", "p")["metadata"]["annotations"]
-        assert daemon.status()["kubernetes"]["credential_reloads"] >= 1
-        assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0
+        served_with_the_new_token(daemon, kube, netns)
         assert kube.server_errors == []
 
 
@@ -419,14 +426,7 @@ def test_in_cluster_a_rotated_token_is_read_again_after_an_api_server_restart(
         (secrets_dir / "token").write_text(bound_token("netctl-second"))
         kube.request("DELETE", "/api/v1/namespaces/kube-system/secrets/netctl-first")
         kube.restart()  # the old token's cached check is gone with the process
-        uid = add_pod(kube, "p")
-        wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 30,
-                 "the pod, through a watch renewed with the new token")
-        ns = netns()
-        assert cni(daemon, "ADD", "cp", ns, "p", uid).rc == 0
-        assert STATUS in kube.get("pods", "default", "p")["metadata"]["annotations"]
-        assert daemon.status()["kubernetes"]["credential_reloads"] >= 1
-        assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0
+        served_with_the_new_token(daemon, kube, netns)
     finally:
         daemon.shut_down()
         for p in made:  # what the private namespace's mkdir left on the host

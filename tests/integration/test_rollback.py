@@ -33,15 +33,12 @@ import pytest
 from netctl import harness
 from netctl.kube.handback import pool_name
 from netctl.kube.whereabouts import pool_holds, reservation_holds
-from netctl.kubefake import FakeKube, crd
+from netctl.kubefake import IPPOOLS, RESERVATIONS, FakeKube
 from netctl.kubefake.real import RealKube
 from tests.conftest import NETCTL, Daemon, Kube, ipam_bridge, kube_server
 
 pytestmark = [pytest.mark.netns, pytest.mark.servers("fake", "real")]
 
-IPPOOLS = crd("whereabouts.cni.cncf.io", "v1alpha1", "ippools", "IPPool", namespaced=True)
-RESERVATIONS = crd("whereabouts.cni.cncf.io", "v1alpha1", "overlappingrangeipreservations",
-                   "OverlappingRangeIPReservation", namespaced=True)
 BLUE = "10.189.0.0/24"
 GREEN = "10.189.1.10-10.189.1.20/24"  # a narrowed range, named: green-10.189.1.0-24
 

@@ -38,11 +38,10 @@ import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from netctl.kubefake import ApiError, FakeKube, crd, nad, node, patching, pod, selectors
+from netctl.kubefake import IPAMBLOCKS, ApiError, FakeKube, nad, node, patching, pod, selectors
 from netctl.kubefake.resources import PODS
 
 T = TypeVar("T")
-IPAMBLOCKS = crd("ipam.netctl.dev", "v1", "ipamblocks", "IPAMBlock")
 BLOCK = ("ipam.netctl.dev", "v1", "ipamblocks")
 NAD = ("k8s.cni.cncf.io", "v1", "network-attachment-definitions")
 MERGE = "application/merge-patch+json"

@@ -30,7 +30,7 @@ def test_a_missing_etcd_is_named_with_how_to_provide_it(
 
 def test_the_paths_of_a_resource_are_the_api_servers() -> None:
     kube = real.RealKube.__new__(real.RealKube)  # no server: the path maths only
-    kube.registry = real.Registry([*real.BUILTIN, real.BLOCKS])
+    kube.registry = real.Registry([*real.BUILTIN, real.IPAMBLOCKS])
     pods = kube.registry.named("pods")
     nads = kube.registry.named("network-attachment-definitions")
     blocks = kube.registry.named("ipamblocks")
