@@ -22,7 +22,7 @@ setup: system-packages $(BIN)/netctl $(BIN)/netctl-cni $(KUBE_ETCD)
 
 # Debian's CNI plugins (the real delegates), iproute2, ping for the demo, containerd (1.6,
 # with runc) for the tests that drive a real runtime over CRI, openssl for the real
-# kube-apiserver's certificates (tests/, netctl/kubefake/real.py); podman with runc,
+# kube-apiserver's certificates (tests/, netctl/kit/kubefake/real.py); podman with runc,
 # busybox-static (its test image) and iptables (portmap) for tests/integration/test_podman.py
 # and `netctl bench podman`; golang-go (Go 1.19) builds the plugin.
 system-packages:
@@ -72,7 +72,7 @@ $(BIN)/netctl-cni: $(PLUGIN) $(BIN)/netctl
 $(BIN)/netctl: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,kit]'
 	touch $(BIN)/netctl
 
 # netctl's image, built by podman into its default store (/var/lib/containers/storage):

@@ -9,7 +9,7 @@
 # journal, removes every pod and checks that nothing is left behind (no interface, no
 # live allocation), asks the allocation history who held pod2's address while it was
 # up, then stops the daemon with SIGTERM. A last act runs Kubernetes mode: a fake API
-# server (netctl/kubefake, as a process: `python -m netctl.kubefake`) and two daemons as
+# server (netctl/kit/kubefake, as a process: `python -m netctl.kit.kubefake`) and two daemons as
 # two nodes, pods whose networks are named in their annotations (both forms), the
 # network-status each node writes back, a pod deleted through the API whose attachments
 # its node DELetes, and an API outage (ADD code 11, DEL completes). Every check that
@@ -57,7 +57,7 @@ declare -A KUBE_POD_NODE=([web]=node-a [db]=node-b [late]=node-b)
 declare -A KUBE_PID=()      # node → its daemon's pid
 declare -A POD_UID=()       # pod → the uid the API server gave it
 FAKE_PID=""                 # the fake API server's process
-# the Kubernetes act's API server: "fake" (netctl/kubefake), or "real": a real kube-apiserver
+# the Kubernetes act's API server: "fake" (netctl/kit/kubefake), or "real": a real kube-apiserver
 # and etcd (`NETCTL_DEMO_API_SERVER=real make demo`; README, "Testing")
 DEMO_API_SERVER=${NETCTL_DEMO_API_SERVER:-fake}
 POD_DELETED_GRACE=1         # seconds (the default, 10, suits kubelet; the demo is shorter)
@@ -684,10 +684,10 @@ start_fake_api() {
     local real=()
     [[ "$DEMO_API_SERVER" == real ]] && real=(--real)
     mkdir -p "$TMP/kube"
-    "$PYTHON" -m netctl.kubefake "${real[@]}" "$TMP/kube/kubeconfig" >"$TMP/kube/fake.log" 2>&1 &
+    "$PYTHON" -m netctl.kit.kubefake "${real[@]}" "$TMP/kube/kubeconfig" >"$TMP/kube/fake.log" 2>&1 &
     FAKE_PID=$!
     wait_until 60 "the API server's kubeconfig" test -e "$TMP/kube/kubeconfig"
-    echo "    python -m netctl.kubefake ${real[*]} $TMP/kube/kubeconfig (pid $FAKE_PID)"
+    echo "    python -m netctl.kit.kubefake ${real[*]} $TMP/kube/kubeconfig (pid $FAKE_PID)"
     sed 's/^/    | /' "$TMP/kube/fake.log"
 }
 
@@ -896,7 +896,7 @@ api_outage() {
     local started ms code msg node
     kill -USR1 "$FAKE_PID"
     wait_until 10 "the outage" grep -q "outage" "$TMP/kube/fake.log"
-    echo "    the API server is down (SIGUSR1 to python -m netctl.kubefake: no listener, connections cut)"
+    echo "    the API server is down (SIGUSR1 to python -m netctl.kit.kubefake: no listener, connections cut)"
     started=$(date +%s%N)
     if kube_cni ADD late; then
         fail "the ADD of late succeeded with the API server down"

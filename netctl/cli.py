@@ -10,6 +10,7 @@ import socket
 import sqlite3
 import struct
 import sys
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 from netctl import logs
@@ -258,7 +259,7 @@ def admin_request(socket_path: str, timeout: float = 5.0, call: str = "status",
 def _cmd_reconcile(args: argparse.Namespace) -> int:
     """Ask the daemon to reconcile (or only plan, with --dry-run); plan offline if it is down.
     One request: on a terminal a spinner runs while the daemon works."""
-    from netctl.bench.render import waiting
+    from netctl.console import waiting
 
     try:
         with waiting("planning" if args.dry_run else "reconciling (the daemon DELetes what "
@@ -402,21 +403,29 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return STATUS_READY if args.live else status_code(health, args.degraded_ok)
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from netctl import bench
-
-    code: int = bench.main(args)
-    return code
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: one function per command group adds its commands."""
     parser = argparse.ArgumentParser(prog="netctl", description="node network controller")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     for add in (_add_daemon, _add_install_cni, _add_journal, _add_status_doctor,
-                _add_reconcile, _add_forget, _add_ipam, _add_bench):
+                _add_reconcile, _add_forget, _add_ipam, *_plugged_groups()):
         add(sub)
     return parser
+
+
+def _plugged_groups() -> list[Callable[[_Commands], None]]:
+    """The command groups installed packages add through the ``netctl.commands`` entry
+    points (``netctl bench``, from the kit). A group whose module is absent (a node's image
+    ships without the kit) is not offered. Loading one imports only its small parser module."""
+    from importlib.metadata import entry_points
+
+    groups = []
+    for point in entry_points(group="netctl.commands"):
+        try:
+            groups.append(point.load())
+        except ImportError:
+            continue
+    return groups
 
 
 def _add_daemon(sub: _Commands) -> None:
@@ -588,110 +597,6 @@ def _add_ipam(sub: _Commands) -> None:
                    "DELs recorded beside it and not carried out yet are reported")
     i.add_argument("--dry-run", action="store_true", help="say what would be written")
     p.set_defaults(fn=_cmd_ipam)
-
-
-def _add_bench(sub: _Commands) -> None:
-    """``netctl bench BENCH``: on one node, with an API server, and with podman."""
-    p = sub.add_parser("bench", help="benchmarks on real namespaces and real plugins")
-    bsub = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
-    _add_node_benches(bsub)
-    _add_kube_benches(bsub)
-    b = bsub.add_parser("podman", help="podman run --rm on a netctl network vs podman's own "
-                        "bridge network (Debian's podman, CNI backend)")
-    b.add_argument("--runs", type=int, default=10, help="runs per side (default 10)")
-    b.add_argument("--json", action="store_true")
-    p.set_defaults(fn=_cmd_bench)
-
-
-def _add_node_benches(bsub: _Commands) -> None:
-    """The benches of one node's daemon: churn, ipam, journal, crash, events."""
-    b = bsub.add_parser("churn", help="pod ADD/DEL churn: netctl vs direct sequential exec")
-    b.add_argument("--pods", type=int, default=100)
-    b.add_argument("--concurrency", type=int, default=8)
-    b.add_argument("--networks", type=int, default=1)
-    b.add_argument("--ipam", choices=["netctl-ipam", "host-local"], default="host-local")
-    b.add_argument("--plugin-binary", metavar="FILE", help="the thin plugin to install and "
-                   "exec (netctl install-cni --plugin-binary; default: the build), e.g. "
-                   "another version's to compare")
-    b.add_argument("--json", action="store_true")
-    b = bsub.add_parser("ipam", help="netctl-ipam as a plain IPAM plugin vs host-local")
-    b.add_argument("--allocations", type=int, default=500)
-    b.add_argument("--concurrency", type=int, default=8)
-    b.add_argument("--fill", type=int, default=20000, metavar="N",
-                   help="also fill a pool with N allocations on the engine's allocator path "
-                   "(no exec) and compare the first and last tenth; 0 skips it")
-    b.add_argument("--json", action="store_true")
-    b = bsub.add_parser("journal", help="latency of the journal's read paths on N rows")
-    b.add_argument("--rows", type=int, default=100000)
-    b.add_argument("--lifecycles", type=int, default=0,
-                   help="instead: N pod lifecycles over simulated time with retention on; "
-                   "the journal's size over time")
-    b.add_argument("--retention", default="7d", help="journal-retention for --lifecycles")
-    b.add_argument("--allocation-retention", default="",
-                   help="allocation-retention for --lifecycles (default: twice --retention)")
-    b.add_argument("--json", action="store_true")
-    b = bsub.add_parser("crash", help="SIGKILL the daemon mid-churn: replay, reconcile, "
-                        "nothing left")
-    b.add_argument("--iterations", type=int, default=10)
-    b.add_argument("--pods", type=int, default=30, help="pods churned per iteration")
-    b.add_argument("--seed", type=int, default=None, help="the random choices' seed "
-                   "(kill moments, faults, GCs, reboots); printed, random by default")
-    b.add_argument("--reboot-pods", type=int, default=0, metavar="N",
-                   help="after the iterations, time the start-up after a node reboot with "
-                   "N attachments whose netns vanished (0: skip)")
-    b.add_argument("--json", action="store_true")
-    b = bsub.add_parser("events", help="netns deleted without a DEL → address released, on "
-                        "kernel events vs the periodic round")
-    b.add_argument("--rounds", type=int, default=10)
-    b.add_argument("--interval", type=float, default=60.0, metavar="S",
-                   help="the periodic round's interval to compare with (reconcile-interval)")
-    b.add_argument("--json", action="store_true")
-
-
-def _add_kube_benches(bsub: _Commands) -> None:
-    """The benches against an API server: one node's Kubernetes mode, a cluster of nodes."""
-    b = bsub.add_parser("kube", help="Kubernetes mode against the fake API server: API "
-                        "requests per ADD/DEL, ADD latency vs standalone, memory")
-    b.add_argument("--pods", type=int, default=1000, help="pods of the node in the fake, "
-                   "cached by the daemon (default 1000)")
-    b.add_argument("--nads", type=int, default=100, help="NADs in the fake (default 100)")
-    b.add_argument("--churn", type=int, default=200, metavar="N", help="pods of the cache "
-                   "ADDed and DELed per side, kube and standalone (default 200)")
-    b.add_argument("--misses", type=int, default=20, metavar="N", help="pods created with "
-                   "their ADD, with the watch healthy, then lagging (default 20)")
-    b.add_argument("--concurrency", type=int, default=8)
-    b.add_argument("--burst", type=int, default=100, metavar="N",
-                   help="ADDs at the same moment, for the peak memory (default 100)")
-    b.add_argument("--api-latency", type=float, default=0.0, metavar="MS",
-                   help="added to every API request by the fake (default 0)")
-    b.add_argument("--standing", type=int, default=0, metavar="N", help="pods ADDed on "
-                   "each side before the churn and kept until after it (default 0)")
-    b.add_argument("--delete-pods", action="store_true", help="each kube churn round's ADDs "
-                   "run while the last round's DELed pods are deleted through the API "
-                   "(pod-deleted-grace 0)")
-    b.add_argument("--json", action="store_true")
-    b = bsub.add_parser("cluster", help="N nodes sharing one pool through the fake API server: "
-                        "API requests per pod, allocation latency, duplicates; netctl's cluster "
-                        "IPAM vs whereabouts' protocol")
-    b.add_argument("--nodes", type=int, default=8, help="netctl daemons, one per simulated "
-                   "node (default 8)")
-    b.add_argument("--pods", type=int, default=250, help="ADDs per node; then half as many "
-                   "DEL + ADD (default 250)")
-    b.add_argument("--api-latency-ms", "--api-latency", dest="api_latency_ms", type=float,
-                   default=5.0, metavar="MS", help="added to every API request by the fake "
-                   "(default 5)")
-    b.add_argument("--pool", default="10.96.0.0/16", help="the range every node shares "
-                   "(default 10.96.0.0/16)")
-    b.add_argument("--api-server", choices=["fake", "real"], default="fake",
-                   help="the project's fake API server (default), or a real kube-apiserver "
-                   "and etcd started for the run (../shared/kube, NETCTL_KUBE_APISERVER, "
-                   "NETCTL_ETCD; README, \"Testing\"); --api-latency-ms applies to the fake")
-    b.add_argument("--concurrency", type=int, default=4, help="allocations in flight per "
-                   "node (default 4)")
-    b.add_argument("--backend", choices=["kubernetes", "sqlite"], default="kubernetes",
-                   help="the daemons' ipam-backend (default kubernetes: blocks per node; "
-                   "sqlite: pools per node, duplicates across nodes)")
-    b.add_argument("--json", action="store_true")
 
 
 def main(argv: list[str] | None = None) -> int:

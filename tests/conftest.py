@@ -1,4 +1,4 @@
-"""Shared fixtures over :mod:`netctl.harness`: real network namespaces, a real daemon
+"""Shared fixtures over :mod:`netctl.kit.harness`: real network namespaces, a real daemon
 process, the installed plugin; and the journal reads the tests assert on.
 
 Every name a test creates on the host starts with ``nct`` plus a per-run or per-test tag,
@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from netctl import harness
-from netctl.harness import (  # noqa: F401  (the helpers the test modules import from here)
+from netctl.kit import harness
+from netctl.kit.harness import (  # noqa: F401  (the helpers the test modules import from here)
     SYSTEM_CNI,
     CNIResult,
     bridge_ports,
@@ -35,9 +35,9 @@ from netctl.harness import (  # noqa: F401  (the helpers the test modules import
     netns_links,
     wait_for,
 )
-from netctl.kubefake import FakeKube
-from netctl.kubefake import real as realkube
-from netctl.kubefake.real import RealKube, free_port  # noqa: F401  (for the test modules)
+from netctl.kit.kubefake import FakeKube
+from netctl.kit.kubefake import real as realkube
+from netctl.kit.kubefake.real import RealKube, free_port  # noqa: F401  (for the test modules)
 
 NETCTL = str(Path(sys.executable).parent / "netctl")
 ROOT = Path(__file__).resolve().parent.parent

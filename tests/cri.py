@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netctl.harness_podman import BUSYBOX, ROOTFS_DIRS, write_rootfs_tar
+from netctl.kit.harness_podman import BUSYBOX, ROOTFS_DIRS, write_rootfs_tar
 
 CONTAINERD = shutil.which("containerd") or "/usr/bin/containerd"
 CTR = shutil.which("ctr") or "/usr/bin/ctr"
@@ -313,7 +313,7 @@ def _goarch() -> str:
 
 def _rootfs_layer(scratch: Path, files: Mapping[str, str]) -> bytes:
     """An uncompressed tar: busybox with a link per applet in /bin (podman's test
-    image, :func:`~netctl.harness_podman.write_rootfs_tar`), and ``files``."""
+    image, :func:`~netctl.kit.harness_podman.write_rootfs_tar`), and ``files``."""
     write_rootfs_tar(scratch)
     try:
         with tarfile.open(scratch, "a") as tar:

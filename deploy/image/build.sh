@@ -74,7 +74,10 @@ cp -r pyproject.toml netctl migrations "$work/src/"
 find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
 "$PY" -m pip install --quiet --disable-pip-version-check --target "$ctx/app" --no-deps \
   --no-compile "$work/src"
-rm -rf "$ctx/app/bin"
+# Not on a node: the kit (netctl/kit: benches, the fake API server, the harness, the
+# demo's scaffolding). `netctl` then does not offer `netctl bench` (its entry point's
+# module is absent: cli.build_parser).
+rm -rf "$ctx/app/bin" "$ctx/app/netctl/kit"
 # the console scripts of [project.scripts], for the image's /usr/bin/python3
 "$PY" - "$ctx/bin" <<'EOF'
 import sys, tomllib

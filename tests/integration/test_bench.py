@@ -252,7 +252,7 @@ def test_events_small_json() -> None:
 def test_podman_small_json() -> None:
     """`podman run --rm` on a netctl network, on podman's own network and without one: every
     run has its network's address; podman, its storage and its networks are gone after."""
-    from netctl import harness_podman
+    from netctl.kit import harness_podman
 
     why = harness_podman.preflight()
     if why:

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from netctl import harness
-from netctl.harness import CNIResult
-from netctl.kubefake import IPAMBLOCKS, IPPOOLS, RESERVATIONS, FakeKube, node, pod
+from netctl.kit import harness
+from netctl.kit.harness import CNIResult
+from netctl.kit.kubefake import IPAMBLOCKS, IPPOOLS, RESERVATIONS, FakeKube, node, pod
 from tests.conftest import (
     SYSTEM_CNI,
     TEST_PLUGINS,

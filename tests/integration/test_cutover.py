@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from netctl.harness import bridge_conf, exec_plugin, host_local, host_local_leases
+from netctl.kit.harness import bridge_conf, exec_plugin, host_local, host_local_leases
 from tests.conftest import Daemon, netns_links
 
 pytestmark = pytest.mark.netns

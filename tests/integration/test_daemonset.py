@@ -39,9 +39,9 @@ from pathlib import Path
 
 import pytest
 
-from netctl import harness
-from netctl.harness_podman import HostSnapshot
-from netctl.kubefake import FakeKube, nad, node, pod
+from netctl.kit import harness
+from netctl.kit.harness_podman import HostSnapshot
+from netctl.kit.kubefake import FakeKube, nad, node, pod
 from tests import cri
 from tests.conftest import ROOT, bridge_ports, netns_addrs, netns_links
 from tests.fakehost import MARKER, PRIMARY, FakeHost, furnish

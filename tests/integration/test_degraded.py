@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
-from netctl import __version__, harness
-from netctl.harness import CNIResult, netctl_argv
-from netctl.kubefake import nad, node
+from netctl import __version__
+from netctl.kit import harness
+from netctl.kit.harness import CNIResult, netctl_argv
+from netctl.kit.kubefake import nad, node
 from tests.conftest import Daemon, Kube, free_port, ipam_bridge, wait_for
 from tests.integration.test_metrics import scrape, value
 

@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID
 
-from netctl import harness
-from netctl.harness import SYSTEM_CNI
+from netctl.kit import harness
+from netctl.kit.harness import SYSTEM_CNI
 from netctl.reconcile.events import AF_BRIDGE, netlink_hints
 from netctl.reconcile.watch import open_netlink
 from tests.conftest import Daemon, bridge_ports, ip, live, step_states, wait_for

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from netctl import harness
+from netctl.kit import harness
 from tests.conftest import NETCTL, Daemon, netns_addrs
 from tests.fakehost import MARKER, PRIMARY, FakeHost, furnish
 

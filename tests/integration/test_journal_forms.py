@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from netctl import cli
-from netctl.harness import netns_del
+from netctl.kit.harness import netns_del
 from tests.conftest import Daemon, wait_for
 
 pytestmark = pytest.mark.netns

@@ -37,9 +37,9 @@ from typing import Any
 
 import pytest
 
-from netctl import harness
-from netctl.harness_podman import HostSnapshot
-from netctl.kubefake import FakeKube, nad, node, pod
+from netctl.kit import harness
+from netctl.kit.harness_podman import HostSnapshot
+from netctl.kit.kubefake import FakeKube, nad, node, pod
 from tests import cri
 from tests.conftest import (
     SYSTEM_CNI,

@@ -1,5 +1,5 @@
 """We test Kubernetes mode end to end: a real daemon with ``--kubeconfig`` against an API
-server (``netctl/kubefake``, real HTTP, real kubernetes-asyncio), real netns and real
+server (``netctl/kit/kubefake``, real HTTP, real kubernetes-asyncio), real netns and real
 plugins. Pods' annotations in both forms reach the right NADs, interfaces and addresses;
 network-status is written on the pod; a warm cache costs no pod GET or LIST per ADD; a
 malformed annotation is refused (code 7) with an Event on the pod, its repeats counted on
@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from netctl.kubefake import FakeKube, nad, node, pod
-from netctl.kubefake.real import RealKube
+from netctl.kit.kubefake import FakeKube, nad, node, pod
+from netctl.kit.kubefake.real import RealKube
 from tests.conftest import (
     Background,
     Daemon,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from netctl import harness
+from netctl.kit import harness
 from tests.conftest import Daemon, bridge_conf, bridge_ports, ipam_held, netns_links, wait_for
 
 pytestmark = pytest.mark.netns

@@ -30,11 +30,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from netctl import harness
+from netctl.kit import harness
+from netctl.kit.kubefake import IPPOOLS, RESERVATIONS, FakeKube
+from netctl.kit.kubefake.real import RealKube
 from netctl.kube.handback import pool_name
 from netctl.kube.whereabouts import pool_holds, reservation_holds
-from netctl.kubefake import IPPOOLS, RESERVATIONS, FakeKube
-from netctl.kubefake.real import RealKube
 from tests.conftest import NETCTL, Daemon, Kube, ipam_bridge, kube_server
 
 pytestmark = [pytest.mark.netns, pytest.mark.servers("fake", "real")]

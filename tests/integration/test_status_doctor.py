@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from netctl.harness import netctl_json, wait_for
+from netctl.kit.harness import netctl_json, wait_for
 from tests.conftest import Daemon, ipam_bridge
 
 pytestmark = pytest.mark.netns

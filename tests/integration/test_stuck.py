@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from netctl.harness import netctl_argv, netns_del, run
+from netctl.kit.harness import netctl_argv, netns_del, run
 from tests.conftest import Daemon, netns_addrs, wait_for
 
 pytestmark = pytest.mark.netns

@@ -11,7 +11,7 @@ from itertools import pairwise
 
 import pytest
 
-from netctl.bench.journal import Simulation, Week
+from netctl.kit.bench.journal import Simulation, Week
 
 
 def _rows(week: Week) -> list[tuple[str, str, float, float | None]]:

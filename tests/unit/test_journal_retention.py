@@ -30,7 +30,6 @@ import pytest
 import trio
 import trio.lowlevel
 
-from netctl.bench.retention import POOL, POOL_INFO, PodLife, SimClock, add_pod, del_pod
 from netctl.cni.request import Pod
 from netctl.daemon import load_config
 from netctl.errors import CNIError
@@ -47,6 +46,7 @@ from netctl.journal.retention import (
     show_duration,
 )
 from netctl.journal.store import Journal, open_journal
+from netctl.kit.bench.retention import POOL, POOL_INFO, PodLife, SimClock, add_pod, del_pod
 from netctl.reconcile.facts import gather
 
 T0 = 1_790_000_000.0

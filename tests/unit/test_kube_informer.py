@@ -16,11 +16,11 @@ import trio.testing
 import trio_asyncio
 
 from netctl.errors import CNIError, NotListedYet
+from netctl.kit.kubefake import FakeKube, nad, node, pod
 from netctl.kube.api import Api, ApiError, KubeSettings
 from netctl.kube.informer import Informer, Pod
 from netctl.kube.objects import NETWORKS
 from netctl.kube.pods import NadSource, PodSource
-from netctl.kubefake import FakeKube, nad, node, pod
 
 
 async def _wait(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]

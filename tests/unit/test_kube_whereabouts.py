@@ -25,6 +25,7 @@ import pytest
 import trio
 import trio_asyncio
 
+from netctl.kit.kubefake import FakeKube, crd, pod
 from netctl.kube import access
 from netctl.kube.api import Api, ApiError, KubeSettings
 from netctl.kube.whereabouts import (
@@ -34,7 +35,6 @@ from netctl.kube.whereabouts import (
     read_holds,
     reservation_addresses,
 )
-from netctl.kubefake import FakeKube, crd, pod
 
 GROUP = "whereabouts.cni.cncf.io"
 IPPOOLS = crd(GROUP, "v1alpha1", "ippools", "IPPool", namespaced=True, status=False)

@@ -1,4 +1,4 @@
-"""We test the fake Kubernetes API server (``netctl/kubefake``) through the real
+"""We test the fake Kubernetes API server (``netctl/kit/kubefake``) through the real
 kubernetes-asyncio client over real HTTP, in these aspects:
 
 - create/get/list with server-set metadata; 404 NotFound, 409 AlreadyExists (the IPAM
@@ -38,8 +38,8 @@ import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from netctl.kubefake import IPAMBLOCKS, ApiError, FakeKube, nad, node, patching, pod, selectors
-from netctl.kubefake.resources import PODS
+from netctl.kit.kubefake import IPAMBLOCKS, ApiError, FakeKube, nad, node, patching, pod, selectors
+from netctl.kit.kubefake.resources import PODS
 
 T = TypeVar("T")
 BLOCK = ("ipam.netctl.dev", "v1", "ipamblocks")

@@ -1,4 +1,4 @@
-"""The real API server's launcher (:mod:`netctl.kubefake.real`) says what is missing and how
+"""The real API server's launcher (:mod:`netctl.kit.kubefake.real`) says what is missing and how
 to provide it, so a clone without ``../shared`` skips the real-server runs with that line."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from netctl.kubefake import real
+from netctl.kit.kubefake import real
 
 
 def test_a_missing_kube_apiserver_is_named_with_how_to_provide_it(

@@ -38,9 +38,11 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from netctl import harness
-from netctl.bench import render
-from netctl.bench.common import (
+from netctl.cni.config import plugin_config
+from netctl.journal import query
+from netctl.kit import harness
+from netctl.kit.bench import render
+from netctl.kit.bench.common import (
     POD_NAMESPACE,
     Bench,
     Measured,
@@ -56,9 +58,7 @@ from netctl.bench.common import (
     summary_ms,
     timed_operations,
 )
-from netctl.cni.config import plugin_config
-from netctl.harness import SYSTEM_CNI, CNIResult
-from netctl.journal import query
+from netctl.kit.harness import SYSTEM_CNI, CNIResult
 
 
 class Churn(Bench):

@@ -32,8 +32,6 @@ from typing import Any
 import trio
 from rich.console import RenderableType
 
-from netctl.bench.common import Bench, Measured, drive, progress, summary_ms
-from netctl.bench.render import num, table, verdict
 from netctl.cni.config import Chain, parse_chain
 from netctl.cni.request import Pod
 from netctl.ipam.planner import Allocation, Owner, PoolInfo
@@ -42,6 +40,8 @@ from netctl.journal.pruner import Pruner
 from netctl.journal.records import Attachment, OpEnd, OpStart, StepEnd, StepStart
 from netctl.journal.retention import REMOVED_KEPT, Retention, parse_duration, show_duration
 from netctl.journal.store import Journal, open_journal
+from netctl.kit.bench.common import Bench, Measured, drive, progress, summary_ms
+from netctl.kit.bench.render import num, table, verdict
 
 RANGE = ipaddress.IPv4Network("10.128.0.0/16")
 POOL = str(RANGE)

@@ -2,7 +2,7 @@
 ADD latency beside standalone mode, the daemon's memory with full caches and in a burst of
 ADDs — the figures behind the DaemonSet's resources.
 
-The cluster is :class:`netctl.kubefake.FakeKube` (real HTTP; requests counted per verb and
+The cluster is :class:`netctl.kit.kubefake.FakeKube` (real HTTP; requests counted per verb and
 resource; ``--api-latency`` added to each request) holding:
 
 - two bridge networks with netctl-ipam, as NADs: the cluster network (``kube-system``, the
@@ -39,7 +39,7 @@ In order:
 3. **cache misses**: ``--misses`` new pods, each created in the fake just before its ADD
    (kubelet has the pod before it runs the sandbox): with the watch healthy (the daemon's
    cache has the pod when the request arrives, or the daemon waits for the watch), then
-   with the watch lagging (:meth:`~netctl.kubefake.FakeKube.watches_held`: the daemon
+   with the watch lagging (:meth:`~netctl.kit.kubefake.FakeKube.watches_held`: the daemon
    waits ``pod-wait`` for it, then reads it with one GET).
 4. **a burst**: ``--burst`` pods of the cache ADDed at the same moment (the daemon runs
    ``max-concurrent`` at once; the rest wait their turn), then DELed. The daemon's peak
@@ -71,10 +71,12 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from netctl import harness
-from netctl.bench import render
-from netctl.bench.churn import side_report
-from netctl.bench.common import (
+from netctl.cni.config import parse_chain
+from netctl.daemon import DaemonConfig
+from netctl.kit import harness
+from netctl.kit.bench import render
+from netctl.kit.bench.churn import side_report
+from netctl.kit.bench.common import (
     DELEGATE_VERSION,
     POD_NAMESPACE,
     Bench,
@@ -90,12 +92,10 @@ from netctl.bench.common import (
     ratios,
     summary_ms,
 )
-from netctl.bench.render import steps
-from netctl.cni.config import parse_chain
-from netctl.daemon import DaemonConfig
-from netctl.harness import SYSTEM_CNI, CNIResult
+from netctl.kit.bench.render import steps
+from netctl.kit.harness import SYSTEM_CNI, CNIResult
+from netctl.kit.kubefake import FakeKube, nad, node, pod
 from netctl.kube.objects import NETWORK_STATUS, NETWORKS
-from netctl.kubefake import FakeKube, nad, node, pod
 
 NODE = "bench-node"
 CLUSTER_NAMESPACE = "kube-system"  # multusNamespace's default: where clusterNetwork is

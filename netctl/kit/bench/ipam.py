@@ -22,9 +22,11 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from netctl import harness
-from netctl.bench import allocator, render
-from netctl.bench.common import (
+from netctl.ipam.ranges import parse_config as parse_ipam
+from netctl.journal import query
+from netctl.kit import harness
+from netctl.kit.bench import allocator, render
+from netctl.kit.bench.common import (
     DELEGATE_VERSION,
     POD_NAMESPACE,
     Bench,
@@ -40,9 +42,7 @@ from netctl.bench.common import (
     summary_ms,
     timed_operations,
 )
-from netctl.harness import SYSTEM_CNI, CNIResult, tail
-from netctl.ipam.ranges import parse_config as parse_ipam
-from netctl.journal import query
+from netctl.kit.harness import SYSTEM_CNI, CNIResult, tail
 
 IPAM_SIDES = ("netctl", "host_local")
 IPAM_LABELS = {"netctl": "netctl-ipam", "host_local": "host-local"}

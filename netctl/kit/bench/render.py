@@ -1,11 +1,10 @@
 """The one renderer of ``netctl bench`` reports, with rich.
 
 A bench turns its report (the dict ``--json`` prints) into a list of blocks: lines of
-text and tables built by :func:`table` (the first column left-aligned, the others
-right-aligned, one style for all). :func:`show` prints them: on a terminal with colour
-and its width; to a pipe or a file as plain text at most :data:`WIDTH` columns wide.
-Long work shows its progress the same way (:func:`steps`, :func:`waiting`): a bar or a
-spinner on a terminal, plain lines elsewhere.
+text and tables built by :func:`~netctl.console.table`, printed by
+:func:`~netctl.console.show` (the product's command line prints with the same helpers).
+Long work shows its progress the same way (:func:`steps`, :func:`~netctl.console.waiting`):
+a bar or a spinner on a terminal, plain lines elsewhere.
 The helpers below build the rows and lines several benches share (netctl beside its
 baseline with the ratio, latency percentiles, the daemon's figures, the verdict).
 """
@@ -14,11 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
-from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, RenderableType
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -28,32 +26,14 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 from rich.text import Text
 
-WIDTH = 100  # columns, when stdout is not a terminal
-
-Row = Sequence[str]
-
-
-def table(columns: Row, rows: Iterable[Row], title: str = "") -> RenderableType:
-    """A table of strings: ``columns`` its header, the first column left-aligned; under
-    ``title``, when given."""
-    out = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
-    for i, name in enumerate(columns):
-        out.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
-    for row in rows:
-        out.add_row(*row)
-    return Group(Text(title, style="bold"), out) if title else out
-
-
-def show(blocks: Iterable[RenderableType], file: IO[str] | None = None) -> None:
-    out = file or sys.stdout
-    console = Console(file=out, width=None if out.isatty() else WIDTH, markup=False,
-                      highlight=False)
-    for block in blocks:
-        console.print(block)
-
+# the product's table and spinner, which the benches use through this module
+from netctl.console import WIDTH as WIDTH
+from netctl.console import Row as Row
+from netctl.console import show as show
+from netctl.console import table as table
+from netctl.console import waiting as waiting
 
 # -- progress on long work --------------------------------------------------------------------
 
@@ -112,18 +92,6 @@ def say(line: str, prefix: str = "netctl bench") -> None:
         _live[-1].console.print(f"{prefix}: {line}")
     else:
         print(f"{prefix}: {line}", file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def waiting(what: str, file: IO[str] | None = None) -> Iterator[None]:
-    """A spinner saying ``what`` while one long call runs, on a terminal; nothing
-    elsewhere."""
-    out = file or sys.stderr
-    if not out.isatty():
-        yield
-        return
-    with Console(file=out, markup=False, highlight=False).status(what):
-        yield
 
 
 # -- shared rows and lines -------------------------------------------------------------------

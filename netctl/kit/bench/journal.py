@@ -49,14 +49,14 @@ from typing import Any, TypeVar
 
 from rich.console import RenderableType
 
-from netctl.bench.common import Bench, Measured, drive, progress, summary_ms
-from netctl.bench.render import num, steps, table, verdict
-from netctl.harness import netctl_argv, run, tail
 from netctl.ipam.planner import pool_key, scope_of
 from netctl.ipam.ranges import Range, next_free
 from netctl.ipam.ranges import parse_config as parse_ipam
 from netctl.journal import query
 from netctl.journal.migrate import migrate
+from netctl.kit.bench.common import Bench, Measured, drive, progress, summary_ms
+from netctl.kit.bench.render import num, steps, table, verdict
+from netctl.kit.harness import netctl_argv, run, tail
 
 T = TypeVar("T")
 

@@ -43,9 +43,10 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from netctl import harness
-from netctl.bench import render
-from netctl.bench.common import (
+from netctl.journal import query
+from netctl.kit import harness
+from netctl.kit.bench import render
+from netctl.kit.bench.common import (
     DELEGATE_VERSION,
     POD_NAMESPACE,
     Bench,
@@ -58,8 +59,7 @@ from netctl.bench.common import (
     progress,
     summary_ms,
 )
-from netctl.bench.render import steps
-from netctl.journal import query
+from netctl.kit.bench.render import steps
 
 ROUND_TIMEOUT = 30.0  # seconds a vanished sandbox may take to be released
 POLL = 0.01

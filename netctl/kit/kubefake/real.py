@@ -4,7 +4,7 @@ starts one: etcd and kube-apiserver as child processes on free loopback ports, i
 temporary directory (on tmpfs), with a CA, a serving certificate and service-account keys
 made by ``openssl``, an admin token, an audit log, the project's CRDs and RBAC applied.
 
-:class:`RealKube` has the test-facing methods of :class:`netctl.kubefake.FakeKube`
+:class:`RealKube` has the test-facing methods of :class:`netctl.kit.kubefake.FakeKube`
 (``create``, ``get``, ``list``, ``update``, ``patch``, ``delete``, ``kubeconfig``,
 ``count``, ``reset_counts``, ``wait_watches``, ``stop``, ``start``, ``restart``), so one
 test body runs against both servers. netctl runs under a TokenRequest token of its
@@ -51,7 +51,7 @@ import yaml
 
 from .resources import BUILTIN, IPAMBLOCKS, IPPOOLS, RESERVATIONS, Registry, Resource
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: deploy/, build/, ../shared
+ROOT = Path(__file__).resolve().parents[3]  # the checkout: deploy/, build/, ../shared
 KUBE_BUILD = ROOT / "build" / "kube"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 SA_NAMESPACE, SA_NAME = "kube-system", "netctl"  # deploy/kubernetes/rbac.yaml
