@@ -12,7 +12,8 @@
 # DEL: the daemon is degraded, its address is released once its netns is gone, and
 # `netctl forget` ends the stuck attachment. Each command is printed with `$ ` before its
 # output and its exit status after it. A trap removes everything the tour made (daemon, netns,
-# bridge, temp dir) on any exit. Host names start with "ntour-".
+# bridge, temp dir) on any exit. Host names start with "ntour-". The waits and the rest of
+# the scaffolding are the kit's (`python -m netctl.kit.demo STEP`, netctl/kit/demo.py).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -29,21 +30,21 @@ METRICS=""                  # 127.0.0.1 and a free port
 TMP=""
 DAEMON_PID=""
 
+kit() { "$PYTHON" -m netctl.kit.demo "$@"; }
+
 cleanup() {
-    local pod
     if [[ -n "$DAEMON_PID" ]] && kill -0 "$DAEMON_PID" 2>/dev/null; then
         kill -TERM "$DAEMON_PID" 2>/dev/null || true
         wait "$DAEMON_PID" 2>/dev/null || true
     fi
-    for pod in "${PODS[@]}" db-1; do ip netns del "ntour-$pod" 2>/dev/null || true; done
-    ip link del "$BRIDGE" 2>/dev/null || true
+    kit remove ntour- || true  # the pods' netns and the bridge
     if [[ -n "$TMP" ]]; then rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
 cleanup
 
 TMP=$(mktemp -d /tmp/netctl-tour.XXXXXX)
-METRICS=127.0.0.1:$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+METRICS=127.0.0.1:$(kit free-port)
 mkdir -p "$TMP/nets" "$TMP/net.d" "$TMP/bin"
 
 # show CMD…: print the command as an operator types it (paths shortened), run it, print
@@ -101,10 +102,7 @@ show "$NETCTL" status --socket "$TMP/run/netctl.sock"
 
 "$NETCTL" daemon --config "$TMP/daemon.yaml" >"$TMP/daemon.log" 2>&1 &
 DAEMON_PID=$!
-for _ in $(seq 300); do
-    "$NETCTL" status --socket "$TMP/run/netctl.sock" >/dev/null 2>&1 && break
-    sleep 0.1
-done
+kit wait-ready "$TMP/run/netctl.sock" --pid "$DAEMON_PID" --quiet
 
 echo
 echo "# a daemon on \$TOUR/daemon.yaml:"
@@ -118,7 +116,7 @@ for pod in "${PODS[@]}"; do
 done
 sleep 1
 WEB2_AT=$(date -u +%Y-%m-%dT%H:%M:%SZ)  # a second after the ADDs: web-2 held its address
-WEB2_IP=$("$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["ips"][0]["address"].split("/")[0])' <"$TMP/web-2.ADD.json")
+WEB2_IP=$(ip -n ntour-web-2 -4 -o addr show dev eth0 | awk '{split($4, a, "/"); print a[1]}')
 sleep 1
 cni DEL web-2
 ip netns del ntour-web-2
@@ -160,14 +158,7 @@ show "$NETCTL" status --socket "$TMP/run/netctl.sock"
 show "$NETCTL" journal --state-dir "$TMP/state" --container tour-db-1
 echo
 echo "\$ curl -s http://$METRICS/metrics | grep -v '^#' | grep -v ' 0.0\$'   # (excerpt)"
-"$PYTHON" -c "
-import urllib.request
-body = urllib.request.urlopen('http://$METRICS/metrics', timeout=5).read().decode()
-for line in body.splitlines():
-    if line.startswith('#') or line.endswith(' 0.0') or '_bucket' in line:
-        continue
-    print(line)
-"
+kit metrics "http://$METRICS/metrics"
 echo
 echo "\$ cat \$TOUR/daemon.log   # (logfmt)"
 sed "s#$TMP#\$TOUR#g" "$TMP/daemon.log"
