@@ -137,9 +137,9 @@ def replay(a: argparse.Namespace) -> None:
 def reconciled(a: argparse.Namespace) -> None:
     """``netctl reconcile`` DELeted the vanished container, or a round before it did."""
     plan = harness.netctl_json("reconcile", "--socket", a.socket)["plan"]
-    print(f"    reconcile: {len(plan['attachments'])} attachment(s) DELeted, "
-          f"{len(plan['allocations'])} allocation(s) released, {len(plan['links'])} "
-          "link(s) removed")
+    did = (("attachments", "attachment(s) DELeted"), ("allocations", "allocation(s) released"),
+           ("links", "link(s) removed"))
+    print("    reconcile:", ", ".join(f"{len(plan[key])} {what}" for key, what in did))
     if any(att["container"] == a.container for att in plan["attachments"]):
         return
     # the daemon's own first round, right after its start-up replay, or a reconcile on the
