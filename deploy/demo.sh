@@ -386,11 +386,7 @@ start_fake_api() {
     "$PYTHON" -m netctl.kit.kubefake "${real[@]}" "$TMP/kube/kubeconfig" >"$TMP/kube/fake.log" 2>&1 &
     FAKE_PID=$!
     KUBE_ADMIN=$TMP/kube/kubeconfig.admin
-    local deadline=$((SECONDS + 60))
-    until [[ -e "$TMP/kube/kubeconfig" ]]; do
-        ((SECONDS < deadline)) || fail "no kubeconfig from the API server after 60s"
-        sleep 0.1
-    done
+    kit wait-file "$TMP/kube/kubeconfig"
     echo "    python -m netctl.kit.kubefake ${real[*]} $TMP/kube/kubeconfig (pid $FAKE_PID)"
     sed 's/^/    | /' "$TMP/kube/fake.log"
 }

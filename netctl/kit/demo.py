@@ -422,6 +422,11 @@ def deleted_by(a: argparse.Namespace) -> None:
         raise Failed(f"the attachments were DELeted by {sorted(origins)}, not {a.origin}")
 
 
+def wait_file(a: argparse.Namespace) -> None:
+    """PATH exists (the API server writes its kubeconfig once it listens)."""
+    wait(lambda: os.path.exists(a.path), a.timeout, a.path)
+
+
 def outage(a: argparse.Namespace) -> None:
     """SIGUSR1 to the API server process: it stops listening (waits until its log says so)."""
     os.kill(a.pid, signal.SIGUSR1)
@@ -492,6 +497,7 @@ def parser() -> argparse.ArgumentParser:
     step(kube_pod, "kubeconfig", "namespace", "name", "netns", "want")
     step(api_calls, "socket", "node", patches={"type": int, "default": 1})
     step(deleted_by, "state", "container", "origin", timeout={"type": float, "default": 30.0})
+    step(wait_file, "path", timeout={"type": float, "default": 60.0})
     step(outage, "log", pid={"type": int})
     step(free_port)
     step(metrics, "url")
