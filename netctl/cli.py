@@ -423,8 +423,9 @@ def _plugged_groups() -> list[Callable[[_Commands], None]]:
     for point in entry_points(group="netctl.commands"):
         try:
             groups.append(point.load())
-        except ImportError:
-            continue
+        except ModuleNotFoundError as exc:  # the module itself, not something it imports
+            if exc.name is None or not point.module.startswith(exc.name):
+                raise
     return groups
 
 
