@@ -9,8 +9,8 @@
 # journal, removes every pod and checks that nothing is left behind (no interface, no
 # live allocation), asks the allocation history who held pod2's address while it was
 # up, then stops the daemon with SIGTERM. A last act runs Kubernetes mode: a fake API
-# server (netctl/kit/kubefake, as a process: `python -m netctl.kit.kubefake`) and two daemons as
-# two nodes, pods whose networks are named in their annotations (both forms), the
+# server (netctl/kit/kubefake, as a process: `python -m netctl.kit.kubefake`) and two
+# daemons as two nodes, pods whose networks are named in their annotations (both forms), the
 # network-status each node writes back, a pod deleted through the API whose attachments
 # its node DELetes, and an API outage (ADD code 11, DEL completes). Every check that
 # fails stops the demo with a message and exit 1.
@@ -59,8 +59,8 @@ declare -A KUBE_PID=()      # node → its daemon's pid
 declare -A POD_UID=()       # pod → the uid the API server gave it
 KUBE_ADMIN=""               # the administrator's kubeconfig (the demo's requests)
 FAKE_PID=""                 # the fake API server's process
-# the Kubernetes act's API server: "fake" (netctl/kit/kubefake), or "real": a real kube-apiserver
-# and etcd (`NETCTL_DEMO_API_SERVER=real make demo`; README, "Testing")
+# the Kubernetes act's API server: "fake" (netctl/kit/kubefake), or "real": a real
+# kube-apiserver and etcd (`NETCTL_DEMO_API_SERVER=real make demo`; README, "Testing")
 DEMO_API_SERVER=${NETCTL_DEMO_API_SERVER:-fake}
 POD_DELETED_GRACE=1         # seconds (the default, 10, suits kubelet; the demo is shorter)
 
