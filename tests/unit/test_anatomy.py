@@ -1,0 +1,35 @@
+"""The kit's anatomy: what it counts of a request's path and of the product's size."""
+
+from netctl.kit import anatomy
+
+LAYERS = [["netctl.cli"], ["netctl.daemon"], ["netctl.server"], ["netctl.engine"],
+          ["netctl.journal", "netctl.cni"], ["netctl.logs"]]
+
+
+def test_the_path_counts_what_the_server_reaches_and_the_calls_back_up() -> None:
+    edges = [["netctl.server", "netctl.daemon"],              # a handler the daemon gave: up
+             ["netctl.daemon", "netctl.engine.engine"],
+             ["netctl.engine.engine", "netctl.journal.store"],
+             ["netctl.journal.store", "netctl.logs"],
+             ["netctl.cni.request", "netctl.engine.plan"],    # not reached from the server
+             ["netctl.cli", "netctl.engine.chains"],          # a task's first frame: no edge
+             ["netctl.engine.engine", "netctl.engine.chains"]]
+    got = anatomy.summarize(edges, LAYERS)
+    assert got["modules"] == ["netctl.daemon", "netctl.engine.chains", "netctl.engine.engine",
+                              "netctl.journal.store", "netctl.logs", "netctl.server"]
+    assert got["calls"] == 5
+    assert got["climbs"] == ["netctl.server -> netctl.daemon"]
+
+
+def test_the_layers_are_read_from_the_import_contract() -> None:
+    layers = anatomy._layers()
+    flat = [name for line in layers for name in line]
+    assert flat.index("netctl.cli") < flat.index("netctl.server") < flat.index("netctl.journal")
+    assert anatomy._layer("netctl.journal.store", layers) > anatomy._layer("netctl.server", layers)
+
+
+def test_sizes_split_the_product_from_the_kit() -> None:
+    got = anatomy.sizes()
+    assert got["product_lines"] > 1000 and got["kit_lines"] > 1000
+    span, where = got["longest_functions"][0]
+    assert span >= got["longest_functions"][-1][0] and not where.startswith("netctl/kit/")
