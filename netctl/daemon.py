@@ -391,7 +391,7 @@ class KubeMode:
             present = {(p.metadata.namespace, p.metadata.name, p.metadata.uid)
                        for p in self.pods.informer.cache.values()}
             missing = {(a.pod.namespace, a.pod.name, a.pod.uid)
-                       for a in await reconciler.engine.journal.live_attachments()
+                       for a in await reconciler.journal.live_attachments()
                        if a.pod.uid and a.pod.name} - present
             for namespace, name, uid in sorted(missing):
                 log.info("pod %s/%s (uid %s) is gone from the API", namespace, name, uid)
@@ -504,28 +504,29 @@ async def run(cfg: DaemonConfig, *,
         cutover = Cutover(cfg.cutover_dels, root.host(cfg.multus_cache_dir),
                           root.host(cfg.cni_results_dir))
         if kube is None:
-            engine = Engine(chains, NetworkDir(cfg.networks_dir, root), ArgsSelector(),
-                            admission, limits, health=not_ready, metrics=metrics,
-                            cutover=cutover)
+            engine = Engine(journal, chains, root, NetworkDir(cfg.networks_dir, root),
+                            ArgsSelector(), admission, limits, health=not_ready,
+                            metrics=metrics, cutover=cutover)
         else:
-            engine = Engine(chains, NadResolver(kube.nads, root.host(cfg.multus_conf_dir),
-                                                root),
+            engine = Engine(journal, chains, root,
+                            NadResolver(kube.nads, root.host(cfg.multus_conf_dir), root),
                             KubeSelector(kube.pods), admission, limits,
                             after_add=kube.write_status, health=not_ready, metrics=metrics,
                             cutover=cutover)
         ipam_plugin = IpamPlugin(journal, ipam, admission, ipam_types,
                                  gc_grace=cfg.reconcile_grace)
         recorded = pending_dir(cfg.socket)
-        reconciler = Reconciler(engine, ipam, cfg.reconcile_grace, pending=recorded,
+        reconciler = Reconciler(journal, admission, engine, ipam, cfg.reconcile_grace,
+                                pending=recorded,
                                 parallel=max(1, min(RECONCILE_PARALLEL,
                                                     cfg.max_concurrent // 2)),
                                 metrics=metrics)
         events = EventWatcher(reconciler, cfg.netns_dirs) if cfg.reconcile_events else None
-        report = await replay(engine)
+        report = await replay(journal, engine)
         log.info("start-up replay: %d unfinished operations, %d attachments of %d containers "
                  "undone, %d failures", report.operations, report.attachments,
                  report.containers, len(report.failed))
-        dels = await finish_pending(engine, recorded)
+        dels = await finish_pending(engine, admission, recorded)
         log.info("start-up replay: %d DELs recorded by the plugin while the daemon was down "
                  "finished, %d for containers with nothing live dropped, %d corrupt records "
                  "removed, %d failed (kept for the next round)", dels.finished, dels.dropped,

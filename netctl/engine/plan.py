@@ -79,6 +79,23 @@ def decode_conf(inv: Invocation) -> NetctlConf:
     return conf
 
 
+@dataclass
+class Call:
+    """One invocation of netctl-cni and its netctl conf, each decoded once: what the
+    engine's handlers get. The conf is decoded when first asked for — by the version
+    gate, for every verb that has one — and kept; a DEL, which needs none, never asks
+    unless its container is unknown (:mod:`netctl.engine.foreign`)."""
+
+    inv: Invocation
+    _conf: NetctlConf | None = None
+
+    @property
+    def conf(self) -> NetctlConf:
+        if self._conf is None:
+            self._conf = decode_conf(self.inv)
+        return self._conf
+
+
 def requested_ips(value: Any, where: str) -> list[str]:
     """Requested addresses (``ips``): a list of IP addresses (a ``/prefix`` allowed), or
     refused with code 7 naming the bad one."""
@@ -175,10 +192,15 @@ class Selector(Protocol):
 
 
 class ArgsSelector:
-    """Standalone mode: ``NETCTL_NETWORKS=<annotation syntax>`` in CNI_ARGS."""
+    """Standalone mode: ``NETCTL_NETWORKS=<annotation syntax>`` in CNI_ARGS; the
+    addresses a network asks for are checked here, before anything runs, as
+    Kubernetes mode checks the annotation's."""
 
     async def select(self, conf: NetctlConf, inv: Invocation) -> Choice:
-        return Choice(selection.parse(inv.args.get(SELECTION_ARG, "")))
+        chosen = selection.parse(inv.args.get(SELECTION_ARG, ""))
+        for sel in chosen:
+            requested_ips(sel.ips, f"{SELECTION_ARG}: network {_ref(sel)!r}")
+        return Choice(chosen)
 
 
 def _ref(chose: selection.Selection) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 import trio
 
 from netctl.cni.config import parse_chain
+from netctl.cni.hostroot import HostRoot
 from netctl.cni.request import Pod
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, Delegates
@@ -44,9 +45,10 @@ async def attach(journal: Journal, container: str, pod: Pod, ifnames: list[str])
 
 def reconciler(journal: Journal, tmp_path: Path) -> Reconciler:
     store = IndexStore()
-    engine = Engine(Chains(journal, Delegates([]), store), NetworkDir(str(tmp_path)),
-                    ArgsSelector(), Admission())
-    return Reconciler(engine, store)
+    admission = Admission()
+    engine = Engine(journal, Chains(journal, Delegates([]), store), HostRoot(),
+                    NetworkDir(str(tmp_path)), ArgsSelector(), admission)
+    return Reconciler(journal, admission, engine, store)
 
 
 def test_a_deleted_pod_with_nothing_live_costs_no_journal_read(tmp_path: Path) -> None:
