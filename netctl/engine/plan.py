@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from netctl.cni.request import GCList, Invocation, conf_as
+from netctl.cni.request import GCList, Invocation, Pod, conf_as
 from netctl.engine import selection
 from netctl.engine.networks import Network, inline
 from netctl.errors import INVALID_CONFIG, CNIError, NotListedYet, Refusal
@@ -182,7 +182,7 @@ class Choice:
     cluster: selection.Selection | None = None  # replaces clusterNetwork / the 1st delegate
     skip_defaults: bool = False  # no defaultNetworks (a pod of a system namespace)
     home: str | None = None  # namespace of clusterNetwork/defaultNetworks; None: the pod's
-    pod: str = ""  # "ns/name" in Kubernetes mode: its networks' faults are refused as its
+    pod: Pod | None = None  # Kubernetes mode: its networks' faults are refused as its
 
 
 class Selector(Protocol):
@@ -252,8 +252,8 @@ def plan(conf: NetctlConf, inv: Invocation, choice: Choice,
 def _as_pods(exc: CNIError, choice: Choice) -> CNIError:
     """In Kubernetes mode a network the pod cannot have is refused as the pod's: the
     message names the pod, and the pod gets an Event (:class:`~netctl.errors.Refusal`)."""
-    if not choice.pod or isinstance(exc, NotListedYet):  # not the pod's fault: no Event
+    if choice.pod is None or isinstance(exc, NotListedYet):  # not the pod's fault: no Event
         return exc
     if isinstance(exc, Refusal):
-        return exc.for_pod(choice.pod)
-    return Refusal(exc.msg, REASON_BAD_ANNOTATION, exc.msg, exc.code).for_pod(choice.pod)
+        return exc.for_pod(choice.pod.key)
+    return Refusal(exc.msg, REASON_BAD_ANNOTATION, exc.msg, exc.code).for_pod(choice.pod.key)

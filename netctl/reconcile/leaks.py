@@ -30,6 +30,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from netctl.cni.netns import is_netns
+from netctl.cni.request import Pod
 from netctl.engine.admission import Admission
 from netctl.engine.engine import Engine
 from netctl.errors import INVALID_CONFIG, CNIError
@@ -231,19 +232,19 @@ class Reconciler:
                 origin=origin, reason=reason or REASONS_BY_ORIGIN.get(origin)), origin)
         return len(atts)
 
-    async def pod_deleted(self, namespace: str, name: str, uid: str) -> list[str]:
-        """Kubernetes mode: the pod ``namespace/name`` with ``uid`` is gone from the API.
+    async def pod_deleted(self, pod: Pod) -> list[str]:
+        """Kubernetes mode: ``pod`` (its namespace, name and uid) is gone from the API.
         DEL the live attachments journaled for that pod — matched by UID, never by name
         alone (a StatefulSet's next pod has the same name) — each container in its turn,
         skipping one with a request in flight (kubelet's own DEL). The containers DELeted."""
-        if not uid:
+        if not pod.uid:
             return []
         mine: dict[str, set[int]] = {}
         # the journal's live index names the pod's containers: a pod with nothing live
         # (kubelet's DEL came first, as it nearly always does) costs no journal read
-        for container in sorted(self.journal.live.of_pod(uid)):
+        for container in sorted(self.journal.live.of_pod(pod.uid)):
             for att in await self.journal.live_attachments(container):
-                if (att.pod.namespace, att.pod.name, att.pod.uid) == (namespace, name, uid):
+                if att.pod == pod:
                     mine.setdefault(att.container_id, set()).add(att.id)
         done = []
         for container, ids in mine.items():
@@ -252,7 +253,7 @@ class Reconciler:
                         self._delete, container, ids, "pod-deleted"), skip_busy=True) is not None:
                     done.append(container)
             except CNIError as exc:
-                log.warning("pod %s/%s deleted: %s", namespace, name, exc.msg)
+                log.warning("pod %s deleted: %s", pod.key, exc.msg)
         return done
 
     async def forget(self, prefix: str, *, ifname: str = "", network: str = "",
