@@ -27,7 +27,7 @@ import trio
 from netctl import __version__
 from netctl.cni.hostroot import HostRoot
 from netctl.cni.invoke import kill_orphans, owned_processes
-from netctl.cni.request import AdminRequest, Invocation
+from netctl.cni.request import AdminRequest, Invocation, Pod
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, Delegates
 from netctl.engine.degraded import (
@@ -67,7 +67,6 @@ from netctl.journal.retention import (
 )
 from netctl.journal.store import Journal, open_journal
 from netctl.kube.netstatus import annotation_value, network_status
-from netctl.kube.objects import Meta, Pod
 from netctl.metrics import Metrics, MetricsServer, Snapshot, parse_addr
 from netctl.reconcile.leaks import PARALLEL as RECONCILE_PARALLEL
 from netctl.reconcile.leaks import Reconciler
@@ -349,8 +348,8 @@ class KubeMode:
                 ifname=inv.ifname, caller_network=inv.conf_name, pod=inv.pod,
                 origin="kubernetes"))
 
-        write = Write(namespace, name, uid, annotation_value(network_status(atts)),
-                      current, written)
+        write = Write(Pod(namespace=namespace, name=name, uid=uid),
+                      annotation_value(network_status(atts)), current, written)
         if await patch_status(self.api, write) != "failed":
             return ""  # written, or the pod is gone or replaced: nothing to annotate
         self.writes.on_failure()
@@ -367,8 +366,9 @@ class KubeMode:
     async def refused(self, inv: Invocation, exc: Refusal) -> None:
         """A Warning Event on the refused pod, or one more count of the same one."""
         namespace, _, name = exc.pod.partition("/")
-        await self.events.warn(namespace or inv.pod.namespace, name or inv.pod.name,
-                               inv.pod.uid, exc.reason, exc.note or exc.msg)
+        await self.events.warn(Pod(namespace=namespace or inv.pod.namespace,
+                                   name=name or inv.pod.name, uid=inv.pod.uid),
+                               exc.reason, exc.note or exc.msg)
 
     async def run(self, reconciler: Reconciler, grace: float,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -378,25 +378,21 @@ class KubeMode:
         cancelled (the next start's relist finds those pods gone)."""
         async def later(pod: Pod) -> None:
             await trio.sleep(grace)
-            done = await reconciler.pod_deleted(pod.metadata.namespace, pod.metadata.name,
-                                                pod.metadata.uid)
+            done = await reconciler.pod_deleted(pod)
             if done:
-                log.info("pod %s/%s deleted: DELeted the attachments of %s",
-                         pod.metadata.namespace, pod.metadata.name, ", ".join(done))
+                log.info("pod %s deleted: DELeted the attachments of %s", pod.key,
+                         ", ".join(done))
 
         async def gone_while_down() -> None:
             """Pods the journal has attachments of that the first list does not have (or
             has with another UID) were deleted while the daemon was down."""
             await self.pods.informer.synced.wait()
-            present = {(p.metadata.namespace, p.metadata.name, p.metadata.uid)
-                       for p in self.pods.informer.cache.values()}
-            missing = {(a.pod.namespace, a.pod.name, a.pod.uid)
-                       for a in await reconciler.engine.journal.live_attachments()
+            present = {p.ref for p in self.pods.informer.cache.values()}
+            missing = {a.pod for a in await reconciler.journal.live_attachments()
                        if a.pod.uid and a.pod.name} - present
-            for namespace, name, uid in sorted(missing):
-                log.info("pod %s/%s (uid %s) is gone from the API", namespace, name, uid)
-                self.deleted.send_nowait(Pod(metadata=Meta(name=name, namespace=namespace,
-                                                           uid=uid)))
+            for pod in sorted(missing):
+                log.info("pod %s (uid %s) is gone from the API", pod.key, pod.uid)
+                self.deleted.send_nowait(pod)
 
         async with trio.open_nursery() as outer:
             await outer.start(self.writes.run)  # until stop(), then their last attempts
@@ -504,28 +500,29 @@ async def run(cfg: DaemonConfig, *,
         cutover = Cutover(cfg.cutover_dels, root.host(cfg.multus_cache_dir),
                           root.host(cfg.cni_results_dir))
         if kube is None:
-            engine = Engine(chains, NetworkDir(cfg.networks_dir, root), ArgsSelector(),
-                            admission, limits, health=not_ready, metrics=metrics,
-                            cutover=cutover)
+            engine = Engine(journal, chains, root, NetworkDir(cfg.networks_dir, root),
+                            ArgsSelector(), admission, limits, health=not_ready,
+                            metrics=metrics, cutover=cutover)
         else:
-            engine = Engine(chains, NadResolver(kube.nads, root.host(cfg.multus_conf_dir),
-                                                root),
+            engine = Engine(journal, chains, root,
+                            NadResolver(kube.nads, root.host(cfg.multus_conf_dir), root),
                             KubeSelector(kube.pods), admission, limits,
                             after_add=kube.write_status, health=not_ready, metrics=metrics,
                             cutover=cutover)
         ipam_plugin = IpamPlugin(journal, ipam, admission, ipam_types,
                                  gc_grace=cfg.reconcile_grace)
         recorded = pending_dir(cfg.socket)
-        reconciler = Reconciler(engine, ipam, cfg.reconcile_grace, pending=recorded,
+        reconciler = Reconciler(journal, admission, engine, ipam, cfg.reconcile_grace,
+                                pending=recorded,
                                 parallel=max(1, min(RECONCILE_PARALLEL,
                                                     cfg.max_concurrent // 2)),
                                 metrics=metrics)
         events = EventWatcher(reconciler, cfg.netns_dirs) if cfg.reconcile_events else None
-        report = await replay(engine)
+        report = await replay(journal, engine)
         log.info("start-up replay: %d unfinished operations, %d attachments of %d containers "
                  "undone, %d failures", report.operations, report.attachments,
                  report.containers, len(report.failed))
-        dels = await finish_pending(engine, recorded)
+        dels = await finish_pending(engine, admission, recorded)
         log.info("start-up replay: %d DELs recorded by the plugin while the daemon was down "
                  "finished, %d for containers with nothing live dropped, %d corrupt records "
                  "removed, %d failed (kept for the next round)", dels.finished, dels.dropped,

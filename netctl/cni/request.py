@@ -94,12 +94,20 @@ class Response(msgspec.Struct, kw_only=True, omit_defaults=True):
     proto: int = 0  # the daemon's frame protocol (PROTO), in every answer to a CNI request
 
 
-class Pod(msgspec.Struct, frozen=True, kw_only=True):
-    """Who a container belongs to (``K8S_POD_*`` in CNI_ARGS; empty for podman's)."""
+class Pod(msgspec.Struct, frozen=True, kw_only=True, order=True):
+    """Who a container belongs to (``K8S_POD_*`` in CNI_ARGS; empty for podman's): the one
+    shape of a pod's identity from the request to the reconciler. The engine, the journal,
+    the reconciler and the Kubernetes layer's writes name a pod with it; the API's pod
+    (:class:`netctl.kube.objects.Pod`) gives its own as ``ref``."""
 
     namespace: str = ""
     name: str = ""
     uid: str = ""
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, as messages and the API's paths name the pod."""
+        return f"{self.namespace}/{self.name}"
 
     @classmethod
     def from_args(cls, args: dict[str, str]) -> Pod:

@@ -10,7 +10,11 @@ For a delegate whose ``ipam.type`` netctl serves (``netctl-ipam``, or a type
 taken over), the ADD step allocates in-process — planned and reserved before
 the step, recorded in the step's journal transaction — and the delegate runs
 with a ``static`` IPAM section holding the addresses; the DEL step releases them
-in its end transaction.
+in its end transaction. Such a section is parsed once per attachment
+(:class:`Served`): when the ADD plans it, and the ADD's steps and their
+compensation use that; a DEL read back from the journal parses it when its step
+first needs it. The addresses a runtime asked for were checked when the ADD was
+planned (:mod:`netctl.engine.plan`) and are taken as they are here.
 
 A DEL whose netns is gone (missing, or not a network namespace any more) gives
 the delegates an empty ``CNI_NETNS``, as the spec allows, so their IPAM still
@@ -34,11 +38,11 @@ from typing import Any
 import trio
 
 from netctl import logs
-from netctl.cni.config import plugin_config
+from netctl.cni.config import Chain, plugin_config
 from netctl.cni.hostroot import HostRoot
-from netctl.cni.invoke import Cancellation, PluginError, run_plugin
+from netctl.cni.invoke import Cancellation, PluginError, find_plugin, run_plugin
 from netctl.cni.netns import is_netns
-from netctl.engine.plan import requested_ips
+from netctl.cni.probe import check_delegate_version, supported_versions
 from netctl.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError
 from netctl.ipam import ranges as ranges_mod
 from netctl.ipam.planner import Allocation, Lease, Owner, pool_key, static_ipam
@@ -132,6 +136,28 @@ def ipam_config(plugin: dict[str, Any], ipam: dict[str, Any]
     return ranges_mod.parse_config(ipam, default_gateway=ranges_mod.takes_gateway(plugin))
 
 
+class Served:
+    """The IPAM sections netctl serves in-process in one attachment's chain, each parsed
+    once (:func:`served_config`) and kept: all of them when an ADD plans the attachment
+    (:meth:`Chains.served`), else each when a step first needs it (a DEL read back from
+    the journal: a bad section refuses that step only)."""
+
+    def __init__(self, chain: Chain, types: frozenset[str]) -> None:
+        self.chain, self.types = chain, types
+        self._parsed: dict[int, tuple[ranges_mod.IPAMConfig, list[ranges_mod.Range]] | None] \
+            = {}
+
+    def has(self, index: int) -> bool:
+        """Whether netctl serves step ``index``'s IPAM (nothing parsed for that)."""
+        return served_ipam(self.chain.plugins[index], self.types) is not None
+
+    def at(self, index: int) -> tuple[ranges_mod.IPAMConfig, list[ranges_mod.Range]] | None:
+        """Step ``index``'s served section parsed (code 7 when it is bad); None: not served."""
+        if index not in self._parsed:
+            self._parsed[index] = served_config(self.chain.plugins[index], self.types)
+        return self._parsed[index]
+
+
 @dataclass
 class Chains:
     """Runs chains with the journal, the delegates and the node's IPAM store."""
@@ -141,13 +167,44 @@ class Chains:
     ipam: IndexStore
     metrics: Metrics = field(default_factory=Metrics)  # each plugin run's time
 
+    def served(self, att: Attachment) -> Served:
+        """``att``'s served IPAM sections, every one parsed now: code 7 naming the network
+        when one is bad (an ADD refuses it before anything runs)."""
+        served = Served(att.chain, self.delegates.ipam_types)
+        for index in range(len(att.chain.plugins)):
+            try:
+                served.at(index)
+            except CNIError as exc:
+                raise CNIError(exc.code, f"network {att.network!r}: {exc.msg}") from None
+        return served
+
+    async def check_versions(self, atts: Sequence[Attachment],
+                             served: Sequence[Served]) -> None:
+        """Refuse (code 1) a network whose cniVersion one of its delegates does not speak,
+        asking each binary once (its VERSION answer is cached while it is unchanged)."""
+        d = self.delegates
+        for att, ipam in zip(atts, served, strict=True):
+            for index, plugin in enumerate(att.chain.plugins):
+                types = [str(plugin["type"])]
+                section = plugin.get("ipam")
+                if isinstance(section, dict) and isinstance(section.get("type"), str) \
+                        and not ipam.has(index):
+                    types.append(section["type"])
+                for ptype in types:
+                    path = find_plugin(d.bin_dirs, ptype, d.root)
+                    supported = await supported_versions(path, d.root)
+                    try:
+                        check_delegate_version(ptype, path, att.chain.cni_version, supported)
+                    except CNIError as exc:
+                        raise CNIError(exc.code, f"network {att.network!r}: {exc.msg}") from None
+
     async def _config(self, op_id: int, att: Attachment, index: int, verb: str,
-                      prev: dict[str, Any] | None, netns: str
+                      prev: dict[str, Any] | None, netns: str, ipam: Served
                       ) -> tuple[bytes, list[Allocation], Any]:
         """The step's stdin, and for a served IPAM the addresses it gets (new ones to
         record with the step, and the planner's decision)."""
         plugin = att.chain.plugins[index]
-        served = served_config(plugin, self.delegates.ipam_types)
+        served = ipam.at(index)
         extra = requests_as_args(plugin, index, att.capability_args, served is not None)
         cni_args = {**extra, **att.cni_args} if extra else att.cni_args
         if served is None:
@@ -156,7 +213,7 @@ class Chains:
         cfg, ranges = served
         if verb == "ADD":
             owner = Owner(att.container_id, att.ifname, netns, att.pod, att.id)
-            wanted = requested_ips(att.capability_args.get("ips"), att.network)
+            wanted: list[str] = att.capability_args.get("ips") or []  # checked when planned
             decision = await allocate(self.ipam, cfg, ranges, owner, wanted, time.time())
             leases, new = decision.leases, decision.new
         else:
@@ -169,11 +226,12 @@ class Chains:
                              ipam=static_ipam(cfg, leases)), new, decision
 
     async def step(self, op_id: int, att: Attachment, index: int, verb: str,
-                   prev: dict[str, Any] | None) -> dict[str, Any] | None:
+                   prev: dict[str, Any] | None, ipam: Served) -> dict[str, Any] | None:
         ptype = att.chain.types[index]
         netns = att.netns if verb == "ADD" or is_netns(att.netns) else ""
         try:
-            conf, new, decision = await self._config(op_id, att, index, verb, prev, netns)
+            conf, new, decision = await self._config(op_id, att, index, verb, prev, netns,
+                                                     ipam)
         except CNIError as exc:  # e.g. an exhausted pool: nothing ran, nothing to undo
             raise StepError(exc.code, f"{att.where(index)}: {verb} refused: {exc.msg}",
                             exc.details) from exc
@@ -206,7 +264,8 @@ class Chains:
             # A DEL that failed with the netns gone still frees the addresses netctl gave
             # the step: no interface can be using them. The DEL itself is retried for what
             # the plugin may hold outside the netns; those retries get no addresses.
-            gone = self._served_leases(att, index) if verb == "DEL" and not netns else []
+            gone = self._served_leases(att, index, ipam) if verb == "DEL" and not netns \
+                else []
             await self.journal.end_step(end, op_id=op_id, gone=gone)
             self.ipam.released(gone)
             # the message only: what the plugin printed on stderr is the step's, in the
@@ -226,24 +285,23 @@ class Chains:
             await self.journal.end_step(end, op_id=op_id)
             raise
         end.result, end.stderr, end.seconds = out.result, out.stderr, out.seconds
-        gone = self._served_leases(att, index) if verb == "DEL" else []
+        gone = self._served_leases(att, index, ipam) if verb == "DEL" else []
         await self.journal.end_step(end, op_id=op_id, gone=gone)
         self.ipam.released(gone)
         log.debug("%s %s of %s done in %.3fs", ptype, verb, att.ifname, out.seconds)
         return out.result
 
-    def _served_leases(self, att: Attachment, index: int) -> list[Allocation]:
+    def _served_leases(self, att: Attachment, index: int, ipam: Served) -> list[Allocation]:
         """The addresses netctl allocated for step ``index`` of ``att`` (its DEL frees them)."""
-        if served_ipam(att.chain.plugins[index], self.delegates.ipam_types) is None:
-            return []
-        return self.ipam.of_attachment(att.id)
+        return self.ipam.of_attachment(att.id) if ipam.has(index) else []
 
-    async def add(self, op_id: int, att: Attachment) -> dict[str, Any] | None:
-        """ADD every step in order, each getting the previous result; return the final."""
+    async def add(self, op_id: int, att: Attachment, ipam: Served) -> dict[str, Any] | None:
+        """ADD every step in order, each getting the previous result; return the final.
+        ``ipam``: the sections parsed when the ADD was planned (:meth:`served`)."""
         prev: dict[str, Any] | None = None
         with logs.bound(network=att.network):
             for index in range(len(att.chain.plugins)):
-                prev = await self.step(op_id, att, index, "ADD", prev)
+                prev = await self.step(op_id, att, index, "ADD", prev, ipam)
                 att.result = prev
         missing = unhonoured(att, prev)
         if missing:
@@ -251,37 +309,45 @@ class Chains:
                             f"{missing}")
         return prev
 
-    async def delete(self, op_id: int, att: Attachment) -> list[StepError]:
+    async def delete(self, op_id: int, att: Attachment,
+                     ipam: Served | None = None) -> list[StepError]:
         """DEL every started step in reverse with the latest result; go on past failures.
+        ``ipam``: the sections parsed when the ADD this undoes was planned; None for an
+        attachment read back from the journal (its steps parse what they need).
 
         Returns the failures (empty when all went); things already gone are the
         plugins' business to tolerate, as the spec asks of them.
         """
         errors: list[StepError] = []
+        ipam = ipam or Served(att.chain, self.delegates.ipam_types)
         with logs.bound(network=att.network):
             for index in reversed(range(att.steps_started)):
                 try:
-                    await self.step(op_id, att, index, "DEL", att.result)
+                    await self.step(op_id, att, index, "DEL", att.result, ipam)
                 except StepError as exc:
                     errors.append(exc)
         return errors
 
     async def check(self, op_id: int, att: Attachment) -> None:
         """CHECK every step in order with the stored final result."""
+        ipam = Served(att.chain, self.delegates.ipam_types)
         with logs.bound(network=att.network):
             for index in range(len(att.chain.plugins)):
-                await self.step(op_id, att, index, "CHECK", att.result)
+                await self.step(op_id, att, index, "CHECK", att.result, ipam)
 
     async def delete_all(self, op_id: int, atts: Sequence[Attachment],
-                         outcome: dict[int, list[StepError]]) -> None:
+                         outcome: dict[int, list[StepError]],
+                         served: Sequence[Served] | None = None) -> None:
         """DEL several chains concurrently; as each finishes, ``outcome[att.id]`` gets
         its errors (empty: all removed). Filled in as it goes, so a caller that is
-        cancelled or runs out of time still knows which chains finished."""
+        cancelled or runs out of time still knows which chains finished. ``served``:
+        each attachment's parsed sections, when an ADD that planned them is undone."""
 
-        async def one(att: Attachment) -> None:
-            outcome[att.id] = await self.delete(op_id, att)
+        async def one(att: Attachment, ipam: Served | None) -> None:
+            outcome[att.id] = await self.delete(op_id, att, ipam)
 
         async with trio.open_nursery() as nursery:
-            for att in atts:
-                nursery.start_soon(one, att)
+            parsed: Sequence[Served | None] = served or [None] * len(atts)
+            for att, ipam in zip(atts, parsed, strict=True):
+                nursery.start_soon(one, att, ipam)
 

@@ -36,15 +36,14 @@ import trio
 
 from netctl.cni import versions
 from netctl.cni.config import Chain, parse_chain
-from netctl.cni.invoke import find_plugin
+from netctl.cni.hostroot import HostRoot
 from netctl.cni.netns import netns_state
-from netctl.cni.probe import check_delegate_version, supported_versions
 from netctl.cni.request import Invocation
 from netctl.engine import foreign, readiness
 from netctl.engine.admission import Admission
-from netctl.engine.chains import Chains, StepError, served_config, served_ipam
+from netctl.engine.chains import Chains, Served, StepError
 from netctl.engine.networks import inline
-from netctl.engine.plan import NetctlConf, Resolver, Selector, decode_conf, plan
+from netctl.engine.plan import Call, NetctlConf, Resolver, Selector, plan
 from netctl.engine.verbs import ANY, Reply, Verb, dispatch
 from netctl.errors import (
     CANCELLED,
@@ -59,6 +58,7 @@ from netctl.errors import (
     NotListedYet,
 )
 from netctl.journal.records import Attachment, OpEnd, OpStart
+from netctl.journal.store import Journal
 from netctl.metrics import Metrics
 
 log = logging.getLogger("netctl.engine")
@@ -125,12 +125,13 @@ DEL_REASONS = {  # the reason journaled with a runtime's DEL that did not come s
 
 
 class Engine:
-    def __init__(self, chains: Chains, networks: Resolver, selector: Selector,
-                 admission: Admission, limits: Limits | None = None,
+    def __init__(self, journal: Journal, chains: Chains, root: HostRoot, networks: Resolver,
+                 selector: Selector, admission: Admission, limits: Limits | None = None,
                  after_add: AfterAdd | None = None, health: Health | None = None,
                  metrics: Metrics | None = None, cutover: Cutover | None = None) -> None:
+        self.journal = journal
         self.chains = chains
-        self.journal = chains.journal
+        self.root = root  # where the host's files are seen (readiness indicator files)
         self.networks = networks
         self.selector = selector
         self.admission = admission
@@ -145,15 +146,16 @@ class Engine:
     # -- entry point ------------------------------------------------------------------------
 
     async def handle(self, inv: Invocation) -> Reply:
-        """Serve one invocation of netctl-cni; raise CNIError to refuse it."""
+        """Serve one invocation of netctl-cni; raise CNIError to refuse it. Its conf is
+        decoded once, by the version gate (DEL and VERSION have none: see :class:`Call`)."""
+        call = Call(inv)
         return await dispatch(VERBS, self, inv, self.admission,
-                              version=lambda: decode_conf(inv).cniVersion,
-                              request=lambda: inv)
+                              version=lambda: call.conf.cniVersion, request=lambda: call)
 
     # -- ADD --------------------------------------------------------------------------------
 
-    async def add(self, inv: Invocation) -> Reply:
-        conf = decode_conf(inv)
+    async def add(self, call: Call) -> Reply:
+        inv, conf = call.inv, call.conf
         if not inv.netns:
             raise CNIError(INVALID_ENVIRONMENT, "CNI_NETNS is missing")
         found = netns_state(inv.netns)
@@ -167,8 +169,10 @@ class Engine:
         except NotListedYet:  # a NAD before the first list: wait for it, within pod-wait
             await self.networks.wait_listed()
             atts = plan(conf, inv, choice, self.networks)  # code 11 if still not listed
-        self._check_ipam(atts)
-        await self._check_versions(atts)
+        # a bad netctl-ipam section is refused before anything runs (code 7, naming the
+        # network and the key); parsed here once, for the steps and their compensation
+        served = [self.chains.served(att) for att in atts]
+        await self.chains.check_versions(atts, served)
         mine = [a for a in await self.journal.live_attachments(inv.container_id)
                 if a.caller_ifname == inv.ifname and a.caller_network == conf.name]
         if mine:
@@ -187,11 +191,11 @@ class Engine:
             request=inv.stdin), adding=atts)
         try:
             async with trio.open_nursery() as nursery:
-                for att in atts:
-                    nursery.start_soon(self.chains.add, op_id, att)
+                for att, ipam in zip(atts, served, strict=True):
+                    nursery.start_soon(self.chains.add, op_id, att, ipam)
         except BaseException as exc:
             cause = first_error(exc)
-            outcome, finished = await self._compensate(op_id, atts)
+            outcome, finished = await self._compensate(op_id, atts, served)
             failures = [e.msg for errs in outcome.values() for e in errs]
             state = "compensated" if finished and not failures else "compensate_failed"
             self.metrics.compensation("failed" if failures else "compensated" if finished
@@ -240,35 +244,7 @@ class Engine:
             verb="ANNOTATE", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
             caller_network=inv.conf_name, pod=inv.pod, origin="kubernetes"), failure=failure)
 
-    def _check_ipam(self, atts: list[Attachment]) -> None:
-        """Refuse a bad netctl-ipam section before anything runs (code 7, naming the key)."""
-        for att in atts:
-            for plugin in att.chain.plugins:
-                try:
-                    served_config(plugin, self.chains.delegates.ipam_types)
-                except CNIError as exc:
-                    raise CNIError(exc.code, f"network {att.network!r}: {exc.msg}") from None
-
-    async def _check_versions(self, atts: list[Attachment]) -> None:
-        """Refuse (code 1) a network whose cniVersion one of its delegates does not speak,
-        asking each binary once (its VERSION answer is cached while it is unchanged)."""
-        d = self.chains.delegates
-        for att in atts:
-            for plugin in att.chain.plugins:
-                types = [str(plugin["type"])]
-                ipam = plugin.get("ipam")
-                if isinstance(ipam, dict) and isinstance(ipam.get("type"), str) \
-                        and served_ipam(plugin, d.ipam_types) is None:
-                    types.append(ipam["type"])
-                for ptype in types:
-                    path = find_plugin(d.bin_dirs, ptype, d.root)
-                    supported = await supported_versions(path, d.root)
-                    try:
-                        check_delegate_version(ptype, path, att.chain.cni_version, supported)
-                    except CNIError as exc:
-                        raise CNIError(exc.code, f"network {att.network!r}: {exc.msg}") from None
-
-    async def _compensate(self, op_id: int, atts: list[Attachment]
+    async def _compensate(self, op_id: int, atts: list[Attachment], served: list[Served]
                           ) -> tuple[dict[int, list[StepError]], bool]:
         """DEL what the failed ADD started, shielded, within ``compensate_timeout``.
 
@@ -276,7 +252,7 @@ class Engine:
         outcome: dict[int, list[StepError]] = {}
         with trio.CancelScope(shield=True):
             with trio.move_on_after(self.limits.compensate_timeout) as scope:
-                await self.chains.delete_all(op_id, atts, outcome)
+                await self.chains.delete_all(op_id, atts, outcome, served)
         return outcome, not scope.cancelled_caught
 
     # -- DEL --------------------------------------------------------------------------------
@@ -292,13 +268,14 @@ class Engine:
                 if a.caller_ifname == inv.ifname and (name is None or a.caller_network == name)
                 and (before is None or a.created_at <= before)]
 
-    async def delete(self, inv: Invocation, origin: str = "runtime",
+    async def delete(self, call: Call, origin: str = "runtime",
                      before: float | None = None) -> Reply:
+        inv = call.inv
         mine = await self.targets_of_del(inv, before)
         unknown = ""
         if not mine and self.cutover.enabled and \
                 not await self.journal.seen(inv.container_id):
-            reply = await self._delete_foreign(inv, origin)
+            reply = await self._delete_foreign(call, origin)
             if isinstance(reply, Reply):
                 return reply
             unknown = reply  # nothing could run: journaled as a DEL of nothing, warned
@@ -344,7 +321,7 @@ class Engine:
                  _names(atts))
         await self.journal.finish(op_id, _del_end("done", None, None, atts, outcome))
 
-    async def _delete_foreign(self, inv: Invocation, origin: str) -> Reply | str:
+    async def _delete_foreign(self, call: Call, origin: str) -> Reply | str:
         """DEL a container the journal has never seen, as Multus would have: its
         delegates from Multus' cache (which goes once they are all DELeted), else the
         cluster network; journaled as one DEL whose attachments are those networks.
@@ -354,7 +331,8 @@ class Engine:
         tell a pod that had that network from one that never did (an ADD it refused), so
         it keeps nothing stuck on its account. When nothing can run, the warning to give
         (the caller journals a DEL of nothing)."""
-        chains, source = await self._foreign_chains(inv)
+        inv = call.inv
+        chains, source = await self._foreign_chains(call)
         if not chains:
             return f"container {inv.container_id} is unknown to netctl and {source}: " \
                 "nothing DELeted"
@@ -393,11 +371,12 @@ class Engine:
             await trio.to_thread.run_sync(_remove, path)
         return Reply()
 
-    async def _foreign_chains(self, inv: Invocation
+    async def _foreign_chains(self, call: Call
                               ) -> tuple[list[tuple[str, str, Chain]], str]:
         """What ran for a container netctl never saw — (network, interface, chain) each
         — and where that was read: Multus' cache of it (read in a worker thread), else the
         cluster network (looked up here, on the loop, like every other lookup)."""
+        inv = call.inv
         path = foreign.cache_path(self.cutover.multus_cache, inv.container_id)
         why = ""
         if path is not None:
@@ -418,7 +397,7 @@ class Engine:
             except (OSError, ValueError) as exc:
                 why = f" (Multus' cache {path} unreadable: {exc})"
         try:
-            conf = decode_conf(inv)
+            conf = call.conf
             if conf.delegates:
                 net = inline(conf.delegates[0], 0)
             else:
@@ -430,8 +409,8 @@ class Engine:
 
     # -- CHECK ------------------------------------------------------------------------------
 
-    async def check(self, inv: Invocation) -> Reply:
-        conf = decode_conf(inv)
+    async def check(self, call: Call) -> Reply:
+        inv, conf = call.inv, call.conf
         mine = [a for a in await self.journal.live_attachments(inv.container_id)
                 if a.caller_ifname == inv.ifname and a.caller_network == conf.name
                 and a.state == "attached"]
@@ -459,9 +438,9 @@ class Engine:
 
     # -- GC, STATUS, VERSION ----------------------------------------------------------------
 
-    async def gc(self, inv: Invocation) -> Reply:
+    async def gc(self, call: Call) -> Reply:
         """DEL every attachment of this netctl network the valid list does not name."""
-        conf = decode_conf(inv)
+        conf = call.conf
         valid = conf.valid_list()
         if valid is None:
             return Reply(warning="GC carried no cni.dev/valid-attachments (nor "
@@ -486,14 +465,14 @@ class Engine:
             raise CNIError(DEL_INCOMPLETE, "GC: " + "; ".join(errors))
         return Reply()
 
-    async def status(self, inv: Invocation) -> Reply:
+    async def status(self, call: Call) -> Reply:
         """Code 50 while the daemon cannot serve ADDs (:attr:`health` says why) or the
         cluster network's readiness indicator is missing."""
         reasons = self.health() if self.health is not None else []
         if reasons:
             raise readiness.daemon_not_ready(reasons)
-        path = readiness.indicator(decode_conf(inv))
-        root = self.chains.delegates.root
+        path = readiness.indicator(call.conf)
+        root = self.root
         if path is not None and not await trio.Path(root.host(path)).exists():
             raise readiness.not_ready(root.describe(path), "STATUS")
         return Reply()
@@ -504,14 +483,14 @@ class Engine:
         path = readiness.indicator(conf)
         if path is None:
             return
-        root = self.chains.delegates.root  # the host's file, seen where the host is
+        root = self.root  # the host's file, seen where the host is
         with trio.move_on_after(self.limits.readiness_wait):
             while not await trio.Path(root.host(path)).exists():  # noqa: ASYNC110 - a file, no event to wait on
                 await trio.sleep(0.25)
             return
         raise readiness.not_ready(root.describe(path), "ADD", self.limits.readiness_wait)
 
-    async def version(self, inv: Invocation) -> Reply:
+    async def version(self, call: Call) -> Reply:
         return Reply({"cniVersion": versions.LATEST,
                       "supportedVersions": list(versions.SUPPORTED)})
 
@@ -553,7 +532,7 @@ def _del_end(state: str, code: int | None, error: str | None, atts: list[Attachm
     return OpEnd(state=state, code=code, error=error, removed=removed, kept=kept)
 
 
-VERBS: dict[str, Verb[Engine, Invocation]] = {
+VERBS: dict[str, Verb[Engine, Call]] = {
     "ADD": Verb(ANY, per_container=True, handler=Engine.add),
     "DEL": Verb(ANY, per_container=True, handler=Engine.delete, gated=False),
     "CHECK": Verb((0, 4, 0), per_container=True, handler=Engine.check),

@@ -102,7 +102,7 @@ def check_pod(verb: str, pod: PodRef, found: Pod | None) -> str:
     an ADD is refused with code 4 naming both UIDs; any other verb gets the warning.
     (A cache still holding the replaced pod refuses the same way; kubelet's retry of the
     sandbox finds the new pod once the watch has brought it.)"""
-    ref = f"{pod.namespace}/{pod.name}"
+    ref = pod.key
     if found is None:
         msg = f"pod {ref} (uid {pod.uid or 'not given'}) is not in the API server: deleted?"
     elif pod.uid and found.metadata.uid and pod.uid != found.metadata.uid \
@@ -119,7 +119,7 @@ def check_pod(verb: str, pod: PodRef, found: Pod | None) -> str:
 def choose(conf: NetctlConf, pod: PodRef, annotations: Mapping[str, Any],
            ifname: str) -> Choice:
     """The pod's :class:`~netctl.engine.plan.Choice` from its annotations (module doc)."""
-    ref = f"{pod.namespace}/{pod.name}"
+    ref = pod.key
     home = conf.multusNamespace
     networks: list[selection.Selection] = []
     if NETWORKS in annotations:
@@ -147,7 +147,7 @@ def choose(conf: NetctlConf, pod: PodRef, annotations: Mapping[str, Any],
     _check_gateways([*networks, *([cluster] if cluster else [])], ref)
     return Choice(networks=networks, cluster=cluster, home=home,
                   skip_defaults=pod.namespace in conf.systemNamespaces,
-                  pod=ref if pod.namespace and pod.name else "")
+                  pod=pod if pod.namespace and pod.name else None)
 
 
 def _refusal(ref: str, key: str, why: str, reason: str = REASON_BAD_ANNOTATION) -> Refusal:
@@ -215,7 +215,7 @@ def _check_isolation(conf: NetctlConf, pod: PodRef, sel: selection.Selection, ke
     allowed = [pod.namespace, *conf.global_namespaces(), *also]
     if not conf.namespaceIsolation or sel.namespace in allowed:
         return
-    ref = f"{pod.namespace}/{pod.name}"
+    ref = pod.key
     raise _refusal(ref, key, f"refers to NetworkAttachmentDefinition "
                    f"{sel.namespace}/{sel.name}, outside the pod's namespace: with "
                    f"namespaceIsolation a pod may use those of "

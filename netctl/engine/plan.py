@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from netctl.cni.request import GCList, Invocation, conf_as
+from netctl.cni.request import GCList, Invocation, Pod, conf_as
 from netctl.engine import selection
 from netctl.engine.networks import Network, inline
 from netctl.errors import INVALID_CONFIG, CNIError, NotListedYet, Refusal
@@ -77,6 +77,23 @@ def decode_conf(inv: Invocation) -> NetctlConf:
     if not conf.delegates and not conf.clusterNetwork:
         raise CNIError(INVALID_CONFIG, "netctl config: set 'clusterNetwork' or 'delegates'")
     return conf
+
+
+@dataclass
+class Call:
+    """One invocation of netctl-cni and its netctl conf, each decoded once: what the
+    engine's handlers get. The conf is decoded when first asked for — by the version
+    gate, for every verb that has one — and kept; a DEL, which needs none, never asks
+    unless its container is unknown (:mod:`netctl.engine.foreign`)."""
+
+    inv: Invocation
+    _conf: NetctlConf | None = None
+
+    @property
+    def conf(self) -> NetctlConf:
+        if self._conf is None:
+            self._conf = decode_conf(self.inv)
+        return self._conf
 
 
 def requested_ips(value: Any, where: str) -> list[str]:
@@ -165,7 +182,7 @@ class Choice:
     cluster: selection.Selection | None = None  # replaces clusterNetwork / the 1st delegate
     skip_defaults: bool = False  # no defaultNetworks (a pod of a system namespace)
     home: str | None = None  # namespace of clusterNetwork/defaultNetworks; None: the pod's
-    pod: str = ""  # "ns/name" in Kubernetes mode: its networks' faults are refused as its
+    pod: Pod | None = None  # Kubernetes mode: its networks' faults are refused as its
 
 
 class Selector(Protocol):
@@ -175,10 +192,15 @@ class Selector(Protocol):
 
 
 class ArgsSelector:
-    """Standalone mode: ``NETCTL_NETWORKS=<annotation syntax>`` in CNI_ARGS."""
+    """Standalone mode: ``NETCTL_NETWORKS=<annotation syntax>`` in CNI_ARGS; the
+    addresses a network asks for are checked here, before anything runs, as
+    Kubernetes mode checks the annotation's."""
 
     async def select(self, conf: NetctlConf, inv: Invocation) -> Choice:
-        return Choice(selection.parse(inv.args.get(SELECTION_ARG, "")))
+        chosen = selection.parse(inv.args.get(SELECTION_ARG, ""))
+        for sel in chosen:
+            requested_ips(sel.ips, f"{SELECTION_ARG}: network {_ref(sel)!r}")
+        return Choice(chosen)
 
 
 def _ref(chose: selection.Selection) -> str:
@@ -230,8 +252,8 @@ def plan(conf: NetctlConf, inv: Invocation, choice: Choice,
 def _as_pods(exc: CNIError, choice: Choice) -> CNIError:
     """In Kubernetes mode a network the pod cannot have is refused as the pod's: the
     message names the pod, and the pod gets an Event (:class:`~netctl.errors.Refusal`)."""
-    if not choice.pod or isinstance(exc, NotListedYet):  # not the pod's fault: no Event
+    if choice.pod is None or isinstance(exc, NotListedYet):  # not the pod's fault: no Event
         return exc
     if isinstance(exc, Refusal):
-        return exc.for_pod(choice.pod)
-    return Refusal(exc.msg, REASON_BAD_ANNOTATION, exc.msg, exc.code).for_pod(choice.pod)
+        return exc.for_pod(choice.pod.key)
+    return Refusal(exc.msg, REASON_BAD_ANNOTATION, exc.msg, exc.code).for_pod(choice.pod.key)

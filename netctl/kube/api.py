@@ -34,6 +34,8 @@ import trio_asyncio
 from kubernetes_asyncio import client as kclient
 from kubernetes_asyncio import config as kconfig
 
+from netctl.kube.objects import Status
+
 log = logging.getLogger("netctl.kube")
 T = TypeVar("T")
 Query = list[tuple[str, str]]
@@ -233,14 +235,9 @@ class Api:
             resp.close()
 
 
-class _Status(msgspec.Struct, forbid_unknown_fields=False):
-    message: str = ""
-    reason: str = ""
-
-
 def _reason(data: bytes) -> str:
     try:
-        st = msgspec.json.decode(data, type=_Status)
+        st = msgspec.json.decode(data, type=Status)
     except msgspec.MsgspecError:
         return ""
     return st.message or st.reason

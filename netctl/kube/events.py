@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from netctl.cni.request import Pod
 from netctl.errors import EVENT_NOTE_MAX
 from netctl.kube.api import PATCH_MERGE, Api, ApiError
 
@@ -43,9 +44,7 @@ NAME_MAX = 253  # an Event's name is a DNS subdomain
 class Key:
     """What makes two refusals the same Event."""
 
-    namespace: str
-    pod: str
-    uid: str
+    pod: Pod
     reason: str
     message: str
 
@@ -98,7 +97,7 @@ class EventLog:
         last = timestamp(wall_ns / 1e9)
         entry = self._entries.pop(key, None)
         if entry is None or mono - entry.seen > self.ttl:
-            entry = _Entry(event_name(key.pod, wall_ns), 0, last, mono)
+            entry = _Entry(event_name(key.pod.name, wall_ns), 0, last, mono)
         entry.count += 1
         entry.seen = mono
         self._entries[key] = entry  # the most recently seen, last
@@ -120,11 +119,10 @@ class EventRecorder:
         self.api, self.node = api, node
         self.posted = events if events is not None else EventLog()
 
-    async def warn(self, namespace: str, name: str, uid: str, reason: str,
-                   message: str) -> None:
+    async def warn(self, pod: Pod, reason: str, message: str) -> None:
         """A Warning Event on the pod, or one more count of the same one (best effort: a
         failure is only logged)."""
-        key = Key(namespace, name, uid, reason, message[:EVENT_NOTE_MAX])
+        key = Key(pod, reason, message[:EVENT_NOTE_MAX])
         occ = self.posted.observe(key, time.time_ns(), time.monotonic())
         try:
             if occ.known and await self._patch(key, occ):
@@ -135,21 +133,22 @@ class EventRecorder:
                 if exc.status != 409 or not await self._patch(key, occ):
                     raise
         except ApiError as exc:
-            log.warning("event %s on pod %s/%s not posted: %s", reason, namespace, name, exc)
+            log.warning("event %s on pod %s not posted: %s", reason, pod.key, exc)
 
     def _path(self, namespace: str) -> str:
         return f"/api/v1/namespaces/{namespace}/events"
 
     async def _create(self, key: Key, occ: Occurrence) -> None:
         event = {"apiVersion": "v1", "kind": "Event",
-                 "metadata": {"name": occ.name, "namespace": key.namespace},
-                 "involvedObject": {"kind": "Pod", "namespace": key.namespace,
-                                    "name": key.pod, "uid": key.uid, "apiVersion": "v1"},
+                 "metadata": {"name": occ.name, "namespace": key.pod.namespace},
+                 "involvedObject": {"kind": "Pod", "namespace": key.pod.namespace,
+                                    "name": key.pod.name, "uid": key.pod.uid,
+                                    "apiVersion": "v1"},
                  "reason": key.reason, "message": key.message, "type": "Warning",
                  "source": {"component": "netctl", "host": self.node},
                  "firstTimestamp": occ.first, "lastTimestamp": occ.last,
                  "count": occ.count}
-        await self.api.request("create", "POST", self._path(key.namespace),
+        await self.api.request("create", "POST", self._path(key.pod.namespace),
                                body=msgspec.json.encode(event))
         self.posted.written(key, occ.name)
 
@@ -157,7 +156,7 @@ class EventRecorder:
         """The count and lastTimestamp of the Event; False when it is not there (404)."""
         body = {"count": occ.count, "lastTimestamp": occ.last}
         try:
-            await self.api.request("patch", "PATCH", f"{self._path(key.namespace)}/{occ.name}",
+            await self.api.request("patch", "PATCH", f"{self._path(key.pod.namespace)}/{occ.name}",
                                    body=msgspec.json.encode(body), content_type=PATCH_MERGE)
         except ApiError as exc:
             if exc.status == 404:

@@ -34,19 +34,13 @@ import msgspec
 import trio
 
 from netctl.kube.api import Api, ApiError, sleep_backoff
-from netctl.kube.objects import Block, Nad, Node, Pod
+from netctl.kube.objects import Block, Nad, Node, Pod, Status
 
 log = logging.getLogger("netctl.kube")
 
 
 class _ListMeta(msgspec.Struct, forbid_unknown_fields=False):
     resourceVersion: str = ""
-
-
-class _Status(msgspec.Struct, forbid_unknown_fields=False):
-    code: int = 0
-    reason: str = ""
-    message: str = ""
 
 
 class _Event(msgspec.Struct, forbid_unknown_fields=False):
@@ -170,7 +164,7 @@ class Informer(Generic[T]):
             return
         self.events += 1
         if event.type == "ERROR":
-            status = msgspec.json.decode(event.object, type=_Status)
+            status = msgspec.json.decode(event.object, type=Status)
             if status.code == 410:
                 raise Gone(status.message)
             raise ApiError(status.code, status.message or status.reason)

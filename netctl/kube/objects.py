@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import msgspec
 
+from netctl.cni import request
+
 # The annotations Kubernetes mode reads and writes.
 NETWORKS = "k8s.v1.cni.cncf.io/networks"  # the pod's network selection (both forms)
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"  # replaces the cluster network
@@ -61,6 +63,12 @@ class Pod(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
 
     metadata: Meta = msgspec.field(default_factory=Meta)
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
+
+    @property
+    def ref(self) -> request.Pod:
+        """Its identity, the shape a request and the journal name a pod with."""
+        meta = self.metadata
+        return request.Pod(namespace=meta.namespace, name=meta.name, uid=meta.uid)
 
 
 class NadSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
@@ -110,6 +118,14 @@ class Block(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     spec: BlockSpec = msgspec.field(default_factory=BlockSpec)
     apiVersion: str = BLOCK_API_VERSION
     kind: str = BLOCK_KIND
+
+
+class Status(msgspec.Struct, forbid_unknown_fields=False):
+    """The API's ``Status``: the body of a refusal, and the object of a watch's ERROR."""
+
+    code: int = 0
+    reason: str = ""
+    message: str = ""
 
 
 class Node(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from netctl.cni import request
 from netctl.errors import TRY_AGAIN_LATER, CNIError, NotListedYet, Refusal
 from netctl.kube.api import Api, ApiError
 from netctl.kube.informer import Informer
@@ -43,10 +44,11 @@ def pod_path(namespace: str, name: str) -> str:
 
 class PodSource:
     def __init__(self, api: Api, node: str, wait: float = 2.0,
-                 on_deleted: Callable[[Pod], None] | None = None) -> None:
+                 on_deleted: Callable[[request.Pod], None] | None = None) -> None:
         self.api, self.node, self.wait = api, node, wait
         self.informer: Informer[Pod] = Informer(
-            api, Pod, PODS, [("fieldSelector", f"spec.nodeName={node}")], on_deleted)
+            api, Pod, PODS, [("fieldSelector", f"spec.nodeName={node}")],
+            None if on_deleted is None else lambda pod: on_deleted(pod.ref))
         api.on_unreachable(self.informer.wake_waiters)
 
     async def lookup(self, namespace: str, name: str) -> Pod | None:

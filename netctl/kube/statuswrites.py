@@ -30,6 +30,7 @@ from typing import Literal
 
 import trio
 
+from netctl.cni.request import Pod
 from netctl.kube.api import PATCH_MERGE, Api, ApiError
 from netctl.kube.netstatus import patch_body
 
@@ -70,9 +71,7 @@ async def _nothing() -> None:
 class Write:
     """One pod's network-status to write, and what the retries need to know."""
 
-    namespace: str
-    name: str
-    uid: str  # the precondition ("" for none)
+    pod: Pod  # its uid the precondition ("" for none)
     value: str
     current: Callable[[], Awaitable[bool]] = _always  # the container's attachments live?
     on_written: Callable[[], Awaitable[None]] = _nothing
@@ -81,12 +80,14 @@ class Write:
     retries: int = field(default=0)  # background attempts made
 
     @property
-    def pod(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def key(self) -> tuple[str, str]:
+        """The pod's namespace and name: one pending write per pod (``netctl status``
+        lists them so)."""
+        return self.pod.namespace, self.pod.name
 
     @property
     def warning(self) -> str:
-        return f"network-status of pod {self.pod} not written: {self.error}"
+        return f"network-status of pod {self.pod.key} not written: {self.error}"
 
 
 async def patch_status(api: Api, write: Write) -> Outcome:
@@ -94,8 +95,8 @@ async def patch_status(api: Api, write: Write) -> Outcome:
     write.attempts += 1
     error = None
     try:
-        await api.request("patch", "PATCH", f"/api/v1/namespaces/{write.namespace}/pods/"
-                          f"{write.name}", body=patch_body(write.value, write.uid),
+        await api.request("patch", "PATCH", f"/api/v1/namespaces/{write.pod.namespace}/pods/"
+                          f"{write.pod.name}", body=patch_body(write.value, write.pod.uid),
                           content_type=PATCH_MERGE)
     except ApiError as exc:
         error = exc
@@ -138,11 +139,11 @@ class StatusWrites:
         """Take ``write`` over (it failed once); False when the daemon is stopping."""
         if self._nursery is None or self._stopping.is_set():
             return False
-        older = self.pending.pop((write.namespace, write.name), None)
+        older = self.pending.pop(write.key, None)
         if older is not None:
             older[1].cancel()  # superseded by the newer ADD's status
         scope = trio.CancelScope()
-        self.pending[(write.namespace, write.name)] = (write, scope)
+        self.pending[write.key] = (write, scope)
         self._nursery.start_soon(self._retry, write, scope)
         return True
 
@@ -157,8 +158,8 @@ class StatusWrites:
                             write.warning)
             raise
         finally:
-            if self.pending.get((write.namespace, write.name), (None,))[0] is write:
-                del self.pending[(write.namespace, write.name)]
+            if self.pending.get(write.key, (None,))[0] is write:
+                del self.pending[write.key]
 
     async def _until_done(self, write: Write) -> None:
         while True:
@@ -168,20 +169,20 @@ class StatusWrites:
             if not await write.current():
                 self.abandoned += 1
                 log.info("network-status of pod %s no longer retried: the container's "
-                         "attachments were DELeted", write.pod)
+                         "attachments were DELeted", write.pod.key)
                 return
             outcome = await patch_status(self.api, write)
             if outcome == "written":
                 self.written += 1
                 log.info("network-status of pod %s written (attempt %d, in the background)",
-                         write.pod, write.attempts)
+                         write.pod.key, write.attempts)
                 await write.on_written()
                 return
             if outcome != "failed":
                 self.abandoned += 1
                 log.info("network-status of pod %s no longer retried: the pod is %s (%s)",
-                         write.pod, "gone" if outcome == "gone" else
-                         f"replaced (not uid {write.uid})", write.error)
+                         write.pod.key, "gone" if outcome == "gone" else
+                         f"replaced (not uid {write.pod.uid})", write.error)
                 return
             self.on_failure()
             if self._stopping.is_set():

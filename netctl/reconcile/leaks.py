@@ -30,10 +30,13 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from netctl.cni.netns import is_netns
+from netctl.cni.request import Pod
+from netctl.engine.admission import Admission
 from netctl.engine.engine import Engine
 from netctl.errors import INVALID_CONFIG, CNIError
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import OpEnd, OpStart
+from netctl.journal.store import Journal
 from netctl.metrics import Metrics
 from netctl.reconcile.events import Hints, concerned, netns_to_check
 from netctl.reconcile.facts import gather, netns_exist
@@ -63,7 +66,9 @@ REASONS_BY_ORIGIN = {  # the reason journaled with a DEL its caller gave none fo
 
 @dataclass
 class Reconciler:
-    engine: Engine
+    journal: Journal  # what is live, and where the reconciler's operations are journaled
+    admission: Admission  # the containers' turns
+    engine: Engine  # DELs through the chains, journaled as the runtime's are
     ipam: IndexStore
     grace: float = 30.0
     pending: str | None = None  # the plugin's recorded DELs (netctl.reconcile.pending)
@@ -75,7 +80,7 @@ class Reconciler:
         """A whole round: the plugin's recorded DELs, then every leak the plan finds, and
         the sweep of leftover host veths."""
         if self.pending and not dry_run:
-            recorded = await finish_pending(self.engine, self.pending)
+            recorded = await finish_pending(self.engine, self.admission, self.pending)
             if recorded.finished or recorded.failed:
                 log.info("reconcile: %d recorded DELs finished, %d failed: %s",
                          recorded.finished, len(recorded.failed), "; ".join(recorded.failed))
@@ -91,7 +96,7 @@ class Reconciler:
         ``event``. Hints that concern no container cost no read. Returns the report and
         the concerned containers left alone because a request of theirs is in flight
         (to look at again later)."""
-        live = self.engine.journal.live
+        live = self.journal.live
         paths = netns_to_check(live, hints)
         exists = await trio.to_thread.run_sync(netns_exist, paths) if paths else {}
         mine = concerned(live, hints, exists)
@@ -105,17 +110,16 @@ class Reconciler:
     async def _facts(self, *, sweep: bool, containers: frozenset[str] | None = None
                      ) -> Facts:
         return await trio.to_thread.run_sync(partial(
-            gather, self.engine.journal.path, self.engine.admission.busy(), sweep=sweep,
+            gather, self.journal.path, self.admission.busy(), sweep=sweep,
             containers=containers))
 
     async def _act(self, facts: Facts, todo: Plan, *, dry_run: bool, origin: str,
                    why: str = "") -> tuple[dict[str, Any], frozenset[str]]:
-        engine = self.engine
         report: dict[str, Any] = {"dry_run": dry_run, "plan": todo.to_json(), "errors": []}
         if dry_run or todo.empty:
             return report, frozenset()
         self.metrics.reconciled(todo.found)
-        op_id = await engine.journal.begin(OpStart(
+        op_id = await self.journal.begin(OpStart(
             verb="RECONCILE", origin=origin, request=msgspec.json.encode(todo.to_json())))
         errors: list[str] = []
         deferred: set[str] = set()
@@ -123,7 +127,7 @@ class Reconciler:
             await self._carry_out(todo, facts.allocations, origin, errors, deferred)
         finally:
             with trio.CancelScope(shield=True):
-                await engine.journal.finish(op_id, OpEnd(
+                await self.journal.finish(op_id, OpEnd(
                     state="failed" if errors else "done", error="; ".join(errors) or None))
         report["errors"] = errors
         name = "reconcile" if origin == "reconcile" else f"reconcile on events ({why})"
@@ -137,7 +141,6 @@ class Reconciler:
 
     async def _carry_out(self, todo: Plan, allocations: list[AllocationFact], origin: str,
                          errors: list[str], deferred: set[str]) -> None:
-        engine = self.engine
         by_container: dict[str, set[int]] = {}
         whys: dict[str, list[str]] = {}  # the plan's reasons, journaled with each DEL
         for att_id, container, why in todo.delete:
@@ -149,7 +152,7 @@ class Reconciler:
         async def delete(container: str, ids: set[int]) -> None:
             async with limiter:
                 try:
-                    if await engine.admission.delete_in_turn(container, partial(
+                    if await self.admission.delete_in_turn(container, partial(
                             self._delete, container, ids, origin, "; ".join(whys[container])),
                             skip_busy=True) is None:
                         deferred.add(container)  # a request came meanwhile: never under it
@@ -169,7 +172,7 @@ class Reconciler:
             if held is None or (held.owner.container_id, held.owner.ifname) != (
                     fact.container_id, fact.ifname):
                 continue  # released (or taken again) since the facts were read
-            await engine.journal.one_transaction(OpStart(
+            await self.journal.one_transaction(OpStart(
                 verb="RELEASE", container_id=fact.container_id, ifname=fact.ifname,
                 netns=fact.netns, origin=origin, request=reason.encode(), reason=reason),
                 gone=[held])
@@ -189,20 +192,19 @@ class Reconciler:
         container's turn, without running its DEL (which keeps backing off for what the
         delegate may hold outside the netns): read again under the turn, and only while
         the attachment is still live and its netns still gone."""
-        engine = self.engine
-        if container in engine.admission.busy():
+        if container in self.admission.busy():
             deferred.add(container)
             return
 
         async def free() -> None:
-            att = next((a for a in await engine.journal.live_attachments(container)
+            att = next((a for a in await self.journal.live_attachments(container)
                         if a.id == att_id), None)
             if att is None or await trio.to_thread.run_sync(is_netns, att.netns):
                 return
             held = self.ipam.of_attachment(att_id)
             if not held:
                 return
-            await engine.journal.one_transaction(OpStart(
+            await self.journal.one_transaction(OpStart(
                 verb="RELEASE", container_id=container, ifname=att.ifname, netns=att.netns,
                 pod=att.pod, origin=origin, request=f"attachment {att_id}: {reason}".encode(),
                 reason=reason), gone=held)
@@ -212,7 +214,7 @@ class Reconciler:
                      reason)
 
         try:
-            await engine.admission.serialized(container, "RELEASE", free)
+            await self.admission.serialized(container, "RELEASE", free)
         except CNIError as exc:
             errors.append(exc.msg)
 
@@ -222,7 +224,7 @@ class Reconciler:
         under the container's turn, so a DEL that ran meanwhile (the runtime's, another
         round's) is not repeated. ``reason`` is journaled with the DEL (default: the
         origin's, :data:`REASONS_BY_ORIGIN`). How many were DELeted."""
-        atts = [a for a in await self.engine.journal.live_attachments(container)
+        atts = [a for a in await self.journal.live_attachments(container)
                 if a.id in ids]
         if atts:
             await self.engine.delete_attachments(container, atts, OpStart(
@@ -230,28 +232,28 @@ class Reconciler:
                 origin=origin, reason=reason or REASONS_BY_ORIGIN.get(origin)), origin)
         return len(atts)
 
-    async def pod_deleted(self, namespace: str, name: str, uid: str) -> list[str]:
-        """Kubernetes mode: the pod ``namespace/name`` with ``uid`` is gone from the API.
+    async def pod_deleted(self, pod: Pod) -> list[str]:
+        """Kubernetes mode: ``pod`` (its namespace, name and uid) is gone from the API.
         DEL the live attachments journaled for that pod — matched by UID, never by name
         alone (a StatefulSet's next pod has the same name) — each container in its turn,
         skipping one with a request in flight (kubelet's own DEL). The containers DELeted."""
-        if not uid:
+        if not pod.uid:
             return []
         mine: dict[str, set[int]] = {}
         # the journal's live index names the pod's containers: a pod with nothing live
         # (kubelet's DEL came first, as it nearly always does) costs no journal read
-        for container in sorted(self.engine.journal.live.of_pod(uid)):
-            for att in await self.engine.journal.live_attachments(container):
-                if (att.pod.namespace, att.pod.name, att.pod.uid) == (namespace, name, uid):
+        for container in sorted(self.journal.live.of_pod(pod.uid)):
+            for att in await self.journal.live_attachments(container):
+                if att.pod == pod:
                     mine.setdefault(att.container_id, set()).add(att.id)
         done = []
         for container, ids in mine.items():
             try:
-                if await self.engine.admission.delete_in_turn(container, partial(
+                if await self.admission.delete_in_turn(container, partial(
                         self._delete, container, ids, "pod-deleted"), skip_busy=True) is not None:
                     done.append(container)
             except CNIError as exc:
-                log.warning("pod %s/%s deleted: %s", namespace, name, exc.msg)
+                log.warning("pod %s deleted: %s", pod.key, exc.msg)
         return done
 
     async def forget(self, prefix: str, *, ifname: str = "", network: str = "",
@@ -264,7 +266,7 @@ class Reconciler:
         ``network`` narrow the attachments. Refused (code 7, nothing changed) while the
         attachments' netns still exists — their interfaces may be in use — unless
         ``force``. Runs in the container's turn, after its requests in flight."""
-        live = self.engine.journal.live
+        live = self.journal.live
         containers = {a.container_id for a in live.attachments.values()
                       if a.container_id.startswith(prefix)} if prefix else set()
         if not containers:
@@ -276,7 +278,7 @@ class Reconciler:
         (container,) = containers
 
         async def act() -> dict[str, Any]:
-            atts = [a for a in await self.engine.journal.live_attachments(container)
+            atts = [a for a in await self.journal.live_attachments(container)
                     if (not ifname or ifname in (a.ifname, a.caller_ifname))
                     and (not network or network in (a.network, a.caller_network))]
             if not atts:
@@ -299,7 +301,7 @@ class Reconciler:
                                    if g.owner.attachment_id == a.id]} for a in atts]
             request = msgspec.json.encode({"who": who, "why": why, "force": force,
                                            "attachments": rows})
-            op_id = await self.engine.journal.forget(OpStart(
+            op_id = await self.journal.forget(OpStart(
                 verb="FORGET", container_id=container, netns=atts[0].netns,
                 ifname=ifname, caller_network=network, pod=atts[0].pod, origin="admin",
                 request=request, reason=f"forgotten by {who or 'an operator'}"
@@ -312,7 +314,7 @@ class Reconciler:
             return {"operation": op_id, "container": container, "forced": bool(alive),
                     "forgotten": rows}
 
-        return await self.engine.admission.serialized(container, "FORGET", act)
+        return await self.admission.serialized(container, "FORGET", act)
 
     async def every(self, interval: float) -> None:
         """The daemon's reconcile rounds: the first at once (the daemon starts this right

@@ -38,7 +38,9 @@ import msgspec
 import trio
 
 from netctl.cni.request import DEL_CEILING, PROTO, Request, decode, protocol_refusal
+from netctl.engine.admission import Admission
 from netctl.engine.engine import Engine
+from netctl.engine.plan import Call
 from netctl.errors import CNIError
 
 log = logging.getLogger("netctl.reconcile")
@@ -111,8 +113,10 @@ def _remove(path: str) -> None:
         pass
 
 
-async def finish_pending(engine: Engine, directory: str) -> PendingReport:
-    """Carry out every recorded DEL in ``directory`` (see the module's docstring)."""
+async def finish_pending(engine: Engine, admission: Admission,
+                         directory: str) -> PendingReport:
+    """Carry out every recorded DEL in ``directory`` (see the module's docstring) through
+    ``engine``, each in its container's turn."""
     report = PendingReport()
     for rec in await trio.to_thread.run_sync(read_records, directory):
         if rec.request is None:
@@ -129,8 +133,8 @@ async def finish_pending(engine: Engine, directory: str) -> PendingReport:
             inv = decode(rec.request)
             targets = await engine.targets_of_del(inv, before=rec.written_at)
             if targets:
-                reply = await engine.admission.delete_in_turn(inv.container_id, partial(
-                    engine.delete, inv, "plugin-record", rec.written_at))
+                reply = await admission.delete_in_turn(inv.container_id, partial(
+                    engine.delete, Call(inv), "plugin-record", rec.written_at))
                 if reply is not None and reply.warning:
                     log.warning("recorded DEL of %s: %s", inv.container_id, reply.warning)
                 report.finished += 1

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from netctl.engine.engine import Engine
 from netctl.errors import CNIError
 from netctl.journal.records import Attachment, OpStart
+from netctl.journal.store import Journal
 
 INTERRUPTED = "interrupted by a daemon stop; finished at start-up"
 
@@ -27,8 +28,8 @@ class ReplayReport:
     failed: list[str] = field(default_factory=list)
 
 
-async def replay(engine: Engine) -> ReplayReport:
-    journal = engine.journal
+async def replay(journal: Journal, engine: Engine) -> ReplayReport:
+    """Read what is unfinished from ``journal``; DEL it through ``engine``."""
     report = ReplayReport()
     ops = await journal.unfinished_operations()
     pending: dict[str, list[Attachment]] = {}

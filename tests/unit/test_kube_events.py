@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from netctl.cni.request import Pod
 from netctl.kube.events import EventLog, Key, event_name
 
 SECOND = 1_000_000_000
@@ -24,7 +25,7 @@ SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 
 def key(message: str = "bad annotation", uid: str = "u1", reason: str = "InvalidNetworks",
         pod: str = "web-0") -> Key:
-    return Key("default", pod, uid, reason, message)
+    return Key(Pod(namespace="default", name=pod, uid=uid), reason, message)
 
 
 def test_a_repeat_counts_on_the_same_event() -> None:

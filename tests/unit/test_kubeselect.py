@@ -383,8 +383,8 @@ def test_selection_from_the_api_pod() -> None:
     assert [(s.namespace, s.name, s.interface) for s in choice.networks] == [
         ("shop", "storage", "st0")]
     assert choice.cluster is not None and choice.cluster.name == "alt"
-    assert (choice.home, choice.pod, choice.skip_defaults) == ("kube-system", "shop/web-1",
-                                                               False)
+    assert (choice.home, choice.pod, choice.skip_defaults) == (
+        "kube-system", PodRef(namespace="shop", name="web-1", uid="uid-1"), False)
 
 
 def test_runtime_annotations_win_and_spare_the_api() -> None:

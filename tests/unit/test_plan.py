@@ -327,7 +327,7 @@ def test_plan_refuses_as_the_pods(chosen: str, words: str) -> None:
         plan(c, inv, Choice(selection.parse(chosen)), NETS)
     assert not isinstance(plain.value, Refusal), "standalone: the error as it was"
     with pytest.raises(Refusal) as info:
-        plan(c, inv, Choice(selection.parse(chosen), pod="team/p"), NETS)
+        plan(c, inv, Choice(selection.parse(chosen), pod=inv.pod), NETS)
     assert info.value.code == INVALID_CONFIG and info.value.pod == "team/p"
     assert info.value.msg == f"pod team/p: {plain.value.msg}" and words in info.value.msg
     assert info.value.reason == "InvalidNetworkAnnotation" and words in info.value.note

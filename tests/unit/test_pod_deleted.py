@@ -16,6 +16,7 @@ from pathlib import Path
 import trio
 
 from netctl.cni.config import parse_chain
+from netctl.cni.hostroot import HostRoot
 from netctl.cni.request import Pod
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, Delegates
@@ -42,11 +43,16 @@ async def attach(journal: Journal, container: str, pod: Pod, ifnames: list[str])
     await journal.finish(op, OpEnd(state="done", attached=atts))
 
 
+def pod(name: str, uid: str) -> Pod:
+    return Pod(namespace="default", name=name, uid=uid)
+
+
 def reconciler(journal: Journal, tmp_path: Path) -> Reconciler:
     store = IndexStore()
-    engine = Engine(Chains(journal, Delegates([]), store), NetworkDir(str(tmp_path)),
-                    ArgsSelector(), Admission())
-    return Reconciler(engine, store)
+    admission = Admission()
+    engine = Engine(journal, Chains(journal, Delegates([]), store), HostRoot(),
+                    NetworkDir(str(tmp_path)), ArgsSelector(), admission)
+    return Reconciler(journal, admission, engine, store)
 
 
 def test_a_deleted_pod_with_nothing_live_costs_no_journal_read(tmp_path: Path) -> None:
@@ -58,12 +64,12 @@ def test_a_deleted_pod_with_nothing_live_costs_no_journal_read(tmp_path: Path) -
             rec = reconciler(journal, tmp_path)
             before = journal.trips
             for i in range(100):  # pods whose attachments kubelet's DEL already removed
-                assert await rec.pod_deleted("default", f"gone{i}", f"gone-{i}") == []
-            assert await rec.pod_deleted("default", "p7", "another-uid") == []  # replaced
+                assert await rec.pod_deleted(pod(f"gone{i}", f"gone-{i}")) == []
+            assert await rec.pod_deleted(pod("p7", "another-uid")) == []  # replaced
             assert journal.trips == before  # not one read
 
             before = journal.trips
-            assert await rec.pod_deleted("default", "p7", "uid-7") == ["c7"]
+            assert await rec.pod_deleted(pod("p7", "uid-7")) == ["c7"]
             assert await journal.live_attachments("c7") == []
             assert len(await journal.live_attachments()) == 3 * (PODS - 1)
             # its own container read, a DEL begun and finished, and the count above
