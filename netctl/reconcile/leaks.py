@@ -32,7 +32,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from netctl.cni.netns import is_netns
 from netctl.engine.engine import Engine
 from netctl.errors import INVALID_CONFIG, CNIError
-from netctl.ipam.store import IndexStore
+from netctl.ipam.store import Store
 from netctl.journal.records import OpEnd, OpStart
 from netctl.metrics import Metrics
 from netctl.reconcile.events import Hints, concerned, netns_to_check
@@ -64,7 +64,7 @@ REASONS_BY_ORIGIN = {  # the reason journaled with a DEL its caller gave none fo
 @dataclass
 class Reconciler:
     engine: Engine
-    ipam: IndexStore
+    ipam: Store
     grace: float = 30.0
     pending: str | None = None  # the plugin's recorded DELs (netctl.reconcile.pending)
     parallel: int = PARALLEL  # containers DELeted at once (the daemon: at most half of
