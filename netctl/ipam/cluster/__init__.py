@@ -89,5 +89,5 @@ def cluster_store(api: Api, journal: Journal, settings: ClusterSettings,
     borrows = Borrows(cluster, holdings, claims, asked)
     adoption = Adoption(cluster, holdings, claims, live_pods)
     whereabouts = WhereaboutsHolds(api, holdings)
-    maintenance = Maintenance(cluster, holdings, claims, borrows, adoption, whereabouts)
+    maintenance = Maintenance(cluster, holdings, claims)
     return ClusterStore(cluster, holdings, claims, borrows, adoption, whereabouts, maintenance)

@@ -1,7 +1,6 @@
-"""The maintenance round (every ``block-check`` seconds, once the store is ready):
+"""The upkeep of blocks in each maintenance round
+(:meth:`netctl.ipam.cluster.store.ClusterStore.maintain`, every ``block-check`` seconds):
 
-- unfinished claims settled, whereabouts' holds read again when due, the lent addresses
-  counted again, asks the watch brought early answered;
 - other nodes' blocks recorded as they come and go (``seen``), so that ``netctl journal
   --ip`` can name the node that held an address at a time;
 - a block this node has held no address in for ``block-idle`` seconds (seen empty in two
@@ -9,22 +8,16 @@
   keeping at least one block per pool;
 - the blocks of a node whose Node object has been gone for ``node-gone-grace`` seconds,
   and that has no pod left in the API, handed over to this node (an update carrying the
-  resourceVersion read: of two nodes racing, one wins);
-- the adopted addresses of pods that are gone released.
+  resourceVersion read: of two nodes racing, one wins).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from netctl.ipam.cluster.adopt import Adoption
-from netctl.ipam.cluster.borrow import Borrows
 from netctl.ipam.cluster.claims import Claims
 from netctl.ipam.cluster.state import Cluster, Held, Holdings
-from netctl.ipam.cluster.takeover import WhereaboutsHolds
 from netctl.journal.records import BlockRecord
 from netctl.kube import blocks as block_objects
 from netctl.kube.api import ApiError
@@ -38,27 +31,18 @@ class Maintenance:
     cluster: Cluster
     holdings: Holdings
     claims: Claims
-    borrows: Borrows
-    adoption: Adoption
-    whereabouts: WhereaboutsHolds
     releases: int = 0
     handovers: int = 0
     _seen: dict[str, tuple[int, str]] = field(default_factory=dict)  # name → (record, node)
     _gone_since: dict[str, float] = field(default_factory=dict)  # node → first seen gone
 
-    async def round(self, now: float | None = None) -> dict[str, Any]:
-        """One round (see the module's docstring)."""
-        now = time.monotonic() if now is None else now
-        await self.claims.settle()
-        if self.whereabouts.due(now):
-            await self.whereabouts.take_over()
-        self.holdings.lent = self.borrows.lent_now()
-        await self.borrows.answer_cached()
+    async def round(self, now: float) -> dict[str, int]:
+        """Record the blocks seen, release the idle ones, take over those of nodes gone
+        (see the module's docstring)."""
         await self._record_seen()
         released = await self._release_idle(now)
         taken = await self._take_over(now)
-        freed = await self.adoption.release_gone()
-        return {"released": released, "taken_over": taken, "adopted_freed": freed}
+        return {"released": released, "taken_over": taken}
 
     async def _record_seen(self) -> None:
         journal, node = self.cluster.journal, self.cluster.settings.node

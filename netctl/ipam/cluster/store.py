@@ -10,6 +10,7 @@ built it with.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -196,10 +197,20 @@ class ClusterStore:
         await self.borrows.answer_borrows()
 
     async def maintain(self, now: float | None = None) -> dict[str, Any]:
-        """One maintenance round (:mod:`netctl.ipam.cluster.maintain`), once ready."""
+        """One round, once ready: settle unfinished claims, read whereabouts' holds again
+        when due, count the lent addresses again and answer the asks the watch brought
+        early, the upkeep of blocks (:mod:`netctl.ipam.cluster.maintain`), release the
+        adopted addresses of pods that are gone."""
+        now = time.monotonic() if now is None else now
         if not self.ready.is_set():
             return {}
-        return await self.maintenance.round(now)
+        await self.claims.settle()
+        if self.whereabouts.due(now):
+            await self.whereabouts.take_over()
+        self.holdings.lent = self.borrows.lent_now()
+        await self.borrows.answer_cached()
+        done = await self.maintenance.round(now)
+        return {**done, "adopted_freed": await self.adoption.release_gone()}
 
     # -- for the metrics and the status ----------------------------------------------------
 
