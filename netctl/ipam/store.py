@@ -8,10 +8,9 @@ engine, the reconciler and the daemon know a store by this interface only: the n
 - ``allocate`` plans (:func:`allocate`) and takes the new allocations as used.
 
 - ``reserve`` takes the planner's new allocations before anything is written:
-  it may do I/O and must make them count as used at once, so a concurrent
-  request is never handed the same address. (The cluster store claims the
-  blocks it needs from the API server earlier, in ``allocate``, its intent
-  journaled first: it plans only inside blocks it holds.)
+  it may do I/O (the cluster store claims there the blocks it planned in and
+  does not hold yet, its intent journaled first) and must make them count as
+  used at once, so a concurrent request is never handed the same address.
 - ``record`` happens inside the journal transaction of the step (or plain-IPAM
   request) that uses the addresses: the engine passes the allocations to the
   journal, which writes them with the step; ``recorded``/``unreserve`` tell the

@@ -7,15 +7,18 @@ planned by the same pure planner, on each range narrowed to this node's blocks o
 (:func:`.blocks.narrow`): steady-state churn writes nothing to the API for IPAM.
 The API is called only when:
 
-- a range has no free address in this node's blocks: the node **claims** the next
-  block nobody holds (:func:`.blocks.candidates`, from the node's own starting point),
-  journaling the intent first (``ipam_blocks`` state ``claiming``), then creating
-  the block object — create is the claim, AlreadyExists means another node has it —
-  then recording it ``held``. A claim whose outcome was not recorded (a crash, an API
-  server that did not answer) is settled by :meth:`.claims.Claims.settle` at start-up and
-  in each maintenance round, by reading the object;
+- a range has no free address in this node's blocks: the address is planned in the
+  next block nobody holds (:func:`.blocks.candidates`, from the node's own starting
+  point), which the node **claims** as it reserves the address
+  (:meth:`.ClusterStore.reserve`): journaling the intent first (``ipam_blocks`` state
+  ``claiming``), then creating the block object — create is the claim, AlreadyExists
+  means another node has it — then recording it ``held``. A claim whose outcome was not
+  recorded (a crash, an API server that did not answer) is settled by
+  :meth:`.claims.Claims.settle` at start-up and in each maintenance round, by reading
+  the object;
 - a requested address (``ips``, ``IP=``) lies in a block nobody holds: that block is
-  claimed. One in another node's block is refused (code 7, naming the node);
+  claimed. One in another node's block is borrowed (:mod:`.borrow`): that node grants
+  it, or refuses it (code 7, naming the node);
 - :meth:`.ClusterStore.maintain` (every ``block-check`` seconds): a block this node has
   held no address in for ``block-idle`` seconds (seen empty in two rounds that far
   apart) is released — deleted with its resourceVersion as precondition — keeping at

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ from netctl.ipam.ranges import IPAMConfig, Range
 from netctl.journal.records import BlockRecord
 from netctl.kube import blocks as block_objects
 from netctl.kube.api import ApiError
+from netctl.kube.informer import Informer
 from netctl.kube.objects import Block as IPAMBlock
 from netctl.kube.objects import BlockSpec
 
@@ -52,31 +54,47 @@ class Claims:
     _locks: dict[str, trio.Lock] = field(default_factory=dict)
     _claiming: set[int] = field(default_factory=set)  # records of claims in flight
 
-    async def claim_for(self, cfg: IPAMConfig, rng: Range) -> None:
-        """Claim one more block of ``rng`` for this node (one claim at a time per pool; a
-        request that waited finds the block another request claimed)."""
+    def next_block(self, cfg: IPAMConfig, rng: Range) -> Block | None:
+        """The block of ``rng`` :meth:`claim_for` tries first, as the cache of blocks says
+        now (None when the cache knows none free)."""
+        key = pool_key(cfg, rng)
+        present = {n for _, n in self._synced(key).cache}
+        return next(self._free(cfg, rng, present), None)
+
+    def _synced(self, key: str) -> Informer[IPAMBlock]:
+        if not self.cluster.blocks.synced.is_set():
+            raise CNIError(TRY_AGAIN_LATER, f"ipam: pool {key} needs a new block and the "
+                           "cache of blocks is not filled yet; try again later")
+        return self.cluster.blocks
+
+    def _free(self, cfg: IPAMConfig, rng: Range, present: AbstractSet[str]) -> Iterator[Block]:
+        """The blocks of ``rng`` none of ``present`` names or overlaps, in the order this
+        node tries them."""
+        scope = scope_of(cfg, pool_key(cfg, rng))
+        for blk in candidates(rng, block_prefix(rng, cfg.block_size),
+                              self.cluster.settings.node):
+            if block_name(scope, blk) not in present \
+                    and not self._overlaps(scope, blk, present):
+                yield blk
+
+    async def claim_for(self, cfg: IPAMConfig, rng: Range, before: int) -> Block | None:
+        """Claim one more block of ``rng`` for this node, which held ``before`` blocks of it
+        when it found them full; the block claimed. One claim at a time per pool: None
+        when another request claimed one while this one waited."""
         key = pool_key(cfg, rng)
         lock = self._locks.setdefault(key, trio.Lock())
-        before = len(self.holdings.of_pool(key))
         async with lock:
             if len(self.holdings.of_pool(key)) != before:
-                return  # claimed while this request waited
-            cache = self.cluster.blocks
-            if not cache.synced.is_set():
-                raise CNIError(TRY_AGAIN_LATER, f"ipam: pool {key} needs a new block and the "
-                               "cache of blocks is not filled yet; try again later")
+                return None  # claimed while this request waited
+            present: AbstractSet[str] = {n for _, n in self._synced(key).cache}
             scope = scope_of(cfg, key)
-            prefix = block_prefix(rng, cfg.block_size)
-            present = {n for _, n in cache.cache}
             for fresh in (False, True):  # the cache, then (it may lag) the API's own list
                 if fresh:
                     present = await self._block_names()
-                for blk in candidates(rng, prefix, self.cluster.settings.node):
-                    if block_name(scope, blk) in present \
-                            or self._overlaps(scope, blk, present):
-                        continue
+                for blk in self._free(cfg, rng, present):
                     if await self.claim(key, scope, blk, cfg, rng) is not None:
-                        return
+                        return blk
+            prefix = block_prefix(rng, cfg.block_size)
             owners = sorted({b.spec.node for b in self.cluster.scope_blocks(scope)})
             raise CNIError(POOL_EXHAUSTED, f"address pool {key} is exhausted: every block of "
                            f"/{prefix} is claimed (by nodes {', '.join(owners) or 'none'}) and "

@@ -1,9 +1,13 @@
 """The cluster store: the :class:`~netctl.ipam.store.Store` of ``ipam-backend:
-kubernetes`` (see :mod:`netctl.ipam.cluster`). Allocation plans with the same pure
-planner as every store, on each range narrowed to this node's blocks of it
-(:func:`~netctl.ipam.cluster.blocks.narrow`), claiming a block when the node's blocks of a
-range are full, and placing each requested address first (its block claimed when nobody
-holds it, borrowed when another node does). The live allocations are an
+kubernetes`` (see :mod:`netctl.ipam.cluster`). Allocation places each requested address
+first (its block claimed when nobody holds it, borrowed when another node does), then
+plans with the same pure planner as every store, on each range narrowed to this node's
+blocks of it (:func:`~netctl.ipam.cluster.blocks.narrow`). When the node's blocks of a
+range are full, it plans in the block it would claim next (:meth:`.Claims.next_block`),
+and :meth:`ClusterStore.reserve` claims that block before anything is recorded — as the
+:class:`~netctl.ipam.store.Store` protocol says; when the claim lands on another block
+(another node took that one, or a request of this node claimed one meanwhile), the
+allocation is planned again. The live allocations are an
 :class:`~netctl.ipam.store.IndexStore`'s; the other questions go to the parts the factory
 built it with.
 """
@@ -35,6 +39,22 @@ from netctl.kube.objects import Block as IPAMBlock
 from netctl.kube.objects import Node
 
 
+@dataclass(frozen=True)
+class _Claim:
+    """A block planned in that this node does not hold yet: :meth:`ClusterStore.reserve`
+    claims it. ``before``: how many blocks of the pool the node held when it found them
+    full."""
+
+    cfg: IPAMConfig
+    rng: Range
+    block: Block
+    before: int
+
+
+class _Replan(Exception):
+    """The claim of a block planned in landed on another block: plan again."""
+
+
 @dataclass
 class ClusterStore:
     """The node's allocations, and the blocks it holds (see the module's docstring)."""
@@ -47,6 +67,8 @@ class ClusterStore:
     whereabouts: WhereaboutsHolds
     maintenance: Maintenance
     ready: trio.Event = field(default_factory=trio.Event)
+    # the blocks to claim in reserve, by the (pool, address) planned in them
+    _to_claim: dict[tuple[str, int], _Claim] = field(default_factory=dict)
 
     @property
     def blocks(self) -> Informer[IPAMBlock]:
@@ -73,7 +95,16 @@ class ClusterStore:
     # -- the Store: the index's ------------------------------------------------------------
 
     async def reserve(self, new: list[Allocation]) -> None:
+        """Claim the blocks ``new`` was planned in that this node does not hold yet (its
+        intent journaled first: :meth:`.Claims.claim`); :class:`_Replan` when a claim
+        lands on another block."""
         await self.holdings.index.reserve(new)
+        due = [c for a in new if (c := self._to_claim.pop((a.pool, a.ip), None))]
+        for claim in due:
+            if claim.block in self.holdings.of_pool(pool_key(claim.cfg, claim.rng)):
+                continue  # a request of this node claimed it meanwhile
+            if await self.claims.claim_for(claim.cfg, claim.rng, claim.before) != claim.block:
+                raise _Replan
 
     def unreserve(self, new: list[Allocation]) -> None:
         self.holdings.index.unreserve(new)
@@ -110,20 +141,56 @@ class ClusterStore:
         self.know_pools({key: info.size for key, info in pools.items()})
         await self._place_requested(cfg, ranges, wanted)
         for _ in range(64):
-            narrowed = [narrow_to(r, self.holdings.of_pool(pool_key(cfg, r))) for r in ranges]
-            try:
-                decision = plan(cfg, narrowed, owner, wanted, self, now)
-            except CNIError as exc:
-                if exc.code != POOL_EXHAUSTED:
-                    raise
-                for full, mine in zip(ranges, narrowed, strict=True):
-                    if self._needs_block(cfg, full, mine, owner):
-                        await self.claims.claim_for(cfg, full)
+            planned = await self._plan(cfg, ranges, owner, wanted, now)
+            if planned is None:
                 continue
+            decision, to_claim = planned
             self.holdings.index.take(decision.new)
+            self._to_claim.update(((a.pool, a.ip), to_claim[a.pool]) for a in decision.new
+                                  if a.pool in to_claim and to_claim[a.pool].block.contains(a.ip))
+            try:
+                await self.reserve(decision.new)
+            except _Replan:
+                self.unreserve(decision.new)
+                continue
+            except BaseException:
+                self.unreserve(decision.new)
+                raise
             return Decision(decision.leases, decision.new, pools)
         raise CNIError(TRY_AGAIN_LATER, "ipam: no address after claiming 64 blocks; "
                        "try again later")
+
+    async def _plan(self, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
+                    wanted: list[str], now: float) -> tuple[Decision, dict[str, _Claim]] | None:
+        """The plan in this node's blocks; when they are full, in them and the block to
+        claim next of each full range (by pool). None: plan again — a block was claimed
+        here (the cache knowing none free, from the API's own list; or the next blocks
+        having no free address either: whereabouts' or lent), or no address yet."""
+        narrowed = [narrow_to(r, self.holdings.of_pool(pool_key(cfg, r))) for r in ranges]
+        try:
+            return plan(cfg, narrowed, owner, wanted, self, now), {}
+        except CNIError as exc:
+            if exc.code != POOL_EXHAUSTED:
+                raise
+        full = [(r, len(self.holdings.of_pool(pool_key(cfg, r))), self.claims.next_block(cfg, r))
+                for r, mine in zip(ranges, narrowed, strict=True)
+                if self._needs_block(cfg, r, mine, owner)]
+        to_claim = {pool_key(cfg, r): _Claim(cfg, r, blk, before)
+                    for r, before, blk in full if blk is not None}
+        if full and len(to_claim) == len(full):
+            widened = [narrow_to(r, [*self.holdings.of_pool(key), to_claim[key].block]
+                                 if (key := pool_key(cfg, r)) in to_claim
+                                 else self.holdings.of_pool(key)) for r in ranges]
+            try:
+                return plan(cfg, widened, owner, wanted, self, now), to_claim
+            except CNIError as exc:
+                if exc.code != POOL_EXHAUSTED:
+                    raise
+        # the cache knows no free block of a range (the claim reads the API's own list), or
+        # the next blocks have no free address either (whereabouts', lent): claimed here
+        for r, before, _ in full:
+            await self.claims.claim_for(cfg, r, before)
+        return None
 
     async def _wait_ready(self) -> None:
         if self.ready.is_set():
