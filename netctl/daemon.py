@@ -56,7 +56,7 @@ from netctl.errors import (
     Refusal,
 )
 from netctl.ipam.planner import Allocation
-from netctl.ipam.store import IndexStore
+from netctl.ipam.store import IndexStore, Store
 from netctl.journal.pruner import Pruner
 from netctl.journal.records import Attachment, OpStart
 from netctl.journal.retention import (
@@ -76,11 +76,10 @@ from netctl.reconcile.watch import EventWatcher
 from netctl.server import Handlers, Server, ServerConfig
 
 if TYPE_CHECKING:  # the client is imported in Kubernetes mode only: it costs ≈ 50 MiB
-    from netctl.engine.clusteripam import ClusterStore
+    from netctl.ipam.cluster import ClusterStore
     from netctl.kube.api import Api
     from netctl.kube.events import EventRecorder
     from netctl.kube.informer import Informer
-    from netctl.kube.objects import Block
     from netctl.kube.pods import NadSource, PodSource
     from netctl.kube.statuswrites import StatusWrites
     from netctl.kube.thisnode import NodeCheck
@@ -240,7 +239,6 @@ class KubeMode:
     ipam: ClusterStore | None = None  # ipam-backend: kubernetes
     block_check: float = 10.0
     takeover: bool = False  # ipam-takeover names whereabouts: its holds count as taken
-    asked: trio.MemoryReceiveChannel[Block] | None = None  # borrows of our blocks' addresses
     status_failures: int = 0
     last_status_failure: str = ""
     watching: trio.CancelScope = dataclasses.field(default_factory=trio.CancelScope)
@@ -273,28 +271,16 @@ class KubeMode:
     def cluster_store(self, cfg: DaemonConfig, journal: Journal,
                       live: tuple[list[Allocation], dict[str, int]]) -> ClusterStore:
         """The cluster-wide IPAM store (``ipam-backend: kubernetes``) over this API."""
-        from netctl.engine.clusteripam import ClusterSettings, ClusterStore
-        from netctl.kube.blocks import BLOCKS, NODES
-        from netctl.kube.informer import Informer
-        from netctl.kube.objects import Block, Node
+        from netctl.ipam.cluster import ClusterSettings, cluster_store
 
         def live_pods() -> set[str] | None:
             if not self.pods.informer.synced.is_set():
                 return None
             return {p.metadata.uid for p in self.pods.informer.cache.values()}
 
-        store = ClusterStore.of(*live)
-        store.api, store.journal, store.live_pods = self.api, journal, live_pods
-        store.settings = ClusterSettings(self.node, cfg.block_idle, cfg.node_gone_grace,
-                                         ready_wait=max(cfg.api_timeout, cfg.pod_wait))
-        asked, self.asked = trio.open_memory_channel[Block](math.inf)
-
-        def on_block(obj: Block) -> None:
-            if store.asked(obj):  # another node asks for an address of one of ours
-                asked.send_nowait(obj)
-
-        store.blocks = Informer(self.api, Block, BLOCKS, [], on_put=on_block)
-        store.nodes = Informer(self.api, Node, NODES, [])
+        store = cluster_store(self.api, journal, ClusterSettings(
+            self.node, cfg.block_idle, cfg.node_gone_grace,
+            ready_wait=max(cfg.api_timeout, cfg.pod_wait)), live, live_pods)
         self.ipam, self.block_check = store, cfg.block_check
         self.takeover = "whereabouts" in cfg.ipam_takeover
         return store
@@ -303,12 +289,10 @@ class KubeMode:
         """The cluster store's caches, its start, and its maintenance rounds."""
         from netctl.kube.api import ApiError
 
-        assert store.blocks is not None and store.nodes is not None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store.blocks.run)
             nursery.start_soon(store.nodes.run)
-            if self.asked is not None:
-                nursery.start_soon(store.answer_borrows, self.asked)
+            nursery.start_soon(store.answer_borrows)
             while True:
                 try:
                     if not store.ready.is_set():
@@ -436,8 +420,7 @@ class KubeMode:
         """Each cache's resource: whether it is watching, and its age (the metrics)."""
         informers: list[tuple[str, Informer[Any]]] = [
             ("pods", self.pods.informer), ("network-attachment-definitions", self.nads.informer)]
-        if self.ipam is not None and self.ipam.blocks is not None \
-                and self.ipam.nodes is not None:
+        if self.ipam is not None:
             informers += [("ipamblocks", self.ipam.blocks), ("nodes", self.ipam.nodes)]
         return {name: (inf.state == "watching", inf.age()) for name, inf in informers}
 
@@ -474,7 +457,7 @@ async def run(cfg: DaemonConfig, *,
             if kube is None:
                 raise CNIError(INVALID_CONFIG, "ipam-backend: kubernetes needs Kubernetes mode "
                                "(--kubeconfig or --in-cluster)")
-            ipam: IndexStore = kube.cluster_store(cfg, journal, live)
+            ipam: Store = kube.cluster_store(cfg, journal, live)
         elif cfg.ipam_backend == "sqlite":
             ipam = IndexStore.of(*live)
         else:

@@ -46,7 +46,7 @@ from netctl.cni.probe import check_delegate_version, supported_versions
 from netctl.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError
 from netctl.ipam import ranges as ranges_mod
 from netctl.ipam.planner import Allocation, Lease, Owner, pool_key, static_ipam
-from netctl.ipam.store import IndexStore, allocate, record
+from netctl.ipam.store import Store, allocate, record
 from netctl.journal.records import Attachment, StepEnd, StepStart
 from netctl.journal.store import Journal
 from netctl.metrics import Metrics
@@ -164,7 +164,7 @@ class Chains:
 
     journal: Journal
     delegates: Delegates
-    ipam: IndexStore
+    ipam: Store
     metrics: Metrics = field(default_factory=Metrics)  # each plugin run's time
 
     def served(self, att: Attachment) -> Served:

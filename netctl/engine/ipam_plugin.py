@@ -22,7 +22,7 @@ from netctl.engine.verbs import ANY, Reply, Verb, dispatch
 from netctl.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, CNIError
 from netctl.ipam.planner import Owner, ipam_result, pool_key
 from netctl.ipam.ranges import IPAMConfig, Range
-from netctl.ipam.store import IndexStore, allocate, record
+from netctl.ipam.store import Store, allocate, record
 from netctl.journal.records import OpStart
 from netctl.journal.store import Journal
 
@@ -56,7 +56,7 @@ class _Request:
 @dataclass
 class IpamPlugin:
     journal: Journal
-    store: IndexStore
+    store: Store
     admission: Admission
     ipam_types: frozenset[str]
     gc_grace: float = 30.0

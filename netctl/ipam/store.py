@@ -1,11 +1,16 @@
 """Where allocations live, behind a small interface, and the allocator over it.
 
-A :class:`Store` only stores; the rules are :func:`netctl.ipam.planner.plan`'s.
+A :class:`Store` only stores; the rules are :func:`netctl.ipam.planner.plan`'s. The
+engine, the reconciler and the daemon know a store by this interface only: the node's
+:class:`IndexStore` (``ipam-backend: sqlite``) and the cluster store
+(:mod:`netctl.ipam.cluster`, ``ipam-backend: kubernetes``) are its implementations.
+
+- ``allocate`` plans (:func:`allocate`) and takes the new allocations as used.
 
 - ``reserve`` takes the planner's new allocations before anything is written:
-  it may do I/O (a cluster store claims blocks from the API server there, its
-  intent journaled first) and must make them count as used at once, so a
-  concurrent request is never handed the same address.
+  it may do I/O (the cluster store claims there the blocks it planned in and
+  does not hold yet, its intent journaled first) and must make them count as
+  used at once, so a concurrent request is never handed the same address.
 - ``record`` happens inside the journal transaction of the step (or plain-IPAM
   request) that uses the addresses: the engine passes the allocations to the
   journal, which writes them with the step; ``recorded``/``unreserve`` tell the
@@ -35,6 +40,11 @@ T = TypeVar("T")
 
 
 class Store(View, Protocol):
+    async def allocate(self, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
+                       wanted: list[str], now: float) -> Decision:
+        """Plan and reserve: the addresses of ``owner``'s leases, ``new`` counted as used."""
+        ...
+
     async def reserve(self, new: list[Allocation]) -> None:
         """Hold ``new`` (already counted as used) until recorded or unreserved."""
         ...
@@ -57,6 +67,19 @@ class Store(View, Protocol):
                  pools: AbstractSet[str] | None = None) -> list[Allocation]: ...
 
     def live(self) -> list[Allocation]: ...
+
+    def know_pools(self, sizes: dict[str, int]) -> None:
+        """The sizes of pools planned before (the journal's ``ipam_pools``)."""
+        ...
+
+    def pool_usage(self) -> dict[str, tuple[int | None, int]]:
+        """Every known pool's size (None: not planned since the start) and live count."""
+        ...
+
+    def pool_fill(self) -> dict[str, tuple[int | None, int]]:
+        """Every known pool's size and how many of its addresses this node can no longer
+        hand out (``pool-degraded-at``, netctl/engine/degraded.py)."""
+        ...
 
 
 @dataclass
@@ -185,13 +208,13 @@ class IndexStore:
 _CHECK: Store = IndexStore()  # mypy: the index implements the interface
 
 
-async def allocate(store: IndexStore, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
+async def allocate(store: Store, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
                    wanted: list[str], now: float) -> Decision:
-    """Plan and reserve on ``store`` (:meth:`IndexStore.allocate`, or a cluster store's)."""
+    """Plan and reserve on ``store`` (:meth:`IndexStore.allocate`, or the cluster store's)."""
     return await store.allocate(cfg, ranges, owner, wanted, now)
 
 
-async def record(store: IndexStore, new: list[Allocation], write: Callable[[], Awaitable[T]]
+async def record(store: Store, new: list[Allocation], write: Callable[[], Awaitable[T]]
                  ) -> T:
     """Record ``new`` (reserved by :func:`allocate`) with ``write``, the journal
     transaction that uses them: ``recorded`` once it committed, ``unreserve`` when it

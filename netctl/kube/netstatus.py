@@ -25,6 +25,10 @@ cniVersion netctl serves (0.3.x and 0.4.0 carry the same fields as 1.x here):
 "    ")`` does, joined by ``,`` inside ``[…]``; :func:`patch_body` wraps the value in the
 JSON merge patch the kube client sends (``application/merge-patch+json``), with the pod's
 UID as a precondition when it is known.
+
+:func:`addresses` reads the annotation back: every address a pod's network-status names,
+with its interface (the cluster IPAM adopts the addresses of the pods of a block it finds
+this node's in the API but not in its journal).
 """
 
 from __future__ import annotations
@@ -37,10 +41,28 @@ from typing import Any
 import msgspec
 
 from netctl.journal.records import Attachment
-from netctl.kube.objects import NETWORK_STATUS
+from netctl.kube.objects import NETWORK_STATUS, Pod
 
 _GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
                "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+class _Entry(msgspec.Struct, forbid_unknown_fields=False):
+    interface: str = ""
+    ips: list[str] = []
+
+
+def addresses(pod: Pod) -> list[tuple[str, str]] | None:
+    """(interface, address) of every address ``pod``'s network-status names (in the order
+    it names them; [] without the annotation); None when the annotation is malformed."""
+    raw = pod.metadata.annotations.get(NETWORK_STATUS)
+    if not raw:
+        return []
+    try:
+        entries = msgspec.json.decode(raw, type=list[_Entry])
+    except msgspec.MsgspecError:
+        return None
+    return [(e.interface, ip) for e in entries for ip in e.ips]
 
 
 def status_name(att: Attachment) -> str:

@@ -3,7 +3,9 @@
 :class:`Pod` and :class:`Nad` are msgspec structs decoded straight from the API's JSON
 (the informer's lists and watch events, one GET) keeping only the fields netctl needs:
 a pod's identity, the annotations it reads, resourceVersion, deletionTimestamp and node; a
-NetworkAttachmentDefinition's identity, resourceVersion and ``spec.config``. The
+NetworkAttachmentDefinition's identity, resourceVersion and ``spec.config``. A pod listed
+for the addresses it holds (:class:`PodWithStatus`, the cluster IPAM's adoption) keeps its
+network-status too. The
 annotation names Kubernetes mode reads and writes, and the reasons of the Events it
 posts, are here too.
 
@@ -13,6 +15,8 @@ it, and it imports nothing that talks to the API.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import msgspec
 
@@ -47,11 +51,17 @@ class Meta(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     resourceVersion: str = ""
     annotations: dict[str, str] = {}
     deletionTimestamp: str | None = None
+    kept: ClassVar[frozenset[str]] = KEPT_ANNOTATIONS
 
     def __post_init__(self) -> None:
-        if self.annotations and not self.annotations.keys() <= KEPT_ANNOTATIONS:
-            self.annotations = {k: v for k, v in self.annotations.items()
-                                if k in KEPT_ANNOTATIONS}
+        if self.annotations and not self.annotations.keys() <= self.kept:
+            self.annotations = {k: v for k, v in self.annotations.items() if k in self.kept}
+
+
+class MetaWithStatus(Meta):
+    """A pod's metadata with its network-status kept (:class:`PodWithStatus`)."""
+
+    kept: ClassVar[frozenset[str]] = KEPT_ANNOTATIONS | {NETWORK_STATUS}
 
 
 class PodSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
@@ -69,6 +79,13 @@ class Pod(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
         """Its identity, the shape a request and the journal name a pod with."""
         meta = self.metadata
         return request.Pod(namespace=meta.namespace, name=meta.name, uid=meta.uid)
+
+
+class PodWithStatus(Pod):
+    """A pod as listed for the addresses it holds: its network-status annotation kept
+    (:func:`netctl.kube.netstatus.addresses` reads it)."""
+
+    metadata: MetaWithStatus = msgspec.field(default_factory=MetaWithStatus)
 
 
 class NadSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):

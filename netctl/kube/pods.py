@@ -20,6 +20,10 @@ attachments after a grace period, matching by UID, never by name).
 list raises :class:`~netctl.errors.NotListedYet` (code 11); the engine then waits for
 that list (:meth:`NadSource.wait_listed`) up to ``pod-wait`` seconds, as for a pod — not
 at all while the API server is known unreachable — and looks again.
+
+:func:`pods_on` lists the pods of a node with one LIST, each with its network-status
+(the cluster IPAM reads who holds which address of a block it adopts, and whether a node
+that is gone still has pods).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from netctl.cni import request
 from netctl.errors import TRY_AGAIN_LATER, CNIError, NotListedYet, Refusal
 from netctl.kube.api import Api, ApiError
 from netctl.kube.informer import Informer
-from netctl.kube.objects import REASON_OTHER_NODE, Nad, Pod
+from netctl.kube.objects import REASON_OTHER_NODE, Nad, Pod, PodWithStatus
 
 PODS = "/api/v1/pods"
 NADS = "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions"
@@ -40,6 +44,18 @@ NADS = "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions"
 
 def pod_path(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{namespace}/pods/{name}"
+
+
+class _PodList(msgspec.Struct, forbid_unknown_fields=False):
+    items: list[PodWithStatus] = []
+
+
+async def pods_on(api: Api, node: str, limit: int | None = None) -> list[PodWithStatus]:
+    """The pods bound to ``node`` (at most ``limit``), from one LIST."""
+    params = [("fieldSelector", f"spec.nodeName={node}")]
+    if limit is not None:
+        params.append(("limit", str(limit)))
+    return msgspec.json.decode(await api.list(PODS, params), type=_PodList).items
 
 
 class PodSource:

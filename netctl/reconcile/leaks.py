@@ -34,7 +34,7 @@ from netctl.cni.request import Pod
 from netctl.engine.admission import Admission
 from netctl.engine.engine import Engine
 from netctl.errors import INVALID_CONFIG, CNIError
-from netctl.ipam.store import IndexStore
+from netctl.ipam.store import Store
 from netctl.journal.records import OpEnd, OpStart
 from netctl.journal.store import Journal
 from netctl.metrics import Metrics
@@ -69,7 +69,7 @@ class Reconciler:
     journal: Journal  # what is live, and where the reconciler's operations are journaled
     admission: Admission  # the containers' turns
     engine: Engine  # DELs through the chains, journaled as the runtime's are
-    ipam: IndexStore
+    ipam: Store
     grace: float = 30.0
     pending: str | None = None  # the plugin's recorded DELs (netctl.reconcile.pending)
     parallel: int = PARALLEL  # containers DELeted at once (the daemon: at most half of

@@ -1,4 +1,4 @@
-"""We test the arithmetic of the cluster-wide IPAM's blocks (``netctl/ipam/blocks.py``):
+"""We test the arithmetic of the cluster-wide IPAM's blocks (``netctl/ipam/cluster/blocks.py``):
 
 - block sizes: the default shrunk for small pools, single addresses below a /26, an
   explicit ``block_size`` per family;
@@ -19,7 +19,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from netctl.errors import CNIError
-from netctl.ipam import blocks as b
+from netctl.ipam.cluster import blocks as b
 from netctl.ipam.ranges import Range, next_free, parse_config
 
 

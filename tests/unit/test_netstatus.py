@@ -9,7 +9,10 @@
   default-route gateways;
 - results with several sandbox interfaces (addresses by index, unindexed ones to the
   last entry, ``default`` where the gateway is), with one host-side interface, with none;
-- ``dns``, ``mtu`` and ``device-info``; Go's escapes; the merge patch body.
+- ``dns``, ``mtu`` and ``device-info``; Go's escapes; the merge patch body;
+- reading it back (:func:`~netctl.kube.netstatus.addresses`): what the writer wrote, from
+  a pod listed with its network-status (``PodWithStatus``); none without the annotation;
+  a malformed one said apart from an empty one.
 """
 
 from __future__ import annotations
@@ -23,8 +26,14 @@ import pytest
 from netctl.cni.config import parse_chain
 from netctl.cni.versions import convert_result
 from netctl.journal.records import Attachment
-from netctl.kube.netstatus import annotation_value, network_status, patch_body, status_name
-from netctl.kube.objects import NETWORK_STATUS
+from netctl.kube.netstatus import (
+    addresses,
+    annotation_value,
+    network_status,
+    patch_body,
+    status_name,
+)
+from netctl.kube.objects import NETWORK_STATUS, Pod, PodWithStatus
 
 NETNS = "/run/netns/cni-1234"
 
@@ -183,3 +192,26 @@ def test_patch_body() -> None:
         default=True)]))
     body = patch_body(value)
     assert msgspec.json.decode(body) == {"metadata": {"annotations": {NETWORK_STATUS: SINGLE}}}
+
+
+def test_read_back_from_a_listed_pod() -> None:
+    atts = [attachment("kube-system/cluster", "eth0", bridge_result(
+                "eth0", ("10.244.1.8/24", "10.244.1.1"),
+                ("fd00:10:244:1:0:0:0:8/64", "fd00:10:244:1::1")), True),
+            attachment("shop/storage", "net1", bridge_result(
+                "net1", ("10.9.0.3/16", "10.9.0.1"), mac="0a:58:0a:09:00:03"))]
+    served = json.dumps({"metadata": {"namespace": "shop", "name": "web-1", "uid": "u-1",
+                                      "annotations": {NETWORK_STATUS: annotation_value(
+                                          network_status(atts))}}})
+    listed = msgspec.json.decode(served, type=PodWithStatus)
+    assert addresses(listed) == [("eth0", "10.244.1.8"), ("eth0", "fd00:10:244:1::8"),
+                                 ("net1", "10.9.0.3")]
+    # the informer's pods do not keep the annotation: nothing to read there
+    assert addresses(msgspec.json.decode(served, type=Pod)) == []
+
+
+def test_read_back_none_or_malformed() -> None:
+    assert addresses(PodWithStatus()) == []
+    malformed = msgspec.json.decode(json.dumps(
+        {"metadata": {"annotations": {NETWORK_STATUS: "[{\"ips\": 5}]"}}}), type=PodWithStatus)
+    assert addresses(malformed) is None

@@ -19,7 +19,10 @@ module is the arithmetic:
 - :func:`narrow`: a :class:`~netctl.ipam.ranges.Range` restricted to the blocks a node
   holds (they may overlap: a borrowed address inside a block taken over since), which
   the planner allocates from as from any range (``range_start``, ``range_end``,
-  ``exclude`` and the gateway still apply).
+  ``exclude`` and the gateway still apply);
+- :func:`parse_block`, :func:`parse_address`, :func:`cidr_size`: the text an API object
+  carries (a block's ``spec.cidr``, an address of a pod's network-status) as this
+  module's numbers — the one place the cluster store turns text into a :class:`Block`.
 """
 
 from __future__ import annotations
@@ -57,6 +60,33 @@ class Block:
 
     def contains(self, ip: int) -> bool:
         return self.start <= ip <= self.end
+
+
+def parse_block(cidr: str) -> Block | None:
+    """The block a CIDR's text names; None when it does not parse."""
+    try:
+        net = ipaddress.ip_network(cidr)
+    except ValueError:
+        return None
+    return Block(net.version, int(net.network_address), net.prefixlen)
+
+
+def parse_address(text: str) -> tuple[int, int] | None:
+    """(family, address) of an address's text, its prefix length ignored; None when it
+    does not parse."""
+    try:
+        addr = ipaddress.ip_address(text.split("/")[0])
+    except ValueError:
+        return None
+    return addr.version, int(addr)
+
+
+def cidr_size(cidr: str) -> int:
+    """How many addresses a block's CIDR spans (0 when it does not parse)."""
+    _, sep, prefix = cidr.rpartition("/")
+    if not sep or not prefix.isdigit():
+        return 0
+    return 1 << max(0, (128 if ":" in cidr else 32) - int(prefix))
 
 
 def block_prefix(rng: Range, configured: int | None = None) -> int:

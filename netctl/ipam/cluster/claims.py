@@ -1,0 +1,199 @@
+"""Claiming and releasing this node's blocks through the API, journaled: the claim of the
+next free block of a pool (:meth:`Claims.claim_for`), the claim itself
+(:meth:`Claims.claim`: intent journaled, object created — AlreadyExists means another
+node has it — outcome journaled), and the settling of what the journal and the API say
+(:meth:`Claims.settle`, at start-up and in each maintenance round).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+
+import msgspec
+import trio
+
+from netctl.errors import POOL_EXHAUSTED, TRY_AGAIN_LATER, CNIError
+from netctl.ipam.cluster.blocks import Block, block_name, block_prefix, candidates, parse_block
+from netctl.ipam.cluster.state import Cluster, Held, Holdings
+from netctl.ipam.planner import pool_key, scope_of
+from netctl.ipam.ranges import IPAMConfig, Range
+from netctl.journal.records import BlockRecord
+from netctl.kube import blocks as block_objects
+from netctl.kube.api import ApiError
+from netctl.kube.informer import Informer
+from netctl.kube.objects import Block as IPAMBlock
+from netctl.kube.objects import BlockSpec
+
+log = logging.getLogger("netctl.ipam")
+
+
+class _BlockList(msgspec.Struct, forbid_unknown_fields=False):
+    items: list[IPAMBlock] = []
+
+
+def block_of(obj: IPAMBlock) -> Block | None:
+    """The numbers of a block object (None, warned, when its CIDR does not parse)."""
+    blk = parse_block(obj.spec.cidr)
+    if blk is None:
+        log.warning("block %s has a malformed cidr %r: ignored", obj.metadata.name,
+                    obj.spec.cidr)
+    return blk
+
+
+@dataclass
+class Claims:
+    cluster: Cluster
+    holdings: Holdings
+    claims: int = 0
+    # borrows claimed and not answered yet: name → record (held once granted)
+    pending: dict[str, BlockRecord] = field(default_factory=dict)
+    _locks: dict[str, trio.Lock] = field(default_factory=dict)
+    _claiming: set[int] = field(default_factory=set)  # records of claims in flight
+
+    def next_block(self, cfg: IPAMConfig, rng: Range) -> Block | None:
+        """The block of ``rng`` :meth:`claim_for` tries first, as the cache of blocks says
+        now (None when the cache knows none free)."""
+        key = pool_key(cfg, rng)
+        present = {n for _, n in self._synced(key).cache}
+        return next(self._free(cfg, rng, present), None)
+
+    def _synced(self, key: str) -> Informer[IPAMBlock]:
+        if not self.cluster.blocks.synced.is_set():
+            raise CNIError(TRY_AGAIN_LATER, f"ipam: pool {key} needs a new block and the "
+                           "cache of blocks is not filled yet; try again later")
+        return self.cluster.blocks
+
+    def _free(self, cfg: IPAMConfig, rng: Range, present: AbstractSet[str]) -> Iterator[Block]:
+        """The blocks of ``rng`` none of ``present`` names or overlaps, in the order this
+        node tries them."""
+        scope = scope_of(cfg, pool_key(cfg, rng))
+        for blk in candidates(rng, block_prefix(rng, cfg.block_size),
+                              self.cluster.settings.node):
+            if block_name(scope, blk) not in present \
+                    and not self._overlaps(scope, blk, present):
+                yield blk
+
+    async def claim_for(self, cfg: IPAMConfig, rng: Range, before: int) -> Block | None:
+        """Claim one more block of ``rng`` for this node, which held ``before`` blocks of it
+        when it found them full; the block claimed. One claim at a time per pool: None
+        when another request claimed one while this one waited."""
+        key = pool_key(cfg, rng)
+        lock = self._locks.setdefault(key, trio.Lock())
+        async with lock:
+            if len(self.holdings.of_pool(key)) != before:
+                return None  # claimed while this request waited
+            present: AbstractSet[str] = {n for _, n in self._synced(key).cache}
+            scope = scope_of(cfg, key)
+            for fresh in (False, True):  # the cache, then (it may lag) the API's own list
+                if fresh:
+                    present = await self._block_names()
+                for blk in self._free(cfg, rng, present):
+                    if await self.claim(key, scope, blk, cfg, rng) is not None:
+                        return blk
+            prefix = block_prefix(rng, cfg.block_size)
+            owners = sorted({b.spec.node for b in self.cluster.scope_blocks(scope)})
+            raise CNIError(POOL_EXHAUSTED, f"address pool {key} is exhausted: every block of "
+                           f"/{prefix} is claimed (by nodes {', '.join(owners) or 'none'}) and "
+                           f"this node's {before} blocks of it are full ({rng.size} addresses "
+                           "in all)")
+
+    async def _block_names(self) -> set[str]:
+        """The names of every block, from one LIST (when the cache says none is free)."""
+        data = await self.cluster.api.list(block_objects.BLOCKS, [])
+        return {b.metadata.name for b in msgspec.json.decode(data, type=_BlockList).items}
+
+    def _overlaps(self, scope: str, blk: Block, present: AbstractSet[str]) -> bool:
+        """A block of another size in the same scope (pools of one network_name with other
+        block sizes) covering part of ``blk``; of the blocks named in ``present``."""
+        net = ipaddress.ip_network(blk.cidr)
+        for other in self.cluster.scope_blocks(scope):
+            if other.metadata.name not in present:
+                continue
+            try:
+                if ipaddress.ip_network(other.spec.cidr).overlaps(net):
+                    return True
+            except ValueError:
+                continue
+        return False
+
+    async def claim(self, pool: str, scope: str, blk: Block, cfg: IPAMConfig, rng: Range,
+                    parent: str = "") -> IPAMBlock | None:
+        """The claim itself: intent journaled, object created, outcome journaled (a borrow,
+        with ``parent``, is held only once granted: its record waits in ``pending``)."""
+        api, journal, node = self.cluster.api, self.cluster.journal, self.cluster.settings.node
+        name = block_name(scope, blk)
+        rec = BlockRecord(name=name, pool=pool, scope=scope, cidr=blk.cidr, node=node,
+                          state="claiming")
+        rec.id = await journal.open_block(rec)
+        spec = BlockSpec(pool=pool, scope=scope, range=rng.key, networkName=cfg.network_name,
+                         poolSize=rng.size, prefix=rng.cidr.prefixlen, cidr=blk.cidr,
+                         node=node, claimedAt=block_objects.now_rfc3339(), parent=parent)
+        self._claiming.add(rec.id)
+        try:
+            obj = await block_objects.claim(api, name, spec)
+        except ApiError as exc:  # the outcome is unknown: settled later by reading it
+            self._claiming.discard(rec.id)
+            raise CNIError(TRY_AGAIN_LATER, f"ipam: pool {pool} needs a new block and the API "
+                           f"server {api.host} did not take the claim of {blk.cidr} "
+                           f"({exc}); try again later") from None
+        try:
+            if obj is None:
+                await journal.set_block(rec.id, "taken", ended=True)
+                return None
+            if parent:
+                self.pending[obj.metadata.name] = rec
+                return obj
+            await self.hold(rec, obj)
+        finally:
+            self._claiming.discard(rec.id)
+        self.claims += 1
+        log.info("claimed block %s of pool %s", blk.cidr, pool)
+        return obj
+
+    async def hold(self, rec: BlockRecord, obj: IPAMBlock, journaled: bool = False) -> None:
+        self.cluster.blocks.cache[("", obj.metadata.name)] = obj
+        if not journaled:
+            await self.cluster.journal.set_block(rec.id, "held")
+        rec.state = "held"
+        blk = block_of(obj)
+        if blk is not None:
+            self.holdings.held[rec.name] = Held(rec, blk, obj)
+
+    async def settle(self) -> None:
+        """Match the journal's open records of this node's blocks with the API: a held
+        block is checked against the cache (it may have been taken over, or be gone); a
+        claim whose outcome was not recorded is read (one GET)."""
+        api, journal, node = self.cluster.api, self.cluster.journal, self.cluster.settings.node
+        for rec in await journal.open_blocks():
+            if rec.node != node or rec.state not in ("claiming", "held") \
+                    or rec.id in self._claiming:  # a claim in flight settles itself
+                continue
+            if rec.state == "held":
+                obj = self.cluster.cached(rec.name)
+            else:
+                obj = await block_objects.get(api, rec.name)
+                if rec.state == "claiming" and obj is not None and obj.spec.node == node:
+                    log.info("the claim of block %s (pool %s) had succeeded", rec.cidr,
+                             rec.pool)
+            if obj is not None and obj.spec.parent and obj.spec.grant != "granted" \
+                    and rec.name not in self.pending:  # a borrow asked before a crash
+                if await block_objects.release(api, obj):
+                    await journal.set_block(rec.id, "taken", ended=True)
+                continue
+            if obj is not None and obj.spec.node == node:
+                if rec.name not in self.holdings.held:
+                    await self.hold(rec, obj, journaled=rec.state == "held")
+            else:
+                await self.lose(rec, obj)
+
+    async def lose(self, rec: BlockRecord, obj: IPAMBlock | None) -> None:
+        state = "taken" if rec.state == "claiming" else "lost"
+        if rec.state == "held":
+            who = f"node {obj.spec.node}'s" if obj is not None else "gone"
+            log.warning("block %s (pool %s) is %s now, not this node's", rec.cidr, rec.pool, who)
+        await self.cluster.journal.set_block(rec.id, state, ended=True)
+        self.holdings.held.pop(rec.name, None)

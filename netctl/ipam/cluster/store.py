@@ -1,0 +1,326 @@
+"""The cluster store: the :class:`~netctl.ipam.store.Store` of ``ipam-backend:
+kubernetes`` (see :mod:`netctl.ipam.cluster`). Allocation places each requested address
+first (its block claimed when nobody holds it, borrowed when another node does), then
+plans with the same pure planner as every store, on each range narrowed to this node's
+blocks of it (:func:`~netctl.ipam.cluster.blocks.narrow`). When the node's blocks of a
+range are full, it plans in the block it would claim next (:meth:`.Claims.next_block`),
+and :meth:`ClusterStore.reserve` claims that block before anything is recorded — as the
+:class:`~netctl.ipam.store.Store` protocol says; when the claim lands on another block
+(another node took that one, or a request of this node claimed one meanwhile), the
+allocation is planned again. The live allocations are an
+:class:`~netctl.ipam.store.IndexStore`'s; the other questions go to the parts the factory
+built it with.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from netctl.errors import POOL_EXHAUSTED, TRY_AGAIN_LATER, CNIError
+from netctl.ipam.cluster.adopt import Adoption
+from netctl.ipam.cluster.blocks import BITS, Block, block_at, block_name, block_prefix, cidr_size
+from netctl.ipam.cluster.blocks import narrow as narrow_to
+from netctl.ipam.cluster.borrow import Borrows
+from netctl.ipam.cluster.claims import Claims
+from netctl.ipam.cluster.maintain import Maintenance
+from netctl.ipam.cluster.state import Cluster, Holdings
+from netctl.ipam.cluster.takeover import WhereaboutsHolds
+from netctl.ipam.planner import Allocation, Decision, Owner, PoolInfo, plan, pool_key, scope_of
+from netctl.ipam.ranges import IPAMConfig, Range, next_free, requested
+from netctl.ipam.store import Store
+from netctl.kube.informer import Informer
+from netctl.kube.objects import Block as IPAMBlock
+from netctl.kube.objects import Node
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """A block planned in that this node does not hold yet: :meth:`ClusterStore.reserve`
+    claims it. ``before``: how many blocks of the pool the node held when it found them
+    full."""
+
+    cfg: IPAMConfig
+    rng: Range
+    block: Block
+    before: int
+
+
+class _Replan(Exception):
+    """The claim of a block planned in landed on another block: plan again."""
+
+
+@dataclass
+class ClusterStore:
+    """The node's allocations, and the blocks it holds (see the module's docstring)."""
+
+    cluster: Cluster
+    holdings: Holdings
+    claims: Claims
+    borrows: Borrows
+    adoption: Adoption
+    whereabouts: WhereaboutsHolds
+    maintenance: Maintenance
+    ready: trio.Event = field(default_factory=trio.Event)
+    # the blocks to claim in reserve, by the (pool, address) planned in them
+    _to_claim: dict[tuple[str, int], _Claim] = field(default_factory=dict)
+
+    @property
+    def blocks(self) -> Informer[IPAMBlock]:
+        return self.cluster.blocks
+
+    @property
+    def nodes(self) -> Informer[Node]:
+        return self.cluster.nodes
+
+    # -- the planner's view: the index's, with whereabouts' and the lent addresses used ----
+
+    def held(self, pool: str, container_id: str, ifname: str) -> Allocation | None:
+        return self.holdings.index.held(pool, container_id, ifname)
+
+    def used(self, scope: str, version: int) -> AbstractSet[int]:
+        return self.holdings.used(scope, version)
+
+    def holder(self, scope: str, version: int, ip: int) -> Allocation | None:
+        return self.holdings.index.holder(scope, version, ip)
+
+    def cursor(self, pool: str) -> int | None:
+        return self.holdings.index.cursor(pool)
+
+    # -- the Store: the index's ------------------------------------------------------------
+
+    async def reserve(self, new: list[Allocation]) -> None:
+        """Claim the blocks ``new`` was planned in that this node does not hold yet (its
+        intent journaled first: :meth:`.Claims.claim`); :class:`_Replan` when a claim
+        lands on another block."""
+        await self.holdings.index.reserve(new)
+        due = [c for a in new if (c := self._to_claim.pop((a.pool, a.ip), None))]
+        for claim in due:
+            if claim.block in self.holdings.of_pool(pool_key(claim.cfg, claim.rng)):
+                continue  # a request of this node claimed it meanwhile
+            if await self.claims.claim_for(claim.cfg, claim.rng, claim.before) != claim.block:
+                raise _Replan
+
+    def unreserve(self, new: list[Allocation]) -> None:
+        self.holdings.index.unreserve(new)
+
+    def recorded(self, new: list[Allocation]) -> None:
+        self.holdings.index.recorded(new)
+
+    def released(self, gone: Iterable[Allocation]) -> None:
+        self.holdings.index.released(gone)
+
+    def of_attachment(self, attachment_id: int) -> list[Allocation]:
+        return self.holdings.index.of_attachment(attachment_id)
+
+    def of_owner(self, container_id: str, ifname: str,
+                 pools: AbstractSet[str] | None = None) -> list[Allocation]:
+        return self.holdings.index.of_owner(container_id, ifname, pools)
+
+    def live(self) -> list[Allocation]:
+        return self.holdings.index.live()
+
+    def know_pools(self, sizes: dict[str, int]) -> None:
+        self.holdings.index.know_pools(sizes)
+
+    def pool_usage(self) -> dict[str, tuple[int | None, int]]:
+        return self.holdings.index.pool_usage()
+
+    # -- allocation ------------------------------------------------------------------------
+
+    async def allocate(self, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
+                       wanted: list[str], now: float) -> Decision:
+        await self._wait_ready()
+        pools = {pool_key(cfg, r): PoolInfo(cfg.network_name, r.key, r.version, r.size)
+                 for r in ranges}
+        self.know_pools({key: info.size for key, info in pools.items()})
+        await self._place_requested(cfg, ranges, wanted)
+        for _ in range(64):
+            planned = await self._plan(cfg, ranges, owner, wanted, now)
+            if planned is None:
+                continue
+            decision, to_claim = planned
+            self.holdings.index.take(decision.new)
+            self._to_claim.update(((a.pool, a.ip), to_claim[a.pool]) for a in decision.new
+                                  if a.pool in to_claim and to_claim[a.pool].block.contains(a.ip))
+            try:
+                await self.reserve(decision.new)
+            except _Replan:
+                self.unreserve(decision.new)
+                continue
+            except BaseException:
+                self.unreserve(decision.new)
+                raise
+            return Decision(decision.leases, decision.new, pools)
+        raise CNIError(TRY_AGAIN_LATER, "ipam: no address after claiming 64 blocks; "
+                       "try again later")
+
+    async def _plan(self, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
+                    wanted: list[str], now: float) -> tuple[Decision, dict[str, _Claim]] | None:
+        """The plan in this node's blocks; when they are full, in them and the block to
+        claim next of each full range (by pool). None: plan again — a block was claimed
+        here (the cache knowing none free, from the API's own list; or the next blocks
+        having no free address either: whereabouts' or lent), or no address yet."""
+        narrowed = [narrow_to(r, self.holdings.of_pool(pool_key(cfg, r))) for r in ranges]
+        try:
+            return plan(cfg, narrowed, owner, wanted, self, now), {}
+        except CNIError as exc:
+            if exc.code != POOL_EXHAUSTED:
+                raise
+        full = [(r, len(self.holdings.of_pool(pool_key(cfg, r))), self.claims.next_block(cfg, r))
+                for r, mine in zip(ranges, narrowed, strict=True)
+                if self._needs_block(cfg, r, mine, owner)]
+        to_claim = {pool_key(cfg, r): _Claim(cfg, r, blk, before)
+                    for r, before, blk in full if blk is not None}
+        if full and len(to_claim) == len(full):
+            widened = [narrow_to(r, [*self.holdings.of_pool(key), to_claim[key].block]
+                                 if (key := pool_key(cfg, r)) in to_claim
+                                 else self.holdings.of_pool(key)) for r in ranges]
+            try:
+                return plan(cfg, widened, owner, wanted, self, now), to_claim
+            except CNIError as exc:
+                if exc.code != POOL_EXHAUSTED:
+                    raise
+        # the cache knows no free block of a range (the claim reads the API's own list), or
+        # the next blocks have no free address either (whereabouts', lent): claimed here
+        for r, before, _ in full:
+            await self.claims.claim_for(cfg, r, before)
+        return None
+
+    async def _wait_ready(self) -> None:
+        if self.ready.is_set():
+            return
+        with trio.move_on_after(self.cluster.settings.ready_wait):
+            await self.ready.wait()
+        if not self.ready.is_set():
+            raise CNIError(TRY_AGAIN_LATER, "ipam: the cluster-wide IPAM is not ready: this "
+                           f"node's blocks are not read from {self.cluster.api.host} yet; "
+                           "try again later")
+
+    def _needs_block(self, cfg: IPAMConfig, full: Range, narrowed: Range,
+                     owner: Owner) -> bool:
+        key = pool_key(cfg, full)
+        if self.held(key, owner.container_id, owner.ifname) is not None:
+            return False
+        scope = scope_of(cfg, key)
+        return next_free(narrowed, self.used(scope, narrowed.version), None,
+                         "lowest") is None
+
+    async def _place_requested(self, cfg: IPAMConfig, ranges: list[Range],
+                               wanted: list[str]) -> None:
+        """Each requested address inside a block of this node: the block claimed when nobody
+        holds it; borrowed (or refused, code 7) when another node does."""
+        held, node = self.holdings.held, self.cluster.settings.node
+        for text in wanted:
+            for rng in ranges:
+                try:
+                    ip = requested(rng, text)
+                except CNIError:
+                    continue  # another range's, or invalid: the planner says which
+                key = pool_key(cfg, rng)
+                scope = scope_of(cfg, key)
+                blk = block_at(rng, block_prefix(rng, cfg.block_size), ip)
+                if any(h.block == blk for h in held.values() if h.record.pool == key):
+                    break
+                name = block_name(scope, blk)
+                other = self.cluster.cached(name)
+                if other is None and \
+                        await self.claims.claim(key, scope, blk, cfg, rng) is not None:
+                    break
+                other = self.cluster.cached(name)
+                if other is not None and other.spec.node != node:
+                    single = Block(rng.version, ip, BITS[rng.version])
+                    if block_name(scope, single) not in held:
+                        await self.borrows.borrow(cfg, rng, key, ip, text, other)
+                    break
+                raise CNIError(TRY_AGAIN_LATER, f"requested address {text} in pool {key}: "
+                               f"block {blk.cidr} was claimed meanwhile; try again")
+
+    # -- the lifecycle: start, the answers to borrows, maintenance ------------------------
+
+    async def start(self) -> None:
+        """Once the caches are filled: settle unfinished claims, load the held blocks,
+        adopt the blocks the journal lost; then :attr:`ready`."""
+        await self.cluster.blocks.synced.wait()
+        await self.claims.settle()
+        node = self.cluster.settings.node
+        ours = {b.metadata.name: b for b in self.cluster.blocks.cache.values()
+                if b.spec.node == node}
+        lost = [name for name in ours if name not in self.holdings.held]
+        if lost:
+            await self.adoption.adopt([ours[n] for n in lost])
+        self.holdings.lent = self.borrows.lent_now()
+        self.ready.set()
+
+    async def take_over_whereabouts(self) -> int:
+        return await self.whereabouts.take_over()
+
+    async def answer_borrows(self) -> None:
+        await self.borrows.answer_borrows()
+
+    async def maintain(self, now: float | None = None) -> dict[str, Any]:
+        """One round, once ready: settle unfinished claims, read whereabouts' holds again
+        when due, count the lent addresses again and answer the asks the watch brought
+        early, the upkeep of blocks (:mod:`netctl.ipam.cluster.maintain`), release the
+        adopted addresses of pods that are gone."""
+        now = time.monotonic() if now is None else now
+        if not self.ready.is_set():
+            return {}
+        await self.claims.settle()
+        if self.whereabouts.due(now):
+            await self.whereabouts.take_over()
+        self.holdings.lent = self.borrows.lent_now()
+        await self.borrows.answer_cached()
+        done = await self.maintenance.round(now)
+        return {**done, "adopted_freed": await self.adoption.release_gone()}
+
+    # -- for the metrics and the status ----------------------------------------------------
+
+    def blocks_by_node(self) -> dict[str, int]:
+        """How many blocks each node holds, from the blocks cache."""
+        by_node: dict[str, int] = {}
+        for b in self.cluster.blocks.cache.values():
+            by_node[b.spec.node] = by_node.get(b.spec.node, 0) + 1
+        return by_node
+
+    def pool_fill(self) -> dict[str, tuple[int | None, int]]:
+        """Every known pool's size and how many of its addresses this node can no longer
+        hand out: its own live allocations, plus every address in other nodes' blocks
+        (counted by the block's size; a borrowed address only when it was granted out of
+        one of this node's blocks, the others lie in a block counted already). Capped at
+        the pool's size (netctl/engine/degraded.py)."""
+        usage = self.pool_usage()
+        others: dict[str, int] = {}
+        for obj in self.cluster.blocks.cache.values():
+            spec = obj.spec
+            if spec.node == self.cluster.settings.node or spec.pool not in usage:
+                continue
+            if spec.parent:
+                n = 1 if spec.parent in self.holdings.held and spec.grant == "granted" else 0
+            else:
+                n = cidr_size(spec.cidr)
+            others[spec.pool] = others.get(spec.pool, 0) + n
+        return {pool: (size, used + others.get(pool, 0) if size is None
+                       else min(size, used + others.get(pool, 0)))
+                for pool, (size, used) in usage.items()}
+
+    def status(self) -> dict[str, Any]:
+        return {"backend": "kubernetes", "ready": self.ready.is_set(),
+                "blocks_held": sorted(f"{h.record.pool} {h.record.cidr}"
+                                      for h in self.holdings.held.values()),
+                "blocks_by_node": self.blocks_by_node(), "claims": self.claims.claims,
+                "releases": self.maintenance.releases,
+                "handovers": self.maintenance.handovers,
+                "whereabouts_holds": self.whereabouts.holds,
+                "borrowed": self.borrows.borrows,
+                "lent": sum(len(v) for v in self.holdings.lent.values()),
+                "blocks_cache": self.cluster.blocks.status(),
+                "nodes_cache": self.cluster.nodes.status()}
+
+
+_CHECK: type[Store] = ClusterStore  # mypy: the cluster store implements the interface
