@@ -92,10 +92,10 @@ from netctl.bench.common import (
 )
 from netctl.bench.render import steps
 from netctl.cni.config import parse_chain
-from netctl.daemon import DaemonConfig
 from netctl.harness import SYSTEM_CNI, CNIResult
 from netctl.kube.objects import NETWORK_STATUS, NETWORKS
 from netctl.kubefake import FakeKube, nad, node, pod
+from netctl.settings import DaemonConfig
 
 NODE = "bench-node"
 CLUSTER_NAMESPACE = "kube-system"  # multusNamespace's default: where clusterNetwork is
