@@ -24,7 +24,7 @@ from netctl.ipam.planner import Allocation
 from netctl.journal.records import Attachment, OpStart
 from netctl.journal.store import Journal
 from netctl.kube.netstatus import annotation_value, network_status
-from netctl.kube.objects import Meta, Pod
+from netctl.kube.objects import Block, Meta, Pod
 from netctl.metrics import Metrics
 from netctl.reconcile.leaks import Reconciler
 from netctl.settings import DaemonConfig
@@ -34,7 +34,6 @@ if TYPE_CHECKING:  # the client is imported in Kubernetes mode only
     from netctl.kube.api import Api
     from netctl.kube.events import EventRecorder
     from netctl.kube.informer import Informer
-    from netctl.kube.objects import Block
     from netctl.kube.pods import NadSource, PodSource
     from netctl.kube.statuswrites import StatusWrites
     from netctl.kube.thisnode import NodeCheck
@@ -274,7 +273,7 @@ def _cluster_store(api: Api, node: str, pods: PodSource, cfg: DaemonConfig, jour
     from netctl.engine.clusteripam import ClusterSettings, ClusterStore
     from netctl.kube.blocks import BLOCKS, NODES
     from netctl.kube.informer import Informer
-    from netctl.kube.objects import Block, Node
+    from netctl.kube.objects import Node
 
     def live_pods() -> set[str] | None:
         if not pods.informer.synced.is_set():
