@@ -28,7 +28,7 @@ _Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
-    from netctl import daemon
+    from netctl import daemon, settings
 
     overrides = {
         "state_dir": args.state_dir, "socket": args.socket, "cni_bin_dir": args.cni_bin_dir,
@@ -38,7 +38,7 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
         "log_format": args.log_format, "host_root": args.host_root,
         "exit_after_replay": args.exit_after_replay or None,
     }
-    cfg = daemon.load_config(args.config, overrides)
+    cfg = settings.load_config(args.config, overrides)
     logs.configure(cfg.log_level, cfg.log_format)
     import trio  # only the daemon needs it: the read-only commands start faster
 

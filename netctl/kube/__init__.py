@@ -1,1 +1,1 @@
-"""Everything that talks to the Kubernetes API (see ARCHITECTURE.md)."""
+"""Everything that talks to the Kubernetes API (see docs/architecture.md)."""

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from netctl.daemon import DaemonConfig, load_config
 from netctl.errors import INVALID_CONFIG, CNIError
+from netctl.settings import DaemonConfig, load_config
 
 YAML = """\
 # netctl daemon settings

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from netctl.cli import STATUS_DEGRADED, STATUS_NOT_READY, STATUS_READY, status_code
-from netctl.daemon import load_config
 from netctl.engine.degraded import (
     DEFAULT_POOL_DEGRADED_AT,
     full_pools,
@@ -25,6 +24,7 @@ from netctl.engine.degraded import (
 )
 from netctl.errors import CNIError
 from netctl.kube.api import code_label
+from netctl.settings import load_config
 
 
 @pytest.mark.parametrize(("value", "at"), [(0.9, 0.9), ("0.75", 0.75), ("90%", 0.9), (1, 1.0),

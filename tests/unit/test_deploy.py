@@ -30,7 +30,7 @@ import msgspec
 import pytest
 import yaml
 
-from netctl import cli, daemon
+from netctl import cli, settings
 from netctl.cni.config import parse_chain
 from netctl.engine import selection
 from netctl.engine.networks import NAD
@@ -87,7 +87,7 @@ def test_every_yaml_file_parses_and_every_object_is_named() -> None:
         "examples/networks.yaml", "examples/pods.yaml"}
     for path in files:
         if path.name == "daemon.yaml" and path.parent == DEPLOY:
-            daemon.load_config(str(path), {})  # the standalone daemon's config file
+            settings.load_config(str(path), {})  # the standalone daemon's config file
             continue
         for doc in docs(path):
             assert doc.get("apiVersion") and doc.get("kind"), path
@@ -97,7 +97,7 @@ def test_every_yaml_file_parses_and_every_object_is_named() -> None:
 def test_the_configmap_is_a_daemon_config(tmp_path: Path) -> None:
     cm = one(KUBE / "daemonset.yaml", "ConfigMap")
     (tmp_path / "daemon.yaml").write_text(cm["data"]["daemon.yaml"])
-    cfg = daemon.load_config(str(tmp_path / "daemon.yaml"), {"in_cluster": True})
+    cfg = settings.load_config(str(tmp_path / "daemon.yaml"), {"in_cluster": True})
     spec = pod_spec()
     args = parsed(container(spec, "netctl")["command"])
     assert args.cmd == "daemon" and args.in_cluster and args.config == "/etc/netctl/daemon.yaml"
@@ -128,7 +128,7 @@ def test_host_paths_are_mounted_at_the_same_paths(tmp_path: Path) -> None:
     # the delegates and the host files they need: the host's root, where host-root says
     cm = one(KUBE / "daemonset.yaml", "ConfigMap")
     (tmp_path / "d.yaml").write_text(cm["data"]["daemon.yaml"])
-    cfg = daemon.load_config(str(tmp_path / "d.yaml"), {})
+    cfg = settings.load_config(str(tmp_path / "d.yaml"), {})
     assert main[cfg.host_root] == {"host": "/", "propagation": "HostToContainer",
                                    "readOnly": False}
     for path in ("/opt/cni/bin", "/etc/cni/net.d", "/var/lib/cni"):
@@ -159,7 +159,7 @@ def test_the_commands_are_netctls_and_agree_on_the_socket(tmp_path: Path) -> Non
         assert probe.timeout < live["timeoutSeconds"], "netctl answers before kubelet gives up"
     cm = one(KUBE / "daemonset.yaml", "ConfigMap")
     (tmp_path / "d.yaml").write_text(cm["data"]["daemon.yaml"])
-    socket = daemon.load_config(str(tmp_path / "d.yaml"), {}).socket
+    socket = settings.load_config(str(tmp_path / "d.yaml"), {}).socket
     assert init.socket == watcher.socket == probe.socket == socket
     assert os.path.dirname(socket) in mounts(spec, container(spec, "netctl"))
 
@@ -172,7 +172,7 @@ def test_the_commands_are_netctls_and_agree_on_the_socket(tmp_path: Path) -> Non
     assert [c["name"] for c in uninstall["initContainers"]] == ["uninstall-cni", "replay"]
     replay = container(uninstall, "replay")
     again = parsed(replay["command"])
-    cfg = daemon.load_config(str(tmp_path / "d.yaml"), {})
+    cfg = settings.load_config(str(tmp_path / "d.yaml"), {})
     assert again.exit_after_replay and not again.in_cluster and again.kubeconfig is None
     assert (again.state_dir, again.socket, again.cni_bin_dir, again.host_root) == (
         cfg.state_dir, cfg.socket, cfg.cni_bin_dir, cfg.host_root)

@@ -31,7 +31,6 @@ import trio
 import trio.lowlevel
 
 from netctl.cni.request import Pod
-from netctl.daemon import load_config
 from netctl.errors import CNIError
 from netctl.ipam.planner import Allocation, Owner
 from netctl.journal import migrate, query
@@ -48,6 +47,7 @@ from netctl.journal.retention import (
 from netctl.journal.store import Journal, open_journal
 from netctl.kit.bench.retention import POOL, POOL_INFO, PodLife, SimClock, add_pod, del_pod
 from netctl.reconcile.facts import gather
+from netctl.settings import load_config
 
 T0 = 1_790_000_000.0
 SETTINGS = Retention(7 * DAY, 90 * DAY)

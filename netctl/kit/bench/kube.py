@@ -72,7 +72,6 @@ from typing import Any
 from rich.console import RenderableType
 
 from netctl.cni.config import parse_chain
-from netctl.daemon import DaemonConfig
 from netctl.kit import harness
 from netctl.kit.bench import render
 from netctl.kit.bench.churn import side_report
@@ -96,6 +95,7 @@ from netctl.kit.bench.render import steps
 from netctl.kit.harness import SYSTEM_CNI, CNIResult
 from netctl.kit.kubefake import FakeKube, nad, node, pod
 from netctl.kube.objects import NETWORK_STATUS, NETWORKS
+from netctl.settings import DaemonConfig
 
 NODE = "bench-node"
 CLUSTER_NAMESPACE = "kube-system"  # multusNamespace's default: where clusterNetwork is

@@ -1,0 +1,134 @@
+"""The daemon's settings: :class:`DaemonConfig`, every setting with its default, and
+:func:`load_config`, which reads them from the defaults, then a ``--config`` file (YAML or
+JSON, the flags' names as keys), then the flags given on the command line."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+import msgspec.yaml
+
+from netctl.engine.degraded import DEFAULT_POOL_DEGRADED_AT, parse_threshold
+from netctl.engine.foreign import DEFAULT_MULTUS_CACHE, DEFAULT_RESULTS_CACHE
+from netctl.errors import INVALID_CONFIG, CNIError
+from netctl.journal.retention import DEFAULT_ALLOCATIONS, DEFAULT_JOURNAL, parse_duration
+from netctl.metrics import parse_addr
+
+
+@dataclass
+class DaemonConfig:
+    """Every daemon setting; ``--config`` files use the same keys as the flags
+    (``state-dir``, ``stateDir`` and ``state_dir`` are all accepted)."""
+
+    state_dir: str = "/var/lib/netctl"
+    socket: str = "/run/netctl/netctl.sock"
+    cni_bin_dir: str = "/opt/cni/bin:/usr/lib/cni"
+    networks_dir: str = "/etc/netctl/networks.d"
+    kubeconfig: str | None = None
+    in_cluster: bool = False
+    node_name: str | None = None
+    metrics_addr: str | None = None
+    log_level: str = "info"  # LEVEL[,LOGGER=LEVEL…]: netctl's, then other loggers' (logs.py)
+    log_format: Literal["text", "json", "logfmt"] = "text"
+    plugin_timeout: float = 60.0
+    max_concurrent: int = 32
+    max_queue: int = 256
+    compensate_timeout: float = 30.0
+    cancel_grace: float = 5.0
+    drain_timeout: float = 30.0
+    max_request_bytes: int = 4 << 20
+    allowed_uids: tuple[int, ...] = (0,)
+    ipam_takeover: tuple[str, ...] = ()  # IPAM types served by netctl-ipam, e.g. whereabouts
+    reconcile_interval: float = 60.0  # seconds between reconcile rounds; 0: the first only
+    reconcile_grace: float = 30.0  # allocations younger than this are never released
+    reconcile_events: bool = True  # reconcile on kernel and netns-dir events (watch.py)
+    netns_dirs: tuple[str, ...] = ("/run/netns", "/var/run/netns")  # watched for deletions
+    # a DEL for a container netctl never saw (a pod from before the switch) runs what ran
+    # for it: Multus' cache of it, else the cluster network (netctl/engine/foreign.py)
+    cutover_dels: bool = True
+    multus_cache_dir: str = DEFAULT_MULTUS_CACHE  # Multus' cniDir
+    cni_results_dir: str = DEFAULT_RESULTS_CACHE  # libcni's cached ADD results
+    # where the host's / is mounted when the daemon runs in a container ("" : run as is):
+    # delegates run chrooted into it, host files are read there (netctl/cni/hostroot.py)
+    host_root: str = ""
+    exit_after_replay: bool = False  # the start-up replay, then exit without serving
+    # Kubernetes mode
+    api_timeout: float = 10.0  # one API request (watches are renewed every 5 min)
+    pod_wait: float = 2.0  # an ADD waits this long for the watch to bring an unseen pod
+    pod_deleted_grace: float = 10.0  # a deleted pod's attachments are DELeted after this
+    multus_conf_dir: str = "/etc/cni/multus/net.d"  # NADs with an empty spec.config
+    readiness_wait: float = 45.0  # an ADD waits this long for readinessindicatorfile
+    network_status_required: bool = False  # a network-status not written fails the ADD
+    ipam_backend: str = "sqlite"  # sqlite: pools per node; kubernetes: blocks per node
+    block_idle: float = 600.0  # a block empty this long is released (one per pool kept)
+    node_gone_grace: float = 300.0  # a deleted Node's blocks are taken over after this
+    block_check: float = 10.0  # seconds between rounds of block maintenance
+    # what the journal forgets (netctl/journal/retention.py): seconds, 0 keeps all; the
+    # config file takes durations (7d, 12h, 30m, 90s), plain seconds, 0 or off
+    journal_retention: float = DEFAULT_JOURNAL
+    allocation_retention: float = DEFAULT_ALLOCATIONS
+    # `netctl status` says degraded once a pool is this full (netctl/engine/degraded.py): a
+    # fraction of its assignable addresses, 0 (off) to 1 (full); the config file takes 90%
+    pool_degraded_at: float = DEFAULT_POOL_DEGRADED_AT
+
+    @property
+    def bin_dirs(self) -> list[str]:
+        return [d for d in self.cni_bin_dir.split(":") if d]
+
+
+def _normalize(key: str) -> str:
+    out = []
+    for ch in key.replace("-", "_"):
+        if ch.isupper():
+            out.append("_" + ch.lower())
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
+    """Defaults, then the ``--config`` file, then the flags given on the command line."""
+    values: dict[str, Any] = {}
+    fields = {f.name for f in dataclasses.fields(DaemonConfig)}
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read()
+            data = msgspec.yaml.decode(raw) if not path.endswith(".json") \
+                else msgspec.json.decode(raw)
+        except (OSError, msgspec.MsgspecError) as exc:
+            raise CNIError(INVALID_CONFIG, f"daemon config {path}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise CNIError(INVALID_CONFIG, f"daemon config {path}: not a mapping")
+        for key, value in data.items():
+            name = _normalize(str(key))
+            if name not in fields:
+                raise CNIError(INVALID_CONFIG, f"daemon config {path}: unknown key {key!r}")
+            values[name] = value
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    if "allowed_uids" in values:
+        values["allowed_uids"] = tuple(int(u) for u in values["allowed_uids"])
+    if "ipam_takeover" in values:
+        values["ipam_takeover"] = tuple(str(t) for t in values["ipam_takeover"])
+    for name in ("journal_retention", "allocation_retention"):
+        if name in values:
+            try:
+                values[name] = parse_duration(values[name])
+            except (ValueError, TypeError) as exc:
+                raise CNIError(INVALID_CONFIG, f"daemon config: {name.replace('_', '-')}: "
+                               f"{exc}") from exc
+    if "pool_degraded_at" in values:
+        try:
+            values["pool_degraded_at"] = parse_threshold(values["pool_degraded_at"])
+        except ValueError as exc:
+            raise CNIError(INVALID_CONFIG, f"daemon config: pool-degraded-at: {exc}") from exc
+    try:
+        cfg = msgspec.convert(values, DaemonConfig, strict=False)
+        if cfg.metrics_addr:
+            parse_addr(cfg.metrics_addr)
+    except (msgspec.ValidationError, ValueError) as exc:
+        raise CNIError(INVALID_CONFIG, f"daemon config: {exc}") from exc
+    return cfg
