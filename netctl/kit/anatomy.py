@@ -10,8 +10,8 @@ its answer is built, every call into a netctl module and the module it came from
 and a DEL are then sent through the real thin plugin. Reported: the modules reached from
 the server, the distinct cross-module calls among them, and the calls that climb back up
 the layers of pyproject's import-linter contract (a lower layer calling into a higher one:
-a callback). Calls of tasks the request did not start (the netlink watch, timers) are left
-out: only what is reachable from the server's frame counts.
+a callback). Only the request's own task and the tasks it starts (its chains) count: the
+daemon's other tasks (the netlink watch, the reconciler's rounds, timers) are left out.
 """
 
 from __future__ import annotations
@@ -60,14 +60,27 @@ def sizes(root: Path = ROOT, top: int = 5) -> dict[str, Any]:
 
 def _profile(out: str, argv: list[str]) -> int:
     """Run ``netctl daemon …`` (``argv``) in this process under the recording profiler."""
+    import trio
+
     windows: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
+    request: Any = None  # the trio task serving the request
+    started: set[Any] = set()  # the _respond frames seen (a few: kept)
 
     def module(frame: Any) -> str:
         return str(frame.f_globals.get("__name__", ""))
 
+    def of_request(task: Any) -> bool:
+        """``task`` is the request's, or one it started (its chains): not a timer's."""
+        while task is not None:
+            if task is request:
+                return True
+            nursery = task.parent_nursery
+            task = nursery.parent_task if nursery is not None else None
+        return False
+
     def record(frame: Any, event: str, arg: Any) -> None:
-        nonlocal current
+        nonlocal current, request
         name = module(frame)
         if not name.startswith("netctl"):
             return
@@ -76,16 +89,24 @@ def _profile(out: str, argv: list[str]) -> int:
             # a coroutine's last return carries its value; a suspension carries None
             if current is not None and code == "_respond" and name == "netctl.server" \
                     and type(arg).__name__ == "Response":
-                current = None
+                windows.append(current)
+                current = request = None
                 Path(out).write_text(json.dumps(windows))
             return
         if event != "call":
             return
+        try:
+            task = trio.lowlevel.current_task()
+        except RuntimeError:  # not in trio: a thread
+            return
+        if code == "_respond" and name == "netctl.server" and frame not in started:
+            # a new request (a connection that sends none never answers: dropped here)
+            started.add(frame)
+            current, request = {"edges": []}, task
         if current is None:
-            if code != "_respond" or name != "netctl.server":
-                return
-            current = {"edges": []}
-            windows.append(current)
+            return
+        if not of_request(task):
+            return
         back = frame.f_back
         while back is not None and not module(back).startswith("netctl"):
             back = back.f_back  # through trio's runner: the netctl frame that led here
@@ -133,7 +154,8 @@ def summarize(edges: list[list[str]], layers: list[list[str]]) -> dict[str, Any]
                 grew = True
     calls = [(a, b) for a, b in calls if a in reached]
     up = [f"{a} -> {b}" for a, b in calls if _layer(b, layers) < _layer(a, layers)]
-    return {"modules": sorted(reached), "calls": len(calls), "climbs": up}
+    return {"modules": sorted(reached), "calls": len(calls), "climbs": up,
+            "edges": [f"{a} -> {b}" for a, b in calls]}
 
 
 def path(plugin: str | None = None) -> dict[str, Any]:
