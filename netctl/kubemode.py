@@ -24,7 +24,7 @@ from netctl.ipam.planner import Allocation
 from netctl.journal.records import Attachment, OpStart
 from netctl.journal.store import Journal
 from netctl.kube.netstatus import annotation_value, network_status
-from netctl.metrics import Metrics
+from netctl.metrics import Metrics, Snapshot
 from netctl.reconcile.leaks import Reconciler
 from netctl.settings import DaemonConfig
 
@@ -241,6 +241,13 @@ class KubeMode:
         if self.ipam is not None:
             informers += [("ipamblocks", self.ipam.blocks), ("nodes", self.ipam.nodes)]
         return {name: (inf.state == "watching", inf.age()) for name, inf in informers}
+
+    def snapshot(self, local: Snapshot) -> Snapshot:
+        """The scrape's ``local`` numbers with this mode's: the blocks per node, the
+        watches, the API calls and their answers."""
+        return dataclasses.replace(
+            local, blocks=self.ipam.blocks_by_node() if self.ipam is not None else None,
+            watches=self.watches(), api_calls=self.api.calls, api_answers=self.api.answers)
 
     def status(self) -> dict[str, Any]:
         return {"node": self.node, "node_object": self.this_node.status(),

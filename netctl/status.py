@@ -42,24 +42,20 @@ class Health:
 
     def snapshot(self) -> Snapshot:
         """The scrape's state, from memory: counters, caches, two stat calls."""
-        journal, kube = self.journal, self.kube
+        journal = self.journal
         size = 0
         for path in (journal.path, journal.path + "-wal"):
             with contextlib.suppress(OSError):
                 size += os.stat(path).st_size
-        cluster = kube.ipam if kube is not None else None
         stuck = len(journal.live.failing)
-        return Snapshot(
+        local = Snapshot(
             in_flight=self.admission.in_flight, queued=self.admission.queued,
             ready=not self.not_ready(),
             degraded=is_degraded(stuck, self.ipam.pool_fill(), self.pool_degraded_at),
             stuck=stuck, pools=self.ipam.pool_usage(),
-            blocks=cluster.blocks_by_node() if cluster is not None else None,
             journal_bytes=size, journal_writes=journal.writes,
-            journal_commits=journal.commits,
-            watches=kube.watches() if kube is not None else None,
-            api_calls=kube.api.calls if kube is not None else None,
-            api_answers=kube.api.answers if kube is not None else None)
+            journal_commits=journal.commits)
+        return local if self.kube is None else self.kube.snapshot(local)
 
 
 @dataclass
