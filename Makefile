@@ -93,8 +93,9 @@ lint: setup
 	@test -z "$$(gofmt -l plugin)" || { gofmt -l plugin; echo "gofmt: not formatted" >&2; exit 1; }
 	cd plugin && GOCACHE=$(CURDIR)/build/go-cache $(GO) vet ./...
 
+# the 25 slowest tests are printed: the suite stays well under 15 minutes
 test: setup lint
-	$(BIN)/pytest -q -m "not soak"
+	$(BIN)/pytest -q -m "not soak" --durations=25
 
 unit: setup
 	$(BIN)/pytest -q tests/unit
