@@ -124,7 +124,8 @@ class Hotplug:
                     return {**describe(same[0]), "existing": True}
                 raise CNIError(INVALID_CONFIG, f"network {net.key} is already attached to "
                                f"container {container} as {same[0].ifname} with other "
-                               "addresses: detach it first")
+                               "addresses: detach it first, or name another "
+                               "interface (--ifname) to plug it once more")
             links = await trio.to_thread.run_sync(link_names, of.netns)
             taken = links | {a.ifname for a in live}
             if ifname and ifname in taken:

@@ -111,6 +111,10 @@ def test_attach_then_detach_and_the_runtime_del_removes_everything(
     three = attach(daemon, "hotplug", "br2", "--ifname", "data0", "--ip", "10.102.2.50/24")
     assert three["ifname"] == "data0" and three["addresses"] == ["10.102.2.50/24"]
     assert netns_addrs(ns)["data0"] == ["10.102.2.50/24"]
+    # pt plugged already, with no address asked for: another one is refused
+    msg = refused(daemon, "attach", "--container", "hotplug", "--network", "pt",
+                  "--ip", "10.102.3.9/24")
+    assert "already attached" in msg and "as net2 with other addresses" in msg, msg
     proc = netctl(daemon, "attach", "--container", "hotplug", "--network", "br")
     assert proc.returncode == 0 and "attached default/br as net3" in proc.stdout, proc.stderr
     assert set(netns_links(ns)) == {"lo", "eth0", "net1", "net2", "data0", "net3"}
