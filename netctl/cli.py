@@ -373,6 +373,38 @@ def _cmd_forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_hotplug(args: argparse.Namespace) -> int:
+    """Plug a network into a running container, or unplug one, through the daemon (it
+    runs the delegates in the container's turn): exit 0 done, 1 refused or the daemon
+    unreachable."""
+    verb = args.cmd
+    fields: dict[str, Any] = {"container": args.container, "ifname": args.ifname or "",
+                              "network": args.network or ""}
+    if verb == "attach":
+        fields["ips"] = args.ip or []
+    try:
+        report = admin_request(args.socket, timeout=120, call=verb, **fields)
+    except OSError as exc:
+        print(f"netctl: daemon not reachable at {args.socket} ({exc}); {verb} needs the "
+              "daemon", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(report, indent=2))
+    if "msg" in report and "code" in report:  # refused: a CNI error document
+        print(f"netctl {verb}: {report['msg']} (code {report['code']})", file=sys.stderr)
+        return 1
+    if not args.json:
+        where = f"{report['network']} as {report['ifname']}"
+        addrs = ", ".join(report["addresses"]) or "no address"
+        if verb == "detach":
+            print(f"detached {where} from container {report['container']} (released {addrs})")
+        elif report["existing"]:
+            print(f"{where} was already attached to container {report['container']} ({addrs})")
+        else:
+            print(f"attached {where} to container {report['container']}: {addrs}")
+    return 0
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     """The daemon's health over its socket: exit 0 ready, 1 not ready (the document's
     ``reasons`` say why), 2 down (no socket, or nothing answering on it), 3 degraded:
@@ -408,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="netctl", description="node network controller")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     for add in (_add_daemon, _add_install_cni, _add_journal, _add_status_doctor,
-                _add_reconcile, _add_forget, _add_ipam, *_plugged_groups()):
+                _add_reconcile, _add_forget, _add_hotplug, _add_ipam, *_plugged_groups()):
         add(sub)
     return parser
 
@@ -567,6 +599,31 @@ def _add_forget(sub: _Commands) -> None:
     p.add_argument("--socket", default=DEFAULT_SOCKET)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_forget)
+
+
+def _add_hotplug(sub: _Commands) -> None:
+    """``netctl attach`` and ``netctl detach``: a network plugged into a running container."""
+    p = sub.add_parser("attach", help="plug a network into a running container")
+    p.add_argument("--container", required=True, metavar="ID",
+                   help="the container (a unique prefix of its id)")
+    p.add_argument("--network", required=True, metavar="NAME",
+                   help="the network, as NETCTL_NETWORKS names it")
+    p.add_argument("--ifname", metavar="IF", help="its interface (default: the first free netN)")
+    p.add_argument("--ip", action="append", metavar="ADDR",
+                   help="an address to ask for (repeat for several)")
+    p.add_argument("--socket", default=DEFAULT_SOCKET)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_hotplug)
+    p = sub.add_parser("detach", help="unplug a network from a running container")
+    p.add_argument("--container", required=True, metavar="ID",
+                   help="the container (a unique prefix of its id)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--ifname", metavar="IF", help="the interface to unplug")
+    which.add_argument("--network", metavar="NAME",
+                       help="the network to unplug (when it is attached once)")
+    p.add_argument("--socket", default=DEFAULT_SOCKET)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_hotplug)
 
 
 def _add_ipam(sub: _Commands) -> None:

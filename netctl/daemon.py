@@ -28,6 +28,7 @@ from netctl.cni.request import AdminRequest, Invocation
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, Delegates
 from netctl.engine.engine import Cutover, Engine, Limits
+from netctl.engine.hotplug import Hotplug
 from netctl.engine.ipam_plugin import IpamPlugin
 from netctl.engine.kubeselect import KubeSelector
 from netctl.engine.nads import NadResolver
@@ -186,11 +187,13 @@ def _handlers(cfg: DaemonConfig, engine: Engine, ipam_plugin: IpamPlugin,
               metrics: Metrics) -> Handlers:
     """What the server hands each request to; the CNI requests counted in the metrics."""
     admission = status.health.admission
+    hotplug = Hotplug(engine) if kube is None else None
     return Handlers(cni=partial(_counted, metrics, partial(_cni, engine, kube,
                                                            cfg.api_timeout)),
                     ipam=partial(_counted, metrics, ipam_plugin.handle), status=status.read,
                     reconcile=partial(_reconcile, reconciler),
                     forget=partial(_forget, reconciler),
+                    attach=partial(_attach, hotplug), detach=partial(_detach, hotplug),
                     in_flight=lambda: admission.in_flight)
 
 
@@ -231,6 +234,25 @@ async def _reconcile(reconciler: Reconciler, dry_run: bool) -> dict[str, Any]:
 async def _forget(reconciler: Reconciler, req: AdminRequest) -> dict[str, Any]:
     return await reconciler.forget(req.container, ifname=req.ifname, network=req.network,
                                    force=req.force, who=req.who, why=req.why)
+
+
+async def _attach(hotplug: Hotplug | None, req: AdminRequest) -> dict[str, Any]:
+    return await _hotplugging(hotplug).attach(req.container, req.network, ifname=req.ifname,
+                                              ips=req.ips)
+
+
+async def _detach(hotplug: Hotplug | None, req: AdminRequest) -> dict[str, Any]:
+    return await _hotplugging(hotplug).detach(req.container, ifname=req.ifname,
+                                              network=req.network)
+
+
+def _hotplugging(hotplug: Hotplug | None) -> Hotplug:
+    """``netctl attach``/``detach`` serve standalone mode; in Kubernetes mode a pod's
+    networks are its annotation's, and its network-status would not follow."""
+    if hotplug is None:
+        raise CNIError(INVALID_CONFIG, "netctl attach/detach serve standalone mode only: in "
+                       "Kubernetes mode a pod's networks come from its annotation")
+    return hotplug
 
 
 @dataclass

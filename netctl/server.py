@@ -84,6 +84,8 @@ class Handlers:
     status: Callable[[], Awaitable[dict[str, Any]]]
     reconcile: Callable[[bool], Awaitable[dict[str, Any]]]  # dry_run → report
     forget: Callable[[AdminRequest], Awaitable[dict[str, Any]]]  # netctl forget → report
+    attach: Callable[[AdminRequest], Awaitable[dict[str, Any]]]  # netctl attach → what
+    detach: Callable[[AdminRequest], Awaitable[dict[str, Any]]]  # netctl detach → what
     in_flight: Callable[[], int]
 
 
@@ -255,10 +257,15 @@ class Server:
                 pass
 
     async def _admin(self, req: AdminRequest, peer: tuple[int, int]) -> dict[str, Any]:
-        """``netctl status``, ``reconcile`` and ``forget`` over the socket; ``forget`` is
-        journaled with the caller's name and its uid and pid as the kernel gives them."""
+        """``netctl status``, ``reconcile``, ``forget``, ``attach`` and ``detach`` over the
+        socket; ``forget`` is journaled with the caller's name and its uid and pid as the
+        kernel gives them."""
         if req.call == "reconcile":
             return await self.handlers.reconcile(req.dry_run)
+        if req.call == "attach":
+            return await self.handlers.attach(req)
+        if req.call == "detach":
+            return await self.handlers.detach(req)
         if req.call == "forget":
             pid, uid = peer
             who = f"{req.who or '?'} (uid {uid}, pid {pid})"

@@ -70,3 +70,12 @@ def netns_state(path: str) -> NetnsState:
 def is_netns(path: str) -> bool:
     """True only when ``path`` is a network namespace file."""
     return netns_state(path) == "ok"
+
+
+def link_names(path: str) -> set[str]:
+    """The names of the links inside the network namespace at ``path`` (pyroute2 opens
+    its netlink socket there from a forked child: this thread never enters it)."""
+    from pyroute2 import NetNS
+
+    with NetNS(path) as nl:
+        return {str(link.get_attr("IFLA_IFNAME")) for link in nl.get_links()}

@@ -63,13 +63,15 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class AdminRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """An operator's call over the socket: ``status``, ``reconcile`` or ``forget`` (a
+    """An operator's call over the socket: ``status``, ``reconcile``, ``forget`` (a
     container's live attachments ended by hand: ``container`` a unique id prefix,
     ``ifname``/``network`` narrowing them, ``force`` past a netns that still exists,
-    ``who`` and ``why`` for the journal)."""
+    ``who`` and ``why`` for the journal), ``attach`` (``network`` plugged into the running
+    ``container``, on ``ifname`` if given, with ``ips``) or ``detach`` (by ``ifname`` or
+    ``network``)."""
 
     kind: Literal["admin"] = "admin"
-    call: Literal["status", "reconcile", "forget"] = "status"
+    call: Literal["status", "reconcile", "forget", "attach", "detach"] = "status"
     dry_run: bool = False
     container: str = ""
     ifname: str = ""
@@ -77,6 +79,7 @@ class AdminRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     force: bool = False
     who: str = ""
     why: str = ""
+    ips: list[str] = []  # attach: the addresses asked for
 
 
 class Envelope(msgspec.Struct, forbid_unknown_fields=False):

@@ -184,11 +184,23 @@ class Engine:
                 verb="DEL", container_id=inv.container_id, origin="runtime",
                 reason="leftovers of an earlier ADD that failed and was not undone, "
                 "removed before this ADD"), "ADD")
-        started = time.monotonic()
-        op_id = await self.journal.begin(OpStart(
+        await self.run_adds(OpStart(
             verb="ADD", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
             caller_network=conf.name, caller_version=conf.cniVersion, pod=inv.pod,
-            request=inv.stdin), adding=atts)
+            request=inv.stdin), atts, served)
+        warning = await self._after_add(inv, atts)
+        return Reply(versions.convert_result(atts[0].result or {}, conf.cniVersion), warning)
+
+    async def run_adds(self, op: OpStart, atts: list[Attachment], served: list[Served]
+                       ) -> int:
+        """Journal the ADD ``op`` with ``atts``, then run their chains in one nursery
+        (``served``: each one's parsed IPAM sections); the operation's id. Any failure or
+        cancellation cancels the others and every step that started is DELeted again
+        (:meth:`_compensate`): the first error is raised with its code, and what the
+        compensation could not undo is named in it. A runtime's ADD and ``netctl attach``
+        (:mod:`netctl.engine.hotplug`) both come here."""
+        started = time.monotonic()
+        op_id = await self.journal.begin(op, adding=atts)
         try:
             async with trio.open_nursery() as nursery:
                 for att, ipam in zip(atts, served, strict=True):
@@ -205,17 +217,17 @@ class Engine:
                 msg += "; compensation incomplete: " + "; ".join(failures)
             elif not finished:
                 msg += "; compensation ran out of time"
-            log.warning("ADD failed (code %d), %s: %s", cause.code if cause else CANCELLED,
-                        state, msg)
+            log.warning("ADD (%s) failed (code %d), %s: %s", op.origin,
+                        cause.code if cause else CANCELLED, state, msg)
             await self.journal.finish(op_id, _del_end(
                 state, cause.code if cause else CANCELLED, msg, atts, outcome))
             if cause is None:
                 raise
             raise CNIError(cause.code, msg, cause.details) from None
-        log.info("ADD done in %.3fs: %s", time.monotonic() - started, _names(atts))
+        log.info("ADD (%s) done in %.3fs: %s", op.origin, time.monotonic() - started,
+                 _names(atts))
         await self.journal.finish(op_id, OpEnd(state="done", attached=atts))
-        warning = await self._after_add(inv, atts)
-        return Reply(versions.convert_result(atts[0].result or {}, conf.cniVersion), warning)
+        return op_id
 
     async def _after_add(self, inv: Invocation, atts: list[Attachment]) -> str:
         """Run the after-ADD hook. What it could not do is journaled as a failed ANNOTATE

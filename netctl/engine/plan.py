@@ -257,3 +257,17 @@ def _as_pods(exc: CNIError, choice: Choice) -> CNIError:
     if isinstance(exc, Refusal):
         return exc.for_pod(choice.pod.key)
     return Refusal(exc.msg, REASON_BAD_ANNOTATION, exc.msg, exc.code).for_pod(choice.pod.key)
+
+
+def one_more(of: Attachment, net: Network, chose: selection.Selection,
+             ifname: str) -> Attachment:
+    """One more attachment of a running container, beside ``of`` (one of its live ones:
+    the netns, the pod and the runtime's call it shares, so the runtime's DEL of the
+    container removes it too): network ``net`` on ``ifname``, with what ``chose`` asks
+    for, as a ``NETCTL_NETWORKS`` element would (``netctl attach``)."""
+    requested_ips(chose.ips, f"network {_ref(chose)!r}")
+    return Attachment(container_id=of.container_id, ifname=ifname, network=net.key,
+                      chain=net.chain, caller_network=of.caller_network,
+                      caller_ifname=of.caller_ifname, netns=of.netns, pod=of.pod,
+                      capability_args=chose.capability_args(),
+                      cni_args=dict(chose.cni_args or {}))

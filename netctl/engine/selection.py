@@ -10,7 +10,9 @@ In standalone mode the same value comes in CNI_ARGS as ``NETCTL_NETWORKS``.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -111,3 +113,10 @@ def assign_ifnames(primary: str, requested: list[str | None]) -> list[str]:
                            f"interface {name!r} is requested twice for one pod")
         seen.add(name)
     return names
+
+
+def next_ifname(taken: Iterable[str]) -> str:
+    """The first of ``net1``, ``net2``, … that is not ``taken`` (a network plugged into a
+    running container: the names its attachments have, and the links in its netns)."""
+    used = set(taken)
+    return next(name for n in itertools.count(1) if (name := f"net{n}") not in used)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from netctl.cni.types import host_interfaces
+from netctl.errors import INVALID_CONFIG, CNIError
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,20 @@ class LiveIndex:
     def holds(self, container_id: str) -> bool:
         """Whether the container has a live attachment."""
         return container_id in self._by_container
+
+    def container(self, prefix: str, code: int = INVALID_CONFIG) -> str:
+        """The one container with a live attachment whose id starts with ``prefix`` (an
+        operator may give podman's short id); refused with ``code`` naming the fault when
+        there is none, or more than one."""
+        found = {c for c in self._by_container if c.startswith(prefix)} if prefix else set()
+        if not found:
+            raise CNIError(code, f"no live attachment of a container whose id starts with "
+                           f"{prefix!r}")
+        if len(found) > 1:
+            raise CNIError(code, f"{prefix!r} names {len(found)} containers ("
+                           f"{', '.join(sorted(found)[:5])}…): give more of the id")
+        (container,) = found
+        return container
 
     def of_pod(self, uid: str) -> set[str]:
         """The containers with a live attachment of the pod with this UID (none: a pod

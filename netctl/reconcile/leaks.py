@@ -266,16 +266,7 @@ class Reconciler:
         ``network`` narrow the attachments. Refused (code 7, nothing changed) while the
         attachments' netns still exists — their interfaces may be in use — unless
         ``force``. Runs in the container's turn, after its requests in flight."""
-        live = self.journal.live
-        containers = {a.container_id for a in live.attachments.values()
-                      if a.container_id.startswith(prefix)} if prefix else set()
-        if not containers:
-            raise CNIError(INVALID_CONFIG, f"no live attachment of a container whose id "
-                           f"starts with {prefix!r}")
-        if len(containers) > 1:
-            raise CNIError(INVALID_CONFIG, f"{prefix!r} names {len(containers)} containers ("
-                           f"{', '.join(sorted(containers)[:5])}…): give more of the id")
-        (container,) = containers
+        container = self.journal.live.container(prefix)
 
         async def act() -> dict[str, Any]:
             atts = [a for a in await self.journal.live_attachments(container)

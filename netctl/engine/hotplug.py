@@ -1,0 +1,163 @@
+"""Hot-plug: one network plugged into, or unplugged from, a running container
+(``netctl attach`` / ``netctl detach`` over the admin socket).
+
+What the container is comes from the journal alone: its live attachments give the
+netns, the pod and the runtime's call (network and CNI_IFNAME) that created it. The new
+attachment shares them, so the runtime's DEL of the container removes it too.
+
+- **attach** plans one attachment as a ``NETCTL_NETWORKS`` element would
+  (:func:`~netctl.engine.plan.one_more`): the network looked up as for the pod, the
+  requested addresses, the interface as given or the first free ``netN``
+  (:func:`~netctl.engine.selection.next_ifname`: no attachment of the container has it,
+  no link in its netns). It runs in the container's turn as an ADD (a runtime's DEL
+  cancels it, and it is compensated), journaled with origin ``hotplug``, through
+  :meth:`Engine.run_adds <netctl.engine.engine.Engine.run_adds>` like a runtime's ADD.
+  The same network asked again — on the same interface, or without one when the network
+  is already plugged — answers the live attachment (idempotent).
+- **detach** DELs one live attachment, chosen by :func:`target` (by interface, or by
+  network when it is attached once; never the runtime's own interface), through
+  :meth:`Engine.delete_attachments <netctl.engine.engine.Engine.delete_attachments>`,
+  journaled as a DEL with origin ``hotplug``, in the container's turn.
+
+Refusals: code 3 when the container has no live attachment or its netns is gone; code 7
+for a network or an interface that does not fit; code 4 for an invalid interface name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import trio
+
+from netctl.cni.netns import link_names, netns_state
+from netctl.cni.validate import ifname as valid_ifname
+from netctl.engine.engine import Engine
+from netctl.engine.networks import lookups
+from netctl.engine.plan import one_more
+from netctl.engine.selection import Selection, next_ifname
+from netctl.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, CNIError
+from netctl.journal.records import Attachment, OpStart
+
+ORIGIN = "hotplug"
+
+
+def addresses(att: Attachment) -> list[str]:
+    """The addresses of an attachment's result (CIDR notation)."""
+    return [str(ip.get("address")) for ip in (att.result or {}).get("ips") or []
+            if isinstance(ip, dict) and ip.get("address")]
+
+
+def describe(att: Attachment) -> dict[str, Any]:
+    """An attachment as ``netctl attach``/``detach --json`` shows it."""
+    return {"attachment": att.id, "container": att.container_id, "network": att.network,
+            "ifname": att.ifname, "netns": att.netns, "addresses": addresses(att)}
+
+
+def names_network(att: Attachment, ref: str) -> bool:
+    """Whether ``ref`` names the attachment's network: its key (``ns/name`` or a file
+    path), a bare NAD name looked up as for the pod, or its CNI name."""
+    if ref == att.network:
+        return True
+    return "/" not in ref and (att.network in lookups(ref, att.pod.namespace or "default")
+                               or att.chain.name == ref)
+
+
+def target(live: list[Attachment], ifname: str = "", network: str = "") -> Attachment:
+    """The live attachment ``netctl detach`` removes: the one on ``ifname``, else the one
+    of ``network`` when it is attached exactly once. Never the runtime's own interface
+    (its cluster network: the runtime's DEL removes it). Code 7 naming the fault."""
+    container = live[0].container_id if live else "?"
+    found = [a for a in live if (not ifname or a.ifname == ifname)
+             and (not network or names_network(a, network))]
+    what = " and ".join(filter(None, (ifname and f"on interface {ifname}",
+                                      network and f"of network {network!r}")))
+    if not found:
+        have = ", ".join(f"{a.ifname} ({a.network})" for a in live) or "none"
+        raise CNIError(INVALID_CONFIG, f"container {container} has no live attachment "
+                       f"{what}; it has: {have}")
+    if len(found) > 1:
+        raise CNIError(INVALID_CONFIG, f"network {network!r} is attached {len(found)} times "
+                       f"to container {container} (interfaces "
+                       f"{', '.join(a.ifname for a in found)}): name one with --ifname")
+    (att,) = found
+    if att.is_default:
+        raise CNIError(INVALID_CONFIG, f"interface {att.ifname} of container {container} is "
+                       f"its cluster network ({att.network}), which the runtime made: only "
+                       "the runtime's DEL removes it")
+    return att
+
+
+@dataclass
+class Hotplug:
+    """``netctl attach`` and ``netctl detach``, carried out by the engine."""
+
+    engine: Engine
+
+    async def attach(self, prefix: str, network: str, ifname: str = "",
+                     ips: list[str] | None = None) -> dict[str, Any]:
+        """Plug ``network`` into the container whose id starts with ``prefix``; what was
+        attached (``existing`` True when it already was)."""
+        engine = self.engine
+        container = engine.journal.live.container(prefix, UNKNOWN_CONTAINER)
+        if ifname:
+            valid_ifname(ifname, "--ifname")
+        chose = Selection(name=network, interface=ifname or None, ips=list(ips or []) or None)
+
+        async def act() -> dict[str, Any]:
+            live = await engine.journal.live_attachments(container)
+            of = next((a for a in live if a.is_default and a.state == "attached"),
+                      next((a for a in live if a.state == "attached"), None))
+            if of is None:
+                raise CNIError(UNKNOWN_CONTAINER, f"container {container} has no attached "
+                               "network (its ADD failed, or a DEL is under way)")
+            if netns_state(of.netns) != "ok":
+                raise CNIError(UNKNOWN_CONTAINER, f"the netns of container {container} "
+                               f"({of.netns}) is gone")
+            net = engine.networks.resolve(network, of.pod.namespace or "default")
+            same = [a for a in live if a.network == net.key and not a.is_default
+                    and (a.ifname == ifname if ifname else True)]
+            if same and same[0].state == "attached":
+                wanted = chose.capability_args().get("ips")
+                if wanted is None or wanted == same[0].capability_args.get("ips"):
+                    return {**describe(same[0]), "existing": True}
+                raise CNIError(INVALID_CONFIG, f"network {net.key} is already attached to "
+                               f"container {container} as {same[0].ifname} with other "
+                               "addresses: detach it first, or name another "
+                               "interface (--ifname) to plug it once more")
+            links = await trio.to_thread.run_sync(link_names, of.netns)
+            taken = links | {a.ifname for a in live}
+            if ifname and ifname in taken:
+                raise CNIError(INVALID_CONFIG, f"interface {ifname} already exists in the netns "
+                               f"of container {container} ({of.netns})")
+            att = one_more(of, net, chose, ifname or next_ifname(taken))
+            served = engine.chains.served(att)
+            await engine.chains.check_versions([att], [served])
+            op_id = await engine.run_adds(OpStart(
+                verb="ADD", container_id=container, netns=att.netns, ifname=att.ifname,
+                caller_network=att.caller_network, pod=att.pod, origin=ORIGIN,
+                request=msgspec.json.encode(msgspec.structs.asdict(chose)),
+                reason=f"netctl attach: network {net.key} as {att.ifname}"), [att], [served])
+            return {**describe(att), "existing": False, "operation": op_id}
+
+        return await engine.admission.serialized(container, "ADD", act)
+
+    async def detach(self, prefix: str, ifname: str = "", network: str = "") -> dict[str, Any]:
+        """Unplug one network from the container whose id starts with ``prefix``, by
+        interface or by network (:func:`target`); what was detached."""
+        engine = self.engine
+        if not ifname and not network:
+            raise CNIError(INVALID_CONFIG, "detach: name the interface (--ifname) or the "
+                           "network (--network)")
+        container = engine.journal.live.container(prefix, UNKNOWN_CONTAINER)
+
+        async def act() -> dict[str, Any]:
+            att = target(await engine.journal.live_attachments(container), ifname, network)
+            await engine.delete_attachments(container, [att], OpStart(
+                verb="DEL", container_id=container, netns=att.netns, ifname=att.ifname,
+                caller_network=att.caller_network, pod=att.pod, origin=ORIGIN,
+                reason=f"netctl detach: network {att.network} on {att.ifname}"), "detach")
+            return describe(att)
+
+        return await engine.admission.serialized(container, "DETACH", act)
