@@ -176,7 +176,7 @@ class Engine:
         mine = [a for a in await self.journal.live_attachments(inv.container_id)
                 if a.caller_ifname == inv.ifname and a.caller_network == conf.name]
         if mine:
-            same = _repeat_of(mine, atts, inv.netns)
+            same = _repeat_of(_of_the_add(mine), atts, inv.netns)
             if same is not None:
                 return Reply(versions.convert_result(same, conf.cniVersion))
             # leftovers of an ADD that failed and could not be undone: remove them first
@@ -517,6 +517,13 @@ def _remove(path: str) -> None:
 def _names(atts: list[Attachment]) -> str:
     """``br as eth0, br2 as net1`` (``nothing`` for none), for a log line."""
     return ", ".join(f"{a.network} as {a.ifname}" for a in atts) or "nothing"
+
+
+def _of_the_add(mine: list[Attachment]) -> list[Attachment]:
+    """The attachments the runtime's ADD made (those of its default attachment's operation):
+    what ``netctl attach`` plugged in later is no part of what a repeated ADD asks for."""
+    first = next((a.add_op for a in mine if a.is_default), None)
+    return mine if first is None else [a for a in mine if a.add_op == first]
 
 
 def _repeat_of(mine: list[Attachment], planned: list[Attachment],
