@@ -217,14 +217,14 @@ class Engine:
                 msg += "; compensation incomplete: " + "; ".join(failures)
             elif not finished:
                 msg += "; compensation ran out of time"
-            log.warning("ADD (%s) failed (code %d), %s: %s", op.origin,
+            log.warning("ADD%s failed (code %d), %s: %s", _origin(op),
                         cause.code if cause else CANCELLED, state, msg)
             await self.journal.finish(op_id, _del_end(
                 state, cause.code if cause else CANCELLED, msg, atts, outcome))
             if cause is None:
                 raise
             raise CNIError(cause.code, msg, cause.details) from None
-        log.info("ADD (%s) done in %.3fs: %s", op.origin, time.monotonic() - started,
+        log.info("ADD%s done in %.3fs: %s", _origin(op), time.monotonic() - started,
                  _names(atts))
         await self.journal.finish(op_id, OpEnd(state="done", attached=atts))
         return op_id
@@ -517,6 +517,12 @@ def _remove(path: str) -> None:
 def _names(atts: list[Attachment]) -> str:
     """``br as eth0, br2 as net1`` (``nothing`` for none), for a log line."""
     return ", ".join(f"{a.network} as {a.ifname}" for a in atts) or "nothing"
+
+
+def _origin(op: OpStart) -> str:
+    """How an ADD's log lines name its origin: a runtime's as they always did ("ADD done"),
+    another's in parentheses ("ADD (hotplug) done")."""
+    return "" if op.origin == "runtime" else f" ({op.origin})"
 
 
 def _of_the_add(mine: list[Attachment]) -> list[Attachment]:
