@@ -5,8 +5,10 @@ requested address, and answers a repeat with the live attachment; ``netctl detac
 interface and by network, and its refusals (ambiguous, unknown, the runtime's own
 interface); an attach to an unknown container, or one whose netns is gone, is refused;
 a failing delegate on attach is compensated (nothing left in the netns, no address
-held), and so is an attach the runtime's DEL of the container cancels; the reconciler
-leaves hot-plugged attachments be; the runtime's DEL of the container removes them too.
+held), and so is an attach the runtime's DEL of the container cancels, and one cut short
+by a daemon killed mid-way (the start-up replay undoes it, the runtime's interface kept);
+the reconciler leaves hot-plugged attachments be; the runtime's DEL of the container
+removes them too.
 
 Subnets: 10.102.1-5.0/24.
 """
@@ -228,3 +230,43 @@ def test_a_runtime_del_cancels_an_attach_in_flight(
     for br in [*bridges, hung]:
         assert bridge_ports(br) == [], br
     assert daemon.delegates() == []
+
+
+def test_a_daemon_killed_during_an_attach_undoes_it_at_start_up(
+        daemon: Daemon, netns: Callable[[], str]) -> None:
+    hung = daemon.name("b4")
+    conf = bridge_conf("hung", hung, "10.102.5.0/24", ipam_dir=daemon.ipam_dir)
+    conf["plugins"].append({"type": "hang"})
+    daemon.add_network("hung", conf)
+    bridges = setup(daemon, **{"plugin-timeout": 300})
+    ns = started(daemon, netns, "crashing-1")
+    plug = subprocess.Popen(netctl_argv("attach", "--container", "crashing-1", "--network",
+                                        "hung", "--socket", daemon.socket),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: step_states(daemon, "crashing-1") == {"bridge": "ok",
+                                                               "hang": "running"},
+                 20, "the attach's bridge step done and its hang step running")
+        assert "net1" in netns_links(ns) and len(ipam_held(daemon.ipam_dir)) == 2
+        daemon.kill()  # the hang delegate goes on: the next start kills it
+        plug.communicate(timeout=30)
+    finally:
+        if plug.poll() is None:
+            plug.kill()
+            plug.wait()
+    assert plug.returncode != 0
+    assert hotplug_ops(daemon, "crashing-1") == [("ADD", "running")]
+
+    daemon.start()  # the start-up replay undoes the unfinished attach before it serves
+    ops = daemon.journal("--container", "crashing-1")["operations"]
+    assert [(o["verb"], o["origin"], o["ifname"], o["state"]) for o in ops] == [
+        ("ADD", "runtime", "eth0", "done"), ("ADD", "hotplug", "net1", "compensated"),
+        ("DEL", "replay", "", "done")], ops
+    assert set(netns_links(ns)) == {"lo", "eth0"}  # the runtime's interface untouched
+    assert bridge_ports(hung) == [] and len(bridge_ports(bridges[0])) == 1
+    assert len(ipam_held(daemon.ipam_dir)) == 1  # eth0's alone
+    assert daemon.delegates() == []
+    # the container is served as before: the plug works now, and the runtime's DEL ends all
+    assert attach(daemon, "crashing-1", "br2")["ifname"] == "net1"
+    assert daemon.cni("DEL", "crashing-1", ns, daemon.conf("br")).rc == 0
+    assert netns_links(ns) == ["lo"] and ipam_held(daemon.ipam_dir) == []
