@@ -6,7 +6,8 @@
 # bridge network and a macvlan network at once through the installed thin plugin,
 # both with addresses from netctl's central IPAM (netctl-ipam, allocations kept in the
 # journal), shows what each pod got and that two pods reach each other, shows the
-# journal, removes every pod and checks that nothing is left behind (no interface, no
+# journal, plugs a third network into a running pod and unplugs it (`netctl attach`,
+# `netctl detach`), removes every pod and checks that nothing is left behind (no interface, no
 # live allocation), asks the allocation history who held pod2's address while it was
 # up, then stops the daemon with SIGTERM. A last act runs Kubernetes mode: a fake API
 # server (netctl/kit/kubefake, as a process: `python -m netctl.kit.kubefake`) and two
@@ -37,8 +38,11 @@ PARENT=ndemo-par0           # the macvlan network's parent: a host veth …
 PARENT_PEER=ndemo-par1      # … and its peer
 BRIDGE_NET=demo-bridge      # NAD names (namespace "default")
 MACVLAN_NET=demo-macvlan
+EXTRA_NET=demo-extra        # plugged into a running pod, then unplugged (netctl attach)
+EXTRA_BRIDGE=ndemo-br1
 BRIDGE_SUBNET=10.250.1.0/24
 MACVLAN_SUBNET=10.250.2.0/24
+EXTRA_SUBNET=10.250.3.0/24
 POD_NAMESPACE=demo
 PODS=(pod1 pod2 pod3)
 CHURN=(churn1 churn2 churn3 churn4 churn5 churn6)   # pods of the crash scene
@@ -190,6 +194,15 @@ write_networks() {
     \"ipam\": {\"type\": \"netctl-ipam\", \"range\": \"$MACVLAN_SUBNET\"}
   }]
 }"
+    write_nad "$EXTRA_NET.yaml" "$EXTRA_NET" "{
+  \"cniVersion\": \"1.0.0\",
+  \"name\": \"$EXTRA_NET\",
+  \"plugins\": [{
+    \"type\": \"bridge\",
+    \"bridge\": \"$EXTRA_BRIDGE\",
+    \"ipam\": {\"type\": \"netctl-ipam\", \"range\": \"$EXTRA_SUBNET\"}
+  }]
+}"
     echo "networks in $TMP/nets:"
     ls -1 "$TMP/nets" | sed 's/^/    /'
     sed 's/^/    | /' "$TMP/nets/$BRIDGE_NET.yaml"
@@ -295,6 +308,30 @@ check_ping() {
 show_journal() {
     "$NETCTL" journal --state-dir "$TMP/state" "$@" | sed 's/^/    /' \
         || fail "netctl journal $* failed"
+}
+
+# addr_on POD IFNAME: POD's IPv4 address (CIDR) on IFNAME, empty when it has none
+addr_on() {
+    ip -n "$(netns_of "$1")" -4 -o addr show dev "$2" 2>/dev/null | awk '{print $4}'
+}
+
+# hotplug_pod1: netctl attach, then netctl detach, on pod1 while it runs
+hotplug_pod1() {
+    local id=${CONTAINER[pod1]} addr
+    echo "    netctl attach --container $id --network $EXTRA_NET"
+    "$NETCTL" attach --container "$id" --network "$EXTRA_NET" \
+        --socket "$TMP/run/netctl.sock" | sed 's/^/    | /' || fail "netctl attach failed"
+    addr=$(addr_on pod1 net2)
+    [[ $addr == 10.250.3.* ]] || fail "pod1 has no net2 in $EXTRA_SUBNET after attach: '$addr'"
+    ok "pod1 has net2 ($addr) on $EXTRA_NET; eth0 and net1 untouched"
+    show_journal --container "$id"
+    echo "    netctl detach --container $id --network $EXTRA_NET"
+    "$NETCTL" detach --container "$id" --network "$EXTRA_NET" \
+        --socket "$TMP/run/netctl.sock" | sed 's/^/    | /' || fail "netctl detach failed"
+    [[ -z $(addr_on pod1 net2) ]] || fail "pod1 still has net2 after detach"
+    [[ -n $(addr_on pod1 eth0) && -n $(addr_on pod1 net1) ]] \
+        || fail "detach touched pod1's eth0 or net1"
+    ok "net2 is gone from pod1, its address back in the pool; eth0 and net1 kept"
 }
 
 del_pods() {
@@ -568,11 +605,15 @@ main() {
     step "The journal"
     show_journal
 
+    step "Plug a network into a running pod, and unplug it"
+    hotplug_pod1
+
     step "DEL every pod"
     del_pods
 
     step "Nothing is left"
-    kit clean "$TMP/state" ndemo- "$BRIDGE" $(pods_args "${PODS[@]}") --veths "$TMP/out/veths"
+    kit clean "$TMP/state" ndemo- "$BRIDGE" $(pods_args "${PODS[@]}") --veths "$TMP/out/veths" \
+        --plugged 1   # pod1's net2, attached and detached
     show_ipam_pools
     show_journal
 

@@ -222,7 +222,9 @@ def attached(a: argparse.Namespace) -> None:
 
 def clean(a: argparse.Namespace) -> None:
     """After the DELs: no interface, no port, none of the saved host veths, no live
-    allocation; each allocation released by a DEL and each attachment removed (history)."""
+    allocation; each allocation released by a DEL and each attachment removed (history):
+    two per pod, and ``--plugged`` more (plugged by ``netctl attach``, unplugged by
+    ``netctl detach``)."""
     pods = pairs(a.pods)
     nothing_left(argparse.Namespace(netns=[a.prefix + p for p in pods], bridge=[], state=[]))
     ok("no interface but lo in any pod netns")
@@ -235,7 +237,7 @@ def clean(a: argparse.Namespace) -> None:
     ok(f"none of the pods' host veths is left ({' '.join(veths)})")
     nothing_left(argparse.Namespace(netns=[], bridge=[], state=[a.state]))
     journal = harness.netctl_json("journal", "--state-dir", a.state)
-    want = 2 * len(pods)
+    want = 2 * len(pods) + a.plugged
     dels = {op["id"] for op in journal["operations"] if op["verb"] == "DEL"}
     released = [x for x in allocations(a.state, history=True) if x["released_op"] in dels]
     if len(released) != want:
@@ -486,7 +488,8 @@ def parser() -> argparse.ArgumentParser:
     step(answer, "file", code={"type": int}, says={"default": ""})
     step(show_pods, "state", "prefix", "pods")
     step(attached, "state", "prefix", "bridge", "pods", eth0={}, net1={}, save={})
-    step(clean, "state", "prefix", "bridge", "pods", veths={})
+    step(clean, "state", "prefix", "bridge", "pods", veths={},
+         plugged={"type": int, "default": 0})
     step(nothing_left, netns={"action": "append", "default": []},
          bridge={"action": "append", "default": []},
          state={"action": "append", "default": []})
