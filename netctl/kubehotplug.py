@@ -345,9 +345,10 @@ class KubeHotplug:
             try:
                 now = await self.journal.live_attachments(of.container_id)
                 att, _ = await self.hotplug.plug(now, sel, key, f"{why}: network {key} added")
-            except CNIError as exc:
+            except CNIError as exc:  # a Refusal (no such NAD …) keeps its reason
                 outcome.failed = True
-                outcome.warning.append((REASON_ATTACH_FAILED, (
+                outcome.warning.append((exc.reason if isinstance(exc, Refusal) else
+                                        REASON_ATTACH_FAILED, (
                     f"network {key} not attached: {exc.msg}; not tried again until the "
                     f"annotation {NETWORKS} changes")))
                 continue

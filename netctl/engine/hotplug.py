@@ -19,6 +19,11 @@ attachment shares them, so the runtime's DEL of the container removes it too.
   :meth:`Engine.delete_attachments <netctl.engine.engine.Engine.delete_attachments>`,
   journaled as a DEL with origin ``hotplug``, in the container's turn.
 
+Kubernetes mode's hot-plug (:mod:`netctl.kubehotplug`) takes the same steps: a round in
+the container's turn (:meth:`Hotplug.in_turn`) that unplugs (:meth:`Hotplug.unplug`) and
+plugs whole selections — addresses, MAC, ``cni-args`` … — (:meth:`Hotplug.plug`) as the
+pod's annotation asks.
+
 Refusals: code 3 when the container has no live attachment or its netns is gone; code 7
 for a network or an interface that does not fit; code 4 for an invalid interface name.
 """

@@ -317,3 +317,61 @@ def test_a_change_made_while_the_daemon_was_down_is_applied_at_its_start(
              "network-status rewritten")
     assert cni(daemon, "DEL", "cp8", ns, "p8", uid).rc == 0
     assert netns_links(ns) == ["lo"]
+
+
+def test_a_network_the_namespace_may_not_use_is_refused_with_an_event(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    setup(daemon, kube, tmp_path)
+    kube.create("network-attachment-definitions", nad(
+        "blue", "other", _net(daemon, "oblue", "k6", "10.184.6.0/24")))
+    wait_for(lambda: daemon.status()["kubernetes"]["nads"]["objects"] == 6, 10, "the NAD")
+    uid = add_pod(kube, "p9")
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1, 10, "the pod")
+    ns = netns()
+    conf = daemon.conf("cluster", "1.0.0", namespaceIsolation=True)
+    res = daemon.cni("ADD", "cp9", ns, conf, pod="default/p9",
+                     args=("IgnoreUnknown=1", f"K8S_POD_UID={uid}"))
+    assert res.rc == 0, res.describe()
+    annotate(kube, "p9", "other/blue")
+    warned = wait_for(lambda: [m for t, r, m in events_of(kube, "p9")
+                               if (t, r) == ("Warning", "NetworkNotAllowed")], 20,
+                      "the refusal's Event")
+    assert "other/blue, outside the pod's namespace" in warned[0]
+    # the same annotation with a network it may use: attached
+    annotate(kube, "p9", "blue")
+    ops_are(daemon, "cp9", ("ADD", "done"))
+    assert set(netns_links(ns)) == {"lo", "eth0", "net1"}
+    assert netns_addrs(ns)["net1"][0].startswith("10.184.1.")
+    assert daemon.cni("DEL", "cp9", ns, conf, pod="default/p9",
+                      args=("IgnoreUnknown=1", f"K8S_POD_UID={uid}")).rc == 0
+    assert netns_links(ns) == ["lo"]
+
+
+def test_a_hotplug_cut_by_a_daemon_crash_is_undone_then_done_at_the_restart(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    daemon.settings["plugin-timeout"] = 300
+    setup(daemon, kube, tmp_path)
+    held = _net(daemon, "held", "k5", "10.184.5.0/24")
+    held["plugins"].append({"type": "gate", "gate": str(gate)})
+    kube.create("network-attachment-definitions", nad("held", "default", held))
+    wait_for(lambda: daemon.status()["kubernetes"]["nads"]["objects"] == 6, 10, "the NAD")
+    uid, ns = running(daemon, kube, netns, "p10")
+    annotate(kube, "p10", "held")
+    wait_for(lambda: step_states(daemon, "cp10").get("gate") == "running", 20,
+             "the hot-plug's gate step running")
+    daemon.kill()
+    gate.touch()
+    daemon.start()
+    # the replay undid the cut one; the pods' first list plugged it again
+    wait_for(lambda: hotplug_ops(daemon, "cp10")[-1:] == [("ADD", "done")], 30,
+             "held plugged at the restart")
+    ops = hotplug_ops(daemon, "cp10")
+    assert len(ops) == 2 and ops[0][0] == "ADD" and ops[0][1] not in ("done", "running"), ops
+    assert set(netns_links(ns)) == {"lo", "eth0", "net1"}
+    assert len(bridge_ports(daemon.name("k5"))) == 1
+    assert daemon.db("SELECT network, state FROM attachments WHERE container_id='cp10'"
+                     " AND ifname='net1' AND state != 'removed'") == [("default/held",
+                                                                      "attached")]
+    assert cni(daemon, "DEL", "cp10", ns, "p10", uid).rc == 0
+    assert netns_links(ns) == ["lo"] and bridge_ports(daemon.name("k5")) == []
