@@ -2,7 +2,8 @@
 (:mod:`~netctl.kit.bench.churn`, :mod:`~netctl.kit.bench.ipam`,
 :mod:`~netctl.kit.bench.journal`, :mod:`~netctl.kit.bench.crash`,
 :mod:`~netctl.kit.bench.events`, :mod:`~netctl.kit.bench.podman`,
-:mod:`~netctl.kit.bench.kube`, :mod:`~netctl.kit.bench.cluster` with its baseline
+:mod:`~netctl.kit.bench.kube`, :mod:`~netctl.kit.bench.hotplug`,
+:mod:`~netctl.kit.bench.cluster` with its baseline
 :mod:`~netctl.kit.bench.whereabouts`) on the shared driver and base of
 :mod:`~netctl.kit.bench.common` (over :mod:`netctl.kit.harness`, which the tests use too)
 and the one renderer of :mod:`~netctl.kit.bench.render`. Its command line is
@@ -44,6 +45,10 @@ def main(args: argparse.Namespace) -> int:
         from netctl.kit.bench.kube import run_kube
 
         return run_kube(args)
+    if args.bench == "hotplug":
+        from netctl.kit.bench.hotplug import run_hotplug
+
+        return run_hotplug(args)
     if args.bench == "cluster":
         from netctl.kit.bench.cluster import run_cluster
 
