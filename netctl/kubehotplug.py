@@ -29,7 +29,11 @@ sandbox netns as the journal knows it.
   from what was last looked at; every pod after the pods' first list (the daemon's
   start-up replay has run by then: changes made while the daemon was down are caught);
   a pod again after a runtime ADD of its sandbox (the annotation may have changed while
-  the ADD ran). One task per pod at a time; a change meanwhile runs it once more.
+  the ADD ran). One task per pod at a time (a change meanwhile runs it once more), at
+  most :data:`PARALLEL` pods in their container's turn at once: a start that looks at
+  every pod never fills the admission's queue. Whether there is anything to do is
+  decided first outside the turn, from the journal (no API request): a pod whose
+  sandbox has what its annotation asks costs no turn at all.
 - **No retry loop**: an attach that fails is compensated by the engine and not tried
   again until the annotation changes (its value at the failure is remembered per pod UID,
   in memory: a daemon restart tries once more). A back-off would keep re-running a
@@ -77,6 +81,8 @@ log = logging.getLogger("netctl.hotplug")
 # the pod's network-status from all its container's live attachments (KubeMode's)
 StatusWriter = Callable[[request.Pod, OpStart, list[Attachment]], Awaitable[str]]
 
+PARALLEL = 4  # pods changed at once (each holds one of the admission's places meanwhile)
+CONFS_KEPT = 1024  # netctl confs of sandboxes' ADDs kept in memory
 # the annotation's names of the capability arguments (Selection.capability_args)
 _ATTRIBUTES = {"infinibandGUID": "infiniband-guid"}
 
@@ -197,6 +203,8 @@ class KubeHotplug:
         self.seen: dict[str, tuple[str, str, bool]] = {}  # pod UID → fingerprint looked at
         self.failed: dict[str, str] = {}  # pod UID → networks annotation an attach failed
         self.rounds = 0  # rounds that changed a sandbox (netctl status)
+        self.limiter = trio.CapacityLimiter(PARALLEL)
+        self._confs: dict[int, NetctlConf] = {}  # the conf of an ADD operation, by its id
         self._nursery: trio.Nursery | None = None
         self._running: set[tuple[str, str]] = set()
         self._again: set[tuple[str, str]] = set()
@@ -252,7 +260,10 @@ class KubeHotplug:
                 self._again.discard(key)
                 pod = self.pods.cache.get(key)
                 if pod is not None:
-                    await self.evaluate(pod)
+                    try:
+                        await self.evaluate(pod)
+                    except Exception:  # a bug: logged, the daemon goes on
+                        log.exception("hot-plug of pod %s/%s failed", *key)
                 if key not in self._again:
                     return
         finally:
@@ -271,16 +282,22 @@ class KubeHotplug:
                     "networks not hot-plugged: the pod uses the host's network "
                     "(hostNetwork), it has no network namespace of its own"))
             return
-        container = await self._sandbox(ref.uid)
-        if container is None:
+        found = await self._sandbox(ref.uid)
+        if found is None:
             return  # no sandbox attached yet: its ADD reads the annotation itself
+        container, live = found
         outcome = _Outcome()
-        try:
-            await self.hotplug.in_turn(container, partial(self._round, pod, outcome))
-        except CNIError as exc:
-            what = f" ({outcome.doing})" if outcome.doing else ""
-            outcome.warning.append((REASON_ATTACH_FAILED, f"hot-plug{what} stopped: {exc.msg}"))
-            outcome.failed = outcome.failed or bool(outcome.doing)
+        decided = await self._decide(pod, live, outcome)
+        if decided is not None and decided[1]:  # something to do: decided again in turn
+            outcome = _Outcome()
+            async with self.limiter:
+                try:
+                    await self.hotplug.in_turn(container, partial(self._round, pod, outcome))
+                except CNIError as exc:
+                    what = f" ({outcome.doing})" if outcome.doing else ""
+                    outcome.warning.append((REASON_ATTACH_FAILED,
+                                            f"hot-plug{what} stopped: {exc.msg}"))
+                    outcome.failed = outcome.failed or bool(outcome.doing)
         if outcome.failed:
             self.failed[ref.uid] = value
         for reason, message in outcome.normal:
@@ -288,44 +305,63 @@ class KubeHotplug:
         for reason, message in outcome.warning:
             await self.events.warn(ref, reason, message)
 
-    async def _sandbox(self, uid: str) -> str | None:
-        """The pod's current sandbox: of its containers with an attached network, the one
-        whose cluster network (else any network) was attached last."""
-        newest: tuple[float, str] | None = None
+    async def _sandbox(self, uid: str) -> tuple[str, list[Attachment]] | None:
+        """The pod's current sandbox and its live attachments: of its containers with an
+        attached network, the one whose cluster network (else any network) was attached
+        last."""
+        newest: tuple[float, str, list[Attachment]] | None = None
         for container in self.journal.live.of_pod(uid):
-            attached = [a for a in await self.journal.live_attachments(container)
-                        if a.state == "attached" and a.pod.uid == uid]
+            live = await self.journal.live_attachments(container)
+            attached = [a for a in live if a.state == "attached" and a.pod.uid == uid]
             if attached:
                 when = max(a.created_at for a in attached if a.is_default
                            or not any(b.is_default for b in attached))
                 if newest is None or when > newest[0]:
-                    newest = (when, container)
-        return newest[1] if newest else None
+                    newest = (when, container, live)
+        return newest[1:] if newest else None
 
-    async def _round(self, pod: Pod, outcome: _Outcome, live: list[Attachment]) -> None:
-        """In the container's turn: the diff, carried out; network-status written."""
+    async def _conf(self, op_id: int) -> NetctlConf:
+        """The netctl conf of the ADD operation ``op_id`` (kept: it never changes)."""
+        conf = self._confs.get(op_id)
+        if conf is None:
+            conf = conf_of(await self.journal.operation_request(op_id) or b"")
+            self._confs[op_id] = conf
+            if len(self._confs) > CONFS_KEPT:
+                del self._confs[next(iter(self._confs))]
+        return conf
+
+    async def _decide(self, pod: Pod, live: list[Attachment], outcome: _Outcome
+                      ) -> tuple[Attachment, Changes] | None:
+        """The sandbox's attachment the plugged ones go beside, and what to change; None
+        when nothing can be done (a refusal's Event in ``outcome``)."""
         ref = pod.ref
         try:
             of = base(live[0].container_id if live else "?", live)
         except CNIError:
-            return  # nothing attached (the ADD failed, or a DEL is under way), or no netns
-        stdin = await self.journal.operation_request(of.add_op or 0)
+            return None  # nothing attached (the ADD failed, a DEL is under way), no netns
         try:
-            conf = conf_of(stdin or b"")
+            conf = await self._conf(of.add_op or 0)
             choice = choose(conf, ref, pod.metadata.annotations, of.caller_ifname)
         except Refusal as exc:
             outcome.warning.append((exc.reason, exc.note or exc.msg))
-            return
+            return None
         except CNIError as exc:
             log.warning("hot-plug of pod %s: the netctl conf of container %s: %s", ref.key,
                         of.container_id, exc.msg)
-            return
+            return None
         replace = pod.metadata.annotations.get(HOTPLUG_REPLACE, "").lower() == "true"
         todo = changes(choice.networks, annotations_own(
             live, of, defaults_count(conf, choice.skip_defaults)), replace)
         outcome.warning += [(REASON_HOTPLUG_REFUSED, msg) for msg in todo.refused]
-        if not todo:
+        return of, todo
+
+    async def _round(self, pod: Pod, outcome: _Outcome, live: list[Attachment]) -> None:
+        """In the container's turn: the diff, carried out; network-status written."""
+        ref = pod.ref
+        decided = await self._decide(pod, live, outcome)
+        if decided is None or not decided[1]:
             return
+        of, todo = decided
         self.rounds += 1
         why = f"pod {ref.key}: annotation {NETWORKS}"
         for att in todo.detach:
