@@ -15,7 +15,8 @@ change (its merge patch answered) this process polls, in one loop, the netns's l
 (``ip -n``) and the pod in the fake: the time until ``net1`` is there (or gone), and until
 the pod's network-status names it (or no longer does). A read of the links (an ``ip``
 exec, a few ms) bounds the interface's resolution; its mean time is reported. The fake's
-counts around the changes, watches aside, give the API requests per hot-plug.
+counts around the changes (and the last one's Event, posted after its network-status),
+watches aside, give the API requests per hot-plug.
 
 Every change must be applied within :data:`CHANGE_TIMEOUT` seconds, the journal must show
 one ``hotplug`` operation done per change, and nothing may be left once the sandbox is
@@ -26,6 +27,7 @@ prefix and is removed at the end, also after Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -55,6 +57,7 @@ NODE = "bench-node"
 POD = "hotplug"
 IFNAME = "net1"  # where the daemon plugs net2 (the first free netN)
 CHANGE_TIMEOUT = 30.0  # seconds for one change to reach the netns and network-status
+EVENT_WAIT = 5.0  # seconds the counts wait for the last change's Event
 
 
 @dataclass
@@ -105,6 +108,11 @@ def status_names(annotation: str | None) -> set[str]:
     except ValueError:
         return set()
     return {e.get("interface", "") for e in entries if isinstance(e, dict)}
+
+
+def events_written(before: Counter[tuple[str, str]], now: Counter[tuple[str, str]]) -> int:
+    """Requests on Events (creates, patches) between two of the fake's counts."""
+    return sum(n - before.get(key, 0) for key, n in now.items() if key[1] == "events")
 
 
 class HotplugBench(Bench):
@@ -188,6 +196,10 @@ class HotplugBench(Bench):
                 changes.append(self.change(add=i % 2 == 0))
                 step("")
         wall = time.perf_counter() - started
+        # the Event of a change is posted after its network-status: the last one's too
+        with contextlib.suppress(harness.HarnessError):
+            harness.wait_for(lambda: events_written(before, self.kube.request_counts)
+                             >= len(changes), EVENT_WAIT, "the last change's Event")
         after = self.kube.request_counts.copy()
         requests = Counter({k: n for k, n in made(before, after).items()
                             if not k.startswith("watch ")})
