@@ -2,9 +2,11 @@
 netctl does there on its own: the network-status written after an ADD (retried in the
 background, or failing the ADD with ``network-status-required``), the Events on refused
 pods, the attachments of pods deleted (while the daemon ran, or while it was down)
-DELeted, and the cluster-wide IPAM's caches and maintenance (``ipam-backend:
-kubernetes``). The daemon builds :class:`KubeMode` once and hands it the journal; the
-Kubernetes client is imported only here, in Kubernetes mode: it costs ≈ 50 MiB."""
+DELeted, the cluster-wide IPAM's caches and maintenance (``ipam-backend:
+kubernetes``), and the hot-plug of running pods whose networks annotation changes
+(:mod:`netctl.kubehotplug`, handed over with :meth:`KubeMode.use_hotplug`, run here). The
+daemon builds :class:`KubeMode` once and hands it the journal; the Kubernetes client is
+imported only here, in Kubernetes mode: it costs ≈ 50 MiB."""
 
 from __future__ import annotations
 
