@@ -46,6 +46,7 @@ sandbox netns as the journal knows it.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -202,7 +203,7 @@ class KubeHotplug:
         self.journal = hotplug.engine.journal
         self.seen: dict[str, tuple[str, str, bool]] = {}  # pod UID → fingerprint looked at
         self.failed: dict[str, str] = {}  # pod UID → networks annotation an attach failed
-        self.rounds = 0  # rounds that changed a sandbox (netctl status)
+        self.counts: Counter[str] = Counter()  # rounds, attached, detached, failed
         self.limiter = trio.CapacityLimiter(PARALLEL)
         self._confs: dict[int, NetctlConf] = {}  # the conf of an ADD operation, by its id
         self._nursery: trio.Nursery | None = None
@@ -210,8 +211,10 @@ class KubeHotplug:
         self._again: set[tuple[str, str]] = set()
 
     def status(self) -> dict[str, object]:
-        return {"rounds": self.rounds, "failed_pods": len(self.failed),
-                "running": len(self._running)}
+        """``netctl status``: the rounds that changed a sandbox, the networks attached and
+        detached, the failures, the pods not retried until their annotation changes."""
+        return {**{k: self.counts[k] for k in ("rounds", "attached", "detached", "failed")},
+                "not_retried": len(self.failed), "running": len(self._running)}
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
@@ -362,7 +365,7 @@ class KubeHotplug:
         if decided is None or not decided[1]:
             return
         of, todo = decided
-        self.rounds += 1
+        self.counts["rounds"] += 1
         why = f"pod {ref.key}: annotation {NETWORKS}"
         for att in todo.detach:
             outcome.doing = f"detaching network {att.network} from {att.ifname}"
@@ -370,9 +373,11 @@ class KubeHotplug:
                 await self.hotplug.unplug(att, f"{why}: network {att.network} on {att.ifname} "
                                           "removed")
             except CNIError as exc:
+                self.counts["failed"] += 1
                 outcome.warning.append((REASON_DETACH_FAILED, f"network {att.network} on "
                                         f"{att.ifname} not detached: {exc.msg}"))
                 continue
+            self.counts["detached"] += 1
             outcome.normal.append((REASON_DETACHED, f"network {att.network} detached from "
                                    f"{att.ifname}"))
         for sel in todo.attach:
@@ -382,12 +387,14 @@ class KubeHotplug:
                 now = await self.journal.live_attachments(of.container_id)
                 att, _ = await self.hotplug.plug(now, sel, key, f"{why}: network {key} added")
             except CNIError as exc:  # a Refusal (no such NAD …) keeps its reason
+                self.counts["failed"] += 1
                 outcome.failed = True
                 outcome.warning.append((exc.reason if isinstance(exc, Refusal) else
                                         REASON_ATTACH_FAILED, (
                     f"network {key} not attached: {exc.msg}; not tried again until the "
                     f"annotation {NETWORKS} changes")))
                 continue
+            self.counts["attached"] += 1
             got = ", ".join(addresses(att)) or "no address"
             outcome.normal.append((REASON_ATTACHED, f"network {key} attached as "
                                    f"{att.ifname} ({got})"))

@@ -128,6 +128,9 @@ def test_a_network_added_to_the_annotation_is_attached_and_removed_detached(
     wait_for(lambda: ("Normal", "NetworkDetached", "network default/green detached from net2")
              in events_of(kube, "p1"), 10, "the Normal Event")
     assert bridge_ports(daemon.name("k2")) == []
+    counts = daemon.status()["kubernetes"]["hotplug"]
+    assert (counts["rounds"], counts["attached"], counts["detached"], counts["failed"]) == (
+        2, 1, 1, 0)
 
     # netctl attach/detach stay refused: the annotation is the source of truth
     proc = run(netctl_argv("attach", "--container", "cp1", "--network", "red", "--socket",
@@ -173,6 +176,8 @@ def test_a_failing_delegate_is_compensated_and_not_retried_until_the_annotation_
     assert "not tried again until the annotation" in warned[0]
     assert hotplug_ops(daemon, "cp3") == [("ADD", "compensated")]
     assert set(netns_links(ns)) == {"lo", "eth0"}
+    counts = daemon.status()["kubernetes"]["hotplug"]
+    assert (counts["failed"], counts["not_retried"]) == (1, 1)
     assert bridge_ports(daemon.name("k4")) == []
 
     # the pod changes, its networks do not: not tried again
