@@ -40,6 +40,7 @@ from netctl.ipam.store import IndexStore, Store
 from netctl.journal.pruner import Pruner
 from netctl.journal.retention import Retention
 from netctl.journal.store import Journal, open_journal
+from netctl.kubehotplug import KubeHotplug
 from netctl.kubemode import KubeMode
 from netctl.metrics import Metrics, MetricsServer
 from netctl.reconcile.leaks import PARALLEL as RECONCILE_PARALLEL
@@ -73,6 +74,9 @@ async def run(cfg: DaemonConfig, *,
         chains = Chains(journal, delegates, ipam, metrics)
         health = Health(journal, ipam, admission, kube, cfg.pool_degraded_at)
         engine = _engine(cfg, root, journal, chains, admission, kube, health, metrics)
+        if kube is not None:  # the pods' networks annotations followed: hot-plug
+            kube.use_hotplug(KubeHotplug(Hotplug(engine), kube.pods.informer, kube.events,
+                                         kube.write_pod_status))
         ipam_plugin = IpamPlugin(journal, ipam, admission, ipam_types,
                                  gc_grace=cfg.reconcile_grace)
         recorded = pending_dir(cfg.socket)
@@ -247,11 +251,13 @@ async def _detach(hotplug: Hotplug | None, req: AdminRequest) -> dict[str, Any]:
 
 
 def _hotplugging(hotplug: Hotplug | None) -> Hotplug:
-    """``netctl attach``/``detach`` serve standalone mode; in Kubernetes mode a pod's
-    networks are its annotation's, and its network-status would not follow."""
+    """``netctl attach``/``detach`` serve standalone mode; in Kubernetes mode the pod's
+    annotation is the source of truth (:mod:`netctl.kubehotplug` follows it)."""
     if hotplug is None:
         raise CNIError(INVALID_CONFIG, "netctl attach/detach serve standalone mode only: in "
-                       "Kubernetes mode a pod's networks come from its annotation")
+                       "Kubernetes mode the pod's k8s.v1.cni.cncf.io/networks annotation is "
+                       "the source of truth: change it (kubectl annotate --overwrite) and "
+                       "the daemon attaches and detaches the networks")
     return hotplug
 
 

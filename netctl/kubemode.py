@@ -2,9 +2,11 @@
 netctl does there on its own: the network-status written after an ADD (retried in the
 background, or failing the ADD with ``network-status-required``), the Events on refused
 pods, the attachments of pods deleted (while the daemon ran, or while it was down)
-DELeted, and the cluster-wide IPAM's caches and maintenance (``ipam-backend:
-kubernetes``). The daemon builds :class:`KubeMode` once and hands it the journal; the
-Kubernetes client is imported only here, in Kubernetes mode: it costs ≈ 50 MiB."""
+DELeted, the cluster-wide IPAM's caches and maintenance (``ipam-backend:
+kubernetes``), and the hot-plug of running pods whose networks annotation changes
+(:mod:`netctl.kubehotplug`, handed over with :meth:`KubeMode.use_hotplug`, run here). The
+daemon builds :class:`KubeMode` once and hands it the journal; the Kubernetes client is
+imported only here, in Kubernetes mode: it costs ≈ 50 MiB."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ if TYPE_CHECKING:  # the client is imported in Kubernetes mode only
     from netctl.kube.pods import NadSource, PodSource
     from netctl.kube.statuswrites import StatusWrites
     from netctl.kube.thisnode import NodeCheck
+    from netctl.kubehotplug import KubeHotplug
 
 log = logging.getLogger("netctl.daemon")
 
@@ -67,6 +70,7 @@ class KubeMode:
     status_failures: int = 0
     last_status_failure: str = ""
     watching: trio.CancelScope = dataclasses.field(default_factory=trio.CancelScope)
+    hotplug: KubeHotplug | None = None  # the pods' annotations followed (use_hotplug)
 
     @classmethod
     async def connect(cls, cfg: DaemonConfig, journal: Journal, metrics: Metrics) -> KubeMode:
@@ -127,42 +131,60 @@ class KubeMode:
         failure is a warning the engine journals, and the write goes on in the background
         (:mod:`netctl.kube.statuswrites`) until the pod has it, is gone or replaced, or the
         attachments are DELeted; with ``network-status-required`` it fails the ADD instead
-        (code 11: the engine undoes it and the runtime retries)."""
+        (code 11: the engine undoes it and the runtime retries). The pod's annotation is
+        then looked at again by the hot-plug (it may have changed during the ADD)."""
         if not inv.pod.name:
             return ""
         from netctl.kube.objects import is_static
-        from netctl.kube.statuswrites import Write, patch_status
 
+        if self.hotplug is not None:
+            self.hotplug.added(inv.pod)
         namespace, name = inv.pod.namespace, inv.pod.name
         cached = self.pods.informer.cache.get((namespace, name))
         uid = cached.metadata.uid if cached is not None and (is_static(cached) or not
                                                              inv.pod.uid) else inv.pod.uid
+        return await self.write_pod_status(
+            Pod(namespace=namespace, name=name, uid=uid), OpStart(
+                verb="ANNOTATE", container_id=inv.container_id, netns=inv.netns,
+                ifname=inv.ifname, caller_network=inv.conf_name, pod=inv.pod,
+                origin="kubernetes"), atts, self.required)
+
+    async def write_pod_status(self, pod: Pod, annotate: OpStart, atts: list[Attachment],
+                               required: bool = False) -> str:
+        """The network-status of ``pod`` (its UID the precondition) from ``atts``, all live
+        attachments of the container ``annotate`` names (journaled as that done ANNOTATE
+        when a background retry writes it); "" or the warning (:meth:`write_status`)."""
+        from netctl.kube.statuswrites import Write, patch_status
+
         ids = {a.id for a in atts}
 
         async def current() -> bool:
-            """The ADD's attachments are all still live (no DEL, no newer ADD meanwhile)."""
-            return ids <= {a.id for a in await self.journal.live_attachments(inv.container_id)}
+            """The attachments are all still live (no DEL, no newer ADD meanwhile)."""
+            return ids <= {a.id for a in await self.journal.live_attachments(
+                annotate.container_id)}
 
         async def written() -> None:
-            await self.journal.one_transaction(OpStart(
-                verb="ANNOTATE", container_id=inv.container_id, netns=inv.netns,
-                ifname=inv.ifname, caller_network=inv.conf_name, pod=inv.pod,
-                origin="kubernetes"))
+            await self.journal.one_transaction(annotate)
 
-        write = Write(Pod(namespace=namespace, name=name, uid=uid),
-                      annotation_value(network_status(atts)), current, written)
+        write = Write(pod, annotation_value(network_status(atts)), current, written)
         if await patch_status(self.api, write) != "failed":
             return ""  # written, or the pod is gone or replaced: nothing to annotate
         self.writes.on_failure()
         self.status_failures += 1
         self.last_status_failure = warning = write.warning
-        if self.required:
+        if required:
             log.warning("%s", warning)
             raise CNIError(TRY_AGAIN_LATER, f"{warning} (network-status-required)")
         if self.writes.retry(write):
             warning += "; retried in the background until the pod has it"
         log.warning("%s", warning)
         return warning
+
+    def use_hotplug(self, hotplug: KubeHotplug) -> None:
+        """Follow the pods' networks annotations (:mod:`netctl.kubehotplug`): every pod the
+        watch lists or changes is handed to ``hotplug``, which :meth:`run` runs."""
+        self.hotplug = hotplug
+        self.pods.informer.on_put = hotplug.changed
 
     async def refused(self, inv: Invocation, exc: Refusal) -> None:
         """A Warning Event on the refused pod, or one more count of the same one."""
@@ -187,8 +209,12 @@ class KubeMode:
                     nursery.start_soon(self._gone_while_down)
                     if self.ipam is not None:
                         nursery.start_soon(self._cluster_ipam, self.ipam)
+                    if self.hotplug is not None:
+                        await nursery.start(self.hotplug.run)
                     task_status.started()
                     async for pod in self.deletions:
+                        if self.hotplug is not None:
+                            self.hotplug.forget(pod.uid)
                         nursery.start_soon(self._delete_later, reconciler, grace, pod)
 
     async def _delete_later(self, reconciler: Reconciler, grace: float, pod: Pod) -> None:
@@ -259,6 +285,7 @@ class KubeMode:
                 "network_status_failures": self.status_failures,
                 "last_network_status_failure": self.last_status_failure,
                 "network_status_retries": self.writes.status(),
+                "hotplug": self.hotplug.status() if self.hotplug is not None else None,
                 "api_calls": {f"{verb} {res}": n for (verb, res), n
                               in sorted(self.api.calls.items())}}
 

@@ -107,6 +107,11 @@ def render(health: Mapping[str, Any], warnings: list[str], now: float | None = N
                 f"from {'never' if age is None else ago(float(age)) + ' ago'}")
         row("", f"network-status failures {kube.get('network_status_failures', 0)}"
             + (" (required)" if kube.get("network_status_required") else ""))
+        hotplug = kube.get("hotplug")
+        if hotplug:
+            row("", "hot-plug: " + _counts(hotplug, {
+                "attached": "attached", "detached": "detached", "failed": "failed",
+                "not_retried": "pods not retried until their annotation changes"}))
         ipam = kube.get("ipam")
         if ipam:
             row("", f"cluster IPAM {'ready' if ipam.get('ready') else 'NOT ready'}: "

@@ -19,14 +19,20 @@ attachment shares them, so the runtime's DEL of the container removes it too.
   :meth:`Engine.delete_attachments <netctl.engine.engine.Engine.delete_attachments>`,
   journaled as a DEL with origin ``hotplug``, in the container's turn.
 
+Kubernetes mode's hot-plug (:mod:`netctl.kubehotplug`) takes the same steps: a round in
+the container's turn (:meth:`Hotplug.in_turn`) that unplugs (:meth:`Hotplug.unplug`) and
+plugs whole selections — addresses, MAC, ``cni-args`` … — (:meth:`Hotplug.plug`) as the
+pod's annotation asks.
+
 Refusals: code 3 when the container has no live attachment or its netns is gone; code 7
 for a network or an interface that does not fit; code 4 for an invalid interface name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import trio
@@ -41,6 +47,7 @@ from netctl.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, CNIError
 from netctl.journal.records import Attachment, OpStart
 
 ORIGIN = "hotplug"
+T = TypeVar("T")
 
 
 def addresses(att: Attachment) -> list[str]:
@@ -62,6 +69,22 @@ def names_network(att: Attachment, ref: str) -> bool:
         return True
     return "/" not in ref and (att.network in lookups(ref, att.pod.namespace or "default")
                                or att.chain.name == ref)
+
+
+def base(container: str, live: list[Attachment]) -> Attachment:
+    """The attachment a plugged one shares its netns, pod and runtime's call with: the
+    container's attached cluster network, else any attached one; code 3 when there is
+    none (its ADD failed or has not finished, or a DEL is under way) or its netns is
+    gone."""
+    of = next((a for a in live if a.is_default and a.state == "attached"),
+              next((a for a in live if a.state == "attached"), None))
+    if of is None:
+        raise CNIError(UNKNOWN_CONTAINER, f"container {container} has no attached "
+                       "network (its ADD failed, or a DEL is under way)")
+    if netns_state(of.netns) != "ok":
+        raise CNIError(UNKNOWN_CONTAINER, f"the netns of container {container} "
+                       f"({of.netns}) is gone")
+    return of
 
 
 def target(live: list[Attachment], ifname: str = "", network: str = "") -> Attachment:
@@ -91,7 +114,9 @@ def target(live: list[Attachment], ifname: str = "", network: str = "") -> Attac
 
 @dataclass
 class Hotplug:
-    """``netctl attach`` and ``netctl detach``, carried out by the engine."""
+    """``netctl attach`` and ``netctl detach``, carried out by the engine; the same steps,
+    taken in the container's turn (:meth:`in_turn`: :meth:`plug`, :meth:`unplug`), serve
+    Kubernetes mode's hot-plug (:mod:`netctl.kubehotplug`)."""
 
     engine: Engine
 
@@ -105,16 +130,8 @@ class Hotplug:
             valid_ifname(ifname, "--ifname")
         chose = Selection(name=network, interface=ifname or None, ips=list(ips or []) or None)
 
-        async def act() -> dict[str, Any]:
-            live = await engine.journal.live_attachments(container)
-            of = next((a for a in live if a.is_default and a.state == "attached"),
-                      next((a for a in live if a.state == "attached"), None))
-            if of is None:
-                raise CNIError(UNKNOWN_CONTAINER, f"container {container} has no attached "
-                               "network (its ADD failed, or a DEL is under way)")
-            if netns_state(of.netns) != "ok":
-                raise CNIError(UNKNOWN_CONTAINER, f"the netns of container {container} "
-                               f"({of.netns}) is gone")
+        async def act(live: list[Attachment]) -> dict[str, Any]:
+            of = base(container, live)
             net = engine.networks.resolve(network, of.pod.namespace or "default")
             same = [a for a in live if a.network == net.key and not a.is_default
                     and (a.ifname == ifname if ifname else True)]
@@ -126,22 +143,56 @@ class Hotplug:
                                f"container {container} as {same[0].ifname} with other "
                                "addresses: detach it first, or name another "
                                "interface (--ifname) to plug it once more")
-            links = await trio.to_thread.run_sync(link_names, of.netns)
-            taken = links | {a.ifname for a in live}
-            if ifname and ifname in taken:
-                raise CNIError(INVALID_CONFIG, f"interface {ifname} already exists in the netns "
-                               f"of container {container} ({of.netns})")
-            att = one_more(of, net, chose, ifname or next_ifname(taken))
-            served = engine.chains.served(att)
-            await engine.chains.check_versions([att], [served])
-            op_id = await engine.run_adds(OpStart(
-                verb="ADD", container_id=container, netns=att.netns, ifname=att.ifname,
-                caller_network=att.caller_network, pod=att.pod, origin=ORIGIN,
-                request=msgspec.json.encode(msgspec.structs.asdict(chose)),
-                reason=f"netctl attach: network {net.key} as {att.ifname}"), [att], [served])
+            att, op_id = await self.plug(live, chose, network,
+                                         f"netctl attach: network {net.key}")
             return {**describe(att), "existing": False, "operation": op_id}
 
-        return await engine.admission.serialized(container, "ADD", act)
+        return await self.in_turn(container, act)
+
+    async def in_turn(self, container: str,
+                      act: Callable[[list[Attachment]], Awaitable[T]]) -> T:
+        """``act`` on the container's live attachments, in its turn as an ADD: after its
+        other requests, cancelled (and what it plugged compensated) by a runtime's DEL."""
+        async def turn() -> T:
+            return await act(await self.engine.journal.live_attachments(container))
+
+        return await self.engine.admission.serialized(container, "ADD", turn)
+
+    async def plug(self, live: list[Attachment], chose: Selection, ref: str, reason: str,
+                   origin: str = ORIGIN) -> tuple[Attachment, int]:
+        """In the container's turn (:meth:`in_turn`, ``live`` its attachments): one more
+        attachment, of network ``ref`` (looked up in the pod's namespace) with what
+        ``chose`` asks for (addresses, MAC, ``cni-args`` …), on ``chose.interface``, else the
+        first free ``netN``; run as an ADD journaled with ``origin`` (``reason`` names it,
+        the interface appended), compensated when it fails. The attachment and the
+        operation's id."""
+        engine = self.engine
+        container = live[0].container_id if live else "?"
+        of = base(container, live)
+        net = engine.networks.resolve(ref, of.pod.namespace or "default")
+        links = await trio.to_thread.run_sync(link_names, of.netns)
+        taken = links | {a.ifname for a in live}
+        ifname = chose.interface or ""
+        if ifname and ifname in taken:
+            raise CNIError(INVALID_CONFIG, f"interface {ifname} already exists in the netns "
+                           f"of container {container} ({of.netns})")
+        att = one_more(of, net, chose, ifname or next_ifname(taken))
+        served = engine.chains.served(att)
+        await engine.chains.check_versions([att], [served])
+        op_id = await engine.run_adds(OpStart(
+            verb="ADD", container_id=container, netns=att.netns, ifname=att.ifname,
+            caller_network=att.caller_network, pod=att.pod, origin=origin,
+            request=msgspec.json.encode(msgspec.structs.asdict(chose)),
+            reason=f"{reason} as {att.ifname}"), [att], [served])
+        return att, op_id
+
+    async def unplug(self, att: Attachment, reason: str, origin: str = ORIGIN) -> None:
+        """In the container's turn: DEL the live attachment ``att``, journaled with
+        ``origin`` (code 107 naming what could not be removed)."""
+        await self.engine.delete_attachments(att.container_id, [att], OpStart(
+            verb="DEL", container_id=att.container_id, netns=att.netns, ifname=att.ifname,
+            caller_network=att.caller_network, pod=att.pod, origin=origin,
+            reason=reason), "detach")
 
     async def detach(self, prefix: str, ifname: str = "", network: str = "") -> dict[str, Any]:
         """Unplug one network from the container whose id starts with ``prefix``, by
@@ -154,10 +205,7 @@ class Hotplug:
 
         async def act() -> dict[str, Any]:
             att = target(await engine.journal.live_attachments(container), ifname, network)
-            await engine.delete_attachments(container, [att], OpStart(
-                verb="DEL", container_id=container, netns=att.netns, ifname=att.ifname,
-                caller_network=att.caller_network, pod=att.pod, origin=ORIGIN,
-                reason=f"netctl detach: network {att.network} on {att.ifname}"), "detach")
+            await self.unplug(att, f"netctl detach: network {att.network} on {att.ifname}")
             return describe(att)
 
         return await engine.admission.serialized(container, "DETACH", act)

@@ -427,6 +427,13 @@ class Journal:
             att.state = "removed"
         return op_id
 
+    async def operation_request(self, op_id: int) -> bytes | None:
+        """The request an operation was begun with (a runtime's ADD: its stdin); None
+        when it had none. An operation that made a live attachment is never pruned."""
+        rows = await self._read(lambda db: db.execute(
+            "SELECT request FROM operations WHERE id=?", (op_id,)).fetchall())
+        return bytes(rows[0][0]) if rows and rows[0][0] is not None else None
+
     async def unfinished_operations(self) -> list[Operation]:
         rows = await self._read(lambda db: db.execute(
             "SELECT id, verb, container_id, netns, ifname, state, origin FROM operations"

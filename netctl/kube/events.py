@@ -1,9 +1,9 @@
-"""The Warning Events netctl posts on a refused pod, a repeat counted on the Event already
-posted, as kubelet's event recorder (client-go's correlator) counts one: a sandbox the
-runtime ADDs again every few seconds leaves one Event whose ``count`` grows, not one
-object in etcd per try.
+"""The Events netctl posts on a pod — Warning on a refused one, Normal for a network
+hot-plugged — a repeat counted on the Event already posted, as kubelet's event recorder
+(client-go's correlator) counts one: a sandbox the runtime ADDs again every few seconds
+leaves one Event whose ``count`` grows, not one object in etcd per try.
 
-- **The same Event**: one pod (namespace, name and UID), one reason, one message. Another
+- **The same Event**: one pod (namespace, name and UID), one type, reason and message. Another
   message is another Event (the owner fixed one part of the annotation, another is still
   wrong: the message is what they read).
 - :class:`EventLog` (pure) remembers, per Event, the name it gave it and its count: at
@@ -47,6 +47,7 @@ class Key:
     pod: Pod
     reason: str
     message: str
+    type: str = "Warning"  # or "Normal"
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ class EventLog:
 
 
 class EventRecorder:
-    """Posts the Warning Events of one node's daemon, repeats counted (:class:`EventLog`)."""
+    """Posts the Events of one node's daemon, repeats counted (:class:`EventLog`)."""
 
     def __init__(self, api: Api, node: str, events: EventLog | None = None) -> None:
         self.api, self.node = api, node
@@ -122,7 +123,17 @@ class EventRecorder:
     async def warn(self, pod: Pod, reason: str, message: str) -> None:
         """A Warning Event on the pod, or one more count of the same one (best effort: a
         failure is only logged)."""
-        key = Key(pod, reason, message[:EVENT_NOTE_MAX])
+        await self.post(pod, reason, message, "Warning")
+
+    async def normal(self, pod: Pod, reason: str, message: str) -> None:
+        """A Normal Event on the pod (what netctl did to it: a network hot-plugged), counted
+        and written as :meth:`warn`'s."""
+        await self.post(pod, reason, message, "Normal")
+
+    async def post(self, pod: Pod, reason: str, message: str, type: str) -> None:
+        """An Event of ``type`` (Warning or Normal) on the pod, or one more count of the
+        same one (best effort: a failure is only logged)."""
+        key = Key(pod, reason, message[:EVENT_NOTE_MAX], type)
         occ = self.posted.observe(key, time.time_ns(), time.monotonic())
         try:
             if occ.known and await self._patch(key, occ):
@@ -144,7 +155,7 @@ class EventRecorder:
                  "involvedObject": {"kind": "Pod", "namespace": key.pod.namespace,
                                     "name": key.pod.name, "uid": key.pod.uid,
                                     "apiVersion": "v1"},
-                 "reason": key.reason, "message": key.message, "type": "Warning",
+                 "reason": key.reason, "message": key.message, "type": key.type,
                  "source": {"component": "netctl", "host": self.node},
                  "firstTimestamp": occ.first, "lastTimestamp": occ.last,
                  "count": occ.count}

@@ -27,6 +27,8 @@ NETWORKS = "k8s.v1.cni.cncf.io/networks"  # the pod's network selection (both fo
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"  # replaces the cluster network
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"  # written after a successful ADD
 CONFIG_SOURCE = "kubernetes.io/config.source"  # "api", or "file"/"http" for static pods
+# a pod's opt-in to an attached network's attributes changed by detach + attach (hot-plug)
+HOTPLUG_REPLACE = "netctl.dev/hotplug-replace"
 # the runtimeConfig capability under which CRI-O and containerd pass a pod's annotations
 RUNTIME_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
 
@@ -37,11 +39,17 @@ REASON_NOT_FOUND = "NoNetworkFound"  # no such NAD (Multus' reason)
 REASON_FORBIDDEN = "NetworkNotAllowed"  # namespaceIsolation
 REASON_BAD_NAD = "InvalidNetworkConfig"  # a NAD whose spec.config netctl cannot run
 REASON_OTHER_NODE = "PodOfAnotherNode"  # a sandbox ADDed here for a pod bound elsewhere
+# Hot-plug's Events (:mod:`netctl.kubehotplug`): Normal on success, Warning otherwise.
+REASON_ATTACHED = "NetworkAttached"
+REASON_DETACHED = "NetworkDetached"
+REASON_ATTACH_FAILED = "NetworkAttachFailed"
+REASON_DETACH_FAILED = "NetworkDetachFailed"
+REASON_HOTPLUG_REFUSED = "NetworkChangeRefused"  # hostNetwork, an attribute change …
 
 # The only annotations kept in memory: a pod's other annotations (often kilobytes:
 # kubectl's last-applied-configuration, the network-status netctl itself writes) are
 # dropped as the object is decoded.
-KEPT_ANNOTATIONS = frozenset({NETWORKS, DEFAULT_NETWORK, CONFIG_SOURCE})
+KEPT_ANNOTATIONS = frozenset({NETWORKS, DEFAULT_NETWORK, CONFIG_SOURCE, HOTPLUG_REPLACE})
 
 
 class Meta(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
@@ -66,6 +74,7 @@ class MetaWithStatus(Meta):
 
 class PodSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     nodeName: str = ""
+    hostNetwork: bool = False
 
 
 class Pod(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):

@@ -321,6 +321,28 @@ def test_kube_small_json() -> None:
     assert not os.path.exists(f"/proc/{report['standalone']['daemon_pid']}")
 
 
+def test_hotplug_small_json() -> None:
+    """Four changes of a running pod's annotation (add, remove, add, remove): each applied
+    and journaled, both latencies measured for each, one network-status patch and one
+    Event written per hot-plug, nothing left."""
+    proc = subprocess.run([NETCTL, "bench", "hotplug", "--changes", "4", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    h = report["hotplug"]
+    assert (h["changes"], h["adds"], h["removes"], h["not_applied"]) == (4, 2, 2, 0)
+    assert h["interface_ms"]["n"] == 4 and h["status_ms"]["n"] == 4
+    assert 0 < h["interface_ms"]["p50"] and 0 < h["status_ms"]["p50"]
+    assert report["operations"] == {"ADD done": 2, "DEL done": 2}
+    per = h["requests_per_hotplug"]
+    assert per["patch pods"] == 1.0
+    assert per.get("create events", 0) + per.get("patch events", 0) == 1.0
+    assert set(per) <= {"patch pods", "create events", "patch events"}  # no read at all
+    assert report["daemon"]["exit_code"] == 0
+    assert_left_nothing(report)
+
+
 @pytest.mark.parametrize("backend", ["kubernetes", "sqlite"])
 def test_cluster_small_json(backend: str) -> None:
     """Two nodes x 6 pods on one pool, whereabouts' protocol beside them. The kubernetes

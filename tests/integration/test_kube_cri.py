@@ -23,7 +23,10 @@ and names a second NAD in ``k8s.v1.cni.cncf.io/networks``. We check:
   bridge, no live attachment or allocation (``netctl ipam pools``), no running
   operation, no netns; the port refused again.
 
-Subnets: 10.186.0.0/24 (cluster), 10.186.1.0/24 (blue).
+And hot-plug under containerd: the pod's annotation changed through the API is applied
+in the sandbox's netns (two networks added, then one removed by its name alone).
+
+Subnets: 10.186.0.0/24 (cluster), 10.186.1.0/24 (blue), 10.186.2.0/24 (green).
 """
 
 from __future__ import annotations
@@ -227,3 +230,75 @@ def test_containerd_runs_a_pod_sandbox_on_kubernetes_mode(
     assert calls == {("patch", "pods"): 1}, calls
     assert harness.describe_leftovers(harness.leftovers(
         daemon, bridges=[daemon.name("c0"), daemon.name("c1")])) == []
+
+
+@pytest.mark.servers("fake")
+def test_containerd_sandbox_follows_its_pods_networks_annotation(
+        daemon: Daemon, kube: FakeKube, host: None, tmp_path: Path) -> None:
+    """Hot-plug under containerd: the pod's annotation changed through the API — two
+    networks added (one on a named interface), then one removed by its name alone — is
+    applied in the sandbox's netns (found from the journal, not asked of containerd),
+    journaled with origin ``hotplug``, written to network-status, with Normal Events;
+    Stop/RemovePodSandbox then remove the plugged networks too."""
+    start_daemon(daemon, kube, tmp_path)
+    green = ipaddress.IPv4Network("10.186.2.0/24")
+    kube.create("network-attachment-definitions", nad("green", "default", ipam_bridge(
+        "green", daemon.name("c2"), {"type": "netctl-ipam", "range": str(green)})))
+    conf_dir, bin_dir, _ = runtime_dirs(daemon, tmp_path)
+    annotations = {NETWORKS: "blue"}
+    meta = kube.create("pods", pod("app", "default", node=NODE, annotations=annotations))[
+        "metadata"]
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 1
+             and daemon.status()["kubernetes"]["nads"]["objects"] == 3, 10,
+             "the pod and the NADs in the daemon's caches")
+    sandbox = cri.SandboxConfig("app", "default", meta["uid"], annotations=annotations)
+
+    def hotplugged() -> list[tuple[str, str]]:
+        return daemon.db("SELECT verb, state FROM operations WHERE container_id=? AND "
+                         "origin='hotplug' AND verb != 'ANNOTATE' ORDER BY id", (sandbox_id,))
+
+    def status_names() -> dict[str, str]:
+        got = kube.get("pods", "default", "app") or {}
+        value = got["metadata"].get("annotations", {}).get(STATUS, "[]")
+        return {e["interface"]: e["name"] for e in json.loads(value)}
+
+    with cri.Containerd(conf_dir, bin_dir, PAUSE) as ctd:
+        image = tmp_path / "pause.tar"
+        cri.write_image_tar(image, PAUSE, ["httpd", "-f", "-p", "80", "-h", "/www"],
+                            {"www/index.html": "pause\n"})
+        ctd.import_image(image, PAUSE)
+        sandbox_id = ctd.cri.run_pod_sandbox(sandbox)
+        ns = os.path.basename(ctd.cri.pod_sandbox_status(sandbox_id).netns)
+        assert sorted(netns_links(ns)) == ["eth0", "lo", "net1"]
+
+        kube.patch("pods", "default", "app", {"metadata": {"annotations": {
+            NETWORKS: "blue,green@data0,green"}}})
+        wait_for(lambda: hotplugged() == [("ADD", "done")] * 2, 30, "two networks plugged")
+        assert sorted(netns_links(ns)) == ["data0", "eth0", "lo", "net1", "net2"]
+        addrs = netns_addrs(ns)
+        assert in_range(addrs["data0"], green) and in_range(addrs["net2"], green), addrs
+        assert len(bridge_ports(daemon.name("c2"))) == 2
+        wait_for(lambda: status_names() == {"eth0": "kube-system/cluster", "net1":
+                                            "default/blue", "data0": "default/green",
+                                            "net2": "default/green"}, 10,
+                 "network-status rewritten")
+
+        # blue removed by its name alone
+        kube.patch("pods", "default", "app", {"metadata": {"annotations": {
+            NETWORKS: "green@data0,green"}}})
+        wait_for(lambda: hotplugged()[-1:] == [("DEL", "done")], 30, "blue unplugged")
+        assert sorted(netns_links(ns)) == ["data0", "eth0", "lo", "net2"]
+        assert bridge_ports(daemon.name("c1")) == []
+        wait_for(lambda: set(status_names()) == {"eth0", "data0", "net2"}, 10,
+                 "network-status rewritten")
+        wait_for(lambda: sorted(e["reason"] for e in kube.list("events", "default")
+                                if e["involvedObject"]["uid"] == meta["uid"]
+                                and e["type"] == "Normal") == [
+            "NetworkAttached", "NetworkAttached", "NetworkDetached"], 10, "the Events")
+
+        ctd.cri.stop_pod_sandbox(sandbox_id)
+        ctd.cri.remove_pod_sandbox(sandbox_id)
+    assert daemon.live_attachments_of([sandbox_id]) == 0
+    assert harness.live_allocations(daemon.state_dir) == []
+    assert harness.describe_leftovers(harness.leftovers(
+        daemon, bridges=[daemon.name(s) for s in ("c0", "c1", "c2")])) == []

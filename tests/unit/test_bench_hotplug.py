@@ -1,39 +1,40 @@
-"""The pure parts of ``netctl bench hotplug``: reading a link's flags in this netns, and
-the hot network's entry in a pod's network-status."""
+"""We test these aspects of `netctl bench hotplug`'s summary, without a daemon: the latency
+percentiles to the interface and to network-status, over all changes and adds and removes
+apart, changes never seen left out of them and counted; the API requests per hot-plug; the
+mean time of one read of the netns's links; and which interfaces a network-status names."""
 
 from __future__ import annotations
 
-import ipaddress
-import json
-import socket
+from collections import Counter
 
-from netctl.cni.config import parse_chain
-from netctl.kit.bench.common import BenchNet
-from netctl.kit.bench.hotplug import IFF_UP, IFNAME, hot_status, link_flags
-from netctl.kube.objects import NETWORK_STATUS
-
-HOT = BenchNet("hot", "br-hot", ipaddress.IPv4Network("10.1.2.0/24"),
-               parse_chain(json.dumps({"cniVersion": "1.0.0", "name": "hot",
-                                       "plugins": [{"type": "bridge"}]}), "hot"), {})
+from netctl.kit.bench.hotplug import Change, status_names, summarize
 
 
-def status(entries: object) -> dict[str, object]:
-    return {"metadata": {"annotations": {NETWORK_STATUS: json.dumps(entries)}}}
+def test_the_summary_of_the_changes() -> None:
+    changes = [Change(True, 0.040, 0.100, 4, 0.012), Change(False, 0.020, 0.080, 2, 0.008),
+               Change(True, 0.060, 0.140, 5, 0.015), Change(False, None, None, 100, 0.4)]
+    out = summarize(changes, Counter({"patch pods": 4, "create events": 3, "patch events": 1}))
+    assert (out["changes"], out["adds"], out["removes"], out["not_applied"]) == (4, 2, 2, 1)
+    assert out["interface_ms"]["n"] == 3 and out["interface_ms"]["p50"] == 40.0
+    assert out["interface_ms"]["max"] == 60.0 and out["status_ms"]["p50"] == 100.0
+    assert out["add"]["interface_ms"]["p50"] == 50.0 and out["add"]["status_ms"]["p99"] == 139.6
+    assert out["remove"]["interface_ms"] == {"p50": 20.0, "p95": 20.0, "p99": 20.0,
+                                             "mean": 20.0, "max": 20.0, "n": 1}
+    assert out["requests_per_hotplug"] == {"create events": 0.75, "patch events": 0.25,
+                                           "patch pods": 1.0}
+    assert out["total_requests_per_hotplug"] == 2.0
+    assert out["link_poll_ms"] == round(435 / 111, 2)
 
 
-def test_link_flags_of_lo_and_of_a_missing_link() -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        flags = link_flags(sock, "lo")
-        assert flags is not None and flags & IFF_UP
-        assert link_flags(sock, "no-such-link0") is None
+def test_no_changes_is_a_summary_of_nothing() -> None:
+    out = summarize([], Counter())
+    assert out["changes"] == 0 and out["requests_per_hotplug"] == {}
+    assert out["total_requests_per_hotplug"] == 0.0 and out["link_poll_ms"] == 0.0
+    assert out["interface_ms"]["n"] == 0
 
 
-def test_hot_status_names_the_address_of_the_hot_network_on_its_interface() -> None:
-    eth0 = {"name": "kube-system/c", "interface": "eth0", "ips": ["10.0.0.2"]}
-    hot = {"name": "bench/hot", "interface": IFNAME, "ips": ["10.1.2.5"]}
-    assert hot_status(status([eth0, hot]), HOT) == "10.1.2.5"
-    assert hot_status(status([eth0]), HOT) is None
-    assert hot_status(status([eth0, {**hot, "interface": "net2"}]), HOT) is None
-    assert hot_status(status([eth0, {**hot, "ips": []}]), HOT) is None
-    assert hot_status({"metadata": {"annotations": {NETWORK_STATUS: "not json"}}}, HOT) is None
-    assert hot_status({"metadata": {}}, HOT) is None and hot_status(None, HOT) is None
+def test_status_names() -> None:
+    value = '[{"name": "a/c", "interface": "eth0"}, {"name": "a/b", "interface": "net1"}]'
+    assert status_names(value) == {"eth0", "net1"}
+    assert status_names(None) == set() and status_names("not json") == set()
+    assert status_names('[{"name": "a/b"}, 3]') == {""}

@@ -59,6 +59,8 @@ def test_kubernetes_mode() -> None:
         "pods": {"state": "watching", "objects": 12, "age_seconds": 3.0},
         "nads": {"state": "listing", "objects": 0, "age_seconds": None},
         "network_status_failures": 2, "network_status_required": True,
+        "hotplug": {"rounds": 3, "attached": 4, "detached": 1, "failed": 1, "not_retried": 1,
+                    "running": 0},
         "ipam": {"ready": False, "blocks_held": ["p 10.0.0.0/26", "p 10.0.0.64/26"],
                  "claims": 2, "releases": 0, "handovers": 1, "borrowed": 0, "lent": 1}}}
     text = "\n".join(render(doc, [], now=1060.0))
@@ -66,6 +68,8 @@ def test_kubernetes_mode() -> None:
     assert "pods: watching, 12 cached, heard from 3 s ago" in text
     assert "nads: listing, 0 cached, heard from never" in text
     assert "network-status failures 2 (required)" in text
+    assert "hot-plug: 4 attached, 1 detached, 1 failed, 1 pods not retried until their " \
+        "annotation changes" in text
     assert "cluster IPAM NOT ready: 2 blocks held, 2 claims, 0 releases, 1 hand-overs" in text
 
 

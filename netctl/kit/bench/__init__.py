@@ -45,14 +45,14 @@ def main(args: argparse.Namespace) -> int:
         from netctl.kit.bench.kube import run_kube
 
         return run_kube(args)
-    if args.bench == "cluster":
-        from netctl.kit.bench.cluster import run_cluster
-
-        return run_cluster(args)
     if args.bench == "hotplug":
         from netctl.kit.bench.hotplug import run_hotplug
 
         return run_hotplug(args)
+    if args.bench == "cluster":
+        from netctl.kit.bench.cluster import run_cluster
+
+        return run_cluster(args)
     if args.bench == "podman":
         from netctl.kit.bench.podman import run_podman
 

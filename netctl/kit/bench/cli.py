@@ -96,11 +96,12 @@ def _add_kube_benches(bsub: _Commands) -> None:
                    "run while the last round's DELed pods are deleted through the API "
                    "(pod-deleted-grace 0)")
     b.add_argument("--json", action="store_true")
-    b = bsub.add_parser("hotplug", help="Kubernetes mode: a running pod's networks "
-                        "annotation changed N times; ms until the interface and the "
-                        "network-status follow, API requests and daemon CPU per change")
-    b.add_argument("--changes", type=int, default=100, help="changes, alternately plugging "
-                   "and unplugging one network (default 100)")
+    b = bsub.add_parser("hotplug", help="Kubernetes mode's hot-plug against the fake API "
+                        "server: a running pod's networks annotation changed N times, the "
+                        "latency to the interface and to network-status, API requests per "
+                        "hot-plug")
+    b.add_argument("--changes", type=int, default=100, help="changes, alternately adding and "
+                   "removing one network (default 100)")
     b.add_argument("--api-latency", type=float, default=0.0, metavar="MS",
                    help="added to every API request by the fake (default 0)")
     b.add_argument("--json", action="store_true")
