@@ -1,13 +1,15 @@
 """We test these aspects of `netctl bench hotplug`'s summary, without a daemon: the latency
 percentiles to the interface and to network-status, over all changes and adds and removes
 apart, changes never seen left out of them and counted; the API requests per hot-plug; the
-mean time of one read of the netns's links; and which interfaces a network-status names."""
+mean time of one read of the link; which interfaces a network-status names; and a link's
+flags read through a socket."""
 
 from __future__ import annotations
 
+import socket
 from collections import Counter
 
-from netctl.kit.bench.hotplug import Change, status_names, summarize
+from netctl.kit.bench.hotplug import IFF_UP, Change, link_flags, status_names, summarize
 
 
 def test_the_summary_of_the_changes() -> None:
@@ -23,7 +25,7 @@ def test_the_summary_of_the_changes() -> None:
     assert out["requests_per_hotplug"] == {"create events": 0.75, "patch events": 0.25,
                                            "patch pods": 1.0}
     assert out["total_requests_per_hotplug"] == 2.0
-    assert out["link_poll_ms"] == round(435 / 111, 2)
+    assert out["link_poll_ms"] == round(435 / 111, 4)
 
 
 def test_no_changes_is_a_summary_of_nothing() -> None:
@@ -38,3 +40,10 @@ def test_status_names() -> None:
     assert status_names(value) == {"eth0", "net1"}
     assert status_names(None) == set() and status_names("not json") == set()
     assert status_names('[{"name": "a/b"}, 3]') == {""}
+
+
+def test_link_flags_read_through_a_socket_of_this_netns() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        flags = link_flags(sock, "lo")
+        assert flags is not None and flags & IFF_UP
+        assert link_flags(sock, "no-such-link0") is None
