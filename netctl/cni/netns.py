@@ -25,15 +25,21 @@ path never wait for anything once the FIFOs and devices are sorted out.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
+import functools
 import os
+import socket
 import stat
-from typing import Literal
+import threading
+from collections.abc import Callable
+from typing import Literal, TypeVar
 
 NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3), linux/nsfs.h
 CLONE_NEWNET = 0x40000000
 
+T = TypeVar("T")
 NetnsState = Literal["ok", "missing", "not-netns"]
 
 _MISSING_ERRNOS = (errno.ENOENT, errno.ENOTDIR)
@@ -72,10 +78,40 @@ def is_netns(path: str) -> bool:
     return netns_state(path) == "ok"
 
 
-def link_names(path: str) -> set[str]:
-    """The names of the links inside the network namespace at ``path`` (pyroute2 opens
-    its netlink socket there from a forked child: this thread never enters it)."""
-    from pyroute2 import NetNS
+def in_netns(path: str, fn: Callable[[], T]) -> T:
+    """``fn()`` run inside the network namespace at ``path`` by a thread of its own that
+    enters it first and ends after: no other code ever runs in that namespace (a pool's
+    thread would carry it to its next job), and nothing forks. Blocks until done; its
+    ``OSError`` when the namespace cannot be entered."""
+    out: list[T] = []
+    failed: list[BaseException] = []
 
-    with NetNS(path) as nl:
-        return {str(link.get_attr("IFLA_IFNAME")) for link in nl.get_links()}
+    def run() -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _libc().setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"cannot enter netns {path}: {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            out.append(fn())
+        except BaseException as exc:  # handed to the caller
+            failed.append(exc)
+    thread = threading.Thread(target=run, name="netns", daemon=True)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return out[0]
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def link_names(path: str) -> set[str]:
+    """The names of the links inside the network namespace at ``path`` (read by a thread
+    that enters it, :func:`in_netns`)."""
+    return in_netns(path, lambda: {name for _, name in socket.if_nameindex()})

@@ -4,7 +4,9 @@ by ``ip netns add``, reached directly or through a symlink, and /proc/self/ns/ne
 empty or non-empty regular file, a directory, /dev/null, a FIFO, a Unix socket — are
 ``not-netns``, and the FIFO is refused without being opened (an open would block); a
 missing path, a dangling symlink, an empty path and a path with a NUL byte are
-``missing``; a namespace deleted after it was checked reads ``missing``."""
+``missing``; a namespace deleted after it was checked reads ``missing``; the links of a
+netns are read by a thread that enters it (the caller's stays where it was), and a file
+that is no netns is refused."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from netctl.cni.netns import is_netns, netns_state
+from netctl.cni.netns import in_netns, is_netns, link_names, netns_state
 from tests.conftest import RUN_TAG
 
 
@@ -113,3 +115,25 @@ def test_a_file_below_a_regular_file_is_missing(tmp_path: Path) -> None:
 
 def test_a_path_too_long_is_not_a_netns() -> None:
     assert netns_state("/" + "x" * 5000) == "not-netns"  # ENAMETOOLONG: not "missing"
+
+
+@pytest.mark.netns
+def test_link_names_are_read_inside_the_netns_by_a_thread_of_its_own(real_netns: str) -> None:
+    name = os.path.basename(real_netns)
+    subprocess.run(["ip", "-n", name, "link", "add", "nsu0", "type", "veth", "peer", "name",
+                    "nsu1"], check=True, capture_output=True)
+    host_before = {n for _, n in socket.if_nameindex()}
+    assert link_names(real_netns) == {"lo", "nsu0", "nsu1"}
+    # the caller's thread, and the process's other threads, stayed in their netns
+    assert {n for _, n in socket.if_nameindex()} == host_before
+    assert not {"nsu0", "nsu1"} & host_before
+    assert in_netns(real_netns, lambda: threading.current_thread().name) == "netns"
+
+
+def test_in_netns_refuses_what_is_not_a_netns(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError) as exc:
+        link_names(str(tmp_path / "file"))
+    assert exc.value.errno == errno.EINVAL and "cannot enter netns" in str(exc.value)
+    with pytest.raises(FileNotFoundError):
+        link_names(str(tmp_path / "missing"))
