@@ -12,7 +12,8 @@
 # up, then stops the daemon with SIGTERM. A last act runs Kubernetes mode: a fake API
 # server (netctl/kit/kubefake, as a process: `python -m netctl.kit.kubefake`) and two
 # daemons as two nodes, pods whose networks are named in their annotations (both forms), the
-# network-status each node writes back, a pod deleted through the API whose attachments
+# network-status each node writes back, a running pod's annotation changed (its node
+# plugs and unplugs networks in its netns), a pod deleted through the API whose attachments
 # its node DELetes, and an API outage (ADD code 11, DEL completes). Every check that
 # fails stops the demo with a message and exit 1.
 # What a user types and sees is here; the waits, the requests to the API server and the
@@ -520,6 +521,27 @@ add_kube_pods() {
     ok "no pod GET for either ADD (the watch's cache answered); one PATCH each (network-status)"
 }
 
+# the pod's annotation changed while it runs: node-a plugs and unplugs in its netns
+hotplug_web() {
+    echo "    kubectl annotate --overwrite pod web k8s.v1.cni.cncf.io/networks=blue,red"
+    echo "    (green@data0 removed, red added; as a merge patch through the API)"
+    kit annotate "$KUBE_ADMIN" "$KUBE_NS" web 'blue,red'
+    kit kube-pod "$KUBE_ADMIN" "$KUBE_NS" web "$(netns_of kweb)" "eth0 podnet 10.250.10." \
+        "net1 $KUBE_NS/blue 10.250.12." "net2 $KUBE_NS/red 10.250.14." --wait 30
+    kit pod-events "$KUBE_ADMIN" "$KUBE_NS" web NetworkAttached NetworkDetached
+    show_kube_journal node-a --container "${CONTAINER[kweb]}"
+    ok "node-a detached green (data0) and attached red as net2 in web's running netns," \
+        "journaled as hotplug, network-status rewritten, an Event for each"
+}
+
+# show_kube_journal NODE ARGS…: netctl journal on NODE's state
+show_kube_journal() {
+    local node=$1
+    shift
+    "$NETCTL" journal --state-dir "$TMP/kube/$node/state" "$@" | sed 's/^/    /' \
+        || fail "netctl journal $* on $node failed"
+}
+
 delete_pod_through_api() {
     kit delete-pod "$KUBE_ADMIN" "$KUBE_NS" web
     echo "    DELETE /api/v1/namespaces/$KUBE_NS/pods/web, gracePeriodSeconds 0 (and no runtime DEL follows)"
@@ -641,6 +663,9 @@ main() {
     step "Pods name their networks in k8s.v1.cni.cncf.io/networks (both forms)"
     create_kube_pods
     add_kube_pods
+
+    step "Hot-plug: a running pod's networks annotation changes, its node follows"
+    hotplug_web
 
     step "A pod deleted through the API: its node DELetes its attachments"
     delete_pod_through_api

@@ -22,6 +22,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -309,13 +310,14 @@ def who_had(a: argparse.Namespace) -> None:
 # -- Kubernetes mode ---------------------------------------------------------------------------
 
 
-def api(kubeconfig: str, method: str, path: str, body: Any = None) -> Any:
+def api(kubeconfig: str, method: str, path: str, body: Any = None,
+        content_type: str = "application/json") -> Any:
     """A request to the API server over its real HTTP API, as any client makes it (URL,
     token and CA from ``kubeconfig``); the answer's document."""
     with open(kubeconfig) as fh:
         doc = yaml.safe_load(fh)
     cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": content_type}
     if user.get("token"):
         headers["Authorization"] = f"Bearer {user['token']}"
     request = urllib.request.Request(cluster["server"] + path, method=method, headers=headers,
@@ -377,10 +379,27 @@ def wait_kube(a: argparse.Namespace) -> None:
 
 def kube_pod(a: argparse.Namespace) -> None:
     """POD's interfaces are WANT ("IFNAME NETWORK ADDRESS-PREFIX"), and its network-status in
-    the API names the same networks, interfaces and addresses (default: eth0)."""
+    the API names the same networks, interfaces and addresses (default: eth0); with
+    ``--wait``, waited for that long (a hot-plug under way)."""
+    deadline = time.monotonic() + a.wait
+    while True:
+        try:
+            have, text = _pod_as_wanted(a)
+            break
+        except Failed:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+    print("\n".join(f"    {a.name}: {ifname} {addr}" for ifname, addr in have.items()))
+    print("    network-status, as the API server has it:")
+    print(indent(text, "| "))
+    ok(f"{a.name} has {', '.join(have)}, and its network-status says so (default: eth0)")
+
+
+def _pod_as_wanted(a: argparse.Namespace) -> tuple[dict[str, str], str]:
+    """POD's interfaces and its network-status, checked against WANT (:func:`kube_pod`)."""
     have = {ifname: addrs[0] for ifname, addrs in harness.netns_addrs(a.netns).items()
             if ifname != "lo" and addrs}
-    print("\n".join(f"    {a.name}: {ifname} {addr}" for ifname, addr in have.items()))
     want = [w.split() for w in a.want]
     if sorted(have) != sorted(i for i, _, _ in want):
         raise Failed(f"interfaces {sorted(have)}, expected {sorted(i for i, _, _ in want)}")
@@ -388,16 +407,40 @@ def kube_pod(a: argparse.Namespace) -> None:
         if not have[ifname].startswith(prefix):
             raise Failed(f"{ifname} has {have[ifname]}, expected {prefix}…")
     pod = api(a.kubeconfig, "GET", f"/api/v1/namespaces/{a.namespace}/pods/{a.name}")
-    text = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
-    print("    network-status, as the API server has it:")
-    print(indent(text, "| "))
+    text = pod["metadata"]["annotations"].get("k8s.v1.cni.cncf.io/network-status", "[]")
     got = {(e["interface"], e["name"], tuple(e["ips"]), bool(e.get("default")))
            for e in json.loads(text)}
     expected = {(ifname, net, (have[ifname].split("/")[0],), ifname == "eth0")
                 for ifname, net, _ in want}
     if got != expected:
         raise Failed(f"network-status says {sorted(got)}, expected {sorted(expected)}")
-    ok(f"{a.name} has {', '.join(have)}, and its network-status says so (default: eth0)")
+    return have, text
+
+
+def annotate(a: argparse.Namespace) -> None:
+    """POD's networks annotation set to NETWORKS through the API (a merge patch, as
+    ``kubectl annotate --overwrite`` sends it)."""
+    api(a.kubeconfig, "PATCH", f"/api/v1/namespaces/{a.namespace}/pods/{a.name}",
+        {"metadata": {"annotations": {"k8s.v1.cni.cncf.io/networks": a.networks}}},
+        content_type="application/merge-patch+json")
+
+
+def pod_events(a: argparse.Namespace) -> None:
+    """POD's Events with a reason in REASONS, waited for (the daemon posts them after the
+    change's network-status); printed as a user's ``kubectl get events`` shows them."""
+    deadline = time.monotonic() + a.timeout
+    while True:
+        events = [e for e in api(a.kubeconfig, "GET",
+                                 f"/api/v1/namespaces/{a.namespace}/events")["items"]
+                  if e["involvedObject"]["name"] == a.name and e["reason"] in a.reasons]
+        if {e["reason"] for e in events} >= set(a.reasons):
+            break
+        if time.monotonic() >= deadline:
+            raise Failed(f"no Event {sorted(set(a.reasons) - {e['reason'] for e in events})} "
+                         f"on pod {a.name} within {a.timeout:g} s")
+        time.sleep(0.1)
+    for e in events:
+        print(f"    Event {e['type']} {e['reason']}: {e['message']}")
 
 
 def api_calls(a: argparse.Namespace) -> None:
@@ -413,14 +456,16 @@ def api_calls(a: argparse.Namespace) -> None:
 
 
 def deleted_by(a: argparse.Namespace) -> None:
-    """Every attachment of CONTAINER is removed (waiting for it), by DELs of ORIGIN."""
+    """Every attachment of CONTAINER is removed (waiting for it), by DELs of ORIGIN (and
+    of ``hotplug``: networks unplugged from the running pod before)."""
     def gone() -> dict[str, Any] | None:
         doc = harness.netctl_json("journal", "--state-dir", a.state, "--container", a.container)
         atts = doc["attachments"]
         return doc if atts and all(x["state"] == "removed" for x in atts) else None
 
     doc = wait(gone, a.timeout, f"the attachments of {a.container} to be DELeted")
-    if (origins := {o["origin"] for o in doc["operations"] if o["verb"] == "DEL"}) != {a.origin}:
+    if (origins := {o["origin"] for o in doc["operations"]
+                    if o["verb"] == "DEL" and o["origin"] != "hotplug"}) != {a.origin}:
         raise Failed(f"the attachments were DELeted by {sorted(origins)}, not {a.origin}")
 
 
@@ -472,7 +517,7 @@ def parser() -> argparse.ArgumentParser:
              **opts: dict[str, Any]) -> argparse.ArgumentParser:
         s = sub.add_parser(fn.__name__.replace("_", "-"), help=(fn.__doc__ or "").split("\n")[0])
         for arg in args:
-            s.add_argument(arg, nargs="*" if arg in ("pods", "want") else None)
+            s.add_argument(arg, nargs="*" if arg in ("pods", "want", "reasons") else None)
         for name, kw in opts.items():
             s.add_argument("--" + name.replace("_", "-"), **kw)
         s.set_defaults(fn=fn)
@@ -497,7 +542,11 @@ def parser() -> argparse.ArgumentParser:
     step(create, "kubeconfig", "kind", "name", namespace={}, node={}, spec={})
     step(delete_pod, "kubeconfig", "namespace", "name")
     step(wait_kube, "socket", nads={"type": int}, timeout={"type": float, "default": 30.0})
-    step(kube_pod, "kubeconfig", "namespace", "name", "netns", "want")
+    step(kube_pod, "kubeconfig", "namespace", "name", "netns", "want",
+         wait={"type": float, "default": 0.0})
+    step(annotate, "kubeconfig", "namespace", "name", "networks")
+    step(pod_events, "kubeconfig", "namespace", "name", "reasons",
+         timeout={"type": float, "default": 30.0})
     step(api_calls, "socket", "node", patches={"type": int, "default": 1})
     step(deleted_by, "state", "container", "origin", timeout={"type": float, "default": 30.0})
     step(wait_file, "path", timeout={"type": float, "default": 60.0})
