@@ -29,6 +29,10 @@ NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"  # written after a successf
 CONFIG_SOURCE = "kubernetes.io/config.source"  # "api", or "file"/"http" for static pods
 # the runtimeConfig capability under which CRI-O and containerd pass a pod's annotations
 RUNTIME_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
+# sticky addresses (netctl/ipam/sticky.py): the identity a pod names, and a KubeVirt
+# virt-launcher pod's label naming its VM
+STICKY_KEY = "netctl.dev/sticky-key"
+KUBEVIRT_VM = "vm.kubevirt.io/name"
 
 # The reasons of the Warning Events netctl posts on a pod whose networks it refuses
 # (:class:`netctl.errors.Refusal`).
@@ -41,7 +45,8 @@ REASON_OTHER_NODE = "PodOfAnotherNode"  # a sandbox ADDed here for a pod bound e
 # The only annotations kept in memory: a pod's other annotations (often kilobytes:
 # kubectl's last-applied-configuration, the network-status netctl itself writes) are
 # dropped as the object is decoded.
-KEPT_ANNOTATIONS = frozenset({NETWORKS, DEFAULT_NETWORK, CONFIG_SOURCE})
+KEPT_ANNOTATIONS = frozenset({NETWORKS, DEFAULT_NETWORK, CONFIG_SOURCE, STICKY_KEY})
+KEPT_LABELS = frozenset({KUBEVIRT_VM})  # a pod's only labels kept
 
 
 class Meta(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
@@ -50,12 +55,15 @@ class Meta(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     uid: str = ""
     resourceVersion: str = ""
     annotations: dict[str, str] = {}
+    labels: dict[str, str] = {}
     deletionTimestamp: str | None = None
     kept: ClassVar[frozenset[str]] = KEPT_ANNOTATIONS
 
     def __post_init__(self) -> None:
         if self.annotations and not self.annotations.keys() <= self.kept:
             self.annotations = {k: v for k, v in self.annotations.items() if k in self.kept}
+        if self.labels and not self.labels.keys() <= KEPT_LABELS:
+            self.labels = {k: v for k, v in self.labels.items() if k in KEPT_LABELS}
 
 
 class MetaWithStatus(Meta):

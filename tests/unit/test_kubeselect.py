@@ -361,13 +361,17 @@ class Pods:
             raise CNIError(TRY_AGAIN_LATER, "the API server https://api:6443 is unreachable")
         return self.pods.get(f"{namespace}/{name}")
 
+    def cached(self, namespace: str, name: str) -> Pod | None:
+        return self.pods.get(f"{namespace}/{name}")
+
 
 def pod(annotations: dict[str, str], uid: str = "uid-1", ns: str = "shop") -> Pod:
     return Pod(metadata=Meta(namespace=ns, name="web-1", uid=uid, annotations=annotations))
 
 
 def test_the_kube_clients_caches_fit() -> None:
-    for impl, proto in ((PodSource.lookup, PodLookup.lookup), (NadSource.get, NadLookup.get)):
+    for impl, proto in ((PodSource.lookup, PodLookup.lookup), (PodSource.cached, PodLookup.cached),
+                        (NadSource.get, NadLookup.get)):
         assert inspect.signature(impl) == inspect.signature(proto)
         assert inspect.iscoroutinefunction(impl) == inspect.iscoroutinefunction(proto)
 

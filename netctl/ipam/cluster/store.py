@@ -33,6 +33,7 @@ from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.ipam.cluster.takeover import WhereaboutsHolds
 from netctl.ipam.planner import Allocation, Decision, Owner, PoolInfo, plan, pool_key, scope_of
 from netctl.ipam.ranges import IPAMConfig, Range, next_free, requested
+from netctl.ipam.sticky import Reservation
 from netctl.ipam.store import Store
 from netctl.kube.informer import Informer
 from netctl.kube.objects import Block as IPAMBlock
@@ -91,6 +92,27 @@ class ClusterStore:
 
     def cursor(self, pool: str) -> int | None:
         return self.holdings.index.cursor(pool)
+
+    def reserved(self, scope: str, version: int, ip: int) -> Reservation | None:
+        return self.holdings.index.reserved(scope, version, ip)
+
+    def reservation(self, pool: str, identity: str, ifname: str) -> Reservation | None:
+        return self.holdings.index.reservation(pool, identity, ifname)
+
+    def sticky_holder(self, pool: str, identity: str, ifname: str) -> Allocation | None:
+        return self.holdings.index.sticky_holder(pool, identity, ifname)
+
+    def reservations(self) -> list[Reservation]:
+        return self.holdings.index.reservations()
+
+    def expired(self, now: float) -> list[Reservation]:
+        return self.holdings.index.expired(now)
+
+    def end_reservations(self, ended: Iterable[Reservation]) -> None:
+        self.holdings.index.end_reservations(ended)
+
+    def sticky_status(self) -> dict[str, Any]:
+        return self.holdings.index.sticky_status()
 
     # -- the Store: the index's ------------------------------------------------------------
 
