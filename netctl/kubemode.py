@@ -110,6 +110,7 @@ class KubeMode:
             nursery.start_soon(store.blocks.run)
             nursery.start_soon(store.nodes.run)
             nursery.start_soon(store.answer_borrows)
+            nursery.start_soon(store.publish_reservations)
             while True:
                 try:
                     if not store.ready.is_set():

@@ -135,7 +135,8 @@ def scope_of(cfg: IPAMConfig, key: str) -> str:
     return f"network:{cfg.network_name}" if cfg.enable_overlapping_ranges else f"pool:{key}"
 
 
-def _family(text: str) -> int:
+def address_family(text: str) -> int:
+    """The IP version of an address text (a prefix length allowed); code 7 when invalid."""
     try:
         return ipaddress.ip_interface(text.strip()).version
     except ValueError:
@@ -146,12 +147,12 @@ def _family(text: str) -> int:
 def plan(cfg: IPAMConfig, ranges: list[Range], owner: Owner, wanted: list[str],
          view: View, now: float = 0.0) -> Decision:
     """One address per range for ``owner``; CNIError 7 or 100 when that cannot be."""
-    unmatched = [w for w in wanted if not any(_family(w) == r.version for r in ranges)]
+    unmatched = [w for w in wanted if not any(address_family(w) == r.version for r in ranges)]
     if unmatched:
         raise CNIError(INVALID_CONFIG, f"requested address {unmatched[0]} matches no range of "
                        f"{', '.join(pool_key(cfg, r) for r in ranges)}")
     for version in (4, 6):
-        twice = [w for w in wanted if _family(w) == version]
+        twice = [w for w in wanted if address_family(w) == version]
         if len(twice) > len([r for r in ranges if r.version == version]):
             raise CNIError(INVALID_CONFIG, f"requested addresses {', '.join(twice)}: more "
                            f"IPv{version} addresses than the pool has ranges (one address per "
@@ -164,7 +165,7 @@ def plan(cfg: IPAMConfig, ranges: list[Range], owner: Owner, wanted: list[str],
     for rng in ranges:
         key = pool_key(cfg, rng)
         pools[key] = PoolInfo(cfg.network_name, rng.key, rng.version, rng.size)
-        mine = [w for w in wanted if _family(w) == rng.version]
+        mine = [w for w in wanted if address_family(w) == rng.version]
         held = view.held(key, owner.container_id, owner.ifname)
         if held is not None:
             if mine and requested(rng, mine[0]) != held.ip:

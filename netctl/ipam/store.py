@@ -94,8 +94,9 @@ class Store(View, Protocol):
         """The sticky reservations whose time ended by ``now``."""
         ...
 
-    def end_reservations(self, ended: Iterable[Reservation]) -> None:
-        """``ended`` was recorded as expired in the journal: the addresses are free."""
+    def end_reservations(self, ended: Iterable[Reservation], how: str = "expired") -> None:
+        """``ended`` was recorded as ended in the journal (``how``: ``expired``, or
+        ``taken_back`` by another node): the addresses are no longer reserved."""
         ...
 
     def sticky_status(self) -> dict[str, Any]:
@@ -170,11 +171,17 @@ class IndexStore:
     def expired(self, now: float) -> list[Reservation]:
         return [r for r in self._reservations.values() if r.until <= now]
 
-    def end_reservations(self, ended: Iterable[Reservation]) -> None:
+    def end_reservations(self, ended: Iterable[Reservation], how: str = "expired") -> None:
         for res in ended:
             if self._reservations.get(res.key) is res:
-                self._sticky_ended["expired"] += 1
+                self._sticky_ended[how] += 1
             self._unreserve_sticky(res)
+
+    def restore_reservation(self, res: Reservation, how: str) -> None:
+        """``res``, ended ``how`` in memory only, reserved again (its end was not
+        written)."""
+        self._sticky_ended[how] -= 1
+        self._reserve(res)
 
     def sticky_status(self) -> dict[str, Any]:
         by_pool: dict[str, int] = {}

@@ -600,22 +600,24 @@ class Journal:
 
         return await self._read(fn)
 
-    async def expire_reservations(self, ended: Sequence[Reservation]) -> None:
-        """Sticky reservations past their time, ended in one transaction: a RELEASE
-        operation (origin ``sticky``) for each, its reason naming the address and the
-        identity, so the journal shows when the address became free again."""
+    async def end_reservations(self, ended: Sequence[Reservation], end: str = "expired",
+                               why: str = "expired") -> None:
+        """Sticky reservations ended in one transaction (``end``: ``expired``, or ``taken
+        back`` by another node): a RELEASE operation (origin ``sticky``) for each, its
+        reason naming the address, the identity and ``why``, so the journal shows when and
+        how the address stopped being reserved."""
         def fn(db: sqlite3.Connection) -> None:
             now = self.clock()
             for res in ended:
                 reason = (f"sticky reservation of {res.address} for {res.identity} "
-                          f"({res.ifname}) expired")
+                          f"({res.ifname}) {why}")
                 op_id = _insert_operation(db, OpStart(
                     verb="RELEASE", container_id=res.container_id, ifname=res.ifname,
                     origin="sticky", reason=reason, request=reason.encode()), now)
-                db.execute("UPDATE ipam_allocations SET reservation_end='expired',"
-                           " reservation_op=? WHERE scope=? AND address=? AND sticky_key=?"
+                db.execute("UPDATE ipam_allocations SET reservation_end=?, reservation_op=?"
+                           " WHERE scope=? AND address=? AND sticky_key=?"
                            " AND reserved_until IS NOT NULL AND reservation_end IS NULL",
-                           (op_id, res.scope, res.address, res.identity))
+                           (end, op_id, res.scope, res.address, res.identity))
                 _close_operation(db, op_id, "done", None, None, now)
 
         await self._write(fn)

@@ -8,6 +8,8 @@ outcome the API server decides, so that nodes racing for a block end with one ow
   changed meanwhile is not deleted.
 - :func:`answer`: the owner of a block grants or refuses an address of it that another
   node asked to borrow (a requested address), on the borrow object.
+- :func:`set_reserved`: a block's node publishes the sticky reservations of its
+  addresses, so that a node where the identity comes back can ask for the address.
 
 The caches of blocks and nodes are :class:`~netctl.kube.informer.Informer`\\ s over
 :data:`BLOCKS` and :data:`NODES`.
@@ -27,6 +29,7 @@ from netctl.kube.objects import (
     BlockOwner,
     BlockSpec,
     Meta,
+    StickyEntry,
 )
 
 GROUP = "ipam.netctl.dev"
@@ -80,6 +83,12 @@ async def answer(api: Api, block: Block, grant: str) -> Block | None:
     """The owner's answer to a borrowed address (``granted`` or ``refused``), written on
     the borrow object as read; None when it changed or went meanwhile."""
     return await _update(api, block, msgspec.structs.replace(block.spec, grant=grant))
+
+
+async def set_reserved(api: Api, block: Block, entries: list[StickyEntry]) -> Block | None:
+    """The sticky reservations of ``block`` (as read) set to ``entries``; None when it
+    changed or went meanwhile."""
+    return await _update(api, block, msgspec.structs.replace(block.spec, reserved=entries))
 
 
 async def _update(api: Api, block: Block, spec: BlockSpec) -> Block | None:

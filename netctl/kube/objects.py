@@ -115,6 +115,17 @@ class BlockOwner(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True
     until: str = ""
 
 
+class StickyEntry(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """An address of a block reserved for a sticky identity (netctl/ipam/sticky.py) by the
+    node that released it, until ``until`` (seconds since the epoch)."""
+
+    address: str
+    identity: str
+    ifname: str = ""
+    until: float = 0.0
+    node: str = ""
+
+
 class BlockSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     pool: str = ""  # the pool's key: [network_name/]range
     scope: str = ""  # the uniqueness scope the block's addresses are unique in
@@ -130,6 +141,10 @@ class BlockSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True)
     # asked for by ``node`` (a requested address); the parent's node grants or refuses it
     parent: str = ""
     grant: str = ""  # "" (asked) | granted | refused
+    # a borrow asked for a sticky identity's reserved address: which identity, interface
+    identity: str = ""
+    ifname: str = ""
+    reserved: list[StickyEntry] = []  # sticky reservations of its addresses, by its node
 
 
 BLOCK_API_VERSION = "ipam.netctl.dev/v1"

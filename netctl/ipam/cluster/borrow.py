@@ -4,6 +4,13 @@ that block as its parent — which the owner grants (the address is free there, 
 never hands it out while the object exists) or refuses (:meth:`Borrows.borrow`); this
 node answers the borrow objects naming its own blocks (:meth:`Borrows.answer`), and
 counts the addresses it granted as used (``lent``).
+
+Sticky addresses (:mod:`netctl.ipam.sticky`) move between nodes the same way: a node
+publishes the reservations of its blocks' addresses on the block objects
+(``spec.reserved``, :meth:`netctl.ipam.cluster.store.ClusterStore.publish_reservations`);
+a node where the identity comes back borrows the address naming the identity
+(``spec.identity``, ``spec.ifname``), and the owner grants a reserved address to that
+identity only, its reservation ending there (journaled: taken back by that node).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from netctl.ipam.cluster.claims import Claims
 from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.ipam.planner import scope_of
 from netctl.ipam.ranges import IPAMConfig, Range
+from netctl.ipam.sticky import Reservation
 from netctl.kube import blocks as block_objects
 from netctl.kube.api import ApiError
 from netctl.kube.objects import Block as IPAMBlock
@@ -40,8 +48,9 @@ class Borrows:
     borrows: int = 0  # requested addresses granted by another node
 
     async def borrow(self, cfg: IPAMConfig, rng: Range, key: str, ip: int, text: str,
-                     parent: IPAMBlock) -> None:
-        """Borrow ``ip`` of ``parent``, another node's block (see the module's docstring).
+                     parent: IPAMBlock, identity: str = "", ifname: str = "") -> None:
+        """Borrow ``ip`` of ``parent``, another node's block (see the module's docstring),
+        for sticky ``identity`` on ``ifname`` when given (its reserved address there).
         Code 7 when refused or already borrowed, 11 when the owner does not answer in
         time."""
         api, journal = self.cluster.api, self.cluster.journal
@@ -49,7 +58,8 @@ class Borrows:
         scope = scope_of(cfg, key)
         single = Block(rng.version, ip, BITS[rng.version])
         owner = parent.spec.node
-        obj = await self.claims.claim(key, scope, single, cfg, rng, parent=parent.metadata.name)
+        obj = await self.claims.claim(key, scope, single, cfg, rng, parent=parent.metadata.name,
+                                      identity=identity, ifname=ifname)
         if obj is None:
             other = self.cluster.cached(block_name(scope, single))
             who = f"node {other.spec.node}" if other is not None else "another node"
@@ -91,24 +101,44 @@ class Borrows:
             await self.answer(obj)
 
     async def answer(self, obj: IPAMBlock) -> None:
+        """Grant the address when it is free here, or reserved here for the sticky identity
+        the borrow names (the reservation then ends: taken back by that node); else
+        refuse it."""
         h = self.holdings.held.get(obj.spec.parent)
         found = parse_address(obj.spec.cidr)
         lent = self.holdings.lent
+        index = self.holdings.index
         grant = "refused"
+        res: Reservation | None = None
         if h is not None and found is not None and h.block.version == found[0] \
-                and h.block.contains(found[1]) \
-                and found[1] not in self.holdings.used(h.record.scope, found[0]):
-            grant = "granted"
-            lent.setdefault(found[0], set()).add(found[1])  # before any await
+                and h.block.contains(found[1]):
+            scope, version, ip = h.record.scope, found[0], found[1]
+            if ip not in self.holdings.used(scope, version):
+                grant = "granted"
+            elif (res := index.reserved(scope, version, ip)) is not None \
+                    and obj.spec.identity and index.holder(scope, version, ip) is None \
+                    and (res.identity, res.ifname) == (obj.spec.identity, obj.spec.ifname):
+                grant = "granted"
+                index.end_reservations([res], "taken_back")  # before any await
+            else:
+                res = None
+            if grant == "granted":
+                lent.setdefault(version, set()).add(ip)  # before any await
         try:
             done = await block_objects.answer(self.cluster.api, obj, grant)
         except ApiError:
             done = None
         if done is None and grant == "granted" and found is not None:
             lent[found[0]].discard(found[1])  # not written: not lent
+            if res is not None:
+                index.restore_reservation(res, "taken_back")
         elif done is not None:
             log.info("%s address %s of block %s to node %s", grant, obj.spec.cidr,
                      h.record.cidr if h else obj.spec.parent, obj.spec.node)
+            if res is not None:
+                await self.cluster.journal.end_reservations(
+                    [res], "taken back", f"taken back by node {obj.spec.node}")
+                self.holdings.sticky_changed.set()
 
     def lent_now(self) -> dict[int, set[int]]:
         """The addresses of this node's blocks granted to other nodes, from the cache."""

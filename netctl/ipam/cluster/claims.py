@@ -121,9 +121,11 @@ class Claims:
         return False
 
     async def claim(self, pool: str, scope: str, blk: Block, cfg: IPAMConfig, rng: Range,
-                    parent: str = "") -> IPAMBlock | None:
+                    parent: str = "", identity: str = "", ifname: str = ""
+                    ) -> IPAMBlock | None:
         """The claim itself: intent journaled, object created, outcome journaled (a borrow,
-        with ``parent``, is held only once granted: its record waits in ``pending``)."""
+        with ``parent``, is held only once granted: its record waits in ``pending``; with
+        ``identity``, it asks for that sticky identity's reserved address)."""
         api, journal, node = self.cluster.api, self.cluster.journal, self.cluster.settings.node
         name = block_name(scope, blk)
         rec = BlockRecord(name=name, pool=pool, scope=scope, cidr=blk.cidr, node=node,
@@ -131,7 +133,8 @@ class Claims:
         rec.id = await journal.open_block(rec)
         spec = BlockSpec(pool=pool, scope=scope, range=rng.key, networkName=cfg.network_name,
                          poolSize=rng.size, prefix=rng.cidr.prefixlen, cidr=blk.cidr,
-                         node=node, claimedAt=block_objects.now_rfc3339(), parent=parent)
+                         node=node, claimedAt=block_objects.now_rfc3339(), parent=parent,
+                         identity=identity, ifname=ifname)
         self._claiming.add(rec.id)
         try:
             obj = await block_objects.claim(api, name, spec)
