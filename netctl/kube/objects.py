@@ -126,6 +126,17 @@ class StickyEntry(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=Tru
     node: str = ""
 
 
+class TransferAsk(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """Another node asks the node of a borrow object for it: the address is reserved
+    there for a sticky identity that came back on ``node``; ``refused`` is the answer
+    when it is not (granting it is handing the object over)."""
+
+    node: str
+    identity: str
+    ifname: str = ""
+    refused: bool = False
+
+
 class BlockSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     pool: str = ""  # the pool's key: [network_name/]range
     scope: str = ""  # the uniqueness scope the block's addresses are unique in
@@ -145,6 +156,7 @@ class BlockSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True)
     identity: str = ""
     ifname: str = ""
     reserved: list[StickyEntry] = []  # sticky reservations of its addresses, by its node
+    transfer: TransferAsk | None = None  # a borrow object asked for by another node
 
 
 BLOCK_API_VERSION = "ipam.netctl.dev/v1"

@@ -480,7 +480,8 @@ def test_a_sticky_pod_gets_its_address_back_on_the_same_and_on_another_node(
     A naming the identity, A grants it (a reserved address, to that identity only), its
     reservation ends journaled as taken back by node B, and B's journal has the identity.
     Released on B, the reservation is B's (published on its borrow object), and a pod of
-    another identity on B never gets the address."""
+    another identity on B never gets the address; recreated on node C, B hands its borrow
+    object over to C for the identity; recreated on A again, C hands it to A."""
     pool = "10.185.96.0/24"  # blocks of /28
     sticky = {"sticky": True, "sticky_for": "1h"}
     a, b = nodes("node-a"), nodes("node-b")
@@ -499,6 +500,8 @@ def test_a_sticky_pod_gets_its_address_back_on_the_same_and_on_another_node(
              "published again")
 
     # another node: borrowed from node-a for the identity
+    wait_for(lambda: b.status()["kubernetes"]["ipam"]["sticky_published_elsewhere"] == 1, 10,
+             "node-b's cache of blocks to have it")
     assert address(ipam(b, "ADD", "db0-3", pool, args=pod_args(*db0, "u3"), **sticky)) == mine
     borrow = [x for x in blocks(kube) if x.get("parent")]
     assert [(x["node"], x["cidr"], x["grant"], x["identity"]) for x in borrow] == [
@@ -522,3 +525,25 @@ def test_a_sticky_pod_gets_its_address_back_on_the_same_and_on_another_node(
     assert "reserved for pod:apps/db-0" in res.out["msg"], res.out["msg"]
     assert address(ipam(b, "ADD", "db0-4", pool, args=pod_args(*db0, "u4"), **sticky)) == mine
     assert ipam(b, "DEL", "db0-4", pool, args=pod_args(*db0, "u4"), **sticky).rc == 0
+    wait_for(lambda: published(kube, "node-b") == [(mine, "pod:apps/db-0")], 10,
+             "node-b's reservation published again")
+
+    # a third node: node-b hands its borrow object over for the identity
+    c = nodes("node-c")
+    wait_for(lambda: c.status()["kubernetes"]["ipam"]["sticky_published_elsewhere"] == 1, 10,
+             "node-c's cache of blocks to have it")
+    assert address(ipam(c, "ADD", "db0-5", pool, args=pod_args(*db0, "u5"), **sticky)) == mine
+    borrow = [x for x in blocks(kube) if x.get("parent")]
+    assert [(x["node"], x["cidr"], [h["node"] for h in x["history"]], x.get("reserved"))
+            for x in borrow] == [("node-c", f"{mine}/32", ["node-b"], None)]
+    assert b.db("SELECT reason FROM operations WHERE origin='sticky'") == [
+        (f"sticky reservation of {mine} for pod:apps/db-0 (eth0) taken back by node node-c",)]
+    assert b.db("SELECT state FROM ipam_blocks WHERE cidr=?", (f"{mine}/32",)) == [
+        ("released",)]
+    # and back to the block's own node: node-c hands it over to node-a
+    assert ipam(c, "DEL", "db0-5", pool, args=pod_args(*db0, "u5"), **sticky).rc == 0
+    wait_for(lambda: a.status()["kubernetes"]["ipam"]["sticky_published_elsewhere"] == 1, 10,
+             "node-a's cache of blocks to have node-c's reservation")
+    assert address(ipam(a, "ADD", "db0-6", pool, args=pod_args(*db0, "u6"), **sticky)) == mine
+    assert [x["node"] for x in blocks(kube) if x.get("parent")] == ["node-a"]
+    assert ipam(a, "DEL", "db0-6", pool, args=pod_args(*db0, "u6"), **sticky).rc == 0

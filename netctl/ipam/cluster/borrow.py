@@ -27,15 +27,21 @@ from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.ipam.planner import scope_of
 from netctl.ipam.ranges import IPAMConfig, Range
 from netctl.ipam.sticky import Reservation
+from netctl.journal.records import BlockRecord
 from netctl.kube import blocks as block_objects
 from netctl.kube.api import ApiError
 from netctl.kube.objects import Block as IPAMBlock
+from netctl.kube.objects import TransferAsk
 
 log = logging.getLogger("netctl.ipam")
 
 
 def asks(holdings: Holdings, obj: IPAMBlock) -> bool:
-    """Whether ``obj`` asks this node for an address of one of its blocks."""
+    """Whether ``obj`` asks this node for an address of one of its blocks, or for one of
+    its borrow objects (a transfer)."""
+    ask = obj.spec.transfer
+    if ask is not None:
+        return not ask.refused and obj.metadata.name in holdings.held
     return bool(obj.spec.parent) and not obj.spec.grant and obj.spec.parent in holdings.held
 
 
@@ -104,6 +110,9 @@ class Borrows:
         """Grant the address when it is free here, or reserved here for the sticky identity
         the borrow names (the reservation then ends: taken back by that node); else
         refuse it."""
+        if obj.spec.transfer is not None:
+            await self.answer_transfer(obj)
+            return
         h = self.holdings.held.get(obj.spec.parent)
         found = parse_address(obj.spec.cidr)
         lent = self.holdings.lent
@@ -139,6 +148,91 @@ class Borrows:
                 await self.cluster.journal.end_reservations(
                     [res], "taken back", f"taken back by node {obj.spec.node}")
                 self.holdings.sticky_changed.set()
+
+    async def answer_transfer(self, obj: IPAMBlock) -> None:
+        """Another node asks for this node's borrow object ``obj``: handed over when its
+        address is reserved here for the identity the ask names (the reservation ends:
+        taken back by that node, and the object is no longer this node's); else
+        refused."""
+        ask = obj.spec.transfer
+        h = self.holdings.held.get(obj.metadata.name)
+        found = parse_address(obj.spec.cidr)
+        if ask is None or h is None or found is None:
+            return
+        index = self.holdings.index
+        scope, (version, ip) = h.record.scope, found
+        res = index.reserved(scope, version, ip)
+        granted = res is not None and index.holder(scope, version, ip) is None \
+            and (res.identity, res.ifname) == (ask.identity, ask.ifname)
+        if granted and res is not None:
+            index.end_reservations([res], "taken_back")  # before any await
+            del self.holdings.held[obj.metadata.name]  # nothing lands in it from here on
+        try:
+            done = await block_objects.answer_transfer(self.cluster.api, obj, granted)
+        except ApiError:
+            done = None
+        if done is None:
+            if granted and res is not None:
+                index.restore_reservation(res, "taken_back")
+                self.holdings.held[obj.metadata.name] = h
+            return
+        log.info("%s borrowed address %s to node %s for %s",
+                 "handed over" if granted else "refused", obj.spec.cidr, ask.node,
+                 ask.identity)
+        if granted and res is not None:
+            journal = self.cluster.journal
+            await journal.end_reservations([res], "taken back",
+                                           f"taken back by node {ask.node}")
+            await journal.set_block(h.record.id, "released", ended=True)
+            self.cluster.blocks.cache[("", done.metadata.name)] = done
+
+    async def take(self, cfg: IPAMConfig, rng: Range, key: str, obj: IPAMBlock,
+                   identity: str, ifname: str) -> None:
+        """Ask another node for its borrow object ``obj``, whose address is reserved there
+        for ``identity`` (see :meth:`answer_transfer`); held here once handed over. Code 7
+        when refused, 11 when that node does not answer in time."""
+        api, journal, node = self.cluster.api, self.cluster.journal, self.cluster.settings.node
+        wait = self.cluster.settings.ready_wait
+        holder = obj.spec.node
+        rec = BlockRecord(name=obj.metadata.name, pool=key, scope=scope_of(cfg, key),
+                          cidr=obj.spec.cidr, node=node, state="claiming")
+        rec.id = await journal.open_block(rec)
+        ask = TransferAsk(node=node, identity=identity, ifname=ifname)
+        current: IPAMBlock | None = obj
+        asked = None
+        for _ in range(3):  # under the resourceVersion read; changed: read again
+            if current is None or current.spec.node != holder:
+                break
+            asked = await block_objects.ask_transfer(api, current, ask)
+            if asked is not None:
+                break
+            current = await block_objects.get(api, obj.metadata.name)
+        found: IPAMBlock | None = asked
+        if asked is not None:
+            with trio.move_on_after(wait):
+                while True:
+                    found = await block_objects.get(api, obj.metadata.name)
+                    if found is None or found.spec.node == node or found.spec.transfer is None \
+                            or found.spec.transfer.refused:
+                        break
+                    await trio.sleep(0.05)
+        if found is not None and found.spec.node == node:
+            await self.claims.hold(rec, found)
+            address = parse_address(found.spec.cidr)
+            if address is not None:  # lent from a block of this node: its own again
+                self.holdings.lent.get(address[0], set()).discard(address[1])
+            self.borrows += 1
+            log.info("took over borrowed address %s of pool %s from node %s for %s",
+                     obj.spec.cidr, key, holder, identity)
+            return
+        await journal.set_block(rec.id, "taken", ended=True)
+        if asked is None or found is None or found.spec.transfer is None \
+                or found.spec.transfer.refused:
+            raise CNIError(INVALID_CONFIG, f"address {obj.spec.cidr} of pool {key}, reserved "
+                           f"for {identity} on node {holder}, was not handed over")
+        raise CNIError(TRY_AGAIN_LATER, f"address {obj.spec.cidr} of pool {key} is reserved "
+                       f"for {identity} on node {holder}, which did not answer within "
+                       f"{wait:g} s; try again later")
 
     def lent_now(self) -> dict[int, set[int]]:
         """The addresses of this node's blocks granted to other nodes, from the cache."""

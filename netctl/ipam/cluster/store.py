@@ -275,12 +275,16 @@ class ClusterStore:
                     or index.reservation(key, owner.identity, owner.ifname) is not None \
                     or index.sticky_holder(key, owner.identity, owner.ifname) is not None:
                 continue
-            found = self._published(key, owner.identity, owner.ifname, now)
-            if found is None:
+            published = self._published(key, owner.identity, owner.ifname, now)
+            if published is None:
                 continue
+            found, obj = published
             try:
-                await self._place_requested(cfg, [rng], [found], owner.identity,
-                                            owner.ifname)
+                if obj.spec.parent:  # a borrowed address: its borrower hands it over
+                    await self.borrows.take(cfg, rng, key, obj, owner.identity, owner.ifname)
+                else:
+                    await self._place_requested(cfg, [rng], [found], owner.identity,
+                                                owner.ifname)
             except CNIError as exc:
                 if exc.code != INVALID_CONFIG:
                     raise
@@ -290,16 +294,18 @@ class ClusterStore:
             out.append(found)
         return out
 
-    def _published(self, pool: str, identity: str, ifname: str, now: float) -> str | None:
+    def _published(self, pool: str, identity: str, ifname: str, now: float
+                   ) -> tuple[str, IPAMBlock] | None:
         """The address of ``pool`` another node published as reserved for ``identity`` on
-        ``ifname`` (not expired), from the blocks' cache."""
+        ``ifname`` (not expired), and the block object it is published on, from the
+        blocks' cache."""
         node = self.cluster.settings.node
         for obj in self.cluster.blocks.cache.values():
             if obj.spec.pool != pool or obj.spec.node == node:
                 continue
             for entry in obj.spec.reserved:
                 if (entry.identity, entry.ifname) == (identity, ifname) and entry.until > now:
-                    return entry.address
+                    return entry.address, obj
         return None
 
     async def _place_requested(self, cfg: IPAMConfig, ranges: list[Range],
@@ -462,6 +468,9 @@ class ClusterStore:
                 "whereabouts_holds": self.whereabouts.holds,
                 "borrowed": self.borrows.borrows,
                 "lent": sum(len(v) for v in self.holdings.lent.values()),
+                "sticky_published_elsewhere": sum(
+                    len(b.spec.reserved) for b in self.cluster.blocks.cache.values()
+                    if b.spec.node != self.cluster.settings.node),
                 "blocks_cache": self.cluster.blocks.status(),
                 "nodes_cache": self.cluster.nodes.status()}
 
