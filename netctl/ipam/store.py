@@ -221,8 +221,13 @@ class IndexStore:
 
     def pool_fill(self) -> dict[str, tuple[int | None, int]]:
         """Every known pool's size and how many of its addresses this node can no longer
-        hand out (``pool-degraded-at``, netctl/engine/degraded.py): here its live ones."""
-        return self.pool_usage()
+        hand out (``pool-degraded-at``, netctl/engine/degraded.py): here its live ones and
+        its sticky reservations."""
+        reserved: dict[str, int] = {}
+        for res in self._reservations.values():
+            reserved[res.pool] = reserved.get(res.pool, 0) + 1
+        return {pool: (size, used + reserved.get(pool, 0))
+                for pool, (size, used) in self.pool_usage().items()}
 
     # -- Store -------------------------------------------------------------------
 

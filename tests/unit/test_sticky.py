@@ -92,6 +92,9 @@ def test_store_reserves_hands_back_and_expires() -> None:
     store.released(store.of_owner("c1", "eth0"))
     [res] = store.reservations()
     assert (res.address, res.identity, res.until) == ("10.9.0.1", "pod:apps/db-0", 1060.0)
+    # a reserved address cannot be handed out: the pool's fill counts it, the usage not
+    assert store.pool_usage()["10.9.0.0/29"] == (6, 1)
+    assert store.pool_fill()["10.9.0.0/29"] == (6, 2)
     # others: the lowest free is .3, the reserved .1 is used; asking for it is code 7
     assert get(store, owner("c2", "pod:apps/web-0")) == "10.9.0.3/29"
     with pytest.raises(CNIError) as info:

@@ -439,11 +439,11 @@ class ClusterStore:
 
     def pool_fill(self) -> dict[str, tuple[int | None, int]]:
         """Every known pool's size and how many of its addresses this node can no longer
-        hand out: its own live allocations, plus every address in other nodes' blocks
-        (counted by the block's size; a borrowed address only when it was granted out of
-        one of this node's blocks, the others lie in a block counted already). Capped at
-        the pool's size (netctl/engine/degraded.py)."""
-        usage = self.pool_usage()
+        hand out: its own live allocations and sticky reservations, plus every address in
+        other nodes' blocks (counted by the block's size; a borrowed address only when it
+        was granted out of one of this node's blocks, the others lie in a block counted
+        already). Capped at the pool's size (netctl/engine/degraded.py)."""
+        usage = self.holdings.index.pool_fill()  # live and reserved
         others: dict[str, int] = {}
         for obj in self.cluster.blocks.cache.values():
             spec = obj.spec
