@@ -410,10 +410,27 @@ def _allocation(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
+def _has_sticky(conn: sqlite3.Connection) -> bool:
+    return "sticky_key" in {r[1] for r in conn.execute("PRAGMA table_info(ipam_allocations)")}
+
+
+def reservations_ended(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
+    """How the sticky reservations of each pool that the journal still keeps ended
+    (``expired``, ``taken back``, ``replaced``)."""
+    if not _has_sticky(conn):
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for pool, end, n in conn.execute(
+            "SELECT pool, reservation_end, COUNT(*) FROM ipam_allocations WHERE"
+            " reservation_end IS NOT NULL GROUP BY pool, reservation_end"):
+        out.setdefault(pool, {})[end] = n
+    return out
+
+
 def reservations(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     """The open sticky reservations (migrations/0008), by pool and address: each with its
     identity, interface, until when, and the container that released it."""
-    if "sticky_key" not in {r[1] for r in conn.execute("PRAGMA table_info(ipam_allocations)")}:
+    if not _has_sticky(conn):
         return []
     rows = [{"pool": r["pool"], "address": r["address"], "identity": r["sticky_key"],
              "ifname": r["ifname"], "until": r["reserved_until"], "container": r["container_id"],
@@ -433,6 +450,7 @@ def pools(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     reserved: dict[str, list[dict[str, Any]]] = {}
     for res in reservations(conn):
         reserved.setdefault(res.pop("pool"), []).append(res)
+    ended = reservations_ended(conn)
     out = []
     for row in conn.execute("SELECT key, network_name, range, family, size FROM ipam_pools"
                             " ORDER BY key"):
@@ -442,7 +460,8 @@ def pools(conn: sqlite3.Connection) -> list[dict[str, Any]]:
                     "range": row["range"], "family": row["family"], "size": size,
                     "in_use": in_use, "reserved": len(mine),
                     "free": size - in_use - len(mine),
-                    "blocks": blocks.get(row["key"], {}), "reservations": mine})
+                    "blocks": blocks.get(row["key"], {}), "reservations": mine,
+                    "reservations_ended": ended.get(row["key"], {})})
     return out
 
 

@@ -186,7 +186,7 @@ def test_the_reservation_expires_and_the_address_is_free_again(
              "the daemon to count it")
     assert daemon.status()["sticky"]["reserved"] == {}
     pools = cli("ipam", "pools", "--state-dir", str(daemon.state_dir))["pools"]
-    assert pools[0]["reserved"] == 0
+    assert (pools[0]["reserved"], pools[0]["reservations_ended"]) == (0, {"expired": 1})
     # the lowest free address is the released one: another pod gets it now
     assert add(daemon, "web", b, "apps/web-0", "u2").rc == 0
     assert eth0_addr(b) == mine

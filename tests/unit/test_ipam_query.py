@@ -119,7 +119,7 @@ def test_pools_count_live_allocations_and_keep_huge_sizes_exact(
     assert pools["10.1.0.0/24"] == {"key": "10.1.0.0/24", "network_name": "",
                                     "range": "10.1.0.0/24", "family": 4, "size": 253,
                                     "in_use": 2, "reserved": 0, "free": 251, "blocks": {},
-                                    "reservations": []}
+                                    "reservations": [], "reservations_ended": {}}
     v6 = pools["blue/fd00:1::/64"]
     assert v6["size"] == 2**64 - 1 and isinstance(v6["size"], int)
     assert v6["free"] == 2**64 - 2
