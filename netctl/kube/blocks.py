@@ -101,6 +101,12 @@ async def ask_transfer(api: Api, block: Block, ask: TransferAsk) -> Block | None
     return await _update(api, block, msgspec.structs.replace(block.spec, transfer=ask))
 
 
+async def withdraw_transfer(api: Api, block: Block) -> Block | None:
+    """The ask on ``block`` (as read) taken back, unanswered; None when it changed
+    meanwhile (answered, perhaps handed over)."""
+    return await _update(api, block, msgspec.structs.replace(block.spec, transfer=None))
+
+
 async def answer_transfer(api: Api, block: Block, granted: bool) -> Block | None:
     """The node of ``block`` answers an ask for it: granted, it becomes the asking node's
     (its previous owner in its history, no reservation on it any more); refused, the ask

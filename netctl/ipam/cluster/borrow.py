@@ -216,6 +216,10 @@ class Borrows:
                             or found.spec.transfer.refused:
                         break
                     await trio.sleep(0.05)
+            if found is not None and found.spec.node != node \
+                    and found.spec.transfer is not None and not found.spec.transfer.refused \
+                    and await block_objects.withdraw_transfer(api, found) is None:
+                found = await block_objects.get(api, obj.metadata.name)  # answered meanwhile
         if found is not None and found.spec.node == node:
             await self.claims.hold(rec, found)
             address = parse_address(found.spec.cidr)
