@@ -164,79 +164,94 @@ class Borrows:
         res = index.reserved(scope, version, ip)
         granted = res is not None and index.holder(scope, version, ip) is None \
             and (res.identity, res.ifname) == (ask.identity, ask.ifname)
-        if granted and res is not None:
-            index.end_reservations([res], "taken_back")  # before any await
-            del self.holdings.held[obj.metadata.name]  # nothing lands in it from here on
-        try:
-            done = await block_objects.answer_transfer(self.cluster.api, obj, granted)
-        except ApiError:
-            done = None
-        if done is None:
+        with self.claims.aside(h.record.id):
             if granted and res is not None:
-                index.restore_reservation(res, "taken_back")
-                self.holdings.held[obj.metadata.name] = h
-            return
-        log.info("%s borrowed address %s to node %s for %s",
-                 "handed over" if granted else "refused", obj.spec.cidr, ask.node,
-                 ask.identity)
-        if granted and res is not None:
-            journal = self.cluster.journal
-            await journal.end_reservations([res], "taken back",
-                                           f"taken back by node {ask.node}")
-            await journal.set_block(h.record.id, "released", ended=True)
-            self.cluster.blocks.cache[("", done.metadata.name)] = done
+                index.end_reservations([res], "taken_back")  # before any await
+                del self.holdings.held[obj.metadata.name]  # nothing lands in it from here on
+            try:
+                done = await block_objects.answer_transfer(self.cluster.api, obj, granted)
+            except ApiError:
+                done = None
+            if done is None:
+                if granted and res is not None:
+                    index.restore_reservation(res, "taken_back")
+                    self.holdings.held[obj.metadata.name] = h
+                return
+            log.info("%s borrowed address %s to node %s for %s",
+                     "handed over" if granted else "refused", obj.spec.cidr, ask.node,
+                     ask.identity)
+            if granted and res is not None:
+                journal = self.cluster.journal
+                await journal.end_reservations([res], "taken back",
+                                               f"taken back by node {ask.node}")
+                await journal.set_block(h.record.id, "released", ended=True)
+                self.cluster.blocks.cache[("", done.metadata.name)] = done
 
     async def take(self, cfg: IPAMConfig, rng: Range, key: str, obj: IPAMBlock,
                    identity: str, ifname: str) -> None:
         """Ask another node for its borrow object ``obj``, whose address is reserved there
         for ``identity`` (see :meth:`answer_transfer`); held here once handed over. Code 7
         when refused, 11 when that node does not answer in time."""
-        api, journal, node = self.cluster.api, self.cluster.journal, self.cluster.settings.node
+        journal, node = self.cluster.journal, self.cluster.settings.node
         wait = self.cluster.settings.ready_wait
         holder = obj.spec.node
         rec = BlockRecord(name=obj.metadata.name, pool=key, scope=scope_of(cfg, key),
                           cidr=obj.spec.cidr, node=node, state="claiming")
         rec.id = await journal.open_block(rec)
-        ask = TransferAsk(node=node, identity=identity, ifname=ifname)
+        with self.claims.aside(rec.id):  # settled here, not by a maintenance round
+            asked, found = await self._ask(obj, TransferAsk(node=node, identity=identity,
+                                                            ifname=ifname))
+            if found is not None and found.spec.node == node:
+                await self.claims.hold(rec, found)
+                address = parse_address(found.spec.cidr)
+                if address is not None:  # lent from a block of this node: its own again
+                    self.holdings.lent.get(address[0], set()).discard(address[1])
+                self.borrows += 1
+                log.info("took over borrowed address %s of pool %s from node %s for %s",
+                         obj.spec.cidr, key, holder, identity)
+                return
+            await journal.set_block(rec.id, "taken", ended=True)
+            if asked is None or found is None or found.spec.transfer is None \
+                    or found.spec.transfer.refused:
+                raise CNIError(INVALID_CONFIG, f"address {obj.spec.cidr} of pool {key}, reserved "
+                               f"for {identity} on node {holder}, was not handed over")
+            raise CNIError(TRY_AGAIN_LATER, f"address {obj.spec.cidr} of pool {key} is reserved "
+                           f"for {identity} on node {holder}, which did not answer within "
+                           f"{wait:g} s; try again later")
+
+    async def _ask(self, obj: IPAMBlock, ask: TransferAsk
+                   ) -> tuple[IPAMBlock | None, IPAMBlock | None]:
+        """Ask for borrow object ``obj`` (under the resourceVersion read; read again when
+        it changed) and wait for the answer; withdraw the ask when none came in time. The
+        object as asked (None: not asked) and as last read."""
+        api, holder = self.cluster.api, obj.spec.node
         current: IPAMBlock | None = obj
         asked = None
-        for _ in range(3):  # under the resourceVersion read; changed: read again
+        for _ in range(3):
             if current is None or current.spec.node != holder:
                 break
             asked = await block_objects.ask_transfer(api, current, ask)
             if asked is not None:
                 break
             current = await block_objects.get(api, obj.metadata.name)
+        if asked is None:
+            return None, current
+
+        def pending(b: IPAMBlock | None) -> bool:
+            return b is not None and b.spec.node != ask.node and b.spec.transfer is not None \
+                and not b.spec.transfer.refused
+
         found: IPAMBlock | None = asked
-        if asked is not None:
-            with trio.move_on_after(wait):
-                while True:
-                    found = await block_objects.get(api, obj.metadata.name)
-                    if found is None or found.spec.node == node or found.spec.transfer is None \
-                            or found.spec.transfer.refused:
-                        break
-                    await trio.sleep(0.05)
-            if found is not None and found.spec.node != node \
-                    and found.spec.transfer is not None and not found.spec.transfer.refused \
-                    and await block_objects.withdraw_transfer(api, found) is None:
-                found = await block_objects.get(api, obj.metadata.name)  # answered meanwhile
-        if found is not None and found.spec.node == node:
-            await self.claims.hold(rec, found)
-            address = parse_address(found.spec.cidr)
-            if address is not None:  # lent from a block of this node: its own again
-                self.holdings.lent.get(address[0], set()).discard(address[1])
-            self.borrows += 1
-            log.info("took over borrowed address %s of pool %s from node %s for %s",
-                     obj.spec.cidr, key, holder, identity)
-            return
-        await journal.set_block(rec.id, "taken", ended=True)
-        if asked is None or found is None or found.spec.transfer is None \
-                or found.spec.transfer.refused:
-            raise CNIError(INVALID_CONFIG, f"address {obj.spec.cidr} of pool {key}, reserved "
-                           f"for {identity} on node {holder}, was not handed over")
-        raise CNIError(TRY_AGAIN_LATER, f"address {obj.spec.cidr} of pool {key} is reserved "
-                       f"for {identity} on node {holder}, which did not answer within "
-                       f"{wait:g} s; try again later")
+        with trio.move_on_after(self.cluster.settings.ready_wait):
+            while True:  # polled, as a borrow's answer is
+                found = await block_objects.get(api, obj.metadata.name)
+                if not pending(found):
+                    break
+                await trio.sleep(0.05)
+        if pending(found) and found is not None \
+                and await block_objects.withdraw_transfer(api, found) is None:
+            found = await block_objects.get(api, obj.metadata.name)  # answered meanwhile
+        return asked, found
 
     def lent_now(self) -> dict[int, set[int]]:
         """The addresses of this node's blocks granted to other nodes, from the cache."""

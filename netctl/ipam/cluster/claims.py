@@ -7,6 +7,7 @@ node has it — outcome journaled), and the settling of what the journal and the
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 from collections.abc import Iterator
@@ -165,6 +166,16 @@ class Claims:
         blk = block_of(obj)
         if blk is not None:
             self.holdings.held[rec.name] = Held(rec, blk, obj)
+
+    @contextlib.contextmanager
+    def aside(self, rec_id: int) -> Iterator[None]:
+        """Record ``rec_id`` left out of :meth:`settle` meanwhile: its block is changing
+        hands, and the change journals its own outcome."""
+        self._claiming.add(rec_id)
+        try:
+            yield
+        finally:
+            self._claiming.discard(rec_id)
 
     async def settle(self) -> None:
         """Match the journal's open records of this node's blocks with the API: a held
