@@ -203,7 +203,8 @@ def _ipam_report(args: argparse.Namespace, conn: sqlite3.Connection) -> None:
         else:
             for row in rows:
                 row["blocks"] = " ".join(f"{n}:{c}" for n, c in row["blocks"].items()) or "-"
-            print(_table(rows, ["key", "range", "family", "size", "in_use", "free", "blocks"]))
+            print(_table(rows, ["key", "range", "family", "size", "in_use", "reserved", "free",
+                                "blocks"]))
     elif args.ipam == "show":
         known = {p["key"]: p for p in query.pools(conn)}
         by_key = args.pool in known
