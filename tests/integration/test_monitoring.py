@@ -7,11 +7,13 @@ real netns, the real bridge plugin and the test delegates):
   expressions are read by a small PromQL tokenizer, itself checked on a known expression;
 - ``promtool check rules`` accepts the PrometheusRule's ``spec`` as a rules file;
 - ``promtool test rules``, with input series converted from the scrapes (their values held
-  for an hour, one sample a minute): every dashboard query returns data on a healthy
-  daemon, and no alert fires; with an attachment stuck and DELs failing (the DEL-failure
-  counter growing by one a minute), exactly the stuck, degraded and DEL-failure alerts
-  fire, their annotations rendered; with the API server stopped (its failed answers
-  growing), the watch-down and API-error alerts fire.
+  for an hour, one sample a minute; a counter named below grows by one a minute): every
+  dashboard query returns data on a healthy daemon, and no alert fires; with an attachment
+  stuck and its DEL failure repeated, exactly the stuck, degraded and DEL-failure alerts;
+  with the journal's directory read-only, not-ready (and stuck, not degraded: degraded
+  says ready); with the API server stopped (unanswered requests repeated), watch-down for
+  each cache and API errors (and the stuck ones). Annotations are compared as Prometheus
+  renders them for the alerts whose templates name only labels and the value.
 
 promtool comes with Debian's ``prometheus`` package (``make system-packages``); without
 it these tests fail, they are not skipped.
@@ -204,6 +206,7 @@ def scrapes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
       netns deleted without a DEL and cleaned by reconcile; two pods still attached;
     - ``failing``: then an attachment stuck (its delegate refuses DEL for good) and a DEL
       answered with an error (a delegate refusing with a code a retry might cure);
+    - ``journal-read-only``: then the journal's directory mounted read-only (undone after);
     - ``api-down``: then the API server stopped until the pods' watch is down."""
     tmp = tmp_path_factory.mktemp("monitoring")
     made: list[str] = []
@@ -259,6 +262,17 @@ def scrapes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
             failed = cni("DEL", "p6")
             assert failed.rc == 1 and failed.out is not None and failed.out["code"] != 0
             out["failing"] = get(port)[1]
+
+            # the journal's directory read-only (a bind mount over itself): not ready
+            state = str(Path(d.journal_path).parent)
+            subprocess.run(["mount", "--bind", state, state], check=True)
+            try:
+                subprocess.run(["mount", "-o", "remount,bind,ro", state], check=True)
+                out["journal-read-only"] = get(port)[1]
+                assert "netctl_ready 0.0" in out["journal-read-only"]
+            finally:
+                subprocess.run(["umount", state], check=True)
+            assert "netctl_ready 1.0" in get(port)[1]
 
             kube.stop()
             wait_for(lambda: 'netctl_kube_watch_up{resource="pods"} 0.0' in get(port)[1], 30,
@@ -377,11 +391,13 @@ def input_series(text: str, growing: dict[str, dict[str, str]] | None = None,
     return out
 
 
-def rendered(alert: dict[str, Any], value: str) -> dict[str, str]:
+def rendered(alert: dict[str, Any], value: str, **labels: str) -> dict[str, str]:
     """``alert``'s annotations as Prometheus renders them for this test's node."""
     out = {}
     for key, template in alert["annotations"].items():
-        text = template.replace("{{ $labels.instance }}", NODE).replace("{{ $value }}", value)
+        text = template.replace("{{ $value }}", value)
+        for name, label in {**TARGET, **labels}.items():
+            text = text.replace(f"{{{{ $labels.{name} }}}}", label)
         assert "{{" not in text, f"{alert['alert']}: this test renders no {text}"
         out[key] = text
     return out
@@ -427,6 +443,13 @@ def test_promtool_test_rules_with_real_scrapes(scrapes: dict[str, str], tmp_path
         "alert_rule_test": firing({
             "NetctlStuckAttachments": [stuck], "NetctlDegraded": [degraded],
             "NetctlDelsFailing": [{"exp_labels": {**node, "severity": "warning"}}]})}
+    not_ready = {
+        "interval": "1m", "input_series": input_series(scrapes["journal-read-only"]),
+        # degraded too, but not ready: only NetctlNotReady says so
+        "alert_rule_test": firing({
+            "NetctlNotReady": [{"exp_labels": {**node, "severity": "critical"},
+                                "exp_annotations": rendered(by_name["NetctlNotReady"], "0")}],
+            "NetctlStuckAttachments": [stuck]})}
     watches_down = sorted(labels["resource"] for name, labels, value
                           in parse(scrapes["api-down"])
                           if name == "netctl_kube_watch_up" and value == 0)
@@ -435,13 +458,16 @@ def test_promtool_test_rules_with_real_scrapes(scrapes: dict[str, str], tmp_path
         "interval": "1m",
         "input_series": input_series(scrapes["api-down"], growing={
             "netctl_kube_api_responses_total": {"code": "0"}}),
-        "alert_rule_test": [t for t in firing({
+        "alert_rule_test": firing({
             "NetctlKubeWatchDown": [{"exp_labels": {**node, "severity": "warning",
-                                                    "resource": r}} for r in watches_down],
-            "NetctlKubeApiErrors": [{"exp_labels": {**node, "severity": "warning"}}]})
-            # the failing scrape's stuck attachment and DEL error are still there
-            if t["alertname"] not in ("NetctlStuckAttachments", "NetctlDegraded")]}
-    res = run_promtool_tests(tmp_path, [healthy, failing, down],
-                             keep={"NetctlStuckAttachments", "NetctlDegraded"})
+                                                    "resource": r},
+                                     "exp_annotations": rendered(
+                                         by_name["NetctlKubeWatchDown"], "0", resource=r)}
+                                    for r in watches_down],
+            "NetctlKubeApiErrors": [{"exp_labels": {**node, "severity": "warning"}}],
+            # the stuck attachment is still there (its DEL failure no longer repeated)
+            "NetctlStuckAttachments": [stuck], "NetctlDegraded": [degraded]})}
+    res = run_promtool_tests(tmp_path, [healthy, failing, not_ready, down], keep={
+        "NetctlStuckAttachments", "NetctlDegraded", "NetctlNotReady", "NetctlKubeWatchDown"})
     assert res.returncode == 0, res.stdout + res.stderr
     assert "SUCCESS" in res.stdout, res.stdout
