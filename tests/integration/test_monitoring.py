@@ -5,6 +5,8 @@ real netns, the real bridge plugin and the test delegates):
 - every metric and every label the dashboard's queries, its legends and the rules'
   expressions use is in a scrape (the target's ``instance`` and ``job`` aside); the
   expressions are read by a small PromQL tokenizer, itself checked on a known expression;
+- the PodMonitor selects the DaemonSet's pods and the port its daemon's metrics-addr
+  listens on;
 - ``promtool check rules`` accepts the PrometheusRule's ``spec`` as a rules file;
 - ``promtool test rules``, with input series converted from the scrapes (their values held
   for an hour, one sample a minute; a counter named below grows by one a minute): every
@@ -187,6 +189,26 @@ def test_the_dashboard_is_importable() -> None:
     ids = [p["id"] for p in doc["panels"]]
     assert len(ids) == len(set(ids))
 
+
+
+def test_the_pod_monitor_scrapes_the_daemonset_metrics_port() -> None:
+    """The PodMonitor selects the DaemonSet's pods and a port its daemon names, the one
+    the daemon's ``metrics-addr`` listens on; ``instance`` becomes the node's name."""
+    monitor = yaml.safe_load((MONITORING / "podmonitor.yaml").read_text())
+    objects = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "daemonset.yaml")
+                                      .read_text()))
+    ds = next(o for o in objects if o["kind"] == "DaemonSet")
+    config = yaml.safe_load(next(o for o in objects if o["kind"] == "ConfigMap")
+                            ["data"]["daemon.yaml"])
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= \
+        ds["spec"]["template"]["metadata"]["labels"].items()
+    assert monitor["metadata"]["namespace"] == ds["metadata"]["namespace"]
+    ports = {p["name"]: p["containerPort"] for c in ds["spec"]["template"]["spec"]["containers"]
+             for p in c.get("ports", ())}
+    endpoint, = monitor["spec"]["podMetricsEndpoints"]
+    assert f":{ports[endpoint['port']]}" == config["metrics-addr"]
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance"} \
+        in endpoint["relabelings"]
 
 # -- real scrapes ----------------------------------------------------------------------------
 
