@@ -24,7 +24,9 @@ setup: system-packages $(BIN)/netctl $(BIN)/netctl-cni $(KUBE_ETCD)
 # with runc) for the tests that drive a real runtime over CRI, openssl for the real
 # kube-apiserver's certificates (tests/, netctl/kit/kubefake/real.py); podman with runc,
 # busybox-static (its test image) and iptables (portmap) for tests/integration/test_podman.py
-# and `netctl bench podman`; golang-go (Go 1.19) builds the plugin.
+# and `netctl bench podman`; golang-go (Go 1.19) builds the plugin; prometheus for its
+# promtool (tests/integration/test_monitoring.py checks deploy/monitoring/ with it; the
+# server the package installs is stopped and disabled).
 system-packages:
 	@if [ ! -x $(CNI_BIN)/bridge ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null \
 	    || ! command -v containerd >/dev/null || ! command -v openssl >/dev/null; then \
@@ -42,6 +44,11 @@ system-packages:
 	  apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman \
 	    runc busybox-static iptables; \
+	fi
+	@if ! command -v promtool >/dev/null; then \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+	  && { systemctl disable --now prometheus >/dev/null 2>&1 || true; }; \
 	fi
 
 # Debian's etcd-server, taken from its package without installing it (installing starts a
