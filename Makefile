@@ -48,7 +48,8 @@ system-packages:
 	@if ! command -v promtool >/dev/null; then \
 	  apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
-	  && { systemctl disable --now prometheus >/dev/null 2>&1 || true; }; \
+	  && { systemctl disable --now prometheus >/dev/null 2>&1 \
+	       || service prometheus stop >/dev/null 2>&1 || true; pkill -x prometheus || true; }; \
 	fi
 
 # Debian's etcd-server, taken from its package without installing it (installing starts a
