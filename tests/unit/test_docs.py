@@ -56,7 +56,7 @@ def sections(text: str, level: int) -> dict[str, str]:
     level or above."""
     parts = re.split(rf"^(#{{1,{level}}} .+)$", prose(text), flags=re.M)
     out: dict[str, str] = {}
-    for head, body in zip(parts[1::2], parts[2::2]):
+    for head, body in zip(parts[1::2], parts[2::2], strict=True):
         if head.startswith("#" * level + " "):
             out[head[level + 1:].strip()] = body
     return out
@@ -238,7 +238,8 @@ def test_every_command_line_in_the_docs_uses_flags_its_command_has() -> None:
                 allowed |= options(p)
         allowed |= {"--help", "--python"}
         for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line):
-            assert flag in allowed, f"{page}: `netctl {line}`: netctl {' '.join(path)} has no {flag}"
+            assert flag in allowed, \
+                f"{page}: `netctl {line}`: netctl {' '.join(path)} has no {flag}"
 
 
 # ---------------------------------------------------------------- links
@@ -266,7 +267,8 @@ def test_links_between_the_pages_resolve() -> None:
 
 
 def test_every_page_is_linked_from_the_front_page() -> None:
-    front = {(REPO / h.partition("#")[0]).resolve() for h in links((REPO / "README.md").read_text())}
+    hrefs = links((REPO / "README.md").read_text())
+    front = {(REPO / h.partition("#")[0]).resolve() for h in hrefs}
     for page in DOCS.glob("*.md"):
         assert page.resolve() in front, f"README.md links nowhere to {page.name}"
 
@@ -275,6 +277,6 @@ def test_slugs_as_github_makes_them() -> None:
     assert slug("Cluster-wide IPAM (`ipam-backend: kubernetes`)") == \
         "cluster-wide-ipam-ipam-backend-kubernetes"
     assert slug("Is it up, and can it serve?") == "is-it-up-and-can-it-serve"
-    assert slug("Measured: the static plugin (2026-11-26, load average 3–7)") == \
+    assert slug("Measured: the static plugin (2026-11-26, load average 3\u20137)") == \
         "measured-the-static-plugin-2026-11-26-load-average-37"
     assert anchors("# A\n## B\n```\n# not a heading\n```\n## B\n") == {"a", "b", "b-1"}
