@@ -280,3 +280,12 @@ def test_slugs_as_github_makes_them() -> None:
     assert slug("Measured: the static plugin (2026-11-26, load average 3\u20137)") == \
         "measured-the-static-plugin-2026-11-26-load-average-37"
     assert anchors("# A\n## B\n```\n# not a heading\n```\n## B\n") == {"a", "b", "b-1"}
+
+
+def test_the_readme_stays_a_front_page() -> None:
+    """What netctl is, the commands (``make test`` is the one CI runs), and links: the rest
+    lives in docs/."""
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) < 200
+    assert re.search(r"^make test\b", text, re.M)
+    assert re.search(r"^make demo\b", text, re.M)
