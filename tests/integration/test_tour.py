@@ -1,5 +1,5 @@
-"""We test that the operator's tour (``deploy/tour.sh``, the README's "Operating netctl"
-guide is its output) runs on a real daemon and shows what the guide says it shows:
+"""We test that the operator's tour (``deploy/tour.sh``: docs/operating.md's "Operating
+netctl: a guide" is its output) runs on a real daemon and shows what the guide says it shows:
 ``netctl status`` exits 2 while the daemon is down and 0 when it is ready; the pools and
 the allocations; the journal naming the pod that held an address at a past time; a
 sandbox gone without a DEL found as a leak, planned by ``reconcile --dry-run``, DELeted by
