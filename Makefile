@@ -8,7 +8,7 @@ PLUGIN := build/plugin/netctl-cni
 PLUGIN_SRC := plugin/go.mod $(wildcard plugin/*.go)
 
 # The container image (deploy/image/): tagged $(IMAGE), the name deploy/kubernetes/*.yaml
-# give (a release pushes it under its registry's name: README, "The image").
+# give (a release pushes it under its registry's name: docs/kubernetes.md, "The image").
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= localhost/netctl:$(VERSION)
 BASE_IMAGE ?= localhost/netctl-base:bookworm

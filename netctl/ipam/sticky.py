@@ -18,7 +18,7 @@ The identity (:func:`identity`), first found of:
 A container without a pod name has no identity and no sticky behaviour. An identity
 owns one address per (pool, interface name): a pod attaching one network twice keeps
 both. The rules the planner applies (:func:`netctl.ipam.planner.plan`) are in the
-README's "Sticky addresses".
+docs/ipam.md, "Sticky addresses".
 """
 
 from __future__ import annotations
