@@ -19,7 +19,8 @@ does with it.
   :meth:`Kubelet.probe` once, :meth:`Kubelet.wait_probe` until it passes, and
   :meth:`Kubelet.watch_liveness`, which counts consecutive failures as kubelet does and,
   at ``failureThreshold``, kills the container (SIGTERM, then SIGKILL after the probe's
-  ``terminationGracePeriodSeconds``) and starts it again, as kubelet restarts it in place.
+  ``terminationGracePeriodSeconds``, or a shorter grace the test gives) and starts it
+  again, as kubelet restarts it in place.
 
 Everything it starts is removed by :meth:`Kubelet.close` (``podman rm -f``), even after a
 failure.
@@ -197,15 +198,19 @@ class Kubelet:
             time.sleep(0.5)  # the next probe (kubelet's periodSeconds, shortened)
         return time.monotonic() - started
 
-    def watch_liveness(self, container: str, rounds: int, interval: float = 0.5
-                       ) -> list[bool]:
+    def watch_liveness(self, container: str, rounds: int, interval: float = 0.5,
+                       grace: int | None = None) -> list[bool]:
         """Run the liveness probe ``rounds`` times (``interval`` apart instead of
         ``periodSeconds``, to keep the test short); at ``failureThreshold`` failures in a
-        row, restart the container as kubelet does. The results, in order."""
+        row, restart the container as kubelet does. The results, in order. ``grace``: the
+        seconds from the SIGTERM to the SIGKILL instead of the probe's
+        ``terminationGracePeriodSeconds`` (for a container that cannot act on its SIGTERM
+        anyway: a stopped process waits the whole grace out)."""
         spec = self.container(container)["livenessProbe"]
         threshold = int(spec.get("failureThreshold", 3))
-        grace = int(spec.get("terminationGracePeriodSeconds",
-                             self.spec.get("terminationGracePeriodSeconds", 30)))
+        if grace is None:
+            grace = int(spec.get("terminationGracePeriodSeconds",
+                                 self.spec.get("terminationGracePeriodSeconds", 30)))
         results: list[bool] = []
         failures = 0
         for _ in range(rounds):

@@ -244,14 +244,12 @@ def netctl_json(*args: str, timeout: float = 300) -> dict[str, Any]:
 
 
 def live_allocations(state_dir: str | Path) -> list[dict[str, Any]]:
-    """The central IPAM's live allocations (``netctl ipam pools``, then ``ipam show`` of
-    each pool in use)."""
-    found: list[dict[str, Any]] = []
-    for pool in netctl_json("ipam", "pools", "--state-dir", str(state_dir))["pools"]:
-        if pool["in_use"]:
-            found += netctl_json("ipam", "show", pool["key"], "--state-dir",
-                                 str(state_dir))["allocations"]
-    return found
+    """The central IPAM's live allocations: what ``netctl ipam pools``, then ``ipam show``
+    of each pool in use list, read here by those commands' own queries (no process per
+    read: the benches look after every step)."""
+    with contextlib.closing(query.connect(state_dir)) as conn:
+        return [a for pool in query.pools(conn) if pool["in_use"]
+                for a in query.pool_allocations(conn, pool["key"])]
 
 
 # -- the plugin, exec'd as a runtime execs it ------------------------------------------------
@@ -529,6 +527,12 @@ class Daemon:
         return netctl_json("journal", "--state-dir", str(self.state_dir), "--limit", "0",
                            *args)
 
+    def read_journal(self, running: bool = False) -> dict[str, Any]:
+        """What ``netctl journal --limit 0 [--running] --json`` prints, read here by the
+        command's own query (:func:`netctl.journal.query.journal`; no process per read)."""
+        with self.read_only() as conn:
+            return query.journal(conn, query.Filters(running=running, limit=0))
+
     def status(self) -> dict[str, Any]:
         """``netctl status --json``: the daemon's health over its socket."""
         return netctl_json("status", "--socket", self.socket)
@@ -551,10 +555,11 @@ def leftovers(daemon: Daemon, *, bridges: Iterable[str] = (), netns_prefix: str 
     ``netns_prefix``) the netns of that prefix. Every list empty: nothing is left."""
     found = {
         "operations_running": [f"operation {o['id']} {o['verb']} of {o['container_id']}"
-                               for o in daemon.journal("--running")["operations"]],
+                               for o in daemon.read_journal(running=True)["operations"]],
         "attachments_live": [f"attachment {a['attachment']} of {a['container']} on "
                              f"{a['network']} {a['ifname']} ({a['state']})"
-                             for a in daemon.journal()["attachments"] if a["state"] != "removed"],
+                             for a in daemon.read_journal()["attachments"]
+                             if a["state"] != "removed"],
         "allocations_live": [f"allocation {a['address']} of {a['container']} {a['ifname']}"
                              for a in live_allocations(daemon.state_dir)],
         "host_local_leases": host_local_leases(ipam_dir) if ipam_dir else [],

@@ -180,14 +180,17 @@ def test_journal_lifecycles_small_json() -> None:
 
 
 def test_crash_small_json() -> None:
-    """Two iterations: the daemon SIGKILLed mid-churn each time, sandboxes vanished, restart,
-    reconcile, the runtime's DELs; nothing left, everything cleaned up."""
-    proc = subprocess.run([NETCTL, "bench", "crash", "--iterations", "2", "--reboot-pods",
-                           "12", "--json"], capture_output=True, text=True, timeout=600)
+    """Two iterations of 16 pods: the daemon SIGKILLed mid-churn each time (after 6 to 10
+    pods started), sandboxes vanished, restart, reconcile, the runtime's DELs; nothing left,
+    everything cleaned up."""
+    proc = subprocess.run([NETCTL, "bench", "crash", "--iterations", "2", "--pods", "16",
+                           "--reboot-pods", "12", "--json"], capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] is True and report["problems"] == []
     assert report["iterations_run"] == 2 and len(report["iterations"]) == 2
+    assert report["params"]["pods_per_iteration"] == 16
     f = report["faults"]
     assert f["kills"] >= 2
     assert f["vanished_sandboxes"] >= 2  # one or two per iteration

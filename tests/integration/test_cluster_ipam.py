@@ -51,8 +51,10 @@ def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
 
 
 @pytest.fixture
-def nodes(tmp_path: Path, kube: FakeKube) -> Iterator[Callable[..., Daemon]]:
-    """A factory of daemons, each a node of ``kube`` with the cluster IPAM backend."""
+def nodes(tmp_path: Path, kube: FakeKube, installed_plugin: Path,
+          ) -> Iterator[Callable[..., Daemon]]:
+    """A factory of daemons, each a node of ``kube`` with the cluster IPAM backend (the
+    plugin as ``netctl install-cni`` installs it in each one's bin dir)."""
     made: list[Daemon] = []
     config = kube.kubeconfig(tmp_path / "kubeconfig")
 
@@ -62,7 +64,7 @@ def nodes(tmp_path: Path, kube: FakeKube) -> Iterator[Callable[..., Daemon]]:
         d = Daemon(root, f"ncc{len(made)}", [str(TEST_PLUGINS), SYSTEM_CNI], {
             **TEST_SETTINGS, "kubeconfig": str(config), "node-name": name,
             "ipam-backend": "kubernetes", "api-timeout": 3, "block-check": 0.2, **settings})
-        d.install_plugin()
+        shutil.copytree(installed_plugin, Path(d.plugin).parent)
         made.append(d)
         if kube.get("nodes", None, name) is None:
             kube.create("nodes", node(name))

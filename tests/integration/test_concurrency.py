@@ -207,6 +207,7 @@ def test_requests_for_one_container_do_not_overlap(daemon: Daemon, netns) -> Non
 def test_del_during_add_cancels_it(daemon: Daemon, netns) -> None:
     br, slow_br = daemon.name("b0"), daemon.name("b2")
     daemon.settings["plugin-timeout"] = 90  # the DEL, not the timeout, must end the ADD
+    daemon.settings["cancel-grace"] = 0.5  # the slow plugin sleeps through it: killed after
     daemon.add_network("br", bridge_conf("br", br, "10.102.1.0/24", ipam_dir=daemon.ipam_dir))
     daemon.add_network("slow", slow_conf("slow", slow_br, "10.102.3.0/24", 37.25,
                                          daemon.ipam_dir))
@@ -238,7 +239,7 @@ def test_del_during_add_cancels_it(daemon: Daemon, netns) -> None:
                       " ORDER BY plugin_type, verb", (add_op[0],))
     assert steps == [("bridge", "ADD", "ok", None), ("bridge", "DEL", "ok", None),
                      ("slow", "ADD", "failed",
-                      "cancelled; still running after 5s of grace, killed"),
+                      "cancelled; still running after 0.5s of grace, killed"),
                      ("slow", "DEL", "ok", None)]
     assert daemon.db("SELECT COUNT(*) FROM steps WHERE operation_id=?", (del_op[0],)) == [(0,)]
     # The slow plugin and its sleep were killed, not left behind.

@@ -209,10 +209,11 @@ def test_the_daemonset_runs_pods_and_restarts_a_daemon_that_stops_answering(
             # (an attachment without an interface, like hosted's, has no entry: as in Multus)
             assert names == {"eth0": "primary", "net1": "default/blue"}, names
 
-            # the daemon stops answering: the liveness probe restarts it
+            # the daemon stops answering: the liveness probe restarts it (a stopped process
+            # cannot act on the SIGTERM: the probe's 10 s of grace would only be waited out)
             pid = kubelet.pid("netctl")
             os.kill(pid, signal.SIGSTOP)
-            results = kubelet.watch_liveness("netctl", rounds=10)
+            results = kubelet.watch_liveness("netctl", rounds=10, grace=1)
             spec = kubelet.container("netctl")["livenessProbe"]
             assert results == [False] * int(spec["failureThreshold"]), results
             assert kubelet.restarts == {"netctl": 1}

@@ -207,7 +207,9 @@ def test_a_runtime_del_cancels_an_attach_in_flight(
     conf = bridge_conf("hung", hung, "10.102.5.0/24", ipam_dir=daemon.ipam_dir)
     conf["plugins"].append({"type": "hang"})
     daemon.add_network("hung", conf)
-    bridges = setup(daemon, **{"plugin-timeout": 300})
+    # cancel-grace: the cancelled hang sleeps through it and is killed after it (the
+    # default, 5 s, is no part of what this test checks)
+    bridges = setup(daemon, **{"plugin-timeout": 300, "cancel-grace": 0.5})
     ns = started(daemon, netns, "racing-1")
     plug = subprocess.Popen(netctl_argv("attach", "--container", "racing-1", "--network",
                                         "hung", "--socket", daemon.socket),

@@ -174,7 +174,7 @@ def kill(daemon: Daemon) -> Killed:
     rss = daemon.peak_rss_kib()
     daemon.kill()
     orphans = daemon.delegates()
-    running = daemon.journal("--running")["operations"]
+    running = daemon.read_journal(running=True)["operations"]
     return Killed(dict(Counter(op["verb"] for op in running)), orphans, rss)
 
 
@@ -588,7 +588,7 @@ class CrashBench(Bench):
             known = {c: p.attached for c, p in self.known.items()}
             known_netns = [p.ns for p in self.known.values()]
         plan = d.reconcile(dry_run=True).get("plan", {})
-        atts = [a for a in d.journal()["attachments"] if a["state"] != "removed"]
+        atts = [a for a in d.read_journal()["attachments"] if a["state"] != "removed"]
         return Facts(
             d.integrity(), atts, harness.live_allocations(d.state_dir), known,
             [p.container for p in it.deleted],
