@@ -15,9 +15,10 @@ Subnets: 10.102.1-5.0/24.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -201,31 +202,43 @@ def test_a_failing_delegate_on_attach_is_compensated(
     assert netns_links(ns) == ["lo"] and ipam_held(daemon.ipam_dir) == []
 
 
-def test_a_runtime_del_cancels_an_attach_in_flight(
-        daemon: Daemon, netns: Callable[[], str]) -> None:
+@contextlib.contextmanager
+def hung_attach(daemon: Daemon, netns: Callable[[], str], container: str,
+                **settings: Any) -> Iterator[tuple[str, list[str], str, subprocess.Popen[str]]]:
+    """Networks as :func:`setup` has them and ``hung`` (a bridge, then the hang plugin); a
+    container ADDed on br; ``netctl attach`` of hung under way, its bridge step done and its
+    hang step running (net1 in the netns). Yields the netns, the bridges, hung's bridge and
+    the attach's process (killed on the way out if still running)."""
     hung = daemon.name("b4")
     conf = bridge_conf("hung", hung, "10.102.5.0/24", ipam_dir=daemon.ipam_dir)
     conf["plugins"].append({"type": "hang"})
     daemon.add_network("hung", conf)
-    # cancel-grace: the cancelled hang sleeps through it and is killed after it (the
-    # default, 5 s, is no part of what this test checks)
-    bridges = setup(daemon, **{"plugin-timeout": 300, "cancel-grace": 0.5})
-    ns = started(daemon, netns, "racing-1")
-    plug = subprocess.Popen(netctl_argv("attach", "--container", "racing-1", "--network",
+    bridges = setup(daemon, **{"plugin-timeout": 300, **settings})
+    ns = started(daemon, netns, container)
+    plug = subprocess.Popen(netctl_argv("attach", "--container", container, "--network",
                                         "hung", "--socket", daemon.socket),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: step_states(daemon, "racing-1") == {"bridge": "ok",
-                                                             "hang": "running"},
+        wait_for(lambda: step_states(daemon, container) == {"bridge": "ok",
+                                                            "hang": "running"},
                  20, "the attach's bridge step done and its hang step running")
-        assert "net1" in netns_links(ns)
-        res = daemon.cni("DEL", "racing-1", ns, daemon.conf("br"), pod="default/web")
-        assert res.rc == 0, res.describe()
-        _, err = plug.communicate(timeout=60)
+        assert "net1" in netns_links(ns) and len(ipam_held(daemon.ipam_dir)) == 2
+        yield ns, bridges, hung, plug
     finally:
         if plug.poll() is None:
             plug.kill()
             plug.wait()
+
+
+def test_a_runtime_del_cancels_an_attach_in_flight(
+        daemon: Daemon, netns: Callable[[], str]) -> None:
+    # cancel-grace: the cancelled hang sleeps through it and is killed after it (the
+    # default, 5 s, is no part of what this test checks)
+    with hung_attach(daemon, netns, "racing-1", **{"cancel-grace": 0.5}) as (
+            ns, bridges, hung, plug):
+        res = daemon.cni("DEL", "racing-1", ns, daemon.conf("br"), pod="default/web")
+        assert res.rc == 0, res.describe()
+        _, err = plug.communicate(timeout=60)
     assert plug.returncode == 1 and "cancelled by a DEL" in err and "(code 106)" in err, err
     assert hotplug_ops(daemon, "racing-1") == [("ADD", "compensated")]
     assert netns_links(ns) == ["lo"] and ipam_held(daemon.ipam_dir) == []
@@ -236,26 +249,9 @@ def test_a_runtime_del_cancels_an_attach_in_flight(
 
 def test_a_daemon_killed_during_an_attach_undoes_it_at_start_up(
         daemon: Daemon, netns: Callable[[], str]) -> None:
-    hung = daemon.name("b4")
-    conf = bridge_conf("hung", hung, "10.102.5.0/24", ipam_dir=daemon.ipam_dir)
-    conf["plugins"].append({"type": "hang"})
-    daemon.add_network("hung", conf)
-    bridges = setup(daemon, **{"plugin-timeout": 300})
-    ns = started(daemon, netns, "crashing-1")
-    plug = subprocess.Popen(netctl_argv("attach", "--container", "crashing-1", "--network",
-                                        "hung", "--socket", daemon.socket),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: step_states(daemon, "crashing-1") == {"bridge": "ok",
-                                                               "hang": "running"},
-                 20, "the attach's bridge step done and its hang step running")
-        assert "net1" in netns_links(ns) and len(ipam_held(daemon.ipam_dir)) == 2
+    with hung_attach(daemon, netns, "crashing-1") as (ns, bridges, hung, plug):
         daemon.kill()  # the hang delegate goes on: the next start kills it
         plug.communicate(timeout=30)
-    finally:
-        if plug.poll() is None:
-            plug.kill()
-            plug.wait()
     assert plug.returncode != 0
     assert hotplug_ops(daemon, "crashing-1") == [("ADD", "running")]
 
