@@ -255,19 +255,28 @@ def test_a_stale_or_wrong_network_status_does_not_cause_a_double_attach(
     assert cni(daemon, "DEL", "cp5", ns, "p5", uid).rc == 0
 
 
-def test_a_runtime_del_cancels_a_hotplug_in_flight(
-        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
-    gate = tmp_path / "gate"
+def held_hotplug(daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path,
+                 name: str, gate: Path) -> tuple[str, str]:
+    """The networks of :func:`setup` and ``held`` (a bridge, then the gate plugin waiting
+    for ``gate``); pod ``name`` running, ``held`` added to its annotation and its hot-plug
+    held in the gate step. The pod's uid and netns."""
     daemon.settings["plugin-timeout"] = 300
     setup(daemon, kube, tmp_path)
     held = _net(daemon, "held", "k5", "10.184.5.0/24")
     held["plugins"].append({"type": "gate", "gate": str(gate)})
     kube.create("network-attachment-definitions", nad("held", "default", held))
     wait_for(lambda: daemon.status()["kubernetes"]["nads"]["objects"] == 6, 10, "the NAD")
-    uid, ns = running(daemon, kube, netns, "p6")
-    annotate(kube, "p6", "held")
-    wait_for(lambda: step_states(daemon, "cp6").get("gate") == "running", 20,
+    uid, ns = running(daemon, kube, netns, name)
+    annotate(kube, name, "held")
+    wait_for(lambda: step_states(daemon, f"c{name}").get("gate") == "running", 20,
              "the hot-plug's gate step running")
+    return uid, ns
+
+
+def test_a_runtime_del_cancels_a_hotplug_in_flight(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    uid, ns = held_hotplug(daemon, kube, netns, tmp_path, "p6", gate)
     assert "net1" in netns_links(ns)
     res = cni(daemon, "DEL", "cp6", ns, "p6", uid)
     assert res.rc == 0, res.describe()
@@ -355,16 +364,7 @@ def test_a_network_the_namespace_may_not_use_is_refused_with_an_event(
 def test_a_hotplug_cut_by_a_daemon_crash_is_undone_then_done_at_the_restart(
         daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    daemon.settings["plugin-timeout"] = 300
-    setup(daemon, kube, tmp_path)
-    held = _net(daemon, "held", "k5", "10.184.5.0/24")
-    held["plugins"].append({"type": "gate", "gate": str(gate)})
-    kube.create("network-attachment-definitions", nad("held", "default", held))
-    wait_for(lambda: daemon.status()["kubernetes"]["nads"]["objects"] == 6, 10, "the NAD")
-    uid, ns = running(daemon, kube, netns, "p10")
-    annotate(kube, "p10", "held")
-    wait_for(lambda: step_states(daemon, "cp10").get("gate") == "running", 20,
-             "the hot-plug's gate step running")
+    uid, ns = held_hotplug(daemon, kube, netns, tmp_path, "p10", gate)
     daemon.kill()
     gate.touch()
     daemon.start()
