@@ -346,6 +346,28 @@ def test_hotplug_small_json() -> None:
     assert_left_nothing(report)
 
 
+def test_sticky_small_json() -> None:
+    """Two sticky pods, each recreated on its node, then on a second and a third node: each
+    gets its first address back (the bench fails otherwise), every ADD is timed, the three
+    daemons exit 0, nothing is left."""
+    proc = subprocess.run([NETCTL, "bench", "sticky", "--runs", "2", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    assert {k: v["n"] for k, v in report["add_ms"].items()} == {
+        "first": 2, "same_node": 2, "other_node": 2, "third_node": 2}
+    assert all(v["p50"] > 0 for v in report["add_ms"].values())
+    assert report["ratio_p50"]["first"] == 1.0
+    assert [(d["node"], d["exit_code"]) for d in report["daemons"]] == [
+        ("node-1", 0), ("node-2", 0), ("node-3", 0)]
+    prefix = report["prefix"]
+    assert host_links(prefix) == []
+    assert not [n for n in ip("netns", "list").stdout.split() if n.startswith(prefix)]
+    assert not os.path.exists(report["root"])
+    assert not any(os.path.exists(f"/proc/{d['pid']}") for d in report["daemons"])
+
+
 @pytest.mark.parametrize("backend", ["kubernetes", "sqlite"])
 def test_cluster_small_json(backend: str) -> None:
     """Two nodes x 6 pods on one pool, whereabouts' protocol beside them. The kubernetes

@@ -105,6 +105,16 @@ def _add_kube_benches(bsub: _Commands) -> None:
     b.add_argument("--api-latency", type=float, default=0.0, metavar="MS",
                    help="added to every API request by the fake (default 0)")
     b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("sticky", help="cluster IPAM, three nodes: a pod with a sticky "
+                        "address recreated on the same node, another and a third; ms until "
+                        "its address is back, beside a new pod's first ADD")
+    b.add_argument("--runs", type=int, default=20, help="pods, each recreated three times "
+                   "(default 20)")
+    b.add_argument("--pool", default="10.185.96.0/22", help="the range (default "
+                   "10.185.96.0/22)")
+    b.add_argument("--api-latency-ms", type=float, default=0.0, metavar="MS",
+                   help="added to every API request by the fake (default 0)")
+    b.add_argument("--json", action="store_true")
     b = bsub.add_parser("cluster", help="N nodes sharing one pool through the fake API server: "
                         "API requests per pod, allocation latency, duplicates; netctl's cluster "
                         "IPAM vs whereabouts' protocol")
