@@ -1,0 +1,200 @@
+"""We test ``kubectl netctl`` (cluster-wide queries, issue 21 item 1) against four real
+daemons as the nodes of one fake API server, each serving its query endpoint
+(``query-addr``) on its own loopback port, found through a DaemonSet pod per node whose
+``netctl.dev/query-addr`` annotation says where. These aspects:
+
+- ``journal --ip ADDR --at T`` names who held the address at T from any node's history: a
+  pod gone from its node (DELeted) is still named, by that node, and the address's holder
+  now — on another node — is named at another time;
+- ``--namespace`` and ``--pod`` select across nodes, each row naming its node;
+- RBAC: a token the API server does not know is refused with 401, a known user without the
+  ``nodes/netctl-journal`` permission with 403, before anything is read — and the CLI says
+  so, per node; an allowed answer is kept a minute (one TokenReview per node, not per
+  query);
+- a node whose daemon is down is named in the output, the others still answer, exit 1;
+- ``ipam pools`` and ``status`` merged across nodes.
+
+Addresses come from the plain ``netctl-ipam`` plugin with the pod in CNI_ARGS (the node's
+allocator and its journal, without a netns per pod), the cluster IPAM backend."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netctl.kit import harness
+from netctl.kit.harness import CNIResult
+from netctl.kit.kubefake import IPAMBLOCKS, FakeKube, node, pod
+from netctl.kit.kubefake.real import free_port
+from tests.conftest import SYSTEM_CNI, TEST_PLUGINS, TEST_SETTINGS, Daemon, wait_for
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.servers("fake")]
+
+POOL = "10.186.0.0/16"
+READER, READER_TOKEN = "alice", "token-of-alice"
+
+
+@pytest.fixture
+def kube() -> Iterator[FakeKube]:
+    with FakeKube(crds=[IPAMBLOCKS], bookmark_interval=0.5) as server:
+        server.add_token(READER_TOKEN, READER, ["platform"])
+        server.add_token("token-of-bob", "bob", ["developers"])
+        server.grant("group:platform", "get", "nodes/netctl-journal")
+        yield server
+        assert server.server_errors == []
+
+
+@pytest.fixture
+def nodes(tmp_path: Path, kube: FakeKube) -> Iterator[Callable[[str], Daemon]]:
+    """A factory of daemons, each a node of ``kube`` serving queries on a loopback port,
+    with its DaemonSet pod in kube-system saying where."""
+    made: list[Daemon] = []
+    config = kube.kubeconfig(tmp_path / "daemon-kubeconfig")
+
+    def make(name: str) -> Daemon:
+        root = tmp_path / name
+        root.mkdir()
+        port = free_port()
+        d = Daemon(root, f"ncq{len(made)}", [str(TEST_PLUGINS), SYSTEM_CNI], {
+            **TEST_SETTINGS, "kubeconfig": str(config), "node-name": name,
+            "ipam-backend": "kubernetes", "api-timeout": 3, "block-check": 0.2,
+            "query-addr": f"127.0.0.1:{port}"})
+        d.install_plugin()
+        made.append(d)
+        kube.create("nodes", node(name))
+        daemon_pod = pod(f"netctl-{name}", "kube-system", node=name,
+                         labels={"app.kubernetes.io/name": "netctl"},
+                         annotations={"netctl.dev/query-addr": f"127.0.0.1:{port}"})
+        daemon_pod["status"] = {"phase": "Running", "podIP": "127.0.0.1",
+                                "hostIP": "127.0.0.1"}
+        kube.create("pods", daemon_pod)
+        d.start()
+        wait_for(lambda: (d.status().get("kubernetes") or {}).get("ipam", {}).get("ready"),
+                 20, f"{name}'s cluster IPAM ready")
+        return d
+
+    try:
+        yield make
+    finally:
+        for d in made:
+            d.shut_down()
+
+
+def ipam(daemon: Daemon, command: str, container: str, who: str, args: str = ""
+         ) -> CNIResult:
+    conf = {"cniVersion": "1.0.0", "name": "shared", "type": "bridge", "ipam": {
+        "type": "netctl-ipam", "socket": daemon.socket, "range": POOL}}
+    return harness.exec_plugin(daemon.ipam_plugin, command, conf, container=container,
+                               args=harness.cni_args(who, "", *([args] if args else [])),
+                               timeout=60)
+
+
+def address(res: CNIResult) -> str:
+    assert res.rc == 0 and res.out is not None, res.describe()
+    return str(res.out["ips"][0]["address"]).split("/")[0]
+
+
+def kubectl_netctl(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``kubectl netctl ARGS…`` as kubectl runs the plugin: the console script's code."""
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from netctl.cli import kubectl_main; "
+         "sys.exit(kubectl_main())", *args, "--kubeconfig", str(kubeconfig)],
+        capture_output=True, text=True, timeout=60)
+
+
+def as_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    doc = json.loads(proc.stdout)
+    assert isinstance(doc, dict), proc.stdout
+    return doc
+
+
+def test_who_held_an_address_at_a_time_from_any_node(
+        nodes: Callable[[str], Daemon], kube: FakeKube, tmp_path: Path) -> None:
+    daemons = [nodes(f"node-{i}") for i in range(4)]
+    pods = ["team-a/web-a", "team-a/web-b", "team-b/db", "team-b/cache"]
+    addrs = [address(ipam(d, "ADD", f"c{i}", who)) for i, (d, who) in
+             enumerate(zip(daemons, pods, strict=True))]
+    held_then = time.time()
+    time.sleep(0.05)  # a moment between the two holders: --at is exact to the row
+    # web-a is gone from node-0 (its DEL), its pod object too; node-1 takes its address
+    assert ipam(daemons[0], "DEL", "c0", pods[0]).rc == 0
+    address_now = address(ipam(daemons[1], "ADD", "c4", "team-a/web-c", f"IP={addrs[0]}"))
+    assert address_now == addrs[0]
+    me = kube.kubeconfig(tmp_path / "alice", token=READER_TOKEN)
+
+    then = kubectl_netctl(me, "journal", "--ip", addrs[0], "--at", f"{held_then}", "--json")
+    assert then.returncode == 0, then.stderr
+    doc = as_json(then)
+    assert doc["nodes"] == [f"node-{i}" for i in range(4)] and doc["unanswered"] == []
+    assert [(a["node"], a["pod"], a["container"]) for a in doc["allocations"]] == [
+        ("node-0", "team-a/web-a", "c0")]
+    now = as_json(kubectl_netctl(me, "journal", "--ip", addrs[0], "--at", "0s", "--json"))
+    assert [(a["node"], a["pod"]) for a in now["allocations"]] == [("node-1", "team-a/web-c")]
+    history = as_json(kubectl_netctl(me, "journal", "--ip", addrs[0], "--json"))
+    assert [(a["node"], a["pod"], a["until"] is None) for a in history["allocations"]] == [
+        ("node-0", "team-a/web-a", False), ("node-1", "team-a/web-c", True)]
+    # the block that holds it, and its node, from the IPAMBlocks
+    assert {(o["node"], o["answered"]) for o in history["block_owners"]} >= {("node-0", True)}
+
+    table = kubectl_netctl(me, "journal", "--ip", addrs[0], "--at",
+                           time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(held_then))
+                           + f".{int(held_then % 1 * 1000):03d}Z")
+    assert table.returncode == 0, table.stderr
+    rows = [line.split() for line in table.stdout.splitlines()]
+    assert ["NODE", "POOL", "ADDRESS", "CONTAINER", "POD", "IFNAME", "SINCE", "UNTIL"] in rows
+    assert any(r[:1] == ["node-0"] and "team-a/web-a" in r for r in rows)
+
+    team_a = as_json(kubectl_netctl(me, "journal", "--namespace", "team-a", "--json"))
+    assert {(op["node"], op["pod"]) for op in team_a["operations"]} == {
+        ("node-0", "team-a/web-a"), ("node-1", "team-a/web-b"), ("node-1", "team-a/web-c")}
+    one = as_json(kubectl_netctl(me, "journal", "--pod", "team-b/cache", "--json"))
+    assert {(op["node"], op["verb"]) for op in one["operations"]} == {("node-3", "ADD")}
+
+    pools = as_json(kubectl_netctl(me, "ipam", "pools", "--json"))
+    assert sorted((p["node"], p["in_use"]) for p in pools["pools"]) == [
+        ("node-0", 0), ("node-1", 2), ("node-2", 1), ("node-3", 1)]
+    status = kubectl_netctl(me, "status", "--json")
+    assert [s["node"] for s in as_json(status)["statuses"]] == [f"node-{i}" for i in range(4)]
+
+
+def test_rbac_refusals_and_a_node_down(nodes: Callable[[str], Daemon], kube: FakeKube,
+                                       tmp_path: Path) -> None:
+    daemons = [nodes(f"node-{i}") for i in range(4)]
+    held = address(ipam(daemons[2], "ADD", "c1", "team-a/api"))
+
+    stranger = kubectl_netctl(kube.kubeconfig(tmp_path / "x", token="not-a-token"),
+                              "journal", "--ip", held, "--json")
+    assert stranger.returncode == 1
+    doc = as_json(stranger)
+    assert doc["nodes"] == [] and {u["status"] for u in doc["unanswered"]} == {401}
+    assert "node node-0 did not answer: 401" in stranger.stderr
+    assert "did not accept the token" in stranger.stderr
+
+    bob = kubectl_netctl(kube.kubeconfig(tmp_path / "bob", token="token-of-bob"),
+                         "journal", "--ip", held)
+    assert bob.returncode == 1 and bob.stdout.splitlines()[1:] == []  # headers, no rows
+    assert bob.stderr.count(": 403: bob may not get nodes/netctl-journal") == 4, bob.stderr
+
+    me = kube.kubeconfig(tmp_path / "alice", token=READER_TOKEN)
+    kube.reset_counts()
+    for _ in range(3):
+        assert kubectl_netctl(me, "journal", "--ip", held, "--json").returncode == 0
+    # one review per node, then the answer is kept
+    assert kube.count("create", "tokenreviews") == kube.count(
+        "create", "subjectaccessreviews") == 4
+
+    daemons[3].kill()
+    partial = kubectl_netctl(me, "journal", "--ip", held, "--json")
+    assert partial.returncode == 1
+    doc = as_json(partial)
+    assert doc["nodes"] == ["node-0", "node-1", "node-2"]
+    assert [u["node"] for u in doc["unanswered"]] == ["node-3"]
+    assert [(a["node"], a["pod"]) for a in doc["allocations"]] == [("node-2", "team-a/api")]
+    assert "node node-3 did not answer" in partial.stderr
