@@ -65,6 +65,10 @@ async def run(cfg: DaemonConfig, *,
             if cfg.kubeconfig or cfg.in_cluster else None
         if kube is not None:
             stack.push_async_callback(kube.close)
+        elif cfg.query_addr:
+            raise CNIError(INVALID_CONFIG, "query-addr serves Kubernetes mode only (its "
+                           "callers are checked by the API server): add --kubeconfig or "
+                           "--in-cluster, or drop query-addr")
         await _kill_orphans(journal.path)
         ipam = await _ipam_store(cfg, journal, kube)
         ipam_types = frozenset({"netctl-ipam", *cfg.ipam_takeover})
@@ -108,7 +112,7 @@ async def run(cfg: DaemonConfig, *,
 def _query_server(cfg: DaemonConfig, kube: KubeMode | None,
                   status: StatusDocument) -> QueryServer | None:
     """``query-addr``: the read-only endpoint kubectl netctl asks, its callers checked by
-    the API server (Kubernetes mode only: the settings refuse it otherwise)."""
+    the API server: Kubernetes mode only (:func:`run` refuses it otherwise)."""
     if not cfg.query_addr or kube is None:
         return None
     from netctl.kube.review import Reviews

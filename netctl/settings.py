@@ -138,10 +138,6 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
             parse_addr(cfg.query_addr, "query-addr")
     except (msgspec.ValidationError, ValueError) as exc:
         raise CNIError(INVALID_CONFIG, f"daemon config: {exc}") from exc
-    if cfg.query_addr and not (cfg.kubeconfig or cfg.in_cluster):
-        raise CNIError(INVALID_CONFIG, "daemon config: query-addr serves Kubernetes mode "
-                       "only (its callers are checked by the API server): add --kubeconfig "
-                       "or --in-cluster, or drop query-addr")
     if bool(cfg.query_tls_cert) != bool(cfg.query_tls_key):
         raise CNIError(INVALID_CONFIG, "daemon config: query-tls-cert and query-tls-key go "
                        "together")
