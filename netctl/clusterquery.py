@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import urlencode
 
@@ -123,9 +124,11 @@ def merge(what: str, answers: Iterable[Answer], *, notes: Iterable[str] = (),
 
 
 def incomplete(doc: Mapping[str, Any]) -> list[str]:
-    """What makes a merged answer incomplete, one line each: the nodes that did not answer,
-    and (``--ip``) a block owner among them. Pure."""
-    lines = [f"node {u['node']} did not answer: {u['error']}" for u in doc["unanswered"]]
+    """What makes a merged answer incomplete, one line each: the nodes that did not answer
+    or refused (401, 403: with why), and (``--ip``) a block owner among them. Pure."""
+    lines = [f"node {u['node']} refused the query ({u['status']}): {u['error']}"
+             if u["status"] else f"node {u['node']} did not answer: {u['error']}"
+             for u in doc["unanswered"]]
     for o in doc.get("block_owners") or []:
         if o["node"] and not o["answered"]:
             lines.append(f"node {o['node']}, whose block {o['block']} holds the address, "
@@ -175,7 +178,7 @@ async def ask(target: Target, path: str, authorization: str, *, timeout: float,
         return Answer(target.node, error=f"{target.host}:{target.port}: {exc}")
     if status != 200 or not isinstance(doc.get("answer"), dict):
         why = doc.get("error") or f"HTTP {status}"
-        return Answer(target.node, status=status, error=f"{status}: {why}")
+        return Answer(target.node, status=status, error=str(why))
     return Answer(target.node, doc["answer"], status)
 
 
@@ -219,12 +222,29 @@ def query(opts: Options, what: str, path: str, *, ip: str | None = None,
     from netctl.kube.daemons import authorization, block_owners, find_daemons, with_api
 
     async def go(api: Any) -> dict[str, Any]:
-        daemons = await find_daemons(api, opts.namespace, opts.selector, opts.port)
+        found: dict[str, Any] = {}
+
+        async def read(key: str, fn: Callable[[], Awaitable[Any]]) -> None:
+            try:
+                found[key] = await fn()
+            except ApiError as exc:  # raised once both are done, not as a group
+                found["error"] = exc
+
+        async def no_owners() -> None:
+            return None
+
+        async with trio.open_nursery() as nursery:  # the two lists at once
+            nursery.start_soon(read, "daemons", partial(
+                find_daemons, api, opts.namespace, opts.selector, opts.port))
+            nursery.start_soon(read, "owners", partial(block_owners, api, ip, at)
+                               if ip else no_owners)
+        if "error" in found:
+            raise found["error"]
+        daemons, owners = found["daemons"], found["owners"]
         if not daemons:
             raise ClusterError(f"no netctl daemon found: no pod with label {opts.selector} "
                                f"on a node in namespace {opts.namespace} (--netctl-namespace, "
                                "--selector)")
-        owners = await block_owners(api, ip, at) if ip else None
         auth = f"Bearer {opts.token}" if opts.token else await authorization(api)
         if not auth.lower().startswith("bearer "):
             raise ClusterError("the kubeconfig's credentials are no bearer token (client "

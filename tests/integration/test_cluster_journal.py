@@ -174,13 +174,14 @@ def test_rbac_refusals_and_a_node_down(nodes: Callable[[str], Daemon], kube: Fak
     assert stranger.returncode == 1
     doc = as_json(stranger)
     assert doc["nodes"] == [] and {u["status"] for u in doc["unanswered"]} == {401}
-    assert "node node-0 did not answer: 401" in stranger.stderr
-    assert "did not accept the token" in stranger.stderr
+    assert "node node-0 refused the query (401): the API server did not accept the token" \
+        in stranger.stderr
 
     bob = kubectl_netctl(kube.kubeconfig(tmp_path / "bob", token="token-of-bob"),
                          "journal", "--ip", held)
     assert bob.returncode == 1 and bob.stdout.splitlines()[1:] == []  # headers, no rows
-    assert bob.stderr.count(": 403: bob may not get nodes/netctl-journal") == 4, bob.stderr
+    assert bob.stderr.count("refused the query (403): bob may not get nodes/netctl-journal") \
+        == 4, bob.stderr
 
     me = kube.kubeconfig(tmp_path / "alice", token=READER_TOKEN)
     kube.reset_counts()

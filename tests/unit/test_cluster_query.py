@@ -42,7 +42,7 @@ def test_merge_names_each_row_by_its_node_in_time_order() -> None:
         cq.Answer("node-a", doc(allocations=[alloc("ns/old", 10.0, 19.0)],
                                 older_operations=True, notes=["a note"])),
         cq.Answer("node-c", error="no answer from 10.0.0.3:9470 within 10s"),
-        cq.Answer("node-d", status=403, error="403: bob may not"),
+        cq.Answer("node-d", status=403, error="bob may not"),
     ]
     merged = cq.merge("journal", answers, notes=["--at: read as UTC"],
                       owners=[{"block": "10.0.0.0/26", "pool": "p", "node": "node-c",
@@ -55,14 +55,14 @@ def test_merge_names_each_row_by_its_node_in_time_order() -> None:
     assert merged["nodes"] == ["node-a", "node-b"]
     assert merged["unanswered"] == [
         {"node": "node-c", "status": 0, "error": "no answer from 10.0.0.3:9470 within 10s"},
-        {"node": "node-d", "status": 403, "error": "403: bob may not"}]
+        {"node": "node-d", "status": 403, "error": "bob may not"}]
     assert merged["older_operations"] and not merged["older_attachments"]
     assert merged["notes"] == ["--at: read as UTC", "node-a: a note"]
     assert merged["block_owners"] == [{"block": "10.0.0.0/26", "pool": "p", "node": "node-c",
                                        "borrowed": False, "answered": False}]
     assert cq.incomplete(merged) == [
         "node node-c did not answer: no answer from 10.0.0.3:9470 within 10s",
-        "node node-d did not answer: 403: bob may not",
+        "node node-d refused the query (403): bob may not",
         "node node-c, whose block 10.0.0.0/26 holds the address, did not answer: who held "
         "it may be missing"]
     lines, _ = render(merged)
