@@ -52,20 +52,20 @@ def kube() -> Iterator[FakeKube]:
 
 
 @pytest.fixture
-def nodes(tmp_path: Path, kube: FakeKube) -> Iterator[Callable[[str], Daemon]]:
+def nodes(tmp_path: Path, kube: FakeKube) -> Iterator[Callable[..., Daemon]]:
     """A factory of daemons, each a node of ``kube`` serving queries on a loopback port,
     with its DaemonSet pod in kube-system saying where."""
     made: list[Daemon] = []
     config = kube.kubeconfig(tmp_path / "daemon-kubeconfig")
 
-    def make(name: str) -> Daemon:
+    def make(name: str, **settings: Any) -> Daemon:
         root = tmp_path / name
         root.mkdir()
         port = free_port()
         d = Daemon(root, f"ncq{len(made)}", [str(TEST_PLUGINS), SYSTEM_CNI], {
             **TEST_SETTINGS, "kubeconfig": str(config), "node-name": name,
             "ipam-backend": "kubernetes", "api-timeout": 3, "block-check": 0.2,
-            "query-addr": f"127.0.0.1:{port}"})
+            "query-addr": f"127.0.0.1:{port}", **settings})
         d.install_plugin()
         made.append(d)
         kube.create("nodes", node(name))
@@ -116,7 +116,7 @@ def as_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 
 def test_who_held_an_address_at_a_time_from_any_node(
-        nodes: Callable[[str], Daemon], kube: FakeKube, tmp_path: Path) -> None:
+        nodes: Callable[..., Daemon], kube: FakeKube, tmp_path: Path) -> None:
     daemons = [nodes(f"node-{i}") for i in range(4)]
     pods = ["team-a/web-a", "team-a/web-b", "team-b/db", "team-b/cache"]
     addrs = [address(ipam(d, "ADD", f"c{i}", who)) for i, (d, who) in
@@ -164,7 +164,7 @@ def test_who_held_an_address_at_a_time_from_any_node(
     assert [s["node"] for s in as_json(status)["statuses"]] == [f"node-{i}" for i in range(4)]
 
 
-def test_rbac_refusals_and_a_node_down(nodes: Callable[[str], Daemon], kube: FakeKube,
+def test_rbac_refusals_and_a_node_down(nodes: Callable[..., Daemon], kube: FakeKube,
                                        tmp_path: Path) -> None:
     daemons = [nodes(f"node-{i}") for i in range(4)]
     held = address(ipam(daemons[2], "ADD", "c1", "team-a/api"))
@@ -199,3 +199,77 @@ def test_rbac_refusals_and_a_node_down(nodes: Callable[[str], Daemon], kube: Fak
     assert [u["node"] for u in doc["unanswered"]] == ["node-3"]
     assert [(a["node"], a["pod"]) for a in doc["allocations"]] == [("node-2", "team-a/api")]
     assert "node node-3 did not answer" in partial.stderr
+
+
+def test_https_with_a_serving_certificate(nodes: Callable[..., Daemon], kube: FakeKube,
+                                          tmp_path: Path) -> None:
+    """With query-tls-cert and query-tls-key the endpoint speaks HTTPS: kubectl netctl
+    --ca-file verifies it and is answered; plain HTTP to it gets no answer."""
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+               "-subj", "/CN=netctl-query", "-addext", "subjectAltName=IP:127.0.0.1",
+               "-keyout", str(certs / "tls.key"), "-out", str(certs / "tls.crt")]
+    subprocess.run(openssl, check=True, capture_output=True)
+    d = nodes("node-0", **{"query-tls-cert": str(certs / "tls.crt"),
+                           "query-tls-key": str(certs / "tls.key")})
+    held = address(ipam(d, "ADD", "c1", "team-a/secure"))
+    me = kube.kubeconfig(tmp_path / "alice", token=READER_TOKEN)
+    secure = kubectl_netctl(me, "journal", "--ip", held, "--ca-file", str(certs / "tls.crt"),
+                            "--json")
+    assert secure.returncode == 0, secure.stderr
+    assert [a["pod"] for a in as_json(secure)["allocations"]] == ["team-a/secure"]
+    plain = kubectl_netctl(me, "journal", "--ip", held, "--json", "--timeout", "3")
+    assert plain.returncode == 1 and as_json(plain)["nodes"] == []
+    assert "node node-0 did not answer" in plain.stderr
+
+
+def test_query_addr_needs_kubernetes_mode(tmp_path: Path) -> None:
+    d = Daemon(tmp_path, "ncqs", [SYSTEM_CNI], {**TEST_SETTINGS,
+                                                "query-addr": f"127.0.0.1:{free_port()}"})
+    d.install_plugin()
+    try:
+        with pytest.raises(harness.HarnessError, match="query-addr serves Kubernetes mode "
+                           "only"):
+            d.start()
+    finally:
+        d.shut_down()
+
+
+def test_reviews_keep_allowed_answers_a_while_and_refusals_never(
+        kube: FakeKube, tmp_path: Path) -> None:
+    """Reviews against the fake: an allowed answer is kept per token until it expires
+    (then reviewed again); a refusal is not kept, so a binding made after it works at
+    once; no token is 401 without a review; the API server gone is 503, fail closed."""
+    import trio
+    import trio_asyncio
+
+    from netctl.kube.api import Api, KubeSettings
+    from netctl.kube.review import Reviews
+
+    now = [0.0]
+    kube.add_token("token-of-carol", "carol")
+
+    async def go() -> list[int]:
+        async with trio_asyncio.open_loop():
+            api = await Api.connect(KubeSettings(str(kube.kubeconfig(tmp_path / "k")),
+                                                 api_timeout=2))
+            try:
+                r = Reviews(api, "node-0", allowed_for=60, clock=lambda: now[0])
+                seen = [(await r.check(READER_TOKEN)).status,
+                        (await r.check(READER_TOKEN)).status,  # kept
+                        (await r.check("token-of-carol")).status]
+                kube.grant("carol", "get", "nodes/netctl-journal", names=["node-0"])
+                seen.append((await r.check("token-of-carol")).status)  # not kept: allowed
+                now[0] = 61.0
+                seen.append((await r.check(READER_TOKEN)).status)  # expired: reviewed
+                seen.append((await r.check("")).status)
+                kube.stop()
+                now[0] = 200.0
+                seen.append((await r.check(READER_TOKEN)).status)
+                kube.start()
+                return [*seen, r.reviews]
+            finally:
+                await api.close()
+
+    assert trio.run(go) == [200, 200, 403, 200, 200, 401, 503, 5]
