@@ -12,6 +12,9 @@ daemons as the nodes of one fake API server, each serving its query endpoint
   so, per node; an allowed answer is kept a minute (one TokenReview per node, not per
   query);
 - a node whose daemon is down is named in the output, the others still answer, exit 1;
+- on a real kube-apiserver: real reviews by daemons under netctl's ServiceAccount (its
+  ClusterRole), callers bound to the roles of deploy/kubernetes/journal-reader.yaml;
+- HTTPS with a serving certificate; the reviews' cache;
 - ``ipam pools`` and ``status`` merged across nodes.
 
 Addresses come from the plain ``netctl-ipam`` plugin with the pod in CNI_ARGS (the node's
@@ -28,16 +31,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from netctl.kit import harness
 from netctl.kit.harness import CNIResult
 from netctl.kit.kubefake import IPAMBLOCKS, FakeKube, node, pod
-from netctl.kit.kubefake.real import free_port
+from netctl.kit.kubefake.real import ApiFailure, RealKube, free_port
 from tests.conftest import SYSTEM_CNI, TEST_PLUGINS, TEST_SETTINGS, Daemon, wait_for
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.servers("fake")]
 
 POOL = "10.186.0.0/16"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 READER, READER_TOKEN = "alice", "token-of-alice"
 
 
@@ -59,32 +64,43 @@ def nodes(tmp_path: Path, kube: FakeKube) -> Iterator[Callable[..., Daemon]]:
     config = kube.kubeconfig(tmp_path / "daemon-kubeconfig")
 
     def make(name: str, **settings: Any) -> Daemon:
-        root = tmp_path / name
-        root.mkdir()
-        port = free_port()
-        d = Daemon(root, f"ncq{len(made)}", [str(TEST_PLUGINS), SYSTEM_CNI], {
-            **TEST_SETTINGS, "kubeconfig": str(config), "node-name": name,
-            "ipam-backend": "kubernetes", "api-timeout": 3, "block-check": 0.2,
-            "query-addr": f"127.0.0.1:{port}", **settings})
-        d.install_plugin()
-        made.append(d)
-        kube.create("nodes", node(name))
-        daemon_pod = pod(f"netctl-{name}", "kube-system", node=name,
-                         labels={"app.kubernetes.io/name": "netctl"},
-                         annotations={"netctl.dev/query-addr": f"127.0.0.1:{port}"})
-        daemon_pod["status"] = {"phase": "Running", "podIP": "127.0.0.1",
-                                "hostIP": "127.0.0.1"}
-        kube.create("pods", daemon_pod)
-        d.start()
-        wait_for(lambda: (d.status().get("kubernetes") or {}).get("ipam", {}).get("ready"),
-                 20, f"{name}'s cluster IPAM ready")
-        return d
+        made.append(start_node(kube, tmp_path, f"ncq{len(made)}", name, config, **settings))
+        return made[-1]
 
     try:
         yield make
     finally:
         for d in made:
             d.shut_down()
+
+
+def start_node(kube: FakeKube | RealKube, tmp_path: Path, prefix: str, name: str,
+               config: Path, **settings: Any) -> Daemon:
+    """A daemon as node ``name`` of ``kube``, serving queries on a loopback port, with its
+    Node and its DaemonSet pod in kube-system saying where (started, IPAM ready)."""
+    root = tmp_path / name
+    root.mkdir()
+    port = free_port()
+    d = Daemon(root, prefix, [str(TEST_PLUGINS), SYSTEM_CNI], {
+        **TEST_SETTINGS, "kubeconfig": str(config), "node-name": name,
+        "ipam-backend": "kubernetes", "api-timeout": 3, "block-check": 0.2,
+        "query-addr": f"127.0.0.1:{port}", **settings})
+    d.install_plugin()
+    kube.create("nodes", node(name))
+    kube.create("pods", pod(f"netctl-{name}", "kube-system", node=name,
+                            labels={"app.kubernetes.io/name": "netctl"},
+                            annotations={"netctl.dev/query-addr": f"127.0.0.1:{port}"}))
+    kube.patch("pods", "kube-system", f"netctl-{name}", {"status": {
+        "phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1"}},
+        subresource="status")
+    try:
+        d.start()
+        wait_for(lambda: (d.status().get("kubernetes") or {}).get("ipam", {}).get("ready"),
+                 20, f"{name}'s cluster IPAM ready")
+    except BaseException:
+        d.shut_down()
+        raise
+    return d
 
 
 def ipam(daemon: Daemon, command: str, container: str, who: str, args: str = ""
@@ -273,3 +289,74 @@ def test_reviews_keep_allowed_answers_a_while_and_refusals_never(
                 await api.close()
 
     assert trio.run(go) == [200, 200, 403, 200, 200, 401, 503, 5]
+
+
+@pytest.mark.servers("real")
+def test_on_a_real_api_server_with_the_manifests_roles(real_kube: RealKube,
+                                                        tmp_path: Path) -> None:
+    """On a real kube-apiserver: real TokenReviews and SubjectAccessReviews, made by
+    daemons running under netctl's ServiceAccount (deploy/kubernetes/rbac.yaml), callers
+    bound to the roles of deploy/kubernetes/journal-reader.yaml. A ServiceAccount bound to
+    them is answered by both nodes; one bound to nothing is refused with 403; a token the
+    server never issued with 401."""
+    kube = real_kube
+    for doc in yaml.safe_load_all((DEPLOY / "journal-reader.yaml").read_text()):
+        kind = doc["kind"]
+        prefix = "/apis/rbac.authorization.k8s.io/v1"
+        plural = {"ClusterRole": "clusterroles", "Role": "roles",
+                  "ClusterRoleBinding": "clusterrolebindings",
+                  "RoleBinding": "rolebindings"}[kind]
+        ns = doc["metadata"].get("namespace")
+        for attempt in (doc, {**doc, "subjects": [{
+                "kind": "ServiceAccount", "name": "netctl-reader", "namespace": "default"}],
+                "metadata": {**doc["metadata"], "name": "netctl-test-reader"}}):
+            if "Binding" not in kind and attempt is not doc:
+                continue
+            try:
+                kube.request("POST", f"{prefix}/namespaces/{ns}/{plural}" if ns
+                             else f"{prefix}/{plural}", attempt)
+            except ApiFailure as exc:
+                if exc.status != 409:  # made by an earlier test of this session
+                    raise
+    for account in ("netctl-reader", "netctl-stranger"):
+        try:
+            kube.request("POST", "/api/v1/namespaces/default/serviceaccounts", {
+                "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}})
+        except ApiFailure as exc:
+            if exc.status != 409:
+                raise
+    config = kube.kubeconfig(tmp_path / "daemons")
+    daemons: list[Daemon] = []
+    kube.reset_counts()
+    try:
+        for i in range(2):
+            daemons.append(start_node(kube, tmp_path, f"ncr{i}", f"node-{i}", config))
+        held = address(ipam(daemons[1], "ADD", "c1", "team-a/real"))
+        reader = kube.kubeconfig(tmp_path / "reader",
+                                 token=kube.token_for("default", "netctl-reader"))
+
+        def answered() -> bool:  # RBAC reads new bindings within a moment
+            return kubectl_netctl(reader, "journal", "--ip", held).returncode == 0
+        wait_for(answered, 20, "the reader's bindings in effect")
+        doc = as_json(kubectl_netctl(reader, "journal", "--ip", held, "--json"))
+        assert doc["nodes"] == ["node-0", "node-1"] and doc["unanswered"] == []
+        assert [(a["node"], a["pod"]) for a in doc["allocations"]] == [("node-1", "team-a/real")]
+        assert [o["node"] for o in doc["block_owners"]] == ["node-1"]
+
+        stranger = kubectl_netctl(kube.kubeconfig(
+            tmp_path / "stranger", token=kube.token_for("default", "netctl-stranger")),
+            "ipam", "pools", "--json")
+        # it cannot even list the daemons' pods: the API server refuses it first
+        assert stranger.returncode == 1 and "403" in stranger.stderr, stranger.stderr
+        as_stranger = kubectl_netctl(reader, "status", "--json", "--token",
+                                     kube.token_for("default", "netctl-stranger"))
+        assert {u["status"] for u in as_json(as_stranger)["unanswered"]} == {403}
+        forged = kubectl_netctl(reader, "status", "--json", "--token", "forged-token")
+        assert {u["status"] for u in as_json(forged)["unanswered"]} == {401}
+        # the daemons' reviews were granted by netctl's own ClusterRole
+        assert kube.count("create", "tokenreviews") >= 2
+        assert kube.refused == [], "netctl's requests refused by RBAC"
+    finally:
+        for d in daemons:
+            d.shut_down()
+        kube.clean()
