@@ -179,6 +179,13 @@ def test_who_held_an_address_at_a_time_from_any_node(
     status = kubectl_netctl(me, "status", "--json")
     assert [s["node"] for s in as_json(status)["statuses"]] == [f"node-{i}" for i in range(4)]
 
+    # the answer outlives a restart of the node that holds it: the journal is on disk
+    assert daemons[0].stop() == 0
+    daemons[0].start()
+    again = as_json(kubectl_netctl(me, "journal", "--ip", addrs[0], "--at", f"{held_then}",
+                                   "--json"))
+    assert [(a["node"], a["pod"]) for a in again["allocations"]] == [("node-0", "team-a/web-a")]
+
 
 def test_rbac_refusals_and_a_node_down(nodes: Callable[..., Daemon], kube: FakeKube,
                                        tmp_path: Path) -> None:
