@@ -8,7 +8,7 @@ PLUGIN := build/plugin/netctl-cni
 PLUGIN_SRC := plugin/go.mod $(wildcard plugin/*.go)
 
 # The container image (deploy/image/): tagged $(IMAGE), the name deploy/kubernetes/*.yaml
-# give (a release pushes it under its registry's name: README, "The image").
+# give (a release pushes it under its registry's name: docs/kubernetes.md, "The image").
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= localhost/netctl:$(VERSION)
 BASE_IMAGE ?= localhost/netctl-base:bookworm
@@ -24,7 +24,9 @@ setup: system-packages $(BIN)/netctl $(BIN)/netctl-cni $(KUBE_ETCD)
 # with runc) for the tests that drive a real runtime over CRI, openssl for the real
 # kube-apiserver's certificates (tests/, netctl/kit/kubefake/real.py); podman with runc,
 # busybox-static (its test image) and iptables (portmap) for tests/integration/test_podman.py
-# and `netctl bench podman`; golang-go (Go 1.19) builds the plugin.
+# and `netctl bench podman`; golang-go (Go 1.19) builds the plugin; prometheus for its
+# promtool (tests/integration/test_monitoring.py checks deploy/monitoring/ with it; the
+# server the package installs is stopped and disabled).
 system-packages:
 	@if [ ! -x $(CNI_BIN)/bridge ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null \
 	    || ! command -v containerd >/dev/null || ! command -v openssl >/dev/null; then \
@@ -42,6 +44,12 @@ system-packages:
 	  apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman \
 	    runc busybox-static iptables; \
+	fi
+	@if ! command -v promtool >/dev/null; then \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+	  && { systemctl disable --now prometheus >/dev/null 2>&1 \
+	       || service prometheus stop >/dev/null 2>&1 || true; pkill -x prometheus || true; }; \
 	fi
 
 # Debian's etcd-server, taken from its package without installing it (installing starts a

@@ -65,7 +65,7 @@ declare -A POD_UID=()       # pod → the uid the API server gave it
 KUBE_ADMIN=""               # the administrator's kubeconfig (the demo's requests)
 FAKE_PID=""                 # the fake API server's process
 # the Kubernetes act's API server: "fake" (netctl/kit/kubefake), or "real": a real
-# kube-apiserver and etcd (`NETCTL_DEMO_API_SERVER=real make demo`; README, "Testing")
+# kube-apiserver and etcd (`NETCTL_DEMO_API_SERVER=real make demo`; docs/testing.md, "Against a real API server")
 DEMO_API_SERVER=${NETCTL_DEMO_API_SERVER:-fake}
 POD_DELETED_GRACE=1         # seconds (the default, 10, suits kubelet; the demo is shorter)
 

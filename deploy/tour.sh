@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # netctl operator's tour (`make tour`): every admin command once, on a real daemon, with
-# its real output — the README's "Operating netctl" guide is this script's output.
+# its real output — docs/operating.md's "Operating netctl" guide is this script's output.
 #
 # Run as root from the repository root, after `make setup`. A standalone daemon on a
 # temporary state dir serves one bridge network (netctl-ipam) with metrics on a loopback

@@ -238,7 +238,7 @@ def _ipam_report(args: argparse.Namespace, conn: sqlite3.Connection) -> None:
             print(leaks_table(doc["leaks"]))
 
 
-POOL_COLUMNS = ["key", "range", "family", "size", "in_use", "free", "blocks"]
+POOL_COLUMNS = ["key", "range", "family", "size", "in_use", "reserved", "free", "blocks"]
 LEAK_COLUMNS = ["pool", "address", "container", "pod", "ifname", "since", "reason", "detail"]
 
 

@@ -3,7 +3,7 @@
 Every failure that reaches a runtime is a :class:`CNIError`, printed by the thin
 plugin as the spec's error JSON ``{"cniVersion", "code", "msg", "details"}``.
 Codes below 100 are the spec's; 100 and up are netctl's own and are listed in
-the README ("Error codes").
+docs/cni.md ("Error codes").
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ TRY_AGAIN_LATER = 11
 NOT_AVAILABLE = 50
 NOT_AVAILABLE_LIMITED = 51
 
-# netctl's own codes (documented in the README).
+# netctl's own codes (documented in docs/cni.md).
 POOL_EXHAUSTED = 100
 DELEGATE_TIMEOUT = 101
 DELEGATE_CRASHED = 102

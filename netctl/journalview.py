@@ -16,7 +16,8 @@ from typing import Any
 
 ATTACHMENT_COLUMNS = ["container", "pod", "network", "ifname", "addresses", "state", "since",
                       "until"]
-ALLOCATION_COLUMNS = ["pool", "address", "container", "pod", "ifname", "since", "until"]
+ALLOCATION_COLUMNS = ["pool", "address", "container", "pod", "identity", "ifname", "since",
+                      "until", "reserved"]
 BLOCK_COLUMNS = ["block", "pool", "node", "since", "until"]
 OPERATION_COLUMNS = ["id", "verb", "container", "pod", "origin", "state", "code", "started",
                      "reason", "error"]
@@ -55,6 +56,16 @@ def _timed(rows: list[dict[str, Any]], local: bool) -> list[dict[str, Any]]:
              "until": rfc3339(r.get("until"), local)} for r in rows]
 
 
+def _reserved(row: Mapping[str, Any], local: bool) -> str:
+    """A sticky allocation's reservation after its release: "until T" while open, then
+    how it ended ("until T, taken back")."""
+    until = row.get("reserved_until")
+    if until is None:
+        return "-"
+    end = row.get("reservation_end")
+    return f"until {rfc3339(until, local)}" + (f", {end}" if end else "")
+
+
 def render(doc: Mapping[str, Any], local: bool = False) -> tuple[list[str], list[str]]:
     """(stdout lines, stderr notes): the attachments' table always (its header alone when
     none matched), then the allocations, blocks and operations each when there are any.
@@ -73,8 +84,9 @@ def render(doc: Mapping[str, Any], local: bool = False) -> tuple[list[str], list
             for a in _timed(list(doc["attachments"]), local)]
     out = table(atts, first + ATTACHMENT_COLUMNS).splitlines()
     if doc.get("allocations"):
-        out += ["", *table(_timed(list(doc["allocations"]), local),
-                           first + ALLOCATION_COLUMNS).splitlines()]
+        allocs = [{**a, "identity": a.get("identity") or "-", "reserved": _reserved(a, local)}
+                  for a in _timed(list(doc["allocations"]), local)]
+        out += ["", *table(allocs, first + ALLOCATION_COLUMNS).splitlines()]
     if doc.get("blocks"):  # ipam-backend: kubernetes — whose block held it, so whose journal
         out += ["", *table(_timed(list(doc["blocks"]), local),
                            (["seen_by"] if first else []) + BLOCK_COLUMNS).splitlines()]

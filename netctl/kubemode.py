@@ -22,7 +22,7 @@ import trio
 from netctl.cni.request import Invocation, Pod
 from netctl.engine.readiness import daemon_reasons
 from netctl.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CNIError, Refusal
-from netctl.ipam.planner import Allocation
+from netctl.ipam.store import Loaded
 from netctl.journal.records import Attachment, OpStart
 from netctl.journal.store import Journal
 from netctl.kube.netstatus import annotation_value, network_status
@@ -98,7 +98,7 @@ class KubeMode:
                    cfg.network_status_required)
 
     def cluster_store(self, cfg: DaemonConfig,
-                      live: tuple[list[Allocation], dict[str, int]]) -> ClusterStore:
+                      live: Loaded) -> ClusterStore:
         """The cluster-wide IPAM store (``ipam-backend: kubernetes``) over this API: this
         mode runs its caches and its maintenance (:meth:`run`)."""
         store = _cluster_store(self.api, self.node, self.pods, cfg, self.journal, live)
@@ -114,6 +114,7 @@ class KubeMode:
             nursery.start_soon(store.blocks.run)
             nursery.start_soon(store.nodes.run)
             nursery.start_soon(store.answer_borrows)
+            nursery.start_soon(store.publish_reservations)
             while True:
                 try:
                     if not store.ready.is_set():
@@ -291,7 +292,7 @@ class KubeMode:
 
 
 def _cluster_store(api: Api, node: str, pods: PodSource, cfg: DaemonConfig, journal: Journal,
-                   live: tuple[list[Allocation], dict[str, int]]) -> ClusterStore:
+                   live: Loaded) -> ClusterStore:
     """The cluster store over ``api``, loaded with ``live``."""
     from netctl.ipam.cluster import ClusterSettings, cluster_store
 

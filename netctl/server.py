@@ -70,7 +70,7 @@ log = logging.getLogger("netctl.server")
 class ServerConfig:
     socket_path: str
     allowed_uids: tuple[int, ...] = (0,)
-    max_request_bytes: int = 4 << 20  # every pod the API accepts fits (see the README)
+    max_request_bytes: int = 4 << 20  # every pod the API accepts fits (see docs/configuration.md)
     read_timeout: float = 10.0
     drain_timeout: float = 30.0
 

@@ -84,6 +84,7 @@ class StatusDocument:
             "degraded": bool(degraded), "degraded_reasons": degraded,
             "pools": [p.to_json() for p in pool_fills(fill)],
             "pool_degraded_at": health.pool_degraded_at,
+            "sticky": health.ipam.sticky_status(),
             "version": __version__, "pid": os.getpid(),
             "networks_dir": self.networks_dir,
             "in_flight": health.admission.in_flight, "queued": health.admission.queued,

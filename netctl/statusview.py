@@ -83,6 +83,15 @@ def render(health: Mapping[str, Any], warnings: list[str], now: float | None = N
             f", fullest {fullest.get('pool')}: {fullest.get('used')} of {fullest.get('size')}"
             f" taken ({float(fullest.get('fraction', 0)):.0%})" if fullest else "")
             + (f"; degraded at {float(at):.0%}" if at else "; pool check off"))
+    sticky = health.get("sticky")
+    if sticky and (sticky.get("reserved") or any((sticky.get("ended") or {}).values())):
+        reserved = sticky.get("reserved") or {}
+        ended = sticky.get("ended") or {}
+        row("sticky", f"{sum(reserved.values())} addresses reserved"
+            + (f" ({', '.join(f'{p}: {n}' for p, n in sorted(reserved.items()))})"
+               if reserved else "")
+            + f"; since the start {ended.get('taken_back', 0)} taken back, "
+            f"{ended.get('expired', 0)} expired")
     stuck = health.get("stuck") or []
     row("stuck", f"{len(stuck)} attachments whose DEL failed" + ("" if stuck else " (none)"))
     for s in stuck:

@@ -212,7 +212,7 @@ class Chains:
                                  cni_args), [], None
         cfg, ranges = served
         if verb == "ADD":
-            owner = Owner(att.container_id, att.ifname, netns, att.pod, att.id)
+            owner = Owner(att.container_id, att.ifname, netns, att.pod, att.id, att.identity)
             wanted: list[str] = att.capability_args.get("ips") or []  # checked when planned
             decision = await allocate(self.ipam, cfg, ranges, owner, wanted, time.time())
             leases, new = decision.leases, decision.new

@@ -20,6 +20,7 @@ from netctl.engine.chains import ipam_config, served_ipam
 from netctl.engine.plan import requested_addresses
 from netctl.engine.verbs import ANY, Reply, Verb, dispatch
 from netctl.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, CNIError
+from netctl.ipam import sticky
 from netctl.ipam.planner import Owner, ipam_result, pool_key
 from netctl.ipam.ranges import IPAMConfig, Range
 from netctl.ipam.store import Store, allocate, record
@@ -78,7 +79,9 @@ class IpamPlugin:
     async def add(self, req: _Request) -> Reply:
         inv = req.inv
         wanted = requested_addresses(req.conf.runtimeConfig, inv.args)
-        owner = Owner(inv.container_id, inv.ifname, inv.netns, inv.pod, None)
+        # a plain plugin sees no annotations: the pod's name is its identity
+        owner = Owner(inv.container_id, inv.ifname, inv.netns, inv.pod, None,
+                      sticky.identity(inv.pod))
         try:
             decision = await allocate(self.store, req.cfg, req.ranges, owner, wanted,
                                       time.time())

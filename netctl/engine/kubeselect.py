@@ -34,6 +34,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 import msgspec
@@ -43,6 +44,7 @@ from netctl.cni.request import Pod as PodRef
 from netctl.engine import selection
 from netctl.engine.plan import Choice, NetctlConf, requested_ips, requested_mac
 from netctl.errors import INVALID_CONFIG, INVALID_ENVIRONMENT, CNIError, Refusal
+from netctl.ipam import sticky
 from netctl.kube.objects import (
     DEFAULT_NETWORK,
     NETWORKS,
@@ -65,6 +67,10 @@ class PodLookup(Protocol):
         ``CNIError(TRY_AGAIN_LATER)`` naming the API server when it cannot be asked."""
         ...
 
+    def cached(self, namespace: str, name: str) -> Pod | None:
+        """The pod as the cache has it now, or None (no wait, no request)."""
+        ...
+
 
 class KubeSelector:
     """The pod's networks from its annotations: the runtime's copy, else the API's."""
@@ -81,7 +87,10 @@ class KubeSelector:
             found = await self.pods.lookup(pod.namespace, pod.name)
             check_pod(inv.verb, pod, found)  # refuses an ADD for a pod the API lacks
             annotations = found.metadata.annotations if found is not None else {}
-        return choose(conf, pod, annotations, inv.ifname)
+        else:  # the labels (a VM's name) from the cache only: no wait, no request
+            found = self.pods.cached(pod.namespace, pod.name)
+        return replace(choose(conf, pod, annotations, inv.ifname), identity=sticky.identity(
+            pod, annotations, found.metadata.labels if found is not None else None))
 
 
 def runtime_annotations(conf: NetctlConf) -> Mapping[str, Any] | None:

@@ -24,6 +24,7 @@ from netctl.cni.request import GCList, Invocation, Pod, conf_as
 from netctl.engine import selection
 from netctl.engine.networks import Network, inline
 from netctl.errors import INVALID_CONFIG, CNIError, NotListedYet, Refusal
+from netctl.ipam import sticky
 from netctl.journal.records import Attachment
 from netctl.kube.objects import REASON_BAD_ANNOTATION
 
@@ -183,6 +184,7 @@ class Choice:
     skip_defaults: bool = False  # no defaultNetworks (a pod of a system namespace)
     home: str | None = None  # namespace of clusterNetwork/defaultNetworks; None: the pod's
     pod: Pod | None = None  # Kubernetes mode: its networks' faults are refused as its
+    identity: str = ""  # who owns sticky addresses (from annotations and labels); "": its name
 
 
 class Selector(Protocol):
@@ -245,7 +247,8 @@ def plan(conf: NetctlConf, inv: Invocation, choice: Choice,
     return [Attachment(container_id=inv.container_id, ifname=str(ifname), network=net.key,
                        chain=net.chain, is_default=default, caller_network=conf.name,
                        caller_ifname=inv.ifname, netns=inv.netns, pod=inv.pod,
-                       capability_args=caps, cni_args=cni_args)
+                       capability_args=caps, cni_args=cni_args,
+                       identity=choice.identity or sticky.identity(inv.pod))
             for net, default, caps, cni_args, ifname in planned]
 
 
@@ -270,4 +273,4 @@ def one_more(of: Attachment, net: Network, chose: selection.Selection,
                       chain=net.chain, caller_network=of.caller_network,
                       caller_ifname=of.caller_ifname, netns=of.netns, pod=of.pod,
                       capability_args=chose.capability_args(),
-                      cni_args=dict(chose.cni_args or {}))
+                      cni_args=dict(chose.cni_args or {}), identity=of.identity)

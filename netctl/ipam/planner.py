@@ -12,6 +12,13 @@ uniqueness scope, each pool's cursor), :func:`plan` decides, range by range:
 - otherwise the next free address after the pool's cursor (or the lowest, by
   ``allocation_order``); none left is code 100, naming the pool and its size.
 
+With ``sticky`` (:mod:`netctl.ipam.sticky`) and an owner with an identity, before the
+cursor: an address reserved for the identity (and the interface name) is handed back;
+one the identity's predecessor still holds live is code 11 (try again once it is
+released: never two live holders); addresses reserved for other identities count as
+used (a requested one is refused, code 7, naming the identity). A requested address
+takes precedence over the identity's reservation, which then stays until it expires.
+
 The view answers membership questions only, so a decision costs the same on an
 empty pool and on a full one (for round-robin, the default: the cursor moves on).
 """
@@ -24,8 +31,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from netctl.cni.request import Pod
-from netctl.errors import INVALID_CONFIG, POOL_EXHAUSTED, CNIError
-from netctl.ipam.ranges import IPAMConfig, Range, next_free, requested
+from netctl.errors import INVALID_CONFIG, POOL_EXHAUSTED, TRY_AGAIN_LATER, CNIError
+from netctl.ipam.ranges import IPAMConfig, Range, next_free, requested, sticky_for
+from netctl.ipam.sticky import Reservation
 
 
 class View(Protocol):
@@ -39,6 +47,18 @@ class View(Protocol):
 
     def cursor(self, pool: str) -> int | None: ...
 
+    def reserved(self, scope: str, version: int, ip: int) -> Reservation | None:
+        """The sticky reservation of a released address (counted in :meth:`used`)."""
+        ...
+
+    def reservation(self, pool: str, identity: str, ifname: str) -> Reservation | None:
+        """The address of ``pool`` reserved for ``identity`` on ``ifname``."""
+        ...
+
+    def sticky_holder(self, pool: str, identity: str, ifname: str) -> Allocation | None:
+        """The live sticky allocation of ``pool`` that ``identity`` holds on ``ifname``."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Owner:
@@ -49,6 +69,7 @@ class Owner:
     netns: str = ""
     pod: Pod = Pod()  # noqa: RUF009 - frozen, shared safely
     attachment_id: int | None = None
+    identity: str = ""  # who owns a sticky address (netctl/ipam/sticky.py); "": nobody
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +83,8 @@ class Allocation:
     prefix: int
     owner: Owner
     allocated_at: float = 0.0
+    sticky: str = ""  # the identity it is reserved for once released ("": not sticky)
+    sticky_for: float = 0.0  # for how long (seconds)
 
     @property
     def address(self) -> str:
@@ -112,7 +135,8 @@ def scope_of(cfg: IPAMConfig, key: str) -> str:
     return f"network:{cfg.network_name}" if cfg.enable_overlapping_ranges else f"pool:{key}"
 
 
-def _family(text: str) -> int:
+def address_family(text: str) -> int:
+    """The IP version of an address text (a prefix length allowed); code 7 when invalid."""
     try:
         return ipaddress.ip_interface(text.strip()).version
     except ValueError:
@@ -123,23 +147,25 @@ def _family(text: str) -> int:
 def plan(cfg: IPAMConfig, ranges: list[Range], owner: Owner, wanted: list[str],
          view: View, now: float = 0.0) -> Decision:
     """One address per range for ``owner``; CNIError 7 or 100 when that cannot be."""
-    unmatched = [w for w in wanted if not any(_family(w) == r.version for r in ranges)]
+    unmatched = [w for w in wanted if not any(address_family(w) == r.version for r in ranges)]
     if unmatched:
         raise CNIError(INVALID_CONFIG, f"requested address {unmatched[0]} matches no range of "
                        f"{', '.join(pool_key(cfg, r) for r in ranges)}")
     for version in (4, 6):
-        twice = [w for w in wanted if _family(w) == version]
+        twice = [w for w in wanted if address_family(w) == version]
         if len(twice) > len([r for r in ranges if r.version == version]):
             raise CNIError(INVALID_CONFIG, f"requested addresses {', '.join(twice)}: more "
                            f"IPv{version} addresses than the pool has ranges (one address per "
                            "range)")
+    seconds = sticky_for(cfg)
+    ident = owner.identity if seconds is not None else ""
     leases: list[Lease] = []
     new: list[Allocation] = []
     pools: dict[str, PoolInfo] = {}
     for rng in ranges:
         key = pool_key(cfg, rng)
         pools[key] = PoolInfo(cfg.network_name, rng.key, rng.version, rng.size)
-        mine = [w for w in wanted if _family(w) == rng.version]
+        mine = [w for w in wanted if address_family(w) == rng.version]
         held = view.held(key, owner.container_id, owner.ifname)
         if held is not None:
             if mine and requested(rng, mine[0]) != held.ip:
@@ -154,20 +180,55 @@ def plan(cfg: IPAMConfig, ranges: list[Range], owner: Owner, wanted: list[str],
         if mine:
             ip = requested(rng, mine[0])
             if ip in used:
-                holder = view.holder(scope, rng.version, ip)
-                who = f"container {holder.owner.container_id}" if holder else "this request"
-                raise CNIError(INVALID_CONFIG, f"requested address {mine[0]} in pool {key} is "
-                               f"already allocated to {who}")
+                _refuse_requested(view, scope, rng, ip, mine[0], key, ident, owner, taken,
+                                  now)
         else:
-            found = next_free(rng, used, view.cursor(key), cfg.allocation_order)
+            found = _sticky_address(view, key, rng, ident, owner, taken) if ident else None
+            if found is None:
+                found = next_free(rng, used, view.cursor(key), cfg.allocation_order)
             if found is None:
                 raise CNIError(POOL_EXHAUSTED, f"address pool {key} is exhausted: all "
                                f"{rng.size} addresses are allocated")
             ip = found
-        alloc = Allocation(key, scope, ip, rng.version, rng.cidr.prefixlen, owner, now)
+        alloc = Allocation(key, scope, ip, rng.version, rng.cidr.prefixlen, owner, now,
+                           ident, seconds or 0.0)
         new.append(alloc)
         leases.append(Lease(key, alloc.cidr, rng.gateway))
     return Decision(leases, new, pools)
+
+
+def _sticky_address(view: View, key: str, rng: Range, ident: str, owner: Owner,
+                    taken: AbstractSet[int]) -> int | None:
+    """The address reserved for ``ident`` in this range, if any; code 11 while its
+    predecessor still holds one live."""
+    live = view.sticky_holder(key, ident, owner.ifname)
+    if live is not None:
+        raise CNIError(TRY_AGAIN_LATER, f"pool {key}: address {live.address} of {ident} is "
+                       f"still held by container {live.owner.container_id} "
+                       f"({live.owner.ifname}), its predecessor; try again once it is "
+                       "released")
+    res = view.reservation(key, ident, owner.ifname)
+    if res is not None and rng.contains(res.ip) and res.ip not in taken:
+        return res.ip
+    return None
+
+
+def _refuse_requested(view: View, scope: str, rng: Range, ip: int, text: str, key: str,
+                      ident: str, owner: Owner, taken: AbstractSet[int], now: float) -> None:
+    """A requested address counted as used: refused (code 7) naming who has it, unless it
+    is reserved for this very identity and interface."""
+    holder = view.holder(scope, rng.version, ip)
+    if holder is None and ip not in taken:
+        res = view.reserved(scope, rng.version, ip)
+        if res is not None and (res.identity, res.ifname) == (ident, owner.ifname):
+            return
+        if res is not None:
+            raise CNIError(INVALID_CONFIG, f"requested address {text} in pool {key} is "
+                           f"reserved for {res.identity} ({res.ifname}) for another "
+                           f"{max(0.0, res.until - now):.0f} s (sticky)")
+    who = f"container {holder.owner.container_id}" if holder else "this request"
+    raise CNIError(INVALID_CONFIG, f"requested address {text} in pool {key} is "
+                   f"already allocated to {who}")
 
 
 class SetUnion(AbstractSet[int]):

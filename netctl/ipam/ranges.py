@@ -36,6 +36,9 @@ Rules (whereabouts' where it has one, stricter where it silently misbehaves):
   addresses the user meant to exclude). Two ranges with one key are refused.
 - ``allocation_order``: ``round-robin`` (whereabouts' behaviour: continue after
   the last address handed out) or ``lowest``.
+- ``sticky``, ``sticky_for`` (netctl's own): addresses owned by the pod's identity
+  (:mod:`netctl.ipam.sticky`); ``sticky_for`` is a duration greater than 0 and needs
+  ``sticky: true``.
 
 Every refusal is ``CNIError(7, "ipam: …")`` naming the key and the value.
 """
@@ -52,6 +55,7 @@ from typing import Any
 import msgspec
 
 from netctl.errors import INVALID_CONFIG, CNIError
+from netctl.ipam.sticky import sticky_seconds
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -75,6 +79,14 @@ class IPAMConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
     enable_overlapping_ranges: bool = True
     allocation_order: str = "round-robin"  # or "lowest" (netctl's own option)
     block_size: int | None = None  # prefix length of a block (ipam-backend: kubernetes)
+    sticky: bool = False  # addresses owned by the pod's identity (netctl/ipam/sticky.py)
+    sticky_for: str | float | None = None  # how long a released one stays reserved
+
+
+def sticky_for(cfg: IPAMConfig) -> float | None:
+    """How long ``cfg``'s released addresses stay reserved for their identity (None: not
+    sticky); checked by :func:`parse_config`."""
+    return sticky_seconds(cfg.sticky, cfg.sticky_for)
 
 
 class _RangeSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
@@ -325,6 +337,7 @@ def parse_config(ipam: dict[str, Any], *, default_gateway: bool = False
     except msgspec.ValidationError as exc:
         raise _validation(exc) from None
     _check_order(cfg.allocation_order)
+    sticky_for(cfg)
     if cfg.block_size is not None and not 1 <= cfg.block_size <= 128:
         raise _invalid(f"block_size {cfg.block_size} is not a prefix length (1 to 32 for "
                        "IPv4, to 128 for IPv6)")

@@ -28,15 +28,20 @@ contract tests run beside it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Protocol, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
-from netctl.ipam.planner import Allocation, Decision, Owner, View, plan
+from netctl.ipam.planner import Allocation, Decision, Owner, SetUnion, View, plan
 from netctl.ipam.ranges import IPAMConfig, Range
+from netctl.ipam.sticky import Reservation
 
 T = TypeVar("T")
+# what a store loads at start: the journal's live allocations, pools' cursors and open
+# sticky reservations (Journal.live_allocations)
+Loaded = tuple[list[Allocation], dict[str, int], list[Reservation]]
 
 
 class Store(View, Protocol):
@@ -81,6 +86,24 @@ class Store(View, Protocol):
         hand out (``pool-degraded-at``, netctl/engine/degraded.py)."""
         ...
 
+    def reservations(self) -> list[Reservation]:
+        """The sticky reservations held now."""
+        ...
+
+    def expired(self, now: float) -> list[Reservation]:
+        """The sticky reservations whose time ended by ``now``."""
+        ...
+
+    def end_reservations(self, ended: Iterable[Reservation], how: str = "expired") -> None:
+        """``ended`` was recorded as ended in the journal (``how``: ``expired``, or
+        ``taken_back`` by another node): the addresses are no longer reserved."""
+        ...
+
+    def sticky_status(self) -> dict[str, Any]:
+        """The sticky reservations now (count per pool, each with its identity and end)
+        and how many ended since the start (taken back, expired)."""
+        ...
+
 
 @dataclass
 class IndexStore:
@@ -92,12 +115,24 @@ class IndexStore:
     _cursors: dict[str, int] = field(default_factory=dict)
     _sizes: dict[str, int] = field(default_factory=dict)  # pool → addresses (as planned)
     _used: dict[str, int] = field(default_factory=dict)  # pool → live allocations
+    # sticky: reservations by address and by (pool, identity, ifname), live sticky
+    # allocations by the latter, reservations taken back and not recorded yet
+    _reserved: dict[tuple[str, int], dict[int, Reservation]] = field(default_factory=dict)
+    _reservations: dict[tuple[str, str, str], Reservation] = field(default_factory=dict)
+    _sticky: dict[tuple[str, str, str], Allocation] = field(default_factory=dict)
+    _taken_back: dict[tuple[str, int, int], Reservation] = field(default_factory=dict)
+    clock: Callable[[], float] = time.time  # a reservation's end, by the wall clock
+    _sticky_ended: dict[str, int] = field(default_factory=lambda: {"taken_back": 0,
+                                                                    "expired": 0})
 
     @classmethod
-    def of(cls, live: Iterable[Allocation], cursors: dict[str, int] | None = None) -> Self:
+    def of(cls, live: Iterable[Allocation], cursors: dict[str, int] | None = None,
+           reservations: Iterable[Reservation] = ()) -> Self:
         store = cls(_cursors=dict(cursors or {}))
         for alloc in live:
             store._add(alloc)
+        for res in reservations:
+            store._reserve(res)
         return store
 
     # -- View --------------------------------------------------------------------
@@ -109,13 +144,69 @@ class IndexStore:
         return None
 
     def used(self, scope: str, version: int) -> AbstractSet[int]:
-        return self._by_scope.get((scope, version), {}).keys()
+        live = self._by_scope.get((scope, version), {}).keys()
+        reserved = self._reserved.get((scope, version))
+        return SetUnion(live, reserved.keys()) if reserved else live
 
     def holder(self, scope: str, version: int, ip: int) -> Allocation | None:
         return self._by_scope.get((scope, version), {}).get(ip)
 
     def cursor(self, pool: str) -> int | None:
         return self._cursors.get(pool)
+
+    def reserved(self, scope: str, version: int, ip: int) -> Reservation | None:
+        return self._reserved.get((scope, version), {}).get(ip)
+
+    def reservation(self, pool: str, identity: str, ifname: str) -> Reservation | None:
+        return self._reservations.get((pool, identity, ifname))
+
+    def sticky_holder(self, pool: str, identity: str, ifname: str) -> Allocation | None:
+        return self._sticky.get((pool, identity, ifname))
+
+    # -- sticky reservations ----------------------------------------------------------------
+
+    def reservations(self) -> list[Reservation]:
+        return list(self._reservations.values())
+
+    def expired(self, now: float) -> list[Reservation]:
+        return [r for r in self._reservations.values() if r.until <= now]
+
+    def end_reservations(self, ended: Iterable[Reservation], how: str = "expired") -> None:
+        for res in ended:
+            if self._reservations.get(res.key) is res:
+                self._sticky_ended[how] += 1
+            self._unreserve_sticky(res)
+
+    def restore_reservation(self, res: Reservation, how: str) -> None:
+        """``res``, ended ``how`` in memory only, reserved again (its end was not
+        written)."""
+        self._sticky_ended[how] -= 1
+        self._reserve(res)
+
+    def sticky_status(self) -> dict[str, Any]:
+        by_pool: dict[str, int] = {}
+        for res in self._reservations.values():
+            by_pool[res.pool] = by_pool.get(res.pool, 0) + 1
+        return {"reserved": by_pool, "ended": dict(self._sticky_ended),
+                "reservations": [
+                    {"pool": r.pool, "address": r.address, "identity": r.identity,
+                     "ifname": r.ifname, "until": r.until, "container": r.container_id}
+                    for r in sorted(self._reservations.values(),
+                                    key=lambda r: (r.pool, r.version, r.ip))]}
+
+    def _reserve(self, res: Reservation) -> None:
+        old = self._reservations.get(res.key)
+        if old is not None:  # the identity held another address since: this one wins
+            self._unreserve_sticky(old)
+        self._reservations[res.key] = res
+        self._reserved.setdefault((res.scope, res.version), {})[res.ip] = res
+
+    def _unreserve_sticky(self, res: Reservation) -> None:
+        if self._reservations.get(res.key) is res:
+            del self._reservations[res.key]
+        by_ip = self._reserved.get((res.scope, res.version), {})
+        if by_ip.get(res.ip) is res:
+            del by_ip[res.ip]
 
     # -- for the metrics -------------------------------------------------------------------
 
@@ -130,8 +221,13 @@ class IndexStore:
 
     def pool_fill(self) -> dict[str, tuple[int | None, int]]:
         """Every known pool's size and how many of its addresses this node can no longer
-        hand out (``pool-degraded-at``, netctl/engine/degraded.py): here its live ones."""
-        return self.pool_usage()
+        hand out (``pool-degraded-at``, netctl/engine/degraded.py): here its live ones and
+        its sticky reservations."""
+        reserved: dict[str, int] = {}
+        for res in self._reservations.values():
+            reserved[res.pool] = reserved.get(res.pool, 0) + 1
+        return {pool: (size, used + reserved.get(pool, 0))
+                for pool, (size, used) in self.pool_usage().items()}
 
     # -- Store -------------------------------------------------------------------
 
@@ -139,13 +235,34 @@ class IndexStore:
         return None  # counted as used by allocate(), before any await
 
     def unreserve(self, new: list[Allocation]) -> None:
-        self.released(new)
+        self._drop(new)
+        for alloc in new:  # the reservations they took back are the identity's again
+            res = self._taken_back.pop((alloc.scope, alloc.version, alloc.ip), None)
+            if res is not None:
+                self._reserve(res)
 
     def recorded(self, new: list[Allocation]) -> None:
-        return None
+        for alloc in new:
+            if self._taken_back.pop((alloc.scope, alloc.version, alloc.ip), None):
+                self._sticky_ended["taken_back"] += 1
 
     def released(self, gone: Iterable[Allocation]) -> None:
+        gone = list(gone)
+        self._drop(gone)
+        now = self.clock()
         for alloc in gone:
+            if alloc.sticky:
+                self._reserve(Reservation(
+                    alloc.pool, alloc.scope, alloc.version, alloc.ip, alloc.sticky,
+                    alloc.owner.ifname, now + alloc.sticky_for, alloc.address,
+                    alloc.owner.container_id))
+
+    def _drop(self, gone: Iterable[Allocation]) -> None:
+        for alloc in gone:
+            if alloc.sticky:
+                skey = (alloc.pool, alloc.sticky, alloc.owner.ifname)
+                if self._sticky.get(skey) is alloc:
+                    del self._sticky[skey]
             scope = self._by_scope.get((alloc.scope, alloc.version), {})
             if scope.get(alloc.ip) is alloc:
                 del scope[alloc.ip]
@@ -182,6 +299,8 @@ class IndexStore:
         self._by_owner.setdefault(key, []).append(alloc)
         if alloc.owner.attachment_id is not None:
             self._by_attachment.setdefault(alloc.owner.attachment_id, []).append(alloc)
+        if alloc.sticky:
+            self._sticky[(alloc.pool, alloc.sticky, alloc.owner.ifname)] = alloc
 
     async def allocate(self, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
                        wanted: list[str], now: float) -> Decision:
@@ -202,6 +321,12 @@ class IndexStore:
         """Count ``new`` as used and move the cursors (synchronously, after planning)."""
         for alloc in new:
             self._add(alloc)
+            if alloc.sticky:  # the identity takes its reservation back
+                res = self.reserved(alloc.scope, alloc.version, alloc.ip)
+                if res is not None:
+                    self._unreserve_sticky(res)
+                    self._taken_back[(alloc.scope, alloc.version, alloc.ip)] = res
+                    continue  # the cursor stays: round-robin goes on where it was
             self._cursors[alloc.pool] = alloc.ip
 
 

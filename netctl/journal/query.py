@@ -356,8 +356,8 @@ def journal(conn: sqlite3.Connection, f: Filters) -> dict[str, Any]:
             older_ops = len(ops) > OPS_PAGE
             ops = ops[1:] if older_ops else ops
         named = {a[k] for a in atts for k in ("add_op", "del_op") if a[k] is not None}
-        named |= {a[k] for a in allocs for k in ("allocated_op", "released_op")
-                  if a[k] is not None}
+        named |= {a[k] for a in allocs for k in ("allocated_op", "released_op",
+                                                 "reservation_op") if a[k] is not None}
         named -= {op["id"] for op in ops}
         if named:
             ops = sorted(ops + operations_by_id(conn, named), key=lambda op: int(op["id"]))
@@ -392,6 +392,7 @@ def _address_order(address: str) -> tuple[int, int]:
 
 
 def _allocation(row: sqlite3.Row) -> dict[str, Any]:
+    sticky = "sticky_key" in row.keys()  # a journal older than 0008 has none
     return {
         "pool": row["pool"], "address": f"{row['address']}/{row['prefix']}",
         "container": row["container_id"],
@@ -400,23 +401,67 @@ def _allocation(row: sqlite3.Row) -> dict[str, Any]:
         "attachment": row["attachment_id"], "since": row["allocated_at"],
         "until": row["released_at"], "allocated_op": row["allocated_op"],
         "released_op": row["released_op"],
+        # sticky addresses (migrations/0008): the identity that owns it, and the
+        # reservation its release left (until when, how it ended: None while open)
+        "identity": row["sticky_key"] if sticky else "",
+        "reserved_until": row["reserved_until"] if sticky else None,
+        "reservation_end": row["reservation_end"] if sticky else None,
+        "reservation_op": row["reservation_op"] if sticky else None,
     }
 
 
+def _has_sticky(conn: sqlite3.Connection) -> bool:
+    return "sticky_key" in {r[1] for r in conn.execute("PRAGMA table_info(ipam_allocations)")}
+
+
+def reservations_ended(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
+    """How the sticky reservations of each pool that the journal still keeps ended
+    (``expired``, ``taken back``, ``replaced``)."""
+    if not _has_sticky(conn):
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for pool, end, n in conn.execute(
+            "SELECT pool, reservation_end, COUNT(*) FROM ipam_allocations WHERE"
+            " reservation_end IS NOT NULL GROUP BY pool, reservation_end"):
+        out.setdefault(pool, {})[end] = n
+    return out
+
+
+def reservations(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """The open sticky reservations (migrations/0008), by pool and address: each with its
+    identity, interface, until when, and the container that released it."""
+    if not _has_sticky(conn):
+        return []
+    rows = [{"pool": r["pool"], "address": r["address"], "identity": r["sticky_key"],
+             "ifname": r["ifname"], "until": r["reserved_until"], "container": r["container_id"],
+             "pod": _pod(r)}
+            for r in conn.execute("SELECT * FROM ipam_allocations WHERE reserved_until IS NOT"
+                                  " NULL AND reservation_end IS NULL")]
+    rows.sort(key=lambda r: (r["pool"], _address_order(r["address"])))
+    return rows
+
+
 def pools(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Every pool with its size, live allocations and free addresses (exact ints: an IPv6
-    pool's size passes 2**63)."""
+    """Every pool with its size, live allocations, sticky reservations (counted and
+    listed) and free addresses (exact ints: an IPv6 pool's size passes 2**63)."""
     live = dict(conn.execute("SELECT pool, COUNT(*) FROM ipam_allocations"
                              " WHERE released_at IS NULL GROUP BY pool").fetchall())
     blocks = blocks_by_pool(conn)
+    reserved: dict[str, list[dict[str, Any]]] = {}
+    for res in reservations(conn):
+        reserved.setdefault(res.pop("pool"), []).append(res)
+    ended = reservations_ended(conn)
     out = []
     for row in conn.execute("SELECT key, network_name, range, family, size FROM ipam_pools"
                             " ORDER BY key"):
         size, in_use = int(row["size"]), int(live.get(row["key"], 0))
+        mine = reserved.get(row["key"], [])
         out.append({"key": row["key"], "network_name": row["network_name"],
                     "range": row["range"], "family": row["family"], "size": size,
-                    "in_use": in_use, "free": size - in_use,
-                    "blocks": blocks.get(row["key"], {})})
+                    "in_use": in_use, "reserved": len(mine),
+                    "free": size - in_use - len(mine),
+                    "blocks": blocks.get(row["key"], {}), "reservations": mine,
+                    "reservations_ended": ended.get(row["key"], {})})
     return out
 
 

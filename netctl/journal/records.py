@@ -30,6 +30,7 @@ class Attachment(msgspec.Struct, kw_only=True):
     pod: Pod = Pod()
     capability_args: dict[str, Any] = {}
     cni_args: dict[str, Any] = {}
+    identity: str = ""  # who owns its sticky addresses (netctl/ipam/sticky.py)
     # filled in by the journal and the chain as the attachment lives:
     id: int = 0
     steps_started: int = 0

@@ -184,12 +184,15 @@ def prune_batch(db: sqlite3.Connection, cut: Cutoffs, limit: int) -> Pruned:
                        f" ({_marks(ids)})", ids)
             db.execute(f"UPDATE ipam_allocations SET released_op=NULL WHERE released_op IN"
                        f" ({_marks(ids)})", ids)
+            db.execute(f"UPDATE ipam_allocations SET reservation_op=NULL WHERE reservation_op"
+                       f" IN ({_marks(ids)})", ids)
             out.operations += db.execute(
                 f"DELETE FROM operations WHERE id IN ({_marks(ids)})", ids).rowcount
     if cut.allocations is not None:
         out.allocations += db.execute(
             "DELETE FROM ipam_allocations WHERE id IN (SELECT id FROM ipam_allocations"
-            " WHERE released_at IS NOT NULL AND released_at < ? ORDER BY released_at LIMIT ?)",
+            " WHERE released_at IS NOT NULL AND released_at < ? AND (reserved_until IS NULL"
+            " OR reservation_end IS NOT NULL) ORDER BY released_at LIMIT ?)",
             (cut.allocations, limit)).rowcount
         out.blocks += db.execute(
             "DELETE FROM ipam_blocks WHERE id IN (SELECT id FROM ipam_blocks"

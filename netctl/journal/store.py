@@ -47,6 +47,7 @@ from netctl.cni.config import Chain, parse_chain
 from netctl.cni.request import Pod
 from netctl.errors import IO_FAILURE, CNIError
 from netctl.ipam.planner import Allocation, Owner, PoolInfo
+from netctl.ipam.sticky import Reservation
 from netctl.journal.live import LiveIndex
 from netctl.journal.migrate import PRAGMAS, migrate
 from netctl.journal.query import journal_path
@@ -82,7 +83,7 @@ def _attachment(row: sqlite3.Row) -> Attachment:
         result=msgspec.json.decode(row["result"]) if row["result"] else None,
         state=row["state"], add_op=row["add_op"], del_op=row["del_op"], error=row["error"],
         del_failures=row["del_failures"], retry_at=row["retry_at"],
-        created_at=row["created_at"])
+        created_at=row["created_at"], identity=row["sticky_key"])
 
 
 _CHAINS: dict[bytes, Chain] = {}
@@ -105,7 +106,15 @@ def _allocation(row: sqlite3.Row) -> Allocation:
         prefix=row["prefix"], allocated_at=row["allocated_at"],
         owner=Owner(row["container_id"], row["ifname"], row["netns"],
                     Pod(namespace=row["pod_namespace"], name=row["pod_name"],
-                        uid=row["pod_uid"]), row["attachment_id"]))
+                        uid=row["pod_uid"]), row["attachment_id"], row["sticky_key"]),
+        sticky=row["sticky_key"], sticky_for=row["sticky_for"] or 0.0)
+
+
+def _reservation(row: sqlite3.Row) -> Reservation:
+    addr = ipaddress.ip_address(row["address"])
+    return Reservation(row["pool"], row["scope"], addr.version, int(addr), row["sticky_key"],
+                       row["ifname"], row["reserved_until"], row["address"],
+                       row["container_id"])
 
 
 # -- the statements, each a function of (connection, …) run on the database thread ------------
@@ -137,22 +146,40 @@ def _record_allocations(db: sqlite3.Connection, new: Sequence[Allocation], op_id
                    " created_at) VALUES (?,?,?,?,?,?)",
                    (alloc.pool, info.network_name, info.range, info.family, str(info.size),
                     now))
-        db.execute("UPDATE ipam_pools SET cursor=? WHERE key=?", (str(alloc.ip), alloc.pool))
+        taken_back = alloc.sticky and db.execute(
+            "UPDATE ipam_allocations SET reservation_end='taken back', reservation_op=?"
+            " WHERE scope=? AND address=? AND reserved_until IS NOT NULL"
+            " AND reservation_end IS NULL AND sticky_key=?",
+            (op_id, alloc.scope, alloc.address, alloc.sticky)).rowcount
+        if not taken_back:  # round-robin goes on where it was
+            db.execute("UPDATE ipam_pools SET cursor=? WHERE key=?", (str(alloc.ip),
+                                                                     alloc.pool))
         o = alloc.owner
         db.execute(
             "INSERT INTO ipam_allocations (pool, scope, address, prefix, container_id, ifname,"
             " netns, pod_namespace, pod_name, pod_uid, attachment_id, allocated_op,"
-            " allocated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " allocated_at, sticky_key, sticky_for) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (alloc.pool, alloc.scope, alloc.address, alloc.prefix, o.container_id, o.ifname,
              o.netns, o.pod.namespace, o.pod.name, o.pod.uid, o.attachment_id, op_id,
-             alloc.allocated_at or now))
+             alloc.allocated_at or now, alloc.sticky, alloc.sticky_for or None))
 
 
 def _release_allocations(db: sqlite3.Connection, gone: Iterable[Allocation], op_id: int | None,
                          now: float) -> None:
+    """Released; a sticky one reserved for its identity until ``now + sticky_for`` (an
+    older reservation of the identity on the same pool and interface replaced)."""
+    gone = list(gone)
+    for a in gone:
+        if a.sticky:
+            db.execute("UPDATE ipam_allocations SET reservation_end='replaced', reservation_op=?"
+                       " WHERE pool=? AND sticky_key=? AND ifname=? AND reserved_until IS NOT"
+                       " NULL AND reservation_end IS NULL",
+                       (op_id, a.pool, a.sticky, a.owner.ifname))
     db.executemany(
-        "UPDATE ipam_allocations SET released_at=?, released_op=? WHERE scope=? AND address=?"
-        " AND released_at IS NULL", [(now, op_id, a.scope, a.address) for a in gone])
+        "UPDATE ipam_allocations SET released_at=?, released_op=?,"
+        " reserved_until=CASE WHEN sticky_key != '' THEN ? + sticky_for END"
+        " WHERE scope=? AND address=? AND released_at IS NULL",
+        [(now, op_id, now, a.scope, a.address) for a in gone])
 
 
 class _Write:
@@ -316,13 +343,13 @@ class Journal:
                     "INSERT INTO attachments (container_id, ifname, network, network_name,"
                     " is_default, caller_network, caller_ifname, netns, pod_namespace,"
                     " pod_name, pod_uid, cni_version, chain, capability_args, cni_args, state,"
-                    " add_op, created_at, steps_started, result) VALUES"
-                    " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'adding',?,?,?,?)",
+                    " add_op, created_at, steps_started, result, sticky_key) VALUES"
+                    " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'adding',?,?,?,?,?)",
                     (att.container_id, att.ifname, att.network, att.chain.name,
                      int(att.is_default), att.caller_network, att.caller_ifname, att.netns,
                      att.pod.namespace, att.pod.name, att.pod.uid, att.chain.cni_version,
                      att.chain.raw, _json(att.capability_args), _json(att.cni_args), op_id,
-                     now, att.steps_started, _json(att.result)))
+                     now, att.steps_started, _json(att.result), att.identity))
                 assert cur.lastrowid is not None
                 ids.append(cur.lastrowid)
             db.executemany("UPDATE attachments SET state='removing', del_op=? WHERE id=?",
@@ -564,16 +591,43 @@ class Journal:
 
     # -- IPAM -------------------------------------------------------------------------------
 
-    async def live_allocations(self) -> tuple[list[Allocation], dict[str, int]]:
-        """Every live allocation and every pool's cursor (the store's start-up load)."""
-        def fn(db: sqlite3.Connection) -> tuple[list[Allocation], dict[str, int]]:
+    async def live_allocations(self) -> tuple[list[Allocation], dict[str, int],
+                                              list[Reservation]]:
+        """Every live allocation, every pool's cursor and the open sticky reservations (the
+        store's start-up load)."""
+        def fn(db: sqlite3.Connection) -> tuple[list[Allocation], dict[str, int],
+                                                list[Reservation]]:
             rows = db.execute("SELECT * FROM ipam_allocations WHERE released_at IS NULL"
                               " ORDER BY id").fetchall()
             cursors = {key: int(cursor) for key, cursor in db.execute(
                 "SELECT key, cursor FROM ipam_pools WHERE cursor IS NOT NULL")}
-            return [_allocation(r) for r in rows], cursors
+            reserved = db.execute("SELECT * FROM ipam_allocations WHERE reserved_until IS NOT"
+                                  " NULL AND reservation_end IS NULL ORDER BY id").fetchall()
+            return [_allocation(r) for r in rows], cursors, [_reservation(r) for r in reserved]
 
         return await self._read(fn)
+
+    async def end_reservations(self, ended: Sequence[Reservation], end: str = "expired",
+                               why: str = "expired") -> None:
+        """Sticky reservations ended in one transaction (``end``: ``expired``, or ``taken
+        back`` by another node): a RELEASE operation (origin ``sticky``) for each, its
+        reason naming the address, the identity and ``why``, so the journal shows when and
+        how the address stopped being reserved."""
+        def fn(db: sqlite3.Connection) -> None:
+            now = self.clock()
+            for res in ended:
+                reason = (f"sticky reservation of {res.address} for {res.identity} "
+                          f"({res.ifname}) {why}")
+                op_id = _insert_operation(db, OpStart(
+                    verb="RELEASE", container_id=res.container_id, ifname=res.ifname,
+                    origin="sticky", reason=reason, request=reason.encode()), now)
+                db.execute("UPDATE ipam_allocations SET reservation_end=?, reservation_op=?"
+                           " WHERE scope=? AND address=? AND sticky_key=?"
+                           " AND reserved_until IS NOT NULL AND reservation_end IS NULL",
+                           (end, op_id, res.scope, res.address, res.identity))
+                _close_operation(db, op_id, "done", None, None, now)
+
+        await self._write(fn)
 
     async def pool_sizes(self) -> dict[str, int]:
         """Every pool's size (``ipam_pools``, kept as text: an IPv6 pool's size passes

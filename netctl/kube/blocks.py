@@ -8,6 +8,11 @@ outcome the API server decides, so that nodes racing for a block end with one ow
   changed meanwhile is not deleted.
 - :func:`answer`: the owner of a block grants or refuses an address of it that another
   node asked to borrow (a requested address), on the borrow object.
+- :func:`set_reserved`: a block's node publishes the sticky reservations of its
+  addresses, so that a node where the identity comes back can ask for the address.
+- :func:`ask_transfer`, :func:`answer_transfer`: a borrowed address reserved for a sticky
+  identity that comes back on a third node: that node asks the borrower for the borrow
+  object, which hands it over (or refuses).
 
 The caches of blocks and nodes are :class:`~netctl.kube.informer.Informer`\\ s over
 :data:`BLOCKS` and :data:`NODES`.
@@ -27,6 +32,8 @@ from netctl.kube.objects import (
     BlockOwner,
     BlockSpec,
     Meta,
+    StickyEntry,
+    TransferAsk,
 )
 
 GROUP = "ipam.netctl.dev"
@@ -80,6 +87,40 @@ async def answer(api: Api, block: Block, grant: str) -> Block | None:
     """The owner's answer to a borrowed address (``granted`` or ``refused``), written on
     the borrow object as read; None when it changed or went meanwhile."""
     return await _update(api, block, msgspec.structs.replace(block.spec, grant=grant))
+
+
+async def set_reserved(api: Api, block: Block, entries: list[StickyEntry]) -> Block | None:
+    """The sticky reservations of ``block`` (as read) set to ``entries``; None when it
+    changed or went meanwhile."""
+    return await _update(api, block, msgspec.structs.replace(block.spec, reserved=entries))
+
+
+async def ask_transfer(api: Api, block: Block, ask: TransferAsk) -> Block | None:
+    """Ask the node of ``block`` (a borrow object, as read) to hand it over (``ask``:
+    for a sticky identity whose address it is); None when it changed meanwhile."""
+    return await _update(api, block, msgspec.structs.replace(block.spec, transfer=ask))
+
+
+async def withdraw_transfer(api: Api, block: Block) -> Block | None:
+    """The ask on ``block`` (as read) taken back, unanswered; None when it changed
+    meanwhile (answered, perhaps handed over)."""
+    return await _update(api, block, msgspec.structs.replace(block.spec, transfer=None))
+
+
+async def answer_transfer(api: Api, block: Block, granted: bool) -> Block | None:
+    """The node of ``block`` answers an ask for it: granted, it becomes the asking node's
+    (its previous owner in its history, no reservation on it any more); refused, the ask
+    says so. None when it changed meanwhile."""
+    spec, ask = block.spec, block.spec.transfer
+    if ask is None:
+        return None
+    if not granted:
+        return await _update(api, block, msgspec.structs.replace(
+            spec, transfer=msgspec.structs.replace(ask, refused=True)))
+    owners = [*spec.history, BlockOwner(spec.node, spec.claimedAt, now_rfc3339())]
+    return await _update(api, block, msgspec.structs.replace(
+        spec, node=ask.node, claimedAt=now_rfc3339(), history=owners[-20:], transfer=None,
+        reserved=[], identity=ask.identity, ifname=ask.ifname))
 
 
 async def _update(api: Api, block: Block, spec: BlockSpec) -> Block | None:

@@ -31,6 +31,10 @@ CONFIG_SOURCE = "kubernetes.io/config.source"  # "api", or "file"/"http" for sta
 HOTPLUG_REPLACE = "netctl.dev/hotplug-replace"
 # the runtimeConfig capability under which CRI-O and containerd pass a pod's annotations
 RUNTIME_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
+# sticky addresses (netctl/ipam/sticky.py): the identity a pod names, and a KubeVirt
+# virt-launcher pod's label naming its VM
+STICKY_KEY = "netctl.dev/sticky-key"
+KUBEVIRT_VM = "vm.kubevirt.io/name"
 
 # The reasons of the Warning Events netctl posts on a pod whose networks it refuses
 # (:class:`netctl.errors.Refusal`).
@@ -49,7 +53,9 @@ REASON_HOTPLUG_REFUSED = "NetworkChangeRefused"  # hostNetwork, an attribute cha
 # The only annotations kept in memory: a pod's other annotations (often kilobytes:
 # kubectl's last-applied-configuration, the network-status netctl itself writes) are
 # dropped as the object is decoded.
-KEPT_ANNOTATIONS = frozenset({NETWORKS, DEFAULT_NETWORK, CONFIG_SOURCE, HOTPLUG_REPLACE})
+KEPT_ANNOTATIONS = frozenset({NETWORKS, DEFAULT_NETWORK, CONFIG_SOURCE, HOTPLUG_REPLACE,
+                              STICKY_KEY})
+KEPT_LABELS = frozenset({KUBEVIRT_VM})  # a pod's only labels kept
 
 
 class Meta(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
@@ -58,12 +64,15 @@ class Meta(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     uid: str = ""
     resourceVersion: str = ""
     annotations: dict[str, str] = {}
+    labels: dict[str, str] = {}
     deletionTimestamp: str | None = None
     kept: ClassVar[frozenset[str]] = KEPT_ANNOTATIONS
 
     def __post_init__(self) -> None:
         if self.annotations and not self.annotations.keys() <= self.kept:
             self.annotations = {k: v for k, v in self.annotations.items() if k in self.kept}
+        if self.labels and not self.labels.keys() <= KEPT_LABELS:
+            self.labels = {k: v for k, v in self.labels.items() if k in KEPT_LABELS}
 
 
 class MetaWithStatus(Meta):
@@ -116,6 +125,28 @@ class BlockOwner(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True
     until: str = ""
 
 
+class StickyEntry(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """An address of a block reserved for a sticky identity (netctl/ipam/sticky.py) by the
+    node that released it, until ``until`` (seconds since the epoch)."""
+
+    address: str
+    identity: str
+    ifname: str = ""
+    until: float = 0.0
+    node: str = ""
+
+
+class TransferAsk(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """Another node asks the node of a borrow object for it: the address is reserved
+    there for a sticky identity that came back on ``node``; ``refused`` is the answer
+    when it is not (granting it is handing the object over)."""
+
+    node: str
+    identity: str
+    ifname: str = ""
+    refused: bool = False
+
+
 class BlockSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     pool: str = ""  # the pool's key: [network_name/]range
     scope: str = ""  # the uniqueness scope the block's addresses are unique in
@@ -131,6 +162,11 @@ class BlockSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True)
     # asked for by ``node`` (a requested address); the parent's node grants or refuses it
     parent: str = ""
     grant: str = ""  # "" (asked) | granted | refused
+    # a borrow asked for a sticky identity's reserved address: which identity, interface
+    identity: str = ""
+    ifname: str = ""
+    reserved: list[StickyEntry] = []  # sticky reservations of its addresses, by its node
+    transfer: TransferAsk | None = None  # a borrow object asked for by another node
 
 
 BLOCK_API_VERSION = "ipam.netctl.dev/v1"

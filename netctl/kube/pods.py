@@ -92,6 +92,11 @@ class PodSource:
         return found
 
 
+    def cached(self, namespace: str, name: str) -> Pod | None:
+        """The pod as the cache has it now, or None (no wait, no request)."""
+        return self.informer.cache.get((namespace, name))
+
+
 def check_node(pod: Pod, node: str) -> None:
     """Refuse (code 7, a :class:`~netctl.errors.Refusal` with its Event) a pod that the API
     server binds to another node than ``node``, naming both. A pod not bound yet (no

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -87,7 +88,22 @@ class Reconciler:
         facts = await self._facts(sweep=True)
         report, _ = await self._act(facts, plan(facts, self.grace), dry_run=dry_run,
                                     origin="reconcile")
+        if not dry_run:
+            report["sticky_expired"] = await self.expire_sticky()
         return report
+
+    async def expire_sticky(self, now: float | None = None) -> int:
+        """End the sticky reservations whose time is up (journaled first: a RELEASE of
+        origin ``sticky`` each, its reason naming the address and the identity); their
+        addresses are free again. How many ended."""
+        ended = self.ipam.expired(time.time() if now is None else now)
+        if not ended:
+            return 0
+        await self.journal.end_reservations(ended)
+        self.ipam.end_reservations(ended)
+        log.info("sticky reservations expired: %s", ", ".join(
+            f"{r.address} ({r.identity})" for r in ended))
+        return len(ended)
 
     async def run_for(self, hints: Hints) -> tuple[dict[str, Any], frozenset[str]]:
         """A round on kernel events: the same plan, over the containers ``hints`` concern

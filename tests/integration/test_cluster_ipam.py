@@ -459,3 +459,91 @@ def test_a_node_is_degraded_when_other_nodes_hold_nearly_all_the_pool(
         assert ipam(a, "DEL", f"a{i}", pool).rc == 0
     wait_for(lambda: b.status()["state"] == "ready", 30,
              "node-b ready once node-a's empty blocks are released")
+
+
+def pod_args(namespace: str, name: str, uid: str) -> str:
+    return f"K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name};K8S_POD_UID={uid}"
+
+
+def published(kube: FakeKube, node: str) -> list[tuple[str, str]]:
+    """(address, identity) of the sticky reservations ``node`` published on its blocks."""
+    return sorted((e["address"], e["identity"]) for b in blocks(kube) if b["node"] == node
+                  for e in b.get("reserved", []))
+
+
+@pytest.mark.servers("fake")
+def test_a_sticky_pod_gets_its_address_back_on_the_same_and_on_another_node(
+        nodes: Callable[..., Daemon], kube: FakeKube) -> None:
+    """Sticky addresses with the cluster IPAM: released on node A, the address is
+    reserved for the pod's identity in A's journal and published on A's block; the pod
+    recreated on A gets it back from the journal; recreated on node B, B borrows it from
+    A naming the identity, A grants it (a reserved address, to that identity only), its
+    reservation ends journaled as taken back by node B, and B's journal has the identity.
+    Released on B, the reservation is B's (published on its borrow object), and a pod of
+    another identity on B never gets the address; recreated on node C, B hands its borrow
+    object over to C for the identity; recreated on A again, C hands it to A."""
+    pool = "10.185.96.0/24"  # blocks of /28
+    sticky = {"sticky": True, "sticky_for": "1h"}
+    a, b = nodes("node-a"), nodes("node-b")
+    db0 = ("apps", "db-0")
+    mine = address(ipam(a, "ADD", "db0-1", pool, args=pod_args(*db0, "u1"), **sticky))
+    address(ipam(a, "ADD", "other-a", pool, args=pod_args("apps", "web-0", "w0"), **sticky))
+    assert ipam(a, "DEL", "db0-1", pool, args=pod_args(*db0, "u1"), **sticky).rc == 0
+    wait_for(lambda: published(kube, "node-a") == [(mine, "pod:apps/db-0")], 10,
+             "the reservation published on node-a's block")
+
+    # the same node: from the journal, no API write for the address itself
+    assert address(ipam(a, "ADD", "db0-2", pool, args=pod_args(*db0, "u2"), **sticky)) == mine
+    wait_for(lambda: published(kube, "node-a") == [], 10, "the reservation taken back")
+    assert ipam(a, "DEL", "db0-2", pool, args=pod_args(*db0, "u2"), **sticky).rc == 0
+    wait_for(lambda: published(kube, "node-a") == [(mine, "pod:apps/db-0")], 10,
+             "published again")
+
+    # another node: borrowed from node-a for the identity
+    wait_for(lambda: b.status()["kubernetes"]["ipam"]["sticky_published_elsewhere"] == 1, 10,
+             "node-b's cache of blocks to have it")
+    assert address(ipam(b, "ADD", "db0-3", pool, args=pod_args(*db0, "u3"), **sticky)) == mine
+    borrow = [x for x in blocks(kube) if x.get("parent")]
+    assert [(x["node"], x["cidr"], x["grant"], x["identity"]) for x in borrow] == [
+        ("node-b", f"{mine}/32", "granted", "pod:apps/db-0")]
+    assert b.db("SELECT sticky_key FROM ipam_allocations WHERE container_id='db0-3'"
+                " AND released_at IS NULL") == [("pod:apps/db-0",)]
+    assert a.db("SELECT reservation_end FROM ipam_allocations WHERE container_id='db0-2'"
+                ) == [("taken back",)]
+    assert a.db("SELECT reason FROM operations WHERE origin='sticky'") == [
+        (f"sticky reservation of {mine} for pod:apps/db-0 (eth0) taken back by node node-b",)]
+    wait_for(lambda: published(kube, "node-a") == [], 10, "node-a's entry removed")
+    assert a.status()["sticky"]["ended"]["taken_back"] == 2  # on node-a, then by node-b
+
+    # released on B: B's reservation, on its borrow object; B never hands it to another
+    assert ipam(b, "DEL", "db0-3", pool, args=pod_args(*db0, "u3"), **sticky).rc == 0
+    wait_for(lambda: published(kube, "node-b") == [(mine, "pod:apps/db-0")], 10,
+             "node-b's reservation published")
+    res = ipam(b, "ADD", "web-1", pool, args=f"{pod_args('apps', 'web-1', 'w1')};IP={mine}",
+               **sticky)
+    assert res.rc == 1 and res.out is not None and res.out["code"] == 7, res.describe()
+    assert "reserved for pod:apps/db-0" in res.out["msg"], res.out["msg"]
+    assert address(ipam(b, "ADD", "db0-4", pool, args=pod_args(*db0, "u4"), **sticky)) == mine
+    assert ipam(b, "DEL", "db0-4", pool, args=pod_args(*db0, "u4"), **sticky).rc == 0
+    wait_for(lambda: published(kube, "node-b") == [(mine, "pod:apps/db-0")], 10,
+             "node-b's reservation published again")
+
+    # a third node: node-b hands its borrow object over for the identity
+    c = nodes("node-c")
+    wait_for(lambda: c.status()["kubernetes"]["ipam"]["sticky_published_elsewhere"] == 1, 10,
+             "node-c's cache of blocks to have it")
+    assert address(ipam(c, "ADD", "db0-5", pool, args=pod_args(*db0, "u5"), **sticky)) == mine
+    borrow = [x for x in blocks(kube) if x.get("parent")]
+    assert [(x["node"], x["cidr"], [h["node"] for h in x["history"]], x.get("reserved"))
+            for x in borrow] == [("node-c", f"{mine}/32", ["node-b"], None)]
+    assert b.db("SELECT reason FROM operations WHERE origin='sticky'") == [
+        (f"sticky reservation of {mine} for pod:apps/db-0 (eth0) taken back by node node-c",)]
+    assert b.db("SELECT state FROM ipam_blocks WHERE cidr=? AND node='node-b'",
+                (f"{mine}/32",)) == [("released",)]
+    # and back to the block's own node: node-c hands it over to node-a
+    assert ipam(c, "DEL", "db0-5", pool, args=pod_args(*db0, "u5"), **sticky).rc == 0
+    wait_for(lambda: a.status()["kubernetes"]["ipam"]["sticky_published_elsewhere"] == 1, 10,
+             "node-a's cache of blocks to have node-c's reservation")
+    assert address(ipam(a, "ADD", "db0-6", pool, args=pod_args(*db0, "u6"), **sticky)) == mine
+    assert [x["node"] for x in blocks(kube) if x.get("parent")] == ["node-a"]
+    assert ipam(a, "DEL", "db0-6", pool, args=pod_args(*db0, "u6"), **sticky).rc == 0

@@ -32,7 +32,7 @@ A request starts valid and gets a few mutations; ``EXPLICIT`` examples run first
 every known hazard is met whatever the generator draws. After every request:
 
 - the daemon is alive and answered (a complete frame always gets an answer);
-- an error is a CNI error (``code`` int, ``msg`` str) with a code of the README's
+- an error is a CNI error (``code`` int, ``msg`` str) with a code of docs/cni.md's
   table, or a delegate's own code when the message names the plugin; frames that do
   not decode get 6, frames over the limit 105; never "netctl internal error";
 - an ADD whose CNI_NETNS is missing or is not a network namespace, or that names a
@@ -101,7 +101,7 @@ pytestmark = [pytest.mark.netns, pytest.mark.slow]
 MAX_EXAMPLES = int(os.environ.get("NETCTL_HOSTILE_EXAMPLES", "420"))  # ≈ 2,100 requests
 REPLY_TIMEOUT = 30.0  # a daemon that does not answer within this is hung
 MAX_REQUEST = 1 << 20  # the daemon's max-request-bytes here (its default is 4 MiB)
-ALLOWED_CODES = frozenset({1, 2, 3, 4, 5, 6, 7, 11, 50, 51, *range(100, 108)})  # README
+ALLOWED_CODES = frozenset({1, 2, 3, 4, 5, 6, 7, 11, 50, 51, *range(100, 108)})  # docs/cni.md
 NAMES_PLUGIN = re.compile(r"plugin '[A-Za-z0-9_.-]+'")
 MISSING = "<missing>"  # an environment variable or a config key that is not there
 
@@ -746,7 +746,7 @@ class Run:
                 or not msg:
             self.fail("error not CNI error JSON", f"code {code!r}, msg {msg!r}: {out}")
         if code not in ALLOWED_CODES and not NAMES_PLUGIN.search(msg):
-            self.fail("error code not in the README's table",
+            self.fail("error code not in docs/cni.md's table",
                       f"code {code} with a message naming no plugin: {msg[:300]}")
         if "internal error" in msg:
             what = re.sub(r"'[^']*'|\"[^\"]*\"|\d+", "…", msg.partition("internal error: ")[2])
@@ -898,7 +898,7 @@ def _lease_owner(ipam_dir: str, lease: str) -> str:
 
 
 def valid_ifname(name: str) -> bool:
-    """The README's rule for CNI_IFNAME (else code 4)."""
+    """docs/cni.md's rule for CNI_IFNAME (else code 4)."""
     return (name != MISSING and 0 < len(name) <= 15 and name not in (".", "..")
             and not any(c in name for c in "/:") and not any(c.isspace() for c in name))
 

@@ -81,7 +81,8 @@ def test_pools_show_and_who_held_an_address(daemon: Daemon, netns) -> None:
 
     pools_table = table(daemon, "ipam", "pools")
     assert POOL in pools_table and "IN_USE" in pools_table
-    assert pools_table.splitlines()[1].split()[-4:] == ["13", "2", "11", "-"]  # no blocks
+    # size, in use, reserved (sticky), free, blocks (none)
+    assert pools_table.splitlines()[1].split()[-5:] == ["13", "2", "0", "11", "-"]
     show_table = table(daemon, "ipam", "show", POOL)
     assert POOL in show_table.splitlines()[0]
     assert "shop/web-1" in show_table and addr2 in show_table

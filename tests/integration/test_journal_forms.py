@@ -58,8 +58,11 @@ def expected_tables(doc: dict[str, Any]) -> list[list[tuple[str, ...]]]:
     tables = [atts]
     if doc["allocations"]:
         tables.append([tuple(cell(v) for v in (
-            a["pool"], a["address"], a["container"], a["pod"], a["ifname"], utc(a["since"]),
-            utc(a["until"]))) for a in doc["allocations"]])
+            a["pool"], a["address"], a["container"], a["pod"], a["identity"] or "-",
+            a["ifname"], utc(a["since"]), utc(a["until"]),
+            f"until {utc(a['reserved_until'])}" + (f", {a['reservation_end']}"
+                                                  if a["reservation_end"] else "")
+            if a["reserved_until"] is not None else "-")) for a in doc["allocations"]])
     if doc["blocks"]:
         tables.append([tuple(cell(v) for v in (
             b["block"], b["pool"], b["node"], utc(b["since"]), utc(b["until"])))

@@ -1,5 +1,5 @@
-"""Rolling back to Multus and whereabouts (README, "Switching from Multus and whereabouts",
-rollback): what netctl leaves, and handing its addresses back. A real daemon gives two
+"""Rolling back to Multus and whereabouts (docs/migrating.md, "Rolling back to Multus and
+whereabouts"): what netctl leaves, and handing its addresses back. A real daemon gives two
 pods addresses from two netctl-ipam networks (one unnamed, one with a ``network_name``
 and a narrowed range); the daemon is stopped; a DEL arrives while it is down and is
 recorded by the plugin. We check:
@@ -52,7 +52,8 @@ def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
 
 def handback(daemon: Daemon, kube: FakeKube, tmp_path: Path, *extra: str
              ) -> tuple[int, dict[str, Any]]:
-    # as an administrator runs it (README): the fake's own token, the real server's admin
+    # as an administrator runs it (docs/migrating.md): the fake's own token, the real server's
+    # admin
     admin = {"token": kube.admin_token} if isinstance(kube, RealKube) else {}
     config = kube.kubeconfig(tmp_path / "kubeconfig", **admin)
     proc = subprocess.run([NETCTL, "ipam", "handback", "--kubeconfig", str(config),

@@ -1,5 +1,5 @@
-"""We test that the operator's tour (``deploy/tour.sh``, the README's "Operating netctl"
-guide is its output) runs on a real daemon and shows what the guide says it shows:
+"""We test that the operator's tour (``deploy/tour.sh``: docs/operating.md's "Operating
+netctl: a guide" is its output) runs on a real daemon and shows what the guide says it shows:
 ``netctl status`` exits 2 while the daemon is down and 0 when it is ready; the pools and
 the allocations; the journal naming the pod that held an address at a past time; a
 sandbox gone without a DEL found as a leak, planned by ``reconcile --dry-run``, DELeted by
@@ -62,7 +62,7 @@ def test_tour() -> None:
         found["netctl reconcile --socket $TOUR/run/netctl.sock #2"])
     assert "FORGET" in one(found, "netctl journal --state-dir $TOUR/state --container")
     assert "ready: pid" in one(found, "netctl status --socket $TOUR/run/netctl.sock --cni")
-    assert re.search(r"10\.251\.0\.0/28\s+10\.251\.0\.0/28\s+4\s+14\s+2\s+12",
+    assert re.search(r"10\.251\.0\.0/28\s+10\.251\.0\.0/28\s+4\s+14\s+2\s+0\s+12",
                      one(found, "netctl ipam pools"))
     ip = one(found, "netctl journal --state-dir $TOUR/state --ip")
     assert "tour/web-2" in ip and "removed" in ip

@@ -118,7 +118,8 @@ def test_pools_count_live_allocations_and_keep_huge_sizes_exact(
     assert list(pools) == ["10.1.0.0/24", "10.2.0.0/28", "blue/fd00:1::/64"]
     assert pools["10.1.0.0/24"] == {"key": "10.1.0.0/24", "network_name": "",
                                     "range": "10.1.0.0/24", "family": 4, "size": 253,
-                                    "in_use": 2, "free": 251, "blocks": {}}
+                                    "in_use": 2, "reserved": 0, "free": 251, "blocks": {},
+                                    "reservations": [], "reservations_ended": {}}
     v6 = pools["blue/fd00:1::/64"]
     assert v6["size"] == 2**64 - 1 and isinstance(v6["size"], int)
     assert v6["free"] == 2**64 - 2
@@ -145,7 +146,8 @@ def test_pool_allocations_live_in_address_order_and_history(
         "pool": "10.1.0.0/24", "address": "10.1.0.9/24", "container": "c9",
         "pod": "shop/web-9", "pod_uid": "uid-c9", "ifname": "net1", "netns": "",
         "attachment": None, "since": T0 + 2, "until": None, "allocated_op": None,
-        "released_op": None}
+        "released_op": None, "identity": "", "reserved_until": None, "reservation_end": None,
+        "reservation_op": None}
     assert (live[1]["container"], live[1]["attachment"]) == ("c10", att)
 
     history = query.pool_allocations(read, "10.1.0.0/24", include_released=True)

@@ -361,13 +361,17 @@ class Pods:
             raise CNIError(TRY_AGAIN_LATER, "the API server https://api:6443 is unreachable")
         return self.pods.get(f"{namespace}/{name}")
 
+    def cached(self, namespace: str, name: str) -> Pod | None:
+        return self.pods.get(f"{namespace}/{name}")
+
 
 def pod(annotations: dict[str, str], uid: str = "uid-1", ns: str = "shop") -> Pod:
     return Pod(metadata=Meta(namespace=ns, name="web-1", uid=uid, annotations=annotations))
 
 
 def test_the_kube_clients_caches_fit() -> None:
-    for impl, proto in ((PodSource.lookup, PodLookup.lookup), (NadSource.get, NadLookup.get)):
+    for impl, proto in ((PodSource.lookup, PodLookup.lookup), (PodSource.cached, PodLookup.cached),
+                        (NadSource.get, NadLookup.get)):
         assert inspect.signature(impl) == inspect.signature(proto)
         assert inspect.iscoroutinefunction(impl) == inspect.iscoroutinefunction(proto)
 
@@ -397,6 +401,25 @@ def test_runtime_annotations_win_and_spare_the_api() -> None:
         ("other", "blue", "b0")]
     empty = select(pods, invocation(meta_conf(runtimeConfig={RUNTIME_ANNOTATIONS: {}})))
     assert empty.networks == [] and pods.asked == [], "the runtime's (empty) copy wins"
+
+
+def test_the_sticky_identity_from_the_pods_annotations_and_labels() -> None:
+    """The identity owning sticky addresses: the API pod's sticky-key annotation, else
+    its KubeVirt VM label, else its name; with the runtime's annotations, the label comes
+    from the cache (no wait, no request)."""
+    vm = Pod(metadata=Meta(namespace="shop", name="web-1", uid="uid-1",
+                           labels={"vm.kubevirt.io/name": "vm-7", "app": "x"}))
+    assert vm.metadata.labels == {"vm.kubevirt.io/name": "vm-7"}  # the others dropped
+    assert select(Pods(pod({})), invocation()).identity == "pod:shop/web-1"
+    assert select(Pods(vm), invocation()).identity == "vm:shop/vm-7"
+    keyed = pod({"netctl.dev/sticky-key": "ledger"})
+    assert select(Pods(keyed), invocation()).identity == "key:ledger"
+    pods = Pods(vm)
+    runtime = meta_conf(runtimeConfig={RUNTIME_ANNOTATIONS: {}})
+    assert select(pods, invocation(runtime)).identity == "vm:shop/vm-7"
+    assert pods.asked == []
+    runtime = meta_conf(runtimeConfig={RUNTIME_ANNOTATIONS: {"netctl.dev/sticky-key": "k"}})
+    assert select(pods, invocation(runtime)).identity == "key:k"
 
 
 def test_runtime_annotations_malformed() -> None:

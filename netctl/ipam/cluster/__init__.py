@@ -58,8 +58,7 @@ from netctl.ipam.cluster.maintain import Maintenance
 from netctl.ipam.cluster.state import Cluster, ClusterSettings, Holdings
 from netctl.ipam.cluster.store import ClusterStore
 from netctl.ipam.cluster.takeover import WhereaboutsHolds
-from netctl.ipam.planner import Allocation
-from netctl.ipam.store import IndexStore
+from netctl.ipam.store import IndexStore, Loaded
 from netctl.journal.store import Journal
 from netctl.kube.api import Api
 from netctl.kube.blocks import BLOCKS, NODES
@@ -71,7 +70,7 @@ __all__ = ["ClusterSettings", "ClusterStore", "cluster_store"]
 
 
 def cluster_store(api: Api, journal: Journal, settings: ClusterSettings,
-                  live: tuple[list[Allocation], dict[str, int]],
+                  live: Loaded,
                   live_pods: Callable[[], AbstractSet[str] | None]) -> ClusterStore:
     """The cluster store over ``api``, its allocations ``live`` (the journal's live
     allocations and cursors); ``live_pods`` gives this node's pod UIDs (None until

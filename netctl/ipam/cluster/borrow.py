@@ -4,6 +4,13 @@ that block as its parent — which the owner grants (the address is free there, 
 never hands it out while the object exists) or refuses (:meth:`Borrows.borrow`); this
 node answers the borrow objects naming its own blocks (:meth:`Borrows.answer`), and
 counts the addresses it granted as used (``lent``).
+
+Sticky addresses (:mod:`netctl.ipam.sticky`) move between nodes the same way: a node
+publishes the reservations of its blocks' addresses on the block objects
+(``spec.reserved``, :meth:`netctl.ipam.cluster.store.ClusterStore.publish_reservations`);
+a node where the identity comes back borrows the address naming the identity
+(``spec.identity``, ``spec.ifname``), and the owner grants a reserved address to that
+identity only, its reservation ending there (journaled: taken back by that node).
 """
 
 from __future__ import annotations
@@ -19,15 +26,22 @@ from netctl.ipam.cluster.claims import Claims
 from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.ipam.planner import scope_of
 from netctl.ipam.ranges import IPAMConfig, Range
+from netctl.ipam.sticky import Reservation
+from netctl.journal.records import BlockRecord
 from netctl.kube import blocks as block_objects
 from netctl.kube.api import ApiError
 from netctl.kube.objects import Block as IPAMBlock
+from netctl.kube.objects import TransferAsk
 
 log = logging.getLogger("netctl.ipam")
 
 
 def asks(holdings: Holdings, obj: IPAMBlock) -> bool:
-    """Whether ``obj`` asks this node for an address of one of its blocks."""
+    """Whether ``obj`` asks this node for an address of one of its blocks, or for one of
+    its borrow objects (a transfer)."""
+    ask = obj.spec.transfer
+    if ask is not None:
+        return not ask.refused and obj.metadata.name in holdings.held
     return bool(obj.spec.parent) and not obj.spec.grant and obj.spec.parent in holdings.held
 
 
@@ -40,8 +54,9 @@ class Borrows:
     borrows: int = 0  # requested addresses granted by another node
 
     async def borrow(self, cfg: IPAMConfig, rng: Range, key: str, ip: int, text: str,
-                     parent: IPAMBlock) -> None:
-        """Borrow ``ip`` of ``parent``, another node's block (see the module's docstring).
+                     parent: IPAMBlock, identity: str = "", ifname: str = "") -> None:
+        """Borrow ``ip`` of ``parent``, another node's block (see the module's docstring),
+        for sticky ``identity`` on ``ifname`` when given (its reserved address there).
         Code 7 when refused or already borrowed, 11 when the owner does not answer in
         time."""
         api, journal = self.cluster.api, self.cluster.journal
@@ -49,7 +64,8 @@ class Borrows:
         scope = scope_of(cfg, key)
         single = Block(rng.version, ip, BITS[rng.version])
         owner = parent.spec.node
-        obj = await self.claims.claim(key, scope, single, cfg, rng, parent=parent.metadata.name)
+        obj = await self.claims.claim(key, scope, single, cfg, rng, parent=parent.metadata.name,
+                                      identity=identity, ifname=ifname)
         if obj is None:
             other = self.cluster.cached(block_name(scope, single))
             who = f"node {other.spec.node}" if other is not None else "another node"
@@ -91,24 +107,151 @@ class Borrows:
             await self.answer(obj)
 
     async def answer(self, obj: IPAMBlock) -> None:
+        """Grant the address when it is free here, or reserved here for the sticky identity
+        the borrow names (the reservation then ends: taken back by that node); else
+        refuse it."""
+        if obj.spec.transfer is not None:
+            await self.answer_transfer(obj)
+            return
         h = self.holdings.held.get(obj.spec.parent)
         found = parse_address(obj.spec.cidr)
         lent = self.holdings.lent
+        index = self.holdings.index
         grant = "refused"
+        res: Reservation | None = None
         if h is not None and found is not None and h.block.version == found[0] \
-                and h.block.contains(found[1]) \
-                and found[1] not in self.holdings.used(h.record.scope, found[0]):
-            grant = "granted"
-            lent.setdefault(found[0], set()).add(found[1])  # before any await
+                and h.block.contains(found[1]):
+            scope, version, ip = h.record.scope, found[0], found[1]
+            if ip not in self.holdings.used(scope, version):
+                grant = "granted"
+            elif (res := index.reserved(scope, version, ip)) is not None \
+                    and obj.spec.identity and index.holder(scope, version, ip) is None \
+                    and (res.identity, res.ifname) == (obj.spec.identity, obj.spec.ifname):
+                grant = "granted"
+                index.end_reservations([res], "taken_back")  # before any await
+            else:
+                res = None
+            if grant == "granted":
+                lent.setdefault(version, set()).add(ip)  # before any await
         try:
             done = await block_objects.answer(self.cluster.api, obj, grant)
         except ApiError:
             done = None
         if done is None and grant == "granted" and found is not None:
             lent[found[0]].discard(found[1])  # not written: not lent
+            if res is not None:
+                index.restore_reservation(res, "taken_back")
         elif done is not None:
             log.info("%s address %s of block %s to node %s", grant, obj.spec.cidr,
                      h.record.cidr if h else obj.spec.parent, obj.spec.node)
+            if res is not None:
+                await self.cluster.journal.end_reservations(
+                    [res], "taken back", f"taken back by node {obj.spec.node}")
+                self.holdings.sticky_changed.set()
+
+    async def answer_transfer(self, obj: IPAMBlock) -> None:
+        """Another node asks for this node's borrow object ``obj``: handed over when its
+        address is reserved here for the identity the ask names (the reservation ends:
+        taken back by that node, and the object is no longer this node's); else
+        refused."""
+        ask = obj.spec.transfer
+        h = self.holdings.held.get(obj.metadata.name)
+        found = parse_address(obj.spec.cidr)
+        if ask is None or h is None or found is None:
+            return
+        index = self.holdings.index
+        scope, (version, ip) = h.record.scope, found
+        res = index.reserved(scope, version, ip)
+        granted = res is not None and index.holder(scope, version, ip) is None \
+            and (res.identity, res.ifname) == (ask.identity, ask.ifname)
+        with self.claims.aside(h.record.id):
+            if granted and res is not None:
+                index.end_reservations([res], "taken_back")  # before any await
+                del self.holdings.held[obj.metadata.name]  # nothing lands in it from here on
+            try:
+                done = await block_objects.answer_transfer(self.cluster.api, obj, granted)
+            except ApiError:
+                done = None
+            if done is None:
+                if granted and res is not None:
+                    index.restore_reservation(res, "taken_back")
+                    self.holdings.held[obj.metadata.name] = h
+                return
+            log.info("%s borrowed address %s to node %s for %s",
+                     "handed over" if granted else "refused", obj.spec.cidr, ask.node,
+                     ask.identity)
+            if granted and res is not None:
+                journal = self.cluster.journal
+                await journal.end_reservations([res], "taken back",
+                                               f"taken back by node {ask.node}")
+                await journal.set_block(h.record.id, "released", ended=True)
+                self.cluster.blocks.cache[("", done.metadata.name)] = done
+
+    async def take(self, cfg: IPAMConfig, rng: Range, key: str, obj: IPAMBlock,
+                   identity: str, ifname: str) -> None:
+        """Ask another node for its borrow object ``obj``, whose address is reserved there
+        for ``identity`` (see :meth:`answer_transfer`); held here once handed over. Code 7
+        when refused, 11 when that node does not answer in time."""
+        journal, node = self.cluster.journal, self.cluster.settings.node
+        wait = self.cluster.settings.ready_wait
+        holder = obj.spec.node
+        rec = BlockRecord(name=obj.metadata.name, pool=key, scope=scope_of(cfg, key),
+                          cidr=obj.spec.cidr, node=node, state="claiming")
+        rec.id = await journal.open_block(rec)
+        with self.claims.aside(rec.id):  # settled here, not by a maintenance round
+            asked, found = await self._ask(obj, TransferAsk(node=node, identity=identity,
+                                                            ifname=ifname))
+            if found is not None and found.spec.node == node:
+                await self.claims.hold(rec, found)
+                address = parse_address(found.spec.cidr)
+                if address is not None:  # lent from a block of this node: its own again
+                    self.holdings.lent.get(address[0], set()).discard(address[1])
+                self.borrows += 1
+                log.info("took over borrowed address %s of pool %s from node %s for %s",
+                         obj.spec.cidr, key, holder, identity)
+                return
+            await journal.set_block(rec.id, "taken", ended=True)
+            if asked is None or found is None or found.spec.transfer is None \
+                    or found.spec.transfer.refused:
+                raise CNIError(INVALID_CONFIG, f"address {obj.spec.cidr} of pool {key}, reserved "
+                               f"for {identity} on node {holder}, was not handed over")
+            raise CNIError(TRY_AGAIN_LATER, f"address {obj.spec.cidr} of pool {key} is reserved "
+                           f"for {identity} on node {holder}, which did not answer within "
+                           f"{wait:g} s; try again later")
+
+    async def _ask(self, obj: IPAMBlock, ask: TransferAsk
+                   ) -> tuple[IPAMBlock | None, IPAMBlock | None]:
+        """Ask for borrow object ``obj`` (under the resourceVersion read; read again when
+        it changed) and wait for the answer; withdraw the ask when none came in time. The
+        object as asked (None: not asked) and as last read."""
+        api, holder = self.cluster.api, obj.spec.node
+        current: IPAMBlock | None = obj
+        asked = None
+        for _ in range(3):
+            if current is None or current.spec.node != holder:
+                break
+            asked = await block_objects.ask_transfer(api, current, ask)
+            if asked is not None:
+                break
+            current = await block_objects.get(api, obj.metadata.name)
+        if asked is None:
+            return None, current
+
+        def pending(b: IPAMBlock | None) -> bool:
+            return b is not None and b.spec.node != ask.node and b.spec.transfer is not None \
+                and not b.spec.transfer.refused
+
+        found: IPAMBlock | None = asked
+        with trio.move_on_after(self.cluster.settings.ready_wait):
+            while True:  # polled, as a borrow's answer is
+                found = await block_objects.get(api, obj.metadata.name)
+                if not pending(found):
+                    break
+                await trio.sleep(0.05)
+        if pending(found) and found is not None \
+                and await block_objects.withdraw_transfer(api, found) is None:
+            found = await block_objects.get(api, obj.metadata.name)  # answered meanwhile
+        return asked, found
 
     def lent_now(self) -> dict[int, set[int]]:
         """The addresses of this node's blocks granted to other nodes, from the cache."""

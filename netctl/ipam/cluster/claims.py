@@ -7,6 +7,7 @@ node has it — outcome journaled), and the settling of what the journal and the
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 from collections.abc import Iterator
@@ -121,9 +122,11 @@ class Claims:
         return False
 
     async def claim(self, pool: str, scope: str, blk: Block, cfg: IPAMConfig, rng: Range,
-                    parent: str = "") -> IPAMBlock | None:
+                    parent: str = "", identity: str = "", ifname: str = ""
+                    ) -> IPAMBlock | None:
         """The claim itself: intent journaled, object created, outcome journaled (a borrow,
-        with ``parent``, is held only once granted: its record waits in ``pending``)."""
+        with ``parent``, is held only once granted: its record waits in ``pending``; with
+        ``identity``, it asks for that sticky identity's reserved address)."""
         api, journal, node = self.cluster.api, self.cluster.journal, self.cluster.settings.node
         name = block_name(scope, blk)
         rec = BlockRecord(name=name, pool=pool, scope=scope, cidr=blk.cidr, node=node,
@@ -131,7 +134,8 @@ class Claims:
         rec.id = await journal.open_block(rec)
         spec = BlockSpec(pool=pool, scope=scope, range=rng.key, networkName=cfg.network_name,
                          poolSize=rng.size, prefix=rng.cidr.prefixlen, cidr=blk.cidr,
-                         node=node, claimedAt=block_objects.now_rfc3339(), parent=parent)
+                         node=node, claimedAt=block_objects.now_rfc3339(), parent=parent,
+                         identity=identity, ifname=ifname)
         self._claiming.add(rec.id)
         try:
             obj = await block_objects.claim(api, name, spec)
@@ -162,6 +166,16 @@ class Claims:
         blk = block_of(obj)
         if blk is not None:
             self.holdings.held[rec.name] = Held(rec, blk, obj)
+
+    @contextlib.contextmanager
+    def aside(self, rec_id: int) -> Iterator[None]:
+        """Record ``rec_id`` left out of :meth:`settle` meanwhile: its block is changing
+        hands, and the change journals its own outcome."""
+        self._claiming.add(rec_id)
+        try:
+            yield
+        finally:
+            self._claiming.discard(rec_id)
 
     async def settle(self) -> None:
         """Match the journal's open records of this node's blocks with the API: a held

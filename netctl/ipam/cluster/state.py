@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
+import trio
+
 from netctl.ipam.cluster.blocks import Block
 from netctl.ipam.planner import SetUnion
 from netctl.ipam.store import IndexStore
@@ -72,6 +74,8 @@ class Holdings:
     held: dict[str, Held] = field(default_factory=dict)
     foreign: dict[int, set[int]] = field(default_factory=dict)
     lent: dict[int, set[int]] = field(default_factory=dict)
+    # set when the sticky reservations changed: the blocks' published ones are out of date
+    sticky_changed: trio.Event = field(default_factory=trio.Event)
 
     def used(self, scope: str, version: int) -> AbstractSet[int]:
         used = self.index.used(scope, version)

@@ -14,6 +14,7 @@ built it with.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
@@ -22,7 +23,7 @@ from typing import Any
 
 import trio
 
-from netctl.errors import POOL_EXHAUSTED, TRY_AGAIN_LATER, CNIError
+from netctl.errors import INVALID_CONFIG, POOL_EXHAUSTED, TRY_AGAIN_LATER, CNIError
 from netctl.ipam.cluster.adopt import Adoption
 from netctl.ipam.cluster.blocks import BITS, Block, block_at, block_name, block_prefix, cidr_size
 from netctl.ipam.cluster.blocks import narrow as narrow_to
@@ -31,12 +32,26 @@ from netctl.ipam.cluster.claims import Claims
 from netctl.ipam.cluster.maintain import Maintenance
 from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.ipam.cluster.takeover import WhereaboutsHolds
-from netctl.ipam.planner import Allocation, Decision, Owner, PoolInfo, plan, pool_key, scope_of
-from netctl.ipam.ranges import IPAMConfig, Range, next_free, requested
+from netctl.ipam.planner import (
+    Allocation,
+    Decision,
+    Owner,
+    PoolInfo,
+    address_family,
+    plan,
+    pool_key,
+    scope_of,
+)
+from netctl.ipam.ranges import IPAMConfig, Range, next_free, requested, sticky_for
+from netctl.ipam.sticky import Reservation
 from netctl.ipam.store import Store
+from netctl.kube import blocks as block_objects
+from netctl.kube.api import ApiError
 from netctl.kube.informer import Informer
 from netctl.kube.objects import Block as IPAMBlock
-from netctl.kube.objects import Node
+from netctl.kube.objects import Node, StickyEntry
+
+log = logging.getLogger("netctl.ipam")
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,28 @@ class ClusterStore:
     def cursor(self, pool: str) -> int | None:
         return self.holdings.index.cursor(pool)
 
+    def reserved(self, scope: str, version: int, ip: int) -> Reservation | None:
+        return self.holdings.index.reserved(scope, version, ip)
+
+    def reservation(self, pool: str, identity: str, ifname: str) -> Reservation | None:
+        return self.holdings.index.reservation(pool, identity, ifname)
+
+    def sticky_holder(self, pool: str, identity: str, ifname: str) -> Allocation | None:
+        return self.holdings.index.sticky_holder(pool, identity, ifname)
+
+    def reservations(self) -> list[Reservation]:
+        return self.holdings.index.reservations()
+
+    def expired(self, now: float) -> list[Reservation]:
+        return self.holdings.index.expired(now)
+
+    def end_reservations(self, ended: Iterable[Reservation], how: str = "expired") -> None:
+        self.holdings.index.end_reservations(ended, how)
+        self.holdings.sticky_changed.set()
+
+    def sticky_status(self) -> dict[str, Any]:
+        return self.holdings.index.sticky_status()
+
     # -- the Store: the index's ------------------------------------------------------------
 
     async def reserve(self, new: list[Allocation]) -> None:
@@ -108,12 +145,21 @@ class ClusterStore:
 
     def unreserve(self, new: list[Allocation]) -> None:
         self.holdings.index.unreserve(new)
+        self._sticky(new)
 
     def recorded(self, new: list[Allocation]) -> None:
         self.holdings.index.recorded(new)
+        self._sticky(new)
 
     def released(self, gone: Iterable[Allocation]) -> None:
+        gone = list(gone)
         self.holdings.index.released(gone)
+        self._sticky(gone)
+
+    def _sticky(self, allocs: Iterable[Allocation]) -> None:
+        """Sticky allocations came or went: the published reservations may be stale."""
+        if any(a.sticky for a in allocs):
+            self.holdings.sticky_changed.set()
 
     def of_attachment(self, attachment_id: int) -> list[Allocation]:
         return self.holdings.index.of_attachment(attachment_id)
@@ -139,7 +185,11 @@ class ClusterStore:
         pools = {pool_key(cfg, r): PoolInfo(cfg.network_name, r.key, r.version, r.size)
                  for r in ranges}
         self.know_pools({key: info.size for key, info in pools.items()})
-        await self._place_requested(cfg, ranges, wanted)
+        ident = owner.identity if sticky_for(cfg) is not None else ""
+        await self._place_requested(cfg, ranges, wanted, ident, owner.ifname)
+        if ident:
+            wanted = [*wanted, *await self._reserved_elsewhere(cfg, ranges, owner, wanted,
+                                                               now)]
         for _ in range(64):
             planned = await self._plan(cfg, ranges, owner, wanted, now)
             if planned is None:
@@ -211,10 +261,60 @@ class ClusterStore:
         return next_free(narrowed, self.used(scope, narrowed.version), None,
                          "lowest") is None
 
+    async def _reserved_elsewhere(self, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
+                                  wanted: list[str], now: float) -> list[str]:
+        """The addresses reserved for ``owner``'s sticky identity that another node
+        published (``spec.reserved`` of its blocks), each borrowed from its block's node
+        to be requested here; one refused (taken meanwhile) is left out: a new address."""
+        out: list[str] = []
+        index = self.holdings.index
+        for rng in ranges:
+            key = pool_key(cfg, rng)
+            if any(address_family(w) == rng.version for w in wanted) \
+                    or index.held(key, owner.container_id, owner.ifname) is not None \
+                    or index.reservation(key, owner.identity, owner.ifname) is not None \
+                    or index.sticky_holder(key, owner.identity, owner.ifname) is not None:
+                continue
+            published = self._published(key, owner.identity, owner.ifname, now)
+            if published is None:
+                continue
+            found, obj = published
+            try:
+                if obj.spec.parent:  # a borrowed address: its borrower hands it over
+                    await self.borrows.take(cfg, rng, key, obj, owner.identity, owner.ifname)
+                else:
+                    await self._place_requested(cfg, [rng], [found], owner.identity,
+                                                owner.ifname)
+            except CNIError as exc:
+                if exc.code != INVALID_CONFIG:
+                    raise
+                log.info("the address %s reserved for %s is not granted (%s): a new one",
+                         found, owner.identity, exc.msg)
+                continue
+            out.append(found)
+        return out
+
+    def _published(self, pool: str, identity: str, ifname: str, now: float
+                   ) -> tuple[str, IPAMBlock] | None:
+        """The address of ``pool`` another node published as reserved for ``identity`` on
+        ``ifname`` (not expired), and the block object it is published on, from the
+        blocks' cache."""
+        node = self.cluster.settings.node
+        for obj in self.cluster.blocks.cache.values():
+            if obj.spec.pool != pool or obj.spec.node == node:
+                continue
+            for entry in obj.spec.reserved:
+                if (entry.identity, entry.ifname) == (identity, ifname) and entry.until > now:
+                    return entry.address, obj
+        return None
+
     async def _place_requested(self, cfg: IPAMConfig, ranges: list[Range],
-                               wanted: list[str]) -> None:
+                               wanted: list[str], identity: str = "", ifname: str = ""
+                               ) -> None:
         """Each requested address inside a block of this node: the block claimed when nobody
-        holds it; borrowed (or refused, code 7) when another node does."""
+        holds it; borrowed (or refused, code 7) when another node does — for sticky
+        ``identity`` on ``ifname`` when given, so that its node grants it a reserved
+        address."""
         held, node = self.holdings.held, self.cluster.settings.node
         for text in wanted:
             for rng in ranges:
@@ -236,12 +336,60 @@ class ClusterStore:
                 if other is not None and other.spec.node != node:
                     single = Block(rng.version, ip, BITS[rng.version])
                     if block_name(scope, single) not in held:
-                        await self.borrows.borrow(cfg, rng, key, ip, text, other)
+                        await self.borrows.borrow(cfg, rng, key, ip, text, other,
+                                                  identity, ifname)
                     break
                 raise CNIError(TRY_AGAIN_LATER, f"requested address {text} in pool {key}: "
                                f"block {blk.cidr} was claimed meanwhile; try again")
 
     # -- the lifecycle: start, the answers to borrows, maintenance ------------------------
+
+    async def publish_reservations(self) -> None:
+        """For ever: each time the sticky reservations change, publish them on the blocks
+        that hold their addresses (:meth:`sync_reservations`)."""
+        await self.ready.wait()
+        while True:
+            await self.holdings.sticky_changed.wait()
+            self.holdings.sticky_changed = trio.Event()
+            try:
+                await self.sync_reservations()
+            except (ApiError, CNIError) as exc:
+                log.warning("sticky reservations not published: %s; retried in the next "
+                            "maintenance round", exc)
+
+    async def sync_reservations(self) -> int:
+        """Each held block's ``spec.reserved`` made what this node's reservations of its
+        addresses are (a borrowed address's on its borrow object): one update per block
+        that differs, under the resourceVersion read. How many blocks were written."""
+        node = self.cluster.settings.node
+        want: dict[str, list[StickyEntry]] = {}
+        for res in self.holdings.index.reservations():
+            name = self._block_of(res.scope, res.version, res.ip)
+            if name is not None:
+                want.setdefault(name, []).append(StickyEntry(
+                    res.address, res.identity, res.ifname, res.until, node))
+        written = 0
+        for name, h in list(self.holdings.held.items()):
+            entries = sorted(want.get(name, []), key=lambda e: (e.address, e.identity))
+            obj: IPAMBlock | None = self.cluster.cached(name) or h.obj
+            for _ in range(3):
+                if obj is None or obj.spec.reserved == entries:
+                    break
+                done = await block_objects.set_reserved(self.cluster.api, obj, entries)
+                if done is not None:
+                    self.cluster.blocks.cache[("", name)] = h.obj = done
+                    written += 1
+                    break
+                obj = await block_objects.get(self.cluster.api, name)  # changed: read again
+        return written
+
+    def _block_of(self, scope: str, version: int, ip: int) -> str | None:
+        """The held block an address is published on: its borrow object when it was
+        borrowed, else this node's block holding it."""
+        inside = [(h.block.prefix, name) for name, h in self.holdings.held.items()
+                  if h.record.scope == scope and h.block.version == version
+                  and h.block.contains(ip)]
+        return max(inside)[1] if inside else None
 
     async def start(self) -> None:
         """Once the caches are filled: settle unfinished claims, load the held blocks,
@@ -276,6 +424,7 @@ class ClusterStore:
             await self.whereabouts.take_over()
         self.holdings.lent = self.borrows.lent_now()
         await self.borrows.answer_cached()
+        await self.sync_reservations()
         done = await self.maintenance.round(now)
         return {**done, "adopted_freed": await self.adoption.release_gone()}
 
@@ -290,11 +439,11 @@ class ClusterStore:
 
     def pool_fill(self) -> dict[str, tuple[int | None, int]]:
         """Every known pool's size and how many of its addresses this node can no longer
-        hand out: its own live allocations, plus every address in other nodes' blocks
-        (counted by the block's size; a borrowed address only when it was granted out of
-        one of this node's blocks, the others lie in a block counted already). Capped at
-        the pool's size (netctl/engine/degraded.py)."""
-        usage = self.pool_usage()
+        hand out: its own live allocations and sticky reservations, plus every address in
+        other nodes' blocks (counted by the block's size; a borrowed address only when it
+        was granted out of one of this node's blocks, the others lie in a block counted
+        already). Capped at the pool's size (netctl/engine/degraded.py)."""
+        usage = self.holdings.index.pool_fill()  # live and reserved
         others: dict[str, int] = {}
         for obj in self.cluster.blocks.cache.values():
             spec = obj.spec
@@ -319,6 +468,9 @@ class ClusterStore:
                 "whereabouts_holds": self.whereabouts.holds,
                 "borrowed": self.borrows.borrows,
                 "lent": sum(len(v) for v in self.holdings.lent.values()),
+                "sticky_published_elsewhere": sum(
+                    len(b.spec.reserved) for b in self.cluster.blocks.cache.values()
+                    if b.spec.node != self.cluster.settings.node),
                 "blocks_cache": self.cluster.blocks.status(),
                 "nodes_cache": self.cluster.nodes.status()}
 

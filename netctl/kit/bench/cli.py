@@ -120,7 +120,8 @@ def _add_kube_benches(bsub: _Commands) -> None:
     b.add_argument("--api-server", choices=["fake", "real"], default="fake",
                    help="the project's fake API server (default), or a real kube-apiserver "
                    "and etcd started for the run (../shared/kube, NETCTL_KUBE_APISERVER, "
-                   "NETCTL_ETCD; README, \"Testing\"); --api-latency-ms applies to the fake")
+                   "NETCTL_ETCD; docs/testing.md, \"Against a real API server\"); "
+                   "--api-latency-ms applies to the fake")
     b.add_argument("--concurrency", type=int, default=4, help="allocations in flight per "
                    "node (default 4)")
     b.add_argument("--backend", choices=["kubernetes", "sqlite"], default="kubernetes",
