@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
+from netctl.journalview import ALLOCATION_COLUMNS
 from netctl.kit import harness
 from netctl.kit.harness import CNIResult
 from netctl.kit.kubefake import IPAMBLOCKS, FakeKube, node, pod
@@ -164,7 +165,7 @@ def test_who_held_an_address_at_a_time_from_any_node(
                            + f".{int(held_then % 1 * 1000):03d}Z")
     assert table.returncode == 0, table.stderr
     rows = [line.split() for line in table.stdout.splitlines()]
-    assert ["NODE", "POOL", "ADDRESS", "CONTAINER", "POD", "IFNAME", "SINCE", "UNTIL"] in rows
+    assert ["NODE", *(c.upper() for c in ALLOCATION_COLUMNS)] in rows  # NODE first
     assert any(r[:1] == ["node-0"] and "team-a/web-a" in r for r in rows)
 
     team_a = as_json(kubectl_netctl(me, "journal", "--namespace", "team-a", "--json"))
