@@ -145,7 +145,8 @@ def run_query(args: argparse.Namespace) -> int:
     report = {"nodes": args.nodes, "pods_per_node": args.pods,
               "api_latency_ms": args.api_latency_ms, "queries": args.queries,
               "local_ms": summary_ms(local), "cluster_ms": summary_ms(cluster),
-              "cli_ms": summary_ms(cli), "token_reviews": reviews, "failures": failures}
+              "cli_ms": summary_ms(cli), "token_reviews": reviews, "failures": failures,
+              "root": str(root), "daemon_pids": [d.pid for d in daemons]}
     if args.json:
         print(json.dumps(report, indent=2))
     else:
