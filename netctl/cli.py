@@ -34,7 +34,8 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
         "state_dir": args.state_dir, "socket": args.socket, "cni_bin_dir": args.cni_bin_dir,
         "networks_dir": args.networks_dir, "kubeconfig": args.kubeconfig,
         "in_cluster": args.in_cluster or None, "node_name": args.node_name,
-        "metrics_addr": args.metrics_addr, "log_level": args.log_level,
+        "metrics_addr": args.metrics_addr, "query_addr": args.query_addr,
+        "log_level": args.log_level,
         "log_format": args.log_format, "host_root": args.host_root,
         "exit_after_replay": args.exit_after_replay or None,
     }
@@ -104,21 +105,28 @@ def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _cmd_journal(args: argparse.Namespace) -> int:
-    """One query (:func:`netctl.journal.query.journal`), printed whole with ``--json`` or
-    rendered as tables from that same document."""
+def journal_filters(args: argparse.Namespace) -> Any:
+    """``netctl journal``'s flags as :class:`netctl.journal.query.Filters` (the times read
+    here, on the caller's side, with a note for a time without a zone)."""
     from netctl.journal import query
-    from netctl.journalview import render
 
-    conn = query.connect(args.state_dir)
     at = query.read_time(args.at, local=args.local) if args.at else None
     since = query.read_time(args.since, local=args.local) if args.since else None
-    doc = query.journal(conn, query.Filters(
+    return query.Filters(
         pod=query.pod_selector(args.pod, args.namespace), container=args.container,
         ip=args.ip, at=at.seconds if at else None, since=since.seconds if since else None,
         network=args.network, running=args.running, limit=args.limit,
         notes=tuple(f"{flag}: {t.note}" for flag, t in (("--at", at), ("--since", since))
-                    if t is not None and t.note)))
+                    if t is not None and t.note))
+
+
+def _cmd_journal(args: argparse.Namespace) -> int:
+    """One query (:func:`netctl.readonly.journal`), printed whole with ``--json`` or
+    rendered as tables from that same document."""
+    from netctl import readonly
+    from netctl.journalview import render
+
+    doc = readonly.journal(args.state_dir, journal_filters(args))
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
@@ -193,18 +201,16 @@ def _ipam_handback(args: argparse.Namespace, conn: sqlite3.Connection) -> int:
 
 
 def _ipam_report(args: argparse.Namespace, conn: sqlite3.Connection) -> None:
+    from netctl import readonly
     from netctl.journal import query
 
     alloc_cols = ["address", "container", "pod", "ifname", "since"]
     if args.ipam == "pools":
-        rows = query.pools(conn)
+        doc = readonly.pools(args.state_dir)
         if args.json:
-            print(json.dumps({"pools": rows}, indent=2))
+            print(json.dumps(doc, indent=2))
         else:
-            for row in rows:
-                row["blocks"] = " ".join(f"{n}:{c}" for n, c in row["blocks"].items()) or "-"
-            print(_table(rows, ["key", "range", "family", "size", "in_use", "reserved", "free",
-                                "blocks"]))
+            print(pools_table(doc["pools"]))
     elif args.ipam == "show":
         known = {p["key"]: p for p in query.pools(conn)}
         by_key = args.pool in known
@@ -225,15 +231,27 @@ def _ipam_report(args: argparse.Namespace, conn: sqlite3.Connection) -> None:
             print(_table(_timed(item["allocations"]),
                          alloc_cols + (["until"] if args.all else [])))
     else:
-        from netctl.reconcile.facts import gather
-        from netctl.reconcile.plan import leaks, plan
-
-        facts = gather(journal_path(args.state_dir), links={})
-        rows = leaks(facts, plan(facts, args.grace))
+        doc = readonly.leaks(args.state_dir, args.grace)
         if args.json:
-            print(json.dumps({"leaks": rows}, indent=2))
+            print(json.dumps(doc, indent=2))
         else:
-            print(_table(_timed(rows), ["pool", *alloc_cols, "reason", "detail"]))
+            print(leaks_table(doc["leaks"]))
+
+
+POOL_COLUMNS = ["key", "range", "family", "size", "in_use", "reserved", "free", "blocks"]
+LEAK_COLUMNS = ["pool", "address", "container", "pod", "ifname", "since", "reason", "detail"]
+
+
+def pools_table(rows: list[dict[str, Any]], first: tuple[str, ...] = ()) -> str:
+    """``netctl ipam pools`` as a table (``first``: columns before the pool's, ``node``)."""
+    shown = [{**r, "blocks": " ".join(f"{n}:{c}" for n, c in r["blocks"].items()) or "-"}
+             for r in rows]
+    return _table(shown, [*first, *POOL_COLUMNS])
+
+
+def leaks_table(rows: list[dict[str, Any]], first: tuple[str, ...] = ()) -> str:
+    """``netctl ipam leaks`` as a table."""
+    return _table(_timed(rows), [*first, *LEAK_COLUMNS])
 
 
 def admin_request(socket_path: str, timeout: float = 5.0, call: str = "status",
@@ -441,7 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="netctl", description="node network controller")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     for add in (_add_daemon, _add_install_cni, _add_journal, _add_status_doctor,
-                _add_reconcile, _add_forget, _add_hotplug, _add_ipam, *_plugged_groups()):
+                _add_reconcile, _add_forget, _add_hotplug, _add_ipam, _add_cluster,
+                *_plugged_groups()):
         add(sub)
     return parser
 
@@ -480,6 +499,9 @@ def _add_daemon(sub: _Commands) -> None:
     p.add_argument("--in-cluster", action="store_true")
     p.add_argument("--node-name")
     p.add_argument("--metrics-addr")
+    p.add_argument("--query-addr", metavar="HOST:PORT", help="Kubernetes mode: serve the "
+                   "read-only queries of kubectl netctl here (callers checked with a "
+                   "TokenReview and a SubjectAccessReview; default: off)")
     p.add_argument("--log-level", metavar="LEVEL[,LOGGER=LEVEL…]", help="netctl's level "
                    "(default info); other libraries stay at warning unless named, e.g. "
                    "debug,aiosqlite=debug")
@@ -520,6 +542,12 @@ def _add_journal(sub: _Commands) -> None:
     """``netctl journal``: what the journal holds, filtered."""
     p = sub.add_parser("journal", help="who held what, when: attachments and operations")
     p.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+    _journal_flags(p)
+    p.set_defaults(fn=_cmd_journal)
+
+
+def _journal_flags(p: argparse.ArgumentParser) -> None:
+    """The filters of ``netctl journal``, here and across the cluster alike."""
     p.add_argument("--pod", metavar="[NS/]NAME", help="a pod; NAME alone: in any namespace; "
                    "NS/*: every pod of namespace NS")
     p.add_argument("--namespace", metavar="NS", help="every pod of a namespace (with --pod "
@@ -542,7 +570,6 @@ def _add_journal(sub: _Commands) -> None:
                    "offset (default: UTC, ending in Z), and read a --at/--since time without a "
                    "zone as local time")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(fn=_cmd_journal)
 
 
 def _add_status_doctor(sub: _Commands) -> None:
@@ -658,8 +685,128 @@ def _add_ipam(sub: _Commands) -> None:
     p.set_defaults(fn=_cmd_ipam)
 
 
+def _add_cluster(sub: _Commands) -> None:
+    """``netctl cluster journal|ipam pools|ipam leaks|status`` — ``kubectl netctl …``: the
+    node questions asked of every node's daemon, with the user's kubeconfig."""
+    p = sub.add_parser("cluster", help="the journal, pools, leaks and status of every node, "
+                       "asked with your kubeconfig (kubectl netctl)")
+    _cluster_commands(p.add_subparsers(dest="cluster", required=True, metavar="COMMAND"))
+
+
+def _cluster_flags() -> argparse.ArgumentParser:
+    """Where the daemons are and how to ask them."""
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--kubeconfig", metavar="FILE", help="default: $KUBECONFIG, else "
+                       "~/.kube/config (its current context)")
+    where.add_argument("--token", metavar="TOKEN", help="the bearer token to send (default: "
+                       "the kubeconfig's)")
+    where.add_argument("--netctl-namespace", default="kube-system", metavar="NS",
+                       help="the DaemonSet's namespace (default kube-system)")
+    where.add_argument("--selector", default="app.kubernetes.io/name=netctl", metavar="LABELS",
+                       help="its pods' labels (default app.kubernetes.io/name=netctl)")
+    where.add_argument("--query-port", type=int, default=9470, metavar="PORT",
+                       help="the daemons' query-addr port (default 9470; a pod's "
+                       "netctl.dev/query-addr annotation overrides it)")
+    where.add_argument("--https", action="store_true", help="the daemons serve HTTPS "
+                       "(query-tls-cert); verified against the system's CAs or --ca-file")
+    where.add_argument("--ca-file", metavar="FILE", help="the CA of the daemons' serving "
+                       "certificates (implies --https)")
+    where.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                       help="how long each node (and the API server) gets to answer")
+    return where
+
+
+def _cluster_commands(csub: _Commands) -> None:
+    """The commands of ``netctl cluster`` (and of ``kubectl netctl``)."""
+    where = _cluster_flags()
+    j = csub.add_parser("journal", parents=[where], help="who held what, when, on any node")
+    _journal_flags(j)
+    i = csub.add_parser("ipam", help="every node's pools or leaks")
+    isub = i.add_subparsers(dest="ipam", required=True, metavar="WHAT")
+    isub.add_parser("pools", parents=[where], help="every node's pools").add_argument(
+        "--json", action="store_true")
+    lk = isub.add_parser("leaks", parents=[where], help="every node's leaks")
+    lk.add_argument("--grace", type=float, default=0.0, help="leave out allocations younger "
+                    "than this many seconds")
+    lk.add_argument("--json", action="store_true")
+    st = csub.add_parser("status", parents=[where], help="every node's daemon: ready, "
+                         "degraded, why")
+    st.add_argument("--json", action="store_true")
+    for cmd in (j, lk, st, *isub.choices.values()):
+        cmd.set_defaults(fn=_cmd_cluster)
+
+
+def _cluster_options(args: argparse.Namespace) -> Any:
+    import ssl
+
+    from netctl.clusterquery import Options
+
+    tls = None
+    if args.https or args.ca_file:
+        tls = ssl.create_default_context(cafile=args.ca_file)
+    return Options(args.kubeconfig, args.netctl_namespace, args.selector, args.query_port,
+                   args.token or "", args.timeout, tls)
+
+
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    """Ask every node, merge, print; exit 0 when every node answered, 1 when one did not
+    (it is named, the others' answers printed) or none could be asked."""
+    from netctl import clusterquery as cq
+
+    what = "journal" if args.cluster == "journal" else \
+        args.ipam if args.cluster == "ipam" else "status"
+    path, ip, at, notes = cq.PATHS[what], None, None, ()
+    if what == "journal":
+        f = journal_filters(args)
+        path, ip, at, notes = f"{path}?{cq.journal_query(f)}", f.ip, f.at, f.notes
+    elif what == "leaks":
+        path += f"?grace={args.grace}"
+    try:
+        doc = cq.query(_cluster_options(args), what, path, ip=ip, at=at, notes=notes)
+    except cq.ClusterError as exc:
+        print(f"kubectl netctl: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    elif what == "journal":
+        from netctl.journalview import render
+
+        lines, said = render(doc, local=args.local)
+        for note in said:
+            print(note, file=sys.stderr)
+        print("\n".join(lines))
+    elif what == "pools":
+        print(pools_table(doc["pools"], ("node",)))
+    elif what == "leaks":
+        print(leaks_table(doc["leaks"], ("node",)))
+    else:
+        print(_table([{**s, "reasons": "; ".join(s.get("reasons") or
+                                                 s.get("degraded_reasons") or []) or "-"}
+                      for s in doc["statuses"]], ["node", "state", "ready", "degraded",
+                                                  "reasons"]))
+    problems = cq.incomplete(doc)
+    for line in problems:
+        print(f"kubectl netctl: {line}", file=sys.stderr)
+    if what == "status" and any(not s.get("ready") or s.get("degraded")
+                                for s in doc["statuses"]):
+        return 1
+    return 1 if problems else 0
+
+
+def kubectl_main(argv: list[str] | None = None) -> int:
+    """``kubectl-netctl``: ``kubectl netctl journal …`` is ``netctl cluster journal …``."""
+    parser = argparse.ArgumentParser(prog="kubectl netctl", description="netctl's journal, "
+                                     "pools, leaks and status across the cluster, asked of "
+                                     "every node's daemon with your kubeconfig")
+    _cluster_commands(parser.add_subparsers(dest="cluster", required=True, metavar="COMMAND"))
+    return _run(parser.parse_args(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return _run(build_parser().parse_args(argv))
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         code: int = args.fn(args)
     except CNIError as exc:

@@ -43,6 +43,7 @@ from netctl.journal.store import Journal, open_journal
 from netctl.kubehotplug import KubeHotplug
 from netctl.kubemode import KubeMode
 from netctl.metrics import Metrics, MetricsServer
+from netctl.queryserver import QueryServer, tls_context
 from netctl.reconcile.leaks import PARALLEL as RECONCILE_PARALLEL
 from netctl.reconcile.leaks import Reconciler
 from netctl.reconcile.pending import PendingReport, finish_pending, pending_dir
@@ -64,6 +65,10 @@ async def run(cfg: DaemonConfig, *,
             if cfg.kubeconfig or cfg.in_cluster else None
         if kube is not None:
             stack.push_async_callback(kube.close)
+        elif cfg.query_addr:
+            raise CNIError(INVALID_CONFIG, "query-addr serves Kubernetes mode only (its "
+                           "callers are checked by the API server): add --kubeconfig or "
+                           "--in-cluster, or drop query-addr")
         await _kill_orphans(journal.path)
         ipam = await _ipam_store(cfg, journal, kube)
         ipam_types = frozenset({"netctl-ipam", *cfg.ipam_takeover})
@@ -99,9 +104,26 @@ async def run(cfg: DaemonConfig, *,
                                                cfg.max_request_bytes,
                                                drain_timeout=cfg.drain_timeout))
         metrics_server = MetricsServer(metrics, cfg.metrics_addr) if cfg.metrics_addr else None
-        await Serving(server, reconciler, pruner, events, kube, metrics_server).serve(
-            cfg, journal.path, task_status)
+        await Serving(server, reconciler, pruner, events, kube, metrics_server,
+                      _query_server(cfg, kube, status)).serve(cfg, journal.path, task_status)
     log.info("netctl daemon stopped")
+
+
+def _query_server(cfg: DaemonConfig, kube: KubeMode | None,
+                  status: StatusDocument) -> QueryServer | None:
+    """``query-addr``: the read-only endpoint kubectl netctl asks, its callers checked by
+    the API server: Kubernetes mode only (:func:`run` refuses it otherwise)."""
+    if not cfg.query_addr or kube is None:
+        return None
+    from netctl.kube.review import Reviews
+
+    try:
+        tls = tls_context(cfg.query_tls_cert, cfg.query_tls_key) \
+            if cfg.query_tls_cert and cfg.query_tls_key else None
+    except (OSError, ValueError) as exc:
+        raise CNIError(INVALID_CONFIG, f"query-tls-cert/query-tls-key: {exc}") from exc
+    return QueryServer(cfg.query_addr, kube.node, cfg.state_dir,
+                       Reviews(kube.api, kube.node).check, status.read, tls)
 
 
 async def _kill_orphans(owner: str) -> None:
@@ -273,6 +295,7 @@ class Serving:
     events: EventWatcher | None  # reconcile-events
     kube: KubeMode | None  # Kubernetes mode
     metrics: MetricsServer | None  # metrics-addr
+    query: QueryServer | None = None  # query-addr
     pruning: trio.CancelScope = dataclasses.field(default_factory=trio.CancelScope)
     periodic: trio.CancelScope = dataclasses.field(default_factory=trio.CancelScope)
 
@@ -302,6 +325,11 @@ class Serving:
             except OSError as exc:
                 raise CNIError(INVALID_CONFIG, f"metrics-addr {cfg.metrics_addr}: "
                                f"{exc}") from exc
+        if self.query is not None:
+            try:
+                await nursery.start(self.query.serve)
+            except OSError as exc:
+                raise CNIError(INVALID_CONFIG, f"query-addr {cfg.query_addr}: {exc}") from exc
         await nursery.start(self.server.serve)
         # in the background, batch by batch
         nursery.start_soon(_in_scope, self.pruning, self.pruner.run)
@@ -315,6 +343,8 @@ class Serving:
         self.server.stop()
         if self.metrics is not None:
             self.metrics.stop()
+        if self.query is not None:
+            self.query.stop()
         self.periodic.cancel()  # an interrupted round is finished by the next start
         self.pruning.cancel()  # a batch is one write: it completes or never began
         if self.events is not None:

@@ -68,8 +68,11 @@ def _reserved(row: Mapping[str, Any], local: bool) -> str:
 
 def render(doc: Mapping[str, Any], local: bool = False) -> tuple[list[str], list[str]]:
     """(stdout lines, stderr notes): the attachments' table always (its header alone when
-    none matched), then the allocations, blocks and operations each when there are any."""
+    none matched), then the allocations, blocks and operations each when there are any.
+    A cluster's document (``kubectl netctl journal``: ``nodes`` beside the rows) has a NODE
+    column first in each table."""
     local = bool(local)
+    first = ["node"] if "nodes" in doc else []
     notes = [str(n) for n in doc.get("notes") or []]
     if doc.get("older_attachments"):
         notes.append(f"(the newest {len(doc['attachments'])} attachments; older ones not "
@@ -79,15 +82,16 @@ def render(doc: Mapping[str, Any], local: bool = False) -> tuple[list[str], list
                      "older ones not shown: narrow it with --since)")
     atts = [{**a, "addresses": ",".join(a["addresses"]) or "-"}
             for a in _timed(list(doc["attachments"]), local)]
-    out = table(atts, ATTACHMENT_COLUMNS).splitlines()
+    out = table(atts, first + ATTACHMENT_COLUMNS).splitlines()
     if doc.get("allocations"):
         allocs = [{**a, "identity": a.get("identity") or "-", "reserved": _reserved(a, local)}
                   for a in _timed(list(doc["allocations"]), local)]
-        out += ["", *table(allocs, ALLOCATION_COLUMNS).splitlines()]
+        out += ["", *table(allocs, first + ALLOCATION_COLUMNS).splitlines()]
     if doc.get("blocks"):  # ipam-backend: kubernetes — whose block held it, so whose journal
-        out += ["", *table(_timed(list(doc["blocks"]), local), BLOCK_COLUMNS).splitlines()]
+        out += ["", *table(_timed(list(doc["blocks"]), local),
+                           (["seen_by"] if first else []) + BLOCK_COLUMNS).splitlines()]
     if doc.get("operations"):
         ops = [{**op, "container": op["container_id"],
                 "started": rfc3339(op["started_at"], local)} for op in doc["operations"]]
-        out += ["", *table(ops, OPERATION_COLUMNS).splitlines()]
+        out += ["", *table(ops, first + OPERATION_COLUMNS).splitlines()]
     return out, notes

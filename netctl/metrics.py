@@ -250,11 +250,11 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def parse_addr(addr: str) -> tuple[str, int]:
+def parse_addr(addr: str, setting: str = "metrics-addr") -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:9090`` for IPv6; an empty host: every address) → (host, port)."""
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"metrics-addr {addr!r}: expected HOST:PORT")
+        raise ValueError(f"{setting} {addr!r}: expected HOST:PORT")
     return host.strip("[]"), int(port)
 
 

@@ -31,6 +31,11 @@ class DaemonConfig:
     in_cluster: bool = False
     node_name: str | None = None
     metrics_addr: str | None = None
+    # Kubernetes mode: the read-only query endpoint kubectl netctl asks (queryserver.py),
+    # callers checked with TokenReview + SubjectAccessReview; HTTPS with a cert and key
+    query_addr: str | None = None
+    query_tls_cert: str | None = None
+    query_tls_key: str | None = None
     log_level: str = "info"  # LEVEL[,LOGGER=LEVEL…]: netctl's, then other loggers' (logs.py)
     log_format: Literal["text", "json", "logfmt"] = "text"
     plugin_timeout: float = 60.0
@@ -129,6 +134,11 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
         cfg = msgspec.convert(values, DaemonConfig, strict=False)
         if cfg.metrics_addr:
             parse_addr(cfg.metrics_addr)
+        if cfg.query_addr:
+            parse_addr(cfg.query_addr, "query-addr")
     except (msgspec.ValidationError, ValueError) as exc:
         raise CNIError(INVALID_CONFIG, f"daemon config: {exc}") from exc
+    if bool(cfg.query_tls_cert) != bool(cfg.query_tls_key):
+        raise CNIError(INVALID_CONFIG, "daemon config: query-tls-cert and query-tls-key go "
+                       "together")
     return cfg

@@ -16,6 +16,8 @@ CORE = ""  # the core API group (pods, events, nodes)
 NAD_GROUP = "k8s.cni.cncf.io"
 IPAM_GROUP = "ipam.netctl.dev"
 WHEREABOUTS_GROUP = "whereabouts.cni.cncf.io"  # whereabouts' CRDs: read for a takeover
+AUTHN_GROUP = "authentication.k8s.io"
+AUTHZ_GROUP = "authorization.k8s.io"
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,12 @@ RULES: tuple[Rule, ...] = (
     Rule(WHEREABOUTS_GROUP, "overlappingrangeipreservations", ("list",),
          "whereabouts takeover: the addresses of whereabouts' overlapping-range "
          "reservations, held until their pods are gone; listed, never written"),
+    Rule(AUTHN_GROUP, "tokenreviews", ("create",),
+         "query-addr: whose is the bearer token a kubectl netctl caller sent (a "
+         "TokenReview; nothing is stored)"),
+    Rule(AUTHZ_GROUP, "subjectaccessreviews", ("create",),
+         "query-addr: may that caller get nodes/netctl-journal of this node (a "
+         "SubjectAccessReview; nothing is stored)"),
 )
 
 

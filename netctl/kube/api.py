@@ -99,6 +99,11 @@ class Api:
         except (kconfig.ConfigException, OSError, ValueError) as exc:
             raise ApiError(0, f"Kubernetes client configuration: {exc}") from exc
 
+    @property
+    def client_configuration(self) -> kclient.Configuration:
+        """The client's configuration (its credentials), read on the asyncio side."""
+        return self._api.configuration
+
     async def close(self) -> None:
         await on_asyncio(self._api.close)
 

@@ -12,7 +12,9 @@ and DEL (none but the network-status patch with a warm cache, one GET more when 
 lags), times ADDs beside standalone mode, measures the daemon's and its delegates' memory,
 and leaves nothing; `netctl bench cluster` runs nodes sharing one pool, netctl daemons and
 whereabouts' protocol, counts their requests per pod and the live addresses held twice (with
-the sqlite backend, pools per node: some; whereabouts: none), and leaves nothing."""
+the sqlite backend, pools per node: some; whereabouts: none), and leaves nothing; `netctl
+bench query` asks every node who held an address, beside one node's local journal, each
+answer right, one TokenReview per node, and leaves nothing."""
 
 from __future__ import annotations
 
@@ -421,3 +423,18 @@ def test_cluster_small_json(backend: str) -> None:
     assert not os.path.exists(report["root"])
     for d in n["daemons"] + n["single_node"]["daemons"] + loaded["daemons"]:
         assert not os.path.exists(f"/proc/{d['pid']}")
+
+
+def test_query_small_json() -> None:
+    proc = subprocess.run([NETCTL, "bench", "query", "--nodes", "2", "--pods", "3",
+                           "--queries", "3", "--cli-runs", "1", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["failures"] == []
+    assert report["local_ms"]["n"] == report["cluster_ms"]["n"] == 3
+    assert report["cli_ms"]["n"] == 1
+    assert report["token_reviews"] == 2  # once per node, then kept
+    assert not os.path.exists(report["root"])
+    assert len(report["daemon_pids"]) == 2
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in report["daemon_pids"])

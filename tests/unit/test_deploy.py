@@ -352,3 +352,34 @@ def test_the_ipamblock_crd_matches_the_code() -> None:
     (version,) = spec["versions"]
     props = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert set(props) == {f.encode_name for f in msgspec.structs.fields(BlockSpec)}
+
+
+def test_the_journal_reader_role_grants_what_the_daemons_check() -> None:
+    """The ClusterRole's first rule is the SubjectAccessReview the query endpoint asks
+    (netctl/kube/review.py); the DaemonSet serves the port kubectl netctl asks by default;
+    the bindings name the roles of the file."""
+    from netctl.kube import daemons, review
+
+    path = KUBE / "journal-reader.yaml"
+    role = one(path, "ClusterRole")
+    assert role["metadata"]["name"] == "netctl-journal-reader"
+    assert role["rules"][0] == {"apiGroups": [""], "verbs": [review.VERB],
+                                "resources": [f"{review.RESOURCE}/{review.SUBRESOURCE}"]}
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    assert all(v in ("get", "list") for _, _, v in granted)  # read-only
+    finder = one(path, "Role")
+    assert finder["metadata"]["namespace"] == daemons.NAMESPACE
+    assert finder["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    assert one(path, "ClusterRoleBinding")["roleRef"]["name"] == role["metadata"]["name"]
+    assert one(path, "RoleBinding")["roleRef"]["name"] == finder["metadata"]["name"]
+
+    ds = one(KUBE / "daemonset.yaml", "DaemonSet")
+    assert ds["metadata"]["namespace"] == daemons.NAMESPACE
+    key, _, value = daemons.SELECTOR.partition("=")
+    assert ds["spec"]["template"]["metadata"]["labels"][key] == value
+    cm = one(KUBE / "daemonset.yaml", "ConfigMap")
+    query_addr = yaml.safe_load(cm["data"]["daemon.yaml"])["query-addr"]
+    assert query_addr == f":{daemons.PORT}"
+    ports = container(ds["spec"]["template"]["spec"], "netctl")["ports"]
+    assert {"name": "query", "containerPort": daemons.PORT, "protocol": "TCP"} in ports

@@ -138,3 +138,13 @@ def _add_kube_benches(bsub: _Commands) -> None:
                    help="the daemons' ipam-backend (default kubernetes: blocks per node; "
                    "sqlite: pools per node, duplicates across nodes)")
     b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("query", help="a cluster-wide kubectl netctl journal --ip --at over "
+                        "N nodes' query endpoints vs one node's local netctl journal")
+    b.add_argument("--nodes", type=int, default=4, help="netctl daemons (default 4)")
+    b.add_argument("--pods", type=int, default=50, help="ADDs per node (default 50)")
+    b.add_argument("--queries", type=int, default=50, help="queries per side (default 50)")
+    b.add_argument("--cli-runs", type=int, default=5, help="kubectl-netctl processes run "
+                   "(default 5)")
+    b.add_argument("--api-latency-ms", type=float, default=5.0, metavar="MS",
+                   help="added to every API request by the fake (default 5)")
+    b.add_argument("--json", action="store_true")

@@ -38,6 +38,7 @@ from aiohttp import web
 from . import errors, selectors
 from .errors import ApiError
 from .resources import BUILTIN, Registry, Resource
+from .reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, Grant, Reviews
 from .store import Store, clone
 
 T = TypeVar("T")
@@ -171,6 +172,7 @@ class FakeKube:
         self.bookmark_interval = bookmark_interval
         self.server_errors: list[str] = []  # tracebacks of the fake's own failures (500s)
         self.port = 0
+        self._reviews = Reviews()  # TokenReview and SubjectAccessReview: add_token(), grant()
         self._store = Store(self.registry, history_size=history_size,
                             graceful_pod_deletion=graceful_pod_deletion)
         self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -271,6 +273,19 @@ class FakeKube:
         ``("patch", "pods")``) with 403 Forbidden, as an API server whose RBAC or an
         admission webhook refuses them; ``times=0`` lifts it."""
         self._call(lambda: self._forbidden.__setitem__((verb, resource), times))
+
+    def add_token(self, token: str, user: str, groups: Iterable[str] = ()) -> None:
+        """A TokenReview of ``token`` answers ``user`` (in ``groups`` and
+        ``system:authenticated``); any other token is not authenticated."""
+        self._call(lambda: self._reviews.tokens.__setitem__(token, (user, tuple(groups))))
+
+    def grant(self, subject: str, verb: str, resource: str, *, api_group: str = "",
+              names: Iterable[str] = ()) -> None:
+        """An RBAC rule bound to ``subject`` (a user, or ``group:NAME``) for
+        SubjectAccessReviews: ``verb`` on ``resource`` (``nodes/netctl-journal`` names a
+        subresource; ``*`` any), limited to resource ``names`` when given."""
+        rule = Grant(subject, verb, resource, api_group, tuple(names))
+        self._call(lambda: self._reviews.grants.append(rule))
 
     def reset_counts(self) -> None:
         self._call(self._counts.clear)
@@ -479,6 +494,9 @@ class FakeKube:
                                   "FakeKube.server_errors").status(), 500)
 
     async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
+        review = self._review(request)
+        if review is not None:
+            return await review
         target = route(self.registry, request.path)
         query = request.query
         action = ""
@@ -506,6 +524,35 @@ class FakeKube:
             self.held_answers += 1
             await held.wait()
         return answer
+
+    def _review(self, request: web.BaseRequest) -> Coroutine[Any, Any, web.Response] | None:
+        """A TokenReview or a SubjectAccessReview (``create`` only, as the real server:
+        nothing is stored), answered from :attr:`_reviews`; None for anything else."""
+        parts = tuple(p for p in request.path.split("/") if p)
+        if parts[:1] != ("apis",) or parts[1:] not in (TOKEN_REVIEWS, ACCESS_REVIEWS):
+            return None
+        resource = parts[3]
+
+        async def answer() -> web.Response:
+            if request.method != "POST":
+                raise errors.method_not_allowed(f"{request.method} {resource}")
+            self._counts[("create", resource)] += 1
+            left = self._forbidden.get(("create", resource), 0)
+            if left:
+                self._forbidden[("create", resource)] = left - 1
+                raise errors.forbidden("create", resource)
+            if self.token is not None and \
+                    request.headers.get("Authorization") != f"Bearer {self.token}":
+                raise errors.unauthorized()
+            body = await self._body(request)
+            if not isinstance(body, dict):
+                raise errors.bad_request(f"a {resource} body must be an object")
+            if self.latency_ms:
+                await asyncio.sleep(self.latency_ms / 1000)
+            review = self._reviews.token_review if resource == TOKEN_REVIEWS[2] else \
+                self._reviews.access_review
+            return _json(review(body), 201)
+        return answer()
 
     async def _carry_out(self, request: web.BaseRequest, action: str,
                          target: Route) -> web.Response:
