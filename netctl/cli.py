@@ -129,6 +129,41 @@ def _cmd_journal(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_journal_export(args: argparse.Namespace) -> int:
+    """``netctl journal export``: the events of a time window (netctl/journal/events.py),
+    written as they are read, one JSON object or CSV row each."""
+    import csv
+
+    import msgspec
+
+    from netctl.journal import events, query
+
+    conn = query.connect(args.state_dir)
+    window = {flag: query.read_time(value) for flag, value in
+              (("--since", args.since), ("--until", args.until)) if value}
+    for flag, t in window.items():
+        if t.note:
+            print(f"netctl: {flag}: {t.note}", file=sys.stderr)
+    since, until = (window[f].seconds if f in window else None for f in ("--since", "--until"))
+    found = events.stream(conn, events.node_name(args.node), since, until)
+    out = sys.stdout
+    try:
+        if args.format == "csv":
+            writer = csv.writer(out, lineterminator="\n")
+            writer.writerow(events.FIELDS)
+            for event in found:
+                writer.writerow(["" if event[k] is None else event[k] for k in events.FIELDS])
+        else:
+            encode = msgspec.json.Encoder().encode
+            for event in found:
+                out.write(encode(event).decode())
+                out.write("\n")
+        out.flush()
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+    return 0
+
+
 def _timed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Copies of allocation rows with ``since``/``until`` readable, for a table."""
     return [{**r, "since": _fmt_time(r["since"]), "until": _fmt_time(r.get("until"))}
@@ -542,6 +577,21 @@ def _add_journal(sub: _Commands) -> None:
                    "zone as local time")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_journal)
+    jsub = p.add_subparsers(dest="journal_cmd", metavar="export")
+    e = jsub.add_parser("export", help="every operation and allocation change of a time "
+                        "window, one self-contained line each (JSON lines or CSV), streamed")
+    e.add_argument("--state-dir", default=argparse.SUPPRESS, help="as for `netctl journal`")
+    e.add_argument("--since", metavar="DURATION|TIME", help="from this time on (default: "
+                   "the oldest event): 30s, 5m, 2h, 1d ago, RFC 3339 (a time without a "
+                   "zone is read as UTC) or UNIX seconds")
+    e.add_argument("--until", metavar="DURATION|TIME", help="up to this time, excluded "
+                   "(default: now and on)")
+    e.add_argument("--format", choices=["jsonl", "csv"], default="jsonl",
+                   help="jsonl: one JSON object per line (default); csv: a header row, then "
+                   "one row per event")
+    e.add_argument("--node", metavar="NAME", help="the node named in every line (default: "
+                   "$NODE_NAME, else this host's name)")
+    e.set_defaults(fn=_cmd_journal_export)
 
 
 def _add_status_doctor(sub: _Commands) -> None:
