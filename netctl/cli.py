@@ -37,6 +37,7 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
         "metrics_addr": args.metrics_addr, "log_level": args.log_level,
         "log_format": args.log_format, "host_root": args.host_root,
         "exit_after_replay": args.exit_after_replay or None,
+        "journal_log": args.journal_log or None,
     }
     cfg = settings.load_config(args.config, overrides)
     logs.configure(cfg.log_level, cfg.log_format)
@@ -519,6 +520,9 @@ def _add_daemon(sub: _Commands) -> None:
                    "debug,aiosqlite=debug")
     p.add_argument("--log-format", choices=logs.FORMATS, help="one line per event: text "
                    "(default), json (one object per line) or logfmt")
+    p.add_argument("--journal-log", action="store_true", help="also log every operation "
+                   "and allocation change as it commits, one line each with the fields of "
+                   "`netctl journal export` (for the cluster's log shipping)")
     p.set_defaults(fn=_cmd_daemon)
 
 
