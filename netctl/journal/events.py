@@ -159,19 +159,19 @@ def of_operations(conn: sqlite3.Connection, op_ids: Iterable[int], node: str
                   ) -> list[Event]:
     """The events of these operations — each operation, and the allocations it made and
     released — in time order."""
-    ids = sorted(set(op_ids))
-    if not ids:
-        return []
-    marks = ",".join("?" * len(ids))
+    wanted = sorted(set(op_ids))
     found: list[tuple[tuple[float, int, int], Event]] = []
-    for row in conn.execute(_ops_sql(conn, f"o.id IN ({marks})"), ids):
-        found.append(((row["started_at"], 0, row["id"]), _operation(row, node)))
-    for kind in ("allocated", "released"):
-        op = "allocated_op" if kind == "allocated" else "released_op"
-        for row in conn.execute(_allocs_sql(conn, kind, f"al.{op} IN ({marks})"), ids):
-            if row["at"] is not None:
-                found.append(((row["at"], KINDS.index(kind), row["id"]),
-                              _allocation(row, kind, node)))
+    for i in range(0, len(wanted), 500):  # SQLite's bound parameters per statement
+        ids = wanted[i:i + 500]
+        marks = ",".join("?" * len(ids))
+        for row in conn.execute(_ops_sql(conn, f"o.id IN ({marks})"), ids):
+            found.append(((row["started_at"], 0, row["id"]), _operation(row, node)))
+        for kind in ("allocated", "released"):
+            op = "allocated_op" if kind == "allocated" else "released_op"
+            for row in conn.execute(_allocs_sql(conn, kind, f"al.{op} IN ({marks})"), ids):
+                if row["at"] is not None:
+                    found.append(((row["at"], KINDS.index(kind), row["id"]),
+                                  _allocation(row, kind, node)))
     found.sort(key=lambda item: item[0])
     return [event for _, event in found]
 
