@@ -38,6 +38,7 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
         "log_level": args.log_level,
         "log_format": args.log_format, "host_root": args.host_root,
         "exit_after_replay": args.exit_after_replay or None,
+        "journal_log": args.journal_log or None,
     }
     cfg = settings.load_config(args.config, overrides)
     logs.configure(cfg.log_level, cfg.log_format)
@@ -134,6 +135,41 @@ def _cmd_journal(args: argparse.Namespace) -> int:
     for note in notes:
         print(note, file=sys.stderr)
     print("\n".join(lines))
+    return 0
+
+
+def _cmd_journal_export(args: argparse.Namespace) -> int:
+    """``netctl journal export``: the events of a time window (netctl/journal/events.py),
+    written as they are read, one JSON object or CSV row each."""
+    import csv
+
+    import msgspec
+
+    from netctl.journal import events, query
+
+    conn = query.connect(args.state_dir)
+    window = {flag: query.read_time(value) for flag, value in
+              (("--since", args.since), ("--until", args.until)) if value}
+    for flag, t in window.items():
+        if t.note:
+            print(f"netctl: {flag}: {t.note}", file=sys.stderr)
+    since, until = (window[f].seconds if f in window else None for f in ("--since", "--until"))
+    found = events.stream(conn, events.node_name(args.node), since, until)
+    out = sys.stdout
+    try:
+        if args.format == "csv":
+            writer = csv.writer(out, lineterminator="\n")
+            writer.writerow(events.FIELDS)
+            for event in found:
+                writer.writerow(["" if event[k] is None else event[k] for k in events.FIELDS])
+        else:
+            encode = msgspec.json.Encoder().encode
+            for event in found:
+                out.write(encode(event).decode())
+                out.write("\n")
+        out.flush()
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
     return 0
 
 
@@ -507,6 +543,9 @@ def _add_daemon(sub: _Commands) -> None:
                    "debug,aiosqlite=debug")
     p.add_argument("--log-format", choices=logs.FORMATS, help="one line per event: text "
                    "(default), json (one object per line) or logfmt")
+    p.add_argument("--journal-log", action="store_true", help="also log every operation "
+                   "and allocation change as it commits, one line each with the fields of "
+                   "`netctl journal export` (for the cluster's log shipping)")
     p.set_defaults(fn=_cmd_daemon)
 
 
@@ -544,6 +583,21 @@ def _add_journal(sub: _Commands) -> None:
     p.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     _journal_flags(p)
     p.set_defaults(fn=_cmd_journal)
+    jsub = p.add_subparsers(dest="journal_cmd", metavar="export")
+    e = jsub.add_parser("export", help="every operation and allocation change of a time "
+                        "window, one self-contained line each (JSON lines or CSV), streamed")
+    e.add_argument("--state-dir", default=argparse.SUPPRESS, help="as for `netctl journal`")
+    e.add_argument("--since", metavar="DURATION|TIME", help="from this time on (default: "
+                   "the oldest event): 30s, 5m, 2h, 1d ago, RFC 3339 (a time without a "
+                   "zone is read as UTC) or UNIX seconds")
+    e.add_argument("--until", metavar="DURATION|TIME", help="up to this time, excluded "
+                   "(default: now and on)")
+    e.add_argument("--format", choices=["jsonl", "csv"], default="jsonl",
+                   help="jsonl: one JSON object per line (default); csv: a header row, then "
+                   "one row per event")
+    e.add_argument("--node", metavar="NAME", help="the node named in every line (default: "
+                   "$NODE_NAME, else this host's name)")
+    e.set_defaults(fn=_cmd_journal_export)
 
 
 def _journal_flags(p: argparse.ArgumentParser) -> None:

@@ -37,6 +37,7 @@ from netctl.engine.plan import ArgsSelector
 from netctl.engine.verbs import Reply
 from netctl.errors import CANCELLED, INVALID_CONFIG, IO_FAILURE, CNIError, Refusal
 from netctl.ipam.store import IndexStore, Store
+from netctl.journal.events import EventLog, node_name
 from netctl.journal.pruner import Pruner
 from netctl.journal.retention import Retention
 from netctl.journal.store import Journal, open_journal
@@ -60,6 +61,8 @@ async def run(cfg: DaemonConfig, *,
               task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
     root = HostRoot.at(cfg.host_root)  # checked before anything is opened
     async with open_journal(cfg.state_dir) as journal, contextlib.AsyncExitStack() as stack:
+        if cfg.journal_log:
+            journal.event_log = EventLog(node_name(cfg.node_name))
         metrics = Metrics()
         kube = await KubeMode.connect(cfg, journal, metrics) \
             if cfg.kubeconfig or cfg.in_cluster else None

@@ -20,6 +20,10 @@ Formats (:func:`configure`):
 - ``logfmt``: the same keys as ``key=value`` pairs, a value quoted (``"`` and ``\\``
   escaped, newlines as ``\\n``) when it is empty or holds a space, ``=`` or ``"``.
 
+A journal event's line (``journal-log: true``, :mod:`netctl.journal.events`) carries the
+event's fields instead of the context: every one in ``json`` (``null`` when empty), those
+not empty in ``logfmt`` and ``text``.
+
 Levels: ``--log-level LEVEL[,LOGGER=LEVEL…]``. ``LEVEL`` is netctl's own loggers'
 (``netctl.*``); every other logger (aiosqlite's per-statement DEBUG lines, pyroute2,
 asyncio, aiohttp, the Kubernetes client) stays at WARNING unless named:
@@ -38,6 +42,9 @@ from datetime import UTC, datetime
 from typing import IO, Any, Final
 
 FIELDS: Final = ("op", "verb", "container", "pod", "network")
+# the record attribute of a journal event's line (netctl/journal/events.py): its fields,
+# in place of the task's context
+EVENT: Final = "netctl_event"
 FORMATS: Final = ("text", "json", "logfmt")
 LIBRARIES_LEVEL: Final = logging.WARNING  # loggers outside netctl, unless named
 
@@ -97,11 +104,20 @@ def ordered(ctx: Context) -> dict[str, str | int]:
     return {k: ctx[k] for k in FIELDS if k in ctx}
 
 
+def context_of(record: logging.LogRecord) -> dict[str, Any]:
+    """The fields a record carries after its message: a journal event's (every one, empty
+    ones too: :data:`EVENT`), else the context of the task that logged it."""
+    event = getattr(record, EVENT, None)
+    if event is not None:
+        return dict(event)
+    return ordered(getattr(record, "netctl_context", None) or _context.get())
+
+
 def fields_of(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str, Any]:
     """A record as the ordered keys of the structured formats."""
     out: dict[str, Any] = {"time": rfc3339(record.created), "level": record.levelname.lower(),
                            "logger": record.name, "msg": record.getMessage()}
-    out.update(ordered(getattr(record, "netctl_context", None) or _context.get()))
+    out.update(context_of(record))
     if record.exc_info:
         record.exc_text = record.exc_text or formatter.formatException(record.exc_info)
     if record.exc_text:
@@ -123,7 +139,8 @@ def logfmt_value(value: object) -> str:
 
 
 def logfmt(pairs: Mapping[str, object]) -> str:
-    return " ".join(f"{k}={logfmt_value(v)}" for k, v in pairs.items())
+    """``key=value`` pairs; a key whose value is None is left out."""
+    return " ".join(f"{k}={logfmt_value(v)}" for k, v in pairs.items() if v is not None)
 
 
 class JsonFormatter(logging.Formatter):
@@ -144,7 +161,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        ctx = ordered(getattr(record, "netctl_context", None) or _context.get())
+        ctx = context_of(record)
         if not ctx:
             return line
         head, sep, rest = line.partition("\n")  # a traceback stays below the line

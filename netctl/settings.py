@@ -38,6 +38,9 @@ class DaemonConfig:
     query_tls_key: str | None = None
     log_level: str = "info"  # LEVEL[,LOGGER=LEVEL…]: netctl's, then other loggers' (logs.py)
     log_format: Literal["text", "json", "logfmt"] = "text"
+    # every operation and allocation change also logged, one line each, as it commits
+    # (the fields of `netctl journal export`: netctl/journal/events.py)
+    journal_log: bool = False
     plugin_timeout: float = 60.0
     max_concurrent: int = 32
     max_queue: int = 256

@@ -48,6 +48,7 @@ from netctl.cni.request import Pod
 from netctl.errors import IO_FAILURE, CNIError
 from netctl.ipam.planner import Allocation, Owner, PoolInfo
 from netctl.ipam.sticky import Reservation
+from netctl.journal.events import Event, EventLog, of_operations
 from netctl.journal.live import LiveIndex
 from netctl.journal.migrate import PRAGMAS, migrate
 from netctl.journal.query import journal_path
@@ -256,6 +257,9 @@ class Journal:
         self.trips = 0  # calls run on the database thread (reads and batches)
         self.live = LiveIndex()  # where live attachments and allocations are (live.py)
         self._outer: dict[int, logs.Context] = {}  # op id → the log context it was begun in
+        # journal-log: the events of every operation closed, logged once it commits
+        # (netctl/journal/events.py)
+        self.event_log: EventLog | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -326,6 +330,17 @@ class Journal:
             return await self._on_thread(fn)
         raise AssertionError("unreachable")
 
+    def _events(self, db: sqlite3.Connection, op_ids: Sequence[int]) -> list[Event]:
+        """On the database thread, in the transaction that closes ``op_ids``: their events
+        for :attr:`event_log` (none without one)."""
+        if self.event_log is None:
+            return []
+        return of_operations(db, op_ids, self.event_log.node)
+
+    def _log_events(self, events: list[Event]) -> None:
+        if self.event_log is not None and events:
+            self.event_log(events)
+
     # -- operations -------------------------------------------------------------------------
 
     async def begin(self, op: OpStart, *, adding: Sequence[Attachment] = (),
@@ -383,7 +398,7 @@ class Journal:
         outer = self._outer.pop(op_id, None)
         if outer is not None and logs.current().get("op") == op_id:
             logs.replace(outer)
-        def fn(db: sqlite3.Connection) -> None:
+        def fn(db: sqlite3.Connection) -> list[Event]:
             now = self.clock()
             db.executemany("UPDATE attachments SET state='attached', result=? WHERE id=?",
                            [(_json(a.result), a.id) for a in end.attached])
@@ -394,8 +409,10 @@ class Journal:
                 " WHERE id=?", [(err, retry_at(a.del_failures + 1) if retry_at else None, a.id)
                                 for a, err in end.kept])
             _close_operation(db, op_id, end.state, end.code, end.error, now)
+            return self._events(db, [op_id])
 
-        def indexed(_: None) -> None:
+        def indexed(events: list[Event]) -> None:
+            self._log_events(events)
             for att in end.attached:
                 self.live.result(att.id, att.result)
             self.live.removed(att.id for att in end.removed)
@@ -418,7 +435,7 @@ class Journal:
         """An operation whose only side effects are journal rows (a plain IPAM request, a
         release by the reconciler): begun, done and closed in one transaction, so it
         happened entirely or not at all; with ``failure``, recorded as failed."""
-        def fn(db: sqlite3.Connection) -> int:
+        def fn(db: sqlite3.Connection) -> tuple[int, list[Event]]:
             now = self.clock()
             op_id = _insert_operation(db, op, now)
             _record_allocations(db, new, op_id, pools or {}, now)
@@ -427,29 +444,35 @@ class Journal:
                 _close_operation(db, op_id, "done", None, None, now)
             else:
                 _close_operation(db, op_id, "failed", failure.code, failure.msg, now)
-            return op_id
+            return op_id, self._events(db, [op_id])
 
-        return await self._write(fn, lambda _: self._allocations_changed(new, gone))
+        def indexed(result: tuple[int, list[Event]]) -> None:
+            self._log_events(result[1])
+            self._allocations_changed(new, gone)
+
+        op_id, _ = await self._write(fn, indexed)
+        return op_id
 
     async def forget(self, op: OpStart, atts: Sequence[Attachment],
                      gone: Sequence[Allocation]) -> int:
         """An operator ends attachments by hand (``netctl forget``): the operation, the
         attachments marked removed without any DEL, and their addresses released — in
         one transaction, so all of it happened or none."""
-        def fn(db: sqlite3.Connection) -> int:
+        def fn(db: sqlite3.Connection) -> tuple[int, list[Event]]:
             now = self.clock()
             op_id = _insert_operation(db, op, now)
             db.executemany("UPDATE attachments SET state='removed', del_op=?, removed_at=?"
                            " WHERE id=?", [(op_id, now, a.id) for a in atts])
             _release_allocations(db, gone, op_id, now)
             _close_operation(db, op_id, "done", None, None, now)
-            return op_id
+            return op_id, self._events(db, [op_id])
 
-        def indexed(_: int) -> None:
+        def indexed(result: tuple[int, list[Event]]) -> None:
+            self._log_events(result[1])
             self.live.removed(a.id for a in atts)
             self._allocations_changed((), gone)
 
-        op_id = await self._write(fn, indexed)
+        op_id, _ = await self._write(fn, indexed)
         for att in atts:
             att.state = "removed"
         return op_id
@@ -469,12 +492,13 @@ class Journal:
 
     async def close_operations(self, ops: Sequence[tuple[int, str, str]]) -> None:
         """Close operations a previous run left running: (id, state, error)."""
-        def fn(db: sqlite3.Connection) -> None:
+        def fn(db: sqlite3.Connection) -> list[Event]:
             now = self.clock()
             for op_id, state, error in ops:
                 _close_operation(db, op_id, state, None, error, now)
+            return self._events(db, [op_id for op_id, _, _ in ops])
 
-        await self._write(fn)
+        await self._write(fn, self._log_events)
 
     # -- attachments ------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@
 - flags override the file; flags left unset (None) do not;
 - the reconcile on events: on by default, watching ``/run/netns`` and ``/var/run/netns``;
   switched off, and other netns dirs, from a file;
+- ``journal-log`` from a file or ``--journal-log``;
 - an unknown key, a wrong type or a broken file is refused, naming the key or file.
 """
 
@@ -126,3 +127,14 @@ def test_metrics_addr_checked_when_loaded() -> None:
     with pytest.raises(CNIError) as err:
         load_config(None, {"metrics_addr": "9100"})
     assert err.value.code == INVALID_CONFIG and "HOST:PORT" in err.value.msg
+
+
+def test_journal_log_from_a_file_or_the_flag(tmp_path: Path) -> None:
+    from netctl.cli import build_parser
+
+    assert load_config(None, {}).journal_log is False
+    path = tmp_path / "netctl.yaml"
+    path.write_text("journal-log: true\n")
+    assert load_config(str(path), {}).journal_log is True
+    args = build_parser().parse_args(["daemon", "--journal-log"])
+    assert load_config(None, {"journal_log": args.journal_log}).journal_log is True

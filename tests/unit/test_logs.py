@@ -7,6 +7,8 @@
 - text: the historical line with the context appended, a traceback below it;
 - the context follows trio's tasks: chains started in one nursery each log their own
   ``network`` and all the pod's ``op``; a bound block is undone after it;
+- a journal event's line (``journal-log``) carries the event's fields and not the task's
+  context: all of them in JSON (null when empty), those not empty in logfmt and text;
 - levels: ``LEVEL[,LOGGER=LEVEL…]``; at debug netctl's lines pass and aiosqlite's and
   pyroute2's do not, unless named; a bad level or format is refused.
 """
@@ -22,6 +24,7 @@ import pytest
 import trio
 
 from netctl import logs
+from netctl.journal.events import FIELDS, EventLog
 from tests.conftest import parse_logfmt
 
 
@@ -166,3 +169,30 @@ def test_levels(output: io.StringIO) -> None:
     logging.getLogger("netctl.engine").info("not shown")
     logging.getLogger("aiosqlite").debug("asked for")
     assert parse_logfmt(lines(output)[-1])["msg"] == "asked for"
+
+
+EVENT = {"node": "node-a", "at": "2026-11-27T07:28:19.123Z", "event": "allocated", "op": 7,
+         "verb": "ADD", "pod": "shop/web-1", "uid": "u-1", "container": "c1",
+         "ifname": "eth0", "network": "default/blue", "address": "10.1.0.5",
+         "pool": "10.1.0.0/24", "origin": "runtime", "state": None, "code": None,
+         "error": None, "reason": None, "finished": None}
+
+
+@pytest.mark.parametrize("fmt", ["json", "logfmt", "text"])
+def test_a_journal_event_line_carries_the_event_not_the_context(output: io.StringIO,
+                                                                fmt: str) -> None:
+    logs.configure("info", fmt, output)
+    with logs.bound(op=99, verb="DEL", container="other", pod="x/y", network="n"):
+        EventLog("node-a")([EVENT])
+    (line,) = lines(output)
+    if fmt == "json":
+        obj = json.loads(line)
+        assert list(obj) == ["time", "level", "logger", "msg", *FIELDS]
+        assert {k: obj[k] for k in FIELDS} == EVENT
+        assert (obj["logger"], obj["msg"]) == ("netctl.journal.events", "allocated 10.1.0.5")
+        return
+    pairs = line.split("netctl.journal.events: allocated 10.1.0.5 ", 1)[1] \
+        if fmt == "text" else line
+    parsed = parse_logfmt(pairs)
+    assert {k: v for k, v in parsed.items() if k in FIELDS} == {
+        k: str(v) for k, v in EVENT.items() if v is not None}
