@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import shutil
 import sys
 import tempfile
 import tomllib
@@ -180,10 +181,13 @@ def path(plugin: str | None = None) -> dict[str, Any]:
             if res.rc != 0:
                 raise SystemExit(f"{verb} failed: {res.describe()}")
     finally:
-        daemon.shut_down()
+        daemon.shut_down()  # the trace is written as the daemon exits
         h.netns_del(ns)
         h.remove_host_objects("nanat", [bridge])
-    windows = json.loads(out.read_text())
+    try:
+        windows = json.loads(out.read_text())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     layers = _layers()
     return {verb: summarize(w["edges"], layers) for verb, w in zip(("ADD", "DEL"), windows,
                                                                      strict=True)}
