@@ -279,6 +279,18 @@ def respond(head: bytes, body: Callable[[], bytes]) -> bytes:
     return headers + (payload if method != b"HEAD" else b"")
 
 
+async def read_head(stream: trio.abc.ReceiveStream, max_head: int) -> bytes:
+    """An HTTP request's head: read until its blank line, the peer's end, or ``max_head``
+    bytes (the small servers here answer GETs: no body to read)."""
+    head = b""
+    while b"\r\n\r\n" not in head and len(head) < max_head:
+        chunk = await stream.receive_some(max_head)
+        if not chunk:
+            break
+        head += chunk
+    return head
+
+
 @dataclass
 class MetricsServer:
     """``GET /metrics`` on ``addr``, served in the daemon's nursery until :meth:`stop`."""
@@ -309,13 +321,8 @@ class MetricsServer:
     async def _handle(self, stream: trio.SocketStream) -> None:
         async with stream:
             with trio.move_on_after(self.timeout):
-                head = b""
                 try:
-                    while b"\r\n\r\n" not in head and len(head) < self.max_head:
-                        chunk = await stream.receive_some(self.max_head)
-                        if not chunk:
-                            break
-                        head += chunk
+                    head = await read_head(stream, self.max_head)
                     answer = respond(head, self.metrics.render)
                     self.scrapes += 1
                     await stream.send_all(answer)

@@ -39,7 +39,7 @@ import trio
 
 from netctl import readonly
 from netctl.journal.query import Filters
-from netctl.metrics import parse_addr
+from netctl.metrics import parse_addr, read_head
 
 if TYPE_CHECKING:  # the client is imported in Kubernetes mode only
     from netctl.kube.review import Verdict
@@ -178,12 +178,7 @@ class QueryServer:
         try:
             async with stream:
                 with trio.move_on_after(self.timeout):
-                    head = b""
-                    while b"\r\n\r\n" not in head and len(head) < self.max_head:
-                        chunk = await stream.receive_some(self.max_head)
-                        if not chunk:
-                            break
-                        head += chunk
+                    head = await read_head(stream, self.max_head)
                     await stream.send_all(await self._respond(head))
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError) as exc:
             log.debug("query connection dropped: %s", exc)
