@@ -325,6 +325,11 @@ def render_churn(report: dict[str, Any]) -> list[RenderableType]:
                      for k in ("daemon", "daemon_delegates", "execs", "bench")),
                    *(d["cpu_s"].get(k, 0.0) * 1000 / max(d["pods"], 1)
                      for k in ("execs", "bench"))))
+    attachments = pods * int(p["networks"])
+    out.append("netctl daemon per attachment ({} per pod; ADD + DEL): its own CPU {:.1f} ms, "
+               "its delegates' {:.1f} ms".format(
+                   p["networks"], *(cpu.get(k, 0.0) * 1000 / attachments
+                                    for k in ("daemon", "daemon_delegates"))))
     out.append(render.status_line(report, "plugin STATUS round trip (start, socket, daemon, "
                                           "no journal)"))
     out.append(f"direct: one delegate exec p50 ADD {d['delegate_exec_ms']['ADD']['p50']:.2f} "

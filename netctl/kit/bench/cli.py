@@ -92,6 +92,9 @@ def _add_kube_benches(bsub: _Commands) -> None:
                    help="added to every API request by the fake (default 0)")
     b.add_argument("--standing", type=int, default=0, metavar="N", help="pods ADDed on "
                    "each side before the churn and kept until after it (default 0)")
+    b.add_argument("--networks", type=int, default=1, metavar="N",
+                   help="networks each pod selects by its annotation, beside the cluster "
+                   "network (default 1)")
     b.add_argument("--delete-pods", action="store_true", help="each kube churn round's ADDs "
                    "run while the last round's DELed pods are deleted through the API "
                    "(pod-deleted-grace 0)")

@@ -5,18 +5,20 @@ ADDs — the figures behind the DaemonSet's resources.
 The cluster is :class:`netctl.kit.kubefake.FakeKube` (real HTTP; requests counted per verb and
 resource; ``--api-latency`` added to each request) holding:
 
-- two bridge networks with netctl-ipam, as NADs: the cluster network (``kube-system``, the
-  conf's ``clusterNetwork``) and ``net2`` (in the pods' namespace, ``bench``); then
-  ``--nads`` minus two NADs no pod selects, bridge configs spread over ten namespaces;
-- ``--pods`` pods of this node, each selecting ``net2`` by its annotation, shaped like a
-  Deployment's pod: labels, an owner, a few annotations, and the network-status an earlier
-  ADD wrote (a daemon that restarts finds every running pod with one).
+- bridge networks with netctl-ipam, as NADs: the cluster network (``kube-system``, the
+  conf's ``clusterNetwork``) and ``--networks`` extra ones (default 1: ``net2``; in the
+  pods' namespace, ``bench``); then ``--nads`` minus those NADs no pod selects, bridge
+  configs spread over ten namespaces;
+- ``--pods`` pods of this node, each selecting the extra networks by its annotation, shaped
+  like a Deployment's pod: labels, an owner, a few annotations, and the network-status an
+  earlier ADD wrote (a daemon that restarts finds every running pod with one).
 
 Two daemons on this host, on the same two networks (the same bridges, one after the other):
 
 - **kube**: ``netctl daemon`` with a kubeconfig for the fake and ``node-name``; every other
   setting its default (``pod-wait`` 2 s, ``max-concurrent`` 32);
-- **standalone**: the same two networks as NAD files, ``net2`` named in ``NETCTL_NETWORKS``.
+- **standalone**: the same networks as NAD files, the extra ones named in
+  ``NETCTL_NETWORKS``.
 
 In order:
 
@@ -28,7 +30,8 @@ In order:
    round's pods, at most C at a time, each result checked (on the kube side also the
    network-status written on the pod), then DEL them. The fake's counts around the kube
    side's ADDs and DELs give the requests per pod, by verb; each exec is timed (start to
-   exit); the daemons' CPU (their own, and their delegates') is read around each batch.
+   exit); the daemons' CPU (their own, and their delegates') is read around each batch:
+   per pod lifecycle (ADD + DEL) and per attachment (a pod's networks).
    With ``--standing N``, N more pods are ADDed on each side before the churn and DELed
    after it (a node's running pods: live attachments the churn runs beside). With
    ``--delete-pods``, each kube round's ADDs run while the pods of the round before (DELed
@@ -99,7 +102,6 @@ from netctl.settings import DaemonConfig
 
 NODE = "bench-node"
 CLUSTER_NAMESPACE = "kube-system"  # multusNamespace's default: where clusterNetwork is
-NETWORKS_PER_POD = 2  # every bench pod: the cluster network and net2
 ROUNDS = 4  # the churn alternates the sides this many times
 SAMPLE_EVERY = 0.025  # seconds between two reads of the burst's processes
 DELEGATE_RUNS = 5
@@ -112,11 +114,12 @@ MAX_CONCURRENT = DaemonConfig().max_concurrent  # the daemon's default, which it
 # -- pure helpers -----------------------------------------------------------------------------
 
 
-def bench_pod(name: str, net2: str, index: int, status: str | None) -> dict[str, Any]:
-    """A pod of :data:`NODE` selecting ``net2``, shaped like a Deployment's: labels, an
-    owner, a container with ports, env and resources, a few annotations, and ``status``
-    as its network-status (None: a new pod, never ADDed)."""
-    annotations = {NETWORKS: net2, "prometheus.io/scrape": "true", "prometheus.io/port": "9090",
+def bench_pod(name: str, extra: list[str], index: int, status: str | None) -> dict[str, Any]:
+    """A pod of :data:`NODE` selecting the ``extra`` networks, shaped like a Deployment's:
+    labels, an owner, a container with ports, env and resources, a few annotations, and
+    ``status`` as its network-status (None: a new pod, never ADDed)."""
+    annotations = {NETWORKS: ",".join(extra), "prometheus.io/scrape": "true",
+                   "prometheus.io/port": "9090",
                    "kubectl.kubernetes.io/restartedAt": "2026-11-20T10:00:00Z"}
     if status is not None:
         annotations[NETWORK_STATUS] = status
@@ -140,16 +143,17 @@ def bench_pod(name: str, net2: str, index: int, status: str | None) -> dict[str,
     return obj
 
 
-def earlier_status(cluster: str, net2: str, index: int) -> str:
+def earlier_status(cluster: str, extra: list[str], index: int) -> str:
     """The network-status an earlier ADD of pod ``index`` wrote (Multus' layout)."""
     host, low = divmod(index, 250)
     return json.dumps([
         {"name": f"{CLUSTER_NAMESPACE}/{cluster}", "interface": "eth0",
          "ips": [f"10.244.{host}.{low + 2}"], "mac": f"0a:58:0a:f4:{host:02x}:{low + 2:02x}",
          "default": True, "dns": {}, "gateway": [f"10.244.{host}.1"]},
-        {"name": f"{POD_NAMESPACE}/{net2}", "interface": "net1",
-         "ips": [f"10.20.{host}.{low + 2}"], "mac": f"0a:58:0a:14:{host:02x}:{low + 2:02x}",
-         "dns": {}}], indent=4)
+        *({"name": f"{POD_NAMESPACE}/{name}", "interface": f"net{n}",
+           "ips": [f"10.{20 + n}.{host}.{low + 2}"],
+           "mac": f"0a:58:0a:{20 + n:02x}:{host:02x}:{low + 2:02x}", "dns": {}}
+          for n, name in enumerate(extra, 1))], indent=4)
 
 
 def made(before: Counter[tuple[str, str]], after: Counter[tuple[str, str]]) -> Counter[str]:
@@ -341,8 +345,9 @@ class Sampler:
 class KubeBench(Bench):
     def __init__(self, pods: int, nads: int, churn: int, misses: int, concurrency: int,
                  burst: int, api_latency_ms: float, *, standing: int = 0,
-                 delete_pods: bool = False) -> None:
+                 delete_pods: bool = False, networks: int = 1) -> None:
         super().__init__(concurrency)
+        self.extra_networks = networks  # selected by each pod beside the cluster network
         self.pods, self.nads, self.churn_pods, self.misses = pods, nads, churn, misses
         self.burst_pods, self.api_latency_ms = burst, api_latency_ms
         self.standing, self.delete_pods = standing, delete_pods
@@ -360,14 +365,24 @@ class KubeBench(Bench):
         return self.nets[0]
 
     @property
-    def net2(self) -> BenchNet:
-        return self.nets[1]
+    def extra(self) -> list[BenchNet]:
+        """The networks each pod selects by its annotation."""
+        return self.nets[1:]
+
+    @property
+    def extra_names(self) -> list[str]:
+        return [n.name for n in self.extra]
+
+    @property
+    def networks_per_pod(self) -> int:
+        return 1 + self.extra_networks
 
     def add_networks(self) -> None:
-        """The two networks: NADs for the fake (created later), files for standalone."""
+        """The cluster network and the extra ones: NADs for the fake (created later), files
+        for standalone."""
         live = max(self.churn_pods // ROUNDS + 1, self.burst_pods, self.misses) + 8 + \
             self.standing
-        for subnet in pick_subnets(2, live):
+        for subnet in pick_subnets(self.networks_per_pod, live):
             i = len(self.nets) + 1
             name, bridge = f"{self.prefix}-{i}", f"{self.prefix}b{i}"
             conf = harness.bridge_conf(name, bridge, {
@@ -378,10 +393,10 @@ class KubeBench(Bench):
                                       conf))
 
     def nad_objects(self) -> list[dict[str, Any]]:
-        """The cluster's NADs: the two networks, then the ones no pod selects."""
+        """The cluster's NADs: the pods' networks, then the ones no pod selects."""
         out = [nad(self.cluster.name, CLUSTER_NAMESPACE, self.cluster.conf),
-               nad(self.net2.name, POD_NAMESPACE, self.net2.conf)]
-        for i in range(self.nads - 2):
+               *(nad(n.name, POD_NAMESPACE, n.conf) for n in self.extra)]
+        for i in range(self.nads - len(out)):
             name = f"{self.prefix}-other-{i}"
             ipam = {"type": "netctl-ipam", "range": f"172.{16 + i // 256 % 16}.{i % 256}.0/24"}
             conf = harness.bridge_conf(name, f"{self.prefix}o{i}", ipam, DELEGATE_VERSION)
@@ -392,7 +407,7 @@ class KubeBench(Bench):
         return f"shop-{index}"
 
     def create_pod(self, name: str, index: int, status: str | None) -> str:
-        uid = str(self.kube.create("pods", bench_pod(name, self.net2.name, index, status))
+        uid = str(self.kube.create("pods", bench_pod(name, self.extra_names, index, status))
                   ["metadata"]["uid"])
         self.uids[name] = uid
         return uid
@@ -420,7 +435,8 @@ class KubeBench(Bench):
                                    pod=ref, args=args)
         return self.standalone.cni(verb, sb.run.container, sb.netns,
                                    self.standalone.conf(self.cluster.name, DELEGATE_VERSION),
-                                   pod=ref, networks=self.net2.name, args=args)
+                                   pod=ref, networks=",".join(self.extra_names),
+                                   args=args)
 
     def add(self, side: str, rec: Side, sb: Sandbox, make_netns: bool = True) -> None:
         if make_netns:
@@ -446,7 +462,7 @@ class KubeBench(Bench):
             rec.pods.append(sb.run)
 
     def check_status(self, rec: Side, sb: Sandbox) -> None:
-        """The network-status the ADD wrote on the pod: both networks, eth0's address."""
+        """The network-status the ADD wrote on the pod: every network, eth0's address."""
         obj = self.kube.get("pods", POD_NAMESPACE, sb.pod) or {}
         try:
             entries = json.loads(obj["metadata"]["annotations"][NETWORK_STATUS])
@@ -455,7 +471,8 @@ class KubeBench(Bench):
         except (KeyError, ValueError, StopIteration) as exc:
             rec.fail(f"pod {sb.pod}: no network-status written ({exc!r})")
             return
-        want = [f"{CLUSTER_NAMESPACE}/{self.cluster.name}", f"{POD_NAMESPACE}/{self.net2.name}"]
+        want = [f"{CLUSTER_NAMESPACE}/{self.cluster.name}",
+                *(f"{POD_NAMESPACE}/{name}" for name in self.extra_names)]
         if names != want or eth0 != [sb.run.address]:
             rec.fail(f"pod {sb.pod}: network-status {names} {eth0}, not {want} "
                      f"[{sb.run.address}]")
@@ -522,7 +539,7 @@ class KubeBench(Bench):
             self.delete_from_api(deleted)
             for i in range(self.churn_pods):  # the later phases ADD them again
                 self.create_pod(self.cached_pod(i), i, earlier_status(
-                    self.cluster.name, self.net2.name, i))
+                    self.cluster.name, self.extra_names, i))
             self.wait_caches(self.daemon, self.pods + 1, self.nads)  # and the warm-up's pod
         everyone(self.delete)
         self.problems += [f"standing pods: {m}" for m in standing.failures]
@@ -650,7 +667,7 @@ class KubeBench(Bench):
         with steps("pods created", self.pods) as step:
             for i in range(self.pods):
                 name = self.cached_pod(i)
-                self.create_pod(name, i, earlier_status(self.cluster.name, self.net2.name, i))
+                self.create_pod(name, i, earlier_status(self.cluster.name, self.extra_names, i))
                 step("")
         self.wait_caches(self.daemon, self.pods, self.nads)
         by_watch = self.daemon.rss_kib()
@@ -726,6 +743,7 @@ class KubeBench(Bench):
                     "burst": self.burst_pods, "api_latency_ms": self.api_latency_ms,
                     "rounds": ROUNDS, "max_concurrent": MAX_CONCURRENT, "node": NODE,
                     "standing": self.standing, "delete_pods": self.delete_pods,
+                    "networks_per_pod": self.networks_per_pod,
                     "deleted_through_api": self.deleted_through_api},
             parts={"subnets": [str(n.subnet) for n in self.nets], "requests": requests,
                    "kube": reports["kube"], "standalone": reports["standalone"],
@@ -735,7 +753,8 @@ class KubeBench(Bench):
                    "memory": {**mem, "burst_peak_kib": burst["daemon_peak_rss_kib"],
                               "lifetime_peak_kib": lifetime_peak, "delegate": delegate,
                               "container": container_estimate(burst, delegate,
-                                                              lifetime_peak)}},
+                                                              lifetime_peak,
+                                                              self.networks_per_pod)}},
             peak_rss_kib=lifetime_peak, exit_code=code, warm_up=warm, problems=self.problems)
 
     def leftovers(self, daemon: harness.Daemon) -> list[str]:
@@ -754,7 +773,7 @@ class KubeBench(Bench):
 
 
 def container_estimate(burst: dict[str, Any], delegate: dict[str, Any],
-                       daemon_peak_kib: int) -> dict[str, Any]:
+                       daemon_peak_kib: int, networks_per_pod: int) -> dict[str, Any]:
     """What the DaemonSet's container holds at most: the daemon's peak over the run plus a
     delegate for each network of ``max-concurrent`` pods (a request runs its networks'
     chains side by side), each a bridge with the ``static`` it execs, both resident at
@@ -767,9 +786,9 @@ def container_estimate(burst: dict[str, Any], delegate: dict[str, Any],
     bridge_anon = int(anon.get("bridge", 0))
     static_anon = int(anon.get("static", 0)) or bridge_anon  # too short-lived to sample
     per_delegate = delegate["bridge_add_kib"] + delegate["static_kib"]
-    at_once = MAX_CONCURRENT * NETWORKS_PER_POD
+    at_once = MAX_CONCURRENT * networks_per_pod
     peak = daemon_peak_kib
-    return {"max_concurrent": MAX_CONCURRENT, "networks_per_pod": NETWORKS_PER_POD,
+    return {"max_concurrent": MAX_CONCURRENT, "networks_per_pod": networks_per_pod,
             "delegates_at_once": at_once, "per_delegate_kib": per_delegate,
             "bound_kib": peak + at_once * per_delegate,
             "per_delegate_anon_kib": bridge_anon + static_anon,
@@ -802,13 +821,15 @@ def render_kube(report: dict[str, Any]) -> list[RenderableType]:
              render.num(req[key][verb]["writes_per_pod"]), _per_pod(req[key][verb]))
             for label, key in CASES for verb in ("ADD", "DEL")]
 
-    def cpu(side: dict[str, Any], key: str) -> float:
-        return float(side["cpu_s"].get(key, 0.0)) * 1000 / max(int(side["pods"]), 1)
+    def cpu(side: dict[str, Any], key: str, per: int = 1) -> float:
+        return float(side["cpu_s"].get(key, 0.0)) * 1000 / max(int(side["pods"]) * per, 1)
+
+    nets = int(p.get("networks_per_pod", 2))
 
     out: list[RenderableType] = [
         f"netctl bench kube: {p['pods']} pods of node {p['node']} and {p['nads']} NADs in the "
-        f"fake API server (+{p['api_latency_ms']:g} ms per request), {p['cpus']} CPUs, prefix "
-        f"{report['prefix']}",
+        f"fake API server (+{p['api_latency_ms']:g} ms per request), {nets} networks per pod, "
+        f"{p['cpus']} CPUs, prefix {report['prefix']}",
         render.load_line(p), "",
         render.table(("", "pods", "reads/pod", "writes/pod", "requests per pod"), rows,
                      "API requests of the kube daemon (the fake's counts; reads: get, list)"),
@@ -819,6 +840,11 @@ def render_kube(report: dict[str, Any]) -> list[RenderableType]:
             render.compare("daemon + delegates CPU per pod (ms)", k, s, "cpu_ms_per_pod"),
             ("  the daemon's own (ms)", render.num(cpu(k, "daemon")),
              render.num(cpu(s, "daemon")), ""),
+            (f"  the daemon's own per attachment ({nets} per pod; ms)",
+             render.num(cpu(k, "daemon", nets)), render.num(cpu(s, "daemon", nets)), ""),
+            ("  its delegates' per attachment (ms)",
+             render.num(cpu(k, "daemon_delegates", nets)),
+             render.num(cpu(s, "daemon_delegates", nets)), ""),
             ("failures", str(k["failures"]), str(s["failures"]), ""),
             ("leftovers after the run", str(len(k["leftovers"])), str(len(s["leftovers"])), ""),
         ], f"warm cache: {p['churn']} pods per side, {p['rounds']} rounds alternating the "
@@ -878,8 +904,9 @@ def memory_rows(p: dict[str, Any], mem: dict[str, Any], burst: dict[str, Any],
 
 def run_kube(args: argparse.Namespace) -> int:
     bad = [f"--{name.replace('_', '-')} must be ≥ {low}" for name, low in (
-        ("pods", 1), ("nads", 2), ("churn", 1), ("misses", 1), ("concurrency", 1),
-        ("burst", 1), ("api_latency", 0), ("standing", 0)) if getattr(args, name) < low]
+        ("pods", 1), ("networks", 1), ("nads", args.networks + 1), ("churn", 1),
+        ("misses", 1), ("concurrency", 1), ("burst", 1), ("api_latency", 0), ("standing", 0))
+        if getattr(args, name) < low]
     bad += [f"--{name} + --standing must be ≤ --pods" for name in ("churn", "burst")
             if getattr(args, name) + args.standing > args.pods]
     if bad:
@@ -893,5 +920,5 @@ def run_kube(args: argparse.Namespace) -> int:
         return 2
     bench = KubeBench(args.pods, args.nads, args.churn, args.misses, args.concurrency,
                       args.burst, args.api_latency, standing=args.standing,
-                      delete_pods=args.delete_pods)
+                      delete_pods=args.delete_pods, networks=args.networks)
     return drive(bench, "kube", bench.measure, render_kube, args.json)
