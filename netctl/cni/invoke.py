@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import time
@@ -39,6 +41,7 @@ from netctl.errors import (
 
 MAX_STDOUT = 1 << 20
 MAX_STDERR = 64 << 10
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 OWNER_VAR = "NETCTL_OWNER"
 
 
@@ -125,17 +128,127 @@ def find_plugin(bin_dirs: Sequence[str], ptype: str, root: HostRoot = HostRoot()
     )
 
 
-async def _read_capped(stream: trio.abc.ReceiveStream, cap: int, what: str,
-                       buf: bytearray | None = None) -> bytes:
-    """Read to EOF into ``buf`` (kept by the caller if this is cancelled half-way)."""
-    buf = bytearray() if buf is None else buf
-    while True:
-        data = await stream.receive_some(65536)
-        if not data:
-            return bytes(buf)
-        buf += data
-        if len(buf) > cap:
-            raise PluginError(DELEGATE_BAD_OUTPUT, f"printed more than {cap} bytes on {what}")
+class Child:
+    """One plugin process, started with as little work in the daemon as a child can take:
+    ``posix_spawn`` from the daemon's own thread (no helper thread, no fork of the
+    daemon's memory), in a session of its own, with
+
+    - stdin: a memfd already holding the whole config (nothing to feed, no task for it:
+      the plugin has its config from its first instruction on);
+    - stdout: a pipe, read to EOF (:meth:`read_out`, capped);
+    - stderr: a pipe sized for more than :data:`MAX_STDERR`, read once when the plugin
+      is done (:meth:`stderr`): a plugin that prints past it blocks there, and the
+      timeout ends it, as one that never exits;
+
+    and its exit waited for on a pidfd. Every descriptor the daemon holds is close-on-exec
+    (Python's default), so the plugin inherits exactly these three."""
+
+    __slots__ = ("_err", "_out", "_stderr", "pid", "returncode")
+
+    def __init__(self, argv: list[str], env: dict[str, str], stdin: bytes) -> None:
+        conf = os.memfd_create("cni-config", os.MFD_CLOEXEC)
+        out_r = out_w = err_r = err_w = -1
+        try:
+            _write_all(conf, stdin)
+            os.lseek(conf, 0, os.SEEK_SET)
+            out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            with contextlib.suppress(OSError):  # the default (64 KiB) is the cap: then it
+                fcntl.fcntl(err_r, F_SETPIPE_SZ, 2 * MAX_STDERR)  # reads as over the cap
+            os.set_blocking(out_w, True)  # the plugin's ends block, as a runtime's pipes do
+            os.set_blocking(err_w, True)
+            self.pid = os.posix_spawn(argv[0], argv, env, setsid=True, setsigmask=(),
+                                      setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+                                      file_actions=[(os.POSIX_SPAWN_DUP2, conf, 0),
+                                                    (os.POSIX_SPAWN_DUP2, out_w, 1),
+                                                    (os.POSIX_SPAWN_DUP2, err_w, 2)])
+        except BaseException:
+            for fd in (out_r, err_r):
+                if fd >= 0:
+                    os.close(fd)
+            raise
+        finally:
+            for fd in (conf, out_w, err_w):
+                if fd >= 0:
+                    os.close(fd)
+        self._out, self._err = out_r, err_r
+        self._stderr: bytes | None = None
+        self.returncode: int | None = None
+
+    async def read_out(self, cap: int, buf: bytearray) -> bytes:
+        """stdout to EOF into ``buf`` (kept by the caller if this is cancelled half-way);
+        :class:`PluginError` past ``cap`` bytes."""
+        while True:
+            try:
+                data = os.read(self._out, 65536)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self._out)
+                continue
+            if not data:
+                return bytes(buf)
+            buf += data
+            if len(buf) > cap:
+                raise PluginError(DELEGATE_BAD_OUTPUT, f"printed more than {cap} bytes on "
+                                  "stdout")
+
+    async def wait(self) -> int:
+        """Its exit status, once it has exited (reaped here)."""
+        while self.returncode is None:
+            if self._reap():
+                break
+            try:
+                pidfd = os.pidfd_open(self.pid)
+            except OSError:  # a kernel without pidfds: poll
+                await trio.sleep(0.005)
+                continue
+            try:
+                await trio.lowlevel.wait_readable(pidfd)
+            finally:
+                trio.lowlevel.notify_closing(pidfd)
+                os.close(pidfd)
+        assert self.returncode is not None
+        return self.returncode
+
+    def _reap(self) -> bool:
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        if pid == 0:
+            return False
+        self.returncode = os.waitstatus_to_exitcode(status)
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL it and its process group (unless it was reaped: its pid may be another's
+        by now)."""
+        if self.returncode is None:
+            kill_group(self.pid)
+
+    def stderr(self) -> bytes:
+        """What it printed on stderr (read once it is done): up to :data:`MAX_STDERR`."""
+        if self._stderr is not None:
+            return self._stderr
+        chunks, size = [], 0
+        with contextlib.suppress(BlockingIOError, OSError):
+            while size <= MAX_STDERR:
+                data = os.read(self._err, 65536)
+                if not data:
+                    break
+                chunks.append(data)
+                size += len(data)
+        self._stderr = b"(stderr over the cap)" if size > MAX_STDERR else b"".join(chunks)
+        return self._stderr
+
+    def close(self) -> None:
+        for fd in (self._out, self._err):
+            if fd >= 0:
+                trio.lowlevel.notify_closing(fd)
+                os.close(fd)
+        self._out = self._err = -1
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 async def run_plugin(
@@ -173,89 +286,65 @@ async def run_plugin(
         OWNER_VAR: owner,
     }
     started = time.monotonic()
-    proc = await trio.lowlevel.open_process(
-        root.argv(path),
-        stdin=-1,  # subprocess.PIPE
-        stdout=-1,
-        stderr=-1,
-        env=env,
-        start_new_session=True,
-    )
+    cancel = cancellation if cancellation is not None else Cancellation()
+    child = Child(root.argv(path), env, config)
+    cancel.fed = True  # its stdin holds the whole config from the start
     out = b""
     out_buf = bytearray()
-    err = b""
-    cancel = cancellation if cancellation is not None else Cancellation()
     try:
-        assert proc.stdin and proc.stdout and proc.stderr
-        with trio.fail_after(timeout):
-
-            async def feed() -> None:
-                assert proc.stdin
-                try:
-                    await proc.stdin.send_all(config)
-                except trio.BrokenResourceError:
-                    pass  # the plugin stopped reading; its exit status tells
-                await proc.stdin.aclose()
-                cancel.fed = True
-
-            async def drain_err() -> None:
-                nonlocal err
-                assert proc.stderr
-                try:
-                    err = await _read_capped(proc.stderr, MAX_STDERR, "stderr")
-                except PluginError:
-                    err = b"(stderr over the cap)"
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(feed)
-                nursery.start_soon(drain_err)
-                out = await _read_capped(proc.stdout, MAX_STDOUT, "stdout", out_buf)
-            await proc.wait()
-    except trio.TooSlowError:
-        kill_group(proc)
-        with trio.CancelScope(shield=True):
-            await proc.wait()
-        raise PluginError(
-            DELEGATE_TIMEOUT, f"did not finish {command} within {timeout:g}s and was killed"
-        ) from None
-    except BaseException:
-        # Cancelled (a sibling failed, a DEL came, shutdown). A plugin that has its whole
-        # config is in the middle of netlink work and is not written to be killed there
-        # (a bridge killed before it sets the bridge's MAC leaves a bridge no later ADD
-        # can use; a macvlan killed before its rename leaves a link no DEL knows): let it
-        # finish for up to ``cancel_grace`` seconds, then kill it. Compensation follows.
-        with trio.CancelScope(shield=True):
-            if cancel.fed:
+        try:
+            with trio.fail_after(timeout):
+                out = await child.read_out(MAX_STDOUT, out_buf)
+                await child.wait()
+        except trio.TooSlowError:
+            child.kill()
+            with trio.CancelScope(shield=True):
+                await child.wait()
+            raise PluginError(
+                DELEGATE_TIMEOUT, f"did not finish {command} within {timeout:g}s and was killed"
+            ) from None
+        except PluginError as exc:  # stdout over the cap
+            child.kill()
+            with trio.CancelScope(shield=True):
+                await child.wait()
+            exc.stderr = child.stderr()
+            raise
+        except BaseException:
+            # Cancelled (a sibling failed, a DEL came, shutdown). A plugin that has its
+            # whole config is in the middle of netlink work and is not written to be killed
+            # there (a bridge killed before it sets the bridge's MAC leaves a bridge no
+            # later ADD can use; a macvlan killed before its rename leaves a link no DEL
+            # knows): let it finish for up to ``cancel_grace`` seconds, then kill it.
+            # Compensation follows.
+            with trio.CancelScope(shield=True):
                 with trio.move_on_after(cancel_grace):
                     try:
-                        assert proc.stdout is not None
-                        out = await _read_capped(proc.stdout, MAX_STDOUT, "stdout", out_buf)
-                        await proc.wait()
-                        if proc.returncode == 0:
+                        out = await child.read_out(MAX_STDOUT, out_buf)
+                        if await child.wait() == 0:
                             cancel.finished = PluginOutput(
-                                result=interpret(command, 0, out, err), stderr=err,
-                                seconds=time.monotonic() - started)
+                                result=interpret(command, 0, out, child.stderr()),
+                                stderr=child.stderr(), seconds=time.monotonic() - started)
                     except PluginError:
                         pass  # it finished, but badly: nothing to record as done
-            kill_group(proc)
-            await proc.wait()
-        raise
+                child.kill()
+                await child.wait()
+            raise
+        err = child.stderr()
+    finally:
+        child.close()
     seconds = time.monotonic() - started
-    assert proc.returncode is not None  # waited for above
-    return PluginOutput(result=interpret(command, proc.returncode, out, err), stderr=err,
+    assert child.returncode is not None  # waited for above
+    return PluginOutput(result=interpret(command, child.returncode, out, err), stderr=err,
                         seconds=seconds)
 
 
-def kill_group(proc: trio.Process) -> None:
+def kill_group(pid: int) -> None:
     """SIGKILL a child started in its own session, and its process group."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        proc.kill()
-    except OSError:
-        pass
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def interpret(command: str, returncode: int, out: bytes, err: bytes) -> dict[str, Any] | None:

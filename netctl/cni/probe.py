@@ -29,7 +29,6 @@ binary that cannot be stat'ed is not remembered.
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass, field
 
 import msgspec
@@ -37,7 +36,7 @@ import trio
 
 from netctl.cni import versions
 from netctl.cni.hostroot import SAFE_PATH, HostRoot
-from netctl.cni.invoke import kill_group
+from netctl.cni.invoke import Child, PluginError
 from netctl.errors import INCOMPATIBLE_VERSION, CNIError
 
 UNKNOWN: frozenset[str] = frozenset()
@@ -94,44 +93,23 @@ async def exec_version(path: str, *, timeout: float, probe_version: str,
     """Run ``path`` (chrooted into a host ``root``) with CNI_COMMAND=VERSION; its stdout,
     or None when it failed."""
     env = {"CNI_COMMAND": "VERSION", "PATH": SAFE_PATH}
-    stdin = msgspec.json.encode({"cniVersion": probe_version})
     try:
-        proc = await trio.lowlevel.open_process(
-            root.argv(path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        child = Child(root.argv(path), env, msgspec.json.encode({"cniVersion": probe_version}))
     except OSError:
         return None
     out = bytearray()
     try:
-        assert proc.stdin is not None and proc.stdout is not None
         with trio.move_on_after(timeout):
-
-            async def feed() -> None:
-                assert proc.stdin is not None
-                try:
-                    await proc.stdin.send_all(stdin)
-                    await proc.stdin.aclose()
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass  # it does not read stdin; its answer tells
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(feed)
-                while len(out) <= MAX_OUTPUT:
-                    data = await proc.stdout.receive_some(65536)
-                    if not data:
-                        break
-                    out += data
-            if len(out) <= MAX_OUTPUT:
-                await proc.wait()
+            await child.read_out(MAX_OUTPUT, out)
+            await child.wait()
+    except PluginError:
+        pass  # more than MAX_OUTPUT
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(timeout):
-            if proc.returncode is None:
-                kill_group(proc)
-            await proc.wait()
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None:
-                    await stream.aclose()
-    if proc.returncode != 0 or len(out) > MAX_OUTPUT:
+            child.kill()
+            await child.wait()
+        child.close()
+    if child.returncode != 0 or len(out) > MAX_OUTPUT:
         return None
     return bytes(out)
 
