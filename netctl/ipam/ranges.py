@@ -331,7 +331,28 @@ def parse_config(ipam: dict[str, Any], *, default_gateway: bool = False
     gives one; `ipRanges` gives one per entry (one address from each: dual-stack). Both `range`
     and `ipRanges` may appear (then `range` first). With ``default_gateway`` (the section
     sits in a plugin that :func:`takes_gateway`), a range without a gateway gets its
-    subnet's first address as gateway, never handed out."""
+    subnet's first address as gateway, never handed out.
+
+    A node sees the same few sections over and over (every step of every attachment of a
+    network): the last :data:`PARSED_KEPT` parsed ones are kept, by their JSON, and shared
+    — callers never change what they get. A bad section is parsed (and refused) each
+    time."""
+    key = (msgspec.json.encode(ipam), default_gateway)
+    parsed = _parsed.get(key)
+    if parsed is None:
+        parsed = _parse_config(ipam, default_gateway)
+        if len(_parsed) >= PARSED_KEPT:
+            del _parsed[next(iter(_parsed))]
+        _parsed[key] = parsed
+    return parsed
+
+
+PARSED_KEPT = 512
+_parsed: dict[tuple[bytes, bool], tuple[IPAMConfig, list[Range]]] = {}
+
+
+def _parse_config(ipam: dict[str, Any], default_gateway: bool
+                  ) -> tuple[IPAMConfig, list[Range]]:
     try:
         cfg = msgspec.convert(ipam, IPAMConfig)
     except msgspec.ValidationError as exc:
