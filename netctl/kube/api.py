@@ -144,8 +144,10 @@ class Api:
 
     async def _call(self, method: str, path: str, query: list[tuple[str, str]] | None = None,
                     body: bytes | None = None, content_type: str = "application/json",
-                    timeout: float | None = None) -> Any:
-        """The aiohttp response of one request (on the asyncio side), status checked."""
+                    timeout: float | None = None, stream: bool = False) -> Any:
+        """The aiohttp response of one request (on the asyncio side), status checked. A
+        ``stream`` (a watch) has no read timeout here: its reader bounds it (a timer
+        per chunk received would cost one more turn of the loop each)."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -156,7 +158,8 @@ class Api:
             resp = await self._api.call_api(
                 path, method, query_params=query or [], header_params=headers, body=document,
                 auth_settings=["BearerToken"], _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=None, connect=to, sock_read=to))
+                _request_timeout=aiohttp.ClientTimeout(total=None, connect=to,
+                                                       sock_read=None if stream else to))
             if resp.status != 401 or attempt:
                 break
             # the token was rotated (bound service-account tokens expire; a kubeconfig's
@@ -205,7 +208,11 @@ class Api:
         return await self.request("list", "GET", path, query)
 
     async def watch(self, path: str, query: Query) -> AsyncGenerator[bytes, None]:
-        """The lines of one watch stream (each a JSON event), until the server ends it."""
+        """The lines of one watch stream (each a JSON event), until the server ends it, or
+        ``watch-timeout`` + 30 s have passed (the server ends it at ``watch-timeout``: a
+        stream still open then is a connection gone silent). What the stream has
+        received is taken in one trip to the asyncio side, however many events it
+        holds."""
         self._count("watch", path)
         params = [*query, ("watch", "true"), ("allowWatchBookmarks", "true"),
                   ("timeoutSeconds", str(int(self.settings.watch_timeout)))]
@@ -213,7 +220,7 @@ class Api:
         async def open_stream() -> Any:
             try:
                 return await self._call("GET", path, params,
-                                        timeout=self.settings.watch_timeout + 30)
+                                        timeout=self.settings.watch_timeout + 30, stream=True)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 raise ApiError(0, f"API server {self.host} not reachable: {exc or 'timeout'}"
                                ) from None
@@ -224,18 +231,27 @@ class Api:
             self._answered("watch", path, exc.status, exc.reason)
             raise
         self._answered("watch", path, 200)
+
+        async def received() -> bytes:
+            try:
+                data: bytes = await resp.content.readany()
+                return data
+            except (TimeoutError, aiohttp.ClientError, OSError):
+                return b""
+
+        deadline = trio.current_time() + self.settings.watch_timeout + 30
+        rest = b""
         try:
             while True:
-                async def line() -> bytes:
-                    try:
-                        data: bytes = await resp.content.readline()
-                        return data
-                    except (TimeoutError, aiohttp.ClientError, OSError):
-                        return b""
-                data = await on_asyncio(line)
+                data = b""
+                with trio.move_on_at(deadline):
+                    data = await on_asyncio(received)
                 if not data:
-                    return
-                yield data
+                    return  # ended (or silent past the deadline): the caller renews it
+                *lines, rest = (rest + data).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield line
         finally:
             resp.close()
 
