@@ -8,7 +8,7 @@ TLS, authentication, connection pooling — and skips its model layer:
 every call here is :meth:`ApiClient.call_api` on a resource path with the body left
 as bytes (``_preload_content=False``), which the callers decode with msgspec into the
 few fields netctl keeps. A V1Pod model per event would cost memory and CPU for
-nothing.
+nothing; the model classes are not even imported (:mod:`netctl.kube.client`).
 
 Every call has a timeout (``api-timeout``, a setting: slow control planes exist), and
 a failure is one :class:`ApiError`: ``status`` the HTTP status, 0 when the server
@@ -31,9 +31,9 @@ import aiohttp
 import msgspec
 import trio
 import trio_asyncio
-from kubernetes_asyncio import client as kclient
-from kubernetes_asyncio import config as kconfig
 
+from netctl.kube.client import client as kclient
+from netctl.kube.client import config as kconfig
 from netctl.kube.objects import Status
 
 log = logging.getLogger("netctl.kube")

@@ -27,8 +27,6 @@ from typing import Any
 
 import msgspec
 import trio
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 
 from netctl.cni.netns import is_netns
 from netctl.cni.request import Pod
@@ -41,6 +39,7 @@ from netctl.journal.store import Journal
 from netctl.metrics import Metrics
 from netctl.reconcile.events import Hints, concerned, netns_to_check
 from netctl.reconcile.facts import gather, netns_exist
+from netctl.reconcile.netlink import IPRoute, NetlinkError
 from netctl.reconcile.pending import finish_pending
 from netctl.reconcile.plan import AllocationFact, Facts, Plan, plan
 

@@ -55,8 +55,6 @@ from functools import partial
 from typing import Any
 
 import trio
-from pyroute2.netlink import NETLINK_ADD_MEMBERSHIP, NETLINK_ROUTE, SOL_NETLINK
-from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID, RTNLGRP_LINK, RTNLGRP_NSID
 
 from netctl.errors import CNIError
 from netctl.reconcile.events import (
@@ -74,6 +72,15 @@ from netctl.reconcile.events import (
     netlink_hints,
 )
 from netctl.reconcile.leaks import Reconciler
+from netctl.reconcile.netlink import (
+    NETLINK_ADD_MEMBERSHIP,
+    NETLINK_ROUTE,
+    RTM_DELLINK,
+    RTM_DELNSID,
+    RTNLGRP_LINK,
+    RTNLGRP_NSID,
+    SOL_NETLINK,
+)
 
 log = logging.getLogger("netctl.reconcile")
 
