@@ -84,6 +84,7 @@ StatusWriter = Callable[[request.Pod, OpStart, list[Attachment]], Awaitable[str]
 
 PARALLEL = 4  # pods changed at once (each holds one of the admission's places meanwhile)
 CONFS_KEPT = 1024  # netctl confs of sandboxes' ADDs kept in memory
+CHOSEN_KEPT = 4096  # ADDs in flight whose choice is remembered (one entry each)
 # the annotation's names of the capability arguments (Selection.capability_args)
 _ATTRIBUTES = {"infinibandGUID": "infiniband-guid"}
 
@@ -209,6 +210,8 @@ class KubeHotplug:
         self._nursery: trio.Nursery | None = None
         self._running: set[tuple[str, str]] = set()
         self._again: set[tuple[str, str]] = set()
+        # container → the fingerprint of the pod its ADD chose its networks from
+        self._chosen: dict[str, tuple[str, str, bool]] = {}
 
     def status(self) -> dict[str, object]:
         """``netctl status``: the rounds that changed a sandbox, the networks attached and
@@ -238,10 +241,24 @@ class KubeHotplug:
         if self.seen.get(pod.metadata.uid) != fingerprint(pod):
             self._start((pod.metadata.namespace, pod.metadata.name))
 
-    def added(self, pod: request.Pod) -> None:
-        """A runtime's ADD of the pod's sandbox succeeded: look at the pod again."""
-        if self.pods.synced.is_set():
-            self._start((pod.namespace, pod.name))
+    def chosen(self, container_id: str, pod: Pod) -> None:
+        """A runtime's ADD of ``container_id`` chose its networks from ``pod`` (the cache's
+        copy then)."""
+        self._chosen[container_id] = fingerprint(pod)
+        if len(self._chosen) > CHOSEN_KEPT:  # ADDs that never finished
+            del self._chosen[next(iter(self._chosen))]
+
+    def added(self, pod: request.Pod, container_id: str) -> None:
+        """A runtime's ADD of the pod's sandbox succeeded: look at the pod again, unless
+        the pod's networks are still what the ADD chose them from."""
+        if not self.pods.synced.is_set():
+            return
+        key = (pod.namespace, pod.name)
+        chose, now = self._chosen.pop(container_id, None), self.pods.cache.get(key)
+        if chose is not None and now is not None and fingerprint(now) == chose:
+            self.seen[now.metadata.uid] = chose
+            return
+        self._start(key)
 
     def forget(self, uid: str) -> None:
         """The pod is deleted."""

@@ -139,7 +139,7 @@ class KubeMode:
         from netctl.kube.objects import is_static
 
         if self.hotplug is not None:
-            self.hotplug.added(inv.pod)
+            self.hotplug.added(inv.pod, inv.container_id)
         namespace, name = inv.pod.namespace, inv.pod.name
         cached = self.pods.informer.cache.get((namespace, name))
         uid = cached.metadata.uid if cached is not None and (is_static(cached) or not
@@ -186,6 +186,7 @@ class KubeMode:
         watch lists or changes is handed to ``hotplug``, which :meth:`run` runs."""
         self.hotplug = hotplug
         self.pods.informer.on_put = hotplug.changed
+        self.pods.on_chosen = hotplug.chosen
 
     async def refused(self, inv: Invocation, exc: Refusal) -> None:
         """A Warning Event on the refused pod, or one more count of the same one."""

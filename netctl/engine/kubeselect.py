@@ -71,6 +71,10 @@ class PodLookup(Protocol):
         """The pod as the cache has it now, or None (no wait, no request)."""
         ...
 
+    def chosen_for_add(self, container_id: str, pod: Pod) -> None:
+        """An ADD of ``container_id`` chose its networks from ``pod``'s annotations."""
+        ...
+
 
 class KubeSelector:
     """The pod's networks from its annotations: the runtime's copy, else the API's."""
@@ -87,6 +91,8 @@ class KubeSelector:
             found = await self.pods.lookup(pod.namespace, pod.name)
             check_pod(inv.verb, pod, found)  # refuses an ADD for a pod the API lacks
             annotations = found.metadata.annotations if found is not None else {}
+            if inv.verb == "ADD" and found is not None:
+                self.pods.chosen_for_add(inv.container_id, found)
         else:  # the labels (a VM's name) from the cache only: no wait, no request
             found = self.pods.cached(pod.namespace, pod.name)
         return replace(choose(conf, pod, annotations, inv.ifname), identity=sticky.identity(

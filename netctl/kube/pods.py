@@ -62,6 +62,7 @@ class PodSource:
     def __init__(self, api: Api, node: str, wait: float = 2.0,
                  on_deleted: Callable[[request.Pod], None] | None = None) -> None:
         self.api, self.node, self.wait = api, node, wait
+        self.on_chosen: Callable[[str, Pod], None] | None = None
         self.informer: Informer[Pod] = Informer(
             api, Pod, PODS, [("fieldSelector", f"spec.nodeName={node}")],
             None if on_deleted is None else lambda pod: on_deleted(pod.ref))
@@ -95,6 +96,12 @@ class PodSource:
     def cached(self, namespace: str, name: str) -> Pod | None:
         """The pod as the cache has it now, or None (no wait, no request)."""
         return self.informer.cache.get((namespace, name))
+
+    def chosen_for_add(self, container_id: str, pod: Pod) -> None:
+        """An ADD chose its networks from ``pod``: told to :attr:`on_chosen` (the hot-plug,
+        which then need not look at the pod again after the ADD unless it changed)."""
+        if self.on_chosen is not None:
+            self.on_chosen(container_id, pod)
 
 
 def check_node(pod: Pod, node: str) -> None:

@@ -353,6 +353,7 @@ class Pods:
     def __init__(self, *pods: Pod) -> None:
         self.pods = {f"{p.metadata.namespace}/{p.metadata.name}": p for p in pods}
         self.asked: list[tuple[str, str]] = []
+        self.chosen: list[tuple[str, str]] = []  # (container, pod) of each ADD's choice
         self.down = False
 
     async def lookup(self, namespace: str, name: str) -> Pod | None:
@@ -363,6 +364,9 @@ class Pods:
 
     def cached(self, namespace: str, name: str) -> Pod | None:
         return self.pods.get(f"{namespace}/{name}")
+
+    def chosen_for_add(self, container_id: str, pod: Pod) -> None:
+        self.chosen.append((container_id, pod.metadata.name))
 
 
 def pod(annotations: dict[str, str], uid: str = "uid-1", ns: str = "shop") -> Pod:
@@ -384,6 +388,7 @@ def test_selection_from_the_api_pod() -> None:
     pods = Pods(pod({NETWORKS: "storage@st0", DEFAULT_NETWORK: "alt"}))
     choice = select(pods, invocation())
     assert pods.asked == [("shop", "web-1")]
+    assert [name for _, name in pods.chosen] == ["web-1"], "the hot-plug is told the choice"
     assert [(s.namespace, s.name, s.interface) for s in choice.networks] == [
         ("shop", "storage", "st0")]
     assert choice.cluster is not None and choice.cluster.name == "alt"
@@ -401,6 +406,7 @@ def test_runtime_annotations_win_and_spare_the_api() -> None:
         ("other", "blue", "b0")]
     empty = select(pods, invocation(meta_conf(runtimeConfig={RUNTIME_ANNOTATIONS: {}})))
     assert empty.networks == [] and pods.asked == [], "the runtime's (empty) copy wins"
+    assert pods.chosen == [], "not chosen from the cache's pod: the hot-plug looks again"
 
 
 def test_the_sticky_identity_from_the_pods_annotations_and_labels() -> None:
