@@ -160,9 +160,9 @@ class KubeMode:
         ids = {a.id for a in atts}
 
         async def current() -> bool:
-            """The attachments are all still live (no DEL, no newer ADD meanwhile)."""
-            return ids <= {a.id for a in await self.journal.live_attachments(
-                annotate.container_id)}
+            """The attachments are all still live (no DEL, no newer ADD meanwhile): the
+            journal's index, no read."""
+            return ids <= self.journal.live.of_container(annotate.container_id)
 
         async def written() -> None:
             await self.journal.one_transaction(annotate)

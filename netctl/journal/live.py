@@ -110,6 +110,10 @@ class LiveIndex:
         """Whether the container has a live attachment."""
         return container_id in self._by_container
 
+    def of_container(self, container_id: str) -> frozenset[int]:
+        """The ids of the container's live attachments."""
+        return frozenset(self._by_container.get(container_id, ()))
+
     def container(self, prefix: str, code: int = INVALID_CONFIG) -> str:
         """The one container with a live attachment whose id starts with ``prefix`` (an
         operator may give podman's short id); refused with ``code`` naming the fault when
