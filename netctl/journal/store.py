@@ -26,7 +26,6 @@ while the daemon writes); see :mod:`netctl.journal.query`.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import sqlite3
 import time
@@ -216,24 +215,43 @@ def _run_batch(batch: list[_Write], db: sqlite3.Connection) -> None:
         raise
 
 
-class _Answer(asyncio.Future[Any]):
-    """The future aiosqlite's thread resolves, through the loop's call_soon_threadsafe
-    (run by trio-asyncio in the trio thread): resolving it wakes the trio task that
-    made it at once, where a done-callback would wait one more turn of the loop."""
+class _Answer:
+    """What aiosqlite's thread resolves, standing in for the asyncio future it expects:
+    the thread calls ``get_loop().call_soon_threadsafe(set_result, answer, result)``, and
+    here that is trio's own ``run_sync_soon``, whose callback reschedules the waiting trio
+    task at once — no asyncio loop, handle or task in between (each was a turn of
+    trio-asyncio's loop more per journal trip). Cancelled (:meth:`cancel`), it is done:
+    the thread's late answer is dropped, as aiosqlite drops it."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop=loop)
+    __slots__ = ("_done", "_task", "_token")
+
+    def __init__(self) -> None:
         self._task = trio.lowlevel.current_task()
+        self._token = trio.lowlevel.current_trio_token()
+        self._done = False
+
+    def get_loop(self) -> _Answer:
+        return self
+
+    def call_soon_threadsafe(self, fn: Callable[..., object], *args: Any) -> None:
+        self._token.run_sync_soon(fn, *args)
+
+    def done(self) -> bool:
+        return self._done
+
+    def cancel(self) -> None:
+        self._done = True
 
     def set_result(self, result: Any) -> None:
-        super().set_result(result)
-        trio.lowlevel.reschedule(self._task, outcome.Value(result))
+        self._resolve(outcome.Value(result))
 
-    def set_exception(self, exception: type | BaseException) -> None:
-        super().set_exception(exception)
-        error = self.exception()
-        assert error is not None
-        trio.lowlevel.reschedule(self._task, outcome.Error(error))
+    def set_exception(self, exception: BaseException) -> None:
+        self._resolve(outcome.Error(exception))
+
+    def _resolve(self, answer: outcome.Outcome[Any]) -> None:
+        if not self._done:
+            self._done = True
+            trio.lowlevel.reschedule(self._task, answer)
 
 
 class Journal:
@@ -245,9 +263,9 @@ class Journal:
         # where the rows' timestamps come from: the wall clock; the retention bench and
         # tests pass a simulated one, to write a week of history in seconds
         self.clock = clock
-        loop = trio_asyncio.current_loop.get()
-        assert loop is not None, "a Journal is made inside its trio-asyncio loop"
-        self._loop = loop
+        # aiosqlite opened the connection on the asyncio side; the trips skip it
+        assert trio_asyncio.current_loop.get() is not None, \
+            "a Journal is made inside its trio-asyncio loop"
         self._lock = trio.Lock()
         self._queue: list[_Write] = []
         self.path = path
@@ -264,21 +282,20 @@ class Journal:
     # -- plumbing ---------------------------------------------------------------------------
 
     async def _on_thread(self, fn: Sync[T]) -> T:
-        """Run ``fn(connection)`` on aiosqlite's thread: one trip across trio-asyncio.
+        """Run ``fn(connection)`` on aiosqlite's thread: one trip to it and back.
 
-        This is what aiosqlite's own ``Connection._execute`` does — a future of the
-        loop, the call put on the connection's queue, the future resolved from its
-        thread through the loop — but the trio task waits on the future itself
-        (:class:`_Answer`), not through an asyncio task wrapped around that coroutine
-        (which cost as much again as the rest of the trip). Cancelled (a write past its
-        deadline), the future is cancelled, and the thread's late answer is dropped, as
-        aiosqlite drops it."""
+        This is what aiosqlite's own ``Connection._execute`` does — a future, the call put
+        on the connection's queue, the future resolved from its thread — but the trio
+        task waits itself, on an :class:`_Answer` that trio resolves: no asyncio task
+        around a coroutine, no turn of the asyncio loop (each cost as much again as the
+        rest of the trip). Cancelled (a write past its deadline), the answer is
+        cancelled, and the thread's late answer is dropped, as aiosqlite drops it."""
         db = self._db
         self.trips += 1
         if not db._running or db._connection is None:
             raise ValueError("Connection closed")
-        answer = _Answer(self._loop)
-        db._tx.put_nowait((answer, partial(fn, db._connection)))
+        answer = _Answer()
+        db._tx.put_nowait((answer, partial(fn, db._connection)))  # type: ignore[arg-type]
 
         def abort(_: object) -> trio.lowlevel.Abort:
             answer.cancel()
