@@ -12,9 +12,10 @@ run at its own version and the caller still gets its own.
 
 from __future__ import annotations
 
-import copy
 import ipaddress
 from typing import Any
+
+import msgspec
 
 from netctl.errors import INCOMPATIBLE_VERSION, CNIError
 
@@ -54,7 +55,7 @@ def supports_gc(version: str) -> bool:
 def convert_result(result: dict[str, Any], to_version: str) -> dict[str, Any]:
     """Return ``result`` rewritten for ``to_version`` (a new dict; the input is kept)."""
     check_supported(to_version)
-    out = copy.deepcopy(result)
+    out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(result))  # a deep copy
     target = parse(to_version)
     ips = out.get("ips") or []
     if target >= (1, 0, 0):
