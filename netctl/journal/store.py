@@ -309,29 +309,30 @@ class Journal:
         one another writer's batch made while this caller has not resumed yet."""
         item = _Write(fn, indexed)
         self._queue.append(item)
-        with trio.CancelScope(shield=True):  # a journal write, once asked for, completes…
-            with trio.move_on_after(self.write_deadline) as late:  # …or fails, in time
-                async with self._lock:
-                    if not item.done:  # nobody took it along: commit what is queued now
-                        batch, self._queue = self._queue, []
-                        try:
-                            await self._on_thread(lambda db: _run_batch(batch, db))
-                            self.commits += 1
-                            for other in batch:
-                                if other.error is None and other.indexed is not None:
-                                    other.indexed(other.result)
-                        except BaseException as exc:
-                            cause = exc if isinstance(exc, Exception) else CNIError(
-                                IO_FAILURE, f"journal {self.path}: a write did not finish "
-                                f"within {self.write_deadline:g}s")
-                            for other in batch:
-                                other.error = other.error or cause
-                            if not isinstance(exc, Exception):
-                                raise
-                        finally:
-                            for other in batch:
-                                other.done = True
-                            self.writes += len(batch)
+        # a journal write, once asked for, completes (shielded)… or fails, in time
+        with trio.CancelScope(shield=True,
+                              deadline=trio.current_time() + self.write_deadline) as late:
+            async with self._lock:
+                if not item.done:  # nobody took it along: commit what is queued now
+                    batch, self._queue = self._queue, []
+                    try:
+                        await self._on_thread(lambda db: _run_batch(batch, db))
+                        self.commits += 1
+                        for other in batch:
+                            if other.error is None and other.indexed is not None:
+                                other.indexed(other.result)
+                    except BaseException as exc:
+                        cause = exc if isinstance(exc, Exception) else CNIError(
+                            IO_FAILURE, f"journal {self.path}: a write did not finish "
+                            f"within {self.write_deadline:g}s")
+                        for other in batch:
+                            other.error = other.error or cause
+                        if not isinstance(exc, Exception):
+                            raise
+                    finally:
+                        for other in batch:
+                            other.done = True
+                        self.writes += len(batch)
         if late.cancelled_caught and not item.done:
             raise CNIError(IO_FAILURE, f"journal {self.path}: a write did not finish within "
                            f"{self.write_deadline:g}s")
