@@ -460,16 +460,26 @@ def _cmd_hotplug(args: argparse.Namespace) -> int:
     return 0
 
 
+# what reading the health over the socket raises when nothing answers: refused, missing,
+# cut short, silent
+HEALTH_UNREACHABLE = (OSError, ValueError, struct.error)
+
+
+def down_health(socket_path: str, exc: BaseException) -> dict[str, Any]:
+    """The health document of a daemon that did not answer on ``socket_path``."""
+    return {"ready": False, "state": "down",
+            "reasons": [f"the netctl daemon is not reachable at {socket_path}: {exc}"],
+            "socket": socket_path}
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     """The daemon's health over its socket: exit 0 ready, 1 not ready (the document's
     ``reasons`` say why), 2 down (no socket, or nothing answering on it), 3 degraded:
     ready, but attachments are stuck or a pool is nearly full (``degraded_reasons``)."""
     try:
         health = admin_request(args.socket, timeout=args.timeout)
-    except (OSError, ValueError, struct.error) as exc:  # refused, missing, cut short, silent
-        down = {"ready": False, "state": "down",
-                "reasons": [f"the netctl daemon is not reachable at {args.socket}: {exc}"],
-                "socket": args.socket}
+    except HEALTH_UNREACHABLE as exc:
+        down = down_health(args.socket, exc)
         if args.json:
             print(json.dumps(down, indent=2))
         else:

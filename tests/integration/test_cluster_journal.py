@@ -23,6 +23,7 @@ allocator and its journal, without a netns per pod), the cluster IPAM backend.""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -58,15 +59,23 @@ def kube() -> Iterator[FakeKube]:
 
 
 @pytest.fixture
-def nodes(tmp_path: Path, kube: FakeKube) -> Iterator[Callable[..., Daemon]]:
+def nodes(tmp_path: Path, kube: FakeKube, installed_plugin: Path
+          ) -> Iterator[Callable[..., list[Daemon]]]:
     """A factory of daemons, each a node of ``kube`` serving queries on a loopback port,
-    with its DaemonSet pod in kube-system saying where."""
+    with its DaemonSet pod in kube-system saying where; the daemons of one call start
+    side by side."""
     made: list[Daemon] = []
     config = kube.kubeconfig(tmp_path / "daemon-kubeconfig")
 
-    def make(name: str, **settings: Any) -> Daemon:
-        made.append(start_node(kube, tmp_path, f"ncq{len(made)}", name, config, **settings))
-        return made[-1]
+    def make(*names: str, **settings: Any) -> list[Daemon]:
+        new = []
+        for name in names:
+            made.append(launch_node(kube, tmp_path, f"ncq{len(made)}", name, config,
+                                    installed_plugin, **settings))
+            new.append(made[-1])
+        for d in new:
+            wait_node_ready(d)
+        return new
 
     try:
         yield make
@@ -76,9 +85,18 @@ def nodes(tmp_path: Path, kube: FakeKube) -> Iterator[Callable[..., Daemon]]:
 
 
 def start_node(kube: FakeKube | RealKube, tmp_path: Path, prefix: str, name: str,
-               config: Path, **settings: Any) -> Daemon:
+               config: Path, installed: Path, **settings: Any) -> Daemon:
     """A daemon as node ``name`` of ``kube``, serving queries on a loopback port, with its
     Node and its DaemonSet pod in kube-system saying where (started, IPAM ready)."""
+    d = launch_node(kube, tmp_path, prefix, name, config, installed, **settings)
+    wait_node_ready(d)
+    return d
+
+
+def launch_node(kube: FakeKube | RealKube, tmp_path: Path, prefix: str, name: str,
+                config: Path, installed: Path, **settings: Any) -> Daemon:
+    """:func:`start_node` up to the daemon's exec: its bin dir a copy of ``installed``
+    (the plugin as ``netctl install-cni`` installs it)."""
     root = tmp_path / name
     root.mkdir()
     port = free_port()
@@ -86,7 +104,7 @@ def start_node(kube: FakeKube | RealKube, tmp_path: Path, prefix: str, name: str
         **TEST_SETTINGS, "kubeconfig": str(config), "node-name": name,
         "ipam-backend": "kubernetes", "api-timeout": 3, "block-check": 0.2,
         "query-addr": f"127.0.0.1:{port}", **settings})
-    d.install_plugin()
+    shutil.copytree(installed, Path(d.plugin).parent)
     kube.create("nodes", node(name))
     kube.create("pods", pod(f"netctl-{name}", "kube-system", node=name,
                             labels={"app.kubernetes.io/name": "netctl"},
@@ -94,14 +112,19 @@ def start_node(kube: FakeKube | RealKube, tmp_path: Path, prefix: str, name: str
     kube.patch("pods", "kube-system", f"netctl-{name}", {"status": {
         "phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1"}},
         subresource="status")
+    d.start(wait=False)
+    return d
+
+
+def wait_node_ready(d: Daemon) -> None:
+    """Wait for a launched node's socket, then its cluster IPAM; stop it if that fails."""
     try:
-        d.start()
+        d.wait_ready()
         wait_for(lambda: (d.status().get("kubernetes") or {}).get("ipam", {}).get("ready"),
-                 20, f"{name}'s cluster IPAM ready")
+                 20, f"{d.settings['node-name']}'s cluster IPAM ready")
     except BaseException:
         d.shut_down()
         raise
-    return d
 
 
 def ipam(daemon: Daemon, command: str, container: str, who: str, args: str = ""
@@ -133,8 +156,8 @@ def as_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 
 def test_who_held_an_address_at_a_time_from_any_node(
-        nodes: Callable[..., Daemon], kube: FakeKube, tmp_path: Path) -> None:
-    daemons = [nodes(f"node-{i}") for i in range(4)]
+        nodes: Callable[..., list[Daemon]], kube: FakeKube, tmp_path: Path) -> None:
+    daemons = nodes(*(f"node-{i}" for i in range(4)))
     pods = ["team-a/web-a", "team-a/web-b", "team-b/db", "team-b/cache"]
     addrs = [address(ipam(d, "ADD", f"c{i}", who)) for i, (d, who) in
              enumerate(zip(daemons, pods, strict=True))]
@@ -188,9 +211,9 @@ def test_who_held_an_address_at_a_time_from_any_node(
     assert [(a["node"], a["pod"]) for a in again["allocations"]] == [("node-0", "team-a/web-a")]
 
 
-def test_rbac_refusals_and_a_node_down(nodes: Callable[..., Daemon], kube: FakeKube,
+def test_rbac_refusals_and_a_node_down(nodes: Callable[..., list[Daemon]], kube: FakeKube,
                                        tmp_path: Path) -> None:
-    daemons = [nodes(f"node-{i}") for i in range(4)]
+    daemons = nodes(*(f"node-{i}" for i in range(4)))
     held = address(ipam(daemons[2], "ADD", "c1", "team-a/api"))
 
     stranger = kubectl_netctl(kube.kubeconfig(tmp_path / "x", token="not-a-token"),
@@ -225,7 +248,7 @@ def test_rbac_refusals_and_a_node_down(nodes: Callable[..., Daemon], kube: FakeK
     assert "node node-3 did not answer" in partial.stderr
 
 
-def test_https_with_a_serving_certificate(nodes: Callable[..., Daemon], kube: FakeKube,
+def test_https_with_a_serving_certificate(nodes: Callable[..., list[Daemon]], kube: FakeKube,
                                           tmp_path: Path) -> None:
     """With query-tls-cert and query-tls-key the endpoint speaks HTTPS: kubectl netctl
     --ca-file verifies it and is answered; plain HTTP to it gets no answer."""
@@ -235,7 +258,7 @@ def test_https_with_a_serving_certificate(nodes: Callable[..., Daemon], kube: Fa
                "-subj", "/CN=netctl-query", "-addext", "subjectAltName=IP:127.0.0.1",
                "-keyout", str(certs / "tls.key"), "-out", str(certs / "tls.crt")]
     subprocess.run(openssl, check=True, capture_output=True)
-    d = nodes("node-0", **{"query-tls-cert": str(certs / "tls.crt"),
+    (d,) = nodes("node-0", **{"query-tls-cert": str(certs / "tls.crt"),
                            "query-tls-key": str(certs / "tls.key")})
     held = address(ipam(d, "ADD", "c1", "team-a/secure"))
     me = kube.kubeconfig(tmp_path / "alice", token=READER_TOKEN)
@@ -251,7 +274,6 @@ def test_https_with_a_serving_certificate(nodes: Callable[..., Daemon], kube: Fa
 def test_query_addr_needs_kubernetes_mode(tmp_path: Path) -> None:
     d = Daemon(tmp_path, "ncqs", [SYSTEM_CNI], {**TEST_SETTINGS,
                                                 "query-addr": f"127.0.0.1:{free_port()}"})
-    d.install_plugin()
     try:
         with pytest.raises(harness.HarnessError, match="query-addr serves Kubernetes mode "
                            "only"):
@@ -301,7 +323,8 @@ def test_reviews_keep_allowed_answers_a_while_and_refusals_never(
 
 @pytest.mark.servers("real")
 def test_on_a_real_api_server_with_the_manifests_roles(real_kube: RealKube,
-                                                        tmp_path: Path) -> None:
+                                                        tmp_path: Path,
+                                                        installed_plugin: Path) -> None:
     """On a real kube-apiserver: real TokenReviews and SubjectAccessReviews, made by
     daemons running under netctl's ServiceAccount (deploy/kubernetes/rbac.yaml), callers
     bound to the roles of deploy/kubernetes/journal-reader.yaml. A ServiceAccount bound to
@@ -338,7 +361,8 @@ def test_on_a_real_api_server_with_the_manifests_roles(real_kube: RealKube,
     kube.reset_counts()
     try:
         for i in range(2):
-            daemons.append(start_node(kube, tmp_path, f"ncr{i}", f"node-{i}", config))
+            daemons.append(start_node(kube, tmp_path, f"ncr{i}", f"node-{i}", config,
+                                      installed_plugin))
         held = address(ipam(daemons[1], "ADD", "c1", "team-a/real"))
         reader = kube.kubeconfig(tmp_path / "reader",
                                  token=kube.token_for("default", "netctl-reader"))

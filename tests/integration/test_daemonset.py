@@ -213,8 +213,16 @@ def test_the_daemonset_runs_pods_and_restarts_a_daemon_that_stops_answering(
             # cannot act on the SIGTERM: the probe's 10 s of grace would only be waited out)
             pid = kubelet.pid("netctl")
             os.kill(pid, signal.SIGSTOP)
-            results = kubelet.watch_liveness("netctl", rounds=10, grace=1)
             spec = kubelet.container("netctl")["livenessProbe"]
+            # a stopped daemon never answers, so each probe waits out its whole --timeout
+            # (4 s): 1 s while it is stopped, the manifest's again for the restarted one
+            command = spec["exec"]["command"]
+            spec["exec"]["command"] = ["--timeout=1" if a.startswith("--timeout=") else a
+                                       for a in command]
+            try:
+                results = kubelet.watch_liveness("netctl", rounds=10, grace=1)
+            finally:
+                spec["exec"]["command"] = command
             assert results == [False] * int(spec["failureThreshold"]), results
             assert kubelet.restarts == {"netctl": 1}
             kubelet.wait_probe("netctl", "startupProbe", timeout=120)

@@ -151,12 +151,26 @@ def backend_setting(backend: str) -> dict[str, str]:
     return {"ipam-backend": backend}
 
 
-def synced(daemon: harness.Daemon) -> bool:
-    """Whether a Kubernetes-mode daemon's status says every cache it reports (pods, NADs, …)
-    has synced: its watches are open, its first lists made."""
+def synced(daemon: harness.Daemon) -> int:
+    """The watches a Kubernetes-mode daemon has opened once it is set up: every cache its
+    status reports (the pods', the NADs', the cluster IPAM's) synced and watching, its
+    Node watched, its cluster IPAM (when it has one) ready; 0 until then."""
     kube = daemon.status().get("kubernetes") or {}
-    caches = [v for v in kube.values() if isinstance(v, dict) and "synced" in v]
-    return bool(caches) and all(v["synced"] for v in caches)
+    ipam = kube.get("ipam")
+    if ipam is not None and not ipam.get("ready"):
+        return 0
+    caches = [v for doc in (kube, ipam or {}) for v in doc.values()
+              if isinstance(v, dict) and "synced" in v]
+    watching = [c for c in caches if c["synced"] and c["state"] == "watching"]
+    if not caches or watching != caches or (kube.get("node_object") or {}).get(
+            "state") != "watching":
+        return 0
+    return sum(int(c["watches"]) for c in caches) + 1  # and the Node's
+
+
+def watches_made(kube: Kube) -> int:
+    """The watch requests ``kube`` has had (since its counts were reset)."""
+    return sum(n for (verb, _), n in kube.request_counts.items() if verb == "watch")
 
 
 def ratio_of(a: float | None, b: float | None) -> float | None:
@@ -336,8 +350,13 @@ class ClusterBench(Bench):
             d.start(wait=False)
         for d in daemons:
             d.wait_ready(60)
-        for d in daemons:
-            harness.wait_for(partial(synced, d), 60, f"the caches of the daemon in {d.root}")
+        watches = sum(harness.wait_for(partial(synced, d), 60,
+                                       f"the caches of the daemon in {d.root}")
+                      for d in daemons)
+        # a daemon says it watches before its request reaches the server, where it would
+        # be counted in the round: wait for the server to have every one
+        harness.wait_for(lambda: watches_made(kube) >= watches, 60,
+                         f"the {watches} watches of the daemons at the API server")
         return daemons
 
     def stop_daemons(self, daemons: list[harness.Daemon]) -> list[dict[str, Any]]:
