@@ -181,8 +181,10 @@ class Chains:
     async def check_versions(self, atts: Sequence[Attachment],
                              served: Sequence[Served]) -> None:
         """Refuse (code 1) a network whose cniVersion one of its delegates does not speak,
-        asking each binary once (its VERSION answer is cached while it is unchanged)."""
+        asking each binary once (its VERSION answer is cached while it is unchanged); a
+        type and version seen for one network is not looked at again for the next."""
         d = self.delegates
+        checked: set[tuple[str, str]] = set()
         for att, ipam in zip(atts, served, strict=True):
             for index, plugin in enumerate(att.chain.plugins):
                 types = [str(plugin["type"])]
@@ -191,6 +193,9 @@ class Chains:
                         and not ipam.has(index):
                     types.append(section["type"])
                 for ptype in types:
+                    if (ptype, att.chain.cni_version) in checked:
+                        continue
+                    checked.add((ptype, att.chain.cni_version))
                     path = find_plugin(d.bin_dirs, ptype, d.root)
                     supported = await supported_versions(path, d.root)
                     try:
