@@ -181,8 +181,10 @@ def daemon(tmp_path: Path, installed_plugin: Path) -> Iterator[Daemon]:
     try:
         yield d
     finally:
-        d.shut_down()
-        harness.remove_host_objects(d.prefix)
+        try:
+            d.shut_down()
+        finally:  # also when the daemon would not stop
+            harness.remove_host_objects(d.prefix)
 
 
 @pytest.fixture
