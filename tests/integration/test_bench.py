@@ -280,13 +280,14 @@ def test_podman_small_json() -> None:
 
 
 def test_kube_small_json() -> None:
-    """A small cache, two rounds' worth of churn per side beside two standing pods, the
-    churned pods deleted through the API, two misses of each kind, a burst of five: the
-    request counts are the design's (exact: they are counts, not timings), every
-    number is there, nothing is left."""
+    """A small cache, two rounds' worth of churn per side beside two standing pods, each
+    pod on the cluster network and two more (each one's network-status checked by the
+    bench), the churned pods deleted through the API, two misses of each kind, a burst
+    of five: the request counts are the design's (exact: they are counts, not timings),
+    every number is there, nothing is left."""
     proc = subprocess.run([NETCTL, "bench", "kube", "--pods", "20", "--nads", "5", "--churn",
                            "8", "--misses", "2", "--concurrency", "2", "--burst", "5",
-                           "--standing", "2", "--delete-pods", "--json"],
+                           "--standing", "2", "--networks", "2", "--delete-pods", "--json"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
@@ -294,6 +295,7 @@ def test_kube_small_json() -> None:
     # every churned pod deleted through the API once its DEL was done (and made again)
     assert report["params"]["deleted_through_api"] == 8
     assert report["params"]["standing"] == 2
+    assert report["params"]["networks_per_pod"] == 3
     req = report["requests"]
     warm = req["warm_cache"]
     assert warm["ADD"]["pods"] == 8 and warm["ADD"]["requests"] == {"patch pods": 8}
@@ -305,7 +307,7 @@ def test_kube_small_json() -> None:
         rep = report[side]
         assert rep["pods"] == 8 and rep["failures"] == 0 and rep["leftovers"] == []
         assert all(rep[verb]["p50"] > 0 for verb in ("add_ms", "del_ms"))
-        assert rep["cpu_ms_per_pod"] > 0
+        assert rep["cpu_ms_per_pod"] > 0 and rep["cpu_s"]["daemon"] > 0
     assert all(v is not None and v > 0 for v in report["ratio"].values())
     assert report["misses"]["watch_lagging"]["add_ms"]["n"] == 2
     burst = report["burst"]
@@ -319,6 +321,7 @@ def test_kube_small_json() -> None:
     assert d["bridge_add_kib"] > 0 and d["static_kib"] > 0 and d["bridge_binary_kib"] > 0
     c = mem["container"]
     assert c["delegates_at_once"] == c["max_concurrent"] * c["networks_per_pod"]
+    assert c["networks_per_pod"] == 3
     assert c["bound_kib"] > c["once_kib"] > mem["burst_peak_kib"]
     assert report["daemon"]["exit_code"] == 0
 
