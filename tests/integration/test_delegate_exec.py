@@ -1,0 +1,188 @@
+"""We test how the daemon runs one delegate (:func:`netctl.cni.invoke.run_plugin`, its
+``Child``): real child processes, shell scripts standing in for plugins.
+
+- the plugin gets its whole config on stdin, also one larger than a pipe holds;
+- a result past the stdout cap is refused (code 103) and the plugin killed;
+- stderr past its cap is kept as "(stderr over the cap)", the result still read;
+- a plugin past its timeout is killed with the children it started (its process group),
+  code 101;
+- a cancelled plugin finishes within its grace and what it did is handed back; one that
+  does not is killed;
+- nothing is left running or unreaped after any of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from netctl.cni.invoke import (
+    MAX_STDERR,
+    MAX_STDOUT,
+    Cancellation,
+    PluginError,
+    PluginOutput,
+    run_plugin,
+)
+from netctl.errors import DELEGATE_BAD_OUTPUT, DELEGATE_TIMEOUT
+
+RESULT = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
+          "ips": [{"address": "10.1.2.3/24", "interface": 0}]}
+
+# each plugin: a shell script; @PIDS@ (the test's file) gets the pid of each process it
+# starts (the plugin's environment is the daemon's clean one: no variable can say where)
+SCRIPTS = {
+    # stdin's length, as a result's dns domain
+    "echo": """n=$(wc -c)
+printf '{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/x"}],"ips":[],'
+printf '"dns":{"domain":"%s"}}' "$n"
+""",
+    "bigout": f"""cat >/dev/null; head -c {MAX_STDOUT + 4096} /dev/zero | tr '\\0' ' '
+sleep 30
+""",
+    "bigerr": f"""cat >/dev/null; head -c {MAX_STDERR + 100} /dev/zero | tr '\\0' 'e' >&2
+printf '%s' '{json.dumps(RESULT)}'
+""",
+    "forks": """cat >/dev/null; sleep 300 & echo $! >> @PIDS@; echo $$ >> @PIDS@; sleep 300
+""",
+    "graceful": """cat >/dev/null; echo $$ >> @PIDS@; sleep 0.3
+printf '%s' '""" + json.dumps(RESULT) + """'
+""",
+    "stubborn": """cat >/dev/null; echo $$ >> @PIDS@; trap '' TERM; sleep 300
+""",
+}
+
+
+@pytest.fixture
+def bin_dir(tmp_path: Path) -> Iterator[Path]:
+    d = tmp_path / "bin"
+    d.mkdir()
+    pids = tmp_path / "pids"
+    pids.touch()
+    for name, body in SCRIPTS.items():
+        path = d / name
+        path.write_text("#!/bin/sh\n" + body.replace("@PIDS@", str(pids)))
+        path.chmod(0o755)
+    try:
+        yield d
+    finally:
+        for line in pids.read_text().split():
+            try:
+                os.kill(int(line), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie nor gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def reaped() -> bool:
+    """No child of this process left to reap (each run waited for its plugin)."""
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def started(tmp_path: Path) -> list[int]:
+    return [int(p) for p in (tmp_path / "pids").read_text().split()]
+
+
+async def run(bin_dir: Path, ptype: str, config: bytes = b"{}", timeout: float = 60.0,
+              cancel_grace: float = 5.0, cancellation: Cancellation | None = None
+              ) -> PluginOutput:
+    return await run_plugin([str(bin_dir)], ptype, "ADD", config, container_id="c1",
+                            netns="/run/netns/x", ifname="eth0", timeout=timeout,
+                            cancel_grace=cancel_grace, cancellation=cancellation)
+
+
+def test_the_whole_config_on_stdin(bin_dir: Path) -> None:
+    big = json.dumps({"cniVersion": "1.0.0", "pad": "x" * 200_000}).encode()
+
+    async def main() -> None:
+        for config in (b'{"cniVersion":"1.0.0"}', big):
+            out = await run(bin_dir, "echo", config)
+            assert out.result is not None
+            length = out.result["dns"]["domain"]
+            assert int(length) == len(config)
+
+    trio.run(main)
+
+
+def test_stdout_past_its_cap_is_refused_and_the_plugin_killed(bin_dir: Path) -> None:
+    async def main() -> None:
+        began = time.monotonic()
+        with pytest.raises(PluginError) as err:
+            await run(bin_dir, "bigout", timeout=60)
+        assert err.value.code == DELEGATE_BAD_OUTPUT
+        assert f"more than {MAX_STDOUT} bytes on stdout" in err.value.msg
+        assert time.monotonic() - began < 30, "killed, not waited for (it sleeps 30 s)"
+
+    trio.run(main)
+    assert reaped()
+
+
+def test_stderr_past_its_cap_is_marked_and_the_result_read(bin_dir: Path) -> None:
+    async def main() -> None:
+        out = await run(bin_dir, "bigerr")
+        assert out.result is not None and out.result["ips"][0]["address"] == "10.1.2.3/24"
+        assert out.stderr == b"(stderr over the cap)"
+
+    trio.run(main)
+
+
+def test_a_timeout_kills_the_plugin_and_what_it_started(bin_dir: Path, tmp_path: Path
+                                                        ) -> None:
+    async def main() -> None:
+        with pytest.raises(PluginError) as err:
+            await run(bin_dir, "forks", timeout=0.5)
+        assert err.value.code == DELEGATE_TIMEOUT and "was killed" in err.value.msg
+
+    trio.run(main)
+    assert reaped()
+    pids = started(tmp_path)
+    assert len(pids) == 2
+    deadline = time.monotonic() + 5
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in pids), "the plugin's process group outlived it"
+
+
+def test_a_cancelled_plugin_finishes_within_its_grace(bin_dir: Path) -> None:
+    async def main() -> None:
+        cancel = Cancellation()
+        with trio.move_on_after(0.1):
+            await run(bin_dir, "graceful", cancel_grace=5, cancellation=cancel)
+        assert cancel.fed and cancel.finished is not None
+        done = cancel.finished.result
+        assert done is not None and done["ips"][0]["address"] == "10.1.2.3/24"
+
+    trio.run(main)
+
+
+def test_a_cancelled_plugin_past_its_grace_is_killed(bin_dir: Path, tmp_path: Path) -> None:
+    async def main() -> None:
+        cancel = Cancellation()
+        with trio.move_on_after(0.1):
+            await run(bin_dir, "stubborn", cancel_grace=0.3, cancellation=cancel)
+        assert cancel.fed and cancel.finished is None
+        assert "still running after 0.3s of grace, killed" in cancel.describe(0.3)
+
+    trio.run(main)
+    assert reaped()
+    (pid,) = started(tmp_path)
+    assert not alive(pid)
