@@ -270,9 +270,10 @@ def environment_read_once(api: kclient.ApiClient) -> None:
     rest = api.rest_client
     session = rest.pool_manager
     url = URL(str(api.configuration.host))
-    if not getattr(session, "_trust_env", False) or url.host is None:
-        return
-    if session._get_netrc_auth(url.host) is not None:
+    netrc_auth = getattr(session, "_get_netrc_auth", None)  # aiohttp's own, as it asks
+    if not getattr(session, "_trust_env", False) or url.host is None or netrc_auth is None:
+        return  # an aiohttp laid out otherwise: the session is left as it was made
+    if netrc_auth(url.host) is not None:
         return
     if not rest.proxy:
         try:
