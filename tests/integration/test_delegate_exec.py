@@ -89,13 +89,19 @@ def alive(pid: int) -> bool:
         return False
 
 
-def reaped() -> bool:
-    """No child of this process left to reap (each run waited for its plugin)."""
-    try:
-        os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
+def children() -> set[int]:
+    """This process's children, running or not yet reaped (from /proc)."""
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == os.getpid():
+                out.add(int(entry))
+    return out
 
 
 def started(tmp_path: Path) -> list[int]:
@@ -124,6 +130,8 @@ def test_the_whole_config_on_stdin(bin_dir: Path) -> None:
 
 
 def test_stdout_past_its_cap_is_refused_and_the_plugin_killed(bin_dir: Path) -> None:
+    before = children()
+
     async def main() -> None:
         began = time.monotonic()
         with pytest.raises(PluginError) as err:
@@ -133,7 +141,7 @@ def test_stdout_past_its_cap_is_refused_and_the_plugin_killed(bin_dir: Path) -> 
         assert time.monotonic() - began < 30, "killed, not waited for (it sleeps 30 s)"
 
     trio.run(main)
-    assert reaped()
+    assert children() <= before, "a plugin left unreaped"
 
 
 def test_stderr_past_its_cap_is_marked_and_the_result_read(bin_dir: Path) -> None:
@@ -147,13 +155,15 @@ def test_stderr_past_its_cap_is_marked_and_the_result_read(bin_dir: Path) -> Non
 
 def test_a_timeout_kills_the_plugin_and_what_it_started(bin_dir: Path, tmp_path: Path
                                                         ) -> None:
+    before = children()
+
     async def main() -> None:
         with pytest.raises(PluginError) as err:
             await run(bin_dir, "forks", timeout=0.5)
         assert err.value.code == DELEGATE_TIMEOUT and "was killed" in err.value.msg
 
     trio.run(main)
-    assert reaped()
+    assert children() <= before, "a plugin left unreaped"
     pids = started(tmp_path)
     assert len(pids) == 2
     deadline = time.monotonic() + 5
@@ -175,6 +185,8 @@ def test_a_cancelled_plugin_finishes_within_its_grace(bin_dir: Path) -> None:
 
 
 def test_a_cancelled_plugin_past_its_grace_is_killed(bin_dir: Path, tmp_path: Path) -> None:
+    before = children()
+
     async def main() -> None:
         cancel = Cancellation()
         with trio.move_on_after(0.1):
@@ -183,6 +195,6 @@ def test_a_cancelled_plugin_past_its_grace_is_killed(bin_dir: Path, tmp_path: Pa
         assert "still running after 0.3s of grace, killed" in cancel.describe(0.3)
 
     trio.run(main)
-    assert reaped()
+    assert children() <= before, "a plugin left unreaped"
     (pid,) = started(tmp_path)
     assert not alive(pid)
