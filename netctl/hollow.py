@@ -28,7 +28,10 @@ import logging
 import sys
 import threading
 import types
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 log = logging.getLogger("netctl")
 
@@ -53,6 +56,20 @@ def hollow(*names: str) -> bool:
             setattr(parent, name.rpartition(".")[2], module)
         parent = module
     return True
+
+
+def lean(names: tuple[str, ...], load: Callable[[], T]) -> T | None:
+    """:func:`hollow` the packages ``names``, then ``load()`` (the imports a caller needs
+    from them) and its result; None when the first package was imported already, or when
+    anything failed — then the packages are forgotten, for the ordinary import."""
+    try:
+        if not hollow(*names):
+            return None
+        return load()
+    except Exception as exc:  # any failure: the caller imports the ordinary way
+        forget(names[0])
+        log.debug("%s imported in full (the lean load failed: %r)", names[0], exc)
+        return None
 
 
 def forget(package: str) -> None:

@@ -25,13 +25,10 @@ taken.
 from __future__ import annotations
 
 import importlib
-import logging
 import types
 from typing import TYPE_CHECKING
 
-from netctl.hollow import forget, hollow
-
-log = logging.getLogger("netctl.kube")
+from netctl.hollow import lean
 
 PACKAGE = "kubernetes_asyncio"
 _HOLLOW = (PACKAGE, f"{PACKAGE}.client", f"{PACKAGE}.client.models")
@@ -39,9 +36,7 @@ _HOLLOW = (PACKAGE, f"{PACKAGE}.client", f"{PACKAGE}.client.models")
 _CLIENT_MODULES = ("exceptions", "configuration", "rest", "api_client")
 
 
-def _load_lean() -> tuple[types.ModuleType, types.ModuleType] | None:
-    if not hollow(*_HOLLOW):
-        return None
+def _load_lean() -> tuple[types.ModuleType, types.ModuleType]:
     client = importlib.import_module(f"{PACKAGE}.client")
     for sub in _CLIENT_MODULES:
         importlib.import_module(f"{PACKAGE}.client.{sub}")
@@ -53,14 +48,9 @@ def _load_lean() -> tuple[types.ModuleType, types.ModuleType] | None:
 def load() -> tuple[types.ModuleType, types.ModuleType, bool]:
     """kubernetes-asyncio's ``client`` and ``config`` modules, and whether they were
     loaded lean (True) or the ordinary way (False)."""
-    try:
-        lean = _load_lean()
-    except Exception as exc:  # any failure: the ordinary import
-        forget(PACKAGE)
-        log.debug("kubernetes-asyncio imported in full (the lean load failed: %r)", exc)
-        lean = None
-    if lean is not None:
-        return (*lean, True)
+    loaded = lean(_HOLLOW, _load_lean)
+    if loaded is not None:
+        return (*loaded, True)
     return (importlib.import_module(f"{PACKAGE}.client"),
             importlib.import_module(f"{PACKAGE}.config"), False)
 

@@ -12,28 +12,17 @@ otherwise), the ordinary import serves. :data:`LEAN` says which way was taken.
 
 from __future__ import annotations
 
-import logging
-
-from netctl.hollow import forget, hollow
-
-log = logging.getLogger("netctl.reconcile")
+from netctl.hollow import lean
 
 
-def _hollow_pyroute2() -> bool:
-    try:
-        if not hollow("pyroute2"):
-            return False
-        # the whole lean load, here where a failure is caught
-        import pyroute2.iproute
-        import pyroute2.netlink.exceptions  # noqa: F401
-    except Exception as exc:  # any failure: the ordinary import below
-        forget("pyroute2")
-        log.debug("pyroute2 imported in full (the lean load failed: %r)", exc)
-        return False
+def _imports() -> bool:
+    """The whole lean load, where :func:`netctl.hollow.lean` catches a failure."""
+    import pyroute2.iproute
+    import pyroute2.netlink.exceptions  # noqa: F401
     return True
 
 
-LEAN = _hollow_pyroute2()
+LEAN = lean(("pyroute2",), _imports) is not None
 
 # the same names either way: from their own modules
 from pyroute2.iproute import IPRoute  # noqa: E402
