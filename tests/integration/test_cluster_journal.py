@@ -162,7 +162,8 @@ def test_who_held_an_address_at_a_time_from_any_node(
     addrs = [address(ipam(d, "ADD", f"c{i}", who)) for i, (d, who) in
              enumerate(zip(daemons, pods, strict=True))]
     held_then = time.time()
-    time.sleep(0.05)  # a moment between the two holders: --at is exact to the row
+    # the two holders apart in time (--at is exact to the row): the clock past the first
+    wait_for(lambda: time.time() > held_then, 5, "the clock to move past the first holder")
     # web-a is gone from node-0 (its DEL), its pod object too; node-1 takes its address
     assert ipam(daemons[0], "DEL", "c0", pods[0]).rc == 0
     address_now = address(ipam(daemons[1], "ADD", "c4", "team-a/web-c", f"IP={addrs[0]}"))

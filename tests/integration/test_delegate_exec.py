@@ -17,7 +17,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +32,7 @@ from netctl.cni.invoke import (
     run_plugin,
 )
 from netctl.errors import DELEGATE_BAD_OUTPUT, DELEGATE_TIMEOUT
+from netctl.kit.harness import wait_for
 
 RESULT = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
           "ips": [{"address": "10.1.2.3/24", "interface": 0}]}
@@ -108,6 +109,20 @@ def started(tmp_path: Path) -> list[int]:
     return [int(p) for p in (tmp_path / "pids").read_text().split()]
 
 
+async def cancelled_once_running(tmp_path: Path, plugin: Callable[[], Awaitable[object]]
+                                 ) -> None:
+    """Run ``plugin()``, cancelled as soon as the plugin has said it runs (its pid)."""
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            async def cancel_when_running() -> None:
+                while not started(tmp_path):  # noqa: ASYNC110 - the plugin's own file
+                    await trio.sleep(0.01)
+                scope.cancel()
+
+            nursery.start_soon(cancel_when_running)
+            await plugin()
+
+
 async def run(bin_dir: Path, ptype: str, config: bytes = b"{}", timeout: float = 60.0,
               cancel_grace: float = 5.0, cancellation: Cancellation | None = None
               ) -> PluginOutput:
@@ -166,17 +181,15 @@ def test_a_timeout_kills_the_plugin_and_what_it_started(bin_dir: Path, tmp_path:
     assert children() <= before, "a plugin left unreaped"
     pids = started(tmp_path)
     assert len(pids) == 2
-    deadline = time.monotonic() + 5
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(alive(p) for p in pids), "the plugin's process group outlived it"
+    wait_for(lambda: not any(alive(p) for p in pids), 5,
+             "the plugin's process group to be gone with it")
 
 
-def test_a_cancelled_plugin_finishes_within_its_grace(bin_dir: Path) -> None:
+def test_a_cancelled_plugin_finishes_within_its_grace(bin_dir: Path, tmp_path: Path) -> None:
     async def main() -> None:
         cancel = Cancellation()
-        with trio.move_on_after(0.1):
-            await run(bin_dir, "graceful", cancel_grace=5, cancellation=cancel)
+        await cancelled_once_running(tmp_path, lambda: run(
+            bin_dir, "graceful", cancel_grace=5, cancellation=cancel))
         assert cancel.fed and cancel.finished is not None
         done = cancel.finished.result
         assert done is not None and done["ips"][0]["address"] == "10.1.2.3/24"
@@ -189,8 +202,8 @@ def test_a_cancelled_plugin_past_its_grace_is_killed(bin_dir: Path, tmp_path: Pa
 
     async def main() -> None:
         cancel = Cancellation()
-        with trio.move_on_after(0.1):
-            await run(bin_dir, "stubborn", cancel_grace=0.3, cancellation=cancel)
+        await cancelled_once_running(tmp_path, lambda: run(
+            bin_dir, "stubborn", cancel_grace=0.3, cancellation=cancel))
         assert cancel.fed and cancel.finished is None
         assert "still running after 0.3s of grace, killed" in cancel.describe(0.3)
 
