@@ -5,6 +5,7 @@ its late answers are dropped, and the journal serves the next writes and reads.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 
@@ -38,5 +39,46 @@ def test_a_hung_database_fails_a_write_in_time_and_the_journal_goes_on(
             await journal.finish(op, OpEnd(state="done"))
             # the late write itself ran meanwhile: the deadline bounds the wait, not the thread
             assert [op.container_id for op in await journal.unfinished_operations()] == ["late"]
+
+    trio.run(main)
+
+
+def test_a_write_that_fails_in_a_batch_loses_only_itself(tmp_path: Path) -> None:
+    """Writes queued while the thread is busy go in one transaction; one of them failing
+    half-way is undone alone (its own first statement too), the others commit, and its
+    caller gets the error (code 5)."""
+    async def main() -> None:
+        async with open_journal(tmp_path, write_deadline=5.0) as journal:
+            ops: dict[str, int] = {}
+
+            def half_then_fail(db: sqlite3.Connection) -> None:
+                db.execute("INSERT INTO operations (verb, container_id, state, started_at)"
+                           " VALUES ('ADD', 'half', 'running', 0)")
+                raise sqlite3.IntegrityError("the second statement of this write failed")
+
+            async def begin(name: str) -> None:
+                ops[name] = await journal.begin(OpStart(verb="ADD", container_id=name))
+
+            failed: list[CNIError] = []
+
+            async def failing() -> None:
+                try:
+                    await journal._write(half_then_fail)
+                except CNIError as exc:
+                    failed.append(exc)
+
+            journal._db._tx.put_nowait((None, lambda: time.sleep(0.3)))  # busy: they queue
+            commits = journal.commits
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(begin, "first")
+                nursery.start_soon(failing)
+                nursery.start_soon(begin, "last")
+            assert journal.commits - commits <= 2  # batched (the first may go alone)
+            assert [e.code for e in failed] == [IO_FAILURE]
+            assert "the second statement of this write failed" in failed[0].msg
+            names = {op.container_id for op in await journal.unfinished_operations()}
+            assert names == {"first", "last"}  # 'half' never committed
+            for op_id in ops.values():
+                await journal.finish(op_id, OpEnd(state="done"))
 
     trio.run(main)
