@@ -282,6 +282,10 @@ class KubeMode:
                 "api_server": self.api.host,
                 "pods": self.pods.informer.status(), "nads": self.nads.informer.status(),
                 "credential_reloads": self.api.credential_reloads,
+                # netctl's own HTTP (kube/wire.py), or the client's session (a proxy…)
+                "api_transport": "netctl" if self.api.wire is not None else "client-session",
+                "api_connections": self.api.wire.opened if self.api.wire is not None
+                else None,
                 "ipam": self.ipam.status() if self.ipam is not None else None,
                 "network_status_required": self.required,
                 "network_status_failures": self.status_failures,

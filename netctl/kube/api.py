@@ -26,6 +26,7 @@ import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 import aiohttp
 import msgspec
@@ -37,6 +38,7 @@ from yarl import URL
 from netctl.kube.client import client as kclient
 from netctl.kube.client import config as kconfig
 from netctl.kube.objects import Status
+from netctl.kube.wire import Wire, WireError, wire_for
 
 log = logging.getLogger("netctl.kube")
 T = TypeVar("T")
@@ -78,6 +80,8 @@ class Api:
     def __init__(self, api: kclient.ApiClient, settings: KubeSettings) -> None:
         self._api = api
         environment_read_once(api)
+        # trio's own HTTP to the server (netctl.kube.wire); None: the client's session
+        self.wire: Wire | None = wire_for(api)
         self.settings = settings
         self.host = str(api.configuration.host)
         self.calls: dict[tuple[str, str], int] = {}  # (verb, resource) → count
@@ -108,6 +112,8 @@ class Api:
         return self._api.configuration
 
     async def close(self) -> None:
+        if self.wire is not None:
+            await self.wire.aclose()
         await on_asyncio(self._api.close)
 
     async def _reload_credentials(self) -> None:
@@ -180,6 +186,8 @@ class Api:
                       content_type: str = "application/json") -> bytes:
         """One request; its body."""
         self._count(verb, path)
+        if self.wire is not None:
+            return await self._on_wire(verb, method, path, query, body, content_type)
 
         async def go() -> bytes:
             try:
@@ -198,6 +206,34 @@ class Api:
         self._answered(verb, path, 200)  # any 2xx: the callers need no finer code
         return data
 
+    def _target(self, path: str, query: Query | None) -> str:
+        return f"{path}?{urlencode(query)}" if query else path
+
+    async def _on_wire(self, verb: str, method: str, path: str, query: Query | None,
+                       body: bytes | None, content_type: str) -> bytes:
+        """:meth:`request` on :attr:`wire`: the same answers, errors and counts."""
+        assert self.wire is not None
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        target = self._target(path, query)
+        try:
+            for attempt in range(2):
+                answer = await self.wire.request(method, target, headers, body,
+                                                 self.settings.api_timeout)
+                if answer.status != 401 or attempt:
+                    break
+                await on_asyncio(self._reload_credentials)  # as _call: re-read, once
+        except WireError as exc:
+            self._answered(verb, path, 0, f"API server {self.host} not reachable: {exc}")
+            raise ApiError(0, f"API server {self.host} not reachable: {exc}") from None
+        if not 200 <= answer.status <= 299:
+            error = ApiError(answer.status, _reason(answer.body) or answer.reason, answer.body)
+            self._answered(verb, path, answer.status, error.reason)
+            raise error
+        self._answered(verb, path, 200)
+        return answer.body
+
     async def get(self, path: str) -> bytes | None:
         """GET one object; None when it does not exist (404)."""
         try:
@@ -213,13 +249,35 @@ class Api:
     async def watch(self, path: str, query: Query) -> AsyncGenerator[bytes, None]:
         """The lines of one watch stream (each a JSON event), until the server ends it, or
         ``watch-timeout`` + 30 s have passed (the server ends it at ``watch-timeout``: a
-        stream still open then is a connection gone silent). What the stream has
-        received is taken in one trip to the asyncio side, however many events it
-        holds."""
+        stream still open then is a connection gone silent)."""
         self._count("watch", path)
         params = [*query, ("watch", "true"), ("allowWatchBookmarks", "true"),
                   ("timeoutSeconds", str(int(self.settings.watch_timeout)))]
+        if self.wire is not None:
+            receive, close = await self._open_on_wire(path, params)
+        else:
+            receive, close = await self._open_on_session(path, params)
+        deadline = trio.current_time() + self.settings.watch_timeout + 30
+        rest = b""
+        try:
+            while True:
+                data = b""
+                with trio.move_on_at(deadline):
+                    data = await receive()
+                if not data:
+                    return  # ended (or silent past the deadline): the caller renews it
+                *lines, rest = (rest + data).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield line
+        finally:
+            with trio.CancelScope(shield=True):
+                await close()
 
+    async def _open_on_session(self, path: str, params: Query) -> tuple[
+            Callable[[], Awaitable[bytes]], Callable[[], Awaitable[None]]]:
+        """A watch's stream on the client's session: what it has received is taken in one
+        trip to the asyncio side, however many events it holds."""
         async def open_stream() -> Any:
             try:
                 return await self._call("GET", path, params,
@@ -242,21 +300,39 @@ class Api:
             except (TimeoutError, aiohttp.ClientError, OSError):
                 return b""
 
-        deadline = trio.current_time() + self.settings.watch_timeout + 30
-        rest = b""
-        try:
-            while True:
-                data = b""
-                with trio.move_on_at(deadline):
-                    data = await on_asyncio(received)
-                if not data:
-                    return  # ended (or silent past the deadline): the caller renews it
-                *lines, rest = (rest + data).split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        yield line
-        finally:
+        async def close() -> None:
             resp.close()
+
+        return (lambda: on_asyncio(received)), close
+
+    async def _open_on_wire(self, path: str, params: Query) -> tuple[
+            Callable[[], Awaitable[bytes]], Callable[[], Awaitable[None]]]:
+        """A watch's stream on :attr:`wire`, its status checked as :meth:`_call` does."""
+        assert self.wire is not None
+        target = self._target(path, params)
+        try:
+            for attempt in range(2):
+                stream = await self.wire.open_stream(
+                    "GET", target, {"Accept": "application/json"}, self.settings.api_timeout)
+                if 200 <= stream.status <= 299:
+                    self._answered("watch", path, 200)
+                    return stream.receive, stream.aclose
+                body = b""
+                with trio.move_on_after(self.settings.api_timeout):
+                    while chunk := await stream.receive():
+                        body += chunk
+                await stream.aclose()
+                if stream.status == 401 and not attempt:
+                    await on_asyncio(self._reload_credentials)  # re-read, once
+                    continue
+                error = ApiError(stream.status, _reason(body) or stream.reason, body)
+                self._answered("watch", path, stream.status, error.reason)
+                raise error
+        except WireError as exc:
+            why = f"API server {self.host} not reachable: {exc}"
+            self._answered("watch", path, 0, why)
+            raise ApiError(0, why) from None
+        raise AssertionError("unreachable")
 
 
 def environment_read_once(api: kclient.ApiClient) -> None:

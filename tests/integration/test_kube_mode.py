@@ -370,7 +370,9 @@ def served_with_the_new_token(daemon: Daemon, kube: Kube, netns: Callable[[], st
     ns = netns()
     assert cni(daemon, "ADD", "cp", ns, "p", uid).rc == 0
     assert STATUS in kube.get("pods", "default", "p")["metadata"]["annotations"]
-    assert daemon.status()["kubernetes"]["credential_reloads"] >= 1
+    status = daemon.status()["kubernetes"]
+    assert status["credential_reloads"] >= 1
+    assert status["api_transport"] == "netctl"  # the 401 and the reload on netctl's own HTTP
     assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0
 
 

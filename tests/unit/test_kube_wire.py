@@ -1,0 +1,262 @@
+"""We test netctl's own HTTP to the API server (:mod:`netctl.kube.wire`) against servers
+scripted here over real TCP on loopback: a connection kept alive and reused; one the
+server closed while idle dropped before use, the request then made on a new one; a GET
+whose reused connection the server drops as it arrives sent again once; an answer in
+chunks, read as it comes; a server that never answers, or hangs up half-way through an
+answer, or is not there: each one :class:`ApiError` with status 0 through
+:class:`Api`, in time. The fake API server drives it with :class:`Api` end to end: the
+counts per connection and the 401 that makes the client re-read its token."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio_asyncio
+
+from netctl.kit.kubefake import FakeKube, pod
+from netctl.kube.api import Api, ApiError, KubeSettings
+from netctl.kube.wire import Endpoint, Wire, WireError
+
+Handler = Callable[[trio.SocketStream, int], Awaitable[None]]
+
+
+async def read_request(stream: trio.SocketStream, buf: bytearray) -> bytes:
+    """One request's head (and its body, by Content-Length) from ``buf`` + the stream;
+    b"" when the client closed."""
+    while b"\r\n\r\n" not in buf:
+        data = await stream.receive_some(65536)
+        if not data:
+            return b""
+        buf += data
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(rest) < length:
+        rest += await stream.receive_some(65536)
+    buf[:] = rest[length:]
+    return head
+
+
+def answer(body: bytes, status: str = "200 OK", close: bool = False) -> bytes:
+    extra = b"Connection: close\r\n" if close else b""
+    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n").encode() + extra + b"\r\n" + body
+
+
+async def serving(handler: Handler, test: Callable[[Wire, list[int]], Awaitable[None]]
+                  ) -> None:
+    """Run ``handler`` for each connection to a loopback port (its number in the order
+    accepted) while ``test`` runs with a :class:`Wire` to it."""
+    accepted: list[int] = []
+
+    async def one(stream: trio.SocketStream) -> None:
+        accepted.append(len(accepted))
+        n = accepted[-1]
+        try:
+            await handler(stream, n)
+        except trio.BrokenResourceError:
+            pass
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, one, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        wire = Wire(Endpoint("http", "127.0.0.1", port, "", f"127.0.0.1:{port}", None,
+                             "127.0.0.1"), lambda: {"Authorization": "Bearer t"})
+        try:
+            await test(wire, accepted)
+        finally:
+            await wire.aclose()
+            nursery.cancel_scope.cancel()
+
+
+def run(handler: Handler, test: Callable[[Wire, list[int]], Awaitable[None]]) -> None:
+    trio.run(serving, handler, test)
+
+
+async def echo_path(stream: trio.SocketStream, n: int) -> None:
+    """Answer each request with its path and this connection's number."""
+    buf = bytearray()
+    while head := await read_request(stream, buf):
+        path = head.split(b" ")[1].decode()
+        await stream.send_all(answer(json.dumps({"path": path, "conn": n}).encode()))
+
+
+def test_a_connection_is_kept_alive_and_reused() -> None:
+    async def test(wire: Wire, accepted: list[int]) -> None:
+        for i in range(5):
+            got = await wire.request("GET", f"/x/{i}", {}, None, 5)
+            assert got.status == 200
+            assert json.loads(got.body) == {"path": f"/x/{i}", "conn": 0}
+        assert wire.opened == 1 and accepted == [0]
+    run(echo_path, test)
+
+
+def test_one_closed_by_the_server_while_idle_is_dropped_and_a_new_one_made() -> None:
+    async def close_after_one(stream: trio.SocketStream, n: int) -> None:
+        buf = bytearray()
+        if await read_request(stream, buf):
+            await stream.send_all(answer(json.dumps({"conn": n}).encode()))
+        # then hang up, as an API server ends an idle keep-alive connection
+
+    async def test(wire: Wire, accepted: list[int]) -> None:
+        for i in range(3):
+            got = await wire.request("PATCH", "/p", {}, b"{}", 5)
+            assert json.loads(got.body) == {"conn": i}
+            await trio.sleep(0.05)  # the server's FIN arrives while the connection idles
+        assert wire.opened == 3
+    run(close_after_one, test)
+
+
+def test_a_get_on_a_reused_connection_dropped_as_it_arrives_is_sent_again_once() -> None:
+    async def drop_the_second(stream: trio.SocketStream, n: int) -> None:
+        buf = bytearray()
+        first = True
+        while await read_request(stream, buf):
+            if n == 0 and not first:
+                return  # read, never answered: the connection goes
+            first = False
+            await stream.send_all(answer(json.dumps({"conn": n}).encode()))
+
+    async def test(wire: Wire, accepted: list[int]) -> None:
+        assert json.loads((await wire.request("GET", "/a", {}, None, 5)).body) == {"conn": 0}
+        assert json.loads((await wire.request("GET", "/a", {}, None, 5)).body) == {"conn": 1}
+        assert wire.opened == 2
+    run(drop_the_second, test)
+
+
+def test_a_patch_on_a_connection_dropped_as_it_arrives_is_not_sent_again() -> None:
+    async def drop_the_second(stream: trio.SocketStream, n: int) -> None:
+        buf = bytearray()
+        first = True
+        while await read_request(stream, buf):
+            if not first:
+                return
+            first = False
+            await stream.send_all(answer(b"{}"))
+
+    async def test(wire: Wire, accepted: list[int]) -> None:
+        await wire.request("PATCH", "/p", {}, b"{}", 5)
+        with pytest.raises(WireError):
+            await wire.request("PATCH", "/p", {}, b"{}", 5)
+        assert accepted == [0]  # no second connection: the write may have been applied
+    run(drop_the_second, test)
+
+
+def test_an_answer_in_chunks_is_read_as_it_comes() -> None:
+    sent = trio.Event()
+    resume = trio.Event()
+
+    async def chunked(stream: trio.SocketStream, n: int) -> None:
+        await read_request(stream, bytearray())
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for part in (b'{"a":', b'1}\n{"b"', b":2}\n"):
+            await stream.send_all(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+        sent.set()
+        await resume.wait()
+        await stream.send_all(b"0\r\n\r\n")
+
+    async def test(wire: Wire, accepted: list[int]) -> None:
+        stream = await wire.open_stream("GET", "/w", {}, 5)
+        try:
+            assert stream.status == 200
+            got = b""
+            await sent.wait()
+            while got.count(b"\n") < 2:  # all before the end of the answer
+                got += await stream.receive()
+            assert got == b'{"a":1}\n{"b":2}\n'
+            resume.set()
+            assert await stream.receive() == b""
+        finally:
+            await stream.aclose()
+    run(chunked, test)
+
+
+def test_a_server_that_never_answers_times_out() -> None:
+    async def silent(stream: trio.SocketStream, n: int) -> None:
+        await read_request(stream, bytearray())
+        await trio.sleep_forever()
+
+    async def test(wire: Wire, accepted: list[int]) -> None:
+        with trio.fail_after(5):
+            with pytest.raises(WireError, match="timeout"):
+                await wire.request("GET", "/slow", {}, None, 0.3)
+    run(silent, test)
+
+
+def test_a_server_that_hangs_up_half_way_through_an_answer() -> None:
+    async def half(stream: trio.SocketStream, n: int) -> None:
+        await read_request(stream, bytearray())
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial\"")
+
+    async def test(wire: Wire, accepted: list[int]) -> None:
+        with pytest.raises(WireError):
+            await wire.request("GET", "/half", {}, None, 5)
+        assert wire._idle == []  # never kept for reuse
+    run(half, test)
+
+
+# -- through Api, against the fake API server --------------------------------------------
+
+
+def api_run(kubeconfig: Path, fn: Callable[[Api], Awaitable[Any]],
+            settings: dict[str, Any] | None = None) -> Any:
+    async def main() -> Any:
+        async with trio_asyncio.open_loop():
+            api = await Api.connect(KubeSettings(kubeconfig=str(kubeconfig),
+                                                 **(settings or {})))
+            try:
+                return await fn(api)
+            finally:
+                await api.close()
+    return trio.run(main)
+
+
+def test_the_fake_api_server_through_api_on_one_kept_connection(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        kube.create("pods", pod("a", node="n1"))
+
+        async def calls(api: Api) -> dict[str, Any]:
+            assert api.wire is not None
+            got = json.loads(await api.get("/api/v1/namespaces/default/pods/a"))
+            missing = await api.get("/api/v1/namespaces/default/pods/nope")
+            listed = json.loads(await api.list("/api/v1/pods",
+                                               [("fieldSelector", "spec.nodeName=n1")]))
+            with pytest.raises(ApiError) as refused:
+                await api.request("create", "POST", "/api/v1/namespaces/default/pods",
+                                  body=json.dumps(pod("a", node="n1")).encode())
+            return {"got": got["metadata"]["name"], "missing": missing,
+                    "listed": [p["metadata"]["name"] for p in listed["items"]],
+                    "refused": refused.value.status, "opened": api.wire.opened,
+                    "answers": api.answers}
+
+        out = api_run(kube.kubeconfig(tmp_path / "kubeconfig"), calls)
+    assert out["got"] == "a" and out["missing"] is None and out["listed"] == ["a"]
+    assert out["refused"] == 409
+    assert out["opened"] == 1
+    assert out["answers"][("create", "pods", "409")] == 1
+
+
+def test_a_server_not_there_is_status_0_and_named(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        kubeconfig = kube.kubeconfig(tmp_path / "kubeconfig")
+    # the fake is gone: its port refuses
+
+    async def call(api: Api) -> ApiError:
+        with pytest.raises(ApiError) as failed:
+            await api.get("/api/v1/namespaces/default/pods/a")
+        assert api.unreachable.startswith(f"API server {api.host} not reachable")
+        return failed.value
+
+    error = api_run(kubeconfig, call, {"api_timeout": 2.0})
+    assert error.status == 0 and error.unreachable
