@@ -107,10 +107,36 @@ class Cancellation(msgspec.Struct):
         return f"cancelled; still running after {grace:g}s of grace, killed"
 
 
+FOUND_FOR = 2.0  # seconds a plugin's path, once found, is used without looking again
+_found: dict[tuple[tuple[str, ...], str, str], tuple[str, float]] = {}
+
+
 def find_plugin(bin_dirs: Sequence[str], ptype: str, root: HostRoot = HostRoot()) -> str:
     """The path of plugin ``ptype``: the first regular executable of that name in
     ``bin_dirs``. With a host ``root``, the dirs are the host's and so is the answer (the
-    daemon looks for it inside the root, as the chrooted exec will)."""
+    daemon looks for it inside the root, as the chrooted exec will).
+
+    An answer is used for :data:`FOUND_FOR` seconds without looking again (two stats per
+    dir per exec, otherwise): a plugin installed meanwhile in an earlier dir is found
+    after that; one removed fails its exec, which forgets the answer
+    (:func:`forget_plugin`) and looks again."""
+    key = (tuple(bin_dirs), ptype, root.path)
+    now = time.monotonic()
+    hit = _found.get(key)
+    if hit is not None and now - hit[1] < FOUND_FOR:
+        return hit[0]
+    path = _look_for(bin_dirs, ptype, root)
+    if len(_found) > 256:
+        _found.clear()
+    _found[key] = (path, now)
+    return path
+
+
+def forget_plugin(bin_dirs: Sequence[str], ptype: str, root: HostRoot = HostRoot()) -> None:
+    _found.pop((tuple(bin_dirs), ptype, root.path), None)
+
+
+def _look_for(bin_dirs: Sequence[str], ptype: str, root: HostRoot) -> str:
     validate_plugin_type(ptype, "plugin")
     for directory in bin_dirs:
         path = os.path.join(directory, ptype)
@@ -238,10 +264,11 @@ class Child:
         return self._stderr
 
     def close(self) -> None:
-        for fd in (self._out, self._err):
-            if fd >= 0:
-                trio.lowlevel.notify_closing(fd)
-                os.close(fd)
+        if self._out >= 0:  # waited on through trio
+            trio.lowlevel.notify_closing(self._out)
+            os.close(self._out)
+        if self._err >= 0:  # only ever read once it is done
+            os.close(self._err)
         self._out = self._err = -1
 
 
@@ -287,7 +314,16 @@ async def run_plugin(
     }
     started = time.monotonic()
     cancel = cancellation if cancellation is not None else Cancellation()
-    child = Child(root.argv(path), env, config)
+    try:
+        child = Child(root.argv(path), env, config)
+    except OSError:  # gone (or replaced) since it was found: look again, once
+        forget_plugin(bin_dirs, ptype, root)
+        path = find_plugin(bin_dirs, ptype, root)
+        try:
+            child = Child(root.argv(path), env, config)
+        except OSError as exc:
+            raise PluginError(DELEGATE_CRASHED, f"{path} could not be started: "
+                              f"{exc.strerror or exc}") from None
     cancel.fed = True  # its stdin holds the whole config from the start
     out = b""
     out_buf = bytearray()

@@ -31,7 +31,7 @@ from netctl.cni.invoke import (
     PluginOutput,
     run_plugin,
 )
-from netctl.errors import DELEGATE_BAD_OUTPUT, DELEGATE_TIMEOUT
+from netctl.errors import DELEGATE_BAD_OUTPUT, DELEGATE_TIMEOUT, INVALID_CONFIG, CNIError
 from netctl.kit.harness import wait_for
 
 RESULT = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
@@ -211,3 +211,22 @@ def test_a_cancelled_plugin_past_its_grace_is_killed(bin_dir: Path, tmp_path: Pa
     assert children() <= before, "a plugin left unreaped"
     (pid,) = started(tmp_path)
     assert not alive(pid)
+
+
+def test_a_plugin_found_once_then_removed_or_replaced(bin_dir: Path, tmp_path: Path) -> None:
+    """Its path is kept a moment once found; removed meanwhile, the next exec looks again
+    and names it not found (code 7); put back as another script, that one runs."""
+    async def main() -> None:
+        out = await run(bin_dir, "echo", b"12345")
+        assert out.result is not None and out.result["dns"] == {"domain": "5"}
+        body = (bin_dir / "echo").read_text()
+        (bin_dir / "echo").unlink()
+        with pytest.raises(CNIError) as gone:
+            await run(bin_dir, "echo", b"12345")
+        assert gone.value.code == INVALID_CONFIG and "not found" in gone.value.msg
+        (bin_dir / "echo").write_text(body.replace('"%s"', '"again %s"'))
+        (bin_dir / "echo").chmod(0o755)
+        out = await run(bin_dir, "echo", b"123")
+        assert out.result is not None and out.result["dns"] == {"domain": "again 3"}
+
+    trio.run(main)
