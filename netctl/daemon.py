@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import signal
@@ -311,6 +312,7 @@ class Serving:
                 await self._start(nursery, cfg)
                 log.info("netctl daemon %d listening on %s (journal %s)", os.getpid(),
                          cfg.socket, journal)
+                collect_less()
                 task_status.started(self.server)
                 async for signum in signals:
                     log.info("signal %s: draining", signal.Signals(signum).name)
@@ -354,6 +356,17 @@ class Serving:
             self.events.stop()
         if self.kube is not None:
             self.kube.stop()  # ends kube.run; the server drains meanwhile
+
+
+def collect_less() -> None:
+    """Once started: what start-up made (modules, classes, the caches so far) lives as
+    long as the daemon, and is kept out of the cyclic collector's full passes
+    (``gc.freeze``); young objects are looked at after 7,000 allocations, not 700 (the
+    garbage a request leaves is freed by reference counts, not by the collector).
+    Measured in ``netctl bench kube --networks 3``: the collector's CPU over the run
+    0.27 s, then 0.15 s."""
+    gc.freeze()
+    gc.set_threshold(7000, 10, 10)
 
 
 async def _in_scope(scope: trio.CancelScope, fn: Callable[[], Awaitable[None]]) -> None:
