@@ -118,39 +118,34 @@ def test_one_closed_by_the_server_while_idle_is_dropped_and_a_new_one_made() -> 
     run(close_after_one, test)
 
 
-def test_a_get_on_a_reused_connection_dropped_as_it_arrives_is_sent_again_once() -> None:
-    async def drop_the_second(stream: trio.SocketStream, n: int) -> None:
-        buf = bytearray()
-        first = True
-        while await read_request(stream, buf):
-            if n == 0 and not first:
-                return  # read, never answered: the connection goes
-            first = False
-            await stream.send_all(answer(json.dumps({"conn": n}).encode()))
+async def drop_the_second_on_the_first(stream: trio.SocketStream, n: int) -> None:
+    """The first connection's second request is read and never answered: it goes (as a
+    server ending an idle connection just as the request arrives); the rest are answered
+    with their connection's number."""
+    buf = bytearray()
+    first = True
+    while await read_request(stream, buf):
+        if n == 0 and not first:
+            return
+        first = False
+        await stream.send_all(answer(json.dumps({"conn": n}).encode()))
 
+
+def test_a_get_on_a_reused_connection_dropped_as_it_arrives_is_sent_again_once() -> None:
     async def test(wire: Wire, accepted: list[int]) -> None:
         assert json.loads((await wire.request("GET", "/a", {}, None, 5)).body) == {"conn": 0}
         assert json.loads((await wire.request("GET", "/a", {}, None, 5)).body) == {"conn": 1}
         assert wire.opened == 2
-    run(drop_the_second, test)
+    run(drop_the_second_on_the_first, test)
 
 
 def test_a_patch_on_a_connection_dropped_as_it_arrives_is_not_sent_again() -> None:
-    async def drop_the_second(stream: trio.SocketStream, n: int) -> None:
-        buf = bytearray()
-        first = True
-        while await read_request(stream, buf):
-            if not first:
-                return
-            first = False
-            await stream.send_all(answer(b"{}"))
-
     async def test(wire: Wire, accepted: list[int]) -> None:
         await wire.request("PATCH", "/p", {}, b"{}", 5)
         with pytest.raises(WireError):
             await wire.request("PATCH", "/p", {}, b"{}", 5)
         assert accepted == [0]  # no second connection: the write may have been applied
-    run(drop_the_second, test)
+    run(drop_the_second_on_the_first, test)
 
 
 def test_an_answer_in_chunks_is_read_as_it_comes() -> None:
