@@ -364,7 +364,7 @@ def collect_less() -> None:
     (``gc.freeze``); young objects are looked at after 7,000 allocations, not 700 (the
     garbage a request leaves is freed by reference counts, not by the collector).
     Measured in ``netctl bench kube --networks 3``: the collector's CPU over the run
-    0.27 s, then 0.15 s."""
+    0.27 s, then 0.17 s."""
     gc.freeze()
     gc.set_threshold(7000, 10, 10)
 

@@ -201,22 +201,21 @@ def _run_batch(batch: list[_Write], db: sqlite3.Connection) -> None:
     transaction is rolled back and the batch run again with each write in a savepoint,
     so that only the failed write is lost. Failures are rare, and a savepoint around
     every write cost a tenth of the journal's SQL."""
-    db.execute("BEGIN IMMEDIATE")
     try:
-        for item in batch:
-            item.result = item.fn(db)
-        db.execute("COMMIT")
-        return
+        _transaction(batch, db, savepoints=False)
     except Exception:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
+        _transaction(batch, db, savepoints=True)
+
+
+def _transaction(batch: list[_Write], db: sqlite3.Connection, *, savepoints: bool) -> None:
+    """The batch's writes in one transaction; with ``savepoints``, a write that fails is
+    undone alone (its error kept), else the first failure rolls everything back."""
     db.execute("BEGIN IMMEDIATE")
     try:
         for item in batch:
+            if not savepoints:
+                item.result = item.fn(db)
+                continue
             item.result, item.error = None, None
             db.execute("SAVEPOINT w")
             try:

@@ -225,14 +225,21 @@ class Api:
                     break
                 await on_asyncio(self._reload_credentials)  # as _call: re-read, once
         except WireError as exc:
-            self._answered(verb, path, 0, f"API server {self.host} not reachable: {exc}")
-            raise ApiError(0, f"API server {self.host} not reachable: {exc}") from None
+            raise self._failed(verb, path, 0, f"API server {self.host} not reachable: {exc}"
+                               ) from None
         if not 200 <= answer.status <= 299:
-            error = ApiError(answer.status, _reason(answer.body) or answer.reason, answer.body)
-            self._answered(verb, path, answer.status, error.reason)
-            raise error
+            raise self._failed(verb, path, answer.status, answer.reason, answer.body)
         self._answered(verb, path, 200)
         return answer.body
+
+    def _failed(self, verb: str, path: str, status: int, reason: str, body: bytes = b""
+                ) -> ApiError:
+        """The error of a call on :attr:`wire` answered ``status`` (0: not reached),
+        counted as :meth:`_answered` counts it; the reason the server's Status gives,
+        else ``reason``."""
+        error = ApiError(status, _reason(body) or reason, body)
+        self._answered(verb, path, status, error.reason)
+        return error
 
     async def get(self, path: str) -> bytes | None:
         """GET one object; None when it does not exist (404)."""
@@ -325,13 +332,10 @@ class Api:
                 if stream.status == 401 and not attempt:
                     await on_asyncio(self._reload_credentials)  # re-read, once
                     continue
-                error = ApiError(stream.status, _reason(body) or stream.reason, body)
-                self._answered("watch", path, stream.status, error.reason)
-                raise error
+                raise self._failed("watch", path, stream.status, stream.reason, body)
         except WireError as exc:
-            why = f"API server {self.host} not reachable: {exc}"
-            self._answered("watch", path, 0, why)
-            raise ApiError(0, why) from None
+            raise self._failed("watch", path, 0, f"API server {self.host} not reachable: "
+                               f"{exc}") from None
         raise AssertionError("unreachable")
 
 

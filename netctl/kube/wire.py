@@ -46,12 +46,11 @@ class WireError(Exception):
 
 @dataclass(frozen=True)
 class Endpoint:
-    scheme: str
     host: str
     port: int
     prefix: str  # a path the server's URL carries before /api ("" mostly)
     authority: str  # the Host header
-    tls: ssl.SSLContext | None
+    tls: ssl.SSLContext | None  # None: plain http
     server_hostname: str
 
 
@@ -72,7 +71,7 @@ def endpoint_of(conf: Any) -> Endpoint | None:
             tls.verify_mode = ssl.CERT_NONE
         if getattr(conf, "disable_strict_ssl_verification", False):
             tls.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    return Endpoint(url.scheme, url.hostname, port, url.path.rstrip("/"),
+    return Endpoint(url.hostname, port, url.path.rstrip("/"),
                     url.netloc.rpartition("@")[2], tls,
                     getattr(conf, "tls_server_name", None) or url.hostname)
 

@@ -71,7 +71,7 @@ async def serving(handler: Handler, test: Callable[[Wire, list[int]], Awaitable[
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(partial(trio.serve_tcp, one, 0, host="127.0.0.1"))
         port = listeners[0].socket.getsockname()[1]
-        wire = Wire(Endpoint("http", "127.0.0.1", port, "", f"127.0.0.1:{port}", None,
+        wire = Wire(Endpoint("127.0.0.1", port, "", f"127.0.0.1:{port}", None,
                              "127.0.0.1"), lambda: {"Authorization": "Bearer t"})
         try:
             await test(wire, accepted)
@@ -103,17 +103,21 @@ def test_a_connection_is_kept_alive_and_reused() -> None:
 
 
 def test_one_closed_by_the_server_while_idle_is_dropped_and_a_new_one_made() -> None:
+    hung_up_send, hung_up = trio.open_memory_channel[int](10)
+
     async def close_after_one(stream: trio.SocketStream, n: int) -> None:
         buf = bytearray()
         if await read_request(stream, buf):
             await stream.send_all(answer(json.dumps({"conn": n}).encode()))
         # then hang up, as an API server ends an idle keep-alive connection
+        await trio.aclose_forcefully(stream)
+        await hung_up_send.send(n)
 
     async def test(wire: Wire, accepted: list[int]) -> None:
         for i in range(3):
             got = await wire.request("PATCH", "/p", {}, b"{}", 5)
             assert json.loads(got.body) == {"conn": i}
-            await trio.sleep(0.05)  # the server's FIN arrives while the connection idles
+            assert await hung_up.receive() == i  # closed while the connection idles
         assert wire.opened == 3
     run(close_after_one, test)
 
