@@ -9,8 +9,8 @@ or asyncio: those live here, behind trio-asyncio.
 Every call is one synchronous function run on aiosqlite's connection thread:
 one trip across the bridge per transaction, not one per statement. Writes are
 group-committed: a write queues its function; whichever writer goes next runs
-every queued one in one transaction (each inside a savepoint, so one bad write
-is rolled back alone and the others still commit) and wakes their callers.
+every queued one in one transaction (one that fails is rolled back alone and the
+others still commit) and wakes their callers.
 Writes are shielded from cancellation — a journal write, once asked for,
 completes — but bounded by ``write_deadline``: a database that hangs fails the
 request with code 5 instead of hanging the daemon.
@@ -184,9 +184,11 @@ def _release_allocations(db: sqlite3.Connection, gone: Iterable[Allocation], op_
 
 class _Write:
     """One queued write and, once its batch committed, its outcome; ``indexed`` updates
-    :attr:`Journal.live` with the result, right when the batch commits."""
+    :attr:`Journal.live` with the result, right when the batch commits. ``task``: the
+    writer, parked while another writer commits (woken when its write is done, or when it
+    is its turn to commit what is queued)."""
 
-    __slots__ = ("done", "error", "fn", "indexed", "result")
+    __slots__ = ("done", "error", "fn", "indexed", "result", "task")
 
     def __init__(self, fn: Sync[Any], indexed: Callable[[Any], None] | None) -> None:
         self.fn = fn
@@ -194,6 +196,11 @@ class _Write:
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
+        self.task: trio.lowlevel.Task | None = None
+
+
+def _no_abort(_: object) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED  # a write once asked for is waited for (shielded)
 
 
 def _run_batch(batch: list[_Write], db: sqlite3.Connection) -> None:
@@ -282,8 +289,8 @@ class Journal:
         # aiosqlite opened the connection on the asyncio side; the trips skip it
         assert trio_asyncio.current_loop.get() is not None, \
             "a Journal is made inside its trio-asyncio loop"
-        self._lock = trio.Lock()
         self._queue: list[_Write] = []
+        self._committing = False  # a batch is on its way to the database thread
         self.path = path
         self.write_deadline = write_deadline
         self.commits = 0  # transactions committed (batches)
@@ -325,41 +332,64 @@ class Journal:
     async def _write(self, fn: Sync[T], indexed: Callable[[T], None] | None = None) -> T:
         """Commit ``fn`` (with whatever else is queued), then, in the same step, apply
         ``indexed(result)`` to :attr:`live`: the index never lags behind a commit, even
-        one another writer's batch made while this caller has not resumed yet."""
+        one another writer's batch made while this caller has not resumed yet.
+
+        While a batch is on the database thread, writes queue and their callers park; when
+        it commits, its writers are woken, and the first writer queued meanwhile commits
+        the next batch (no lock handed from writer to writer: each write costs one wake-up).
+        A write, once asked for, is waited for whatever cancellation comes (shielded), and
+        fails with code 5 when its batch does not commit within ``write_deadline``."""
         item = _Write(fn, indexed)
         self._queue.append(item)
-        # a journal write, once asked for, completes (shielded)… or fails, in time
-        with trio.CancelScope(shield=True,
-                              deadline=trio.current_time() + self.write_deadline) as late:
-            async with self._lock:
-                if not item.done:  # nobody took it along: commit what is queued now
-                    batch, self._queue = self._queue, []
-                    try:
-                        await self._on_thread(lambda db: _run_batch(batch, db))
-                        self.commits += 1
-                        for other in batch:
-                            if other.error is None and other.indexed is not None:
-                                other.indexed(other.result)
-                    except BaseException as exc:
-                        cause = exc if isinstance(exc, Exception) else CNIError(
-                            IO_FAILURE, f"journal {self.path}: a write did not finish "
-                            f"within {self.write_deadline:g}s")
-                        for other in batch:
-                            other.error = other.error or cause
-                        if not isinstance(exc, Exception):
-                            raise
-                    finally:
-                        for other in batch:
-                            other.done = True
-                        self.writes += len(batch)
-        if late.cancelled_caught and not item.done:
-            raise CNIError(IO_FAILURE, f"journal {self.path}: a write did not finish within "
-                           f"{self.write_deadline:g}s")
+        if self._committing:
+            item.task = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(_no_abort)
+            item.task = None
+        if not item.done:  # first in line: commit what is queued now
+            await self._commit()
         if item.error is not None:
             if isinstance(item.error, CNIError):
                 raise item.error
             raise CNIError(IO_FAILURE, f"journal {self.path}: {item.error}") from item.error
         return cast(T, item.result)
+
+    async def _commit(self) -> None:
+        """Commit the queued writes as one batch (shielded, within ``write_deadline``),
+        wake their writers, and hand the next turn to the first writer queued meanwhile."""
+        self._committing = True
+        # one turn of the scheduler first: the writers it wakes (the other chains of a
+        # pod, the writers of the batch just committed) queue theirs to go along
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        batch, self._queue = self._queue, []
+        try:
+            with trio.CancelScope(shield=True,
+                                  deadline=trio.current_time() + self.write_deadline) as late:
+                try:
+                    await self._on_thread(partial(_run_batch, batch))
+                    self.commits += 1
+                    for other in batch:
+                        if other.error is None and other.indexed is not None:
+                            other.indexed(other.result)
+                except Exception as exc:
+                    for other in batch:
+                        other.error = other.error or exc
+            if late.cancelled_caught:
+                cause = CNIError(IO_FAILURE, f"journal {self.path}: a write did not finish "
+                                 f"within {self.write_deadline:g}s")
+                for other in batch:
+                    other.error = other.error or cause
+        finally:
+            self.writes += len(batch)
+            for other in batch:
+                other.done = True
+                if other.task is not None:
+                    trio.lowlevel.reschedule(other.task)
+            if self._queue:  # queued meanwhile: its first writer commits it
+                task = self._queue[0].task
+                assert task is not None  # queued while committing: parked
+                trio.lowlevel.reschedule(task)
+            else:
+                self._committing = False
 
     async def _read(self, fn: Sync[T]) -> T:
         """A read runs alone on the database thread, between write batches."""

@@ -33,8 +33,8 @@ this node's in the API but not in its journal).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -179,11 +179,18 @@ def _default_gateway(route: Any) -> str:
     ``isDefaultRoute`` tests it), else ""."""
     if not isinstance(route, dict):
         return ""
+    return _gateway_of(str(route.get("dst", "")), str(route.get("gw", "")))
+
+
+@functools.lru_cache(maxsize=256)
+def _gateway_of(dst_text: str, gw_text: str) -> str:
+    """:func:`_default_gateway` of a route's texts (kept: a network's routes repeat from
+    pod to pod)."""
     try:
-        dst = ipaddress.ip_network(str(route.get("dst", "")), strict=False).network_address
+        dst = ipaddress.ip_network(dst_text, strict=False).network_address
         if _ip_text(dst) not in ("0.0.0.0", "::"):
             return ""
-        return _ip_text(ipaddress.ip_address(str(route.get("gw", ""))))
+        return _ip_text(ipaddress.ip_address(gw_text))
     except ValueError:
         return ""
 
@@ -204,7 +211,7 @@ def _dns(value: Any) -> dict[str, Any]:
 def _go_json(obj: Any) -> str:
     """``obj`` as Go's ``json.MarshalIndent(obj, "", "    ")`` prints it: UTF-8 kept,
     ``<``, ``>``, ``&``, U+2028 and U+2029 escaped."""
-    text = json.dumps(obj, indent=4, ensure_ascii=False)
+    text = msgspec.json.format(msgspec.json.encode(obj), indent=4).decode()
     for char, escaped in _GO_ESCAPES.items():
         text = text.replace(char, escaped)
     return text
