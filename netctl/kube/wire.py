@@ -5,8 +5,9 @@ kubernetes-asyncio still loads the configuration (kubeconfig or in-cluster), the
 credentials and their refresh; this module only carries the bytes. A request through
 the client's aiohttp session crosses into asyncio and back several times (trio-asyncio
 runs each of aiohttp's callbacks as a turn of its loop): about 1.1 ms of the daemon's
-CPU per small request, against about 0.4 ms here (``h11`` parses the HTTP, trio's own
-sockets and TLS carry it). One network-status patch per pod, and a watch event per
+CPU per small request, against about 0.25 ms here (``httptools``, llhttp's C parser,
+reads the answers; a request's head is a few formatted lines; trio's own sockets and
+TLS carry them). One network-status patch per pod, and a watch event per
 change, make that a tenth of a pod's daemon CPU in Kubernetes mode.
 
 :func:`wire_for` says when this applies: an ``http`` or ``https`` server, reached
@@ -24,6 +25,7 @@ new one. Every failure to reach the server, or to get its whole answer in time, 
 from __future__ import annotations
 
 import inspect
+import re
 import select
 import ssl
 import time
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import h11
+import httptools
 import trio
 
 IDLE_KEPT = 8  # idle connections kept for reuse; more are closed as they come back
@@ -124,17 +126,12 @@ class Stream:
 
     async def receive(self) -> bytes:
         conn = self._conn
-        while conn is not None:
-            try:
-                event = await conn.next_event(None)
-            except _FAILURES:
-                return b""
-            if isinstance(event, h11.Data):
-                if event.data:
-                    return bytes(event.data)
-            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                return b""
-        return b""
+        if conn is None:
+            return b""
+        try:
+            return await conn.body_part(None)
+        except _FAILURES:
+            return b""
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
@@ -142,14 +139,54 @@ class Stream:
             await conn.close()
 
 
+class ProtocolError(Exception):
+    """The server's bytes are not the HTTP/1.1 answer asked for."""
+
+
+class _Answer:
+    """One answer as the parser finds it (httptools calls these back as it reads)."""
+
+    __slots__ = ("body", "complete", "delimited", "head", "keep_alive", "parser", "reason")
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.on_message_begin()
+
+    def on_message_begin(self) -> None:  # (again after an informational answer)
+        self.keep_alive = False  # the server keeps the connection open after it
+        self.reason = b""
+        self.head = False  # status line and headers read
+        self.delimited = False  # a Content-Length or chunked body: its end is known
+        self.body: list[bytes] = []
+        self.complete = False
+
+    def on_status(self, status: bytes) -> None:
+        self.reason += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.delimited = True
+
+    def on_headers_complete(self) -> None:
+        self.head = True
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self.keep_alive = self.parser.should_keep_alive()  # (the parser resets after this)
+
+
 class _Conn:
-    __slots__ = ("fd", "http", "idle_since", "stream")
+    __slots__ = ("answer", "closed", "fd", "idle_since", "stream")
 
     def __init__(self, stream: trio.abc.Stream, fd: int) -> None:
         self.stream = stream
         self.fd = fd
-        self.http = h11.Connection(h11.CLIENT)
         self.idle_since = 0.0
+        self.answer = _Answer()
+        self.closed = False  # the server closed its side
 
     def stale(self) -> bool:
         """Closed by the server (or sent something unasked) while it was idle."""
@@ -157,38 +194,60 @@ class _Conn:
         poller.register(self.fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         return bool(poller.poll(0))
 
-    async def send(self, *events: Any) -> None:
-        await self.stream.send_all(b"".join(self.http.send(e) or b"" for e in events))
+    async def send(self, data: bytes) -> None:
+        self.answer = _Answer()
+        await self.stream.send_all(data)
 
-    async def next_event(self, read_timeout: float | None) -> Any:
-        while True:
-            event = self.http.next_event()
-            if event is not h11.NEED_DATA:
-                return event
-            if read_timeout is None:
+    async def _read(self, read_timeout: float | None) -> None:
+        if read_timeout is None:
+            data = await self.stream.receive_some(READ_SIZE)
+        else:
+            with trio.fail_after(read_timeout):
                 data = await self.stream.receive_some(READ_SIZE)
-            else:
-                with trio.fail_after(read_timeout):
-                    data = await self.stream.receive_some(READ_SIZE)
-            self.http.receive_data(bytes(data))
+        if not data:
+            self.closed = True
+            answer = self.answer
+            if answer.head and not answer.delimited:  # its body ends with the connection
+                answer.complete = True
+                return
+            raise ProtocolError("the connection closed before the answer ended")
+        try:
+            self.answer.parser.feed_data(bytes(data))
+        except httptools.HttpParserError as exc:
+            raise ProtocolError(f"not an HTTP/1.1 answer: {exc}") from None
 
-    async def head(self, read_timeout: float) -> h11.Response:
-        """The answer's status line and headers (past any 1xx)."""
+    async def head(self, read_timeout: float) -> tuple[int, str]:
+        """The answer's status and reason (past any 1xx)."""
+        answer = self.answer
         while True:
-            event = await self.next_event(read_timeout)
-            if isinstance(event, h11.Response):
-                return event
-            if not isinstance(event, h11.InformationalResponse):
-                raise h11.RemoteProtocolError(
-                    "the connection closed before an answer came" if isinstance(
-                        event, h11.ConnectionClosed) else f"no answer but {event!r}")
+            while not answer.head:
+                await self._read(read_timeout)
+            status = answer.parser.get_status_code()
+            if status >= 200 or status == 101:
+                return status, answer.reason.decode(errors="replace")
+            answer.head = False  # an informational answer: the real one follows
+
+    async def body_part(self, read_timeout: float | None) -> bytes:
+        """The body's next bytes as they come; b"" at its end."""
+        answer = self.answer
+        while not answer.body:
+            if answer.complete:
+                return b""
+            await self._read(read_timeout)
+        data = b"".join(answer.body)
+        answer.body.clear()
+        return data
+
+    def reusable(self) -> bool:
+        return self.answer.complete and not self.closed and self.answer.keep_alive
 
     async def close(self) -> None:
         await trio.aclose_forcefully(self.stream)
 
 
 _FAILURES = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
-             h11.ProtocolError, ssl.SSLError)
+             ProtocolError, ssl.SSLError)
+_UNSAFE = re.compile("[\r\n\0]")
 
 
 class Wire:
@@ -230,27 +289,29 @@ class Wire:
         return await self._connect(timeout), False
 
     async def _give_back(self, conn: _Conn) -> None:
-        http = conn.http
-        if http.our_state is h11.DONE and http.their_state is h11.DONE \
-                and len(self._idle) < IDLE_KEPT:
-            http.start_next_cycle()
+        if conn.reusable() and len(self._idle) < IDLE_KEPT:
             conn.idle_since = time.monotonic()
             self._idle.append(conn)
         else:
             await conn.close()
 
     def _request(self, method: str, target: str, headers: dict[str, str],
-                 body: bytes | None) -> list[Any]:
+                 body: bytes | None) -> bytes:
+        """The request's bytes: its head (a line per header) and its body."""
         e = self.endpoint
         fields = {"Host": e.authority, **self._headers, **self._credentials(), **headers}
         if body is not None:
             fields["Content-Length"] = str(len(body))
-        events: list[Any] = [h11.Request(method=method, target=e.prefix + target,
-                                         headers=list(fields.items()))]
-        if body:
-            events.append(h11.Data(data=body))
-        events.append(h11.EndOfMessage())
-        return events
+        lines = [f"{method} {e.prefix}{target} HTTP/1.1"]
+        lines.extend(f"{name}: {value}" for name, value in fields.items())
+        if any(_UNSAFE.search(line) for line in lines):
+            raise ProtocolError("a header or the path holds a line break or a NUL")
+        text = "\r\n".join(lines)
+        try:
+            head = (text + "\r\n\r\n").encode("ascii")
+        except UnicodeEncodeError:
+            raise ProtocolError("a header or the path is not ASCII") from None
+        return head + body if body else head
 
     async def request(self, method: str, target: str, headers: dict[str, str],
                       body: bytes | None, timeout: float) -> Answer:
@@ -264,19 +325,14 @@ class Wire:
             answered = False
             done = False
             try:
+                data = self._request(method, target, headers, body)
                 with trio.fail_after(timeout):
-                    await conn.send(*self._request(method, target, headers, body))
-                head = await conn.head(timeout)
+                    await conn.send(data)
+                status, reason = await conn.head(timeout)
                 answered = True
                 chunks = []
-                while True:
-                    event = await conn.next_event(timeout)
-                    if isinstance(event, h11.Data):
-                        chunks.append(bytes(event.data))
-                    elif isinstance(event, h11.EndOfMessage):
-                        break
-                    elif isinstance(event, h11.ConnectionClosed):
-                        raise WireError("the connection closed before the answer ended")
+                while part := await conn.body_part(timeout):
+                    chunks.append(part)
                 done = True
             except _FAILURES as exc:
                 if reused and not answered and method == "GET" and not attempt:
@@ -287,8 +343,7 @@ class Wire:
                     await self._give_back(conn)
                 else:
                     await conn.close()
-            return Answer(head.status_code, head.reason.decode(errors="replace"),
-                          b"".join(chunks))
+            return Answer(status, reason, b"".join(chunks))
         raise AssertionError("unreachable")
 
     async def open_stream(self, method: str, target: str, headers: dict[str, str],
@@ -298,15 +353,16 @@ class Wire:
         ``timeout`` at most; the body's chunks are the caller's to bound."""
         conn = await self._connect_or_fail(timeout)
         try:
+            data = self._request(method, target, headers, None)
             with trio.fail_after(timeout):
-                await conn.send(*self._request(method, target, headers, None))
-            head = await conn.head(timeout)
+                await conn.send(data)
+            status, reason = await conn.head(timeout)
         except BaseException as exc:
             await conn.close()
             if isinstance(exc, _FAILURES):
                 raise WireError(_describe(exc)) from None
             raise
-        return Stream(conn, head.status_code, head.reason.decode(errors="replace"))
+        return Stream(conn, status, reason)
 
     async def _connect_or_fail(self, timeout: float) -> _Conn:
         try:

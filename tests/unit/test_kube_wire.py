@@ -2,9 +2,11 @@
 scripted here over real TCP on loopback: a connection kept alive and reused; one the
 server closed while idle dropped before use, the request then made on a new one; a GET
 whose reused connection the server drops as it arrives sent again once; an answer in
-chunks, read as it comes; a server that never answers, or hangs up half-way through an
-answer, or is not there: each one :class:`ApiError` with status 0 through
-:class:`Api`, in time. The fake API server drives it with :class:`Api` end to end: the
+chunks, read as it comes; an informational (1xx) answer before the answer, in the same
+read or not; a body that ends with the connection; a header or path with a line break
+never sent; a server that answers bytes that are not HTTP, never answers, or hangs up
+half-way through an answer, or is not there: each one :class:`ApiError` with status 0
+through :class:`Api`, in time. The fake API server drives it with :class:`Api` end to end: the
 counts per connection and the 401 that makes the client re-read its token."""
 
 from __future__ import annotations
@@ -203,6 +205,76 @@ def test_a_server_that_hangs_up_half_way_through_an_answer() -> None:
             await wire.request("GET", "/half", {}, None, 5)
         assert wire._idle == []  # never kept for reuse
     run(half, test)
+
+
+def test_an_informational_answer_then_the_answer_in_the_same_and_in_later_reads() -> None:
+    async def early_hints(stream: trio.SocketStream, n: int) -> None:
+        buf = bytearray()
+        await read_request(stream, buf)  # the 1xx and the answer in one write
+        await stream.send_all(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+                              + answer(b'{"one":1}'))
+        await read_request(stream, buf)  # the 1xx alone, the answer in a later write
+        await stream.send_all(b"HTTP/1.1 103 Early Hints\r\n\r\n")
+        await trio.sleep(0.05)
+        await stream.send_all(answer(b'{"two":2}', status="201 Created"))
+
+    async def test(wire: Wire, accepted: list[int]) -> None:
+        one = await wire.request("GET", "/1", {}, None, 5)
+        assert (one.status, one.reason, one.body) == (200, "OK", b'{"one":1}')
+        two = await wire.request("GET", "/2", {}, None, 5)
+        assert (two.status, two.reason, two.body) == (201, "Created", b'{"two":2}')
+        assert wire.opened == 1  # kept alive across both
+    run(early_hints, test)
+
+
+def test_an_answer_whose_body_ends_with_the_connection_is_read_whole() -> None:
+    async def until_close(stream: trio.SocketStream, n: int) -> None:
+        await read_request(stream, bytearray())
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
+                              b'{"all":')
+        await trio.sleep(0.05)
+        await stream.send_all(b'"of it"}')
+        # and hangs up: that ends the body
+
+    async def test(wire: Wire, accepted: list[int]) -> None:
+        got = await wire.request("GET", "/x", {}, None, 5)
+        assert json.loads(got.body) == {"all": "of it"}
+        assert wire._idle == []  # closed: never reused
+    run(until_close, test)
+
+
+def test_bytes_that_are_not_http_are_a_wire_error() -> None:
+    async def garbage(stream: trio.SocketStream, n: int) -> None:
+        await read_request(stream, bytearray())
+        await stream.send_all(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
+        await trio.sleep_forever()
+
+    async def test(wire: Wire, accepted: list[int]) -> None:
+        with trio.fail_after(5):
+            with pytest.raises(WireError, match=r"not an HTTP/1\.1 answer"):
+                await wire.request("PATCH", "/p", {}, b"{}", 5)
+        assert wire._idle == []
+    run(garbage, test)
+
+
+def test_a_header_or_path_with_a_line_break_is_never_sent() -> None:
+    heads: list[bytes] = []
+
+    async def record(stream: trio.SocketStream, n: int) -> None:
+        buf = bytearray()
+        while head := await read_request(stream, buf):
+            heads.append(head)
+            await stream.send_all(answer(b"{}"))
+
+    async def test(wire: Wire, accepted: list[int]) -> None:
+        for path, headers in (("/p\r\nX-Evil: 1", {}), ("/p", {"X-A": "v\r\nX-Evil: 1"}),
+                              ("/p", {"X-A": "v\0"}), ("/p", {"X-A": "vé"})):
+            with pytest.raises(WireError, match=r"line break or a NUL|not ASCII"):
+                await wire.request("PATCH", path, headers, b"{}", 5)
+        await wire.request("PATCH", "/p", {"X-A": "v"}, b"{}", 5)
+        assert len(heads) == 1 and b"X-Evil" not in heads[0]
+        assert heads[0].startswith(b"PATCH /p HTTP/1.1\r\n") and b"\r\nX-A: v" in heads[0]
+    run(record, test)
 
 
 # -- through Api, against the fake API server --------------------------------------------
