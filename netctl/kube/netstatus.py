@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -168,8 +169,17 @@ def _ip_text(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
 
 
 def _address(ip: Mapping[str, Any]) -> str:
+    """A result's ``address`` (an address with its prefix) as Go prints the address; ""
+    when it is not one."""
+    text = str(ip.get("address", ""))
+    host, _, prefix = text.partition("/")
+    if prefix.isdigit() and int(prefix) <= 32 and prefix == str(int(prefix)):
+        try:  # IPv4, by far the most common: the C parser (leading zeros refused, as here)
+            return socket.inet_ntop(socket.AF_INET, socket.inet_pton(socket.AF_INET, host))
+        except OSError:
+            pass
     try:
-        return _ip_text(ipaddress.ip_interface(str(ip.get("address", ""))).ip)
+        return _ip_text(ipaddress.ip_interface(text).ip)
     except ValueError:
         return ""
 

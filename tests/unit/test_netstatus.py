@@ -12,21 +12,28 @@
 - ``dns``, ``mtu`` and ``device-info``; Go's escapes; the merge patch body;
 - reading it back (:func:`~netctl.kube.netstatus.addresses`): what the writer wrote, from
   a pod listed with its network-status (``PodWithStatus``); none without the annotation;
-  a malformed one said apart from an empty one.
+  a malformed one said apart from an empty one;
+- an address's text read by the IPv4 fast path as the ipaddress module reads it
+  (generated texts, valid or not).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from netctl.cni.config import parse_chain
 from netctl.cni.versions import convert_result
 from netctl.journal.records import Attachment
 from netctl.kube.netstatus import (
+    _address,
+    _ip_text,
     addresses,
     annotation_value,
     network_status,
@@ -215,3 +222,28 @@ def test_read_back_none_or_malformed() -> None:
     malformed = msgspec.json.decode(json.dumps(
         {"metadata": {"annotations": {NETWORK_STATUS: "[{\"ips\": 5}]"}}}), type=PodWithStatus)
     assert addresses(malformed) is None
+
+
+_OCTET = st.one_of(st.integers(0, 300).map(str), st.sampled_from(["01", "00", "1a", "", "٣"]))
+_PREFIX = st.one_of(st.integers(0, 40).map(str), st.sampled_from(["", "08", "+1", " 8", "x"]))
+
+
+@example("10.0.0.5/33")
+@example("10.0.0.5/32")
+@example("010.0.0.5/8")
+@example("10.0.0.5/08")
+@example("10.0.0.5")
+@example("::ffff:10.0.0.1/96")
+@given(st.one_of(
+    st.tuples(st.lists(_OCTET, min_size=3, max_size=5), _PREFIX).map(
+        lambda t: ".".join(t[0]) + "/" + t[1]),
+    st.ip_addresses().map(str).flatmap(lambda a: _PREFIX.map(lambda p: f"{a}/{p}")),
+    st.text(max_size=20)))
+def test_an_address_is_printed_as_the_ipaddress_module_reads_it(text: str) -> None:
+    """The IPv4 fast path (the C parser) agrees with the ipaddress module on every text,
+    valid or not: the address without its prefix, or "" (left out of the entry)."""
+    try:
+        want = _ip_text(ipaddress.ip_interface(text).ip)
+    except ValueError:
+        want = ""
+    assert _address({"address": text}) == want
