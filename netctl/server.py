@@ -89,14 +89,14 @@ class Handlers:
     in_flight: Callable[[], int]
 
 
-async def _read_exact(stream: trio.SocketStream, n: int) -> bytes:
-    buf = bytearray()
+async def _read_until(stream: trio.SocketStream, buf: bytearray, n: int) -> None:
+    """Read into ``buf`` until it holds ``n`` bytes (a client sends its whole frame at
+    once: the header and the body mostly come in one read)."""
     while len(buf) < n:
-        chunk = await stream.receive_some(min(65536, n - len(buf)))
+        chunk = await stream.receive_some(max(65536, n - len(buf)))
         if not chunk:
             raise EOFError(f"connection closed after {len(buf)} of {n} bytes")
         buf += chunk
-    return bytes(buf)
 
 
 def readable(size: int, limit: int) -> bool:
@@ -187,10 +187,13 @@ class Server:
             peer = self._check_peer(stream)
             limit = self.config.max_request_bytes
             with trio.fail_after(self.config.read_timeout):
-                size = body_size(await _read_exact(stream, HEADER.size))
+                buf = bytearray()
+                await _read_until(stream, buf, HEADER.size)
+                size = body_size(bytes(buf[:HEADER.size]))
                 if not readable(size, limit):
                     raise too_large(size, limit)
-                body = await _read_exact(stream, size)
+                await _read_until(stream, buf, HEADER.size + size)
+                body = bytes(buf[HEADER.size:HEADER.size + size])
             try:
                 kind = msgspec.json.decode(body, type=Envelope).kind
                 if kind == "admin":

@@ -20,6 +20,15 @@ from netctl.errors import CANCELLED, TRY_AGAIN_LATER, CNIError
 T = TypeVar("T")
 
 
+async def _take(lock: trio.Lock | trio.CapacityLimiter) -> None:
+    """Acquire ``lock`` at once when it is free and nobody waits for it (no turn of the
+    scheduler for that: nothing can have happened meanwhile), else wait in line."""
+    try:
+        lock.acquire_nowait()
+    except trio.WouldBlock:
+        await lock.acquire()
+
+
 @dataclass
 class _Gate:
     lock: trio.Lock = field(default_factory=trio.Lock)
@@ -60,8 +69,11 @@ class Admission:
                 if verb == "ADD":
                     gate.adds.add(scope)
                 try:
-                    async with gate.lock:
+                    await _take(gate.lock)
+                    try:
                         return await self.admitted(verb, fn)
+                    finally:
+                        gate.lock.release()
                 finally:
                     gate.adds.discard(scope)
             raise CNIError(CANCELLED, f"ADD of container {container_id} was cancelled by a DEL "
@@ -90,7 +102,7 @@ class Admission:
                            "try again later")
         self._waiting += 1
         try:
-            await self._limiter.acquire()
+            await _take(self._limiter)
         finally:
             self._waiting -= 1
         try:
