@@ -1,7 +1,10 @@
 """Running one attachment's delegate chain: ADD forward, DEL in reverse, CHECK forward.
 
 Every step is journaled before the plugin starts and after it ends (config
-bytes, netns, ifname, result or error, stderr, seconds). ADD keeps the chain's
+bytes, netns, ifname, result or error, stderr, seconds). A chain's first step (an
+ADD's first, a DEL's last started) is worked out before its operation begins
+(:meth:`Chains.prepare`) and journaled in the operation's own transaction; the others
+each in one of their own. ADD keeps the chain's
 latest result and how many steps started on the :class:`Attachment`, which is
 exactly what a DEL needs: the started steps, in reverse, with that result as
 ``prevResult`` — from memory during compensation, from the journal later.
@@ -27,10 +30,11 @@ is never DELeted.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -67,6 +71,18 @@ class Delegates:
 
 class StepError(CNIError):
     """A delegate step failed; the message names the network, interface and plugin."""
+
+
+@dataclass
+class Prepared:
+    """A step worked out before it is journaled: its row, the addresses it is given (and
+    their pools), the parsed IPAM sections it used, and its id once it is begun."""
+
+    start: StepStart
+    new: list[Allocation]
+    pools: dict[str, Any] | None
+    served: Served
+    step_id: int = 0
 
 
 def requests_as_args(plugin: dict[str, Any], index: int, caps: dict[str, Any],
@@ -203,7 +219,7 @@ class Chains:
                     except CNIError as exc:
                         raise CNIError(exc.code, f"network {att.network!r}: {exc.msg}") from None
 
-    async def _config(self, op_id: int, att: Attachment, index: int, verb: str,
+    async def _config(self, att: Attachment, index: int, verb: str,
                       prev: dict[str, Any] | None, netns: str, ipam: Served
                       ) -> tuple[bytes, list[Allocation], Any]:
         """The step's stdin, and for a served IPAM the addresses it gets (new ones to
@@ -230,20 +246,63 @@ class Chains:
         return plugin_config(att.chain, index, prev, att.capability_args, cni_args,
                              ipam=static_ipam(cfg, leases)), new, decision
 
-    async def step(self, op_id: int, att: Attachment, index: int, verb: str,
-                   prev: dict[str, Any] | None, ipam: Served) -> dict[str, Any] | None:
-        ptype = att.chain.types[index]
+    async def prepare(self, att: Attachment, index: int, verb: str,
+                      prev: dict[str, Any] | None, ipam: Served) -> Prepared:
+        """Step ``index``'s stdin and addresses, worked out before it is journaled (its
+        ``op_id`` left for the journal to set); :class:`StepError` when it cannot be."""
         netns = att.netns if verb == "ADD" or is_netns(att.netns) else ""
         try:
-            conf, new, decision = await self._config(op_id, att, index, verb, prev, netns,
-                                                     ipam)
+            conf, new, decision = await self._config(att, index, verb, prev, netns, ipam)
         except CNIError as exc:  # e.g. an exhausted pool: nothing ran, nothing to undo
             raise StepError(exc.code, f"{att.where(index)}: {verb} refused: {exc.msg}",
                             exc.details) from exc
-        start = StepStart(op_id=op_id, attachment=att.id, position=index, verb=verb,
-                          plugin_type=ptype, config=conf, netns=netns, ifname=att.ifname)
-        step_id = await record(self.ipam, new, partial(
-            self.journal.begin_step, start, new=new, pools=decision.pools if decision else None))
+        return Prepared(StepStart(op_id=0, attachment=att.id, position=index, verb=verb,
+                                  plugin_type=att.chain.types[index], config=conf,
+                                  netns=netns, ifname=att.ifname), new,
+                        decision.pools if decision else None, ipam)
+
+    async def prepare_adds(self, atts: Sequence[Attachment], served: Sequence[Served]
+                           ) -> list[Prepared] | None:
+        """The first step of every chain of an ADD, to begin with the operation (their
+        addresses reserved): None when one cannot be (nothing is then held, and each
+        chain works its steps out in turn, the one that cannot failing the ADD)."""
+        done: list[Prepared] = []
+        try:
+            for att, ipam in zip(atts, served, strict=True):
+                done.append(await self.prepare(att, 0, "ADD", None, ipam))
+        except BaseException as exc:
+            for ready in done:
+                self.ipam.unreserve(ready.new)
+            if isinstance(exc, StepError):
+                return None
+            raise
+        return done
+
+    async def prepare_dels(self, atts: Sequence[Attachment]) -> dict[int, Prepared]:
+        """The first DEL step (the last started) of each chain that has one and can be
+        worked out, by attachment id, to begin with the operation (a DEL gets no
+        addresses: nothing is held)."""
+        ready: dict[int, Prepared] = {}
+        for att in atts:
+            if att.steps_started > 0:
+                with contextlib.suppress(StepError):  # its own turn fails it, as before
+                    ready[att.id] = await self.prepare(
+                        att, att.steps_started - 1, "DEL", att.result,
+                        Served(att.chain, self.delegates.ipam_types))
+        return ready
+
+    async def step(self, op_id: int, att: Attachment, index: int, verb: str,
+                   prev: dict[str, Any] | None, ipam: Served,
+                   ready: Prepared | None = None) -> dict[str, Any] | None:
+        """Journal step ``index`` (unless ``ready``: begun with the operation), run its
+        plugin, journal how it ended."""
+        if ready is None:
+            ready = await self.prepare(att, index, verb, prev, ipam)
+            ready.start.op_id = op_id
+            ready.step_id = await record(self.ipam, ready.new, partial(
+                self.journal.begin_step, ready.start, new=ready.new, pools=ready.pools))
+        ptype, conf, netns, step_id = (ready.start.plugin_type, ready.start.config,
+                                       ready.start.netns, ready.step_id)
         if verb == "ADD":
             att.steps_started = max(att.steps_started, index + 1)
         end = StepEnd(step_id=step_id, attachment=att.id, verb=verb, position=index)
@@ -300,13 +359,16 @@ class Chains:
         """The addresses netctl allocated for step ``index`` of ``att`` (its DEL frees them)."""
         return self.ipam.of_attachment(att.id) if ipam.has(index) else []
 
-    async def add(self, op_id: int, att: Attachment, ipam: Served) -> dict[str, Any] | None:
+    async def add(self, op_id: int, att: Attachment, ipam: Served,
+                  first: Prepared | None = None) -> dict[str, Any] | None:
         """ADD every step in order, each getting the previous result; return the final.
-        ``ipam``: the sections parsed when the ADD was planned (:meth:`served`)."""
+        ``ipam``: the sections parsed when the ADD was planned (:meth:`served`); ``first``:
+        its first step, begun with the operation."""
         prev: dict[str, Any] | None = None
         with logs.bound(network=att.network):
             for index in range(len(att.chain.plugins)):
-                prev = await self.step(op_id, att, index, "ADD", prev, ipam)
+                prev = await self.step(op_id, att, index, "ADD", prev, ipam,
+                                       first if index == 0 else None)
                 att.result = prev
         missing = unhonoured(att, prev)
         if missing:
@@ -314,21 +376,24 @@ class Chains:
                             f"{missing}")
         return prev
 
-    async def delete(self, op_id: int, att: Attachment,
-                     ipam: Served | None = None) -> list[StepError]:
+    async def delete(self, op_id: int, att: Attachment, ipam: Served | None = None,
+                     first: Prepared | None = None) -> list[StepError]:
         """DEL every started step in reverse with the latest result; go on past failures.
         ``ipam``: the sections parsed when the ADD this undoes was planned; None for an
-        attachment read back from the journal (its steps parse what they need).
+        attachment read back from the journal (its steps parse what they need); ``first``:
+        its first DEL step, begun with the operation.
 
         Returns the failures (empty when all went); things already gone are the
         plugins' business to tolerate, as the spec asks of them.
         """
         errors: list[StepError] = []
-        ipam = ipam or Served(att.chain, self.delegates.ipam_types)
+        ipam = first.served if first else ipam or Served(att.chain, self.delegates.ipam_types)
         with logs.bound(network=att.network):
             for index in reversed(range(att.steps_started)):
                 try:
-                    await self.step(op_id, att, index, "DEL", att.result, ipam)
+                    await self.step(op_id, att, index, "DEL", att.result, ipam,
+                                    first if first and index == first.start.position
+                                    else None)
                 except StepError as exc:
                     errors.append(exc)
         return errors
@@ -342,14 +407,17 @@ class Chains:
 
     async def delete_all(self, op_id: int, atts: Sequence[Attachment],
                          outcome: dict[int, list[StepError]],
-                         served: Sequence[Served] | None = None) -> None:
+                         served: Sequence[Served] | None = None,
+                         first: Mapping[int, Prepared] | None = None) -> None:
         """DEL several chains concurrently; as each finishes, ``outcome[att.id]`` gets
         its errors (empty: all removed). Filled in as it goes, so a caller that is
         cancelled or runs out of time still knows which chains finished. ``served``:
-        each attachment's parsed sections, when an ADD that planned them is undone."""
+        each attachment's parsed sections, when an ADD that planned them is undone;
+        ``first``: by attachment id, the first DEL steps begun with the operation."""
 
         async def one(att: Attachment, ipam: Served | None) -> None:
-            outcome[att.id] = await self.delete(op_id, att, ipam)
+            outcome[att.id] = await self.delete(op_id, att, ipam,
+                                                first.get(att.id) if first else None)
 
         async with trio.open_nursery() as nursery:
             parsed: Sequence[Served | None] = served or [None] * len(atts)

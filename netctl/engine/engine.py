@@ -57,6 +57,7 @@ from netctl.errors import (
     CNIError,
     NotListedYet,
 )
+from netctl.ipam.store import record
 from netctl.journal.records import Attachment, OpEnd, OpStart
 from netctl.journal.store import Journal
 from netctl.metrics import Metrics
@@ -200,11 +201,25 @@ class Engine:
         compensation could not undo is named in it. A runtime's ADD and ``netctl attach``
         (:mod:`netctl.engine.hotplug`) both come here."""
         started = time.monotonic()
-        op_id = await self.journal.begin(op, adding=atts)
+        # each chain's first step is begun with the operation, its addresses recorded
+        # with it: one commit for what was one per chain more (numbered first: the
+        # addresses name their attachment)
+        self.journal.number(atts)
+        first = await self.chains.prepare_adds(atts, served)
+        for att in atts if first else ():
+            att.steps_started = 1
+        new = [a for ready in first or () for a in ready.new]
+        op_id, step_ids = await record(self.chains.ipam, new, partial(
+            self.journal.begin_with_steps, op, adding=atts,
+            first=[ready.start for ready in first or ()], new=new,
+            pools={k: v for ready in first or () for k, v in (ready.pools or {}).items()}))
+        for ready, step_id in zip(first or (), step_ids, strict=True):
+            ready.step_id = step_id
         try:
             async with trio.open_nursery() as nursery:
-                for att, ipam in zip(atts, served, strict=True):
-                    nursery.start_soon(self.chains.add, op_id, att, ipam)
+                for index, (att, ipam) in enumerate(zip(atts, served, strict=True)):
+                    nursery.start_soon(self.chains.add, op_id, att, ipam,
+                                       first[index] if first else None)
         except BaseException as exc:
             cause = first_error(exc)
             outcome, finished = await self._compensate(op_id, atts, served)
@@ -309,10 +324,15 @@ class Engine:
         """DEL ``atts`` through their chains as one operation; CNIError 107 naming what
         could not be removed (those keep their state, one more failure counted)."""
         started = time.monotonic()
-        op_id = await self.journal.begin(op, removing=atts)
+        # each chain's first DEL step is begun with the operation (one commit)
+        first = await self.chains.prepare_dels(atts)
+        op_id, step_ids = await self.journal.begin_with_steps(
+            op, removing=atts, first=[ready.start for ready in first.values()])
+        for ready, step_id in zip(first.values(), step_ids, strict=True):
+            ready.step_id = step_id
         outcome: dict[int, list[StepError]] = {}
         try:
-            await self.chains.delete_all(op_id, atts, outcome)
+            await self.chains.delete_all(op_id, atts, outcome, first=first)
         except BaseException as exc:
             log.warning("DEL (%s) interrupted: %r", op.origin, exc)
             await self.journal.finish(op_id, _del_end("failed", CANCELLED, repr(exc), atts,

@@ -182,6 +182,16 @@ def _release_allocations(db: sqlite3.Connection, gone: Iterable[Allocation], op_
         [(now, op_id, now, a.scope, a.address) for a in gone])
 
 
+def _insert_step(db: sqlite3.Connection, step: StepStart, now: float) -> int:
+    cur = db.execute(
+        "INSERT INTO steps (operation_id, attachment_id, position, verb, plugin_type,"
+        " config, netns, ifname, state, started_at) VALUES (?,?,?,?,?,?,?,?,'running',?)",
+        (step.op_id, step.attachment, step.position, step.verb, step.plugin_type,
+         step.config, step.netns, step.ifname, now))
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
 class _Write:
     """One queued write and, once its batch committed, its outcome; ``indexed`` updates
     :attr:`Journal.live` with the result, right when the batch commits. ``task``: the
@@ -291,6 +301,7 @@ class Journal:
             "a Journal is made inside its trio-asyncio loop"
         self._queue: list[_Write] = []
         self._committing = False  # a batch is on its way to the database thread
+        self._next_attachment = 1  # the id :meth:`number` gives next (set when it opens)
         self.path = path
         self.write_deadline = write_deadline
         self.commits = 0  # transactions committed (batches)
@@ -413,38 +424,60 @@ class Journal:
     async def begin(self, op: OpStart, *, adding: Sequence[Attachment] = (),
                     removing: Sequence[Attachment] = ()) -> int:
         """Record an operation before its first side effect, in one transaction with the
-        attachments it will add (they get their ids, state ``adding``) and those it will
-        remove (state ``removing``). Returns the operation's id."""
-        def fn(db: sqlite3.Connection) -> tuple[int, list[int]]:
+        attachments it will add (state ``adding``; their ids, unless :meth:`number` gave
+        them) and those it will remove (state ``removing``). Returns the operation's id."""
+        op_id, _ = await self.begin_with_steps(op, adding=adding, removing=removing)
+        return op_id
+
+    async def begin_with_steps(self, op: OpStart, *, adding: Sequence[Attachment] = (),
+                               removing: Sequence[Attachment] = (),
+                               first: Sequence[StepStart] = (),
+                               new: Sequence[Allocation] = (),
+                               pools: dict[str, PoolInfo] | None = None
+                               ) -> tuple[int, list[int]]:
+        """:meth:`begin`, with the first step of some of its chains begun in the same
+        transaction (``first``: their ``op_id`` is this operation's, set here) and the
+        addresses those steps are given (``new``): one commit where there were one per
+        chain more. Returns the operation's id and the steps' ids, in ``first``'s order."""
+        self.number(adding)  # never SQLite's own rowid: it could be one numbered already
+
+        def fn(db: sqlite3.Connection) -> tuple[int, list[int], list[int]]:
             now = self.clock()
             op_id = _insert_operation(db, op, now)
             ids = []
             for att in adding:
                 att.created_at = now
                 cur = db.execute(
-                    "INSERT INTO attachments (container_id, ifname, network, network_name,"
+                    "INSERT INTO attachments (id, container_id, ifname, network, network_name,"
                     " is_default, caller_network, caller_ifname, netns, pod_namespace,"
                     " pod_name, pod_uid, cni_version, chain, capability_args, cni_args, state,"
                     " add_op, created_at, steps_started, result, sticky_key) VALUES"
-                    " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'adding',?,?,?,?,?)",
-                    (att.container_id, att.ifname, att.network, att.chain.name,
-                     int(att.is_default), att.caller_network, att.caller_ifname, att.netns,
-                     att.pod.namespace, att.pod.name, att.pod.uid, att.chain.cni_version,
-                     att.chain.raw, _json(att.capability_args), _json(att.cni_args), op_id,
-                     now, att.steps_started, _json(att.result), att.identity))
+                    " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'adding',?,?,?,?,?)",
+                    (att.id, att.container_id, att.ifname, att.network,
+                     att.chain.name, int(att.is_default), att.caller_network,
+                     att.caller_ifname, att.netns, att.pod.namespace, att.pod.name,
+                     att.pod.uid, att.chain.cni_version, att.chain.raw,
+                     _json(att.capability_args), _json(att.cni_args), op_id, now,
+                     att.steps_started, _json(att.result), att.identity))
                 assert cur.lastrowid is not None
                 ids.append(cur.lastrowid)
             db.executemany("UPDATE attachments SET state='removing', del_op=? WHERE id=?",
                            [(op_id, att.id) for att in removing])
-            return op_id, ids
+            _record_allocations(db, new, op_id, pools or {}, now)
+            steps = []
+            for step in first:
+                step.op_id = op_id
+                steps.append(_insert_step(db, step, now))
+            return op_id, ids, steps
 
-        def indexed(result: tuple[int, list[int]]) -> None:
+        def indexed(result: tuple[int, list[int], list[int]]) -> None:
             for att, att_id in zip(adding, result[1], strict=True):
                 self.live.attachment(att_id, att.container_id, att.netns, att.result,
                                      att.pod.uid)
             self.live.leaving(att.id for att in removing)
+            self._allocations_changed(new, ())
 
-        op_id, ids = await self._write(fn, indexed)
+        op_id, ids, steps = await self._write(fn, indexed)
         for att, att_id in zip(adding, ids, strict=True):
             att.id, att.state, att.add_op = att_id, "adding", op_id
         for att in removing:
@@ -454,7 +487,16 @@ class Journal:
         self._outer[op_id] = logs.current()
         logs.bind(op=op_id, verb=op.verb, container=op.container_id,
                   pod=logs.pod_name(op.pod.namespace, op.pod.name))
-        return op_id
+        return op_id, steps
+
+    def number(self, atts: Sequence[Attachment]) -> None:
+        """Give ``atts`` their ids now, before :meth:`begin` records them: what is worked
+        out for them before (the addresses of their first step) can name them. Ids come
+        after the largest the journal holds; one never recorded is never used again."""
+        for att in atts:
+            if not att.id:
+                att.id = self._next_attachment
+                self._next_attachment += 1
 
     async def finish(self, op_id: int, end: OpEnd, *, retry_at: Callable[[int], float] | None
                      = None) -> None:
@@ -619,18 +661,12 @@ class Journal:
         def fn(db: sqlite3.Connection) -> int:
             now = self.clock()
             _record_allocations(db, new, step.op_id, pools or {}, now)
-            cur = db.execute(
-                "INSERT INTO steps (operation_id, attachment_id, position, verb, plugin_type,"
-                " config, netns, ifname, state, started_at) VALUES (?,?,?,?,?,?,?,?,"
-                "'running',?)",
-                (step.op_id, step.attachment, step.position, step.verb, step.plugin_type,
-                 step.config, step.netns, step.ifname, now))
+            step_id = _insert_step(db, step, now)
             if step.verb == "ADD":
                 db.execute(
                     "UPDATE attachments SET steps_started=MAX(steps_started, ?) WHERE id=?",
                     (step.position + 1, step.attachment))
-            assert cur.lastrowid is not None
-            return cur.lastrowid
+            return step_id
 
         return await self._write(fn, lambda _: self._allocations_changed(new, ()))
 
@@ -830,6 +866,8 @@ async def _connected(path: str, write_deadline: float, clock: Callable[[], float
     try:
         journal = Journal(db, path, write_deadline, clock)
         journal.live = await journal.read_live()
+        journal._next_attachment = await journal._read(lambda db: int(db.execute(
+            "SELECT COALESCE(MAX(id), 0) + 1 FROM attachments").fetchone()[0]))
         yield journal
     finally:
         with trio.CancelScope(shield=True):
