@@ -262,10 +262,10 @@ class Chains:
                         decision.pools if decision else None, ipam)
 
     async def prepare_adds(self, atts: Sequence[Attachment], served: Sequence[Served]
-                           ) -> list[Prepared] | None:
+                           ) -> list[Prepared]:
         """The first step of every chain of an ADD, to begin with the operation (their
-        addresses reserved): None when one cannot be (nothing is then held, and each
-        chain works its steps out in turn, the one that cannot failing the ADD)."""
+        addresses reserved): [] when one cannot be (nothing is then held, and each chain
+        works its steps out in turn, the one that cannot failing the ADD)."""
         done: list[Prepared] = []
         try:
             for att, ipam in zip(atts, served, strict=True):
@@ -274,7 +274,7 @@ class Chains:
             for ready in done:
                 self.ipam.unreserve(ready.new)
             if isinstance(exc, StepError):
-                return None
+                return []
             raise
         return done
 

@@ -208,12 +208,12 @@ class Engine:
         first = await self.chains.prepare_adds(atts, served)
         for att in atts if first else ():
             att.steps_started = 1
-        new = [a for ready in first or () for a in ready.new]
+        new = [a for ready in first for a in ready.new]
         op_id, step_ids = await record(self.chains.ipam, new, partial(
             self.journal.begin_with_steps, op, adding=atts,
-            first=[ready.start for ready in first or ()], new=new,
-            pools={k: v for ready in first or () for k, v in (ready.pools or {}).items()}))
-        for ready, step_id in zip(first or (), step_ids, strict=True):
+            first=[ready.start for ready in first], new=new,
+            pools={k: v for ready in first for k, v in (ready.pools or {}).items()}))
+        for ready, step_id in zip(first, step_ids, strict=True):
             ready.step_id = step_id
         try:
             async with trio.open_nursery() as nursery:

@@ -372,11 +372,13 @@ class Journal:
         # pod, the writers of the batch just committed) queue theirs to go along
         await trio.lowlevel.cancel_shielded_checkpoint()
         batch, self._queue = self._queue, []
+        committed = False
         try:
             with trio.CancelScope(shield=True,
-                                  deadline=trio.current_time() + self.write_deadline) as late:
+                                  deadline=trio.current_time() + self.write_deadline):
                 try:
                     await self._on_thread(partial(_run_batch, batch))
+                    committed = True
                     self.commits += 1
                     for other in batch:
                         if other.error is None and other.indexed is not None:
@@ -384,12 +386,12 @@ class Journal:
                 except Exception as exc:
                     for other in batch:
                         other.error = other.error or exc
-            if late.cancelled_caught:
+        finally:
+            if not committed:  # past the deadline (or interrupted): no writer goes on as if
                 cause = CNIError(IO_FAILURE, f"journal {self.path}: a write did not finish "
                                  f"within {self.write_deadline:g}s")
                 for other in batch:
                     other.error = other.error or cause
-        finally:
             self.writes += len(batch)
             for other in batch:
                 other.done = True

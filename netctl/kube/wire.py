@@ -143,7 +143,7 @@ class ProtocolError(Exception):
     """The server's bytes are not the HTTP/1.1 answer asked for."""
 
 
-class _Answer:
+class _Reading:
     """One answer as the parser finds it (httptools calls these back as it reads)."""
 
     __slots__ = ("body", "complete", "delimited", "head", "keep_alive", "parser", "reason")
@@ -185,7 +185,7 @@ class _Conn:
         self.stream = stream
         self.fd = fd
         self.idle_since = 0.0
-        self.answer = _Answer()
+        self.answer = _Reading()
         self.closed = False  # the server closed its side
 
     def stale(self) -> bool:
@@ -195,7 +195,7 @@ class _Conn:
         return bool(poller.poll(0))
 
     async def send(self, data: bytes) -> None:
-        self.answer = _Answer()
+        self.answer = _Reading()
         await self.stream.send_all(data)
 
     async def _read(self, read_timeout: float | None) -> None:

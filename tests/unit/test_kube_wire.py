@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import trio
 import trio_asyncio
+from trio.testing import wait_all_tasks_blocked
 
 from netctl.kit.kubefake import FakeKube, pod
 from netctl.kube.api import Api, ApiError, KubeSettings
@@ -215,7 +216,7 @@ def test_an_informational_answer_then_the_answer_in_the_same_and_in_later_reads(
                               + answer(b'{"one":1}'))
         await read_request(stream, buf)  # the 1xx alone, the answer in a later write
         await stream.send_all(b"HTTP/1.1 103 Early Hints\r\n\r\n")
-        await trio.sleep(0.05)
+        await wait_all_tasks_blocked()  # the client has read it and waits for more
         await stream.send_all(answer(b'{"two":2}', status="201 Created"))
 
     async def test(wire: Wire, accepted: list[int]) -> None:
@@ -232,7 +233,7 @@ def test_an_answer_whose_body_ends_with_the_connection_is_read_whole() -> None:
         await read_request(stream, bytearray())
         await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
                               b'{"all":')
-        await trio.sleep(0.05)
+        await wait_all_tasks_blocked()  # the client has read it and waits for more
         await stream.send_all(b'"of it"}')
         # and hangs up: that ends the body
 
