@@ -39,7 +39,8 @@ from netctl.cni.config import Chain, parse_chain
 from netctl.cni.hostroot import HostRoot
 from netctl.cni.netns import netns_state
 from netctl.cni.request import Invocation
-from netctl.engine import foreign, readiness
+from netctl.cni.routes import set_default_routes
+from netctl.engine import foreign, gateways, readiness
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, Served, StepError
 from netctl.engine.networks import inline
@@ -51,6 +52,7 @@ from netctl.errors import (
     INCOMPATIBLE_VERSION,
     INVALID_CONFIG,
     INVALID_ENVIRONMENT,
+    IO_FAILURE,
     TRY_AGAIN_LATER,
     UNKNOWN_CONTAINER,
     UNSUPPORTED_FIELD,
@@ -220,6 +222,7 @@ class Engine:
                 for index, (att, ipam) in enumerate(zip(atts, served, strict=True)):
                     nursery.start_soon(self.chains.add, op_id, att, ipam,
                                        first[index] if first else None)
+            await self._default_routes(atts)
         except BaseException as exc:
             cause = first_error(exc)
             outcome, finished = await self._compensate(op_id, atts, served)
@@ -243,6 +246,23 @@ class Engine:
                  _names(atts))
         await self.journal.finish(op_id, OpEnd(state="done", attached=atts))
         return op_id
+
+    async def _default_routes(self, atts: list[Attachment]) -> None:
+        """The pod's default routes where its ``default-route`` asks (once every chain has
+        run: :mod:`netctl.engine.gateways`), and each result rewritten to say so. Failing
+        here fails the ADD, which is then undone like any other."""
+        moves = gateways.plan(atts)
+        if not moves:
+            return
+        try:
+            await trio.to_thread.run_sync(set_default_routes, atts[0].netns,
+                                          [(m.version, m.ifname, m.gateway) for m in moves])
+        except OSError as exc:
+            raise CNIError(IO_FAILURE, f"default-route: {exc}") from None
+        for att in atts:
+            att.result = gateways.rewritten(att.result, att.ifname, moves)
+        log.info("default route%s: %s", "s" if len(moves) > 1 else "",
+                 ", ".join(f"via {m.gateway} on {m.ifname}" for m in moves))
 
     async def _after_add(self, inv: Invocation, atts: list[Attachment]) -> str:
         """Run the after-ADD hook. What it could not do is journaled as a failed ANNOTATE

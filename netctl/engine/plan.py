@@ -220,18 +220,24 @@ def plan(conf: NetctlConf, inv: Invocation, choice: Choice,
         except CNIError as exc:
             raise _as_pods(exc, choice) from None
 
-    planned: list[tuple[Network, bool, dict[str, Any], dict[str, Any], str | None]] = []
+    # each: the network, is it the cluster network, its capability and CNI args, its
+    # interface, the default-route it asks for
+    planned: list[tuple[Network, bool, dict[str, Any], dict[str, Any], str | None,
+                        list[str] | None]] = []
     extra: list[tuple[Network, selection.Selection | None]]
     cluster_caps = runtime_requests(conf.runtimeConfig, inv.args)
     override = resolve(_ref(choice.cluster), home) if choice.cluster else None
     cluster_args = dict(choice.cluster.cni_args or {}) if choice.cluster else {}
+    cluster_route = choice.cluster.default_route if choice.cluster else None
     if conf.delegates:
         first, *rest = [inline(d, i) for i, d in enumerate(conf.delegates)]
-        planned.append((override or first, True, cluster_caps, cluster_args, inv.ifname))
+        planned.append((override or first, True, cluster_caps, cluster_args, inv.ifname,
+                        cluster_route))
         extra = [(net, None) for net in rest]
     else:
         cluster = override or resolve(conf.clusterNetwork, home)
-        planned.append((cluster, True, cluster_caps, cluster_args, inv.ifname))
+        planned.append((cluster, True, cluster_caps, cluster_args, inv.ifname,
+                        cluster_route))
         extra = [] if choice.skip_defaults else [
             (resolve(ref, home), None) for ref in conf.defaultNetworks]
     for chose in choice.networks:
@@ -243,13 +249,15 @@ def plan(conf: NetctlConf, inv: Invocation, choice: Choice,
         raise _as_pods(exc, choice) from None
     for (net, sel), name in zip(extra, names, strict=True):
         planned.append((net, False, sel.capability_args() if sel else {},
-                        dict(sel.cni_args) if sel and sel.cni_args else {}, name))
+                        dict(sel.cni_args) if sel and sel.cni_args else {}, name,
+                        sel.default_route if sel else None))
     return [Attachment(container_id=inv.container_id, ifname=str(ifname), network=net.key,
                        chain=net.chain, is_default=default, caller_network=conf.name,
                        caller_ifname=inv.ifname, netns=inv.netns, pod=inv.pod,
                        capability_args=caps, cni_args=cni_args,
-                       identity=choice.identity or sticky.identity(inv.pod))
-            for net, default, caps, cni_args, ifname in planned]
+                       identity=choice.identity or sticky.identity(inv.pod),
+                       default_route=list(gateways or []))
+            for net, default, caps, cni_args, ifname, gateways in planned]
 
 
 def _as_pods(exc: CNIError, choice: Choice) -> CNIError:

@@ -31,6 +31,9 @@ class Attachment(msgspec.Struct, kw_only=True):
     capability_args: dict[str, Any] = {}
     cni_args: dict[str, Any] = {}
     identity: str = ""  # who owns its sticky addresses (netctl/ipam/sticky.py)
+    # the selection's default-route: the pod's default route goes via this gateway on
+    # this interface once the ADD's chains have run (netctl/engine/gateways.py)
+    default_route: list[str] = []
     # filled in by the journal and the chain as the attachment lives:
     id: int = 0
     steps_started: int = 0

@@ -34,8 +34,8 @@ import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from netctl.cni.netlink import RTM_DELLINK, RTM_DELNSID
 from netctl.journal.live import LiveIndex
-from netctl.reconcile.netlink import RTM_DELLINK, RTM_DELNSID
 
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _IFINFOMSG = 16  # family, pad, type, index, flags, change

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import msgspec
 
+from netctl.cni.netlink import IPRoute
 from netctl.cni.netns import is_netns
 from netctl.journal import query
 from netctl.journal.retention import REMOVED_KEPT
-from netctl.reconcile.netlink import IPRoute
 from netctl.reconcile.plan import AllocationFact, AttachmentFact, Facts, Link
 
 # removed attachments whose host links are still checked (pruning never takes them)

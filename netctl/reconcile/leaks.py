@@ -28,6 +28,7 @@ from typing import Any
 import msgspec
 import trio
 
+from netctl.cni.netlink import IPRoute, NetlinkError
 from netctl.cni.netns import is_netns
 from netctl.cni.request import Pod
 from netctl.engine.admission import Admission
@@ -39,7 +40,6 @@ from netctl.journal.store import Journal
 from netctl.metrics import Metrics
 from netctl.reconcile.events import Hints, concerned, netns_to_check
 from netctl.reconcile.facts import gather, netns_exist
-from netctl.reconcile.netlink import IPRoute, NetlinkError
 from netctl.reconcile.pending import finish_pending
 from netctl.reconcile.plan import AllocationFact, Facts, Plan, plan
 

@@ -56,6 +56,15 @@ from typing import Any
 
 import trio
 
+from netctl.cni.netlink import (
+    NETLINK_ADD_MEMBERSHIP,
+    NETLINK_ROUTE,
+    RTM_DELLINK,
+    RTM_DELNSID,
+    RTNLGRP_LINK,
+    RTNLGRP_NSID,
+    SOL_NETLINK,
+)
 from netctl.errors import CNIError
 from netctl.reconcile.events import (
     AF_BRIDGE,
@@ -72,15 +81,6 @@ from netctl.reconcile.events import (
     netlink_hints,
 )
 from netctl.reconcile.leaks import Reconciler
-from netctl.reconcile.netlink import (
-    NETLINK_ADD_MEMBERSHIP,
-    NETLINK_ROUTE,
-    RTM_DELLINK,
-    RTM_DELNSID,
-    RTNLGRP_LINK,
-    RTNLGRP_NSID,
-    SOL_NETLINK,
-)
 
 log = logging.getLogger("netctl.reconcile")
 

@@ -1,5 +1,5 @@
 """We test packages imported without their ``__init__`` (:mod:`netctl.hollow`), each time
-in a fresh interpreter: pyroute2 as the daemon loads it (:mod:`netctl.reconcile.netlink`)
+in a fresh interpreter: pyroute2 as the daemon loads it (:mod:`netctl.cni.netlink`)
 without IPDB, NDB and the other socket families, its IPRoute answering a real dump of
 the host's links, and the whole package still there for a caller that asks (``from
 pyroute2 import NDB``); the real package when it was imported first; and a name that
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import json, sys
 {first}
-from netctl.reconcile import netlink
+from netctl.cni import netlink
 out = {{"lean": netlink.LEAN,
         "loaded": sorted({{m.split(".")[1] for m in sys.modules if m.startswith("pyroute2.")}})}}
 with netlink.IPRoute() as ipr:
