@@ -9,7 +9,8 @@ does with it.
   directory the runtime's plugin reaches, the netns directory the runtime mounts in);
   ``DirectoryOrCreate`` makes it.
 - Each container is one ``podman run``: ``hostNetwork`` → ``--network host``, ``hostPID`` →
-  ``--pid host``, ``privileged``, the env with ``fieldRef: spec.nodeName`` filled in,
+  ``--pid host``, ``privileged``, the env with ``fieldRef: spec.nodeName`` filled in and
+  ``configMapKeyRef`` read from the test's ConfigMaps (an optional one missing: unset),
   every volume mount (``readOnly`` → ``ro``, ``HostToContainer`` → ``rslave``, mounts are
   recursive), ``command`` as the container's command. Init containers run to completion
   in order, each must exit 0; then the containers start. ``resources`` are not applied
@@ -118,11 +119,20 @@ class Kubelet:
         if (c.get("securityContext") or {}).get("privileged"):
             args.append("--privileged")
         for var in c.get("env", []):
+            ref = var.get("valueFrom", {}).get("configMapKeyRef")
             if "value" in var:
                 value = var["value"]
             elif var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == \
                     "spec.nodeName":
                 value = self.node
+            elif ref is not None:  # as kubelet: an optional key that is not there is skipped
+                found = self.config_maps.get(ref["name"], {}).get(ref["key"])
+                if found is None and ref.get("optional"):
+                    continue
+                if found is None:
+                    raise PodError(f"env {var['name']}: ConfigMap {ref['name']} has no "
+                                   f"{ref['key']}")
+                value = found
             else:
                 raise PodError(f"env {var['name']}: not run here")
             args += ["--env", f"{var['name']}={value}"]

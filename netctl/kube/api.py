@@ -74,6 +74,15 @@ async def on_asyncio(fn: Callable[[], Awaitable[T]]) -> T:
     return result
 
 
+# an in-cluster daemon dials what the pod's environment says: the `kubernetes` Service
+IN_CLUSTER_HINT = (
+    " (in-cluster: the address of KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT, the "
+    "`kubernetes` Service unless set; where nothing routes it from the host network, as "
+    "before kube-proxy or its replacement is up, give the daemon the API server's own "
+    "address in ConfigMap kube-system/netctl-api-server: docs/kubernetes.md, \"Reaching "
+    "the API server\")")
+
+
 class Api:
     """A connection to one API server; every method is called from trio."""
 
@@ -132,6 +141,12 @@ class Api:
                                                persist_config=False)
         except (kconfig.ConfigException, OSError, ValueError) as exc:
             log.warning("API credentials not reloaded: %s", exc)
+
+    def _not_reachable(self, why: object) -> str:
+        """The words for a call that did not reach the server: its address, the step and
+        the cause (:mod:`netctl.kube.wire`), and in-cluster where the address came from."""
+        hint = IN_CLUSTER_HINT if self.settings.in_cluster else ""
+        return f"API server {self.host} not reachable: {why}{hint}"
 
     def _count(self, verb: str, path: str) -> None:
         resource = _resource_of(path)
@@ -196,7 +211,7 @@ class Api:
                 resp.release()
                 return data
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise ApiError(0, f"API server {self.host} not reachable: {exc or 'timeout'}"
+                raise ApiError(0, self._not_reachable(exc or "timeout")
                                ) from None
         try:
             data = await on_asyncio(go)
@@ -225,7 +240,7 @@ class Api:
                     break
                 await on_asyncio(self._reload_credentials)  # as _call: re-read, once
         except WireError as exc:
-            raise self._failed(verb, path, 0, f"API server {self.host} not reachable: {exc}"
+            raise self._failed(verb, path, 0, self._not_reachable(exc)
                                ) from None
         if not 200 <= answer.status <= 299:
             raise self._failed(verb, path, answer.status, answer.reason, answer.body)
@@ -290,7 +305,7 @@ class Api:
                 return await self._call("GET", path, params,
                                         timeout=self.settings.watch_timeout + 30, stream=True)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise ApiError(0, f"API server {self.host} not reachable: {exc or 'timeout'}"
+                raise ApiError(0, self._not_reachable(exc or "timeout")
                                ) from None
 
         try:
@@ -334,8 +349,7 @@ class Api:
                     continue
                 raise self._failed("watch", path, stream.status, stream.reason, body)
         except WireError as exc:
-            raise self._failed("watch", path, 0, f"API server {self.host} not reachable: "
-                               f"{exc}") from None
+            raise self._failed("watch", path, 0, self._not_reachable(exc)) from None
         raise AssertionError("unreachable")
 
 

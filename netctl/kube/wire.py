@@ -24,7 +24,9 @@ new one. Every failure to reach the server, or to get its whole answer in time, 
 
 from __future__ import annotations
 
+import errno
 import inspect
+import os
 import re
 import select
 import ssl
@@ -262,19 +264,26 @@ class Wire:
         self.opened = 0  # connections opened (a reused one is not counted again)
 
     async def _connect(self, timeout: float) -> _Conn:
+        """A new connection (TLS when the endpoint has it); :class:`WireError` naming the
+        address, the step that failed (connect, TLS handshake) and why."""
         e = self.endpoint
-        with trio.fail_after(timeout):
-            tcp = await trio.open_tcp_stream(e.host, e.port)
-            stream: trio.abc.Stream = tcp
-            if e.tls is not None:
-                tls = trio.SSLStream(tcp, e.tls, server_hostname=e.server_hostname,
-                                     https_compatible=True)
-                try:
-                    await tls.do_handshake()
-                except BaseException:
-                    await trio.aclose_forcefully(tcp)
-                    raise
-                stream = tls
+        step = f"connecting to {e.host}:{e.port}"
+        try:
+            with trio.fail_after(timeout):
+                tcp = await trio.open_tcp_stream(e.host, e.port)
+                stream: trio.abc.Stream = tcp
+                if e.tls is not None:
+                    step = f"TLS handshake with {e.host}:{e.port}"
+                    tls = trio.SSLStream(tcp, e.tls, server_hostname=e.server_hostname,
+                                         https_compatible=True)
+                    try:
+                        await tls.do_handshake()
+                    except BaseException:
+                        await trio.aclose_forcefully(tcp)
+                        raise
+                    stream = tls
+        except _FAILURES as exc:
+            raise WireError(f"{step}: {_describe(exc, timeout)}") from None
         self.opened += 1
         return _Conn(stream, tcp.socket.fileno())
 
@@ -318,17 +327,17 @@ class Wire:
         """One request and its whole answer; each read waits ``timeout`` at most, as
         does the connection."""
         for attempt in range(2):
-            try:
-                conn, reused = await self._take(timeout)
-            except _FAILURES as exc:
-                raise WireError(_describe(exc)) from None
+            conn, reused = await self._take(timeout)
             answered = False
             done = False
+            step = "sending the request"
             try:
                 data = self._request(method, target, headers, body)
                 with trio.fail_after(timeout):
                     await conn.send(data)
+                step = "waiting for the answer"
                 status, reason = await conn.head(timeout)
+                step = "reading the answer"
                 answered = True
                 chunks = []
                 while part := await conn.body_part(timeout):
@@ -337,7 +346,7 @@ class Wire:
             except _FAILURES as exc:
                 if reused and not answered and method == "GET" and not attempt:
                     continue  # the server closed it as we sent: once more, on a new one
-                raise WireError(_describe(exc)) from None
+                raise self._failure(step, exc, timeout) from None
             finally:
                 if done:
                     await self._give_back(conn)
@@ -351,24 +360,26 @@ class Wire:
         """A request whose answer is read as it comes (a watch), on a connection of its
         own, closed with the :class:`Stream`. Connecting and the answer's head wait
         ``timeout`` at most; the body's chunks are the caller's to bound."""
-        conn = await self._connect_or_fail(timeout)
+        conn = await self._connect(timeout)
+        step = "sending the request"
         try:
             data = self._request(method, target, headers, None)
             with trio.fail_after(timeout):
                 await conn.send(data)
+            step = "waiting for the answer"
             status, reason = await conn.head(timeout)
         except BaseException as exc:
             await conn.close()
             if isinstance(exc, _FAILURES):
-                raise WireError(_describe(exc)) from None
+                raise self._failure(step, exc, timeout) from None
             raise
         return Stream(conn, status, reason)
 
-    async def _connect_or_fail(self, timeout: float) -> _Conn:
-        try:
-            return await self._connect(timeout)
-        except _FAILURES as exc:
-            raise WireError(_describe(exc)) from None
+    def _failure(self, step: str, exc: BaseException, timeout: float) -> WireError:
+        e = self.endpoint
+        return WireError(f"{step} to {e.host}:{e.port}: {_describe(exc, timeout)}"
+                         if step == "sending the request" else
+                         f"{step} from {e.host}:{e.port}: {_describe(exc, timeout)}")
 
     async def aclose(self) -> None:
         idle, self._idle = self._idle, []
@@ -376,7 +387,37 @@ class Wire:
             await conn.close()
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, timeout: float) -> str:
+    """Why a step failed, in words: a timeout with its length, the OS's error with its
+    errno name (found under trio's wrappers: a broken TLS stream keeps the socket's error
+    as its cause, a failed connect its attempts' errors), a TLS error as the library gives
+    it, a closed connection as such."""
     if isinstance(exc, trio.TooSlowError):
-        return "timeout"
+        return f"timeout (no progress within {timeout:g} s)"
+    found = _root_cause(exc)
+    if isinstance(found, ssl.SSLError):
+        return f"TLS: {found.reason or found}"
+    if isinstance(found, OSError) and found.errno:
+        name = errno.errorcode.get(found.errno, str(found.errno))
+        return f"{name} ({os.strerror(found.errno)})"
+    if isinstance(exc, trio.BrokenResourceError | trio.ClosedResourceError):
+        return "the connection was closed by the other end"
     return str(exc) or type(exc).__name__
+
+
+def _root_cause(exc: BaseException) -> BaseException | None:
+    """The first TLS error or OS error with an errno under ``exc`` (itself, its causes,
+    the errors of a group), breadth first; None when there is none."""
+    queue: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while queue:
+        item = queue.pop(0)
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, ssl.SSLError) or (isinstance(item, OSError) and item.errno):
+            return item
+        if isinstance(item, BaseExceptionGroup):
+            queue.extend(item.exceptions)
+        queue.extend(e for e in (item.__cause__, item.__context__) if e is not None)
+    return None

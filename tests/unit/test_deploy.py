@@ -383,3 +383,14 @@ def test_the_journal_reader_role_grants_what_the_daemons_check() -> None:
     assert query_addr == f":{daemons.PORT}"
     ports = container(ds["spec"]["template"]["spec"], "netctl")["ports"]
     assert {"name": "query", "containerPort": daemons.PORT, "protocol": "TCP"} in ports
+
+
+def test_the_api_servers_address_can_be_given_without_editing_the_manifest() -> None:
+    """Where the ``kubernetes`` Service is not routed from the host network, the daemon's
+    in-cluster address comes from ConfigMap ``netctl-api-server`` (Cilium's key names);
+    optional, so that without it kubelet's Service variables stay."""
+    env = {v["name"]: v for v in container(pod_spec(), "netctl")["env"]}
+    for var, key in (("KUBERNETES_SERVICE_HOST", "k8sServiceHost"),
+                     ("KUBERNETES_SERVICE_PORT", "k8sServicePort")):
+        assert env[var]["valueFrom"]["configMapKeyRef"] == {
+            "name": "netctl-api-server", "key": key, "optional": True}

@@ -12,6 +12,7 @@ counts per connection and the 401 that makes the client re-read its token."""
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -324,11 +325,40 @@ def test_a_server_not_there_is_status_0_and_named(tmp_path: Path) -> None:
         kubeconfig = kube.kubeconfig(tmp_path / "kubeconfig")
     # the fake is gone: its port refuses
 
-    async def call(api: Api) -> ApiError:
+    async def call(api: Api) -> tuple[ApiError, str]:
         with pytest.raises(ApiError) as failed:
             await api.get("/api/v1/namespaces/default/pods/a")
         assert api.unreachable.startswith(f"API server {api.host} not reachable")
-        return failed.value
+        return failed.value, api.unreachable
 
-    error = api_run(kubeconfig, call, {"api_timeout": 2.0})
+    error, why = api_run(kubeconfig, call, {"api_timeout": 2.0})
     assert error.status == 0 and error.unreachable
+    # the address, the step and the errno
+    assert f"connecting to 127.0.0.1:{kubeconfig_port(kubeconfig)}: ECONNREFUSED " \
+           "(Connection refused)" in why, why
+
+
+def kubeconfig_port(path: Path) -> int:
+    return int(path.read_text().split("server: ")[1].split()[0].rsplit(":", 1)[1])
+
+
+def test_a_broken_tls_handshake_names_the_address_and_the_step() -> None:
+    """A server that accepts and hangs up (what a Service address that nothing serves
+    looks like behind some NATs): the step and the address, not an exception's class."""
+    async def hang_up(stream: trio.SocketStream) -> None:
+        await stream.aclose()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(partial(trio.serve_tcp, hang_up, 0,
+                                                    host="127.0.0.1"))
+            port = listeners[0].socket.getsockname()[1]
+            wire = Wire(Endpoint("127.0.0.1", port, "", f"127.0.0.1:{port}",
+                                 ssl.create_default_context(), "127.0.0.1"), dict)
+            with pytest.raises(WireError) as failed:
+                await wire.request("GET", "/api", {}, None, 5)
+            nursery.cancel_scope.cancel()
+        message = str(failed.value)
+        assert message.startswith(f"TLS handshake with 127.0.0.1:{port}: "), message
+        assert "BrokenResourceError" not in message
+    trio.run(main)
