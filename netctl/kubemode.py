@@ -151,10 +151,11 @@ class KubeMode:
                 origin="kubernetes"), atts, self.required)
 
     async def write_pod_status(self, pod: Pod, annotate: OpStart, atts: list[Attachment],
-                               required: bool = False) -> str:
+                               required: bool = False, resumed: bool = False) -> str:
         """The network-status of ``pod`` (its UID the precondition) from ``atts``, all live
         attachments of the container ``annotate`` names (journaled as that done ANNOTATE
-        when a background retry writes it); "" or the warning (:meth:`write_status`)."""
+        when a background retry writes it, or at once when ``resumed``: a write after a
+        failed one); "" or the warning (:meth:`write_status`)."""
         from netctl.kube.statuswrites import Write, patch_status
 
         ids = {a.id for a in atts}
@@ -168,7 +169,10 @@ class KubeMode:
             await self.journal.one_transaction(annotate)
 
         write = Write(pod, annotation_value(network_status(atts)), current, written)
-        if await patch_status(self.api, write) != "failed":
+        outcome = await patch_status(self.api, write)
+        if outcome == "written" and resumed:
+            await written()
+        if outcome != "failed":
             return ""  # written, or the pod is gone or replaced: nothing to annotate
         self.writes.on_failure()
         self.status_failures += 1
@@ -203,6 +207,7 @@ class KubeMode:
         cancelled (the next start's relist finds those pods gone)."""
         async with trio.open_nursery() as outer:
             await outer.start(self.writes.run)  # until stop(), then their last attempts
+            outer.start_soon(self._resume_status_writes)
             with self.watching:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self.this_node.run)
@@ -218,6 +223,18 @@ class KubeMode:
                         if self.hotplug is not None:
                             self.hotplug.forget(pod.uid)
                         nursery.start_soon(self._delete_later, reconciler, grace, pod)
+
+    async def _resume_status_writes(self) -> None:
+        """The network-status writes a previous daemon could not finish (its background
+        retries ended with it; the pod's runtime sends no second ADD): every container
+        whose last ANNOTATE failed is written again from its live attachments, retried in
+        the background like any failed write, and journaled once written."""
+        for annotate in await self.journal.unannotated():
+            atts = await self.journal.live_attachments(annotate.container_id)
+            if atts and annotate.pod.name:
+                log.info("network-status of pod %s: the last write failed before this "
+                         "start; writing it again", annotate.pod.key)
+                await self.write_pod_status(annotate.pod, annotate, atts, resumed=True)
 
     async def _delete_later(self, reconciler: Reconciler, grace: float, pod: Pod) -> None:
         """A deleted pod's attachments DELeted ``grace`` seconds later."""

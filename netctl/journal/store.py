@@ -610,6 +610,27 @@ class Journal:
             " WHERE state='running' ORDER BY id").fetchall())
         return [Operation(**dict(row)) for row in rows]
 
+    async def unannotated(self) -> list[OpStart]:
+        """The containers whose last ANNOTATE (network-status written to their pod) failed
+        and that still have live attachments: each as that ANNOTATE began (its pod, netns,
+        interface, network), to be tried again when a daemon starts — the retries of the
+        daemon that journaled them ended with it."""
+        rows = await self._read(lambda db: db.execute(
+            "SELECT o.container_id, o.netns, o.ifname, o.caller_network, o.pod_namespace,"
+            " o.pod_name, o.pod_uid FROM operations o"
+            " WHERE o.verb='ANNOTATE' AND o.state='failed'"
+            " AND o.id = (SELECT MAX(id) FROM operations WHERE verb='ANNOTATE'"
+            "             AND container_id=o.container_id)"
+            " AND EXISTS (SELECT 1 FROM attachments a WHERE a.container_id=o.container_id"
+            "             AND a.state='attached')"
+            " ORDER BY o.id").fetchall())
+        return [OpStart(verb="ANNOTATE", container_id=r["container_id"], netns=r["netns"],
+                        ifname=r["ifname"], caller_network=r["caller_network"],
+                        pod=Pod(namespace=r["pod_namespace"], name=r["pod_name"],
+                                uid=r["pod_uid"]), origin="kubernetes",
+                        reason="network-status resumed at start: the last write had failed")
+                for r in rows]
+
     async def close_operations(self, ops: Sequence[tuple[int, str, str]]) -> None:
         """Close operations a previous run left running: (id, state, error)."""
         def fn(db: sqlite3.Connection) -> list[Event]:

@@ -547,6 +547,43 @@ def test_a_network_status_the_api_does_not_take_at_once_is_written_later(
 
 
 @pytest.mark.servers("fake")  # a refused patch on demand: forbid()
+def test_a_network_status_left_unwritten_by_a_killed_daemon_is_written_by_the_next(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
+    """The API server refuses the patch, and the daemon is replaced (kill -9, as a crash,
+    a rollout or a node restart) before it took: the runtime sends no second ADD for a
+    running pod, so the next daemon writes the status from the journal (its last ANNOTATE
+    failed, the attachments are live), and journals it done. A container DELeted meanwhile
+    gets nothing written."""
+    start(daemon, kube, tmp_path, **{"pod-deleted-grace": 600})
+    uid = add_pod(kube, "lost", {"k8s.v1.cni.cncf.io/networks": "blue"})
+    gone_uid = add_pod(kube, "gone", {"k8s.v1.cni.cncf.io/networks": "blue"})
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 2, 10, "the pods")
+    kube.forbid("patch", "pods")
+    ns, gone_ns = netns(), netns()
+    res = cni(daemon, "ADD", "clost", ns, "lost", uid)
+    assert res.rc == 0 and "background" in res.stderr, res.describe()
+    res = cni(daemon, "ADD", "cgone", gone_ns, "gone", gone_uid)
+    assert res.rc == 0 and "background" in res.stderr, res.describe()
+    assert cni(daemon, "DEL", "cgone", gone_ns, "gone", gone_uid).rc == 0
+    daemon.kill()
+    kube.forbid("patch", "pods", 0)  # the API server takes it now: nobody asks
+
+    daemon.start()
+    annotations = wait_for(lambda: kube.get("pods", "default", "lost")["metadata"].get(
+        "annotations", {}).get(STATUS), 30, "the network-status written by the next daemon")
+    status = json.loads(annotations)
+    assert {e["interface"] for e in status} == {"eth0", "net1"}
+    live = {r[0] for r in daemon.db("SELECT json_extract(result, '$.ips[0].address') FROM "
+                                    "attachments WHERE container_id='clost'")}
+    assert {ip for e in status for ip in e["ips"]} == {a.split("/")[0] for a in live}
+    wait_for(lambda: annotate_ops(daemon, "clost") == [("failed", 11), ("done", None)], 10,
+             "the write journaled after the failure")
+    assert STATUS not in kube.get("pods", "default", "gone")["metadata"].get("annotations", {})
+    assert annotate_ops(daemon, "cgone") == [("failed", 11)]
+    assert cni(daemon, "DEL", "clost", ns, "lost", uid).rc == 0
+
+
+@pytest.mark.servers("fake")  # a refused patch on demand: forbid()
 @pytest.mark.parametrize("meanwhile", ["pod deleted", "pod replaced", "attachments DELeted"])
 def test_a_network_status_retry_ends_when_its_pod_or_attachments_go(
         daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path,
