@@ -23,7 +23,8 @@ from typing import Any
 
 import trio
 
-from netctl.cni.hostroot import HostRoot
+from netctl.cni import mounts
+from netctl.cni.hostroot import HostRoot, resolve
 from netctl.cni.invoke import kill_orphans, owned_processes
 from netctl.cni.request import AdminRequest, Invocation
 from netctl.engine.admission import Admission
@@ -81,7 +82,8 @@ async def run(cfg: DaemonConfig, *,
                               root=root)
         admission = Admission(cfg.max_concurrent, cfg.max_queue)
         chains = Chains(journal, delegates, ipam, metrics)
-        health = Health(journal, ipam, admission, kube, cfg.pool_degraded_at)
+        unseen = _mount_propagation(cfg, root)
+        health = Health(journal, ipam, admission, kube, cfg.pool_degraded_at, unseen)
         engine = _engine(cfg, root, journal, chains, admission, kube, health, metrics)
         if kube is not None:  # the pods' networks annotations followed: hot-plug
             kube.use_hotplug(KubeHotplug(Hotplug(engine), kube.pods.informer, kube.events,
@@ -163,6 +165,19 @@ async def _ipam_store(cfg: DaemonConfig, journal: Journal, kube: KubeMode | None
     return ipam
 
 
+def _mount_propagation(cfg: DaemonConfig, root: HostRoot) -> list[str]:
+    """In a container (``host-root`` set): whether pods' netns mounted on the host from
+    now on will appear in the netns dirs, as the daemon and its chrooted delegates see
+    them (:mod:`netctl.cni.mounts`); each problem logged as an error, with its fix."""
+    if not root.path:
+        return []
+    found = mounts.check([*(os.path.realpath(d) for d in cfg.netns_dirs),
+                          *(resolve(root.path, d) for d in cfg.netns_dirs)])
+    for problem in found:
+        log.error("mount propagation: %s", problem)
+    return found
+
+
 def _engine(cfg: DaemonConfig, root: HostRoot, journal: Journal, chains: Chains,
             admission: Admission, kube: KubeMode | None, health: Health,
             metrics: Metrics) -> Engine:
@@ -172,15 +187,16 @@ def _engine(cfg: DaemonConfig, root: HostRoot, journal: Journal, chains: Chains,
                     readiness_wait=cfg.readiness_wait)
     cutover = Cutover(cfg.cutover_dels, root.host(cfg.multus_cache_dir),
                       root.host(cfg.cni_results_dir))
+    unseen = "; ".join(health.mounts)
     if kube is None:
         return Engine(journal, chains, root, NetworkDir(cfg.networks_dir, root),
                       ArgsSelector(), admission, limits, health=health.not_ready, metrics=metrics,
-                      cutover=cutover)
+                      cutover=cutover, netns_unseen=unseen)
     return Engine(journal, chains, root,
                   NadResolver(kube.nads, root.host(cfg.multus_conf_dir), root),
                   KubeSelector(kube.pods), admission, limits,
                   after_add=kube.write_status, health=health.not_ready, metrics=metrics,
-                  cutover=cutover)
+                  cutover=cutover, netns_unseen=unseen)
 
 
 async def _replay(journal: Journal, engine: Engine, admission: Admission,

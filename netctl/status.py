@@ -6,6 +6,7 @@ prints: ready or not, degraded or not, and the numbers."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ class Health:
     admission: Admission
     kube: KubeMode | None  # Kubernetes mode
     pool_degraded_at: float
+    mounts: list[str] = dataclasses.field(default_factory=list)  # netns not propagated
 
     def not_ready(self) -> list[str]:
         """Why the daemon cannot serve ADDs now: ``netctl status`` and STATUS."""
@@ -51,7 +53,8 @@ class Health:
         local = Snapshot(
             in_flight=self.admission.in_flight, queued=self.admission.queued,
             ready=not self.not_ready(),
-            degraded=is_degraded(stuck, self.ipam.pool_fill(), self.pool_degraded_at),
+            degraded=bool(self.mounts) or is_degraded(stuck, self.ipam.pool_fill(),
+                                                      self.pool_degraded_at),
             stuck=stuck, pools=self.ipam.pool_usage(),
             journal_bytes=size, journal_writes=journal.writes,
             journal_commits=journal.commits)
@@ -77,7 +80,7 @@ class StatusDocument:
         stuck = await journal.stuck_attachments()
         fill = health.ipam.pool_fill()
         full = full_pools(fill, health.pool_degraded_at)
-        degraded = degraded_reasons(stuck, full, health.pool_degraded_at)
+        degraded = health.mounts + degraded_reasons(stuck, full, health.pool_degraded_at)
         return {
             "ready": not reasons, "reasons": reasons,
             "state": "not ready" if reasons else "degraded" if degraded else "ready",

@@ -131,7 +131,8 @@ class Engine:
     def __init__(self, journal: Journal, chains: Chains, root: HostRoot, networks: Resolver,
                  selector: Selector, admission: Admission, limits: Limits | None = None,
                  after_add: AfterAdd | None = None, health: Health | None = None,
-                 metrics: Metrics | None = None, cutover: Cutover | None = None) -> None:
+                 metrics: Metrics | None = None, cutover: Cutover | None = None,
+                 netns_unseen: str = "") -> None:
         self.journal = journal
         self.chains = chains
         self.root = root  # where the host's files are seen (readiness indicator files)
@@ -145,6 +146,9 @@ class Engine:
         self.health = health  # the daemon's readiness, for the STATUS verb
         self.metrics = metrics or Metrics()
         self.cutover = cutover or Cutover()
+        # why a pod's netns may be missing here though the runtime made it (a mount that
+        # does not propagate: netctl.cni.mounts); added to that ADD's error
+        self.netns_unseen = netns_unseen
 
     # -- entry point ------------------------------------------------------------------------
 
@@ -164,6 +168,8 @@ class Engine:
         found = netns_state(inv.netns)
         if found != "ok":
             what = "does not exist" if found == "missing" else "is not a network namespace"
+            if found == "missing" and self.netns_unseen:
+                what += f" here (the daemon's mounts: {self.netns_unseen})"
             raise CNIError(INVALID_ENVIRONMENT, f"CNI_NETNS {inv.netns} {what}")
         await self._wait_ready(conf)
         choice = await self.selector.select(conf, inv)

@@ -106,3 +106,32 @@ def test_a_host_root_that_is_no_directory_stops_the_daemon(tmp_path: Path) -> No
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert f"host-root {missing}: not a directory" in proc.stderr, proc.stderr
+
+
+def test_a_netns_dir_that_does_not_propagate_is_reported_at_start(
+        daemon: Daemon, host: FakeHost) -> None:
+    """The host's netns dir reaches the daemon through a private mount (a host whose ``/``
+    is private, as where PID 1 is not systemd): netns the runtime mounts later would never
+    appear. The daemon says so at start — logged as an error, and degraded in ``netctl
+    status`` with the fix — where the fake host's slave mount (the other tests) says
+    nothing."""
+    netns_dir = host.path("/run/netns")
+    subprocess.run(["mount", "--make-private", str(netns_dir)], check=True, timeout=30)
+    daemon.settings["host-root"] = str(host.root)
+    daemon.start()
+    status = daemon.status()
+    assert status["ready"] and status["degraded"], status
+    (reason,) = [r for r in status["degraded_reasons"] if "private mount" in r]
+    assert reason.startswith(f"{netns_dir} is on a private mount ({netns_dir})"), reason
+    assert "mount --make-rshared /" in reason
+    assert "mount propagation" in daemon.log()
+    assert subprocess.run([NETCTL, "status", "--socket", daemon.socket],
+                          capture_output=True, timeout=60).returncode == 3  # degraded
+
+
+def test_a_propagating_netns_dir_is_not_reported(daemon: Daemon, host: FakeHost) -> None:
+    daemon.settings["host-root"] = str(host.root)
+    daemon.start()
+    status = daemon.status()
+    assert not status["degraded"], status["degraded_reasons"]
+    assert "mount propagation" not in daemon.log()
