@@ -1,0 +1,169 @@
+"""netctl on a real single-node Kubernetes cluster (:class:`netctl.kit.realnode.RealNode`):
+the v1.24 control plane, kubelet and Debian's containerd, netctl's image built by ``make
+image`` and installed as docs/kubernetes.md says (the CRD, rbac.yaml, daemonset.yaml). One
+node serves the module; each test makes its own workload and takes it back.
+
+What is asserted is real state: pods' ``network-status`` through the API, the interfaces
+and addresses in the pods' network namespaces (``ip -j addr`` there), the addresses netctl
+holds (``netctl ipam pools --json`` in the daemon's container, through ``kubectl exec``),
+the bridges' ports on the machine and the netns left in the node's ``/run/netns``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from netctl.kit import realnode
+from netctl.kit.harness import bridge_ports
+from netctl.kit.realnode import BUSYBOX_IMAGE, NETWORKS, PRIMARY_SUBNET, RealNode, wait_for
+
+pytestmark = [pytest.mark.realnode, pytest.mark.netns, pytest.mark.slow]
+
+NS = "default"
+BLUE = ipaddress.ip_network("10.218.1.0/24")
+GREEN = ipaddress.ip_network("10.218.2.0/24")
+STICKY = ipaddress.ip_network("10.218.3.0/24")
+RED = ipaddress.ip_network("10.218.4.0/24")
+SUBNETS = {"blue": BLUE, "green": GREEN, "sticky": STICKY, "red": RED}
+TIMINGS: dict[str, float] = {}
+
+
+def nad(name: str, bridge: str, subnet: ipaddress.IPv4Network,
+        **ipam: Any) -> dict[str, Any]:
+    config = {"cniVersion": "1.0.0", "name": name, "plugins": [{
+        "type": "bridge", "bridge": bridge, "isGateway": False,
+        "ipam": {"type": "netctl-ipam", "range": str(subnet), **ipam}}]}
+    return {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"config": json.dumps(config)}}
+
+
+def pod_template(app: str, networks: str) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {"app": app}, "annotations": {NETWORKS: networks}},
+        "spec": {
+            "automountServiceAccountToken": False, "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{
+                "name": "main", "image": BUSYBOX_IMAGE, "imagePullPolicy": "IfNotPresent",
+                # PID 1 ignores a SIGTERM it has no handler for: exit on it at once
+                "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 2147483647 & wait"]}]},
+    }
+
+
+def deployment(name: str, replicas: int, networks: str) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": pod_template(name, networks)}}
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[RealNode]:
+    reason = realnode.unavailable()
+    if reason:
+        pytest.skip(f"real node: {reason}")
+    t0 = time.monotonic()
+    with RealNode() as n:
+        n.install_netctl()
+        n.apply([nad("blue", f"{n.prefix}b1", BLUE), nad("green", f"{n.prefix}b2", GREEN),
+                 nad("sticky", f"{n.prefix}b3", STICKY, sticky=True, sticky_for="1h"),
+                 nad("red", f"{n.prefix}b4", RED)])
+        TIMINGS.update(n.timings, **{"fixture": time.monotonic() - t0})
+        yield n
+    print(f"\nreal node timings (s): {json.dumps({k: round(v, 1) for k, v in TIMINGS.items()})}")
+
+
+@pytest.fixture(autouse=True)
+def clean(node: RealNode) -> Iterator[None]:
+    """Whatever a test leaves in its namespace (after a failure) deleted, and waited for."""
+    yield
+    node.kubectl("-n", NS, "delete", "deployments,statefulsets,pods", "--all",
+                 "--wait=false", "--grace-period=1")
+    node.wait_pods_gone(NS, "")
+
+
+# -- what a pod has ----------------------------------------------------------------------------
+
+
+def check_networks(node: RealNode, pod: dict[str, Any], want: dict[str, str]) -> dict[str, str]:
+    """The pod's network-status names ``want`` (interface → network: ``primary`` for
+    eth0, ``default/NAD`` for the others) and says what its netns holds: each interface's
+    addresses (in its network's subnet) and MAC; no other interface but lo. Returns
+    interface → address."""
+    name = pod["metadata"]["name"]
+    status = node.network_status(pod)
+    by_if = {e["interface"]: e for e in status if e.get("interface")}
+    assert {i: e["name"] for i, e in by_if.items()} == want, (name, status)
+    assert by_if["eth0"].get("default") is True, status
+    links = node.pod_links(pod)
+    assert set(links) == {"lo", *want}, (name, links)
+    out = {}
+    for ifname, entry in by_if.items():
+        assert sorted(entry.get("ips", [])) == links[ifname]["ips"], (name, ifname, entry,
+                                                                     links[ifname])
+        assert entry.get("mac", "").lower() == links[ifname]["mac"].lower(), (name, entry)
+        (address,) = entry["ips"]
+        network = entry["name"].split("/")[-1]
+        subnet = ipaddress.ip_network(PRIMARY_SUBNET) if ifname == "eth0" else SUBNETS[network]
+        assert ipaddress.ip_address(address) in subnet, (name, ifname, address)
+        out[ifname] = address
+    assert pod["status"]["podIP"] == out["eth0"], (name, pod["status"]["podIP"])
+    return out
+
+
+def settled(node: RealNode, pools: tuple[ipaddress.IPv4Network, ...],
+            bridges: tuple[str, ...]) -> bool:
+    """No address held in ``pools``, no port left on ``bridges``, no pod netns."""
+    held = node.held()
+    return not any(str(p) in held for p in pools) and \
+        not any(bridge_ports(b) for b in bridges) and not node.sandbox_netns()
+
+
+def scale(node: RealNode, kind: str, name: str, replicas: int) -> None:
+    node.kubectl("-n", NS, "scale", f"{kind}/{name}", f"--replicas={replicas}")
+
+
+# -- the tests ---------------------------------------------------------------------------------
+
+
+def test_deployment_pods_get_their_networks_in_both_forms_and_give_them_back(
+        node: RealNode) -> None:
+    t0 = time.monotonic()
+    comma = deployment("comma", 3, "blue,default/green")
+    listed = deployment("listed", 2, json.dumps(
+        [{"name": "blue", "interface": "blue0"}, {"name": "green", "namespace": NS}]))
+    node.apply([comma, listed])
+    node.wait_ready("deployment", "comma", NS, timeout=120)
+    node.wait_ready("deployment", "listed", NS, timeout=120)
+    pods = node.pods(NS, "app in (comma,listed)")
+    assert len(pods) == 5
+    seen: dict[str, set[str]] = {}
+    for pod in pods:
+        if pod["metadata"]["labels"]["app"] == "comma":
+            want = {"eth0": "primary", "net1": "default/blue", "net2": "default/green"}
+        else:
+            want = {"eth0": "primary", "blue0": "default/blue", "net2": "default/green"}
+        for ifname, address in check_networks(node, pod, want).items():
+            seen.setdefault(want[ifname], set()).add(address)
+    assert {k: len(v) for k, v in seen.items()} == {
+        "primary": 5, "default/blue": 5, "default/green": 5}  # no address given twice
+    assert node.held() == {str(BLUE): 5, str(GREEN): 5}
+    TIMINGS["a: 5 pods ready"] = time.monotonic() - t0
+
+    t1 = time.monotonic()
+    scale(node, "deployment", "comma", 0)
+    scale(node, "deployment", "listed", 0)
+    node.wait_pods_gone(NS, "app in (comma,listed)")
+    wait_for(lambda: settled(node, (BLUE, GREEN), (f"{node.prefix}b1", f"{node.prefix}b2",
+                                                   node.primary_bridge)),
+             60, "every address released, no veth or netns left", interval=0.5)
+    leases = node.node_path("/var/lib/cni/networks/primary")
+    assert [f for f in leases.iterdir() if f.name[0].isdigit()] == []  # host-local's too
+    TIMINGS["a: scale to 0"] = time.monotonic() - t1
