@@ -57,6 +57,13 @@ def pod_template(app: str, networks: str) -> dict[str, Any]:
     }
 
 
+def bare_pod(name: str, networks: str) -> dict[str, Any]:
+    template = pod_template(name, networks)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {**template["metadata"], "name": name, "namespace": NS},
+            "spec": template["spec"]}
+
+
 def deployment(name: str, replicas: int, networks: str) -> dict[str, Any]:
     return {"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": name, "namespace": NS},
@@ -167,3 +174,48 @@ def test_deployment_pods_get_their_networks_in_both_forms_and_give_them_back(
     leases = node.node_path("/var/lib/cni/networks/primary")
     assert [f for f in leases.iterdir() if f.name[0].isdigit()] == []  # host-local's too
     TIMINGS["a: scale to 0"] = time.monotonic() - t1
+
+
+def test_a_statefulset_pod_recreated_gets_its_sticky_address_back(node: RealNode) -> None:
+    t0 = time.monotonic()
+    node.apply([{
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": NS},
+        "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                 "template": pod_template("db", "sticky")}}])
+    node.wait_ready("statefulset", "db", NS)
+    first = node.get("pods", "db-0", NS)
+    assert first is not None
+    want = {"eth0": "primary", "net1": "default/sticky"}
+    address = check_networks(node, first, want)["net1"]
+    assert node.held() == {str(STICKY): 1}
+
+    node.kubectl("-n", NS, "delete", "pod", "db-0", "--wait=false")
+
+    def recreated() -> dict[str, Any] | None:
+        pod = node.get("pods", "db-0", NS)
+        if pod is None or pod["metadata"]["uid"] == first["metadata"]["uid"]:
+            return None
+        return pod if node.ready("pod", "db-0", NS) else None
+    second = wait_for(recreated, 120, "db-0 recreated and Ready", interval=0.25)
+    assert check_networks(node, second, want)["net1"] == address  # its address, sticky
+    (pool,) = [p for p in node.pools() if p["range"] == str(STICKY)]
+    assert pool["in_use"] == 1, pool
+
+    # scaled to 0: the address stays reserved for db-0, another pod does not get it
+    scale(node, "statefulset", "db", 0)
+    node.wait_pods_gone(NS, "app=db")
+
+    def reserved() -> dict[str, Any] | None:
+        (pool,) = [p for p in node.pools() if p["range"] == str(STICKY)]
+        return pool if pool["in_use"] == 0 and pool["reserved"] == 1 else None
+    wait_for(reserved, 60, "db-0's address released and reserved", interval=0.5)
+    node.apply([bare_pod("other", "sticky")])
+    node.wait_ready("pod", "other", NS)
+    pod = node.get("pods", "other", NS)
+    assert pod is not None and check_networks(node, pod, want)["net1"] != address
+    scale(node, "statefulset", "db", 1)
+    node.wait_ready("statefulset", "db", NS)
+    third = node.get("pods", "db-0", NS)
+    assert third is not None and check_networks(node, third, want)["net1"] == address
+    TIMINGS["b: sticky"] = time.monotonic() - t0
