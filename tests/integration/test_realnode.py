@@ -219,3 +219,40 @@ def test_a_statefulset_pod_recreated_gets_its_sticky_address_back(node: RealNode
     third = node.get("pods", "db-0", NS)
     assert third is not None and check_networks(node, third, want)["net1"] == address
     TIMINGS["b: sticky"] = time.monotonic() - t0
+
+
+def test_a_network_added_to_a_running_pod_is_plugged_and_unplugged(node: RealNode) -> None:
+    t0 = time.monotonic()
+    node.apply([bare_pod("hot", "blue")])
+    node.wait_ready("pod", "hot", NS)
+    pod = node.get("pods", "hot", NS)
+    assert pod is not None
+    before = check_networks(node, pod, {"eth0": "primary", "net1": "default/blue"})
+    sandbox = pod["status"]["containerStatuses"][0]["containerID"]
+
+    node.kubectl("-n", NS, "annotate", "--overwrite", "pod", "hot", f"{NETWORKS}=blue,red")
+    want = {"eth0": "primary", "net1": "default/blue", "net2": "default/red"}
+
+    def plugged() -> dict[str, Any] | None:
+        pod = node.get("pods", "hot", NS)
+        names = {e.get("interface") for e in node.network_status(pod or {"metadata": {}})}
+        return pod if "net2" in names and "net2" in node.pod_links(pod or {}) else None
+    pod = wait_for(plugged, 60, "net2 plugged into hot", interval=0.25)
+    after = check_networks(node, pod, want)
+    assert {k: after[k] for k in before} == before  # the others untouched
+    assert pod["status"]["containerStatuses"][0]["containerID"] == sandbox  # no restart
+    assert node.held() == {str(BLUE): 1, str(RED): 1}
+    TIMINGS["c: plugged"] = time.monotonic() - t0
+
+    node.kubectl("-n", NS, "annotate", "--overwrite", "pod", "hot", f"{NETWORKS}=blue")
+
+    def unplugged() -> dict[str, Any] | None:
+        pod = node.get("pods", "hot", NS)
+        names = {e.get("interface") for e in node.network_status(pod or {"metadata": {}})}
+        return pod if "net2" not in names and "net2" not in node.pod_links(pod or {}) \
+            else None
+    pod = wait_for(unplugged, 60, "net2 unplugged from hot", interval=0.25)
+    assert check_networks(node, pod, {"eth0": "primary", "net1": "default/blue"}) == before
+    wait_for(lambda: node.held() == {str(BLUE): 1}, 30, "red's address released",
+             interval=0.5)
+    TIMINGS["c: hot-plug"] = time.monotonic() - t0
