@@ -256,3 +256,63 @@ def test_a_network_added_to_a_running_pod_is_plugged_and_unplugged(node: RealNod
     wait_for(lambda: node.held() == {str(BLUE): 1}, 30, "red's address released",
              interval=0.5)
     TIMINGS["c: hot-plug"] = time.monotonic() - t0
+
+
+def test_kill_9_of_the_daemon_kubelet_and_containerd_during_scaling(node: RealNode) -> None:
+    """10 → 0 → 10 → 0 pods, the daemon, containerd and kubelet killed (SIGKILL) on the way
+    (kubelet restarts the daemon's container, the fixture containerd and kubelet): every
+    pod has its networks at the end, and nothing is held once they are gone."""
+    t0 = time.monotonic()
+    bridges = (f"{node.prefix}b1", f"{node.prefix}b2", node.primary_bridge)
+    want = {"eth0": "primary", "net1": "default/blue", "net2": "default/green"}
+    node.apply([deployment("chaos", 10, "blue,green")])
+    node.wait_ready("deployment", "chaos", NS, timeout=180)
+    assert node.held() == {str(BLUE): 10, str(GREEN): 10}
+    TIMINGS["d: 10 pods ready"] = time.monotonic() - t0
+
+    # 10 → 0: the daemon killed as the DELs begin, then containerd once a pod is gone
+    t1 = time.monotonic()
+    daemon = node.daemon_pids()
+    scale(node, "deployment", "chaos", 0)
+    node.kill_daemon()
+    wait_for(lambda: len(node.pods(NS, "app=chaos")) < 10, 120, "a first pod gone",
+             interval=0.1)
+    node.kill_containerd()
+    node.wait_pods_gone(NS, "app=chaos", timeout=180)
+    node.wait_ready("daemonset", "netctl", "kube-system", timeout=180)
+    assert node.daemon_pids() != daemon  # restarted by kubelet
+    wait_for(lambda: settled(node, (BLUE, GREEN), bridges), 120,
+             "every address released after the kills", interval=0.5)
+    TIMINGS["d: 10->0 with kills"] = time.monotonic() - t1
+
+    # 0 → 10: kubelet killed once a pod runs, the daemon once half of them are ready
+    t2 = time.monotonic()
+    scale(node, "deployment", "chaos", 10)
+
+    def running(n: int) -> bool:
+        return sum(1 for p in node.pods(NS, "app=chaos")
+                   if (p.get("status") or {}).get("phase") == "Running") >= n
+    wait_for(lambda: running(1), 120, "a first pod running", interval=0.1)
+    node.kill_kubelet()
+    wait_for(lambda: running(5), 180, "5 pods running", interval=0.1)
+    node.kill_daemon()
+    node.wait_ready("deployment", "chaos", NS, timeout=240)
+    node.wait_ready("daemonset", "netctl", "kube-system", timeout=180)
+    pods = node.pods(NS, "app=chaos")
+    assert len(pods) == 10
+    seen: set[str] = set()
+    for pod in pods:
+        seen.update(check_networks(node, pod, want).values())
+    assert len(seen) == 30  # no address given twice
+    wait_for(lambda: node.held() == {str(BLUE): 10, str(GREEN): 10}, 60,
+             "netctl holding exactly the pods' addresses", interval=0.5)
+    TIMINGS["d: 0->10 with kills"] = time.monotonic() - t2
+
+    t3 = time.monotonic()
+    scale(node, "deployment", "chaos", 0)
+    node.wait_pods_gone(NS, "app=chaos", timeout=180)
+    wait_for(lambda: settled(node, (BLUE, GREEN), bridges), 120, "every address released",
+             interval=0.5)
+    running_ops = json.loads(node.netctl("journal", "--running", "--json"))
+    assert not running_ops.get("operations"), running_ops  # nothing left half done
+    TIMINGS["d: 10->0"] = time.monotonic() - t3
