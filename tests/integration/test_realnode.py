@@ -316,3 +316,41 @@ def test_kill_9_of_the_daemon_kubelet_and_containerd_during_scaling(node: RealNo
     running_ops = json.loads(node.netctl("journal", "--running", "--json"))
     assert not running_ops.get("operations"), running_ops  # nothing left half done
     TIMINGS["d: 10->0"] = time.monotonic() - t3
+
+
+def test_pods_come_back_with_their_networks_after_a_node_reboot(node: RealNode) -> None:
+    """The node stopped (every process, its ``/run`` and so the pods' netns, its links) and
+    started again: kubelet makes the pods' sandboxes anew, netctl (restarted by kubelet
+    too, from its journal) attaches them, and the old attachments' addresses come back."""
+    t0 = time.monotonic()
+    want = {"eth0": "primary", "net1": "default/blue"}
+    node.apply([deployment("boot", 3, "blue")])
+    node.wait_ready("deployment", "boot", NS)
+    before = {p["metadata"]["uid"]: p["status"]["containerStatuses"][0]["containerID"]
+              for p in node.pods(NS, "app=boot")}
+    assert node.held() == {str(BLUE): 3}
+
+    node.stop_node()
+    assert node.node_pids() == [] and node.sandbox_netns() == []
+    assert not any(bridge_ports(b) for b in (node.primary_bridge, f"{node.prefix}b1"))
+    t1 = time.monotonic()
+    node.start_node()
+
+    def restarted() -> list[dict[str, Any]] | None:
+        pods = node.pods(NS, "app=boot")
+        if sorted(p["metadata"]["uid"] for p in pods) != sorted(before):
+            return None
+        for p in pods:
+            statuses = (p.get("status") or {}).get("containerStatuses") or [{}]
+            if statuses[0].get("containerID") in (None, before[p["metadata"]["uid"]]) or \
+                    not node.ready("pod", p["metadata"]["name"], NS):
+                return None
+        return pods
+    pods = wait_for(restarted, 240, "the pods running again in new sandboxes", interval=0.5)
+    node.wait_ready("daemonset", "netctl", "kube-system", timeout=180)
+    TIMINGS["e: reboot to pods ready"] = time.monotonic() - t1
+    seen = {check_networks(node, p, want)["net1"] for p in pods}
+    assert len(seen) == 3
+    wait_for(lambda: node.held() == {str(BLUE): 3}, 60,
+             "netctl holding the new sandboxes' addresses only", interval=0.5)
+    TIMINGS["e: reboot"] = time.monotonic() - t0
