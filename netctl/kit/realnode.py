@@ -46,6 +46,7 @@ temporary dir. Host links the tests make must be named ``node.prefix + …`` to 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import gzip
 import hashlib
@@ -262,6 +263,17 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+def _rmdir(path: str) -> bool:
+    """Removed (or gone): True; still busy: False; non-empty or in use: True (left)."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        return exc.errno != errno.EBUSY
+    return True
+
+
 def _tail(path: Path, chars: int = 3000) -> str:
     try:
         return path.read_text(errors="replace")[-chars:]
@@ -365,6 +377,11 @@ class RealNode:
                 p for p in _pids() if ns and _mnt_ns(p) == ns]))
             self.holder = None
         step("links", self._remove_links)
+        # the CRI plugin's dirs name every container and sandbox it still knows of
+        cri = self.dir / "node" / "fresh-var-lib-containerd" / "io.containerd.grpc.v1.cri"
+        for kind in ("containers", "sandboxes"):
+            with contextlib.suppress(OSError):
+                self._container_ids.update(os.listdir(cri / kind))
         step("cgroups", self._remove_cgroups)
         shutil.rmtree(self.dir, ignore_errors=True)
         if errors:
@@ -830,12 +847,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         self._stop_node_processes(graceful=True)
         self._umount(self._node_mounts("/var/lib/kubelet"))
         self._umount(self._node_mounts("/run"))
+        self.in_node("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/run")
         # the node's links go with a reboot (the machine's network namespace is shared)
         self._remove_links()
 
+    @property
+    def node_running(self) -> bool:
+        """containerd and kubelet are running (not stopped by :meth:`stop_node`)."""
+        return all(name in self._procs and self._procs[name].poll() is None
+                   for name in ("containerd", "kubelet"))
+
     def start_node(self, timeout: float = 90) -> None:
-        """The node booted again: a fresh ``/run``, containerd, kubelet; Ready."""
-        self.in_node("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/run")
+        """The node booted again (after :meth:`stop_node`): containerd and kubelet started
+        on the fresh ``/run``; Ready."""
         self._start_containerd()
         self._start_kubelet()
         self.wait_node_ready(timeout)
@@ -928,8 +952,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         made = [d for d in self._cgroup_dirs() if d not in self._cgroups_before
                 and Path(d).name in self._container_ids | {K8S_NS}]
         for d in sorted(made, key=lambda p: p.count("/"), reverse=True):
-            with contextlib.suppress(OSError):
-                os.rmdir(d)
+            # cgroup v1 frees a removed child asynchronously: its parent is busy a moment
+            with contextlib.suppress(TimeoutError):
+                wait_for(functools.partial(_rmdir, d), 5, f"{d} removed", interval=0.02)
 
 
 # -- API paths -------------------------------------------------------------------------------

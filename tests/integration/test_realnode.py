@@ -89,8 +89,11 @@ def node() -> Iterator[RealNode]:
 
 @pytest.fixture(autouse=True)
 def clean(node: RealNode) -> Iterator[None]:
-    """Whatever a test leaves in its namespace (after a failure) deleted, and waited for."""
+    """Whatever a test leaves in its namespace (after a failure) deleted, and waited for;
+    the node started again if a test left it stopped."""
     yield
+    if not node.node_running:
+        node.start_node()
     node.kubectl("-n", NS, "delete", "deployments,statefulsets,pods", "--all",
                  "--wait=false", "--grace-period=1")
     node.wait_pods_gone(NS, "")
