@@ -147,6 +147,17 @@ def netctl_image() -> str:
     raise NodeError("deploy/kubernetes/daemonset.yaml has no DaemonSet")
 
 
+def build_image() -> str:
+    """``make image`` in this checkout (seconds when only netctl changed); the image's
+    name."""
+    image = netctl_image()
+    proc = subprocess.run(["make", "-C", str(ROOT), "image", f"IMAGE={image}"],
+                          capture_output=True, text=True, timeout=1800, check=False)
+    if proc.returncode != 0:
+        raise NodeError(f"make image: {proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    return image
+
+
 def unavailable(image: str | None = None) -> str | None:
     """Why a real node cannot run here, in one line (None when it can); with ``image``,
     also when podman's store lacks that image."""
@@ -634,10 +645,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         image = netctl_image()
         t0 = time.monotonic()
         if build:
-            proc = subprocess.run(["make", "-C", str(ROOT), "image", f"IMAGE={image}"],
-                                  capture_output=True, text=True, timeout=1800, check=False)
-            if proc.returncode != 0:
-                raise NodeError(f"make image: {proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+            build_image()
             self.timings["make image"] = time.monotonic() - t0
         t1 = time.monotonic()
         self.import_image(image)

@@ -129,7 +129,8 @@ def unavailable() -> str | None:
         where = os.environ.get("NETCTL_KUBE_APISERVER") or \
             str(kube_dir() / "kube-apiserver.gz")
         return (f"no kube-apiserver at {where}: set NETCTL_KUBE_APISERVER to a kube-apiserver "
-                "(v1.24+) or its .gz, or put ../shared/kube beside the repository")
+                "(v1.24+) or its .gz (or NETCTL_KUBE_DIR to their dir), or put ../shared/kube "
+                "beside the repository")
     if etcd_binary() is None:
         return ("no etcd: `make setup` extracts Debian's etcd-server into build/kube/etcd, or "
                 "set NETCTL_ETCD to an etcd 3.4+")
