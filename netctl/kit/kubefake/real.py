@@ -14,7 +14,8 @@ test's own requests, made with the admin token, are not counted — as the fake 
 only what comes over HTTP).
 
 Where the binaries are: ``NETCTL_KUBE_APISERVER`` (a kube-apiserver, or its ``.gz``;
-default ``../shared/kube/kube-apiserver.gz`` beside the repository) and ``NETCTL_ETCD``
+default ``kube-apiserver.gz`` in ``NETCTL_KUBE_DIR``, else in ``../shared/kube`` beside the
+repository) and ``NETCTL_ETCD``
 (default ``build/kube/etcd``, which ``make setup`` extracts from Debian's etcd-server,
 else ``etcd`` on PATH). When one is missing, :func:`unavailable` says which and how to
 provide it, and the real-server runs are skipped with that line.
@@ -43,7 +44,7 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +85,18 @@ class ApiFailure(Exception):
         self.body = body
 
 
+def kube_dir() -> Path:
+    """Where the Kubernetes binaries (or their ``.gz``) are: ``NETCTL_KUBE_DIR``, else
+    ``../shared/kube`` beside the repository."""
+    given = os.environ.get("NETCTL_KUBE_DIR")
+    return Path(given) if given else ROOT.parent / "shared" / "kube"
+
+
 def apiserver_binary() -> Path | None:
     given = os.environ.get("NETCTL_KUBE_APISERVER")
-    path = Path(given) if given else ROOT.parent / "shared" / "kube" / "kube-apiserver.gz"
+    path = Path(given) if given else kube_dir() / "kube-apiserver.gz"
+    if not given and not path.exists() and (kube_dir() / "kube-apiserver").exists():
+        path = kube_dir() / "kube-apiserver"
     if not path.exists():
         return None
     if path.suffix != ".gz":
@@ -117,9 +127,10 @@ def unavailable() -> str | None:
     """Why the real API server cannot run here (None when it can)."""
     if apiserver_binary() is None:
         where = os.environ.get("NETCTL_KUBE_APISERVER") or \
-            str(ROOT.parent / "shared" / "kube" / "kube-apiserver.gz")
+            str(kube_dir() / "kube-apiserver.gz")
         return (f"no kube-apiserver at {where}: set NETCTL_KUBE_APISERVER to a kube-apiserver "
-                "(v1.24+) or its .gz, or put ../shared/kube beside the repository")
+                "(v1.24+) or its .gz (or NETCTL_KUBE_DIR to their dir), or put ../shared/kube "
+                "beside the repository")
     if etcd_binary() is None:
         return ("no etcd: `make setup` extracts Debian's etcd-server into build/kube/etcd, or "
                 "set NETCTL_ETCD to an etcd 3.4+")
@@ -168,7 +179,16 @@ rules:
 class RealKube:
     """etcd and kube-apiserver, started by :meth:`open`, stopped by :meth:`close`."""
 
-    def __init__(self, extra: Iterable[Resource] = (IPAMBLOCKS, *_WHEREABOUTS_CRDS)) -> None:
+    def __init__(self, extra: Iterable[Resource] = (IPAMBLOCKS, *_WHEREABOUTS_CRDS), *,
+                 service_accounts: bool = False, apiserver_args: Sequence[str] = (),
+                 wrap: Sequence[str] = ()) -> None:
+        """``service_accounts``: the ServiceAccount admission plugin on (a
+        controller-manager must then make the default ServiceAccounts: a real node's
+        cluster, :mod:`netctl.kit.realnode`); ``apiserver_args``: more kube-apiserver flags;
+        ``wrap``: a command kube-apiserver is run under (``nsenter -t PID -m --``: in a
+        node's mount namespace, to resolve its name there)."""
+        self.service_accounts = service_accounts
+        self.apiserver_args, self.wrap = list(apiserver_args), list(wrap)
         self.registry = Registry([*BUILTIN, *extra])
         self.dir = Path(tempfile.mkdtemp(prefix="netctl-kube-", dir="/dev/shm"))
         self.port = free_port()
@@ -247,8 +267,9 @@ class RealKube:
 
     def _spawn_apiserver(self, binary: Path, log: Any) -> subprocess.Popen[bytes]:
         d = self.dir
+        admission = [] if self.service_accounts else ["--disable-admission-plugins=ServiceAccount"]
         return subprocess.Popen([
-            str(binary), f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            *self.wrap, str(binary), f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             "--bind-address=127.0.0.1", f"--secure-port={self.port}",
             "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
             f"--cert-dir={d}", f"--tls-cert-file={d}/apiserver.crt",
@@ -257,9 +278,10 @@ class RealKube:
             f"--api-audiences={ISSUER}", f"--service-account-key-file={d}/sa.pub",
             f"--service-account-signing-key-file={d}/sa.key",
             "--authorization-mode=Node,RBAC", "--service-cluster-ip-range=10.96.0.0/12",
-            "--allow-privileged=true", "--disable-admission-plugins=ServiceAccount",
+            "--allow-privileged=true", *admission,
             f"--audit-policy-file={d}/audit-policy.yaml", f"--audit-log-path={d}/audit.log",
             "--audit-log-format=json", "--audit-log-mode=blocking", "--v=0",
+            *self.apiserver_args,
         ], stdout=log, stderr=subprocess.STDOUT)
 
     def stop(self) -> None:

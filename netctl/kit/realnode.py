@@ -1,0 +1,984 @@
+"""A real single-node Kubernetes cluster on this machine, for end-to-end tests and benches.
+
+:class:`RealNode` (a context manager) runs, all on 127.0.0.1, as ``../shared/kube/README.md``
+says it works here:
+
+- the control plane: etcd and kube-apiserver (:class:`~netctl.kit.kubefake.real.RealKube`,
+  the ServiceAccount admission plugin on), kube-controller-manager (service-account tokens,
+  the root CA, certificate signing) and kube-scheduler, each with a kubeconfig holding the
+  admin token;
+- the node, in a mount namespace of its own (``unshare -m``, held open by a ``sleep``; every
+  node process is started with ``nsenter -t HOLDER -m``): ``/`` made rshared (netctl's
+  DaemonSet mounts the host's ``/`` and ``/run/netns`` HostToContainer), a fresh tmpfs on
+  ``/run``, overlays on ``/var/lib`` and ``/opt`` whose upper dirs are under the node's
+  temporary dir, fresh dirs bound on ``/var/lib/{containerd,kubelet,cni,netctl}``,
+  ``/opt/cni/bin`` (Debian's plugins copied in), ``/etc/cni/net.d`` (the primary CNI: a
+  bridge with host-local) and ``/var/log``, an ``/etc/hosts`` naming the node 127.0.0.1, and
+  the ``/proc/sys`` files kubelet (and the bridge plugin: ``ip_forward``) would write on the
+  machine covered by files of their own. kube-apiserver runs in that namespace too: it
+  reaches the kubelet by its Hostname address, which only the node's ``/etc/hosts`` names;
+- Debian's containerd 1.6 (its root, state and socket the node's, runc,
+  ``restrict_oom_score_adj``, a pause image built from busybox-static as ``sandbox_image``)
+  and kubelet (cgroupfs, no QoS cgroups, no iptables chains, kubeAPIQPS 50, low eviction
+  thresholds; authentication and authorization open, on 127.0.0.1 only). No kube-proxy, no
+  cluster DNS.
+
+:meth:`RealNode.install_netctl` then installs netctl as ``docs/kubernetes.md`` says: ``make
+image``, the image saved by podman and imported with ``ctr -n k8s.io images import``, the
+``netctl-api-server`` ConfigMap (the `kubernetes` Service's address is not routed here),
+``kubectl apply -f deploy/crds/ -f deploy/kubernetes/rbac.yaml -f
+deploy/kubernetes/daemonset.yaml``, and waits for the DaemonSet to be Ready.
+
+Helpers: :meth:`~RealNode.kubectl`, :meth:`~RealNode.apply`, :meth:`~RealNode.wait_ready`,
+:meth:`~RealNode.import_image`, :meth:`~RealNode.network_status`,
+:meth:`~RealNode.in_pod_netns`, :meth:`~RealNode.stop_node` / :meth:`~RealNode.start_node` (a
+reboot: everything on the node stopped, its ``/run`` replaced, so the pods' netns are gone),
+:meth:`~RealNode.kill_kubelet`, :meth:`~RealNode.kill_containerd`,
+:meth:`~RealNode.kill_daemon`. :func:`unavailable` says in one line what is missing.
+
+:meth:`RealNode.close` takes everything back, also after a failure: the containers killed
+through ``ctr`` before containerd stops, then every process of the node by PID, kubelet's
+mounts, the namespace's, the control plane, the links named with the node's prefix (its
+bridges; the pods' veths go with their netns), the cgroups of its containers and the
+temporary dir. Host links the tests make must be named ``node.prefix + …`` to be removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import gzip
+import hashlib
+import io
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from .harness_podman import BUSYBOX, write_rootfs_tar
+from .kubefake import real as realkube
+from .kubefake.real import KUBE_BUILD, ROOT, RealKube, free_port, kube_dir
+
+T = TypeVar("T")
+
+NODE_BINARIES = ("kubelet", "kube-controller-manager", "kube-scheduler", "kubectl")
+CONTAINERD = "/usr/bin/containerd"
+CTR = "/usr/bin/ctr"
+RUNC = "/usr/sbin/runc"
+SYSTEM_CNI = Path("/usr/lib/cni")  # Debian's plugins
+SOCKET = "/run/containerd/containerd.sock"  # in the node's mount namespace
+K8S_NS = "k8s.io"  # containerd's namespace for the CRI plugin
+PAUSE_IMAGE = "localhost/netctl-node-pause:1"
+BUSYBOX_IMAGE = "localhost/netctl-node-busybox:1"
+MANIFESTS = ROOT / "deploy" / "kubernetes"
+CRDS = ROOT / "deploy" / "crds"
+PODMAN_ENV = ROOT / "deploy" / "image" / "podman-env"
+NETWORKS = "k8s.v1.cni.cncf.io/networks"
+NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
+PRIMARY_CONF = "/etc/cni/net.d/10-primary.conflist"
+PRIMARY_SUBNET = "10.217.0.0/24"
+# what kubelet writes on a node (vm/overcommit_memory 1, kernel/panic 10,
+# kernel/panic_on_oops 1) and the bridge plugin as a gateway (ip_forward): files of the
+# node's own are bound over them, so the machine's settings stay as they are
+SYSCTLS = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1",
+           "net/ipv4/ip_forward": "1"}
+# node dirs bound fresh over the overlays (the machine's own content is not the node's)
+FRESH = ("/var/lib/containerd", "/var/lib/kubelet", "/var/lib/cni", "/var/lib/netctl",
+         "/opt/cni/bin")
+
+
+class NodeError(RuntimeError):
+    pass
+
+
+# -- the binaries --------------------------------------------------------------------------
+
+
+def kube_binary(name: str) -> Path | None:
+    """``name`` (kubelet, kubectl, …) from ``NETCTL_KUBE_DIR`` (else ``../shared/kube``): a
+    plain binary there, or its ``.gz`` decompressed once into ``build/kube/``."""
+    if name == "kube-apiserver":
+        return realkube.apiserver_binary()
+    plain, packed = kube_dir() / name, kube_dir() / f"{name}.gz"
+    if not packed.exists():
+        return plain if plain.exists() else None
+    out = KUBE_BUILD / name
+    if not out.exists() or out.stat().st_mtime < packed.stat().st_mtime:
+        KUBE_BUILD.mkdir(parents=True, exist_ok=True)
+        part = KUBE_BUILD / f".{name}.{os.getpid()}.part"
+        with gzip.open(packed, "rb") as src, open(part, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        part.chmod(0o755)
+        part.rename(out)
+    return out
+
+
+def podman_env() -> dict[str, str]:
+    """The environment ``make image`` runs podman with (``deploy/image/podman-env``)."""
+    env = dict(os.environ)
+    for line in PODMAN_ENV.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            env[key] = value.replace("$(ROOT)", str(ROOT))
+    conf = env.get("CONTAINERS_CONF")
+    if conf and not Path(conf).exists():  # written by `make image` (deploy/image/lib.sh)
+        del env["CONTAINERS_CONF"]
+    return env
+
+
+def netctl_image() -> str:
+    """The image the DaemonSet names (``localhost/netctl:VERSION``)."""
+    for doc in yaml.safe_load_all((MANIFESTS / "daemonset.yaml").read_text()):
+        if doc and doc.get("kind") == "DaemonSet":
+            return str(doc["spec"]["template"]["spec"]["containers"][0]["image"])
+    raise NodeError("deploy/kubernetes/daemonset.yaml has no DaemonSet")
+
+
+def build_image() -> str:
+    """``make image`` in this checkout (seconds when only netctl changed); the image's
+    name."""
+    image = netctl_image()
+    proc = subprocess.run(["make", "-C", str(ROOT), "image", f"IMAGE={image}"],
+                          capture_output=True, text=True, timeout=1800, check=False)
+    if proc.returncode != 0:
+        raise NodeError(f"make image: {proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    return image
+
+
+def unavailable(image: str | None = None) -> str | None:
+    """Why a real node cannot run here, in one line (None when it can); with ``image``,
+    also when podman's store lacks that image."""
+    if os.geteuid() != 0:
+        return "a real node needs root"
+    reason = realkube.unavailable()
+    if reason:
+        return reason
+    for name in NODE_BINARIES:
+        if kube_binary(name) is None:
+            return (f"no {name} in {kube_dir()} (nor {name}.gz): set NETCTL_KUBE_DIR to a dir "
+                    "holding the Kubernetes v1.24 binaries, or put ../shared/kube beside the "
+                    "repository")
+    for path, package in ((CONTAINERD, "containerd"), (CTR, "containerd"), (RUNC, "runc"),
+                          (BUSYBOX, "busybox-static"), ("/usr/bin/unshare", "util-linux"),
+                          ("/usr/bin/nsenter", "util-linux"), ("/usr/bin/podman", "podman"),
+                          (str(SYSTEM_CNI / "bridge"), "containernetworking-plugins")):
+        if not os.access(path, os.X_OK):
+            return f"no {path}: apt-get install {package}"
+    if not Path("/etc/cni/net.d").is_dir():
+        return "no /etc/cni/net.d on the machine (the node binds its own there)"
+    if image is not None:
+        proc = subprocess.run(["podman", "image", "exists", image], env=podman_env(),
+                              capture_output=True, timeout=120, check=False)
+        if proc.returncode != 0:
+            return f"no image {image} in podman's store: `make image` builds it"
+    return None
+
+
+# -- images without a registry -------------------------------------------------------------
+
+
+def write_image_tar(path: Path, name: str, cmd: Sequence[str]) -> None:
+    """A one-layer image named ``name`` (busybox-static and a link per applet) running
+    ``cmd``, as ``docker save`` writes it, for ``ctr images import``."""
+    layer_path = path.with_name(f"{path.name}.layer")
+    write_rootfs_tar(layer_path)
+    layer = layer_path.read_bytes()
+    layer_path.unlink()
+    diff_id = hashlib.sha256(layer).hexdigest()
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    config = json.dumps({
+        "architecture": arch, "os": "linux",
+        "config": {"Cmd": list(cmd), "Env": ["PATH=/bin"], "WorkingDir": "/"},
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
+    }).encode()
+    config_name = f"{hashlib.sha256(config).hexdigest()}.json"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [name],
+                            "Layers": [f"{diff_id}/layer.tar"]}]).encode()
+    with tarfile.open(path, "w") as tar:
+        for member, data in ((f"{diff_id}/layer.tar", layer), (config_name, config),
+                             ("manifest.json", manifest)):
+            info = tarfile.TarInfo(member)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+
+
+# -- processes -------------------------------------------------------------------------------
+
+
+def wait_for(cond: Callable[[], T | None], timeout: float, what: str,
+             interval: float = 0.1) -> T:
+    """Poll ``cond`` until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout} s for {what}")
+        time.sleep(interval)
+
+
+def _mnt_ns(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return ""
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _stop(proc: subprocess.Popen[bytes] | None, grace: float = 15) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _rmdir(path: str) -> bool:
+    """Removed (or gone): True; still busy: False; non-empty or in use: True (left)."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        return exc.errno != errno.EBUSY
+    return True
+
+
+def _tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+class RealNode:
+    """A control plane and one node (see the module's doc). ``open`` starts it (the node
+    Ready), ``close`` removes everything; :meth:`install_netctl` puts netctl on it."""
+
+    def __init__(self, name: str = "", *, prefix: str = "") -> None:
+        tag = secrets.token_hex(2)
+        self.name = name or f"netctl-node-{tag}"
+        # host links the node and its tests make are named prefix… (at most 15 characters:
+        # 7 here, 8 left); close() removes them
+        self.prefix = prefix or f"nrn{tag}"
+        self.primary_bridge = f"{self.prefix}p0"
+        self.dir = Path(tempfile.mkdtemp(prefix="netctl-node-"))  # on disk: overlay uppers
+        self.logs = self.dir / "logs"
+        self.kube: RealKube | None = None
+        self.holder: subprocess.Popen[bytes] | None = None
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.kubelet_port, self.healthz_port = free_port(), free_port()
+        self.timings: dict[str, float] = {}
+        self._container_ids: set[str] = set()  # seen: their cgroups are removed at close
+        self._cgroups_before: set[str] = set()
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def __enter__(self) -> RealNode:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> None:
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> None:
+        t0 = time.monotonic()
+        self.logs.mkdir()
+        self._cgroups_before = set(self._cgroup_dirs())
+        self._make_namespace()
+        kube_binary("kube-apiserver")  # decompressed before it is timed
+        for name in NODE_BINARIES:
+            kube_binary(name)
+        t1 = time.monotonic()
+        self.kube = RealKube(service_accounts=True, wrap=self.nsenter())
+        self.kube.open()
+        self.kube.kubeconfig(self.admin_kubeconfig, token=self.kube.admin_token,
+                             namespace="default")
+        self._start_controllers()
+        self.timings["control plane"] = time.monotonic() - t1
+        t2 = time.monotonic()
+        self._write_node_config()
+        self._start_containerd()
+        for image, cmd in ((PAUSE_IMAGE, ["sleep", "2147483647"]),
+                           (BUSYBOX_IMAGE, ["sh"])):
+            tar = self.dir / f"{image.rsplit('/', 1)[1].replace(':', '-')}.tar"
+            write_image_tar(tar, image, cmd)
+            self.import_tar(tar)
+            tar.unlink()
+        self._start_kubelet()
+        self.wait_node_ready()
+        # pods need their namespace's default ServiceAccount (the controller-manager's)
+        wait_for(lambda: self.kube is not None and self.kube.request(
+            "GET", "/api/v1/namespaces/default/serviceaccounts/default", ok_missing=True),
+            60, "the default ServiceAccount")
+        self.timings["node ready"] = time.monotonic() - t2
+        self.timings["open"] = time.monotonic() - t0
+
+    def close(self) -> None:
+        """Everything stopped and removed, whatever state the node is in."""
+        errors: list[str] = []
+
+        def step(what: str, fn: Callable[[], object]) -> None:
+            try:
+                fn()
+            except Exception as exc:  # go on: the rest must be taken back too
+                errors.append(f"{what}: {exc}")
+
+        if self.holder is not None:
+            step("the node's processes", lambda: self._stop_node_processes(graceful=True))
+            step("the node's mounts", self._unmount_node)
+        for name in ("kube-scheduler", "kube-controller-manager"):  # no state: no grace
+            step(name, functools.partial(_stop, self._procs.pop(name, None), 1))
+        if self.kube is not None:
+            step("the API server", self.kube.close)
+            self.kube = None
+        if self.holder is not None:
+            ns = _mnt_ns(self.holder.pid)
+            step("the namespace holder", lambda: _stop(self.holder, 5))
+            # anything still in the node's namespace (nothing should be)
+            step("leftovers", lambda: self._kill_all(lambda: [
+                p for p in _pids() if ns and _mnt_ns(p) == ns]))
+            self.holder = None
+        step("links", self._remove_links)
+        # the CRI plugin's dirs name every container and sandbox it still knows of
+        cri = self.dir / "node" / "fresh-var-lib-containerd" / "io.containerd.grpc.v1.cri"
+        for kind in ("containers", "sandboxes"):
+            with contextlib.suppress(OSError):
+                self._container_ids.update(os.listdir(cri / kind))
+        step("cgroups", self._remove_cgroups)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if errors:
+            raise NodeError("; ".join(errors))
+
+    # -- the namespace ----------------------------------------------------------------------
+
+    def nsenter(self) -> list[str]:
+        assert self.holder is not None, "the node is not open"
+        return ["nsenter", "-t", str(self.holder.pid), "-m", "--"]
+
+    def node_path(self, path: str) -> Path:
+        """Where the node's ``path`` is seen from the machine (its root, through the
+        holder's ``/proc/PID/root``)."""
+        assert self.holder is not None, "the node is not open"
+        return Path(f"/proc/{self.holder.pid}/root{path}")
+
+    def in_node(self, *argv: str, check: bool = True, timeout: float = 120,
+                data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        """``argv`` run in the node's mount namespace."""
+        proc = subprocess.run([*self.nsenter(), *argv], input=data, capture_output=True,
+                              timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise NodeError(f"{' '.join(argv[:4])}… exited {proc.returncode}: "
+                            f"{proc.stderr.decode(errors='replace')[-2000:]}"
+                            f"{proc.stdout.decode(errors='replace')[-500:]}")
+        return proc
+
+    def _make_namespace(self) -> None:
+        d = self.dir
+        with open(self.logs / "holder.log", "wb") as log, realkube._signals_unblocked():
+            self.holder = subprocess.Popen(
+                ["unshare", "-m", "--propagation", "private", "--", "sleep", "infinity"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        own = _mnt_ns(os.getpid())
+        holder = self.holder
+        wait_for(lambda: holder.poll() is None and _mnt_ns(holder.pid) not in ("", own)
+                 and _argv(holder.pid)[:1] == ["sleep"], 10, "unshare's mount namespace")
+        for sub in ("varlib.upper", "varlib.work", "opt.upper", "opt.work", "net.d", "log",
+                    "sys", *(f"fresh{p.replace('/', '-')}" for p in FRESH)):
+            (d / "node" / sub).mkdir(parents=True)
+        (d / "node" / "hosts").write_text(
+            f"127.0.0.1 localhost\n127.0.0.1 {self.name}\n::1 localhost ip6-localhost\n")
+        binds = [(str(d / "node" / "net.d"), "/etc/cni/net.d"),
+                 (str(d / "node" / "log"), "/var/log"),
+                 (str(d / "node" / "hosts"), "/etc/hosts")]
+        for key, value in SYSCTLS.items():
+            f = d / "node" / "sys" / key.replace("/", "-")
+            f.write_text(f"{value}\n")
+            binds.append((str(f), f"/proc/sys/{key}"))
+        n = d / "node"
+        lines = [
+            "set -e",
+            "mount --make-rshared /",
+            "mount -t tmpfs -o mode=0755 tmpfs /run",
+            f"mount -t overlay overlay -o lowerdir=/var/lib,upperdir={n}/varlib.upper,"
+            f"workdir={n}/varlib.work /var/lib",
+            f"mount -t overlay overlay -o lowerdir=/opt,upperdir={n}/opt.upper,"
+            f"workdir={n}/opt.work /opt",
+        ]
+        for p in FRESH:
+            lines += [f"mkdir -p {p}", f"mount --bind {n}/fresh{p.replace('/', '-')} {p}"]
+        lines += [f"mount --bind {src} {dst}" for src, dst in binds]
+        self.in_node("sh", "-c", "\n".join(lines))
+        for plugin in sorted(os.listdir(SYSTEM_CNI)):
+            shutil.copy2(SYSTEM_CNI / plugin, n / "fresh-opt-cni-bin" / plugin)
+        (n / "net.d" / "10-primary.conflist").write_text(json.dumps({
+            "cniVersion": "1.0.0", "name": "primary", "plugins": [{
+                "type": "bridge", "bridge": self.primary_bridge, "isGateway": True,
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": PRIMARY_SUBNET}]]}}]},
+            indent=1) + "\n")
+
+    def _node_mounts(self, under: str) -> list[str]:
+        """Mount points at or below ``under`` in the node's namespace, deepest first."""
+        assert self.holder is not None
+        found = []
+        with open(f"/proc/{self.holder.pid}/mountinfo") as fh:
+            for line in fh:
+                point = line.split()[4].replace("\\040", " ")
+                if point == under or point.startswith(under.rstrip("/") + "/"):
+                    found.append(point)
+        return sorted(found, key=lambda p: p.count("/"), reverse=True)
+
+    def _umount(self, points: Sequence[str]) -> None:
+        if points:
+            self.in_node("umount", "--lazy", *points, check=False)
+
+    def _unmount_node(self) -> None:
+        """kubelet's mounts (its root dir), then the namespace's own, deepest first."""
+        if self.holder is None or self.holder.poll() is not None:
+            return
+        self._umount(self._node_mounts("/var/lib/kubelet"))
+        self._umount([p for p in self._node_mounts("/") if p.startswith(
+            ("/run", "/var/lib", "/opt", "/etc/cni", "/var/log", "/etc/hosts",
+             *(f"/proc/sys/{k}" for k in SYSCTLS)))])
+
+    # -- the control plane --------------------------------------------------------------------
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.dir / "admin.kubeconfig"
+
+    def _spawn(self, name: str, argv: Sequence[str], *, in_node: bool = False) -> None:
+        with open(self.logs / f"{name}.log", "ab") as log, realkube._signals_unblocked():
+            self._procs[name] = subprocess.Popen(
+                [*(self.nsenter() if in_node else []), *argv], stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def _check_running(self, name: str) -> None:
+        proc = self._procs.get(name)
+        if proc is not None and proc.poll() is not None:
+            raise NodeError(f"{name} exited {proc.returncode}:\n"
+                            f"{_tail(self.logs / f'{name}.log')}")
+
+    def _start_controllers(self) -> None:
+        assert self.kube is not None
+        k = self.kube.dir
+        cm, sched = kube_binary("kube-controller-manager"), kube_binary("kube-scheduler")
+        assert cm is not None and sched is not None
+        config = str(self.admin_kubeconfig)
+        self._spawn("kube-controller-manager", [
+            str(cm), f"--kubeconfig={config}", f"--authentication-kubeconfig={config}",
+            f"--authorization-kubeconfig={config}", "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}", f"--cert-dir={self.dir / 'cm-certs'}",
+            "--leader-elect=false", f"--service-account-private-key-file={k}/sa.key",
+            f"--root-ca-file={k}/ca.crt", f"--cluster-signing-cert-file={k}/ca.crt",
+            f"--cluster-signing-key-file={k}/ca.key", "--use-service-account-credentials=false",
+            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service,-route", "--v=1"])
+        self._spawn("kube-scheduler", [
+            str(sched), f"--kubeconfig={config}", f"--authentication-kubeconfig={config}",
+            f"--authorization-kubeconfig={config}", "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}", f"--cert-dir={self.dir / 'sched-certs'}",
+            "--leader-elect=false", "--v=1"])
+
+    # -- the node's runtime and kubelet ---------------------------------------------------------
+
+    def _write_node_config(self) -> None:
+        cri = '[plugins."io.containerd.grpc.v1.cri"'
+        (self.dir / "containerd.toml").write_text(f"""version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+                    "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+[grpc]
+  address = "{SOCKET}"
+[ttrpc]
+  address = "{SOCKET}.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "/opt/containerd"
+{cri}]
+  restrict_oom_score_adj = true
+  sandbox_image = "{PAUSE_IMAGE}"
+{cri}.cni]
+  bin_dir = "/opt/cni/bin"
+  conf_dir = "/etc/cni/net.d"
+  max_conf_num = 1
+{cri}.containerd]
+  default_runtime_name = "runc"
+  snapshotter = "overlayfs"
+{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+""")
+        assert self.kube is not None
+        self.kube.kubeconfig(self.dir / "kubelet.kubeconfig", token=self.kube.admin_token)
+        (self.dir / "kubelet.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "address": "127.0.0.1", "port": self.kubelet_port, "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1", "healthzPort": self.healthz_port,
+            "cgroupDriver": "cgroupfs", "cgroupsPerQOS": False, "enforceNodeAllocatable": [],
+            "failSwapOn": False, "makeIPTablesUtilChains": False,
+            "kubeAPIQPS": 50, "kubeAPIBurst": 100,
+            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%",
+                             "nodefs.inodesFree": "1%", "imagefs.available": "1%"},
+            # every image is imported (no registry): never collected
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "serializeImagePulls": False, "resolvConf": "/etc/resolv.conf",
+            "nodeStatusUpdateFrequency": "4s", "syncFrequency": "10s",
+            "fileCheckFrequency": "10s", "staticPodPath": "",
+        }))
+
+    def _start_containerd(self) -> None:
+        self._spawn("containerd", [CONTAINERD, "--config", str(self.dir / "containerd.toml"),
+                                   "--log-level", "info"], in_node=True)
+
+        def serving() -> bool:
+            self._check_running("containerd")
+            return self.in_node(CTR, "--address", SOCKET, "version", check=False,
+                                timeout=30).returncode == 0
+        wait_for(serving, 30, "containerd to answer")
+
+    def _start_kubelet(self) -> None:
+        kubelet = kube_binary("kubelet")
+        assert kubelet is not None
+        self._spawn("kubelet", [
+            str(kubelet), f"--config={self.dir / 'kubelet.yaml'}",
+            f"--kubeconfig={self.dir / 'kubelet.kubeconfig'}",
+            "--container-runtime=remote", f"--container-runtime-endpoint=unix://{SOCKET}",
+            f"--pod-infra-container-image={PAUSE_IMAGE}", "--root-dir=/var/lib/kubelet",
+            f"--hostname-override={self.name}", "--register-node=true", "--v=1"],
+            in_node=True)
+
+    def wait_node_ready(self, timeout: float = 90) -> None:
+        def ready() -> bool:
+            self._check_running("kubelet")
+            self._check_running("containerd")
+            node = self.get("nodes", self.name)
+            conds = {c["type"]: c["status"] for c in
+                     ((node or {}).get("status") or {}).get("conditions") or []}
+            return conds.get("Ready") == "True"
+        try:
+            wait_for(ready, timeout, f"node {self.name} Ready", interval=0.25)
+        except TimeoutError as exc:
+            raise NodeError(f"{exc}\n{self.describe()}") from exc
+
+    def describe(self) -> str:
+        """The tails of the node's logs, for a failure's message."""
+        return "\n".join(f"--- {name}:\n{_tail(self.logs / f'{name}.log', 2000)}"
+                         for name in ("kubelet", "containerd", "kube-controller-manager"))
+
+    # -- images ----------------------------------------------------------------------------------
+
+    def import_tar(self, tar: Path) -> None:
+        """``ctr -n k8s.io images import`` in the node (a docker-archive or OCI tar)."""
+        self.in_node(CTR, "--address", SOCKET, "-n", K8S_NS, "images", "import", str(tar),
+                     timeout=600)
+
+    def import_image(self, image: str) -> None:
+        """podman's ``image`` into the node's containerd, as docs/kubernetes.md says:
+        ``podman save --format docker-archive``, then ``ctr -n k8s.io images import``."""
+        tar = self.dir / "image.tar"
+        try:
+            proc = subprocess.run(["podman", "save", "--format", "docker-archive", "-o",
+                                   str(tar), image], env=podman_env(), capture_output=True,
+                                  text=True, timeout=600, check=False)
+            if proc.returncode != 0:
+                raise NodeError(f"podman save {image}: {proc.stderr[-2000:]}")
+            self.import_tar(tar)
+        finally:
+            tar.unlink(missing_ok=True)
+
+    # -- netctl ---------------------------------------------------------------------------------
+
+    def install_netctl(self, *, build: bool = True) -> str:
+        """netctl on the node as docs/kubernetes.md installs it (``make image`` first unless
+        not ``build``); returns the image's name once the DaemonSet is Ready."""
+        assert self.kube is not None
+        image = netctl_image()
+        t0 = time.monotonic()
+        if build:
+            build_image()
+            self.timings["make image"] = time.monotonic() - t0
+        t1 = time.monotonic()
+        self.import_image(image)
+        self.timings["image import"] = time.monotonic() - t1
+        t2 = time.monotonic()
+        self.kubectl("-n", "kube-system", "create", "configmap", "netctl-api-server",
+                     "--from-literal=host=127.0.0.1", f"--from-literal=port={self.kube.port}")
+        self.kubectl("apply", "-f", f"{CRDS}/", "-f", str(MANIFESTS / "rbac.yaml"),
+                     "-f", str(MANIFESTS / "daemonset.yaml"))
+        self.wait_ready("daemonset", "netctl", "kube-system", timeout=300)
+        self.timings["daemonset ready"] = time.monotonic() - t2
+        return image
+
+    def daemon_pod(self) -> str:
+        """The name of the DaemonSet's running pod."""
+        pods = self.kube_list("pods", "kube-system", "app.kubernetes.io/name=netctl")
+        running = [p["metadata"]["name"] for p in pods
+                   if (p.get("status") or {}).get("phase") == "Running"
+                   and not p["metadata"].get("deletionTimestamp")]
+        if len(running) != 1:
+            raise NodeError(f"netctl's pods running: {running}")
+        return str(running[0])
+
+    def netctl(self, *args: str, timeout: float = 60) -> str:
+        """``netctl ARGS`` in the daemon's container (``kubectl exec``): its output."""
+        return self.kubectl("-n", "kube-system", "exec", self.daemon_pod(), "-c", "netctl",
+                            "--", "netctl", *args, timeout=timeout)
+
+    def pools(self) -> list[dict[str, Any]]:
+        """``netctl ipam pools --json`` in the daemon's container: every pool's range,
+        size, in_use, reserved, free."""
+        pools: list[dict[str, Any]] = json.loads(self.netctl("ipam", "pools", "--json"))["pools"]
+        return pools
+
+    def held(self) -> dict[str, int]:
+        """Addresses netctl holds on the node: range → in use (the pools holding any)."""
+        return {str(p["range"]): int(p["in_use"]) for p in self.pools() if int(p["in_use"])}
+
+    # -- kubectl and the API ------------------------------------------------------------------
+
+    def kubectl(self, *args: str, data: str | None = None, timeout: float = 120,
+                check: bool = True) -> str:
+        """The real kubectl with the admin's kubeconfig; its stdout."""
+        kubectl = kube_binary("kubectl")
+        assert kubectl is not None
+        proc = subprocess.run([str(kubectl), f"--kubeconfig={self.admin_kubeconfig}", *args],
+                              input=data, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+        if check and proc.returncode != 0:
+            raise NodeError(f"kubectl {' '.join(args)}: exit {proc.returncode}: "
+                            f"{proc.stderr[-2000:]}")
+        return proc.stdout
+
+    def apply(self, manifest: str | Path | Sequence[Mapping[str, Any]]) -> str:
+        """``kubectl apply``: a file or dir, YAML text, or documents."""
+        if isinstance(manifest, Path):
+            return self.kubectl("apply", "-f", str(manifest))
+        if isinstance(manifest, str):
+            if "\n" not in manifest and Path(manifest).exists():
+                return self.kubectl("apply", "-f", manifest)
+            return self.kubectl("apply", "-f", "-", data=manifest)
+        return self.kubectl("apply", "-f", "-", data=yaml.safe_dump_all(list(manifest)))
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """An object through the API (``kind``: a plural of the core or apps group)."""
+        assert self.kube is not None
+        found: dict[str, Any] | None = self.kube.request(
+            "GET", _path(kind, namespace, name), ok_missing=True)
+        return found
+
+    def kube_list(self, kind: str, namespace: str | None = None,
+                  selector: str = "") -> list[dict[str, Any]]:
+        assert self.kube is not None
+        path = _path(kind, namespace)
+        if selector:
+            path += f"?labelSelector={urllib.parse.quote(selector)}"
+        items: list[dict[str, Any]] = self.kube.request("GET", path)["items"]
+        return items
+
+    def ready(self, kind: str, name: str, namespace: str | None = "default") -> bool:
+        obj = self.get(_plural(kind), name, namespace)
+        if obj is None:
+            return False
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        meta = obj["metadata"]
+        plural = _plural(kind)
+        if plural == "pods":
+            conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
+            return conds.get("Ready") == "True" and not meta.get("deletionTimestamp")
+        if plural == "nodes":
+            conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
+            return conds.get("Ready") == "True"
+        if status.get("observedGeneration", 0) < meta.get("generation", 0):
+            return False
+        if plural == "daemonsets":
+            want = status.get("desiredNumberScheduled", 0)
+            return bool(want) and status.get("numberReady", 0) == want and \
+                status.get("updatedNumberScheduled", 0) == want
+        want = spec.get("replicas", 1)
+        if status.get("readyReplicas", 0) != want or status.get("replicas", 0) != want:
+            return False
+        if plural == "statefulsets":
+            return bool(status.get("updatedReplicas", 0) == want)
+        return bool(status.get("updatedReplicas", 0) == want)
+
+    def wait_ready(self, kind: str, name: str, namespace: str | None = "default",
+                   timeout: float = 120) -> None:
+        """Until the object is Ready: a pod or node its condition; a Deployment or a
+        StatefulSet all its replicas ready and updated (and no others); a DaemonSet every
+        scheduled pod ready."""
+        try:
+            wait_for(lambda: self._alive() and self.ready(kind, name, namespace), timeout,
+                     f"{kind} {namespace}/{name} Ready", interval=0.25)
+        except TimeoutError as exc:
+            raise NodeError(f"{exc}\n{self.kubectl('get', 'pods', '-A', '-o', 'wide')}\n"
+                            f"{self.kubectl('get', 'events', '-A', check=False)[-4000:]}\n"
+                            f"{self.describe()}") from exc
+
+    def wait_pods_gone(self, namespace: str, selector: str, timeout: float = 120) -> None:
+        wait_for(lambda: self._alive() and not self.kube_list("pods", namespace, selector),
+                 timeout, f"pods {selector} in {namespace} gone", interval=0.25)
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return self.kube_list("pods", namespace, selector)
+
+    def _alive(self) -> bool:
+        for name in ("kubelet", "containerd", "kube-controller-manager", "kube-scheduler"):
+            self._check_running(name)
+        return True
+
+    # -- pods ----------------------------------------------------------------------------------
+
+    def network_status(self, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """A pod's ``k8s.v1.cni.cncf.io/network-status`` ([] when absent)."""
+        raw = (pod["metadata"].get("annotations") or {}).get(NETWORK_STATUS)
+        return list(json.loads(raw)) if raw else []
+
+    def pod_pid(self, pod: Mapping[str, Any]) -> int:
+        """The PID (on the machine) of the pod's first container: in its network
+        namespace."""
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        cid = next((s["containerID"].split("://", 1)[1] for s in statuses
+                    if s.get("containerID") and "running" in (s.get("state") or {})), "")
+        if not cid:
+            raise NodeError(f"pod {pod['metadata']['name']}: no running container")
+        self._container_ids.add(cid)
+        pid_file = self.node_path(f"/run/containerd/io.containerd.runtime.v2.task/{K8S_NS}/"
+                                  f"{cid}/init.pid")
+        return int(pid_file.read_text())
+
+    def in_pod_netns(self, pod: Mapping[str, Any], *argv: str) -> str:
+        """``argv`` run (from the machine) in the pod's network namespace; its stdout."""
+        proc = subprocess.run(["nsenter", "-t", str(self.pod_pid(pod)), "-n", "--", *argv],
+                              capture_output=True, text=True, timeout=60, check=False)
+        if proc.returncode != 0:
+            raise NodeError(f"{argv} in {pod['metadata']['name']}'s netns: {proc.stderr}")
+        return proc.stdout
+
+    def pod_links(self, pod: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """interface → ``{"mac", "ips"}`` (its global addresses) in the pod's netns (``ip -j
+        addr``)."""
+        out: dict[str, dict[str, Any]] = {}
+        for link in json.loads(self.in_pod_netns(pod, "ip", "-j", "addr", "show")):
+            out[link["ifname"]] = {"mac": link.get("address", ""), "ips": sorted(
+                a["local"] for a in link.get("addr_info", []) if a.get("scope") == "global")}
+        return out
+
+    def sandbox_netns(self) -> list[str]:
+        """The pods' network namespaces the node's ``/run/netns`` holds."""
+        try:
+            return sorted(os.listdir(self.node_path("/run/netns")))
+        except FileNotFoundError:
+            return []
+
+    # -- failures ------------------------------------------------------------------------------
+
+    def kill_kubelet(self) -> None:
+        """SIGKILL kubelet, then start it again."""
+        proc = self._procs.pop("kubelet")
+        proc.kill()
+        proc.wait()
+        self._start_kubelet()
+
+    def kill_containerd(self) -> None:
+        """SIGKILL containerd (its shims and containers go on), then start it again."""
+        proc = self._procs.pop("containerd")
+        proc.kill()
+        proc.wait()
+        self._start_containerd()
+
+    def daemon_pids(self) -> list[int]:
+        """netctl daemon processes of this node (``netctl daemon … --in-cluster``)."""
+        return [p for p in self.node_pids() if "daemon" in _argv(p)[:4]
+                and "--in-cluster" in _argv(p)]
+
+    def kill_daemon(self) -> int:
+        """SIGKILL netctl's daemon (kubelet restarts its container); its PID."""
+        (pid,) = self.daemon_pids()
+        _kill(pid)
+        return pid
+
+    # -- a reboot ------------------------------------------------------------------------------
+
+    def stop_node(self) -> None:
+        """Everything on the node stopped (the control plane goes on), its mounts and its
+        ``/run`` gone: the pods' netns with them, as after a reboot."""
+        self._stop_node_processes(graceful=True)
+        self._umount(self._node_mounts("/var/lib/kubelet"))
+        self._umount(self._node_mounts("/run"))
+        self.in_node("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/run")
+        # the node's links go with a reboot (the machine's network namespace is shared)
+        self._remove_links()
+
+    @property
+    def node_running(self) -> bool:
+        """containerd and kubelet are running (not stopped by :meth:`stop_node`)."""
+        return all(name in self._procs and self._procs[name].poll() is None
+                   for name in ("containerd", "kubelet"))
+
+    def start_node(self, timeout: float = 90) -> None:
+        """The node booted again (after :meth:`stop_node`): containerd and kubelet started
+        on the fresh ``/run``; Ready."""
+        self._start_containerd()
+        self._start_kubelet()
+        self.wait_node_ready(timeout)
+
+    # -- taking back ---------------------------------------------------------------------------
+
+    def node_pids(self) -> list[int]:
+        """Processes of the node: in its mount namespace (but the holder and the API
+        server), and their descendants (the containers)."""
+        if self.holder is None:
+            return []
+        ns = _mnt_ns(self.holder.pid)
+        skip = {self.holder.pid}
+        if self.kube is not None and self.kube._apiserver is not None:
+            skip.add(self.kube._apiserver.pid)
+        pids = _pids()
+        children: dict[int, list[int]] = {}
+        for p in pids:
+            children.setdefault(_ppid(p), []).append(p)
+        found = {p for p in pids if p not in skip and _mnt_ns(p) == ns}
+        todo = list(found)
+        while todo:
+            for child in children.get(todo.pop(), []):
+                if child not in found and child not in skip:
+                    found.add(child)
+                    todo.append(child)
+        return sorted(found)
+
+    def _kill_all(self, which: Callable[[], list[int]], timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while pids := which():
+            for pid in pids:
+                _kill(pid)
+            if time.monotonic() > deadline:
+                raise NodeError(f"processes still there: {pids}")
+            time.sleep(0.05)
+
+    def _containerd_up(self) -> bool:
+        proc = self._procs.get("containerd")
+        return proc is not None and proc.poll() is None
+
+    def _stop_node_processes(self, *, graceful: bool) -> None:
+        """kubelet stopped; every container killed and deleted through ``ctr`` while
+        containerd runs; containerd stopped; then whatever is left, by PID."""
+        _stop(self._procs.pop("kubelet", None), 15 if graceful else 0.1)
+        if self._containerd_up():
+            ctr = [CTR, "--address", SOCKET, "-n", K8S_NS]
+            listed = self.in_node(*ctr, "containers", "ls", "-q", check=False, timeout=30)
+            ids = listed.stdout.decode().split()
+            self._container_ids.update(ids)
+            tasks = self.in_node(*ctr, "tasks", "ls", "-q", check=False, timeout=30)
+            for task in tasks.stdout.decode().split():
+                self.in_node(*ctr, "tasks", "kill", "-a", "-s", "SIGKILL", task, check=False,
+                             timeout=30)
+            for task in tasks.stdout.decode().split():
+                self.in_node(*ctr, "tasks", "delete", "-f", task, check=False, timeout=30)
+        _stop(self._procs.pop("containerd", None), 15)
+        self._kill_all(self.node_pids)
+
+    def _remove_links(self) -> None:
+        """The node's bridges and other links named with its prefix; veths left on them."""
+        out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+        links = json.loads(out)
+        ours = {link["ifname"] for link in links if link["ifname"].startswith(self.prefix)}
+        for link in links:
+            if link.get("master") in ours:  # a port left on one of them
+                subprocess.run(["ip", "link", "del", link["ifname"]], capture_output=True,
+                               timeout=30, check=False)
+        for name in ours:
+            subprocess.run(["ip", "link", "del", name], capture_output=True, timeout=30,
+                           check=False)
+
+    def _cgroup_dirs(self) -> Iterator[str]:
+        """Dirs of the cgroup hierarchies named for a container id or kubelet's pods, at
+        most three levels down."""
+        root = Path("/sys/fs/cgroup")
+        if not root.is_dir():
+            return
+        for top in root.iterdir():
+            for dirpath, dirnames, _ in os.walk(top):
+                depth = Path(dirpath).relative_to(top).parts
+                if len(depth) >= 3:
+                    dirnames.clear()
+                yield dirpath
+
+    def _remove_cgroups(self) -> None:
+        """The cgroups made for this node's containers (named by their ids), deepest
+        first; none that was there before."""
+        made = [d for d in self._cgroup_dirs() if d not in self._cgroups_before
+                and Path(d).name in self._container_ids | {K8S_NS}]
+        for d in sorted(made, key=lambda p: p.count("/"), reverse=True):
+            # cgroup v1 frees a removed child asynchronously: its parent is busy a moment
+            with contextlib.suppress(TimeoutError):
+                wait_for(functools.partial(_rmdir, d), 5, f"{d} removed", interval=0.02)
+
+
+# -- API paths -------------------------------------------------------------------------------
+
+_APPS = {"deployments", "statefulsets", "daemonsets", "replicasets"}
+_CLUSTER = {"nodes", "namespaces"}
+
+
+def _plural(kind: str) -> str:
+    kind = kind.lower()
+    return kind if kind.endswith("s") else f"{kind}s"
+
+
+def _path(kind: str, namespace: str | None, name: str = "") -> str:
+    plural = _plural(kind)
+    base = "/apis/apps/v1" if plural in _APPS else "/api/v1"
+    if plural not in _CLUSTER:
+        base += f"/namespaces/{namespace or 'default'}"
+    return f"{base}/{plural}/{name}" if name else f"{base}/{plural}"
