@@ -71,9 +71,10 @@ def preflight(plugins: Sequence[str] = ("bridge", "host-local")) -> str | None:
     return None
 
 
-def wait_for(cond: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
-    """Poll ``cond`` until it returns something truthy, and return that; after
-    ``timeout`` seconds raise :class:`HarnessError` naming ``what``."""
+def wait_for(cond: Callable[[], T], timeout: float = 10.0, what: str = "condition",
+             interval: float = 0.01) -> T:
+    """Poll ``cond`` every ``interval`` seconds until it returns something truthy, and
+    return that; after ``timeout`` seconds raise :class:`HarnessError` naming ``what``."""
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
@@ -81,7 +82,7 @@ def wait_for(cond: Callable[[], T], timeout: float = 10.0, what: str = "conditio
             return value
         if time.monotonic() > deadline:
             raise HarnessError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
+        time.sleep(interval)
 
 
 def run(argv: Sequence[str], *, data: bytes = b"", env: dict[str, str] | None = None,

@@ -68,6 +68,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from .harness import HarnessError, wait_for
 from .harness_podman import BUSYBOX, write_rootfs_tar
 from .kubefake import real as realkube
 from .kubefake.real import KUBE_BUILD, ROOT, RealKube, free_port, kube_dir
@@ -216,19 +217,6 @@ def write_image_tar(path: Path, name: str, cmd: Sequence[str]) -> None:
 
 
 # -- processes -------------------------------------------------------------------------------
-
-
-def wait_for(cond: Callable[[], T | None], timeout: float, what: str,
-             interval: float = 0.1) -> T:
-    """Poll ``cond`` until it returns something truthy, and return that."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout} s for {what}")
-        time.sleep(interval)
 
 
 def _mnt_ns(pid: int) -> str:
@@ -607,7 +595,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             return conds.get("Ready") == "True"
         try:
             wait_for(ready, timeout, f"node {self.name} Ready", interval=0.25)
-        except TimeoutError as exc:
+        except HarnessError as exc:
             raise NodeError(f"{exc}\n{self.describe()}") from exc
 
     def describe(self) -> str:
@@ -652,7 +640,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         self.timings["image import"] = time.monotonic() - t1
         t2 = time.monotonic()
         self.kubectl("-n", "kube-system", "create", "configmap", "netctl-api-server",
-                     "--from-literal=host=127.0.0.1", f"--from-literal=port={self.kube.port}")
+                     "--from-literal=k8sServiceHost=127.0.0.1",
+                     f"--from-literal=k8sServicePort={self.kube.port}")
         self.kubectl("apply", "-f", f"{CRDS}/", "-f", str(MANIFESTS / "rbac.yaml"),
                      "-f", str(MANIFESTS / "daemonset.yaml"))
         self.wait_ready("daemonset", "netctl", "kube-system", timeout=300)
@@ -670,9 +659,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         return str(running[0])
 
     def netctl(self, *args: str, timeout: float = 60) -> str:
-        """``netctl ARGS`` in the daemon's container (``kubectl exec``): its output."""
-        return self.kubectl("-n", "kube-system", "exec", self.daemon_pod(), "-c", "netctl",
-                            "--", "netctl", *args, timeout=timeout)
+        """``netctl ARGS`` in the daemon's container (``kubectl exec``): its output. The API
+        server reaches the kubelet for an exec: while a kubelet just restarted (or
+        killed by a test) does not listen yet, the exec is tried again, up to 30 s."""
+        def attempt() -> list[str]:
+            try:
+                return [self.kubectl("-n", "kube-system", "exec", self.daemon_pod(), "-c",
+                                    "netctl", "--", "netctl", *args, timeout=timeout)]
+            except NodeError as exc:
+                if "error dialing backend" not in str(exc):
+                    raise
+                self._check_running("kubelet")
+                return []
+        return wait_for(attempt, 30, f"kubectl exec netctl {' '.join(args)}", 0.5)[0]
 
     def pools(self) -> list[dict[str, Any]]:
         """``netctl ipam pools --json`` in the daemon's container: every pool's range,
@@ -759,7 +758,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         try:
             wait_for(lambda: self._alive() and self.ready(kind, name, namespace), timeout,
                      f"{kind} {namespace}/{name} Ready", interval=0.25)
-        except TimeoutError as exc:
+        except HarnessError as exc:
             raise NodeError(f"{exc}\n{self.kubectl('get', 'pods', '-A', '-o', 'wide')}\n"
                             f"{self.kubectl('get', 'events', '-A', check=False)[-4000:]}\n"
                             f"{self.describe()}") from exc
@@ -961,7 +960,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 and Path(d).name in self._container_ids | {K8S_NS}]
         for d in sorted(made, key=lambda p: p.count("/"), reverse=True):
             # cgroup v1 frees a removed child asynchronously: its parent is busy a moment
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(HarnessError):
                 wait_for(functools.partial(_rmdir, d), 5, f"{d} removed", interval=0.02)
 
 
