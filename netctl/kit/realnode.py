@@ -658,14 +658,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             raise NodeError(f"netctl's pods running: {running}")
         return str(running[0])
 
-    def netctl(self, *args: str, timeout: float = 60) -> str:
+    def netctl(self, *args: str, timeout: float = 60, check: bool = True) -> str:
         """``netctl ARGS`` in the daemon's container (``kubectl exec``): its output. The API
         server reaches the kubelet for an exec: while a kubelet just restarted (or
         killed by a test) does not listen yet, the exec is tried again, up to 30 s."""
         def attempt() -> list[str]:
             try:
                 return [self.kubectl("-n", "kube-system", "exec", self.daemon_pod(), "-c",
-                                    "netctl", "--", "netctl", *args, timeout=timeout)]
+                                    "netctl", "--", "netctl", *args, timeout=timeout,
+                                    check=check)]
             except NodeError as exc:
                 if "error dialing backend" not in str(exc):
                     raise

@@ -30,14 +30,19 @@ BLUE = ipaddress.ip_network("10.218.1.0/24")
 GREEN = ipaddress.ip_network("10.218.2.0/24")
 STICKY = ipaddress.ip_network("10.218.3.0/24")
 RED = ipaddress.ip_network("10.218.4.0/24")
-SUBNETS = {"blue": BLUE, "green": GREEN, "sticky": STICKY, "red": RED}
+GWA = ipaddress.ip_network("10.218.5.0/24")  # its bridge the pods' default gateway
+GWB = ipaddress.ip_network("10.218.6.0/24")  # its bridge a gateway
+SUBNETS = {"blue": BLUE, "green": GREEN, "sticky": STICKY, "red": RED, "gwa": GWA, "gwb": GWB}
 TIMINGS: dict[str, float] = {}
 
 
-def nad(name: str, bridge: str, subnet: ipaddress.IPv4Network,
+def nad(name: str, bridge: str, subnet: ipaddress.IPv4Network, gateway: str = "",
         **ipam: Any) -> dict[str, Any]:
+    """A bridge + netctl-ipam NAD; ``gateway``: "" (none), "gateway" (the bridge holds
+    the subnet's first address) or "default" (and is the pod's default gateway)."""
     config = {"cniVersion": "1.0.0", "name": name, "plugins": [{
-        "type": "bridge", "bridge": bridge, "isGateway": False,
+        "type": "bridge", "bridge": bridge, "isGateway": bool(gateway),
+        "isDefaultGateway": gateway == "default",
         "ipam": {"type": "netctl-ipam", "range": str(subnet), **ipam}}]}
     return {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
             "metadata": {"name": name, "namespace": NS},
@@ -89,7 +94,9 @@ def node() -> Iterator[RealNode]:
         n.install_netctl(build=False)
         n.apply([nad("blue", f"{n.prefix}b1", BLUE), nad("green", f"{n.prefix}b2", GREEN),
                  nad("sticky", f"{n.prefix}b3", STICKY, sticky=True, sticky_for="1h"),
-                 nad("red", f"{n.prefix}b4", RED)])
+                 nad("red", f"{n.prefix}b4", RED),
+                 nad("gwa", f"{n.prefix}b5", GWA, "default"),
+                 nad("gwb", f"{n.prefix}b6", GWB, "gateway")])
         TIMINGS.update(n.timings, **{"fixture": time.monotonic() - t0})
         yield n
     print(f"\nreal node timings (s): {json.dumps({k: round(v, 1) for k, v in TIMINGS.items()})}")
@@ -365,3 +372,141 @@ def test_pods_come_back_with_their_networks_after_a_node_reboot(node: RealNode) 
     wait_for(lambda: node.held() == {str(BLUE): 3}, 60,
              "netctl holding the new sandboxes' addresses only", interval=0.5)
     TIMINGS["e: reboot"] = time.monotonic() - t0
+
+
+def default_routes(node: RealNode, pod: dict[str, Any]) -> list[tuple[str, str]]:
+    routes = json.loads(node.in_pod_netns(pod, "ip", "-j", "route", "show", "default") or "[]")
+    return [(str(r.get("gateway")), str(r.get("dev"))) for r in routes]
+
+
+def test_default_route_moves_to_the_network_that_asks(node: RealNode) -> None:
+    """``default-route`` in the annotation: the pod's default route goes via that
+    network's gateway on its interface, the other network's default route is removed, and
+    network-status says where it is; without it the delegate's default route stays."""
+    t0 = time.monotonic()
+    gwa, gwb = str(GWA[1]), str(GWB[1])
+    node.apply([bare_pod("plainroute", "gwa,gwb"), bare_pod("moved", json.dumps(
+        [{"name": "gwa"}, {"name": "gwb", "default-route": [gwb]}]))])
+    node.wait_ready("pod", "plainroute", NS)
+    node.wait_ready("pod", "moved", NS)
+    want = {"eth0": "primary", "net1": "default/gwa", "net2": "default/gwb"}
+    plain = node.get("pods", "plainroute", NS)
+    moved = node.get("pods", "moved", NS)
+    assert plain is not None and moved is not None
+    check_networks(node, plain, want)
+    check_networks(node, moved, want)
+    assert default_routes(node, plain) == [(gwa, "net1")]  # gwa's bridge: isDefaultGateway
+    assert default_routes(node, moved) == [(gwb, "net2")]
+    gateways = {e["interface"]: e.get("gateway") for e in node.network_status(moved)}
+    assert gateways["net2"] == [gwb] and not gateways["net1"], gateways
+    TIMINGS["f: default-route"] = time.monotonic() - t0
+
+
+def test_a_rolling_update_of_netctl_during_churn_loses_nothing(node: RealNode) -> None:
+    """netctl's DaemonSet rolled (``kubectl rollout restart``) while a Deployment scales
+    3 → 8 → 4: every pod that ends up running has its networks and network-status, netctl
+    holds exactly their addresses, and nothing once they are gone."""
+    t0 = time.monotonic()
+    want = {"eth0": "primary", "net1": "default/blue"}
+    node.apply([deployment("roll", 3, "blue")])
+    node.wait_ready("deployment", "roll", NS)
+    daemon = node.daemon_pod()
+    scale(node, "deployment", "roll", 8)
+    node.kubectl("-n", "kube-system", "rollout", "restart", "daemonset/netctl")
+    wait_for(lambda: len(node.pods(NS, "app=roll")) == 8, 60, "8 pods created", interval=0.2)
+    scale(node, "deployment", "roll", 4)
+    node.kubectl("-n", "kube-system", "rollout", "status", "daemonset/netctl",
+                 "--timeout=180s", timeout=200)
+    assert node.daemon_pod() != daemon
+    node.wait_ready("deployment", "roll", NS, timeout=180)
+
+    def four() -> list[dict[str, Any]] | None:
+        pods = [p for p in node.pods(NS, "app=roll")
+                if not p["metadata"].get("deletionTimestamp")]
+        return pods if len(pods) == 4 and len(node.pods(NS, "app=roll")) == 4 else None
+    pods = wait_for(four, 120, "4 pods left", interval=0.5)
+    seen = {check_networks(node, p, want)["net1"] for p in pods}
+    assert len(seen) == 4
+    wait_for(lambda: node.held() == {str(BLUE): 4}, 60, "netctl holding the 4 pods' "
+             "addresses only", interval=0.5)
+    scale(node, "deployment", "roll", 0)
+    node.wait_pods_gone(NS, "app=roll")
+    wait_for(lambda: settled(node, (BLUE,), (f"{node.prefix}b1", node.primary_bridge)), 60,
+             "every address released", interval=0.5)
+    TIMINGS["g: rolling update"] = time.monotonic() - t0
+
+
+def test_uninstall_then_reinstall_with_the_api_server_address_from_its_configmap(
+        node: RealNode) -> None:
+    """Uninstall as docs/migrating.md says (the DaemonSet deleted, uninstall.yaml run):
+    a pod deleted while no daemon ran has its addresses released by the uninstall's replay;
+    a pod created after it starts with eth0 alone (what the guide warns of). Reinstalled
+    with ConfigMap netctl-api-server naming a port nothing serves: the daemon is not
+    ready and says which address, which step and why; with the right port it is, the
+    pods from before give their addresses back when deleted, new pods get their networks."""
+    t0 = time.monotonic()
+    node.apply([bare_pod("victim", "blue"), bare_pod("survivor", "blue")])
+    node.wait_ready("pod", "victim", NS)
+    node.wait_ready("pod", "survivor", NS)
+    assert node.held() == {str(BLUE): 2}
+
+    node.kubectl("-n", "kube-system", "delete", "daemonset", "netctl", "--wait=true",
+                 timeout=120)
+    wait_for(lambda: not node.daemon_pids(), 60, "the daemon gone", interval=0.2)
+    # deleted while no daemon runs: the plugin records its DELs
+    node.kubectl("-n", NS, "delete", "pod", "victim", "--wait=true", timeout=120)
+    node.apply(realnode.MANIFESTS / "uninstall.yaml")
+    node.kubectl("-n", "kube-system", "rollout", "status", "daemonset/netctl-uninstall",
+                 "--timeout=180s", timeout=200)
+    node.kubectl("delete", "-f", str(realnode.MANIFESTS / "uninstall.yaml"), "--wait=true",
+                 timeout=120)
+    assert not node.node_path("/etc/cni/net.d/00-netctl.conflist").exists()
+    node.apply([bare_pod("after", "blue")])
+    node.wait_ready("pod", "after", NS)
+    after = node.get("pods", "after", NS)
+    assert after is not None and set(node.pod_links(after)) == {"lo", "eth0"}
+    node.kubectl("-n", NS, "delete", "pod", "after", "--wait=true", timeout=120)
+    TIMINGS["h: uninstall"] = time.monotonic() - t0
+
+    # reinstalled, first with the API server's address at a port where nothing listens
+    t1 = time.monotonic()
+    assert node.kube is not None
+    wrong = realnode.free_port()
+    node.kubectl("-n", "kube-system", "patch", "configmap", "netctl-api-server", "--type=merge",
+                 "-p", json.dumps({"data": {"k8sServicePort": str(wrong)}}))
+    node.kubectl("apply", "-f", str(realnode.MANIFESTS / "daemonset.yaml"))
+
+    def why_not_ready() -> str:
+        try:
+            status = json.loads(node.netctl("status", "--json", check=False) or "{}")
+        except (realnode.NodeError, ValueError):
+            return ""
+        reasons = " ".join(status.get("reasons") or [])
+        return reasons if "not reachable" in reasons else ""
+    reasons = wait_for(why_not_ready, 120, "the daemon saying why it is not ready", interval=1)
+    assert f"connecting to 127.0.0.1:{wrong}: ECONNREFUSED" in reasons, reasons
+    assert "netctl-api-server" in reasons, reasons
+    assert not node.ready("daemonset", "netctl", "kube-system")
+
+    node.kubectl("-n", "kube-system", "patch", "configmap", "netctl-api-server", "--type=merge",
+                 "-p", json.dumps({"data": {"k8sServicePort": str(node.kube.port)}}))
+    node.kubectl("-n", "kube-system", "rollout", "restart", "daemonset/netctl")
+    node.kubectl("-n", "kube-system", "rollout", "status", "daemonset/netctl",
+                 "--timeout=180s", timeout=200)
+    TIMINGS["h: reinstall"] = time.monotonic() - t1
+    # the victim's address was released by the uninstall's replay; the survivor's is held
+    wait_for(lambda: node.held() == {str(BLUE): 1}, 60, "only the survivor's address held",
+             interval=0.5)
+    survivor = node.get("pods", "survivor", NS)
+    assert survivor is not None
+    check_networks(node, survivor, {"eth0": "primary", "net1": "default/blue"})
+    node.apply([deployment("fresh", 2, "blue")])
+    node.wait_ready("deployment", "fresh", NS)
+    for pod in node.pods(NS, "app=fresh"):
+        check_networks(node, pod, {"eth0": "primary", "net1": "default/blue"})
+    node.kubectl("-n", NS, "delete", "pod", "survivor", "--wait=true", timeout=120)
+    scale(node, "deployment", "fresh", 0)
+    node.wait_pods_gone(NS, "app=fresh")
+    wait_for(lambda: settled(node, (BLUE,), (f"{node.prefix}b1", node.primary_bridge)), 60,
+             "every address released, the survivor's too", interval=0.5)
+    TIMINGS["h: uninstall and reinstall"] = time.monotonic() - t0
