@@ -277,7 +277,8 @@ class KubeMode:
                               pods_synced=self.pods.informer.synced.is_set(),
                               nads_synced=self.nads.informer.synced.is_set(),
                               ipam_ready=self.ipam.ready.is_set() if self.ipam else None,
-                              node=self.node, node_exists=self.this_node.exists)
+                              node=self.node, node_exists=self.this_node.exists,
+                              unreachable=self.api.unreachable)
 
     def watches(self) -> dict[str, tuple[bool, float | None]]:
         """Each cache's resource: whether it is watching, and its age (the metrics)."""

@@ -41,13 +41,19 @@ def not_ready(path: str, verb: str, waited: float = 0.0) -> CNIError:
 
 def daemon_reasons(*, journal_writable: bool, pods_synced: bool | None = None,
                    nads_synced: bool | None = None, ipam_ready: bool | None = None,
-                   node: str = "", node_exists: bool | None = None) -> list[str]:
+                   node: str = "", node_exists: bool | None = None,
+                   unreachable: str = "") -> list[str]:
     """Why the daemon cannot serve ADDs now (empty: it can). ``None``: not in this mode
     (no Kubernetes, or ``ipam-backend: sqlite``). In Kubernetes mode ``node`` is the
     daemon's ``--node-name`` and ``node_exists`` whether the API server has a Node of that
     name (``None``: not read yet): a wrong name (the short hostname where kubelet
-    registered the FQDN) watches no pod at all, so it is a reason of its own."""
+    registered the FQDN) watches no pod at all, so it is a reason of its own. While a cache
+    is not listed, ``unreachable`` (why the last call did not reach the API server: its
+    address, the step, the cause) comes first: it is why they are not."""
     reasons = []
+    if unreachable and (node_exists is None or pods_synced is False or nads_synced is False
+                        or ipam_ready is False):
+        reasons.append(unreachable)
     if not journal_writable:
         reasons.append("the journal is not writable (its file or directory refuses writes)")
     if node and node_exists is None:

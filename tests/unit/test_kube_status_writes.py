@@ -55,3 +55,14 @@ def test_a_missing_node_is_a_reason_not_to_be_ready() -> None:
     assert "'n1'" in unread and "not been read" in unread
     (missing,) = daemon_reasons(journal_writable=True, node="n1", node_exists=False)
     assert "no Node named 'n1'" in missing and "--node-name" in missing
+
+
+def test_why_the_api_server_was_not_reached_comes_first_while_a_cache_waits() -> None:
+    why = "API server https://10.0.0.1:6443 not reachable: connecting to 10.0.0.1:6443: " \
+          "ECONNREFUSED (Connection refused)"
+    reasons = daemon_reasons(journal_writable=True, node="n1", node_exists=None,
+                             pods_synced=False, nads_synced=False, unreachable=why)
+    assert reasons[0] == why and len(reasons) == 4
+    # once everything is listed, a passing failure is no reason not to be ready
+    assert daemon_reasons(journal_writable=True, node="n1", node_exists=True,
+                          pods_synced=True, nads_synced=True, unreachable=why) == []
