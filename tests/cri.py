@@ -23,15 +23,11 @@ registry) and imported with ``ctr`` (:meth:`Containerd.import_image`) into the
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
-import tarfile
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -39,7 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netctl.kit.harness_podman import BUSYBOX, ROOTFS_DIRS, write_rootfs_tar
+from netctl.kit.harness_podman import (  # noqa: F401  (tests call cri.write_image_tar)
+    BUSYBOX,
+    write_image_tar,
+)
 
 CONTAINERD = shutil.which("containerd") or "/usr/bin/containerd"
 CTR = shutil.which("ctr") or "/usr/bin/ctr"
@@ -304,53 +303,6 @@ class CRIClient:
 
 
 # --- a sandbox image, from busybox-static -----------------------------------------
-
-
-def _goarch() -> str:
-    machine = platform.machine()
-    return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
-
-
-def _rootfs_layer(scratch: Path, files: Mapping[str, str]) -> bytes:
-    """An uncompressed tar: busybox with a link per applet in /bin (podman's test
-    image, :func:`~netctl.kit.harness_podman.write_rootfs_tar`), and ``files``."""
-    write_rootfs_tar(scratch)
-    try:
-        with tarfile.open(scratch, "a") as tar:
-            for d in sorted({str(Path(f).parent) for f in files} - {".", *ROOTFS_DIRS}):
-                info = tarfile.TarInfo(d)
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                tar.addfile(info)
-            for name, text in sorted(files.items()):
-                data = text.encode()
-                info = tarfile.TarInfo(name)
-                info.size, info.mode = len(data), 0o644
-                tar.addfile(info, io.BytesIO(data))
-        return scratch.read_bytes()
-    finally:
-        scratch.unlink(missing_ok=True)
-
-
-def write_image_tar(path: Path, name: str, cmd: Sequence[str],
-                    files: Mapping[str, str] | None = None) -> None:
-    """A one-layer image named ``name`` running ``cmd``, as ``docker save`` writes it
-    (``manifest.json``, the config, the layer), for ``ctr images import``."""
-    layer = _rootfs_layer(path.with_name(f"{path.name}.layer"), files or {})
-    diff_id = hashlib.sha256(layer).hexdigest()
-    config = json.dumps({
-        "architecture": _goarch(), "os": "linux",
-        "config": {"Cmd": list(cmd), "Env": ["PATH=/bin"], "WorkingDir": "/"},
-        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
-    }).encode()
-    config_name = f"{hashlib.sha256(config).hexdigest()}.json"
-    manifest = json.dumps([{"Config": config_name, "RepoTags": [name],
-                            "Layers": [f"{diff_id}/layer.tar"]}]).encode()
-    with tarfile.open(path, "w") as tar:
-        for member, data in ((f"{diff_id}/layer.tar", layer), (config_name, config),
-                             ("manifest.json", manifest)):
-            info = tarfile.TarInfo(member)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
 
 
 # --- containerd, started for one test ---------------------------------------------

@@ -49,16 +49,12 @@ import contextlib
 import errno
 import functools
 import gzip
-import hashlib
-import io
 import json
 import os
-import platform
 import secrets
 import shutil
 import signal
 import subprocess
-import tarfile
 import tempfile
 import time
 import urllib.parse
@@ -69,7 +65,7 @@ from typing import Any, TypeVar
 import yaml
 
 from .harness import HarnessError, wait_for
-from .harness_podman import BUSYBOX, write_rootfs_tar
+from .harness_podman import BUSYBOX, write_image_tar
 from .kubefake import real as realkube
 from .kubefake.real import KUBE_BUILD, ROOT, RealKube, free_port, kube_dir
 
@@ -189,31 +185,6 @@ def unavailable(image: str | None = None) -> str | None:
 
 
 # -- images without a registry -------------------------------------------------------------
-
-
-def write_image_tar(path: Path, name: str, cmd: Sequence[str]) -> None:
-    """A one-layer image named ``name`` (busybox-static and a link per applet) running
-    ``cmd``, as ``docker save`` writes it, for ``ctr images import``."""
-    layer_path = path.with_name(f"{path.name}.layer")
-    write_rootfs_tar(layer_path)
-    layer = layer_path.read_bytes()
-    layer_path.unlink()
-    diff_id = hashlib.sha256(layer).hexdigest()
-    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
-    config = json.dumps({
-        "architecture": arch, "os": "linux",
-        "config": {"Cmd": list(cmd), "Env": ["PATH=/bin"], "WorkingDir": "/"},
-        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
-    }).encode()
-    config_name = f"{hashlib.sha256(config).hexdigest()}.json"
-    manifest = json.dumps([{"Config": config_name, "RepoTags": [name],
-                            "Layers": [f"{diff_id}/layer.tar"]}]).encode()
-    with tarfile.open(path, "w") as tar:
-        for member, data in ((f"{diff_id}/layer.tar", layer), (config_name, config),
-                             ("manifest.json", manifest)):
-            info = tarfile.TarInfo(member)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
 
 
 # -- processes -------------------------------------------------------------------------------
