@@ -139,6 +139,11 @@ def test_a_sandbox_that_vanished_while_down_is_released_by_the_first_round(
     wait_for(lambda: daemon.live_attachments_of(["vanish1"]) == 0, 20,
              "the vanished sandbox released by the first round")
     assert bridge_ports(br) == [] and ipam_held(daemon.ipam_dir) == []
-    assert daemon.db("SELECT verb, origin, state FROM operations WHERE origin='reconcile'"
-                     " ORDER BY id") == [("RECONCILE", "reconcile", "done"),
-                                         ("DEL", "reconcile", "done")]
+    # the round right after the replay DELs it; on a loaded machine the kernel may destroy
+    # the netns (and the host veth) only after the daemon started, and then the netlink
+    # event's round can be first: either way one DEL, and no periodic round
+    ops = daemon.db("SELECT verb, origin, state FROM operations WHERE origin IN "
+                    "('reconcile', 'event') ORDER BY id")
+    assert ("RECONCILE", "reconcile", "done") in ops
+    assert [op for op in ops if op[0] == "DEL"] in ([("DEL", "reconcile", "done")],
+                                                   [("DEL", "event", "done")]), ops
