@@ -446,9 +446,10 @@ def test_query_small_json() -> None:
 @pytest.mark.realnode
 def test_node_density_small_json() -> None:
     """`netctl bench node-density --pods 3 --nads 0,1` on a real node (make image, the
-    node, netctl installed: about 3.5 minutes here; run it under the machine's real-node
-    lock): the floor and two netctl runs, every pod Ready and timed both ways, the daemon's
-    cgroup measured, netctl's ADDs journaled, nothing held after each run, the node gone."""
+    node, netctl installed: 84 s here with the image built, about 3 minutes when make image
+    rebuilds it; run it under the machine's real-node lock): the floor and two netctl runs,
+    every pod Ready and timed both ways, the daemon's cgroup measured, netctl's ADDs
+    journaled, nothing held after each run, the node gone."""
     from netctl.kit import realnode
 
     reason = realnode.unavailable()
