@@ -255,8 +255,10 @@ class RealNode:
     """A control plane and one node (see the module's doc). ``open`` starts it (the node
     Ready), ``close`` removes everything; :meth:`install_netctl` puts netctl on it."""
 
-    def __init__(self, name: str = "", *, prefix: str = "") -> None:
+    def __init__(self, name: str = "", *, prefix: str = "", max_pods: int = 110) -> None:
+        """``max_pods``: kubelet's maxPods (its default 110; the DaemonSet's pod counts)."""
         tag = secrets.token_hex(2)
+        self.max_pods = max_pods
         self.name = name or f"netctl-node-{tag}"
         # host links the node and its tests make are named prefix… (at most 15 characters:
         # 7 here, 8 left); close() removes them
@@ -523,7 +525,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "healthzBindAddress": "127.0.0.1", "healthzPort": self.healthz_port,
             "cgroupDriver": "cgroupfs", "cgroupsPerQOS": False, "enforceNodeAllocatable": [],
             "failSwapOn": False, "makeIPTablesUtilChains": False,
-            "kubeAPIQPS": 50, "kubeAPIBurst": 100,
+            "kubeAPIQPS": 50, "kubeAPIBurst": 100, "maxPods": self.max_pods,
             "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
             "authorization": {"mode": "AlwaysAllow"},
             "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%",

@@ -4,7 +4,8 @@
 :mod:`~netctl.kit.bench.events`, :mod:`~netctl.kit.bench.podman`,
 :mod:`~netctl.kit.bench.kube`, :mod:`~netctl.kit.bench.hotplug`,
 :mod:`~netctl.kit.bench.sticky`, :mod:`~netctl.kit.bench.cluster` with its baseline
-:mod:`~netctl.kit.bench.whereabouts`, :mod:`~netctl.kit.bench.query`) on the shared
+:mod:`~netctl.kit.bench.whereabouts`, :mod:`~netctl.kit.bench.query`,
+:mod:`~netctl.kit.bench.density`: ``node-density`` on a real node) on the shared
 driver and base of :mod:`~netctl.kit.bench.common` (over :mod:`netctl.kit.harness`, which
 the tests use too) and the one renderer of :mod:`~netctl.kit.bench.render`. Its command line is
 :mod:`~netctl.kit.bench.cli`, which ``netctl`` loads through an entry point.
@@ -61,6 +62,10 @@ def main(args: argparse.Namespace) -> int:
         from netctl.kit.bench.query import run_query
 
         return run_query(args)
+    if args.bench == "node-density":
+        from netctl.kit.bench.density import run_density
+
+        return run_density(args)
     if args.bench == "podman":
         from netctl.kit.bench.podman import run_podman
 

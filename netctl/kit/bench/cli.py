@@ -141,6 +141,18 @@ def _add_kube_benches(bsub: _Commands) -> None:
                    help="the daemons' ipam-backend (default kubernetes: blocks per node; "
                    "sqlite: pools per node, duplicates across nodes)")
     b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("node-density", help="N pods at once on a real single-node v1.24 "
+                        "cluster (RealNode): create → Ready with the primary CNI alone, then "
+                        "with netctl at 0, 1, 3 NADs; the daemon's cgroup CPU, throttling and "
+                        "memory, its ADD time; nothing held after")
+    b.add_argument("--pods", type=int, default=100, metavar="N", help="pods created at once "
+                   "per run (default 100; kubelet's maxPods is raised to N + 10)")
+    b.add_argument("--nads", default="0,1,3", metavar="K,K,…", help="the netctl runs: NADs "
+                   "each pod selects (default 0,1,3); the floor runs first, before netctl")
+    b.add_argument("--cpu-limit", metavar="CPU", default=None, help="the daemon container's "
+                   "CPU request and limit patched into the DaemonSet before the runs (e.g. "
+                   "1, 750m); 0: no CPU limit (the request kept); default: the manifest's")
+    b.add_argument("--json", action="store_true")
     b = bsub.add_parser("query", help="a cluster-wide kubectl netctl journal --ip --at over "
                         "N nodes' query endpoints vs one node's local netctl journal")
     b.add_argument("--nodes", type=int, default=4, help="netctl daemons (default 4)")
