@@ -9,8 +9,9 @@ wherever netctl reads what they say:
   (``/run/netns`` with HostToContainer), every command parsed by netctl's own CLI parser
   (the init container's ``install-cni --auto-config``, the watcher, the daemon, the
   readiness probe, the uninstaller), one socket path throughout, requests = limits in
-  every container, every figure a quantity with the measurement behind it in a
-  ``# measured:`` comment (the daemon's from ``netctl bench kube``);
+  every container but the daemon, whose CPU has a request and no limit (bursts of pod
+  starts are not throttled: ``netctl bench node-density``) and whose memory is bounded,
+  every figure a quantity with the measurement behind it in a ``# measured:`` comment;
 - RBAC: the ClusterRole is exactly ``netctl.kube.access.RULES``, row by row, each reason
   as its comment; the binding ties it to the DaemonSet's ServiceAccount;
 - the NetworkAttachmentDefinition CRD as the API defines it and Multus (v4.3.0) installs
@@ -184,13 +185,18 @@ def test_the_commands_are_netctls_and_agree_on_the_socket(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("name", ["daemonset.yaml", "uninstall.yaml"])
-def test_requests_equal_limits_and_figures_are_measured(name: str) -> None:
+def test_resources_are_bounded_and_figures_are_measured(name: str) -> None:
     path = KUBE / name
     spec = one(path, "DaemonSet")["spec"]["template"]["spec"]
     for c in spec.get("initContainers", []) + spec["containers"]:
         res = c["resources"]
-        assert res["requests"] == res["limits"], c["name"]
-        assert set(res["requests"]) == {"cpu", "memory"}, c["name"]  # Guaranteed QoS
+        assert set(res["requests"]) == {"cpu", "memory"}, c["name"]
+        if c["name"] == "netctl":
+            # no CPU limit: a burst of pod starts is not throttled (bench node-density);
+            # its memory, delegates included, is bounded
+            assert res["limits"] == {"memory": res["requests"]["memory"]}, res
+        else:
+            assert res["requests"] == res["limits"], c["name"]  # Guaranteed QoS
         for value in res["requests"].values():
             assert QUANTITY.match(str(value)), (c["name"], value)
     lines = path.read_text().splitlines()
