@@ -151,7 +151,8 @@ def _add_kube_benches(bsub: _Commands) -> None:
                    "each pod selects (default 0,1,3); the floor runs first, before netctl")
     b.add_argument("--cpu-limit", metavar="CPU", default=None, help="the daemon container's "
                    "CPU request and limit patched into the DaemonSet before the runs (e.g. "
-                   "1, 750m); 0: no CPU limit (the request kept); default: the manifest's")
+                   "500m, the former manifest's, or 1); 0: no CPU limit (the request kept); "
+                   "default: the manifest's (500m requested, no limit)")
     b.add_argument("--json", action="store_true")
     b = bsub.add_parser("query", help="a cluster-wide kubectl netctl journal --ip --at over "
                         "N nodes' query endpoints vs one node's local netctl journal")

@@ -599,13 +599,15 @@ class DensityBench(Bench):
         containers = ds["spec"]["template"]["spec"]["containers"]
         i = next(i for i, c in enumerate(containers) if c["name"] == "netctl")
         base = f"/spec/template/spec/containers/{i}/resources"
-        if self.cpu_limit is not None:
-            if _cores(self.cpu_limit) == 0:
-                ops: list[dict[str, Any]] = [{"op": "remove", "path": f"{base}/limits/cpu"}]
-            else:
-                ops = [{"op": "replace", "path": f"{base}/limits/cpu", "value": self.cpu_limit},
-                       {"op": "replace", "path": f"{base}/requests/cpu",
-                        "value": self.cpu_limit}]
+        has_limit = "cpu" in (containers[i].get("resources") or {}).get("limits", {})
+        ops: list[dict[str, Any]] = []
+        if self.cpu_limit is not None and _cores(self.cpu_limit) == 0:
+            if has_limit:  # none there (the manifest's own): nothing to take away
+                ops = [{"op": "remove", "path": f"{base}/limits/cpu"}]
+        elif self.cpu_limit is not None:  # "add" sets a member whether or not it is there
+            ops = [{"op": "add", "path": f"{base}/limits/cpu", "value": self.cpu_limit},
+                   {"op": "add", "path": f"{base}/requests/cpu", "value": self.cpu_limit}]
+        if ops:
             progress(f"the DaemonSet patched: {json.dumps(ops)}")
             old = set(self.node.daemon_pids())
             self.node.kubectl("-n", "kube-system", "patch", "daemonset", "netctl",
