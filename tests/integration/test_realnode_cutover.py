@@ -11,12 +11,16 @@
 2. The switch, docs/migrating.md's step 2 literally: Multus' DaemonSet deleted, then netctl
    installed as docs/kubernetes.md says (:meth:`~netctl.kit.realnode.RealNode.install_netctl`)
    with ``--replace-multus`` added to the init container's ``install-cni --auto-config``.
+   Multus v4.1's daemon removes its ``00-multus.conf`` when its DaemonSet is deleted (on
+   SIGTERM), not as the doc says: a pod created in that gap comes up on the primary
+   network alone, Running, no network-status (asserted: it is what a user would meet).
    New pods get their networks from netctl (its journal holds their ADDs).
 3. The pods created under Multus, scaled to 0 after the switch: their DELs reach netctl,
    which never saw them, and run what Multus ran from its cache (docs/migrating.md's step
    3): the host-local leases of the primary and of both secondary networks gone from the
    node's ``/var/lib/cni/networks``, no veth of theirs left on the bridges, no netns, their
-   Multus cache files removed, each journaled as a DEL whose reason names Multus' cache.
+   Multus cache files removed, each journaled as a DEL whose reason names Multus' cache;
+   the pod from the gap (no Multus cache) has its cluster network DELeted, its lease gone.
    The pods created under netctl are untouched, and once they go too nothing is left.
 
 What is asserted is real state: the node's files, the bridges' ports on the machine, the
