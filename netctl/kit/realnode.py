@@ -599,9 +599,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     # -- netctl ---------------------------------------------------------------------------------
 
-    def install_netctl(self, *, build: bool = True) -> str:
+    def install_netctl(self, *, build: bool = True,
+                       daemonset: Sequence[Mapping[str, Any]] | None = None) -> str:
         """netctl on the node as docs/kubernetes.md installs it (``make image`` first unless
-        not ``build``); returns the image's name once the DaemonSet is Ready."""
+        not ``build``; ``daemonset``: these documents applied instead of daemonset.yaml, an
+        edited copy of it); returns the image's name once the DaemonSet is Ready."""
         assert self.kube is not None
         image = netctl_image()
         t0 = time.monotonic()
@@ -615,8 +617,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         self.kubectl("-n", "kube-system", "create", "configmap", "netctl-api-server",
                      "--from-literal=k8sServiceHost=127.0.0.1",
                      f"--from-literal=k8sServicePort={self.kube.port}")
-        self.kubectl("apply", "-f", f"{CRDS}/", "-f", str(MANIFESTS / "rbac.yaml"),
-                     "-f", str(MANIFESTS / "daemonset.yaml"))
+        if daemonset is None:
+            self.kubectl("apply", "-f", f"{CRDS}/", "-f", str(MANIFESTS / "rbac.yaml"),
+                         "-f", str(MANIFESTS / "daemonset.yaml"))
+        else:
+            self.kubectl("apply", "-f", f"{CRDS}/", "-f", str(MANIFESTS / "rbac.yaml"))
+            self.apply(daemonset)
         self.wait_ready("daemonset", "netctl", "kube-system", timeout=300)
         self.timings["daemonset ready"] = time.monotonic() - t2
         return image
