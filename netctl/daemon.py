@@ -74,6 +74,13 @@ async def run(cfg: DaemonConfig, *,
             raise CNIError(INVALID_CONFIG, "query-addr serves Kubernetes mode only (its "
                            "callers are checked by the API server): add --kubeconfig or "
                            "--in-cluster, or drop query-addr")
+        if kube is not None and "whereabouts" in cfg.ipam_takeover and \
+                cfg.ipam_backend != "kubernetes":
+            raise CNIError(INVALID_CONFIG, "ipam-takeover: [whereabouts] in Kubernetes mode "
+                           "needs ipam-backend: kubernetes: whereabouts' addresses are "
+                           "cluster-wide, and a node's own pools (ipam-backend: sqlite) "
+                           "would hand out again what whereabouts gave pods on this and "
+                           "other nodes (docs/migrating.md)")
         await _kill_orphans(journal.path)
         ipam = await _ipam_store(cfg, journal, kube)
         ipam_types = frozenset({"netctl-ipam", *cfg.ipam_takeover})

@@ -393,3 +393,19 @@ def test_on_a_real_api_server_with_the_manifests_roles(real_kube: RealKube,
         for d in daemons:
             d.shut_down()
         kube.clean()
+
+
+def test_whereabouts_takeover_needs_the_cluster_ipam(tmp_path: Path) -> None:
+    """In Kubernetes mode a node's own pools would hand out again what whereabouts gave
+    pods across the cluster (seen on the real node when the switch was made with the
+    default backend): the daemon refuses to start, naming both settings."""
+    with FakeKube() as server:
+        d = Daemon(tmp_path, "ncwt", [SYSTEM_CNI], {
+            **TEST_SETTINGS, "kubeconfig": str(server.kubeconfig(tmp_path / "kubeconfig")),
+            "node-name": "n1", "ipam-takeover": ["whereabouts"]})
+        try:
+            with pytest.raises(harness.HarnessError, match=r"ipam-takeover: \[whereabouts\] "
+                               "in Kubernetes mode needs ipam-backend: kubernetes"):
+                d.start()
+        finally:
+            d.shut_down()
