@@ -49,6 +49,7 @@ import contextlib
 import errno
 import functools
 import gzip
+import ipaddress
 import json
 import os
 import secrets
@@ -761,6 +762,32 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         """A pod's ``k8s.v1.cni.cncf.io/network-status`` ([] when absent)."""
         raw = (pod["metadata"].get("annotations") or {}).get(NETWORK_STATUS)
         return list(json.loads(raw)) if raw else []
+
+    def check_networks(self, pod: Mapping[str, Any], want: Mapping[str, str],
+                       subnets: Mapping[str, ipaddress.IPv4Network]) -> dict[str, str]:
+        """Assert that the pod's network-status names ``want`` (interface → network:
+        ``primary`` for eth0, ``NS/NAD`` for the others, eth0 the default) and says what
+        its netns holds: each interface's address in its network's subnet (``subnets``:
+        by the network's name without its namespace) and its MAC, no other interface but
+        lo, eth0's address the pod's IP. Returns interface → address."""
+        name = pod["metadata"]["name"]
+        status = self.network_status(pod)
+        by_if = {e["interface"]: e for e in status if e.get("interface")}
+        assert {i: e["name"] for i, e in by_if.items()} == dict(want), (name, status)
+        assert by_if["eth0"].get("default") is True, status
+        links = self.pod_links(pod)
+        assert set(links) == {"lo", *want}, (name, links)
+        out = {}
+        for ifname, entry in by_if.items():
+            assert sorted(entry.get("ips", [])) == links[ifname]["ips"], (name, ifname, entry,
+                                                                         links[ifname])
+            assert entry.get("mac", "").lower() == links[ifname]["mac"].lower(), (name, entry)
+            (address,) = entry["ips"]
+            subnet = subnets[entry["name"].split("/")[-1]]
+            assert ipaddress.ip_address(address) in subnet, (name, ifname, address)
+            out[ifname] = address
+        assert pod["status"]["podIP"] == out["eth0"], (name, pod["status"]["podIP"])
+        return out
 
     def pod_pid(self, pod: Mapping[str, Any]) -> int:
         """The PID (on the machine) of the pod's first container: in its network

@@ -32,7 +32,8 @@ STICKY = ipaddress.ip_network("10.218.3.0/24")
 RED = ipaddress.ip_network("10.218.4.0/24")
 GWA = ipaddress.ip_network("10.218.5.0/24")  # its bridge the pods' default gateway
 GWB = ipaddress.ip_network("10.218.6.0/24")  # its bridge a gateway
-SUBNETS = {"blue": BLUE, "green": GREEN, "sticky": STICKY, "red": RED, "gwa": GWA, "gwb": GWB}
+SUBNETS = {"primary": ipaddress.ip_network(PRIMARY_SUBNET), "blue": BLUE, "green": GREEN,
+           "sticky": STICKY, "red": RED, "gwa": GWA, "gwb": GWB}
 TIMINGS: dict[str, float] = {}
 
 
@@ -118,29 +119,8 @@ def clean(node: RealNode) -> Iterator[None]:
 
 
 def check_networks(node: RealNode, pod: dict[str, Any], want: dict[str, str]) -> dict[str, str]:
-    """The pod's network-status names ``want`` (interface → network: ``primary`` for
-    eth0, ``default/NAD`` for the others) and says what its netns holds: each interface's
-    addresses (in its network's subnet) and MAC; no other interface but lo. Returns
-    interface → address."""
-    name = pod["metadata"]["name"]
-    status = node.network_status(pod)
-    by_if = {e["interface"]: e for e in status if e.get("interface")}
-    assert {i: e["name"] for i, e in by_if.items()} == want, (name, status)
-    assert by_if["eth0"].get("default") is True, status
-    links = node.pod_links(pod)
-    assert set(links) == {"lo", *want}, (name, links)
-    out = {}
-    for ifname, entry in by_if.items():
-        assert sorted(entry.get("ips", [])) == links[ifname]["ips"], (name, ifname, entry,
-                                                                     links[ifname])
-        assert entry.get("mac", "").lower() == links[ifname]["mac"].lower(), (name, entry)
-        (address,) = entry["ips"]
-        network = entry["name"].split("/")[-1]
-        subnet = ipaddress.ip_network(PRIMARY_SUBNET) if ifname == "eth0" else SUBNETS[network]
-        assert ipaddress.ip_address(address) in subnet, (name, ifname, address)
-        out[ifname] = address
-    assert pod["status"]["podIP"] == out["eth0"], (name, pod["status"]["podIP"])
-    return out
+    """:meth:`RealNode.check_networks` with this module's subnets."""
+    return node.check_networks(pod, want, SUBNETS)
 
 
 def settled(node: RealNode, pools: tuple[ipaddress.IPv4Network, ...],

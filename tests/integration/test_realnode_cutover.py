@@ -285,25 +285,9 @@ def sandboxes(node: RealNode) -> set[str]:
 
 
 def check_networks(node: RealNode, pod: dict[str, Any]) -> dict[str, str]:
-    """The pod's network-status names eth0 (the cluster network, default), net1 and net2
-    (the NADs), each address in its network's subnet and on that interface in the pod's
-    netns (with its MAC), no other interface but lo; interface → address."""
-    name = pod["metadata"]["name"]
-    status = node.network_status(pod)
-    by_if = {e["interface"]: e for e in status if e.get("interface")}
-    assert {i: e["name"] for i, e in by_if.items()} == WANT, (name, status)
-    assert by_if["eth0"].get("default") is True, status
-    links = node.pod_links(pod)
-    assert set(links) == {"lo", *WANT}, (name, links)
-    out = {}
-    for ifname, entry in by_if.items():
-        assert sorted(entry.get("ips", [])) == links[ifname]["ips"], (name, entry, links)
-        assert entry.get("mac", "").lower() == links[ifname]["mac"].lower(), (name, entry)
-        (address,) = entry["ips"]
-        assert ipaddress.ip_address(address) in SUBNETS[entry["name"].split("/")[-1]]
-        out[ifname] = address
-    assert pod["status"]["podIP"] == out["eth0"]
-    return out
+    """:meth:`RealNode.check_networks`: eth0 (the cluster network, default), net1 and net2
+    (the NADs) and this module's subnets; interface → address."""
+    return node.check_networks(pod, WANT, SUBNETS)
 
 
 def check_deployment(node: RealNode, app: str) -> dict[str, dict[str, str]]:
