@@ -145,9 +145,11 @@ def netctl_image() -> str:
     raise NodeError("deploy/kubernetes/daemonset.yaml has no DaemonSet")
 
 
+@functools.cache
 def build_image() -> str:
     """``make image`` in this checkout (seconds when only netctl changed); the image's
-    name."""
+    name. Once per process: the real-node modules of one test session share the build
+    (a failed build is not remembered: the next call tries again)."""
     image = netctl_image()
     proc = subprocess.run(["make", "-C", str(ROOT), "image", f"IMAGE={image}"],
                           capture_output=True, text=True, timeout=1800, check=False)
