@@ -32,24 +32,22 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from netctl.kit import harness
+from netctl.kit import harness, realnode
 from netctl.kit.harness_podman import HostSnapshot
 from netctl.kit.kubefake import FakeKube, nad, node, pod
 from tests import cri
 from tests.conftest import ROOT, bridge_ports, netns_addrs, netns_links
 from tests.fakehost import MARKER, PRIMARY, FakeHost, furnish
-from tests.kubelet import KUBECONFIG, Kubelet, documents
+from tests.kubelet import KUBECONFIG, Kubelet
 
 MANIFEST = ROOT / "deploy" / "kubernetes" / "daemonset.yaml"
 UNINSTALL = ROOT / "deploy" / "kubernetes" / "uninstall.yaml"
-IMAGE_ENV = ROOT / "deploy" / "image" / "podman-env"  # how `make image` runs podman
 NODE = "node-ds"
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 STATUS = "k8s.v1.cni.cncf.io/network-status"
@@ -66,26 +64,15 @@ pytestmark = [pytest.mark.netns, pytest.mark.slow,
 
 
 def podman_env() -> tuple[list[str], dict[str, str]]:
-    """podman as ``make image`` runs it (its containers.conf), and the image's name."""
-    env = dict(os.environ)
-    for line in IMAGE_ENV.read_text().splitlines():
-        if "=" in line and not line.startswith("#"):
-            key, value = line.split("=", 1)
-            env[key] = value.replace("$(ROOT)", str(ROOT))
-    return ["podman"], env
+    """podman as ``make image`` runs it (its containers.conf)."""
+    return ["podman"], realnode.podman_env()
 
 
 @pytest.fixture(scope="module")
 def image() -> str:
     """The DaemonSet's image, as ``make image`` builds it from this checkout (seconds when
     only netctl changed: podman's layer cache; about a minute on a fresh machine)."""
-    (ds,) = [d for d in documents(MANIFEST) if d["kind"] == "DaemonSet"]
-    name = str(next(c for c in ds["spec"]["template"]["spec"]["containers"]
-                    if c["name"] == "netctl")["image"])
-    build = subprocess.run(["make", "-C", str(ROOT), "image", f"IMAGE={name}"],
-                           capture_output=True, text=True, timeout=1800)
-    assert build.returncode == 0, f"make image: {build.stdout[-3000:]}{build.stderr[-3000:]}"
-    return name
+    return realnode.build_image()
 
 
 @pytest.fixture
