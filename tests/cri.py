@@ -1,9 +1,9 @@
 """A small CRI client and a throw-away containerd for tests: drive the runtime as kubelet
 does, over its unix socket, with no generated code.
 
-The CRI messages are protobuf; the few a test needs are encoded and decoded here by
-hand (:func:`encode`, :func:`decode`: field number → values, nested messages decoded
-on demand), and sent through grpcio with identity serializers. :class:`Containerd`
+The CRI messages are protobuf; the few a test needs are encoded and decoded by
+field number (:mod:`netctl.devices.proto`, which the daemon's PodResources client
+uses too), and sent through grpcio with identity serializers. :class:`Containerd`
 starts Debian's containerd 1.6 as a child process with its own config and temporary
 root, state and socket (runc; ``restrict_oom_score_adj``: root here lacks
 CAP_SYS_RESOURCE), its CRI plugin reading CNI configs from ``conf_dir`` and plugins from
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from netctl.devices import proto
 from netctl.kit.harness_podman import (  # noqa: F401  (tests call cri.write_image_tar)
     BUSYBOX,
     write_image_tar,
@@ -46,102 +47,10 @@ RUNC = shutil.which("runc") or "/usr/sbin/runc"
 K8S_NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin works in
 PROTOCOLS = {"TCP": 0, "UDP": 1, "SCTP": 2}
 
-Fields = list[tuple[int, "int | bool | str | bytes | Fields"]]
-
-
-# --- protobuf, the little that is needed ------------------------------------------
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def encode(fields: Fields) -> bytes:
-    """Fields in order: ints and bools as varints, str/bytes/nested lists
-    length-delimited."""
-    out = bytearray()
-    for num, value in fields:
-        if isinstance(value, bool | int):
-            out += _varint(num << 3) + _varint(int(value))
-        else:
-            raw = value.encode() if isinstance(value, str) else \
-                value if isinstance(value, bytes) else encode(value)
-            out += _varint(num << 3 | 2) + _varint(len(raw)) + raw
-    return bytes(out)
-
-
-def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        byte = buf[i]
-        i += 1
-        n |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return n, i
-
-
-def decode(buf: bytes) -> dict[int, list[int | bytes]]:
-    """field number → its values (varints as int, length-delimited as bytes)."""
-    out: dict[int, list[int | bytes]] = {}
-    i = 0
-    while i < len(buf):
-        key, i = _read_varint(buf, i)
-        num, wire = key >> 3, key & 7
-        value: int | bytes
-        if wire == 0:
-            value, i = _read_varint(buf, i)
-        elif wire == 2:
-            size, i = _read_varint(buf, i)
-            value, i = buf[i:i + size], i + size
-        elif wire == 1:
-            value, i = int.from_bytes(buf[i:i + 8], "little"), i + 8
-        elif wire == 5:
-            value, i = int.from_bytes(buf[i:i + 4], "little"), i + 4
-        else:
-            raise ValueError(f"protobuf wire type {wire} not handled")
-        out.setdefault(num, []).append(value)
-    return out
-
-
-def _text(v: int | bytes) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def _str(msg: dict[int, list[int | bytes]], num: int) -> str:
-    return _text(msg.get(num, [b""])[0])
-
-
-def _int(msg: dict[int, list[int | bytes]], num: int) -> int:
-    value = msg.get(num, [0])[0]
-    assert isinstance(value, int)
-    return value
-
-
-def _msgs(msg: dict[int, list[int | bytes]], num: int) -> list[dict[int, list[int | bytes]]]:
-    """The nested messages of field ``num``, decoded."""
-    out = []
-    for raw in msg.get(num, []):
-        assert isinstance(raw, bytes)
-        out.append(decode(raw))
-    return out
-
-
-def _map(entries: Mapping[str, str]) -> list[Fields]:
-    """A ``map<string, string>``'s entries, each its own message (key 1, value 2)."""
-    return [[(1, k), (2, v)] for k, v in sorted(entries.items())]
-
-
-def _read_map(msg: dict[int, list[int | bytes]], num: int) -> dict[str, str]:
-    return {_str(kv, 1): _str(kv, 2) for kv in _msgs(msg, num)}
+Fields = proto.Fields
+encode, decode = proto.encode, proto.decode
+_str, _int, _msgs, _map, _read_map = (proto.text, proto.integer, proto.messages,
+                                      proto.map_entries, proto.read_map)
 
 
 # --- CRI ----------------------------------------------------------------------------
@@ -283,19 +192,10 @@ class CRIClient:
     def status(self, verbose: bool = True) -> RuntimeStatus:
         msg = decode(self.call("Status", encode([(1, verbose)])))
         conditions: dict[str, tuple[bool, str, str]] = {}
-        for raw in msg.get(1, []):  # RuntimeStatus
-            assert isinstance(raw, bytes)
-            for cond_raw in decode(raw).get(1, []):  # repeated RuntimeCondition
-                assert isinstance(cond_raw, bytes)
-                c = decode(cond_raw)
-                conditions[_text(c.get(1, [b""])[0])] = (
-                    bool(c.get(2, [0])[0]), _text(c.get(3, [b""])[0]),
-                    _text(c.get(4, [b""])[0]))
-        info = {}
-        for entry in msg.get(2, []):  # map<string, string>
-            assert isinstance(entry, bytes)
-            kv = decode(entry)
-            info[_text(kv.get(1, [b""])[0])] = _text(kv.get(2, [b""])[0])
+        for status in _msgs(msg, 1):  # RuntimeStatus
+            for c in _msgs(status, 1):  # repeated RuntimeCondition
+                conditions[_str(c, 1)] = (bool(_int(c, 2)), _str(c, 3), _str(c, 4))
+        info = _read_map(msg, 2)
         return RuntimeStatus(conditions, info)
 
     def close(self) -> None:
