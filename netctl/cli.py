@@ -116,7 +116,7 @@ def journal_filters(args: argparse.Namespace) -> Any:
     return query.Filters(
         pod=query.pod_selector(args.pod, args.namespace), container=args.container,
         ip=args.ip, at=at.seconds if at else None, since=since.seconds if since else None,
-        network=args.network, running=args.running, limit=args.limit,
+        network=args.network, device=args.device, running=args.running, limit=args.limit,
         notes=tuple(f"{flag}: {t.note}" for flag, t in (("--at", at), ("--since", since))
                     if t is not None and t.note))
 
@@ -625,6 +625,9 @@ def _journal_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--since", metavar="DURATION|TIME", help="30s, 5m, 2h, 1d ago, or a TIME "
                    "as --at takes it")
     p.add_argument("--network", metavar="NAME")
+    p.add_argument("--device", metavar="ID", help="the attachments that held this device "
+                   "(a device network's: an SR-IOV VF's PCI address, …); with --at, at that "
+                   "time")
     p.add_argument("--running", action="store_true",
                    help="only the operations still running (all of them) and the attachments "
                         "they touch")

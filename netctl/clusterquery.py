@@ -68,6 +68,7 @@ def journal_query(f: Filters) -> str:
     """The query string of ``/v1/journal`` for ``f`` (times as UNIX seconds). Pure."""
     params: dict[str, Any] = {"pod": f.pod, "container": f.container, "ip": f.ip,
                               "at": f.at, "since": f.since, "network": f.network,
+                              "device": f.device,
                               "running": "1" if f.running else None, "limit": f.limit}
     return urlencode({k: v for k, v in params.items() if v is not None})
 

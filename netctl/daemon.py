@@ -203,7 +203,7 @@ def _engine(cfg: DaemonConfig, root: HostRoot, journal: Journal, chains: Chains,
                   NadResolver(kube.nads, root.host(cfg.multus_conf_dir), root),
                   KubeSelector(kube.pods), admission, limits,
                   after_add=kube.write_status, health=health.not_ready, metrics=metrics,
-                  cutover=cutover, netns_unseen=unseen)
+                  cutover=cutover, netns_unseen=unseen, devices=kube.devices)
 
 
 async def _replay(journal: Journal, engine: Engine, admission: Admission,

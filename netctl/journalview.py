@@ -82,7 +82,9 @@ def render(doc: Mapping[str, Any], local: bool = False) -> tuple[list[str], list
                      "older ones not shown: narrow it with --since)")
     atts = [{**a, "addresses": ",".join(a["addresses"]) or "-"}
             for a in _timed(list(doc["attachments"]), local)]
-    out = table(atts, first + ATTACHMENT_COLUMNS).splitlines()
+    # a DEVICE column when some attachment held a device (a device network's)
+    columns = ATTACHMENT_COLUMNS + (["device"] if any(a.get("device") for a in atts) else [])
+    out = table(atts, first + columns).splitlines()
     if doc.get("allocations"):
         allocs = [{**a, "identity": a.get("identity") or "-", "reserved": _reserved(a, local)}
                   for a in _timed(list(doc["allocations"]), local)]

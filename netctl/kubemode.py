@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from netctl.cni.hostroot import HostRoot
 from netctl.cni.request import Invocation, Pod
+from netctl.engine.devices import device_info
 from netctl.engine.readiness import daemon_reasons
 from netctl.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CNIError, Refusal
 from netctl.ipam.store import Loaded
@@ -33,6 +35,7 @@ from netctl.settings import DaemonConfig
 if TYPE_CHECKING:  # the client is imported in Kubernetes mode only
     from netctl.ipam.cluster import ClusterStore
     from netctl.kube.api import Api
+    from netctl.kube.devices import PodDevices
     from netctl.kube.events import EventRecorder
     from netctl.kube.informer import Informer
     from netctl.kube.pods import NadSource, PodSource
@@ -71,6 +74,8 @@ class KubeMode:
     last_status_failure: str = ""
     watching: trio.CancelScope = dataclasses.field(default_factory=trio.CancelScope)
     hotplug: KubeHotplug | None = None  # the pods' annotations followed (use_hotplug)
+    devices: PodDevices | None = None  # device networks: the pods' devices, claims' status
+    root: HostRoot = dataclasses.field(default_factory=HostRoot)  # device-info files read
 
     @classmethod
     async def connect(cls, cfg: DaemonConfig, journal: Journal, metrics: Metrics) -> KubeMode:
@@ -78,7 +83,10 @@ class KubeMode:
         if not node:
             raise CNIError(INVALID_CONFIG, "Kubernetes mode needs the node's name: "
                            "--node-name, or NODE_NAME in the environment")
+        from netctl.devices.podresources import PodResources
         from netctl.kube.api import Api, ApiError, KubeSettings
+        from netctl.kube.devices import PodDevices
+        from netctl.kube.dra import ClaimDevices
         from netctl.kube.events import EventRecorder
         from netctl.kube.pods import NadSource, PodSource
         from netctl.kube.statuswrites import StatusWrites
@@ -92,10 +100,14 @@ class KubeMode:
         send, receive = trio.open_memory_channel[Pod](math.inf)
         writes = StatusWrites(api, on_failure=metrics.network_status_write_failed,
                               last_try=cfg.api_timeout + 1)
-        return cls(api, node, PodSource(api, node, cfg.pod_wait, send.send_nowait),
-                   NadSource(api, cfg.pod_wait), NodeCheck(api, node), writes,
-                   EventRecorder(api, node), journal, send, receive,
-                   cfg.network_status_required)
+        pods = PodSource(api, node, cfg.pod_wait, send.send_nowait)
+        root = HostRoot.at(cfg.host_root)
+        kubelet = PodResources(root.host(cfg.pod_resources_socket),
+                               root.describe(cfg.pod_resources_socket), cfg.api_timeout)
+        devices = PodDevices(kubelet, ClaimDevices(api, node, cfg.pod_wait), pods)
+        return cls(api, node, pods, NadSource(api, cfg.pod_wait), NodeCheck(api, node),
+                   writes, EventRecorder(api, node), journal, send, receive,
+                   cfg.network_status_required, devices=devices, root=root)
 
     def cluster_store(self, cfg: DaemonConfig,
                       live: Loaded) -> ClusterStore:
@@ -144,11 +156,18 @@ class KubeMode:
         cached = self.pods.informer.cache.get((namespace, name))
         uid = cached.metadata.uid if cached is not None and (is_static(cached) or not
                                                              inv.pod.uid) else inv.pod.uid
-        return await self.write_pod_status(
+        warning = await self.write_pod_status(
             Pod(namespace=namespace, name=name, uid=uid), OpStart(
                 verb="ANNOTATE", container_id=inv.container_id, netns=inv.netns,
                 ifname=inv.ifname, caller_network=inv.conf_name, pod=inv.pod,
                 origin="kubernetes"), atts, self.required)
+        if self.devices is not None and cached is not None and cached.claims \
+                and any(a.device for a in atts):  # DRA: the claims' networkData
+            unwritten = await self.devices.claims.report(cached, atts)
+            if unwritten:
+                log.warning("pod %s: %s", inv.pod.key, unwritten)
+                warning = f"{warning}; {unwritten}" if warning else unwritten
+        return warning
 
     async def write_pod_status(self, pod: Pod, annotate: OpStart, atts: list[Attachment],
                                required: bool = False, resumed: bool = False) -> str:
@@ -168,7 +187,9 @@ class KubeMode:
         async def written() -> None:
             await self.journal.one_transaction(annotate)
 
-        write = Write(pod, annotation_value(network_status(atts)), current, written)
+        info = await trio.to_thread.run_sync(device_info, atts, self.root) \
+            if any(a.device for a in atts) else None
+        write = Write(pod, annotation_value(network_status(atts, info)), current, written)
         outcome = await patch_status(self.api, write)
         if outcome == "written" and resumed:
             await written()
@@ -213,6 +234,8 @@ class KubeMode:
                     nursery.start_soon(self.this_node.run)
                     nursery.start_soon(self.pods.informer.run)
                     nursery.start_soon(self.nads.informer.run)
+                    if self.devices is not None:
+                        nursery.start_soon(self.devices.claims.run)
                     nursery.start_soon(self._gone_while_down)
                     if self.ipam is not None:
                         nursery.start_soon(self._cluster_ipam, self.ipam)

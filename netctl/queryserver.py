@@ -123,7 +123,8 @@ def route(req: Request) -> Ask:
     return Ask("journal", Filters(
         pod=q.get("pod") or None, container=q.get("container") or None,
         ip=q.get("ip") or None, at=_number(q, "at"), since=_number(q, "since"),
-        network=q.get("network") or None, running=q.get("running") in ("1", "true"),
+        network=q.get("network") or None, device=q.get("device") or None,
+        running=q.get("running") in ("1", "true"),
         limit=int(limit) if limit is not None else Filters.limit))
 
 

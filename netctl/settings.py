@@ -71,6 +71,9 @@ class DaemonConfig:
     readiness_wait: float = 45.0  # an ADD waits this long for readinessindicatorfile
     network_status_required: bool = False  # a network-status not written fails the ADD
     ipam_backend: str = "sqlite"  # sqlite: pools per node; kubernetes: blocks per node
+    # device networks (netctl/engine/devices.py): the kubelet's PodResources socket, a host
+    # path (reached in host-root)
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     block_idle: float = 600.0  # a block empty this long is released (one per pool kept)
     node_gone_grace: float = 300.0  # a deleted Node's blocks are taken over after this
     block_check: float = 10.0  # seconds between rounds of block maintenance

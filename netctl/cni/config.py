@@ -96,12 +96,17 @@ def plugin_config(
     capability_args: dict[str, Any],
     cni_args: dict[str, Any] | None = None,
     ipam: dict[str, Any] | None = None,
+    device: str = "",
 ) -> bytes:
     """The exact stdin for step ``index`` of ``chain`` (with ``ipam`` replacing its
-    IPAM section when given)."""
+    IPAM section when given). ``device``: the device the attachment holds, as the keys
+    SR-IOV CNI (``deviceID``) and host-device (``pciBusID``) read — every plugin of the
+    chain gets both, as Multus gives them."""
     conf = dict(chain.plugins[index])
     if ipam is not None:
         conf["ipam"] = ipam
+    if device:
+        conf["deviceID"] = conf["pciBusID"] = device
     conf["name"] = chain.name
     conf["cniVersion"] = chain.cni_version
     conf.pop("prevResult", None)

@@ -47,6 +47,7 @@ from netctl.cni.hostroot import HostRoot
 from netctl.cni.invoke import Cancellation, PluginError, find_plugin, run_plugin
 from netctl.cni.netns import is_netns
 from netctl.cni.probe import check_delegate_version, supported_versions
+from netctl.engine.devices import remove_device_info
 from netctl.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError
 from netctl.ipam import ranges as ranges_mod
 from netctl.ipam.planner import Allocation, Lease, Owner, pool_key, static_ipam
@@ -230,7 +231,7 @@ class Chains:
         cni_args = {**extra, **att.cni_args} if extra else att.cni_args
         if served is None:
             return plugin_config(att.chain, index, prev, att.capability_args,
-                                 cni_args), [], None
+                                 cni_args, device=att.device), [], None
         cfg, ranges = served
         if verb == "ADD":
             owner = Owner(att.container_id, att.ifname, netns, att.pod, att.id, att.identity)
@@ -244,7 +245,7 @@ class Chains:
                       for a in self.ipam.of_attachment(att.id)]
             new = []
         return plugin_config(att.chain, index, prev, att.capability_args, cni_args,
-                             ipam=static_ipam(cfg, leases)), new, decision
+                             ipam=static_ipam(cfg, leases), device=att.device), new, decision
 
     async def prepare(self, att: Attachment, index: int, verb: str,
                       prev: dict[str, Any] | None, ipam: Served) -> Prepared:
@@ -396,6 +397,8 @@ class Chains:
                                     else None)
                 except StepError as exc:
                     errors.append(exc)
+        if not errors and att.device:  # the CNI's copy of its device-info file goes too
+            await trio.to_thread.run_sync(remove_device_info, att, self.delegates.root)
         return errors
 
     async def check(self, op_id: int, att: Attachment) -> None:

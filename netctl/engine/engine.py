@@ -40,9 +40,10 @@ from netctl.cni.hostroot import HostRoot
 from netctl.cni.netns import netns_state
 from netctl.cni.request import Invocation
 from netctl.cni.routes import set_default_routes
-from netctl.engine import foreign, gateways, readiness
+from netctl.engine import devices, foreign, gateways, readiness
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, Served, StepError
+from netctl.engine.devices import DeviceSource
 from netctl.engine.networks import inline
 from netctl.engine.plan import Call, NetctlConf, Resolver, Selector, plan
 from netctl.engine.verbs import ANY, Reply, Verb, dispatch
@@ -132,7 +133,7 @@ class Engine:
                  selector: Selector, admission: Admission, limits: Limits | None = None,
                  after_add: AfterAdd | None = None, health: Health | None = None,
                  metrics: Metrics | None = None, cutover: Cutover | None = None,
-                 netns_unseen: str = "") -> None:
+                 netns_unseen: str = "", devices: DeviceSource | None = None) -> None:
         self.journal = journal
         self.chains = chains
         self.root = root  # where the host's files are seen (readiness indicator files)
@@ -149,6 +150,7 @@ class Engine:
         # why a pod's netns may be missing here though the runtime made it (a mount that
         # does not propagate: netctl.cni.mounts); added to that ADD's error
         self.netns_unseen = netns_unseen
+        self.devices = devices  # a pod's allocated devices (Kubernetes mode)
 
     # -- entry point ------------------------------------------------------------------------
 
@@ -182,7 +184,8 @@ class Engine:
         # network and the key); parsed here once, for the steps and their compensation
         served = [self.chains.served(att) for att in atts]
         await self.chains.check_versions(atts, served)
-        mine = [a for a in await self.journal.live_attachments(inv.container_id)
+        live = await self.journal.live_attachments(inv.container_id)
+        mine = [a for a in live
                 if a.caller_ifname == inv.ifname and a.caller_network == conf.name]
         if mine:
             same = _repeat_of(_of_the_add(mine), atts, inv.netns)
@@ -193,6 +196,10 @@ class Engine:
                 verb="DEL", container_id=inv.container_id, origin="runtime",
                 reason="leftovers of an earlier ADD that failed and was not undone, "
                 "removed before this ADD"), "ADD")
+        # device networks: each its device, before anything runs (netctl/engine/devices.py)
+        gone = {a.id for a in mine}
+        await devices.give(atts, self.devices, self.root,
+                           held={a.device for a in live if a.device and a.id not in gone})
         await self.run_adds(OpStart(
             verb="ADD", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
             caller_network=conf.name, caller_version=conf.cniVersion, pod=inv.pod,

@@ -39,6 +39,7 @@ import trio
 
 from netctl.cni.netns import link_names, netns_state
 from netctl.cni.validate import ifname as valid_ifname
+from netctl.engine import devices
 from netctl.engine.engine import Engine
 from netctl.engine.networks import lookups
 from netctl.engine.plan import one_more
@@ -179,6 +180,9 @@ class Hotplug:
         att = one_more(of, net, chose, ifname or next_ifname(taken))
         served = engine.chains.served(att)
         await engine.chains.check_versions([att], [served])
+        # a device network: a device of the pod's none of its live networks holds
+        await devices.give([att], engine.devices, engine.root,
+                           held={a.device for a in live if a.device})
         op_id = await engine.run_adds(OpStart(
             verb="ADD", container_id=container, netns=att.netns, ifname=att.ifname,
             caller_network=att.caller_network, pod=att.pod, origin=origin,

@@ -14,6 +14,10 @@ lookup is a dict read and never an API request. A reference is, as in Multus
   writes as ``clusterNetwork``). Multus also takes a directory (its first file);
   netctl refuses one: name the file.
 
+A NAD annotated ``k8s.v1.cni.cncf.io/resourceName`` is a device network: its network
+carries the resource (:mod:`netctl.engine.devices` gives each of its attachments a device
+the pod was allocated).
+
 A NAD whose ``spec.config`` is empty stands for the CNI config of the NAD's name in the
 conf dir (the Network Plumbing WG spec; Multus' ``GetCNIConfig``); a ``spec.config``
 without a ``name`` gets the NAD's (as Multus' thick plugin does). The conf dir is the
@@ -36,7 +40,7 @@ from netctl.cni.config import parse_chain
 from netctl.cni.hostroot import HostRoot
 from netctl.engine.networks import Network, from_file
 from netctl.errors import INVALID_CONFIG, CNIError, Refusal
-from netctl.kube.objects import REASON_BAD_NAD, REASON_NOT_FOUND, Nad, key
+from netctl.kube.objects import REASON_BAD_NAD, REASON_NOT_FOUND, RESOURCE_NAME, Nad, key
 
 MULTUS_CONF_DIR = "/etc/cni/multus/net.d"  # Multus' default confDir
 
@@ -94,6 +98,7 @@ class NadResolver:
 
     def _network(self, nad: Nad) -> Network:
         ref, name, config = key(nad), nad.metadata.name, nad.spec.config
+        resource = nad.metadata.annotations.get(RESOURCE_NAME, "").strip()
         stamp = (nad.metadata.resourceVersion, config)
         kept = self._parsed.get(ref)
         if kept is not None and kept[0] == stamp:
@@ -107,9 +112,11 @@ class NadResolver:
                     f"{self._unreadable()}", REASON_BAD_NAD,
                     f"NetworkAttachmentDefinition {ref}: empty spec.config and no CNI "
                     f"config named {name!r} in {self.conf_dir}")
-            return Network(key=ref, chain=net.chain)  # not kept: the file may change
+            # not kept: the file may change
+            return Network(key=ref, chain=net.chain, resource=resource)
         try:
-            net = Network(key=ref, chain=parse_chain(_named(config, name), f"network {ref}"))
+            net = Network(key=ref, chain=parse_chain(_named(config, name), f"network {ref}"),
+                          resource=resource)
         except CNIError as exc:
             raise Refusal(f"NetworkAttachmentDefinition {ref}: {exc.msg}", REASON_BAD_NAD,
                           exc.msg, INVALID_CONFIG) from None

@@ -28,6 +28,7 @@ _SUFFIXES = (".yaml", ".yml", ".json")
 class _Meta(msgspec.Struct):
     name: str
     namespace: str = "default"
+    annotations: dict[str, str] = {}
 
 
 class _Spec(msgspec.Struct):
@@ -45,6 +46,9 @@ class NAD(msgspec.Struct):
 class Network:
     key: str  # "ns/name" of its NAD, or the file path
     chain: Chain
+    # the NAD's k8s.v1.cni.cncf.io/resourceName: each attachment gets a device of this
+    # resource allocated to the pod (netctl/engine/devices.py); "": none
+    resource: str = ""
 
 
 @dataclass
@@ -87,7 +91,9 @@ class NetworkDir:
             except (OSError, msgspec.MsgspecError, CNIError) as exc:
                 broken[name] = str(exc)
                 continue
-            net = Network(key=key, chain=chain)
+            # a device network (its resourceName) is refused in this mode: no kubelet here
+            net = Network(key=key, chain=chain, resource=nad.metadata.annotations.get(
+                "k8s.v1.cni.cncf.io/resourceName", "").strip())
             by_key[key] = net
             by_chain.setdefault(chain.name, net)
         self._stamp = tuple(stamp)

@@ -252,7 +252,8 @@ def plan(conf: NetctlConf, inv: Invocation, choice: Choice,
                         dict(sel.cni_args) if sel and sel.cni_args else {}, name,
                         sel.default_route if sel else None))
     return [Attachment(container_id=inv.container_id, ifname=str(ifname), network=net.key,
-                       chain=net.chain, is_default=default, caller_network=conf.name,
+                       chain=net.chain, resource=net.resource, is_default=default,
+                       caller_network=conf.name,
                        caller_ifname=inv.ifname, netns=inv.netns, pod=inv.pod,
                        capability_args=caps, cni_args=cni_args,
                        identity=choice.identity or sticky.identity(inv.pod),
@@ -278,7 +279,8 @@ def one_more(of: Attachment, net: Network, chose: selection.Selection,
     for, as a ``NETCTL_NETWORKS`` element would (``netctl attach``)."""
     requested_ips(chose.ips, f"network {_ref(chose)!r}")
     return Attachment(container_id=of.container_id, ifname=ifname, network=net.key,
-                      chain=net.chain, caller_network=of.caller_network,
+                      chain=net.chain, resource=net.resource,
+                      caller_network=of.caller_network,
                       caller_ifname=of.caller_ifname, netns=of.netns, pod=of.pod,
                       capability_args=chose.capability_args(),
                       cni_args=dict(chose.cni_args or {}), identity=of.identity)

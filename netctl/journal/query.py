@@ -102,6 +102,10 @@ def _addresses(result: bytes | None) -> list[str]:
     return [str(ip.get("address", "")) for ip in obj.get("ips") or []]
 
 
+def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(r[1] == column for r in conn.execute(f"PRAGMA table_info({table})"))
+
+
 def _has_table(conn: sqlite3.Connection, name: str) -> bool:
     return conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
                         (name,)).fetchone() is not None
@@ -183,7 +187,7 @@ def resolve_container(conn: sqlite3.Connection, prefix: str, limit: int = 10) ->
 def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
                 container: str | None = None, ip: str | None = None, at: float | None = None,
                 since: float | None = None, network: str | None = None,
-                limit: int = 0) -> list[dict[str, Any]]:
+                device: str | None = None, limit: int = 0) -> list[dict[str, Any]]:
     """Attachments (live and past) matching every filter given, oldest first; with
     ``limit``, the newest ``limit`` of them only (a StatefulSet's pod name can have
     thousands in a week: they are read newest first from the index, never all).
@@ -208,6 +212,11 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
     if container:
         where.append("container_id=?")
         params.append(container)
+    if device:
+        if not _has_column(conn, "attachments", "device_id"):
+            return []  # a journal from before device networks (migrations/0009)
+        where.append("device_id=?")
+        params.append(device)
     if network:
         clause, values = _network_filter(network)
         where.append(clause)
@@ -242,6 +251,8 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
             "netns": row["netns"], "addresses": addrs, "state": row["state"],
             "since": row["created_at"], "until": row["removed_at"], "add_op": row["add_op"],
             "del_op": row["del_op"], "error": row["error"],
+            **({"resource": row["device_resource"], "device": row["device_id"]}
+               if "device_id" in row.keys() and row["device_id"] else {}),
         })
     if since is not None:
         out.sort(key=lambda a: int(a["attachment"]))
@@ -316,6 +327,7 @@ class Filters:
     at: float | None = None
     since: float | None = None
     network: str | None = None
+    device: str | None = None  # a device id a device network held
     running: bool = False
     limit: int = PAGE  # attachments; 0: all
     notes: tuple[str, ...] = field(default=())  # how the times given were read
@@ -336,7 +348,7 @@ def journal(conn: sqlite3.Connection, f: Filters) -> dict[str, Any]:
     container = resolve_container(conn, f.container) if f.container else None
     limit = 0 if f.running else max(f.limit, 0)
     atts = attachments(conn, pod=f.pod, container=container, ip=f.ip, at=f.at,
-                       since=f.since, network=f.network,
+                       since=f.since, network=f.network, device=f.device,
                        limit=limit + 1 if limit else 0)  # one more: are there older?
     older = bool(limit) and len(atts) > limit
     atts = atts[1:] if older else atts
@@ -350,7 +362,7 @@ def journal(conn: sqlite3.Connection, f: Filters) -> dict[str, Any]:
         atts = [a for a in atts if a["add_op"] in touched or a["del_op"] in touched]
     else:
         ops = []
-        if container or f.pod or not (f.ip or f.network or f.at is not None):
+        if container or f.pod or not (f.ip or f.network or f.device or f.at is not None):
             ops = operations(conn, container=container, pod=f.pod, since=f.since,
                              limit=OPS_PAGE + 1)
             older_ops = len(ops) > OPS_PAGE

@@ -34,6 +34,10 @@ class Attachment(msgspec.Struct, kw_only=True):
     # the selection's default-route: the pod's default route goes via this gateway on
     # this interface once the ADD's chains have run (netctl/engine/gateways.py)
     default_route: list[str] = []
+    # a device network's (netctl/engine/devices.py): the resource its NAD names and the
+    # device of it the attachment holds (journaled with its first write)
+    resource: str = ""
+    device: str = ""
     # filled in by the journal and the chain as the attachment lives:
     id: int = 0
     steps_started: int = 0

@@ -83,7 +83,8 @@ def _attachment(row: sqlite3.Row) -> Attachment:
         result=msgspec.json.decode(row["result"]) if row["result"] else None,
         state=row["state"], add_op=row["add_op"], del_op=row["del_op"], error=row["error"],
         del_failures=row["del_failures"], retry_at=row["retry_at"],
-        created_at=row["created_at"], identity=row["sticky_key"])
+        created_at=row["created_at"], identity=row["sticky_key"],
+        resource=row["device_resource"], device=row["device_id"])
 
 
 _CHAINS: dict[bytes, Chain] = {}
@@ -453,14 +454,16 @@ class Journal:
                     "INSERT INTO attachments (id, container_id, ifname, network, network_name,"
                     " is_default, caller_network, caller_ifname, netns, pod_namespace,"
                     " pod_name, pod_uid, cni_version, chain, capability_args, cni_args, state,"
-                    " add_op, created_at, steps_started, result, sticky_key) VALUES"
-                    " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'adding',?,?,?,?,?)",
+                    " add_op, created_at, steps_started, result, sticky_key, device_resource,"
+                    " device_id) VALUES"
+                    " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'adding',?,?,?,?,?,?,?)",
                     (att.id, att.container_id, att.ifname, att.network,
                      att.chain.name, int(att.is_default), att.caller_network,
                      att.caller_ifname, att.netns, att.pod.namespace, att.pod.name,
                      att.pod.uid, att.chain.cni_version, att.chain.raw,
                      _json(att.capability_args), _json(att.cni_args), op_id, now,
-                     att.steps_started, _json(att.result), att.identity))
+                     att.steps_started, _json(att.result), att.identity, att.resource,
+                     att.device))
                 assert cur.lastrowid is not None
                 ids.append(cur.lastrowid)
             db.executemany("UPDATE attachments SET state='removing', del_op=? WHERE id=?",

@@ -34,7 +34,7 @@ import msgspec
 import trio
 
 from netctl.kube.api import Api, ApiError, sleep_backoff
-from netctl.kube.objects import Block, Nad, Node, Pod, Status
+from netctl.kube.objects import Block, Nad, Node, Pod, Slice, Status
 
 log = logging.getLogger("netctl.kube")
 
@@ -52,7 +52,7 @@ class _RvOnly(msgspec.Struct, forbid_unknown_fields=False):
     metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
 
 
-T = TypeVar("T", Pod, Nad, Block, Node)
+T = TypeVar("T", Pod, Nad, Block, Node, Slice)
 Key = tuple[str, str]
 
 

@@ -16,7 +16,7 @@ it, and it imports nothing that talks to the API.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, TypeAlias
 
 import msgspec
 
@@ -26,6 +26,9 @@ from netctl.cni import request
 NETWORKS = "k8s.v1.cni.cncf.io/networks"  # the pod's network selection (both forms)
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"  # replaces the cluster network
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"  # written after a successful ADD
+# on a NAD: its delegate gets a device of this resource allocated to the pod (by the
+# kubelet through a device plugin, or through a ResourceClaim: netctl/devices/)
+RESOURCE_NAME = "k8s.v1.cni.cncf.io/resourceName"
 CONFIG_SOURCE = "kubernetes.io/config.source"  # "api", or "file"/"http" for static pods
 # a pod's opt-in to an attached network's attributes changed by detach + attach (hot-plug)
 HOTPLUG_REPLACE = "netctl.dev/hotplug-replace"
@@ -81,9 +84,29 @@ class MetaWithStatus(Meta):
     kept: ClassVar[frozenset[str]] = KEPT_ANNOTATIONS | {NETWORK_STATUS}
 
 
+class NadMeta(Meta):
+    """A NAD's metadata: its resourceName annotation is the only one kept."""
+
+    kept: ClassVar[frozenset[str]] = frozenset({RESOURCE_NAME})
+
+
 class PodSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     nodeName: str = ""
     hostNetwork: bool = False
+
+
+class ClaimStatus(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """One of a pod's ``status.resourceClaimStatuses``: the pod's name for a claim, and
+    the ResourceClaim that is (None: the pod needs none for it)."""
+
+    name: str = ""
+    resourceClaimName: str | None = None
+
+
+class PodStatus(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """The only part of a pod's status kept: its ResourceClaims (DRA)."""
+
+    resourceClaimStatuses: list[ClaimStatus] = []
 
 
 class Pod(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
@@ -91,6 +114,13 @@ class Pod(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
 
     metadata: Meta = msgspec.field(default_factory=Meta)
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
+    status: PodStatus = msgspec.field(default_factory=PodStatus)
+
+    @property
+    def claims(self) -> list[str]:
+        """The names of the ResourceClaims the pod has (DRA)."""
+        return [c.resourceClaimName for c in self.status.resourceClaimStatuses
+                if c.resourceClaimName]
 
     @property
     def ref(self) -> request.Pod:
@@ -113,7 +143,7 @@ class NadSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
 class Nad(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     """What netctl keeps of a NetworkAttachmentDefinition."""
 
-    metadata: Meta = msgspec.field(default_factory=Meta)
+    metadata: NadMeta = msgspec.field(default_factory=NadMeta)
     spec: NadSpec = msgspec.field(default_factory=NadSpec)
 
 
@@ -206,3 +236,56 @@ def is_static(pod: Pod) -> bool:
     the one the kubelet gives the runtime."""
     source = pod.metadata.annotations.get(CONFIG_SOURCE)
     return source is not None and source != "api"
+
+
+# The DRA device attributes a network device carries (Multus' names): kept, all others
+# dropped as a ResourceSlice is decoded (slices of many devices run to hundreds of KB).
+SLICE_ATTRIBUTES = frozenset({"k8s.cni.cncf.io/resourceName", "k8s.cni.cncf.io/deviceID"})
+
+
+_Int: TypeAlias = int  # the attribute's fields are named after these types
+_Bool: TypeAlias = bool
+
+
+class Attribute(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """A DRA device attribute: one of its typed values."""
+
+    string: str | None = None
+    integer: _Int | None = msgspec.field(default=None, name="int")
+    boolean: _Bool | None = msgspec.field(default=None, name="bool")
+    version: str | None = None
+
+    def text(self) -> str:
+        for value in (self.string, self.version, self.integer, self.boolean):
+            if value is not None:
+                return str(value)
+        return ""
+
+
+class SliceDevice(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    name: str = ""
+    attributes: dict[str, Attribute] = {}
+
+    def __post_init__(self) -> None:
+        if self.attributes and not self.attributes.keys() <= SLICE_ATTRIBUTES:
+            self.attributes = {k: v for k, v in self.attributes.items()
+                               if k in SLICE_ATTRIBUTES}
+
+
+class SlicePool(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    name: str = ""
+
+
+class SliceSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    driver: str = ""
+    nodeName: str = ""
+    pool: SlicePool = msgspec.field(default_factory=SlicePool)
+    devices: list[SliceDevice] = []
+
+
+class Slice(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """What netctl keeps of a DRA ResourceSlice (``resource.k8s.io/v1``): its driver,
+    pool and devices with their network attributes (:data:`SLICE_ATTRIBUTES`)."""
+
+    metadata: Meta = msgspec.field(default_factory=Meta)
+    spec: SliceSpec = msgspec.field(default_factory=SliceSpec)

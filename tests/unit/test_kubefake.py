@@ -715,7 +715,7 @@ def test_discovery(kube: FakeKube) -> None:
     async def body(api: client.ApiClient) -> None:
         groups = await client.ApisApi(api).get_api_versions()
         assert {g.name for g in groups.groups} == {"coordination.k8s.io", "k8s.cni.cncf.io",
-                                                   "ipam.netctl.dev"}
+                                                   "ipam.netctl.dev", "resource.k8s.io"}
         leases = await custom_objects(api).get_api_resources("coordination.k8s.io", "v1")
         assert (leases.resources[0].name, leases.resources[0].namespaced) == ("leases", True)
         v1 = await core(api).get_api_resources()

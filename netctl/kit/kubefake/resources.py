@@ -6,7 +6,8 @@ strategic-merge patch).
 
 Built in: core/v1 ``pods``, ``events``, ``nodes``, ``namespaces``,
 ``coordination.k8s.io/v1`` ``leases`` (leader election: whereabouts' protocol, which
-``netctl bench cluster`` runs as its baseline) and the NetworkAttachmentDefinition CRD
+``netctl bench cluster`` runs as its baseline), ``resource.k8s.io/v1`` ``resourceclaims``
+and ``resourceslices`` (DRA) and the NetworkAttachmentDefinition CRD
 (``k8s.cni.cncf.io/v1``). Further CRDs come from
 :func:`crd` at the fake's start-up. The discovery documents (``/api``, ``/apis``, …) are
 built from the same table.
@@ -99,7 +100,16 @@ LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True,
 NADS = crd("k8s.cni.cncf.io", "v1", "network-attachment-definitions",
            "NetworkAttachmentDefinition", namespaced=True, status=False)
 
-BUILTIN = (PODS, EVENTS, NODES, NAMESPACES, LEASES, NADS)
+# DRA (resource.k8s.io/v1, Kubernetes 1.34 and later): a claim's status is a subresource
+# (the allocation and the drivers' per-device status, networkData among it); slices are
+# cluster-scoped and selectable by the node and the driver that publish them
+RESOURCECLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
+RESOURCESLICES = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False, {
+    "metadata.name": "metadata.name", "spec.nodeName": "spec.nodeName",
+    "spec.driver": "spec.driver",
+}, status_subresource=False)
+
+BUILTIN = (PODS, EVENTS, NODES, NAMESPACES, LEASES, NADS, RESOURCECLAIMS, RESOURCESLICES)
 
 # CRDs a test or a bench adds: netctl's address blocks, whereabouts' records
 IPAMBLOCKS = crd("ipam.netctl.dev", "v1", "ipamblocks", "IPAMBlock")

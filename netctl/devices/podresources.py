@@ -1,0 +1,96 @@
+"""The kubelet's PodResources API: which devices the kubelet allocated to a pod.
+
+A device plugin (SR-IOV's, an RDMA plugin, …) advertises devices of a resource
+(``vendor/name``); the kubelet allocates some to a pod that requests the resource and
+answers, on its PodResources socket (``/var/lib/kubelet/pod-resources/kubelet.sock``),
+``v1.PodResourcesLister/List``: every pod of the node, each container's devices by
+resource. :class:`PodResources` asks it — once per ADD that has a device network, never
+otherwise — and keeps the pod's devices (:data:`Devices`: resource → device ids, the
+pod's containers' in container order, each id once).
+
+grpcio is imported at the first call only: a daemon whose networks name no resource never
+loads it (its cost in RSS is in ``docs/networks.md``). The call is a blocking grpcio call
+run on a worker thread; the messages are decoded by field number
+(:mod:`netctl.devices.proto`). A kubelet that does not answer — no socket, refused, a
+deadline, a garbled answer — is :class:`~netctl.errors.CNIError` code 11 (try again
+later) naming the socket: the kubelet retries the sandbox, as for an API server that does
+not answer. DEL never asks: the journal holds the device each attachment had.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from netctl.devices import proto
+from netctl.errors import TRY_AGAIN_LATER, CNIError
+
+SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+LIST = "/v1.PodResourcesLister/List"
+
+Devices = dict[str, list[str]]  # resource name → device ids allocated to the pod
+
+
+def parse_list(answer: bytes) -> dict[tuple[str, str], Devices]:
+    """A ``ListPodResourcesResponse`` as (namespace, name) → :data:`Devices`
+    (``ValueError`` for bytes that are not one)."""
+    out: dict[tuple[str, str], Devices] = {}
+    for pod in proto.messages(proto.decode(answer), 1):  # pod_resources
+        devices = out.setdefault((proto.text(pod, 2), proto.text(pod, 1)), {})
+        for container in proto.messages(pod, 3):  # containers
+            for dev in proto.messages(container, 2):  # devices
+                ids = devices.setdefault(proto.text(dev, 1), [])
+                ids.extend(i for i in proto.texts(dev, 2) if i not in ids)
+    return out
+
+
+@dataclass
+class PodResources:
+    """The kubelet's PodResources API on ``socket`` (a path as the daemon sees it;
+    ``named``: as the host names it, for messages)."""
+
+    socket: str = SOCKET
+    named: str = ""
+    timeout: float = 10.0
+    calls: int = 0  # List calls made (the metrics and the tests read it)
+    _channel: Any = field(default=None, repr=False)
+
+    def _call(self) -> bytes:
+        if not os.path.exists(self.socket):
+            raise OSError("there is no such socket (is the kubelet running, and is its "
+                          "pod-resources directory where the daemon looks?)")
+        import grpc  # loaded at the first device network only
+
+        if self._channel is None:
+            self._channel = grpc.insecure_channel(f"unix://{os.path.abspath(self.socket)}")
+        method = self._channel.unary_unary(LIST, request_serializer=None,
+                                           response_deserializer=None)
+        try:
+            answer: bytes = method(b"", timeout=self.timeout)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            detail = exc.details() if hasattr(exc, "details") else str(exc)
+            name = code.name if code is not None else "error"
+            raise OSError(f"{name}: {detail}") from None
+        return answer
+
+    async def of_pod(self, namespace: str, name: str) -> Devices:
+        """The devices the kubelet allocated to pod ``namespace/name`` ({} when none);
+        code 11 naming the socket when the kubelet does not answer."""
+        where = self.named or self.socket
+        self.calls += 1
+        try:
+            answer = await trio.to_thread.run_sync(self._call, abandon_on_cancel=True)
+            pods = parse_list(answer)
+        except (OSError, ValueError) as exc:
+            raise CNIError(TRY_AGAIN_LATER, f"the kubelet's PodResources API at {where} "
+                           f"does not answer: {exc}") from None
+        return pods.get((namespace, name), {})
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
