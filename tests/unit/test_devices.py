@@ -1,0 +1,213 @@
+"""Device networks' pure parts: the kubelet's PodResources answer decoded, devices assigned to
+networks (each once, never one held), the device-info file names and copies, the conf keys a
+delegate gets, and DRA's networkData and status merge."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from netctl.cni.config import parse_chain, plugin_config
+from netctl.cni.hostroot import HostRoot
+from netctl.cni.request import Pod
+from netctl.devices import devinfo, proto
+from netctl.devices.podresources import parse_list
+from netctl.engine.devices import assign, cni_file, device_info, give
+from netctl.errors import INVALID_CONFIG, CNIError, Refusal
+from netctl.journal.records import Attachment
+from netctl.kube.dra import _merged, network_data
+from netctl.kube.objects import Slice
+
+RES = "example.com/vf"
+
+
+def list_answer(pods: dict[tuple[str, str], list[tuple[str, dict[str, list[str]]]]]) -> bytes:
+    """A ListPodResourcesResponse: (ns, name) → [(container, {resource: ids})]."""
+    return proto.encode([
+        (1, [(1, name), (2, ns), *[
+            (3, [(1, cname), *[(2, [(1, res), *[(2, i) for i in ids]])
+                                for res, ids in devs.items()]])
+            for cname, devs in containers]])
+        for (ns, name), containers in pods.items()])
+
+
+def test_the_kubelets_answer_is_read_by_pod_and_resource_each_id_once() -> None:
+    answer = list_answer({
+        ("default", "a"): [("main", {RES: ["0000:3b:02.1", "0000:3b:02.2"]}),
+                           ("side", {RES: ["0000:3b:02.1", "0000:3b:02.3"], "gpu/x": ["g0"]})],
+        ("other", "a"): [("main", {})],
+    })
+    pods = parse_list(answer)
+    assert pods[("default", "a")] == {RES: ["0000:3b:02.1", "0000:3b:02.2", "0000:3b:02.3"],
+                                      "gpu/x": ["g0"]}
+    assert pods[("other", "a")] == {}
+    with pytest.raises(ValueError):
+        parse_list(b"\x0a\xff\xff")  # a length past the end
+
+
+def test_unknown_fields_of_a_newer_kubelet_are_ignored() -> None:
+    # ContainerResources with cpu_ids (3, packed) and memory (4) — fields v1.24 lacks
+    answer = proto.encode([(1, [(1, "p"), (2, "ns"), (3, [
+        (1, "main"), (2, [(1, RES), (2, "d1")]), (3, b"\x01\x02"), (4, [(1, "memory")])])])])
+    assert parse_list(answer) == {("ns", "p"): {RES: ["d1"]}}
+
+
+def test_networks_of_one_resource_get_distinct_devices_in_order() -> None:
+    got = assign([("a/n1", RES), ("a/n2", RES), ("a/m", "other/r")],
+                 {RES: ["d1", "d2", "d3"], "other/r": ["x"]}, held={"d1"}, pod="ns/p")
+    assert got == ["d2", "d3", "x"]
+
+
+def test_too_few_devices_is_code_7_naming_network_resource_and_pod() -> None:
+    with pytest.raises(Refusal) as none:
+        assign([("ns/sriov", RES)], {}, (), pod="ns/p")
+    assert none.value.code == INVALID_CONFIG
+    assert "pod ns/p" in none.value.msg and "'ns/sriov'" in none.value.msg
+    assert f"allocated no device of {RES}" in none.value.msg
+    assert none.value.reason == "NoDeviceAllocated"
+    with pytest.raises(Refusal) as few:
+        assign([("ns/a", RES), ("ns/b", RES)], {RES: ["d1"]}, (), pod="ns/p")
+    assert "allocated 1 device(s)" in few.value.msg and "need 2" in few.value.msg
+    with pytest.raises(Refusal) as held:
+        assign([("ns/a", RES)], {RES: ["d1"]}, {"d1"}, pod="ns/p")
+    assert "already held by its other networks" in held.value.msg
+
+
+@given(st.lists(st.sampled_from(["r1", "r2"]), max_size=6),
+       st.dictionaries(st.sampled_from(["r1", "r2"]),
+                       st.lists(st.sampled_from([f"d{i}" for i in range(6)]), max_size=6,
+                                unique=True)),
+       st.sets(st.sampled_from([f"d{i}" for i in range(6)])))
+def test_assignment_never_repeats_nor_hands_out_a_held_device(
+        wanted: list[str], allocated: dict[str, list[str]], held: set[str]) -> None:
+    try:
+        got = assign([(f"n{i}", r) for i, r in enumerate(wanted)], allocated, held, "ns/p")
+    except Refusal:
+        # refused only when some resource really lacks free devices
+        assert any(sum(1 for w in wanted if w == r) >
+                   len([d for d in allocated.get(r, []) if d not in held])
+                   for r in set(wanted))
+        return
+    assert len(got) == len(set(got)) == len(wanted)
+    assert not set(got) & held
+    assert all(d in allocated[r] for d, r in zip(got, wanted, strict=True))
+
+
+def test_device_info_files_are_named_as_the_spec_lays_them_out() -> None:
+    assert devinfo.dp_path("intel.com/sriov", "0000:3b:02.1") == \
+        "/var/run/k8s.cni.cncf.io/devinfo/dp/intel.com-sriov-0000:3b:02.1-device.json"
+    assert devinfo.cni_path("sriov-a", "abc123", "net1") == \
+        "/var/run/k8s.cni.cncf.io/devinfo/cni/sriov-a-abc123_net1"
+
+
+def test_the_device_plugins_file_is_copied_read_and_removed(tmp_path: Path) -> None:
+    root = HostRoot(str(tmp_path))
+    base = devinfo.BASE
+    dp = tmp_path / devinfo.dp_path(RES, "d1", base).lstrip("/")
+    dp.parent.mkdir(parents=True)
+    info = {"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:3b:02.1"}}
+    dp.write_text(json.dumps(info))
+    target = devinfo.cni_path("net", "c1", "net1")
+    assert devinfo.copy_for_cni(RES, "d1", target, root) == ""
+    assert devinfo.read(target, root) == (info, "")
+    devinfo.remove(target, root)
+    assert devinfo.read(target, root) == (None, "")
+    # a plugin that wrote no file: nothing copied, no complaint; a broken one: said why
+    assert devinfo.copy_for_cni(RES, "d2", target, root) == ""
+    dp.write_text("[1, 2]")
+    assert "not a JSON object" in devinfo.copy_for_cni(RES, "d1", target, root)
+
+
+CHAIN = parse_chain({"cniVersion": "1.0.0", "name": "sriov-a", "plugins": [
+    {"type": "devmove", "capabilities": {"deviceID": True, "CNIDeviceInfoFile": True}},
+    {"type": "tuning"}]}, "test")
+
+
+def test_every_plugin_gets_the_device_and_declared_capabilities_get_runtime_config() -> None:
+    caps = {"deviceID": "d1", "CNIDeviceInfoFile": "/x", "mac": "02:00:00:00:00:01"}
+    first = json.loads(plugin_config(CHAIN, 0, None, caps, device="d1"))
+    second = json.loads(plugin_config(CHAIN, 1, {"cniVersion": "1.0.0"}, caps, device="d1"))
+    assert first["deviceID"] == first["pciBusID"] == "d1"
+    assert first["runtimeConfig"] == {"deviceID": "d1", "CNIDeviceInfoFile": "/x"}
+    assert second["deviceID"] == second["pciBusID"] == "d1" and "runtimeConfig" not in second
+    assert "deviceID" not in json.loads(plugin_config(CHAIN, 0, None, {}))
+
+
+def att(ifname: str = "net1", resource: str = RES, device: str = "",
+        result: dict[str, Any] | None = None) -> Attachment:
+    return Attachment(container_id="c1", ifname=ifname, network="ns/sriov-a", chain=CHAIN,
+                      pod=Pod(namespace="ns", name="p", uid="u"), resource=resource,
+                      device=device, result=result)
+
+
+class Source:
+    def __init__(self, devices: dict[str, list[str]]) -> None:
+        self.devices, self.asked = devices, 0
+
+    async def allocated(self, pod: Pod, resources: Any) -> dict[str, list[str]]:
+        self.asked += 1
+        return self.devices
+
+
+def test_give_records_the_device_and_copies_its_info(tmp_path: Path) -> None:
+    import trio
+
+    root = HostRoot(str(tmp_path))
+    dp = tmp_path / devinfo.dp_path(RES, "d2").lstrip("/")
+    dp.parent.mkdir(parents=True)
+    dp.write_text('{"type": "pci"}')
+    atts = [att("eth0", resource=""), att("net1"), att("net2")]
+    source = Source({RES: ["d1", "d2"]})
+    trio.run(give, atts, source, root)
+    assert [a.device for a in atts] == ["", "d1", "d2"]
+    assert atts[1].capability_args == {"deviceID": "d1", "CNIDeviceInfoFile": cni_file(atts[1])}
+    assert device_info(atts, root) == {"net2": {"type": "pci"}}  # d1's plugin wrote none
+    plain = [att("eth0", resource="")]
+    trio.run(give, plain, source, root)
+    assert source.asked == 1  # no device network: nothing asked
+    with pytest.raises(CNIError) as standalone:
+        trio.run(give, [att()], None, root)
+    assert standalone.value.code == INVALID_CONFIG and "Kubernetes mode" in standalone.value.msg
+
+
+def test_network_data_is_the_interfaces_addresses_and_mac() -> None:
+    result = {"interfaces": [{"name": "net1", "mac": "02:aa:00:00:00:01", "sandbox": "/ns"}],
+              "ips": [{"address": "10.56.0.5/24", "interface": 0},
+                      {"address": "fd00::5/64", "interface": 0}]}
+    assert network_data(att(device="d1", result=result)) == {
+        "interfaceName": "net1", "ips": ["10.56.0.5/24", "fd00::5/64"],
+        "hardwareAddress": "02:aa:00:00:00:01"}
+
+
+def test_a_claims_status_keeps_other_devices_and_conditions() -> None:
+    current = [{"driver": "gpu.example.com", "pool": "n", "device": "gpu0",
+                "conditions": [{"type": "Ready", "status": "True"}]},
+               {"driver": "net.example.com", "pool": "n", "device": "vf1",
+                "conditions": [{"type": "Healthy", "status": "True"},
+                               {"type": "Ready", "status": "False"}]}]
+    a = att(device="0000:3b:02.1", result={"interfaces": [], "ips": []})
+    out = _merged(current, {("net.example.com", "n", "vf1"): a,
+                            ("net.example.com", "n", "vf2"): a})
+    assert out[0] == current[0]
+    assert [c["type"] for c in out[1]["conditions"]] == ["Healthy", "Ready"]
+    assert out[1]["conditions"][1]["status"] == "True"
+    assert out[1]["networkData"]["interfaceName"] == "net1"
+    assert out[2]["device"] == "vf2" and out[2]["networkData"]
+
+
+def test_a_slice_keeps_only_the_network_attributes() -> None:
+    raw = {"spec": {"driver": "d", "nodeName": "n", "pool": {"name": "p"}, "devices": [
+        {"name": "vf1", "attributes": {
+            "k8s.cni.cncf.io/deviceID": {"string": "0000:3b:02.1"},
+            "k8s.cni.cncf.io/resourceName": {"string": RES},
+            "dra.net/numaNode": {"int": 1}, "dra.net/sriov": {"bool": True}}}]}}
+    sl = msgspec.json.decode(json.dumps(raw), type=Slice)
+    assert set(sl.spec.devices[0].attributes) == {"k8s.cni.cncf.io/deviceID",
+                                                  "k8s.cni.cncf.io/resourceName"}
+    assert sl.spec.devices[0].attributes["k8s.cni.cncf.io/deviceID"].text() == "0000:3b:02.1"
