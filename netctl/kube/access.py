@@ -16,6 +16,7 @@ CORE = ""  # the core API group (pods, events, nodes)
 NAD_GROUP = "k8s.cni.cncf.io"
 IPAM_GROUP = "ipam.netctl.dev"
 WHEREABOUTS_GROUP = "whereabouts.cni.cncf.io"  # whereabouts' CRDs: read for a takeover
+DRA_GROUP = "resource.k8s.io"  # DRA: claims read, their status written, slices watched
 AUTHN_GROUP = "authentication.k8s.io"
 AUTHZ_GROUP = "authorization.k8s.io"
 
@@ -60,6 +61,14 @@ RULES: tuple[Rule, ...] = (
     Rule(WHEREABOUTS_GROUP, "overlappingrangeipreservations", ("list",),
          "whereabouts takeover: the addresses of whereabouts' overlapping-range "
          "reservations, held until their pods are gone; listed, never written"),
+    Rule(DRA_GROUP, "resourceclaims", ("get",),
+         "device networks through DRA: a pod's ResourceClaims, read at its ADD (never "
+         "listed or watched: a pod's claims are its own)"),
+    Rule(DRA_GROUP, "resourceclaims/status", ("patch",),
+         "DRA: each attached device's networkData and Ready condition in its claim's status"),
+    Rule(DRA_GROUP, "resourceslices", ("list", "watch"),
+         "DRA: this node's ResourceSlices (field selector spec.nodeName), listed then watched "
+         "from the first pod with claims: which device is which network's"),
     Rule(AUTHN_GROUP, "tokenreviews", ("create",),
          "query-addr: whose is the bearer token a kubectl netctl caller sent (a "
          "TokenReview; nothing is stored)"),

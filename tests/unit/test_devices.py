@@ -79,11 +79,13 @@ def test_too_few_devices_is_code_7_naming_network_resource_and_pod() -> None:
     assert "already held by its other networks" in held.value.msg
 
 
+IDS = {r: [f"{r}-{i}" for i in range(6)] for r in ("r1", "r2")}  # a device is one resource's
+
+
 @given(st.lists(st.sampled_from(["r1", "r2"]), max_size=6),
-       st.dictionaries(st.sampled_from(["r1", "r2"]),
-                       st.lists(st.sampled_from([f"d{i}" for i in range(6)]), max_size=6,
-                                unique=True)),
-       st.sets(st.sampled_from([f"d{i}" for i in range(6)])))
+       st.fixed_dictionaries({}, optional={r: st.lists(st.sampled_from(IDS[r]), unique=True)
+                                           for r in IDS}),
+       st.sets(st.sampled_from(IDS["r1"] + IDS["r2"])))
 def test_assignment_never_repeats_nor_hands_out_a_held_device(
         wanted: list[str], allocated: dict[str, list[str]], held: set[str]) -> None:
     try:
