@@ -12,13 +12,14 @@ node imports it, and it imports nothing of netctl (``lint-imports`` holds both).
 - :mod:`.resources`: the served kinds (pods, events, nodes, namespaces, leases,
   NetworkAttachmentDefinitions, and CRDs declared with :func:`crd`) and discovery.
 - :mod:`.errors`: the ``Status`` failures, with the real server's reasons and messages.
-- :mod:`.objects`: builders of minimal valid pods, NADs and nodes.
+- :mod:`.objects`: builders of minimal valid pods, NADs, nodes, ResourceSlices and
+  ResourceClaims.
 """
 
 from .errors import ApiError
-from .objects import nad, node, pod
+from .objects import claim_allocation, nad, node, pod, resource_claim, resource_slice
 from .resources import IPAMBLOCKS, IPPOOLS, RESERVATIONS, Resource, crd
 from .server import FakeKube
 
-__all__ = ["IPAMBLOCKS", "IPPOOLS", "RESERVATIONS", "ApiError", "FakeKube", "Resource", "crd",
-           "nad", "node", "pod"]
+__all__ = ["IPAMBLOCKS", "IPPOOLS", "RESERVATIONS", "ApiError", "FakeKube", "Resource",
+           "claim_allocation", "crd", "nad", "node", "pod", "resource_claim", "resource_slice"]

@@ -32,6 +32,37 @@ def node(name: str, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": _meta(name, None, None, labels)}
 
 
+def resource_slice(name: str, node: str, driver: str, devices: dict[str, dict[str, str]],
+                   *, pool: str = "") -> dict[str, Any]:
+    """A DRA ResourceSlice (``resource.k8s.io/v1``) of ``node``: ``devices`` by name, each
+    with its string attributes (``k8s.cni.cncf.io/resourceName``, …)."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": _meta(name, None, None, None),
+            "spec": {"driver": driver, "nodeName": node,
+                     "pool": {"name": pool or node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": dev, "attributes": {
+                         k: {"string": v} for k, v in attrs.items()}}
+                         for dev, attrs in devices.items()]}}
+
+
+def resource_claim(name: str, namespace: str, device_class: str, count: int = 1, *,
+                   request: str = "net") -> dict[str, Any]:
+    """A DRA ResourceClaim asking for ``count`` devices of ``device_class``; its
+    allocation is status (:func:`claim_allocation`), written as the scheduler does it."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": _meta(name, namespace, None, None),
+            "spec": {"devices": {"requests": [{"name": request, "exactly": {
+                "deviceClassName": device_class, "count": count}}]}}}
+
+
+def claim_allocation(driver: str, pool: str, devices: list[str],
+                     request: str = "net") -> dict[str, Any]:
+    """A claim's ``status`` with ``devices`` of ``driver``'s ``pool`` allocated."""
+    return {"allocation": {"devices": {"results": [
+        {"request": request, "driver": driver, "pool": pool, "device": d}
+        for d in devices]}}}
+
+
 def _meta(name: str, namespace: str | None, annotations: dict[str, str] | None,
           labels: dict[str, str] | None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name}
