@@ -16,6 +16,7 @@ kubelet never asked. Subnets: 10.186.0.0/24 (cluster), 10.186.1.0/24 (the VFs)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
@@ -24,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from netctl.kit.devices import PodResourcesServer, remove_device_veths
 
 from netctl.devices import devinfo
+from netctl.kit.devices import PodResourcesServer, remove_device_veths
 from netctl.kit.harness import ip
 from netctl.kit.kubefake import (
     FakeKube,
@@ -64,13 +65,18 @@ def vfs(daemon: Daemon) -> Iterator[list[str]]:
 def resource(daemon: Daemon) -> Iterator[str]:
     """A resource name of this test's own, and its device-info files removed after."""
     name = f"netctl.test/{daemon.prefix}"
+    base = Path(devinfo.BASE)
+    made = [d for d in (base.parent, base, base / "dp", base / "cni") if not d.exists()]
     try:
         yield name
     finally:
         for sub in ("dp", "cni"):
-            d = Path(devinfo.BASE) / sub
+            d = base / sub
             for f in d.glob(f"*{daemon.prefix}*") if d.is_dir() else ():
                 f.unlink()
+        for d in reversed(made):  # the directories this test made, when they are empty
+            with contextlib.suppress(OSError):
+                d.rmdir()
 
 
 def write_dp_info(resource: str, device: str) -> dict[str, Any]:
