@@ -102,7 +102,7 @@ class KubeMode:
                               last_try=cfg.api_timeout + 1)
         pods = PodSource(api, node, cfg.pod_wait, send.send_nowait)
         root = HostRoot.at(cfg.host_root)
-        kubelet = PodResources(root.host(cfg.pod_resources_socket),
+        kubelet = PodResources(root.resolve(cfg.pod_resources_socket),
                                root.describe(cfg.pod_resources_socket), cfg.api_timeout)
         devices = PodDevices(kubelet, ClaimDevices(api, node, cfg.pod_wait), pods)
         return cls(api, node, pods, NadSource(api, cfg.pod_wait), NodeCheck(api, node),

@@ -12,8 +12,10 @@ and removes it at DEL. A device plugin that writes no file is not a fault: the n
 simply has no ``device-info``.
 
 Paths here are the host's; the daemon reads and writes them through its
-:class:`~netctl.cni.hostroot.HostRoot`. The file contents are JSON objects of at most
-:data:`MAX_BYTES`; anything else is ignored as "no device-info", with the reason.
+:class:`~netctl.cni.hostroot.HostRoot`, symlinks followed inside the host's root (on most
+hosts ``/var/run`` is a link to ``/run``, which in the daemon's container is its own). The
+file contents are JSON objects of at most :data:`MAX_BYTES`; anything else is ignored as
+"no device-info", with the reason.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def cni_path(network: str, container_id: str, ifname: str, base: str = BASE) -> 
 def read(path: str, root: HostRoot = HostRoot()) -> tuple[dict[str, Any] | None, str]:
     """The JSON object in the host's ``path``, or None and why not ("" : no such file)."""
     try:
-        with open(root.host(path), "rb") as fh:
+        with open(root.resolve(path), "rb") as fh:
             raw = fh.read(MAX_BYTES + 1)
     except FileNotFoundError:
         return None, ""
@@ -69,7 +71,7 @@ def copy_for_cni(resource: str, device: str, target: str,
     info, why = read(dp_path(resource, device, base), root)
     if info is None:
         return why
-    seen = root.host(target)
+    seen = root.resolve(target)
     try:
         os.makedirs(os.path.dirname(seen), mode=0o755, exist_ok=True)
         temp = f"{seen}.{os.getpid()}.tmp"
@@ -84,6 +86,6 @@ def copy_for_cni(resource: str, device: str, target: str,
 def remove(path: str, root: HostRoot = HostRoot()) -> None:
     """Remove the host's ``path`` if it is there."""
     try:
-        os.unlink(root.host(path))
+        os.unlink(root.resolve(path))
     except FileNotFoundError:
         pass

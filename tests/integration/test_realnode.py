@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from netctl.kit import realnode
+from netctl.kit import devices, realnode
 from netctl.kit.harness import bridge_ports
 from netctl.kit.realnode import BUSYBOX_IMAGE, NETWORKS, PRIMARY_SUBNET, RealNode, wait_for
+from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.realnode, pytest.mark.netns, pytest.mark.slow]
 
@@ -414,6 +417,117 @@ def test_a_rolling_update_of_netctl_during_churn_loses_nothing(node: RealNode) -
     wait_for(lambda: settled(node, (BLUE,), (f"{node.prefix}b1", node.primary_bridge)), 60,
              "every address released", interval=0.5)
     TIMINGS["g: rolling update"] = time.monotonic() - t0
+
+
+VF = ipaddress.ip_network("10.218.7.0/24")
+VF_RESOURCE = "netctl.test/vf"
+
+
+def device_pod(name: str, networks: str, devices: int) -> dict[str, Any]:
+    """A pod selecting ``networks``, its container asking for ``devices`` VFs (0: none)."""
+    out = bare_pod(name, networks)
+    if devices:
+        out["spec"]["containers"][0]["resources"] = {"limits": {VF_RESOURCE: devices}}
+    return out
+
+
+def add_ms(node: RealNode, name: str) -> float:
+    """The ADD of the pod's sandbox, in ms, as the journal has it."""
+    doc = json.loads(node.netctl("journal", "--pod", f"{NS}/{name}", "--json"))
+    ops = [o for o in doc["operations"] if o["verb"] == "ADD" and o["state"] == "done"]
+    return round((ops[-1]["finished_at"] - ops[-1]["started_at"]) * 1000, 1)
+
+
+def test_device_networks_get_the_kubelets_devices_and_give_them_back(node: RealNode) -> None:
+    """A device plugin of the kit advertises host veths as ``netctl.test/vf`` (with
+    device-info files); a pod asking for two and selecting a NAD of that resource twice
+    gets two distinct devices, moved into it by ``devmove`` (the SR-IOV-like test delegate)
+    from the ``deviceID`` netctl gave it, as the kubelet's real PodResources API says; its
+    network-status carries each device's device-info; the journal answers who had a device;
+    deleting the pod gives everything back. A pod that asked for no device is refused (code
+    7, ``NoDeviceAllocated``). Then the ADD of a device network beside a bridge (veth)
+    network, three pods of each, from the journal."""
+    t0 = time.monotonic()
+    shutil.copy(ROOT / "tests" / "plugins" / "devmove", node.node_path("/opt/cni/bin/devmove"))
+    record = "/var/lib/netctl-devmove"
+    node.apply([{
+        "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": "vf", "namespace": NS,
+                     "annotations": {"k8s.v1.cni.cncf.io/resourceName": VF_RESOURCE}},
+        "spec": {"config": json.dumps({"cniVersion": "1.0.0", "name": "vf", "plugins": [{
+            "type": "devmove", "record": record,
+            "capabilities": {"deviceID": True, "CNIDeviceInfoFile": True},
+            "ipam": {"type": "netctl-ipam", "range": str(VF)}}]})}}])
+    # /var/run is a link to /run; an absolute link under /proc/PID/root resolves in this
+    # process's root, so the node's /run is named directly
+    devinfo_dir = node.node_path("/run/k8s.cni.cncf.io/devinfo")
+    with devices.temporary_device_veths(f"{node.prefix}v", 4) as vfs, devices.DevicePlugin(
+            VF_RESOURCE, vfs, node.node_path("/var/lib/kubelet/device-plugins"),
+            devinfo_dir) as plugin:
+        wait_for(lambda: (node.get("nodes", node.name) or {}).get("status", {}).get(
+            "allocatable", {}).get(VF_RESOURCE) == "4", 60, "the node's 4 VFs allocatable",
+            interval=0.5)
+        node.apply([device_pod("vf2", "vf,vf", 2), device_pod("novf", "vf", 0)])
+        node.wait_ready("pod", "vf2", NS)
+        pod = node.get("pods", "vf2", NS)
+        assert pod is not None
+        given = plugin.allocated[-1]
+        assert len(set(given)) == 2
+        status = {e["interface"]: e for e in node.network_status(pod)}
+        links = node.pod_links(pod)
+        seen = {}
+        for ifname in ("net1", "net2"):
+            saw = json.loads(node.node_path(f"{record}/").joinpath(
+                f"{pod_sandbox(node, pod)}-{ifname}.json").read_text())
+            seen[ifname] = saw["deviceID"]
+            assert saw["runtimeConfig"]["deviceID"] == saw["deviceID"]
+            assert status[ifname]["name"] == "default/vf"
+            assert status[ifname]["device-info"] == devices.device_info(
+                plugin.pci_addresses[saw["deviceID"]])
+            assert ipaddress.ip_address(links[ifname]["ips"][0]) in VF
+            assert not (Path("/sys/class/net") / saw["deviceID"]).exists()
+        assert sorted(seen.values()) == sorted(given)  # the kubelet's, each once
+        wait_for(lambda: node.held().get(str(VF)) == 2, 30, "netctl holding 2 VF addresses")
+        held = json.loads(node.netctl("journal", "--device", given[0], "--json"))
+        assert [(a["pod"], a["resource"], a["until"]) for a in held["attachments"]] == \
+            [(f"{NS}/vf2", VF_RESOURCE, None)]
+
+        def refused() -> bool:
+            events = json.loads(node.kubectl("-n", NS, "get", "events", "-o", "json",
+                                             "--field-selector", "involvedObject.name=novf"))
+            return any(e["reason"] == "NoDeviceAllocated" and VF_RESOURCE in e["message"]
+                       for e in events["items"])
+        wait_for(refused, 60, "the pod without a VF refused with NoDeviceAllocated",
+                 interval=0.5)
+        assert not node.ready("pod", "novf", NS)
+
+        node.kubectl("-n", NS, "delete", "pod", "vf2", "novf", "--wait=true", timeout=120)
+        wait_for(lambda: all((Path("/sys/class/net") / d).exists() for d in given), 60,
+                 "both VFs back on the host", interval=0.5)
+        wait_for(lambda: str(VF) not in node.held(), 30, "the VF addresses released")
+        assert list((devinfo_dir / "cni").iterdir()) == []  # the CNI's copies removed
+        held = json.loads(node.netctl("journal", "--device", given[0], "--json"))
+        assert held["attachments"][0]["until"] is not None
+        TIMINGS["h: device networks"] = time.monotonic() - t0
+
+        # an ADD with a device network beside one with a bridge (veth) network
+        adds: dict[str, list[float]] = {"vf": [], "blue": []}
+        for i in range(3):
+            for net in ("vf", "blue"):
+                name = f"lat-{net}-{i}"
+                node.apply([device_pod(name, net, 1 if net == "vf" else 0)])
+                node.wait_ready("pod", name, NS)
+                adds[net].append(add_ms(node, name))
+                node.kubectl("-n", NS, "delete", "pod", name, "--wait=true", timeout=120)
+        print(f"\nADD (ms), a device network: {adds['vf']}; a bridge network: {adds['blue']}")
+    wait_for(lambda: str(VF) not in node.held(), 30, "the VF addresses released")
+
+
+def pod_sandbox(node: RealNode, pod: dict[str, Any]) -> str:
+    """The pod's sandbox (the CNI container id), as the journal has it."""
+    doc = json.loads(node.netctl("journal", "--pod", f"{NS}/{pod['metadata']['name']}",
+                                 "--json"))
+    return str(next(a["container"] for a in doc["attachments"] if a["state"] == "attached"))
 
 
 def test_uninstall_then_reinstall_with_the_api_server_address_from_its_configmap(

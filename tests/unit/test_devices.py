@@ -213,3 +213,18 @@ def test_a_slice_keeps_only_the_network_attributes() -> None:
     assert set(sl.spec.devices[0].attributes) == {"k8s.cni.cncf.io/deviceID",
                                                   "k8s.cni.cncf.io/resourceName"}
     assert sl.spec.devices[0].attributes["k8s.cni.cncf.io/deviceID"].text() == "0000:3b:02.1"
+
+
+def test_device_info_is_found_through_the_hosts_var_run_link(tmp_path: Path) -> None:
+    """On the host /var/run is a link to /run: read in the host's root, not the daemon's."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var" / "run").symlink_to("/run")  # absolute, as on the host
+    root = HostRoot(str(tmp_path))
+    dp = tmp_path / "run" / devinfo.dp_path(RES, "d1").removeprefix("/var/run/")
+    dp.parent.mkdir(parents=True)
+    dp.write_text('{"type": "pci"}')
+    target = devinfo.cni_path("net", "c1", "net1")
+    assert devinfo.copy_for_cni(RES, "d1", target, root) == ""
+    assert (tmp_path / "run" / target.removeprefix("/var/run/")).exists()
+    assert devinfo.read(target, root) == ({"type": "pci"}, "")
