@@ -351,6 +351,26 @@ def test_hotplug_small_json() -> None:
     assert_left_nothing(report)
 
 
+def test_devices_small_json() -> None:
+    """Three pods with a veth network, three with a device network: each ADD timed and
+    split (its delegate, what is outside the chains), the kubelet's stand-in asked once per
+    device pod only, the daemon's RSS before and after the gRPC client, every device back on
+    the host, nothing left."""
+    proc = subprocess.run([NETCTL, "bench", "devices", "--pods", "3", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    for side in ("veth", "vf"):
+        assert report[side]["add_ms"]["n"] == 3 and report[side]["delegate_ms"]["n"] == 3
+        assert 0 < report[side]["delegate_ms"]["p50"] < report[side]["add_ms"]["p50"]
+    assert report["pod_resources_calls"] == 3
+    rss = report["rss_kib"]
+    assert rss["after_devices"] - rss["before_devices"] == rss["grpc_client"]
+    assert report["daemon"]["exit_code"] == 0
+    assert_left_nothing(report)
+
+
 def test_sticky_small_json() -> None:
     """Two sticky pods, each recreated on its node, then on a second and a third node: each
     gets its first address back (the bench fails otherwise), every ADD is timed, the three

@@ -3,6 +3,7 @@
 :mod:`~netctl.kit.bench.journal`, :mod:`~netctl.kit.bench.crash`,
 :mod:`~netctl.kit.bench.events`, :mod:`~netctl.kit.bench.podman`,
 :mod:`~netctl.kit.bench.kube`, :mod:`~netctl.kit.bench.hotplug`,
+:mod:`~netctl.kit.bench.devices`,
 :mod:`~netctl.kit.bench.sticky`, :mod:`~netctl.kit.bench.cluster` with its baseline
 :mod:`~netctl.kit.bench.whereabouts`, :mod:`~netctl.kit.bench.query`,
 :mod:`~netctl.kit.bench.density`: ``node-density`` on a real node) on the shared
@@ -50,6 +51,10 @@ def main(args: argparse.Namespace) -> int:
         from netctl.kit.bench.hotplug import run_hotplug
 
         return run_hotplug(args)
+    if args.bench == "devices":
+        from netctl.kit.bench.devices import run_devices
+
+        return run_devices(args)
     if args.bench == "cluster":
         from netctl.kit.bench.cluster import run_cluster
 

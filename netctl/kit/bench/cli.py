@@ -108,6 +108,12 @@ def _add_kube_benches(bsub: _Commands) -> None:
     b.add_argument("--api-latency", type=float, default=0.0, metavar="MS",
                    help="added to every API request by the fake (default 0)")
     b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("devices", help="Kubernetes mode against the fake API server: the ADD "
+                        "of a device network (the kubelet's PodResources stand-in, devmove) "
+                        "beside a veth network's, and the gRPC client's RSS")
+    b.add_argument("--pods", type=int, default=30, help="pods of each kind, one at a time "
+                   "(default 30)")
+    b.add_argument("--json", action="store_true")
     b = bsub.add_parser("sticky", help="cluster IPAM, three nodes: a pod with a sticky "
                         "address recreated on the same node, another and a third; ms until "
                         "its address is back, beside a new pod's first ADD")
