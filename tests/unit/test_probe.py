@@ -129,8 +129,9 @@ def test_debian_plugins_support_up_to_1_0_0_not_1_1_0(ptype: str) -> None:
 
 @pytest.mark.parametrize("ptype", sorted(p.name for p in TEST_PLUGINS.iterdir()))
 def test_the_test_plugins_answer_version(ptype: str) -> None:
+    newest = {"devmove": {"1.1.0"}}.get(ptype, set())  # it speaks what static speaks
     assert ask(VersionProbe(), TEST_PLUGINS / ptype) == \
-        frozenset({"0.3.0", "0.3.1", "0.4.0", "1.0.0"})
+        frozenset({"0.3.0", "0.3.1", "0.4.0", "1.0.0", *newest})
 
 
 def test_the_module_level_probe_remembers(tmp_path: Path) -> None:
