@@ -27,8 +27,7 @@ from typing import Any
 import pytest
 
 from netctl.devices import devinfo
-from netctl.kit.devices import PodResourcesServer, remove_device_veths
-from netctl.kit.harness import ip
+from netctl.kit.devices import PodResourcesServer, temporary_device_veths
 from netctl.kit.kubefake import (
     FakeKube,
     claim_allocation,
@@ -50,15 +49,8 @@ RESOURCE_NAME = "k8s.v1.cni.cncf.io/resourceName"
 @pytest.fixture
 def vfs(daemon: Daemon) -> Iterator[list[str]]:
     """Four host veths standing in for VFs (their peers stay on the host)."""
-    prefix = daemon.name("v")
-    names = [f"{prefix}d{i}" for i in range(4)]
-    try:
-        for i, name in enumerate(names):
-            ip("link", "add", name, "type", "veth", "peer", "name", f"{prefix}p{i}")
-            ip("link", "set", name, "up")
+    with temporary_device_veths(daemon.name("v"), 4) as names:
         yield names
-    finally:
-        remove_device_veths(prefix)
 
 
 @pytest.fixture

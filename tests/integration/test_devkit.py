@@ -21,13 +21,8 @@ We test these aspects:
   kubelet): what it registers, its device list, Allocate, GetPreferredAllocation and
   PreStartContainer answers, its device-info files; all gone when it closes; a refused
   registration; registering again on a new socket.
-- :class:`~netctl.kit.devices.DevicePlugin` against the real kubelet v1.24
-  (:class:`~netctl.kit.realnode.RealNode`, its bridge primary CNI, no netctl): the node's
-  allocatable count, a pod asking for 2 devices gets 2 distinct ones through Allocate, and
-  the kubelet's real PodResources API lists exactly those for the pod; gone from it when
-  the pod is deleted; after a kubelet restart (which removes the plugin's socket) the
-  devices are back once the plugin registers again; the allocatable count 0 once the
-  plugin stops.
+- the device plugin against the real kubelet v1.24: in ``test_realnode.py``'s device test,
+  where netctl reads the kubelet's real PodResources answer for the devices it allocated.
 """
 
 from __future__ import annotations
@@ -63,7 +58,6 @@ from tests.conftest import (
     ip,
     netns_addrs,
     netns_links,
-    wait_for,
 )
 
 pytestmark = [pytest.mark.netns]
@@ -396,83 +390,3 @@ def test_device_plugin_registers_again(short_dir: Path) -> None:
         assert sorted(p.name for p in plugin_dir.iterdir()) == ["kubelet.sock"]
     finally:
         kubelet.close()
-
-
-# -- the device plugin, against the real kubelet -----------------------------------------------
-
-
-def allocatable(node: Any, resource: str) -> str:
-    found = node.get("nodes", node.name) or {}
-    return str(((found.get("status") or {}).get("allocatable") or {}).get(resource, ""))
-
-
-def device_pod(name: str, image: str, count: int) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"automountServiceAccountToken": False, "enableServiceLinks": False,
-                     "terminationGracePeriodSeconds": 5,
-                     "containers": [{
-                         "name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
-                         # PID 1 ignores a SIGTERM it has no handler for: exit on it at once
-                         "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 2147483647 & wait"],
-                         "resources": {"limits": {RESOURCE: count}}}]}}
-
-
-@pytest.mark.realnode
-@pytest.mark.slow
-def test_device_plugin_on_real_kubelet() -> None:
-    """About 32 s here (the node 15 s of it); run it under the machine's real-node lock
-    (``flock /tmp/netctl-realnode.lock``)."""
-    from netctl.kit import realnode
-    from netctl.kit.realnode import BUSYBOX_IMAGE, RealNode
-
-    reason = realnode.unavailable()
-    if reason:
-        pytest.skip(f"real node: {reason}")
-    ids = ["veth-0", "veth-1", "veth-2"]
-    with RealNode() as node:
-        plugin_dir = node.node_path("/var/lib/kubelet/device-plugins")
-        devinfo = node.node_path("/run/k8s.cni.cncf.io/devinfo")
-        pod_resources = node.node_path("/var/lib/kubelet/pod-resources/kubelet.sock")
-        with DevicePlugin(RESOURCE, ids, plugin_dir, devinfo) as plugin:
-            assert plugin.registered
-            plugin.wait_watched()
-            wait_for(lambda: allocatable(node, RESOURCE) == "3", 60,
-                     f"the node's allocatable {RESOURCE} 3", interval=0.25)
-            assert len(list((devinfo / "dp").iterdir())) == 3
-
-            node.apply([device_pod("devpod", BUSYBOX_IMAGE, 2)])
-            node.wait_ready("pod", "devpod")
-            assert len(plugin.allocated) == 1, plugin.allocated  # one container, one call
-            (got,) = plugin.allocated
-            assert len(got) == 2 and len(set(got)) == 2 and set(got) <= set(ids), got
-            assert plugin.calls[:2] == ["GetDevicePluginOptions", "ListAndWatch"]
-            assert "GetPreferredAllocation" in plugin.calls
-
-            listed = list_pod_resources(pod_resources)
-            assert sorted(listed[("default", "devpod")]["main"][RESOURCE]) == sorted(got)
-            assert listed[("default", "devpod")]["main"] == {RESOURCE: listed[
-                ("default", "devpod")]["main"][RESOURCE]}
-            others = {k: v for k, v in listed.items() if k != ("default", "devpod")}
-            assert not any(RESOURCE in res for c in others.values() for res in c.values())
-
-            node.kubectl("delete", "pod", "devpod", "--grace-period=1")
-            wait_for(lambda: ("default", "devpod") not in list_pod_resources(pod_resources),
-                     60, "devpod gone from PodResources", interval=0.25)
-
-            # a kubelet restart: the new kubelet removes the plugin's socket and forgets
-            # its devices until it registers again
-            first = plugin.socket
-            node.kill_kubelet()
-            wait_for(lambda: not first.exists(), 60, "the plugin's socket removed")
-            wait_for(lambda: allocatable(node, RESOURCE) == "0", 60,
-                     f"the node's allocatable {RESOURCE} 0", interval=0.25)
-            plugin.register_again()
-            assert plugin.socket != first and plugin.registered
-            plugin.wait_watched()
-            wait_for(lambda: allocatable(node, RESOURCE) == "3", 60,
-                     f"the node's allocatable {RESOURCE} 3 again", interval=0.25)
-        assert not plugin.socket.exists() and not (devinfo / "dp").exists()
-        # the stream ended: the kubelet counts the devices unhealthy, none allocatable
-        wait_for(lambda: allocatable(node, RESOURCE) == "0", 60,
-                 f"the node's allocatable {RESOURCE} 0", interval=0.25)

@@ -472,7 +472,8 @@ def test_device_networks_get_the_kubelets_devices_and_give_them_back(node: RealN
         pod = node.get("pods", "vf2", NS)
         assert pod is not None
         given = plugin.allocated[-1]
-        assert len(set(given)) == 2
+        assert len(set(given)) == 2 and set(given) <= set(vfs)
+        assert plugin.calls[:2] == ["GetDevicePluginOptions", "ListAndWatch"]
         status = {e["interface"]: e for e in node.network_status(pod)}
         links = node.pod_links(pod)
         seen = {}
