@@ -98,7 +98,7 @@ class Snapshot:
     journal_commits: int = 0
     watches: Mapping[str, tuple[bool, float | None]] | None = None  # resource → up, age
     api_calls: Mapping[tuple[str, str], int] | None = None  # (verb, resource) → count
-    # (verb, resource, code) → count: answers by HTTP status (netctl.kube.api.code_label)
+    # (verb, resource, code) → count: answers by HTTP status (netctl.kube.client.api.code_label)
     api_answers: Mapping[tuple[str, str, str], int] | None = None
 
 

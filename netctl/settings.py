@@ -31,7 +31,7 @@ class DaemonConfig:
     in_cluster: bool = False
     node_name: str | None = None
     metrics_addr: str | None = None
-    # Kubernetes mode: the read-only query endpoint kubectl netctl asks (queryserver.py),
+    # Kubernetes mode: the read-only query endpoint kubectl netctl asks (kube/queryserver.py),
     # callers checked with TokenReview + SubjectAccessReview; HTTPS with a cert and key
     query_addr: str | None = None
     query_tls_cert: str | None = None

@@ -19,7 +19,7 @@ attachment shares them, so the runtime's DEL of the container removes it too.
   :meth:`Engine.delete_attachments <netctl.engine.engine.Engine.delete_attachments>`,
   journaled as a DEL with origin ``hotplug``, in the container's turn.
 
-Kubernetes mode's hot-plug (:mod:`netctl.kubehotplug`) takes the same steps: a round in
+Kubernetes mode's hot-plug (:mod:`netctl.kube.hotplug`) takes the same steps: a round in
 the container's turn (:meth:`Hotplug.in_turn`) that unplugs (:meth:`Hotplug.unplug`) and
 plugs whole selections — addresses, MAC, ``cni-args`` … — (:meth:`Hotplug.plug`) as the
 pod's annotation asks.
@@ -117,7 +117,7 @@ def target(live: list[Attachment], ifname: str = "", network: str = "") -> Attac
 class Hotplug:
     """``netctl attach`` and ``netctl detach``, carried out by the engine; the same steps,
     taken in the container's turn (:meth:`in_turn`: :meth:`plug`, :meth:`unplug`), serve
-    Kubernetes mode's hot-plug (:mod:`netctl.kubehotplug`)."""
+    Kubernetes mode's hot-plug (:mod:`netctl.kube.hotplug`)."""
 
     engine: Engine
 

@@ -5,7 +5,7 @@ CNI_IFNAME), networks every pod gets (``defaultNetworks``), or Multus-style
 inline ``delegates`` (the first on CNI_IFNAME); the pod's own selection adds
 more. The selection comes in as data, a :class:`Choice` — from CNI_ARGS in
 standalone mode (:class:`ArgsSelector`), from the pod in Kubernetes mode
-(:class:`~netctl.engine.kubeselect.KubeSelector`, which may also replace the
+(:class:`~netctl.kube.select.KubeSelector`, which may also replace the
 cluster network, skip ``defaultNetworks`` and look them up in ``multusNamespace``)
 — and each network becomes an :class:`~netctl.journal.records.Attachment` with its
 interface name, chain and arguments, ready to be journaled.
@@ -26,7 +26,7 @@ from netctl.engine.networks import Network, inline
 from netctl.errors import INVALID_CONFIG, CNIError, NotListedYet, Refusal
 from netctl.ipam import sticky
 from netctl.journal.records import Attachment
-from netctl.kube.objects import REASON_BAD_ANNOTATION
+from netctl.kube.client.objects import REASON_BAD_ANNOTATION
 
 SELECTION_ARG = "NETCTL_NETWORKS"
 _MAC_RE = re.compile(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$")

@@ -335,7 +335,8 @@ class Filters:
 
 def journal(conn: sqlite3.Connection, f: Filters) -> dict[str, Any]:
     """The one answer of ``netctl journal``: ``--json`` prints it whole and the table is
-    rendered from it (:mod:`netctl.journalview`), so a script never sees less than a person.
+    rendered from it (:mod:`netctl.commands.journalview`), so a script never sees less than a
+    person.
 
     ``attachments``: the newest ``limit`` matching (``older_attachments`` when more match);
     ``allocations``: with ``ip``, the IPAM's record of the address; ``operations``: those

@@ -88,7 +88,7 @@ def _profile(out: str, argv: list[str]) -> int:
         code = frame.f_code.co_name
         if event == "return":
             # a coroutine's last return carries its value; a suspension carries None
-            if current is not None and code == "_respond" and name == "netctl.server" \
+            if current is not None and code == "_respond" and name == "netctl.daemon.server" \
                     and type(arg).__name__ == "Response":
                 windows.append(current)
                 current = request = None
@@ -100,7 +100,7 @@ def _profile(out: str, argv: list[str]) -> int:
             task = trio.lowlevel.current_task()
         except RuntimeError:  # not in trio: a thread
             return
-        if code == "_respond" and name == "netctl.server" and frame not in started:
+        if code == "_respond" and name == "netctl.daemon.server" and frame not in started:
             # a new request (a connection that sends none never answers: dropped here)
             started.add(frame)
             current, request = {"edges": []}, task
@@ -117,7 +117,7 @@ def _profile(out: str, argv: list[str]) -> int:
                 current["edges"].append(edge)
 
     sys.setprofile(record)
-    from netctl.cli import main
+    from netctl.commands.cli import main
 
     return main(argv)
 
@@ -144,8 +144,8 @@ def summarize(edges: list[list[str]], layers: list[list[str]]) -> dict[str, Any]
     """What is reachable from the server over ``edges``: modules, calls, climbs."""
     # a call whose nearest netctl caller is the CLI's trio.run is a task's first frame: its
     # parent is not on the stack, so it is no edge; the task is counted when reached
-    calls = [(a, b) for a, b in edges if a != "netctl.cli"]
-    reached = {"netctl.server"}
+    calls = [(a, b) for a, b in edges if a != "netctl.commands.cli"]
+    reached = {"netctl.daemon.server"}
     grew = True
     while grew:
         grew = False

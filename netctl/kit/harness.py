@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from netctl.cli import HEALTH_UNREACHABLE, admin_request, down_health
+from netctl.commands.cli import HEALTH_UNREACHABLE, admin_request, down_health
 from netctl.journal import query
 
 T = TypeVar("T")
@@ -227,8 +227,8 @@ def kill_processes(pids: Iterable[int]) -> None:
 
 def netctl_argv(*args: str) -> list[str]:
     """``netctl ARGS…`` run by this interpreter (the venv's, whatever PATH says)."""
-    return [sys.executable, "-c", "import sys; from netctl.cli import main; sys.exit(main())",
-            *args]
+    return [sys.executable, "-c",
+            "import sys; from netctl.commands.cli import main; sys.exit(main())", *args]
 
 
 def netctl_json(*args: str, timeout: float = 300) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from netctl.autoconfig import CONF_NAME, POD_ANNOTATIONS
+from netctl.cni.autoconfig import CONF_NAME, POD_ANNOTATIONS
 from netctl.cni.confdir import loaded
 from tests import cri
 from tests.cni_samples import BRIDGE, CALICO, CILIUM, FLANNEL

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
-from netctl.journalview import ALLOCATION_COLUMNS
+from netctl.commands.journalview import ALLOCATION_COLUMNS
 from netctl.kit import harness
 from netctl.kit.harness import CNIResult
 from netctl.kit.kubefake import IPAMBLOCKS, FakeKube, node, pod
@@ -144,7 +144,7 @@ def address(res: CNIResult) -> str:
 def kubectl_netctl(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``kubectl netctl ARGS…`` as kubectl runs the plugin: the console script's code."""
     return subprocess.run(
-        [sys.executable, "-c", "import sys; from netctl.cli import kubectl_main; "
+        [sys.executable, "-c", "import sys; from netctl.commands.cli import kubectl_main; "
          "sys.exit(kubectl_main())", *args, "--kubeconfig", str(kubeconfig)],
         capture_output=True, text=True, timeout=60)
 
@@ -291,8 +291,8 @@ def test_reviews_keep_allowed_answers_a_while_and_refusals_never(
     import trio
     import trio_asyncio
 
-    from netctl.kube.api import Api, KubeSettings
-    from netctl.kube.review import Reviews
+    from netctl.kube.client.api import Api, KubeSettings
+    from netctl.kube.client.review import Reviews
 
     now = [0.0]
     kube.add_token("token-of-carol", "carol")

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from netctl import cli
+from netctl.commands import cli
 from netctl.journal.events import FIELDS
 from netctl.journal.migrate import migrate
 from netctl.journal.query import journal_path

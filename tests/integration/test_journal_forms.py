@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from netctl import cli
+from netctl.commands import cli
 from netctl.kit.harness import netns_del
 from tests.conftest import Daemon, wait_for
 

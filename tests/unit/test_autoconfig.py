@@ -1,5 +1,5 @@
 """We test the pure decision of ``netctl install-cni --auto-config``
-(:func:`netctl.autoconfig.decide`) on conf dirs shaped like calico's, flannel's,
+(:func:`netctl.cni.autoconfig.decide`) on conf dirs shaped like calico's, flannel's,
 cilium's and ovn-kubernetes' (a single-plugin ``.conf``):
 
 - the first file in load order after ``00-netctl.conflist`` becomes ``clusterNetwork``
@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from netctl.autoconfig import (
+from netctl.cni.autoconfig import (
     CONF_NAME,
     POD_ANNOTATIONS,
     Generated,

@@ -27,7 +27,7 @@ def python(code: str, *, path: Path | None = None) -> subprocess.CompletedProces
 
 
 def test_the_kit_offers_bench_and_the_parser_imports_no_bench() -> None:
-    proc = python("import sys\nfrom netctl.cli import build_parser\n"
+    proc = python("import sys\nfrom netctl.commands.cli import build_parser\n"
                   "build_parser().parse_args(['bench', 'churn', '--pods', '3'])\n"
                   "print(sorted(m for m in sys.modules if m.startswith('netctl.kit')))")
     assert proc.returncode == 0, proc.stderr
@@ -48,12 +48,12 @@ def test_without_the_kit_bench_is_not_offered(tmp_path: Path) -> None:
     where = python("import netctl, importlib.util as u\n"
                    "print(netctl.__file__, u.find_spec('netctl.kit'))", path=tmp_path)
     assert where.stdout.split() == [str(tmp_path / "netctl" / "__init__.py"), "None"]
-    usage = python("from netctl.cli import main\nmain(['--help'])", path=tmp_path)
+    usage = python("from netctl.commands.cli import main\nmain(['--help'])", path=tmp_path)
     assert usage.returncode == 0, usage.stderr
     assert "ipam" in usage.stdout and "bench" not in usage.stdout
-    bench = python("from netctl.cli import main\nmain(['bench', 'churn'])", path=tmp_path)
+    bench = python("from netctl.commands.cli import main\nmain(['bench', 'churn'])", path=tmp_path)
     assert bench.returncode == 2 and "invalid choice: 'bench'" in bench.stderr
-    status = python("import sys\nfrom netctl.cli import main\n"
+    status = python("import sys\nfrom netctl.commands.cli import main\n"
                     "sys.exit(main(['status', '--socket', '/nonexistent/netctl.sock']))",
                     path=tmp_path)
     assert status.returncode == 2 and "not reachable" in status.stderr, status.stderr

@@ -12,14 +12,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from netctl import clusterquery as cq
-from netctl import queryserver as qs
+from netctl.commands.journalview import render
 from netctl.journal.query import Filters
-from netctl.journalview import render
 from netctl.kit.kubefake.reviews import Grant, Reviews
-from netctl.kube import review
-from netctl.kube.daemons import NodeDaemon, daemons_of, owners_at
-from netctl.kube.objects import Block, BlockOwner, BlockSpec
+from netctl.kube import clusterquery as cq
+from netctl.kube import queryserver as qs
+from netctl.kube.client import review
+from netctl.kube.client.daemons import NodeDaemon, daemons_of, owners_at
+from netctl.kube.client.objects import Block, BlockOwner, BlockSpec
 
 
 def alloc(pod: str, since: float, until: float | None = None) -> dict[str, Any]:

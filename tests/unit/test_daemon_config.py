@@ -130,7 +130,7 @@ def test_metrics_addr_checked_when_loaded() -> None:
 
 
 def test_journal_log_from_a_file_or_the_flag(tmp_path: Path) -> None:
-    from netctl.cli import build_parser
+    from netctl.commands.cli import build_parser
 
     assert load_config(None, {}).journal_log is False
     path = tmp_path / "netctl.yaml"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from netctl.cli import STATUS_DEGRADED, STATUS_NOT_READY, STATUS_READY, status_code
+from netctl.commands.cli import STATUS_DEGRADED, STATUS_NOT_READY, STATUS_READY, status_code
 from netctl.engine.degraded import (
     DEFAULT_POOL_DEGRADED_AT,
     full_pools,
@@ -23,7 +23,7 @@ from netctl.engine.degraded import (
     reasons,
 )
 from netctl.errors import CNIError
-from netctl.kube.api import code_label
+from netctl.kube.client.api import code_label
 from netctl.settings import load_config
 
 

@@ -21,8 +21,8 @@ from netctl.devices.podresources import parse_list
 from netctl.engine.devices import assign, cni_file, device_info, give
 from netctl.errors import INVALID_CONFIG, CNIError, Refusal
 from netctl.journal.records import Attachment
-from netctl.kube.dra import _merged, network_data
-from netctl.kube.objects import Slice
+from netctl.kube.client.dra import _merged, network_data
+from netctl.kube.client.objects import Slice
 
 RES = "example.com/vf"
 

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from netctl.cli import build_parser
+from netctl.commands.cli import build_parser
 from netctl.settings import DaemonConfig, load_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from netctl import cli
 from netctl.cni.confdir import ConfFile, read_conf_dir
+from netctl.commands import cli
 from netctl.engine.doctor import Finding, diagnose
 from netctl.engine.networks import NetworkDir
 

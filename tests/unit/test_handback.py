@@ -1,4 +1,4 @@
-"""whereabouts' names and offsets for a handback (netctl/kube/handback.py), as whereabouts
+"""whereabouts' names and offsets for a handback (netctl/kube/client/handback.py), as whereabouts
 writes them (``IPPoolName``, ``normalizeRange``, ``NormalizeIP``, ``toAllocationMap``), and
 the plan: one pool per range, a reservation per address of an overlapping network."""
 
@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import ipaddress
 
-from netctl.kube.handback import Held, offset, plan, pool_name, pool_network, reservation_name
+from netctl.kube.client.handback import (
+    Held,
+    offset,
+    plan,
+    pool_name,
+    pool_network,
+    reservation_name,
+)
 
 
 def test_names_and_offsets() -> None:

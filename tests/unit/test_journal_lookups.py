@@ -1,5 +1,5 @@
 """We test how the read commands find what a person names, on a real journal file made by
-the migrations runner, with rows written by SQL, and through ``netctl.cli.main``:
+the migrations runner, with rows written by SQL, and through ``netctl.commands.cli.main``:
 
 - ``--container``: the full id; a unique prefix (runtimes print 12 of 64 characters); an
   id that is itself a prefix of another still means itself; an ambiguous prefix is an
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from netctl import cli
+from netctl.commands import cli
 from netctl.journal import query
 from netctl.journal.migrate import migrate
 

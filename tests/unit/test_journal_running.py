@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from netctl.cli import main
+from netctl.commands.cli import main
 from netctl.journal import query
 from netctl.journal.migrate import migrate
 

@@ -1,4 +1,4 @@
-"""We test these aspects of ``netctl journal``'s text (:mod:`netctl.journalview`), pure:
+"""We test these aspects of ``netctl journal``'s text (:mod:`netctl.commands.journalview`), pure:
 times as RFC 3339 with milliseconds, UTC with ``Z`` or local with its offset; every row of
 every list in the document is a line, with ``-`` for nothing and a multi-line error on one
 line; sections without rows are left out except the attachments' header; the document's
@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from netctl.journalview import render, rfc3339
+from netctl.commands.journalview import render, rfc3339
 
 T = 1_764_114_067.123  # 2025-11-25T23:41:07.123Z
 

@@ -1,4 +1,4 @@
-"""We test how netctl loads kubernetes-asyncio (:mod:`netctl.kube.client`), each time in a
+"""We test how netctl loads kubernetes-asyncio (:mod:`netctl.kube.client.session`), each time in a
 fresh interpreter as a daemon starts: lean (without the API classes and the models),
 and the client so loaded lists, gets and is refused against the fake API server over
 HTTP from a kubeconfig, the models still there for a caller that asks for them; the
@@ -26,10 +26,10 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import json, sys
 {first}
-import netctl.kube.api
-from netctl.kube import client as lean
+import netctl.kube.client.api
+from netctl.kube.client import session as lean
 import trio, trio_asyncio
-from netctl.kube.api import Api, KubeSettings
+from netctl.kube.client.api import Api, KubeSettings
 
 def kube_modules():
     return sorted(m for m in sys.modules if m.startswith("kubernetes_asyncio"))

@@ -2,7 +2,7 @@
 the proxy the environment names for the API server becomes the client's own proxy
 setting, ``NO_PROXY`` is honoured, the aiohttp session stops looking at the environment
 on every request, and a ``.netrc`` entry for the API server's host leaves the session as
-kubernetes-asyncio made it. netctl's own HTTP (:mod:`netctl.kube.wire`) carries the calls
+kubernetes-asyncio made it. netctl's own HTTP (:mod:`netctl.kube.client.wire`) carries the calls
 only when neither a proxy nor a ``.netrc`` entry applies. Each case runs in a fresh
 interpreter with its own environment (a proxy setting is read when the client is made)."""
 
@@ -19,8 +19,8 @@ import pytest
 SCRIPT = """
 import json
 import trio, trio_asyncio
-from netctl.kube.api import Api, KubeSettings
-from netctl.kube.client import client
+from netctl.kube.client.api import Api, KubeSettings
+from netctl.kube.client.session import client
 
 async def main():
     async with trio_asyncio.open_loop():

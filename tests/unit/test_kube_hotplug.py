@@ -14,7 +14,7 @@ from netctl.cni.request import Pod
 from netctl.engine.plan import NetctlConf
 from netctl.engine.selection import Selection
 from netctl.journal.records import Attachment
-from netctl.kubehotplug import annotations_own, changes, defaults_count, differences
+from netctl.kube.hotplug import annotations_own, changes, defaults_count, differences
 
 
 def att(ifname: str, network: str, *, add_op: int = 1, default: bool = False,

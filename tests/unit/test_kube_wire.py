@@ -1,4 +1,4 @@
-"""We test netctl's own HTTP to the API server (:mod:`netctl.kube.wire`) against servers
+"""We test netctl's own HTTP to the API server (:mod:`netctl.kube.client.wire`) against servers
 scripted here over real TCP on loopback: a connection kept alive and reused; one the
 server closed while idle dropped before use, the request then made on a new one; a GET
 whose reused connection the server drops as it arrives sent again once; an answer in
@@ -24,8 +24,8 @@ import trio_asyncio
 from trio.testing import wait_all_tasks_blocked
 
 from netctl.kit.kubefake import FakeKube, pod
-from netctl.kube.api import Api, ApiError, KubeSettings
-from netctl.kube.wire import Endpoint, Wire, WireError
+from netctl.kube.client.api import Api, ApiError, KubeSettings
+from netctl.kube.client.wire import Endpoint, Wire, WireError
 
 Handler = Callable[[trio.SocketStream, int], Awaitable[None]]
 

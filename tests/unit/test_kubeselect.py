@@ -34,8 +34,6 @@ from hypothesis import strategies as st
 from netctl.cni.request import Invocation, Request, decode
 from netctl.cni.request import Pod as PodRef
 from netctl.engine import readiness
-from netctl.engine.kubeselect import KubeSelector, PodLookup, check_pod, choose
-from netctl.engine.nads import NadLookup, NadResolver
 from netctl.engine.plan import Choice, NetctlConf, decode_conf, plan
 from netctl.errors import (
     INVALID_CONFIG,
@@ -46,7 +44,7 @@ from netctl.errors import (
     Refusal,
 )
 from netctl.journal.records import Attachment
-from netctl.kube.objects import (
+from netctl.kube.client.objects import (
     CONFIG_SOURCE,
     DEFAULT_NETWORK,
     NETWORKS,
@@ -56,7 +54,9 @@ from netctl.kube.objects import (
     NadSpec,
     Pod,
 )
-from netctl.kube.pods import NadSource, PodSource
+from netctl.kube.client.pods import NadSource, PodSource
+from netctl.kube.nads import NadLookup, NadResolver
+from netctl.kube.select import KubeSelector, PodLookup, check_pod, choose
 
 NETNS = "/run/netns/pod"
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from netctl.engine.nads import MULTUS_CONF_DIR, NadResolver
 from netctl.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CNIError, Refusal
-from netctl.kube.objects import Meta, Nad, NadSpec, key
+from netctl.kube.client.objects import Meta, Nad, NadSpec, key
+from netctl.kube.nads import MULTUS_CONF_DIR, NadResolver
 
 
 def config(name: str | None, ptype: str = "bridge") -> str:

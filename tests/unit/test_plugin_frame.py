@@ -40,7 +40,7 @@ from netctl.cni.request import (
     Request,
     decode,
 )
-from netctl.server import admitted, readable
+from netctl.daemon.server import admitted, readable
 from tests.conftest import PLUGIN_BINARY
 from tests.framerecorder import FrameRecorder, exec_plugin
 

@@ -1,4 +1,4 @@
-"""We test that ``netctl status`` without ``--json`` (:func:`netctl.statusview.render`)
+"""We test that ``netctl status`` without ``--json`` (:func:`netctl.commands.statusview.render`)
 says what an operator looks for first: ready or not and why, the journal's size, what
 the replay closed, stuck attachments, the events, and in Kubernetes mode the caches and
 the cluster IPAM — and that it copes with a document missing the keys another version
@@ -6,7 +6,7 @@ does not send."""
 
 from __future__ import annotations
 
-from netctl.statusview import ago, render, size
+from netctl.commands.statusview import ago, render, size
 
 READY = {
     "ready": True, "reasons": [], "version": "0.1.0", "pid": 42, "in_flight": 1,

@@ -60,11 +60,11 @@ from netctl.ipam.cluster.store import ClusterStore
 from netctl.ipam.cluster.takeover import WhereaboutsHolds
 from netctl.ipam.store import IndexStore, Loaded
 from netctl.journal.store import Journal
-from netctl.kube.api import Api
-from netctl.kube.blocks import BLOCKS, NODES
-from netctl.kube.informer import Informer
-from netctl.kube.objects import Block as IPAMBlock
-from netctl.kube.objects import Node
+from netctl.kube.client.api import Api
+from netctl.kube.client.blocks import BLOCKS, NODES
+from netctl.kube.client.informer import Informer
+from netctl.kube.client.objects import Block as IPAMBlock
+from netctl.kube.client.objects import Node
 
 __all__ = ["ClusterSettings", "ClusterStore", "cluster_store"]
 

@@ -18,10 +18,10 @@ from netctl.ipam.cluster.claims import Claims, block_of
 from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.ipam.planner import Allocation, Owner, PoolInfo
 from netctl.journal.records import BlockRecord, OpStart
-from netctl.kube.netstatus import addresses
-from netctl.kube.objects import Block as IPAMBlock
-from netctl.kube.objects import Pod
-from netctl.kube.pods import pods_on
+from netctl.kube.client.netstatus import addresses
+from netctl.kube.client.objects import Block as IPAMBlock
+from netctl.kube.client.objects import Pod
+from netctl.kube.client.pods import pods_on
 
 log = logging.getLogger("netctl.ipam")
 

@@ -28,10 +28,10 @@ from netctl.ipam.planner import scope_of
 from netctl.ipam.ranges import IPAMConfig, Range
 from netctl.ipam.sticky import Reservation
 from netctl.journal.records import BlockRecord
-from netctl.kube import blocks as block_objects
-from netctl.kube.api import ApiError
-from netctl.kube.objects import Block as IPAMBlock
-from netctl.kube.objects import TransferAsk
+from netctl.kube.client import blocks as block_objects
+from netctl.kube.client.api import ApiError
+from netctl.kube.client.objects import Block as IPAMBlock
+from netctl.kube.client.objects import TransferAsk
 
 log = logging.getLogger("netctl.ipam")
 

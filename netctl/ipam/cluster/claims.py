@@ -23,11 +23,11 @@ from netctl.ipam.cluster.state import Cluster, Held, Holdings
 from netctl.ipam.planner import pool_key, scope_of
 from netctl.ipam.ranges import IPAMConfig, Range
 from netctl.journal.records import BlockRecord
-from netctl.kube import blocks as block_objects
-from netctl.kube.api import ApiError
-from netctl.kube.informer import Informer
-from netctl.kube.objects import Block as IPAMBlock
-from netctl.kube.objects import BlockSpec
+from netctl.kube.client import blocks as block_objects
+from netctl.kube.client.api import ApiError
+from netctl.kube.client.informer import Informer
+from netctl.kube.client.objects import Block as IPAMBlock
+from netctl.kube.client.objects import BlockSpec
 
 log = logging.getLogger("netctl.ipam")
 

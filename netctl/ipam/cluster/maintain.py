@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from netctl.ipam.cluster.claims import Claims
 from netctl.ipam.cluster.state import Cluster, Held, Holdings
 from netctl.journal.records import BlockRecord
-from netctl.kube import blocks as block_objects
-from netctl.kube.api import ApiError
-from netctl.kube.pods import pods_on
+from netctl.kube.client import blocks as block_objects
+from netctl.kube.client.api import ApiError
+from netctl.kube.client.pods import pods_on
 
 log = logging.getLogger("netctl.ipam")
 

@@ -3,7 +3,7 @@ with the caches of blocks and nodes (:class:`Cluster`), and what this node holds
 (:class:`Holdings`: its allocations, its blocks, and the addresses that count as used
 besides). Built once by :func:`netctl.ipam.cluster.cluster_store`.
 
-A block has one shape per layer: the API object (:class:`~netctl.kube.objects.Block`,
+A block has one shape per layer: the API object (:class:`~netctl.kube.client.objects.Block`,
 imported here as ``IPAMBlock``), the journal's record
 (:class:`~netctl.journal.records.BlockRecord`), and the numbers the arithmetic works on
 (:class:`netctl.ipam.cluster.blocks.Block`); :class:`Held` ties the three of a block this
@@ -22,10 +22,10 @@ from netctl.ipam.planner import SetUnion
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import BlockRecord
 from netctl.journal.store import Journal
-from netctl.kube.api import Api
-from netctl.kube.informer import Informer
-from netctl.kube.objects import Block as IPAMBlock
-from netctl.kube.objects import Node
+from netctl.kube.client.api import Api
+from netctl.kube.client.informer import Informer
+from netctl.kube.client.objects import Block as IPAMBlock
+from netctl.kube.client.objects import Node
 
 
 @dataclass(frozen=True)

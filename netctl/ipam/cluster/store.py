@@ -45,11 +45,11 @@ from netctl.ipam.planner import (
 from netctl.ipam.ranges import IPAMConfig, Range, next_free, requested, sticky_for
 from netctl.ipam.sticky import Reservation
 from netctl.ipam.store import Store
-from netctl.kube import blocks as block_objects
-from netctl.kube.api import ApiError
-from netctl.kube.informer import Informer
-from netctl.kube.objects import Block as IPAMBlock
-from netctl.kube.objects import Node, StickyEntry
+from netctl.kube.client import blocks as block_objects
+from netctl.kube.client.api import ApiError
+from netctl.kube.client.informer import Informer
+from netctl.kube.client.objects import Block as IPAMBlock
+from netctl.kube.client.objects import Node, StickyEntry
 
 log = logging.getLogger("netctl.ipam")
 

@@ -11,9 +11,9 @@ address asked for is node 1's first, at a time it was held.
 
 Timed, ``--queries`` times each:
 
-- **local**: :func:`netctl.readonly.journal` on node 1's state dir, in this process: what
+- **local**: :func:`netctl.reconcile.readonly.journal` on node 1's state dir, in this process: what
   ``netctl journal --ip --at`` does on the node (the baseline: no network, no review);
-- **cluster**: :func:`netctl.clusterquery.query` in this process, as ``kubectl netctl``
+- **cluster**: :func:`netctl.kube.clusterquery.query` in this process, as ``kubectl netctl``
   does once its modules are loaded: the kubeconfig loaded, the daemons' pods and the
   IPAMBlocks listed, every node asked at once, the answers merged; the reviews are kept a
   minute by each daemon, so after the first query none is made (the first is counted);
@@ -81,8 +81,9 @@ def _holders(doc: dict[str, Any]) -> list[str]:
 
 
 def run_query(args: argparse.Namespace) -> int:
-    from netctl import clusterquery, readonly
     from netctl.journal.query import Filters
+    from netctl.kube import clusterquery
+    from netctl.reconcile import readonly
 
     root = Path(tempfile.mkdtemp(prefix="netctl-bench-query-"))
     daemons: list[harness.Daemon] = []
@@ -131,9 +132,9 @@ def run_query(args: argparse.Namespace) -> int:
             for _ in range(args.cli_runs):
                 began = time.perf_counter()
                 proc = subprocess.run(
-                    [sys.executable, "-c", "import sys; from netctl.cli import kubectl_main; "
-                     "sys.exit(kubectl_main())", "journal", "--ip", first, "--at", str(at),
-                     "--kubeconfig", str(reader), "--json"],
+                    [sys.executable, "-c", "import sys; from netctl.commands.cli import "
+                     "kubectl_main; sys.exit(kubectl_main())", "journal", "--ip", first,
+                     "--at", str(at), "--kubeconfig", str(reader), "--json"],
                     capture_output=True, text=True, timeout=60)
                 cli.append(time.perf_counter() - began)
                 if proc.returncode != 0 or _holders(json.loads(proc.stdout)) != want:

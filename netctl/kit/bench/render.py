@@ -1,9 +1,9 @@
 """The one renderer of ``netctl bench`` reports, with rich.
 
 A bench turns its report (the dict ``--json`` prints) into a list of blocks: lines of
-text and tables built by :func:`~netctl.console.table`, printed by
-:func:`~netctl.console.show` (the product's command line prints with the same helpers).
-Long work shows its progress the same way (:func:`steps`, :func:`~netctl.console.waiting`):
+text and tables built by :func:`~netctl.commands.console.table`, printed by
+:func:`~netctl.commands.console.show` (the product's command line prints with the same helpers).
+Long work shows its progress the same way (:func:`steps`, :func:`~netctl.commands.console.waiting`):
 a bar or a spinner on a terminal, plain lines elsewhere.
 The helpers below build the rows and lines several benches share (netctl beside its
 baseline with the ratio, latency percentiles, the daemon's figures, the verdict).
@@ -29,11 +29,11 @@ from rich.progress import (
 from rich.text import Text
 
 # the product's table and spinner, which the benches use through this module
-from netctl.console import WIDTH as WIDTH
-from netctl.console import Row as Row
-from netctl.console import show as show
-from netctl.console import table as table
-from netctl.console import waiting as waiting
+from netctl.commands.console import WIDTH as WIDTH
+from netctl.commands.console import Row as Row
+from netctl.commands.console import show as show
+from netctl.commands.console import table as table
+from netctl.commands.console import waiting as waiting
 
 # -- progress on long work --------------------------------------------------------------------
 

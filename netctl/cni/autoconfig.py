@@ -1,0 +1,340 @@
+"""``netctl install-cni --auto-config``: put netctl in front of the node's primary CNI.
+
+As Multus' ``multusConfigFile: auto`` does, netctl writes ``00-netctl.conflist`` into the
+runtime's CNI conf dir, so the runtime, which uses the first file of the dir, execs
+netctl for every pod, and netctl runs the node's own network (calico, flannel, cilium,
+…) as the cluster network from its unchanged file.
+
+The decision is pure (:func:`decide` over the dir's files as
+:func:`netctl.cni.confdir.read_conf_dir` gives them; :func:`render` the bytes):
+
+- the **primary** is the first file in the runtime's load order (byte order of the
+  names; ``*.conf``, ``*.conflist``, ``*.json``; hidden files too, as libcni lists them)
+  that is not netctl's own ``00-netctl.conflist`` and has no ``netctl-cni`` entry (a
+  netctl conf cannot be netctl's cluster network); a file that is not (yet) a JSON
+  object there means **wait**: the primary CNI may be half-way through writing it;
+- it must come after ``00-netctl.conflist``: a loaded file that sorts before it is
+  **refused** (the runtime would load that one and never netctl: Multus'
+  ``00-multus.conf`` is one) — unless it is Multus' and ``replace_multus`` says to take
+  its place: then netctl's file is written first and Multus' renamed away after it
+  (:func:`take_place`: one rename, so some meta-plugin's config is in front at every
+  moment), to a name no runtime loads, from which ``--uninstall`` puts it back
+  (:func:`restore_replaced`) before it removes netctl's; and so is a primary netctl
+  could not run (no ``cniVersion`` netctl serves, no ``name``, a bad plugin
+  ``type``): the same check the daemon makes when it reads the file as ``clusterNetwork``;
+- the generated conflist: ``cniVersion`` the primary's (the runtime accepts it), one
+  ``netctl-cni`` entry with ``socket``, ``clusterNetwork`` = the primary's **path** (the
+  daemon reads it at that path: mount the conf dir at the same path), and the union of
+  the capabilities the primary's plugins declare (so ``portMappings``, ``bandwidth`` …
+  still reach them: a runtime passes only declared ones) plus
+  ``io.kubernetes.cri.pod-annotations``, where Kubernetes mode reads a pod's networks.
+
+The I/O is thin. The file is written only when its bytes change, under a temporary name
+**inside** the conf dir that no runtime loads (``.00-netctl.conflist.<pid>.tmp``), fsynced,
+then renamed over the target: containerd 1.6 reloads its conf dir on write, remove and
+rename events in the dir only (a file renamed in from elsewhere is a create event, which
+it ignores). :func:`run` waits for a primary (inotify on the dir, with a periodic rescan
+as the back-stop), and with ``watch`` keeps regenerating when the dir changes. Nothing
+here removes the file but :func:`remove_conf` (``--uninstall``): not a daemon restart,
+not an upgrade, not SIGTERM — while the daemon is down, ADD answers code 11 and the
+runtime retries, where a removed file would let pods come up on the primary alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from netctl.cni.confdir import ConfFile, capabilities, read_conf_dir
+from netctl.cni.config import parse_chain
+from netctl.cni.install import remove
+from netctl.errors import CNIError
+from netctl.kube.client.objects import RUNTIME_ANNOTATIONS as POD_ANNOTATIONS
+
+CONF_NAME = "00-netctl.conflist"
+NETWORK_NAME = "netctl"
+PLUGIN_TYPE = "netctl-cni"
+RESCAN_INTERVAL = 5.0  # seconds: the back-stop for events inotify does not give
+MULTUS_TYPES = frozenset({"multus", "multus-shim"})
+REPLACED = ".netctl-replaced"  # a replaced config's suffix: not a name libcni loads
+
+
+@dataclass(frozen=True)
+class Generated:
+    """Write this conflist: ``primary`` is the cluster network's file."""
+
+    primary: str
+    conflist: dict[str, Any]
+    skipped: tuple[tuple[str, str], ...] = ()  # (path, why) passed over before it
+    replaces: tuple[str, ...] = ()  # Multus' configs in front, renamed away once it is written
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """No usable primary config yet; ``reason`` says what is missing."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The dir cannot be served as it is; ``reason`` says why and what to do."""
+
+    reason: str
+
+
+Decision = Generated | Waiting | Refused
+
+
+def _has_netctl_entry(conf: dict[str, Any]) -> bool:
+    plugins = conf.get("plugins") if "plugins" in conf else [conf]
+    return isinstance(plugins, list) and any(
+        isinstance(p, dict) and p.get("type") == PLUGIN_TYPE for p in plugins)
+
+
+def _is_multus(conf: dict[str, Any] | None) -> bool:
+    plugins = conf.get("plugins") if conf and "plugins" in conf else [conf]
+    return isinstance(plugins, list) and any(
+        isinstance(p, dict) and p.get("type") in MULTUS_TYPES for p in plugins)
+
+
+def decide(files: Sequence[ConfFile], socket: str, replace_multus: bool = False) -> Decision:
+    """What ``00-netctl.conflist`` should be, from the conf dir's files in load order
+    (with ``replace_multus``, Multus' configs in front of it are to be renamed away)."""
+    skipped: list[tuple[str, str]] = []
+    replaces: list[str] = []
+    for f in files:
+        name = os.path.basename(f.path)
+        if name == CONF_NAME:
+            continue
+        if name < CONF_NAME:
+            if _is_multus(f.conf):
+                if replace_multus:
+                    replaces.append(f.path)
+                    continue
+                return Refused(f"{f.path} sorts before {CONF_NAME} and is Multus' config: "
+                               "the runtime would go on using Multus; uninstall Multus first, "
+                               "or stop its DaemonSet and pass --replace-multus to take its "
+                               "place in one rename")
+            return Refused(f"{f.path} sorts before {CONF_NAME}: the runtime uses the first "
+                           f"config of the dir, so it would use {name} and never netctl; "
+                           "remove or rename it (Multus' 00-multus.conf: uninstall Multus "
+                           "first, or --replace-multus)")
+        if f.conf is None:
+            return Waiting(f"{f.path} {f.error}: waiting for it to be complete")
+        if _has_netctl_entry(f.conf):
+            skipped.append((f.path, "a netctl config (netctl cannot be its own cluster "
+                                    "network)"))
+            continue
+        try:
+            chain = parse_chain(f.conf, f.path)
+        except CNIError as exc:
+            why = exc.msg.removeprefix(f"{f.path}: ")
+            return Refused(f"the primary CNI config {f.path}: {why}: netctl cannot run it "
+                           "as its cluster network")
+        caps = set().union(*(capabilities(p) for p in chain.plugins)) | {POD_ANNOTATIONS}
+        entry = {"type": PLUGIN_TYPE, "socket": socket, "clusterNetwork": f.path,
+                 "capabilities": {cap: True for cap in sorted(caps)}}
+        conflist = {"cniVersion": chain.cni_version, "name": NETWORK_NAME,
+                    "plugins": [entry]}
+        return Generated(f.path, conflist, tuple(skipped), tuple(replaces))
+    also = f" ({len(skipped)} netctl config(s) passed over)" if skipped else ""
+    return Waiting(f"no primary CNI config yet{also}: waiting for the node's network "
+                   "plugin to write one")
+
+
+def render(conflist: dict[str, Any]) -> bytes:
+    return (json.dumps(conflist, indent=2) + "\n").encode()
+
+
+# --- the thin I/O -------------------------------------------------------------------
+
+
+def conf_path(conf_dir: str) -> str:
+    return os.path.join(conf_dir, CONF_NAME)
+
+
+def tmp_name(pid: int) -> str:
+    """The writer's temporary file: in the conf dir, under a name no runtime loads."""
+    return f".{CONF_NAME}.{pid}.tmp"
+
+
+def write_conf(conf_dir: str, data: bytes) -> bool:
+    """Put ``data`` at ``00-netctl.conflist`` unless it is there already (no event for
+    the runtime then); True when written. Renamed in from inside the dir, see above."""
+    target = conf_path(conf_dir)
+    try:
+        with open(target, "rb") as fh:
+            if fh.read(len(data) + 1) == data:
+                return False
+    except FileNotFoundError:
+        pass
+    tmp = os.path.join(conf_dir, tmp_name(os.getpid()))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            os.fchmod(fd, 0o644)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(conf_dir)
+    return True
+
+
+def _fsync_dir(conf_dir: str) -> None:
+    dir_fd = os.open(conf_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def take_place(paths: Sequence[str]) -> list[tuple[str, str]]:
+    """Rename Multus' configs (already behind netctl's, which is written) to hidden names
+    no runtime loads: (from, to) of each."""
+    moved = []
+    for path in paths:
+        directory, name = os.path.split(path)
+        target = os.path.join(directory, f".{name}{REPLACED}")
+        os.replace(path, target)
+        _fsync_dir(directory)
+        moved.append((path, target))
+    return moved
+
+
+def restore_replaced(conf_dir: str) -> list[str]:
+    """Put back the configs :func:`take_place` renamed away (unless one of that name is
+    there again); the paths restored. ``--uninstall`` runs it before it removes netctl's
+    file, so a config stays in front."""
+    try:
+        names = sorted(os.listdir(conf_dir))
+    except FileNotFoundError:
+        return []
+    restored = []
+    for name in names:
+        if name.startswith(".") and name.endswith(REPLACED):
+            target = os.path.join(conf_dir, name[1:-len(REPLACED)])
+            if not os.path.exists(target):
+                os.replace(os.path.join(conf_dir, name), target)
+                restored.append(target)
+    if restored:
+        _fsync_dir(conf_dir)
+    return restored
+
+
+def remove_conf(conf_dir: str) -> list[str]:
+    """Remove ``00-netctl.conflist`` and temporary files a killed writer left; the
+    paths removed."""
+    try:
+        names = sorted(os.listdir(conf_dir))
+    except FileNotFoundError:
+        return []
+    return remove(conf_dir, [n for n in names if n == CONF_NAME or (
+        n.startswith(f".{CONF_NAME}.") and n.endswith(".tmp"))])
+
+
+class DirEvents:
+    """Wake-ups for changes in one directory: inotify through libc, re-armed at every
+    wait (so a dir created or replaced later is watched too); plain timeouts where
+    inotify is not to be had."""
+
+    _MASK = (0x2 | 0x8 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800)
+    # IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE,
+    # IN_DELETE_SELF, IN_MOVE_SELF
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._fd = -1
+        try:
+            self._libc = ctypes.CDLL(None, use_errno=True)
+            self._fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, AttributeError):
+            self._fd = -1
+
+    def wait(self, timeout: float) -> None:
+        """Return after a change in the dir, or after ``timeout`` seconds."""
+        if self._fd < 0 or self._libc.inotify_add_watch(
+                self._fd, os.fsencode(self.directory), self._MASK) < 0:
+            time.sleep(timeout)
+            return
+        ready, _, _ = select.select([self._fd], [], [], timeout)
+        if ready:
+            time.sleep(0.05)  # let a burst of events (a write in pieces) arrive together
+            try:
+                while os.read(self._fd, 65536):
+                    pass
+            except BlockingIOError:
+                pass
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def run(conf_dir: str, socket: str, *, wait_timeout: float = 0, watch: bool = False,
+        say: Callable[[str], None] = print, rescan: float = RESCAN_INTERVAL,
+        replace_multus: bool = False) -> int:
+    """Generate ``00-netctl.conflist`` once a primary config is there (waiting up to
+    ``wait_timeout`` seconds, 0: for ever), and with ``watch`` keep it in step with the
+    dir until the process is stopped. 0 when written (or up to date), 1 when refused
+    or timed out (without ``watch``)."""
+    conf_dir = os.path.abspath(conf_dir)  # clusterNetwork is the primary's absolute path
+    os.makedirs(conf_dir, exist_ok=True)
+    events = DirEvents(conf_dir)
+    deadline = time.monotonic() + wait_timeout if wait_timeout > 0 else None
+    said = ""
+    try:
+        while True:
+            decision = decide(read_conf_dir(conf_dir), socket, replace_multus)
+            if isinstance(decision, Generated):
+                wrote = write_conf(conf_dir, render(decision.conflist))
+                line = (f"{'wrote' if wrote else 'up to date:'} {conf_path(conf_dir)}: "
+                        f"clusterNetwork {decision.primary}, cniVersion "
+                        f"{decision.conflist['cniVersion']}")
+                for path, why in decision.skipped:
+                    line += f"\n  passed over {path}: {why}"
+                for path, target in take_place(decision.replaces):
+                    wrote = True
+                    line += f"\n  took the place of Multus' {path} (renamed to {target})"
+                if not watch:
+                    say(line)
+                    return 0
+                if wrote:
+                    say(line)
+                    said = line
+            elif isinstance(decision, Refused):
+                line = f"refused: {decision.reason}"
+                if not watch:
+                    say(line)
+                    return 1
+                line += f" ({conf_path(conf_dir)} left as it is)"
+            else:
+                line = decision.reason
+                if not watch and deadline is not None and time.monotonic() >= deadline:
+                    say(f"gave up after {wait_timeout:g}s: {line}")
+                    return 1
+            if line != said:
+                say(line)
+                said = line
+            timeout = rescan if deadline is None or watch else \
+                max(0.0, min(rescan, deadline - time.monotonic()))
+            events.wait(timeout)
+    finally:
+        events.close()

@@ -1,0 +1,153 @@
+"""IPAMBlock objects through the API: claim, hand over, release — each one request whose
+outcome the API server decides, so that nodes racing for a block end with one owner.
+
+- :func:`claim`: create the block object; AlreadyExists (409) means another node has it.
+- :func:`hand_over`: a block of a node that is gone becomes this node's — an update
+  carrying the resourceVersion the caller read, so of two nodes racing one gets 409.
+- :func:`release`: delete with the resourceVersion (and UID) as preconditions: a block
+  changed meanwhile is not deleted.
+- :func:`answer`: the owner of a block grants or refuses an address of it that another
+  node asked to borrow (a requested address), on the borrow object.
+- :func:`set_reserved`: a block's node publishes the sticky reservations of its
+  addresses, so that a node where the identity comes back can ask for the address.
+- :func:`ask_transfer`, :func:`answer_transfer`: a borrowed address reserved for a sticky
+  identity that comes back on a third node: that node asks the borrower for the borrow
+  object, which hands it over (or refuses).
+
+The caches of blocks and nodes are :class:`~netctl.kube.client.informer.Informer`\\ s over
+:data:`BLOCKS` and :data:`NODES`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from netctl.kube.client.api import Api, ApiError
+from netctl.kube.client.objects import (
+    BLOCK_API_VERSION,
+    BLOCK_KIND,
+    Block,
+    BlockOwner,
+    BlockSpec,
+    Meta,
+    StickyEntry,
+    TransferAsk,
+)
+
+GROUP = "ipam.netctl.dev"
+BLOCKS = f"/apis/{GROUP}/v1/ipamblocks"
+NODES = "/api/v1/nodes"
+
+
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _decode(data: bytes) -> Block:
+    return msgspec.json.decode(data, type=Block)
+
+
+def _body(block: Block) -> bytes:
+    """``block`` as a request body. apiVersion and kind always go along: a custom resource
+    without them is refused (400 "Object 'Kind' is missing"), and ``omit_defaults`` would
+    leave out their default values."""
+    doc = msgspec.to_builtins(block)
+    doc["apiVersion"], doc["kind"] = BLOCK_API_VERSION, BLOCK_KIND
+    return msgspec.json.encode(doc)
+
+
+async def claim(api: Api, name: str, spec: BlockSpec) -> Block | None:
+    """Create the block (the claim); None when it exists already (another claim won)."""
+    body = _body(Block(metadata=Meta(name=name), spec=spec))
+    try:
+        return _decode(await api.request("create", "POST", BLOCKS, body=body))
+    except ApiError as exc:
+        if exc.status == 409:
+            return None
+        raise
+
+
+async def get(api: Api, name: str) -> Block | None:
+    data = await api.get(f"{BLOCKS}/{name}")
+    return None if data is None else _decode(data)
+
+
+async def hand_over(api: Api, block: Block, node: str) -> Block | None:
+    """``block`` (as read) becomes ``node``'s, its previous owner kept in its history;
+    None when it changed since it was read (another node took it, or it was released)."""
+    spec = block.spec
+    owners = [*spec.history, BlockOwner(spec.node, spec.claimedAt, now_rfc3339())]
+    return await _update(api, block, msgspec.structs.replace(
+        spec, node=node, claimedAt=now_rfc3339(), history=owners[-20:]))
+
+
+async def answer(api: Api, block: Block, grant: str) -> Block | None:
+    """The owner's answer to a borrowed address (``granted`` or ``refused``), written on
+    the borrow object as read; None when it changed or went meanwhile."""
+    return await _update(api, block, msgspec.structs.replace(block.spec, grant=grant))
+
+
+async def set_reserved(api: Api, block: Block, entries: list[StickyEntry]) -> Block | None:
+    """The sticky reservations of ``block`` (as read) set to ``entries``; None when it
+    changed or went meanwhile."""
+    return await _update(api, block, msgspec.structs.replace(block.spec, reserved=entries))
+
+
+async def ask_transfer(api: Api, block: Block, ask: TransferAsk) -> Block | None:
+    """Ask the node of ``block`` (a borrow object, as read) to hand it over (``ask``:
+    for a sticky identity whose address it is); None when it changed meanwhile."""
+    return await _update(api, block, msgspec.structs.replace(block.spec, transfer=ask))
+
+
+async def withdraw_transfer(api: Api, block: Block) -> Block | None:
+    """The ask on ``block`` (as read) taken back, unanswered; None when it changed
+    meanwhile (answered, perhaps handed over)."""
+    return await _update(api, block, msgspec.structs.replace(block.spec, transfer=None))
+
+
+async def answer_transfer(api: Api, block: Block, granted: bool) -> Block | None:
+    """The node of ``block`` answers an ask for it: granted, it becomes the asking node's
+    (its previous owner in its history, no reservation on it any more); refused, the ask
+    says so. None when it changed meanwhile."""
+    spec, ask = block.spec, block.spec.transfer
+    if ask is None:
+        return None
+    if not granted:
+        return await _update(api, block, msgspec.structs.replace(
+            spec, transfer=msgspec.structs.replace(ask, refused=True)))
+    owners = [*spec.history, BlockOwner(spec.node, spec.claimedAt, now_rfc3339())]
+    return await _update(api, block, msgspec.structs.replace(
+        spec, node=ask.node, claimedAt=now_rfc3339(), history=owners[-20:], transfer=None,
+        reserved=[], identity=ask.identity, ifname=ask.ifname))
+
+
+async def _update(api: Api, block: Block, spec: BlockSpec) -> Block | None:
+    """``block`` (as read) with ``spec``, under the resourceVersion read; None when it
+    changed or went meanwhile (409, 404)."""
+    new = Block(metadata=Meta(name=block.metadata.name,
+                              resourceVersion=block.metadata.resourceVersion), spec=spec)
+    try:
+        return _decode(await api.request("update", "PUT", f"{BLOCKS}/{block.metadata.name}",
+                                         body=_body(new)))
+    except ApiError as exc:
+        if exc.status in (404, 409):
+            return None
+        raise
+
+
+async def release(api: Api, block: Block) -> bool:
+    """Delete ``block`` if it is still as read; False when it changed meanwhile."""
+    options = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {
+        "uid": block.metadata.uid, "resourceVersion": block.metadata.resourceVersion}}
+    try:
+        await api.request("delete", "DELETE", f"{BLOCKS}/{block.metadata.name}",
+                          body=msgspec.json.encode(options))
+    except ApiError as exc:
+        if exc.status == 404:
+            return True
+        if exc.status == 409:
+            return False
+        raise
+    return True

@@ -1,0 +1,211 @@
+"""A watched cache of one kind of object: list, then watch from the list's resourceVersion.
+
+:class:`Informer` keeps only the fields netctl needs (msgspec structs decoded straight
+from the API's JSON: :class:`~netctl.kube.client.objects.Pod`,
+:class:`~netctl.kube.client.objects.Nad`),
+keyed by (namespace, name):
+
+- it lists (with its selector), replaces the cache with the list — a key missing from
+  a relist is a deletion, reported like one — and watches from the list's
+  resourceVersion, with bookmarks, so a resumed watch starts where the last one ended;
+- a watch the server ends (its timeout) or that drops is resumed from the last
+  resourceVersion seen, without a relist; a watch whose resourceVersion is too old (410
+  Gone, as an ERROR event or an HTTP status) relists; an unreachable API server is
+  retried with a capped back-off (0.5 s doubling to 30 s), the cache kept meanwhile;
+- ``synced`` is set after the first list; ``state``, the time of the last list or event
+  (:meth:`age`) and counts of lists, watches and events are what ``netctl status``
+  shows; ``on_delete`` is called for every deletion (the daemon's pod deletions feed
+  the reconciler); :meth:`wait_for` lets a caller wait for a key the watch has not
+  delivered yet (kubelet often runs a sandbox before the watch brings its pod), and
+  :meth:`wait_synced` for the first list; :meth:`wake_waiters` ends every such wait at
+  once (the key or the list not there): the informer calls it when a list or the
+  renewal of its watch fails, as no event comes while it backs off; its owner also when
+  another call finds the API server unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextlib import aclosing
+from typing import Generic, TypeVar
+
+import msgspec
+import trio
+
+from netctl.kube.client.api import Api, ApiError, sleep_backoff
+from netctl.kube.client.objects import Block, Nad, Node, Pod, Slice, Status
+
+log = logging.getLogger("netctl.kube")
+
+
+class _ListMeta(msgspec.Struct, forbid_unknown_fields=False):
+    resourceVersion: str = ""
+
+
+class _Event(msgspec.Struct, forbid_unknown_fields=False):
+    type: str
+    object: msgspec.Raw
+
+
+class _RvOnly(msgspec.Struct, forbid_unknown_fields=False):
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+
+
+T = TypeVar("T", Pod, Nad, Block, Node, Slice)
+Key = tuple[str, str]
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old: relist."""
+
+
+class Informer(Generic[T]):
+    def __init__(self, api: Api, kind: type[T], path: str, query: list[tuple[str, str]],
+                 on_delete: Callable[[T], None] | None = None,
+                 on_put: Callable[[T], None] | None = None) -> None:
+        self.api, self.path, self.query = api, path, query
+        self.kind: type[T] = kind
+        self.on_delete: Callable[[T], None] | None = on_delete
+        self.on_put: Callable[[T], None] | None = on_put  # every object listed or changed
+        self.cache: dict[Key, T] = {}
+        self.resource_version = ""
+        self.synced = trio.Event()
+        self.state = "starting"
+        self.last_seen = 0.0  # monotonic time of the last list or event
+        self.lists = self.watches = self.events = 0
+        self._waiters: dict[Key | None, trio.Event] = {}  # None: the first list
+        self._list_type = msgspec.defstruct(
+            "List", [("metadata", _ListMeta, msgspec.field(default_factory=_ListMeta)),
+                     ("items", list[kind], msgspec.field(default_factory=list))],  # type: ignore[valid-type]
+            forbid_unknown_fields=False)
+
+    def age(self) -> float | None:
+        """Seconds since the cache last heard from the API server (None: never)."""
+        return time.monotonic() - self.last_seen if self.last_seen else None
+
+    def status(self) -> dict[str, object]:
+        age = self.age()
+        return {"state": self.state, "synced": self.synced.is_set(), "objects": len(self.cache),
+                "resource_version": self.resource_version,
+                "age_seconds": None if age is None else round(age, 3),
+                "lists": self.lists, "watches": self.watches, "events": self.events}
+
+    async def wait_for(self, key: Key, timeout: float) -> T | None:
+        """The object under ``key``, waiting up to ``timeout`` for the watch to bring it."""
+        found = self.cache.get(key)
+        if found is not None or timeout <= 0:
+            return found
+        event = self._waiters.setdefault(key, trio.Event())
+        with trio.move_on_after(timeout):
+            await event.wait()
+        return self.cache.get(key)
+
+    async def wait_synced(self, timeout: float) -> bool:
+        """Whether the first list has filled the cache, waiting up to ``timeout``."""
+        if not self.synced.is_set() and timeout > 0:
+            event = self._waiters.setdefault(None, trio.Event())
+            with trio.move_on_after(timeout):
+                await event.wait()
+        return self.synced.is_set()
+
+    def wake_waiters(self) -> None:
+        """End every :meth:`wait_for` and :meth:`wait_synced` now: nothing will come."""
+        waiters, self._waiters = self._waiters, {}
+        for event in waiters.values():
+            event.set()
+
+    def _put(self, obj: T) -> None:
+        key = (obj.metadata.namespace, obj.metadata.name)
+        self.cache[key] = obj
+        if self.on_put is not None:
+            self.on_put(obj)
+        waiter = self._waiters.pop(key, None)
+        if waiter is not None:
+            waiter.set()
+
+    def _drop(self, key: Key) -> None:
+        obj = self.cache.pop(key, None)
+        if obj is not None and self.on_delete is not None:
+            self.on_delete(obj)
+
+    async def _list(self) -> None:
+        self.state = "listing"
+        data = await self.api.list(self.path, self.query)
+        listed = msgspec.json.decode(data, type=self._list_type)
+        self.lists += 1
+        fresh: dict[Key, T] = {(o.metadata.namespace, o.metadata.name): o
+                               for o in listed.items}  # type: ignore[attr-defined]
+        for key in [k for k in self.cache if k not in fresh]:
+            self._drop(key)  # deleted while we were not watching
+        for obj in fresh.values():
+            self._put(obj)
+        self.resource_version = listed.metadata.resourceVersion  # type: ignore[attr-defined]
+        self.last_seen = time.monotonic()
+        self.synced.set()
+        waiter = self._waiters.pop(None, None)
+        if waiter is not None:
+            waiter.set()
+
+    async def _watch(self) -> None:
+        self.state = "watching"
+        self.watches += 1
+        query = [*self.query, ("resourceVersion", self.resource_version)]
+        async with aclosing(self.api.watch(self.path, query)) as lines:
+            async for line in lines:
+                self._event(line)
+
+    def _event(self, line: bytes) -> None:
+        self.last_seen = time.monotonic()
+        try:
+            event = msgspec.json.decode(line, type=_Event)
+        except msgspec.MsgspecError as exc:
+            log.warning("watch %s: an undecodable event ignored: %s", self.path, exc)
+            return
+        self.events += 1
+        if event.type == "ERROR":
+            status = msgspec.json.decode(event.object, type=Status)
+            if status.code == 410:
+                raise Gone(status.message)
+            raise ApiError(status.code, status.message or status.reason)
+        if event.type == "BOOKMARK":
+            self.resource_version = msgspec.json.decode(
+                event.object, type=_RvOnly).metadata.resourceVersion
+            return
+        obj = msgspec.json.decode(event.object, type=self.kind)
+        if event.type in ("ADDED", "MODIFIED"):
+            self._put(obj)
+        elif event.type == "DELETED":
+            self._drop((obj.metadata.namespace, obj.metadata.name))
+        self.resource_version = obj.metadata.resourceVersion or self.resource_version
+
+    async def run(self) -> None:
+        """List, watch, resume, relist, back off — for ever (cancel to stop)."""
+        failures = 0
+        relist = True
+        while True:
+            try:
+                if relist:
+                    await self._list()
+                    relist = False
+                await self._watch()
+                failures = 0  # the server ended the watch: resume from where it was
+            except Gone as exc:
+                log.info("watch %s: %s; relisting", self.path, exc or "410 Gone")
+                relist = True
+            except ApiError as exc:
+                if exc.status == 410:
+                    relist = True
+                    continue
+                self.state = f"retrying after: {exc}"
+                log.warning("watch %s: %s; retrying", self.path, exc)
+                self.wake_waiters()  # no event comes while it backs off
+                await sleep_backoff(failures)
+                failures += 1
+            except msgspec.MsgspecError as exc:
+                self.state = f"retrying after an undecodable list: {exc}"
+                self.wake_waiters()
+                await sleep_backoff(failures)
+                failures += 1
+                relist = True
