@@ -50,9 +50,9 @@ from netctl.cni.probe import check_delegate_version, supported_versions
 from netctl.engine.devices import remove_device_info
 from netctl.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError
 from netctl.ipam import ranges as ranges_mod
-from netctl.ipam.planner import Allocation, Lease, Owner, pool_key, static_ipam
+from netctl.ipam.planner import Lease, pool_key, static_ipam
 from netctl.ipam.store import Store, allocate, record
-from netctl.journal.records import Attachment, StepEnd, StepStart
+from netctl.journal.records import Allocation, Attachment, Owner, StepEnd, StepStart
 from netctl.journal.store import Journal
 from netctl.metrics import Metrics
 

@@ -21,10 +21,10 @@ from netctl.engine.plan import requested_addresses
 from netctl.engine.verbs import ANY, Reply, Verb, dispatch
 from netctl.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, CNIError
 from netctl.ipam import sticky
-from netctl.ipam.planner import Owner, ipam_result, pool_key
+from netctl.ipam.planner import ipam_result, pool_key
 from netctl.ipam.ranges import IPAMConfig, Range
 from netctl.ipam.store import Store, allocate, record
-from netctl.journal.records import OpStart
+from netctl.journal.records import OpStart, Owner
 from netctl.journal.store import Journal
 
 

@@ -30,10 +30,9 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from netctl.cni.request import Pod
 from netctl.errors import INVALID_CONFIG, POOL_EXHAUSTED, TRY_AGAIN_LATER, CNIError
 from netctl.ipam.ranges import IPAMConfig, Range, next_free, requested, sticky_for
-from netctl.ipam.sticky import Reservation
+from netctl.journal.records import Allocation, Owner, PoolInfo, Reservation
 
 
 class View(Protocol):
@@ -61,60 +60,10 @@ class View(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Owner:
-    """Who an allocation is for; it is released only by the same owner."""
-
-    container_id: str
-    ifname: str
-    netns: str = ""
-    pod: Pod = Pod()  # noqa: RUF009 - frozen, shared safely
-    attachment_id: int | None = None
-    identity: str = ""  # who owns a sticky address (netctl/ipam/sticky.py); "": nobody
-
-
-@dataclass(frozen=True, slots=True)
-class Allocation:
-    """One address held by an owner (live until released)."""
-
-    pool: str
-    scope: str
-    ip: int
-    version: int
-    prefix: int
-    owner: Owner
-    allocated_at: float = 0.0
-    sticky: str = ""  # the identity it is reserved for once released ("": not sticky)
-    sticky_for: float = 0.0  # for how long (seconds)
-
-    @property
-    def address(self) -> str:
-        """The address alone, canonical text."""
-        return str(_address(self.version, self.ip))
-
-    @property
-    def cidr(self) -> str:
-        return f"{self.address}/{self.prefix}"
-
-
-def _address(version: int, ip: int) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    return ipaddress.IPv4Address(ip) if version == 4 else ipaddress.IPv6Address(ip)
-
-
-@dataclass(frozen=True, slots=True)
 class Lease:
     pool: str
     address: str  # CIDR form, e.g. "10.1.0.5/24"
     gateway: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class PoolInfo:
-    """A pool as the journal's ``ipam_pools`` describes it."""
-
-    network_name: str
-    range: str
-    family: int
-    size: int
 
 
 @dataclass(frozen=True)

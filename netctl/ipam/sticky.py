@@ -24,7 +24,6 @@ docs/ipam.md, "Sticky addresses".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from netctl.cni.request import Pod
@@ -84,20 +83,3 @@ def identity(pod: Pod, annotations: Mapping[str, Any] | None = None,
     return f"pod:{pod.namespace}/{pod.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    """A released sticky address, kept for ``identity`` until ``until`` (wall clock)."""
-
-    pool: str
-    scope: str
-    version: int
-    ip: int
-    identity: str
-    ifname: str
-    until: float
-    address: str  # the address alone, canonical text
-    container_id: str  # the holder that released it
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return self.pool, self.identity, self.ifname

@@ -34,9 +34,9 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self, TypeVar
 
-from netctl.ipam.planner import Allocation, Decision, Owner, SetUnion, View, plan
+from netctl.ipam.planner import Decision, SetUnion, View, plan
 from netctl.ipam.ranges import IPAMConfig, Range
-from netctl.ipam.sticky import Reservation
+from netctl.journal.records import Allocation, Owner, Reservation
 
 T = TypeVar("T")
 # what a store loads at start: the journal's live allocations, pools' cursors and open

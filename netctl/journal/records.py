@@ -1,6 +1,11 @@
 """The journal's typed records: what callers hand to :class:`~netctl.journal.store.Journal`
 and get back from it. No I/O here.
 
+The IPAM's records live here too — an :class:`Allocation` and its :class:`Owner`, a pool's
+:class:`PoolInfo`, a sticky :class:`Reservation` — because the journal stores them: the
+IPAM (:mod:`netctl.ipam`, a layer above) decides them, the journal keeps them, and neither
+package imports the other's upper half.
+
 :class:`Attachment` is the one shape of "one network of one container": the
 engine plans it, the journal stores it (and fills in its id), chains run on
 it, and a later DEL, the replay and the reconciler read it back from the journal.
@@ -8,6 +13,8 @@ it, and a later DEL, the replay and the reconciler read it back from the journal
 
 from __future__ import annotations
 
+import ipaddress
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -127,3 +134,75 @@ class BlockRecord(msgspec.Struct, kw_only=True):
     id: int = 0
     since: float = 0.0
     until: float | None = None
+
+
+# -- the IPAM's records (netctl/ipam decides them, the journal keeps them) ----------------
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Who an allocation is for; it is released only by the same owner."""
+
+    container_id: str
+    ifname: str
+    netns: str = ""
+    pod: Pod = Pod()  # noqa: RUF009 - frozen, shared safely
+    attachment_id: int | None = None
+    identity: str = ""  # who owns a sticky address (netctl/ipam/sticky.py); "": nobody
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One address held by an owner (live until released)."""
+
+    pool: str
+    scope: str
+    ip: int
+    version: int
+    prefix: int
+    owner: Owner
+    allocated_at: float = 0.0
+    sticky: str = ""  # the identity it is reserved for once released ("": not sticky)
+    sticky_for: float = 0.0  # for how long (seconds)
+
+    @property
+    def address(self) -> str:
+        """The address alone, canonical text."""
+        return str(_address(self.version, self.ip))
+
+    @property
+    def cidr(self) -> str:
+        return f"{self.address}/{self.prefix}"
+
+
+def _address(version: int, ip: int) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    return ipaddress.IPv4Address(ip) if version == 4 else ipaddress.IPv6Address(ip)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolInfo:
+    """A pool as the journal's ``ipam_pools`` describes it."""
+
+    network_name: str
+    range: str
+    family: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A released sticky address, kept for ``identity`` until ``until`` (wall clock)."""
+
+    pool: str
+    scope: str
+    version: int
+    ip: int
+    identity: str
+    ifname: str
+    until: float
+    address: str  # the address alone, canonical text
+    container_id: str  # the holder that released it
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.pool, self.identity, self.ifname

@@ -45,18 +45,20 @@ from netctl import logs
 from netctl.cni.config import Chain, parse_chain
 from netctl.cni.request import Pod
 from netctl.errors import IO_FAILURE, CNIError
-from netctl.ipam.planner import Allocation, Owner, PoolInfo
-from netctl.ipam.sticky import Reservation
 from netctl.journal.events import Event, EventLog, of_operations
 from netctl.journal.live import LiveIndex
 from netctl.journal.migrate import PRAGMAS, migrate
 from netctl.journal.query import journal_path
 from netctl.journal.records import (
+    Allocation,
     Attachment,
     BlockRecord,
     OpEnd,
     Operation,
     OpStart,
+    Owner,
+    PoolInfo,
+    Reservation,
     StepEnd,
     StepStart,
 )

@@ -37,10 +37,10 @@ from netctl.cni.request import Pod, Request, decode
 from netctl.engine.admission import Admission
 from netctl.engine.ipam_plugin import IpamPlugin
 from netctl.errors import INVALID_CONFIG, POOL_EXHAUSTED, CNIError
-from netctl.ipam.planner import Allocation, Decision, Owner, pool_key, scope_of
+from netctl.ipam.planner import Decision, pool_key, scope_of
 from netctl.ipam.ranges import IPAMConfig, Range, parse_config
 from netctl.ipam.store import IndexStore, allocate
-from netctl.journal.records import Attachment, OpStart
+from netctl.journal.records import Allocation, Attachment, OpStart, Owner
 from netctl.journal.store import Journal, open_journal
 
 

@@ -23,11 +23,11 @@ from typing import Any
 import trio
 
 from netctl.cni.config import parse_chain
-from netctl.ipam.planner import Allocation, Decision, Owner
+from netctl.ipam.planner import Decision
 from netctl.ipam.ranges import parse_config
 from netctl.ipam.store import IndexStore, allocate
 from netctl.journal.live import LiveAllocation, LiveAttachment
-from netctl.journal.records import Attachment, OpEnd, OpStart, StepEnd, StepStart
+from netctl.journal.records import Allocation, Attachment, OpEnd, OpStart, Owner, StepEnd, StepStart
 from netctl.journal.store import Journal, open_journal
 
 NETNS = "/run/netns/nct-live"

@@ -32,11 +32,10 @@ import trio.lowlevel
 
 from netctl.cni.request import Pod
 from netctl.errors import CNIError
-from netctl.ipam.planner import Allocation, Owner
 from netctl.journal import migrate, query
 from netctl.journal.migrate import ensure_incremental_vacuum
 from netctl.journal.pruner import Pruner
-from netctl.journal.records import BlockRecord, OpEnd, OpStart
+from netctl.journal.records import Allocation, BlockRecord, OpEnd, OpStart, Owner
 from netctl.journal.retention import (
     DAY,
     Retention,

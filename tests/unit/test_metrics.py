@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from netctl import __version__, metrics
 from netctl.engine.readiness import daemon_not_ready, daemon_reasons
 from netctl.errors import NOT_AVAILABLE
-from netctl.ipam.planner import Allocation, Owner
 from netctl.ipam.store import IndexStore
 from netctl.journal.live import LiveIndex
+from netctl.journal.records import Allocation, Owner
 from netctl.metrics import MAX_PLUGIN_TYPES, Capped, Metrics, Snapshot, parse_addr, respond
 from netctl.reconcile.plan import REASONS, AttachmentFact, Facts, plan
 

@@ -13,10 +13,10 @@ import trio
 
 from netctl.cni.request import Pod
 from netctl.errors import CNIError
-from netctl.ipam.planner import Owner
 from netctl.ipam.ranges import parse_config
 from netctl.ipam.sticky import DEFAULT_STICKY_FOR, identity, parse_sticky_for, sticky_seconds
 from netctl.ipam.store import IndexStore, allocate
+from netctl.journal.records import Owner
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

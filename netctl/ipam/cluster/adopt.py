@@ -16,8 +16,7 @@ from netctl.cni.request import Pod as PodRef
 from netctl.ipam.cluster.blocks import Block, parse_address
 from netctl.ipam.cluster.claims import Claims, block_of
 from netctl.ipam.cluster.state import Cluster, Holdings
-from netctl.ipam.planner import Allocation, Owner, PoolInfo
-from netctl.journal.records import BlockRecord, OpStart
+from netctl.journal.records import Allocation, BlockRecord, OpStart, Owner, PoolInfo
 from netctl.kube.client.netstatus import addresses
 from netctl.kube.client.objects import Block as IPAMBlock
 from netctl.kube.client.objects import Pod

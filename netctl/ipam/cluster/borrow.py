@@ -26,8 +26,7 @@ from netctl.ipam.cluster.claims import Claims
 from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.ipam.planner import scope_of
 from netctl.ipam.ranges import IPAMConfig, Range
-from netctl.ipam.sticky import Reservation
-from netctl.journal.records import BlockRecord
+from netctl.journal.records import BlockRecord, Reservation
 from netctl.kube.client import blocks as block_objects
 from netctl.kube.client.api import ApiError
 from netctl.kube.client.objects import Block as IPAMBlock

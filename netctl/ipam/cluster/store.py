@@ -32,19 +32,10 @@ from netctl.ipam.cluster.claims import Claims
 from netctl.ipam.cluster.maintain import Maintenance
 from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.ipam.cluster.takeover import WhereaboutsHolds
-from netctl.ipam.planner import (
-    Allocation,
-    Decision,
-    Owner,
-    PoolInfo,
-    address_family,
-    plan,
-    pool_key,
-    scope_of,
-)
+from netctl.ipam.planner import Decision, address_family, plan, pool_key, scope_of
 from netctl.ipam.ranges import IPAMConfig, Range, next_free, requested, sticky_for
-from netctl.ipam.sticky import Reservation
 from netctl.ipam.store import Store
+from netctl.journal.records import Allocation, Owner, PoolInfo, Reservation
 from netctl.kube.client import blocks as block_objects
 from netctl.kube.client.api import ApiError
 from netctl.kube.client.informer import Informer

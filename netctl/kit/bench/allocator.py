@@ -17,10 +17,9 @@ from typing import Any
 import trio
 
 from netctl.cni.request import Pod
-from netctl.ipam.planner import Owner
 from netctl.ipam.ranges import parse_config
 from netctl.ipam.store import IndexStore, allocate
-from netctl.journal.records import OpStart
+from netctl.journal.records import OpStart, Owner
 from netctl.journal.store import open_journal
 
 

@@ -34,10 +34,18 @@ from rich.console import RenderableType
 
 from netctl.cni.config import Chain, parse_chain
 from netctl.cni.request import Pod
-from netctl.ipam.planner import Allocation, Owner, PoolInfo
 from netctl.journal import query
 from netctl.journal.pruner import Pruner
-from netctl.journal.records import Attachment, OpEnd, OpStart, StepEnd, StepStart
+from netctl.journal.records import (
+    Allocation,
+    Attachment,
+    OpEnd,
+    OpStart,
+    Owner,
+    PoolInfo,
+    StepEnd,
+    StepStart,
+)
 from netctl.journal.retention import REMOVED_KEPT, Retention, parse_duration, show_duration
 from netctl.journal.store import Journal, open_journal
 from netctl.kit.bench.common import Bench, Measured, drive, progress, summary_ms
