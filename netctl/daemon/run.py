@@ -31,11 +31,11 @@ from netctl.daemon.server import Handlers, Server, ServerConfig
 from netctl.daemon.status import Health, StatusDocument
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, Delegates
+from netctl.engine.choice import ArgsSelector
 from netctl.engine.engine import Cutover, Engine, Limits
 from netctl.engine.hotplug import Hotplug
 from netctl.engine.ipam_plugin import IpamPlugin
 from netctl.engine.networks import NetworkDir
-from netctl.engine.plan import ArgsSelector
 from netctl.engine.verbs import Reply
 from netctl.errors import CANCELLED, INVALID_CONFIG, IO_FAILURE, CNIError, Refusal
 from netctl.ipam.store import IndexStore, Store

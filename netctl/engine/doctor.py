@@ -37,8 +37,9 @@ import msgspec
 
 from netctl.cni.confdir import ConfFile, capabilities
 from netctl.cni.config import Chain
+from netctl.engine.choice import Resolver
+from netctl.engine.conf import NetctlConf
 from netctl.engine.networks import inline
-from netctl.engine.plan import NetctlConf, Resolver
 from netctl.errors import CNIError
 
 PLUGIN_TYPE = "netctl-cni"

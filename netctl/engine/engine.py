@@ -43,9 +43,11 @@ from netctl.cni.routes import set_default_routes
 from netctl.engine import devices, foreign, gateways, readiness
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, Served, StepError
+from netctl.engine.choice import Resolver, Selector
+from netctl.engine.conf import Call, NetctlConf
 from netctl.engine.devices import DeviceSource
 from netctl.engine.networks import inline
-from netctl.engine.plan import Call, NetctlConf, Resolver, Selector, plan
+from netctl.engine.plan import plan
 from netctl.engine.verbs import ANY, Reply, Verb, dispatch
 from netctl.errors import (
     CANCELLED,

@@ -6,7 +6,7 @@ netns, the pod and the runtime's call (network and CNI_IFNAME) that created it. 
 attachment shares them, so the runtime's DEL of the container removes it too.
 
 - **attach** plans one attachment as a ``NETCTL_NETWORKS`` element would
-  (:func:`~netctl.engine.plan.one_more`): the network looked up as for the pod, the
+  (:func:`one_more`): the network looked up as for the pod, the
   requested addresses, the interface as given or the first free ``netN``
   (:func:`~netctl.engine.selection.next_ifname`: no attachment of the container has it,
   no link in its netns). It runs in the container's turn as an ADD (a runtime's DEL
@@ -40,9 +40,10 @@ import trio
 from netctl.cni.netns import link_names, netns_state
 from netctl.cni.validate import ifname as valid_ifname
 from netctl.engine import devices
+from netctl.engine.choice import ref
 from netctl.engine.engine import Engine
-from netctl.engine.networks import lookups
-from netctl.engine.plan import one_more
+from netctl.engine.networks import Network, lookups
+from netctl.engine.requests import requested_ips
 from netctl.engine.selection import Selection, next_ifname
 from netctl.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, CNIError
 from netctl.journal.records import Attachment, OpStart
@@ -213,3 +214,18 @@ class Hotplug:
             return describe(att)
 
         return await engine.admission.serialized(container, "DETACH", act)
+
+
+def one_more(of: Attachment, net: Network, chose: Selection,
+             ifname: str) -> Attachment:
+    """One more attachment of a running container, beside ``of`` (one of its live ones:
+    the netns, the pod and the runtime's call it shares, so the runtime's DEL of the
+    container removes it too): network ``net`` on ``ifname``, with what ``chose`` asks
+    for, as a ``NETCTL_NETWORKS`` element would (``netctl attach``)."""
+    requested_ips(chose.ips, f"network {ref(chose)!r}")
+    return Attachment(container_id=of.container_id, ifname=ifname, network=net.key,
+                      chain=net.chain, resource=net.resource,
+                      caller_network=of.caller_network,
+                      caller_ifname=of.caller_ifname, netns=of.netns, pod=of.pod,
+                      capability_args=chose.capability_args(),
+                      cni_args=dict(chose.cni_args or {}), identity=of.identity)

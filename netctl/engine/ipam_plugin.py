@@ -17,7 +17,7 @@ from netctl.cni import versions
 from netctl.cni.request import GCList, Invocation, conf_as
 from netctl.engine.admission import Admission
 from netctl.engine.chains import ipam_config, served_ipam
-from netctl.engine.plan import requested_addresses
+from netctl.engine.requests import requested_addresses
 from netctl.engine.verbs import ANY, Reply, Verb, dispatch
 from netctl.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, CNIError
 from netctl.ipam import sticky

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import posixpath
 
-from netctl.engine.plan import NetctlConf
+from netctl.engine.conf import NetctlConf
 from netctl.errors import NOT_AVAILABLE, TRY_AGAIN_LATER, CNIError
 
 

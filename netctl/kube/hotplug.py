@@ -56,8 +56,8 @@ import msgspec
 import trio
 
 from netctl.cni import request
+from netctl.engine.conf import NetctlConf, decode_conf
 from netctl.engine.hotplug import Hotplug, addresses, base
-from netctl.engine.plan import NetctlConf, decode_conf
 from netctl.engine.selection import Selection
 from netctl.errors import CNIError, Refusal
 from netctl.journal.records import Attachment, OpStart

@@ -1,6 +1,6 @@
 """Networks in Kubernetes mode: NetworkAttachmentDefinitions from the kube client's cache.
 
-:class:`NadResolver` is the engine's :class:`~netctl.engine.plan.Resolver` over a
+:class:`NadResolver` is the engine's :class:`~netctl.engine.choice.Resolver` over a
 :class:`NadLookup` — the client's NAD cache, which the watch keeps current, so a
 lookup is a dict read and never an API request. A reference is, as in Multus
 (``pkg/k8sclient/k8sclient.go``: ``getKubernetesDelegate``, ``getNetDelegate``):

@@ -1,6 +1,6 @@
 """Kubernetes mode: which networks a pod gets, read from its annotations as Multus reads them.
 
-:class:`KubeSelector` is the engine's :class:`~netctl.engine.plan.Selector` in
+:class:`KubeSelector` is the engine's :class:`~netctl.engine.choice.Selector` in
 Kubernetes mode. The pod's annotations come from the runtime when it passes them
 (``runtimeConfig["io.kubernetes.cri.pod-annotations"]``: CRI-O, and containerd with the
 capability declared) — then there is no API read at all — else from the kube client's
@@ -42,7 +42,9 @@ import msgspec
 from netctl.cni.request import Invocation
 from netctl.cni.request import Pod as PodRef
 from netctl.engine import selection
-from netctl.engine.plan import Choice, NetctlConf, requested_ips, requested_mac
+from netctl.engine.choice import Choice
+from netctl.engine.conf import NetctlConf
+from netctl.engine.requests import requested_ips, requested_mac
 from netctl.errors import INVALID_CONFIG, INVALID_ENVIRONMENT, CNIError, Refusal
 from netctl.ipam import sticky
 from netctl.kube.client.objects import (
@@ -133,7 +135,7 @@ def check_pod(verb: str, pod: PodRef, found: Pod | None) -> str:
 
 def choose(conf: NetctlConf, pod: PodRef, annotations: Mapping[str, Any],
            ifname: str) -> Choice:
-    """The pod's :class:`~netctl.engine.plan.Choice` from its annotations (module doc)."""
+    """The pod's :class:`~netctl.engine.choice.Choice` from its annotations (module doc)."""
     ref = pod.key
     home = conf.multusNamespace
     networks: list[selection.Selection] = []

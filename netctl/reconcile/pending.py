@@ -39,8 +39,8 @@ import trio
 
 from netctl.cni.request import DEL_CEILING, PROTO, Request, decode, protocol_refusal
 from netctl.engine.admission import Admission
+from netctl.engine.conf import Call
 from netctl.engine.engine import Engine
-from netctl.engine.plan import Call
 from netctl.errors import CNIError
 
 log = logging.getLogger("netctl.reconcile")

@@ -34,9 +34,9 @@ from netctl.cni.autoconfig import (
     tmp_name,
 )
 from netctl.cni.confdir import ConfFile, loaded, read_conf_dir
+from netctl.engine.conf import NetctlConf
 from netctl.engine.doctor import diagnose
 from netctl.engine.networks import NetworkDir
-from netctl.engine.plan import NetctlConf
 from tests.cni_samples import CALICO, CILIUM, FLANNEL, OVN_CONF
 
 SOCKET = "/run/netctl/netctl.sock"

@@ -11,7 +11,7 @@ from typing import Any
 
 from netctl.cni.config import parse_chain
 from netctl.cni.request import Pod
-from netctl.engine.plan import NetctlConf
+from netctl.engine.conf import NetctlConf
 from netctl.engine.selection import Selection
 from netctl.journal.records import Attachment
 from netctl.kube.hotplug import annotations_own, changes, defaults_count, differences

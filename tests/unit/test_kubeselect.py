@@ -34,7 +34,9 @@ from hypothesis import strategies as st
 from netctl.cni.request import Invocation, Request, decode
 from netctl.cni.request import Pod as PodRef
 from netctl.engine import readiness
-from netctl.engine.plan import Choice, NetctlConf, decode_conf, plan
+from netctl.engine.choice import Choice
+from netctl.engine.conf import NetctlConf, decode_conf
+from netctl.engine.plan import plan
 from netctl.errors import (
     INVALID_CONFIG,
     INVALID_ENVIRONMENT,

@@ -1,6 +1,6 @@
 """We test these aspects of a request parsed once and carried down (issue 19, item 5):
 
-- :class:`~netctl.engine.plan.Call`: the netctl conf is decoded when first asked for and
+- :class:`~netctl.engine.conf.Call`: the netctl conf is decoded when first asked for and
   the same object kept; a DEL's call with a conf that is not one fails only if asked;
 - :class:`~netctl.engine.chains.Served`: an attachment's served IPAM sections parsed at
   planning (every one, code 7 naming the network for a bad one) and kept for its steps;
@@ -20,7 +20,8 @@ import trio
 from netctl.cni.config import parse_chain
 from netctl.cni.request import Invocation, Request, decode
 from netctl.engine.chains import Chains, Delegates, Served
-from netctl.engine.plan import ArgsSelector, Call, Choice
+from netctl.engine.choice import ArgsSelector, Choice
+from netctl.engine.conf import Call
 from netctl.errors import DECODE_FAILURE, INVALID_CONFIG, CNIError
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import Attachment

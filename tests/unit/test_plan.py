@@ -11,7 +11,7 @@
   network and caller ifname, ready to be journaled;
 - the Multus-style ``delegates`` form;
 - ``runtimeConfig`` reaching the cluster attachment, selection values the others;
-- a :class:`~netctl.engine.plan.Choice` beyond the selection (Kubernetes mode): the
+- a :class:`~netctl.engine.choice.Choice` beyond the selection (Kubernetes mode): the
   cluster network (or first delegate) replaced, ``defaultNetworks`` skipped, the conf's
   networks looked up in another namespace, and a pod's faults refused as the pod's
   (:class:`~netctl.errors.Refusal` naming it);
@@ -34,15 +34,10 @@ import trio
 from netctl.cni.config import parse_chain
 from netctl.cni.request import Invocation, Pod, Request, decode
 from netctl.engine import selection
+from netctl.engine.choice import SELECTION_ARG, ArgsSelector, Choice
+from netctl.engine.conf import NetctlConf, decode_conf
 from netctl.engine.networks import Network, NetworkDir
-from netctl.engine.plan import (
-    SELECTION_ARG,
-    ArgsSelector,
-    Choice,
-    NetctlConf,
-    decode_conf,
-    plan,
-)
+from netctl.engine.plan import plan
 from netctl.errors import DECODE_FAILURE, INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError, Refusal
 from netctl.journal.records import Attachment
 

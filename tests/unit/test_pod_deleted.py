@@ -20,9 +20,9 @@ from netctl.cni.hostroot import HostRoot
 from netctl.cni.request import Pod
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, Delegates
+from netctl.engine.choice import ArgsSelector
 from netctl.engine.engine import Engine
 from netctl.engine.networks import NetworkDir
-from netctl.engine.plan import ArgsSelector
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import Attachment, OpEnd, OpStart
 from netctl.journal.store import Journal, open_journal
