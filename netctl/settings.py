@@ -11,6 +11,12 @@ from typing import Any, Literal
 import msgspec
 import msgspec.yaml
 
+from netctl import (
+    DEFAULT_CNI_BIN_DIRS,
+    DEFAULT_NETWORKS_DIR,
+    DEFAULT_SOCKET,
+    DEFAULT_STATE_DIR,
+)
 from netctl.engine.degraded import DEFAULT_POOL_DEGRADED_AT, parse_threshold
 from netctl.engine.foreign import DEFAULT_MULTUS_CACHE, DEFAULT_RESULTS_CACHE
 from netctl.errors import INVALID_CONFIG, CNIError
@@ -23,10 +29,10 @@ class DaemonConfig:
     """Every daemon setting; ``--config`` files use the same keys as the flags
     (``state-dir``, ``stateDir`` and ``state_dir`` are all accepted)."""
 
-    state_dir: str = "/var/lib/netctl"
-    socket: str = "/run/netctl/netctl.sock"
-    cni_bin_dir: str = "/opt/cni/bin:/usr/lib/cni"
-    networks_dir: str = "/etc/netctl/networks.d"
+    state_dir: str = DEFAULT_STATE_DIR
+    socket: str = DEFAULT_SOCKET
+    cni_bin_dir: str = DEFAULT_CNI_BIN_DIRS
+    networks_dir: str = DEFAULT_NETWORKS_DIR
     kubeconfig: str | None = None
     in_cluster: bool = False
     node_name: str | None = None

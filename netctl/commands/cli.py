@@ -13,16 +13,17 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
-from netctl import logs
+from netctl import (
+    DEFAULT_CNI_CONF_DIR,
+    DEFAULT_NETWORKS_DIR,
+    DEFAULT_SOCKET,
+    DEFAULT_STATE_DIR,
+    logs,
+)
 from netctl.cni.frame import HEADER, body_size, frame
 from netctl.errors import CNIError
 from netctl.journal.query import PAGE as JOURNAL_LIMIT
 from netctl.journal.query import journal_path
-
-DEFAULT_STATE_DIR = "/var/lib/netctl"
-DEFAULT_SOCKET = "/run/netctl/netctl.sock"
-DEFAULT_CNI_CONF_DIR = "/etc/cni/net.d"
-DEFAULT_NETWORKS_DIR = "/etc/netctl/networks.d"
 
 _Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -100,11 +101,10 @@ def _fmt_time(t: float | None) -> str:
 
 
 def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
-    cells = [[str(r.get(c, "")) if r.get(c) is not None else "-" for c in cols] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(cols, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(lines)
+    """The commands' one plain table (:func:`netctl.commands.journalview.table`)."""
+    from netctl.commands.journalview import table
+
+    return table(rows, cols)
 
 
 def journal_filters(args: argparse.Namespace) -> Any:
