@@ -6,14 +6,10 @@ attachments it adds or removes, :meth:`~Journal.begin_step` /
 allocates or releases), :meth:`~Journal.finish` — and never see SQL, aiosqlite
 or asyncio: those live here, behind trio-asyncio.
 
-Every call is one synchronous function run on aiosqlite's connection thread:
-one trip across the bridge per transaction, not one per statement. Writes are
-group-committed: a write queues its function; whichever writer goes next runs
-every queued one in one transaction (one that fails is rolled back alone and the
-others still commit) and wakes their callers.
-Writes are shielded from cancellation — a journal write, once asked for,
-completes — but bounded by ``write_deadline``: a database that hangs fails the
-request with code 5 instead of hanging the daemon.
+Every call is one synchronous function of the connection, run on aiosqlite's thread
+by the group commit (:mod:`netctl.journal.commit`, which knows no table): one trip per
+transaction, writes of concurrent callers committed together, shielded from
+cancellation but bounded by ``write_deadline`` (code 5).
 
 The journal also keeps :attr:`Journal.live`, an in-memory index of where the live
 attachments and allocations are (netns paths, host links, which are being DELeted),
@@ -33,18 +29,18 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import aiosqlite
 import msgspec
-import outcome
 import trio
 import trio_asyncio
 
 from netctl import logs
 from netctl.cni.config import Chain, parse_chain
 from netctl.cni.request import Pod
-from netctl.errors import IO_FAILURE, CNIError
+from netctl.errors import CNIError
+from netctl.journal.commit import Committer
 from netctl.journal.events import Event, EventLog, of_operations
 from netctl.journal.live import LiveIndex
 from netctl.journal.migrate import PRAGMAS, migrate
@@ -64,9 +60,6 @@ from netctl.journal.records import (
 )
 from netctl.journal.retention import Cutoffs, Pruned, Size, prune_batch, vacuum_pages
 from netctl.journal.retention import size as journal_size
-
-T = TypeVar("T")
-Sync = Callable[[sqlite3.Connection], T]
 
 
 def _json(value: Any) -> bytes | None:
@@ -195,121 +188,20 @@ def _insert_step(db: sqlite3.Connection, step: StepStart, now: float) -> int:
     return cur.lastrowid
 
 
-class _Write:
-    """One queued write and, once its batch committed, its outcome; ``indexed`` updates
-    :attr:`Journal.live` with the result, right when the batch commits. ``task``: the
-    writer, parked while another writer commits (woken when its write is done, or when it
-    is its turn to commit what is queued)."""
-
-    __slots__ = ("done", "error", "fn", "indexed", "result", "task")
-
-    def __init__(self, fn: Sync[Any], indexed: Callable[[Any], None] | None) -> None:
-        self.fn = fn
-        self.indexed = indexed
-        self.done = False
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.task: trio.lowlevel.Task | None = None
-
-
-def _no_abort(_: object) -> trio.lowlevel.Abort:
-    return trio.lowlevel.Abort.FAILED  # a write once asked for is waited for (shielded)
-
-
-def _run_batch(batch: list[_Write], db: sqlite3.Connection) -> None:
-    """On the database thread: the batch in one transaction. Should a write fail, that
-    transaction is rolled back and the batch run again with each write in a savepoint,
-    so that only the failed write is lost. Failures are rare, and a savepoint around
-    every write cost a tenth of the journal's SQL."""
-    try:
-        _transaction(batch, db, savepoints=False)
-    except Exception:
-        _transaction(batch, db, savepoints=True)
-
-
-def _transaction(batch: list[_Write], db: sqlite3.Connection, *, savepoints: bool) -> None:
-    """The batch's writes in one transaction; with ``savepoints``, a write that fails is
-    undone alone (its error kept), else the first failure rolls everything back."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        for item in batch:
-            if not savepoints:
-                item.result = item.fn(db)
-                continue
-            item.result, item.error = None, None
-            db.execute("SAVEPOINT w")
-            try:
-                item.result = item.fn(db)
-            except Exception as exc:
-                db.execute("ROLLBACK TO w")
-                item.error = exc
-            db.execute("RELEASE w")
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
-
-
-class _Answer:
-    """What aiosqlite's thread resolves, standing in for the asyncio future it expects:
-    the thread calls ``get_loop().call_soon_threadsafe(set_result, answer, result)``, and
-    here that is trio's own ``run_sync_soon``, whose callback reschedules the waiting trio
-    task at once — no asyncio loop, handle or task in between (each was a turn of
-    trio-asyncio's loop more per journal trip). Cancelled (:meth:`cancel`), it is done:
-    the thread's late answer is dropped, as aiosqlite drops it."""
-
-    __slots__ = ("_done", "_task", "_token")
-
-    def __init__(self) -> None:
-        self._task = trio.lowlevel.current_task()
-        self._token = trio.lowlevel.current_trio_token()
-        self._done = False
-
-    def get_loop(self) -> _Answer:
-        return self
-
-    def call_soon_threadsafe(self, fn: Callable[..., object], *args: Any) -> None:
-        self._token.run_sync_soon(fn, *args)
-
-    def done(self) -> bool:
-        return self._done
-
-    def cancel(self) -> None:
-        self._done = True
-
-    def set_result(self, result: Any) -> None:
-        self._resolve(outcome.Value(result))
-
-    def set_exception(self, exception: BaseException) -> None:
-        self._resolve(outcome.Error(exception))
-
-    def _resolve(self, answer: outcome.Outcome[Any]) -> None:
-        if not self._done:
-            self._done = True
-            trio.lowlevel.reschedule(self._task, answer)
-
-
 class Journal:
     """Typed writes and reads of the journal (see the module's docstring)."""
 
     def __init__(self, db: aiosqlite.Connection, path: str, write_deadline: float,
                  clock: Callable[[], float] = time.time) -> None:
-        self._db = db
         # where the rows' timestamps come from: the wall clock; the retention bench and
         # tests pass a simulated one, to write a week of history in seconds
         self.clock = clock
         # aiosqlite opened the connection on the asyncio side; the trips skip it
         assert trio_asyncio.current_loop.get() is not None, \
             "a Journal is made inside its trio-asyncio loop"
-        self._queue: list[_Write] = []
-        self._committing = False  # a batch is on its way to the database thread
+        self._io = Committer(db, path, write_deadline)  # the group commit (commit.py)
         self._next_attachment = 1  # the id :meth:`number` gives next (set when it opens)
         self.path = path
-        self.write_deadline = write_deadline
-        self.commits = 0  # transactions committed (batches)
-        self.writes = 0  # writes committed
-        self.trips = 0  # calls run on the database thread (reads and batches)
         self.live = LiveIndex()  # where live attachments and allocations are (live.py)
         self._outer: dict[int, logs.Context] = {}  # op id → the log context it was begun in
         # attachment id → the result its row holds, recorded by its last step's end: the
@@ -321,97 +213,24 @@ class Journal:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    async def _on_thread(self, fn: Sync[T]) -> T:
-        """Run ``fn(connection)`` on aiosqlite's thread: one trip to it and back.
+    @property
+    def write_deadline(self) -> float:
+        return self._io.write_deadline
 
-        This is what aiosqlite's own ``Connection._execute`` does — a future, the call put
-        on the connection's queue, the future resolved from its thread — but the trio
-        task waits itself, on an :class:`_Answer` that trio resolves: no asyncio task
-        around a coroutine, no turn of the asyncio loop (each cost as much again as the
-        rest of the trip). Cancelled (a write past its deadline), the answer is
-        cancelled, and the thread's late answer is dropped, as aiosqlite drops it."""
-        db = self._db
-        self.trips += 1
-        if not db._running or db._connection is None:
-            raise ValueError("Connection closed")
-        answer = _Answer()
-        db._tx.put_nowait((answer, partial(fn, db._connection)))  # type: ignore[arg-type]
+    @property
+    def commits(self) -> int:
+        """Transactions committed (batches of writes)."""
+        return self._io.commits
 
-        def abort(_: object) -> trio.lowlevel.Abort:
-            answer.cancel()
-            return trio.lowlevel.Abort.SUCCEEDED
+    @property
+    def writes(self) -> int:
+        """Writes committed."""
+        return self._io.writes
 
-        return cast(T, await trio.lowlevel.wait_task_rescheduled(abort))
-
-    async def _write(self, fn: Sync[T], indexed: Callable[[T], None] | None = None) -> T:
-        """Commit ``fn`` (with whatever else is queued), then, in the same step, apply
-        ``indexed(result)`` to :attr:`live`: the index never lags behind a commit, even
-        one another writer's batch made while this caller has not resumed yet.
-
-        While a batch is on the database thread, writes queue and their callers park; when
-        it commits, its writers are woken, and the first writer queued meanwhile commits
-        the next batch (no lock handed from writer to writer: each write costs one wake-up).
-        A write, once asked for, is waited for whatever cancellation comes (shielded), and
-        fails with code 5 when its batch does not commit within ``write_deadline``."""
-        item = _Write(fn, indexed)
-        self._queue.append(item)
-        if self._committing:
-            item.task = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(_no_abort)
-            item.task = None
-        if not item.done:  # first in line: commit what is queued now
-            await self._commit()
-        if item.error is not None:
-            if isinstance(item.error, CNIError):
-                raise item.error
-            raise CNIError(IO_FAILURE, f"journal {self.path}: {item.error}") from item.error
-        return cast(T, item.result)
-
-    async def _commit(self) -> None:
-        """Commit the queued writes as one batch (shielded, within ``write_deadline``),
-        wake their writers, and hand the next turn to the first writer queued meanwhile."""
-        self._committing = True
-        # one turn of the scheduler first: the writers it wakes (the other chains of a
-        # pod, the writers of the batch just committed) queue theirs to go along
-        await trio.lowlevel.cancel_shielded_checkpoint()
-        batch, self._queue = self._queue, []
-        committed = False
-        try:
-            with trio.CancelScope(shield=True,
-                                  deadline=trio.current_time() + self.write_deadline):
-                try:
-                    await self._on_thread(partial(_run_batch, batch))
-                    committed = True
-                    self.commits += 1
-                    for other in batch:
-                        if other.error is None and other.indexed is not None:
-                            other.indexed(other.result)
-                except Exception as exc:
-                    for other in batch:
-                        other.error = other.error or exc
-        finally:
-            if not committed:  # past the deadline (or interrupted): no writer goes on as if
-                cause = CNIError(IO_FAILURE, f"journal {self.path}: a write did not finish "
-                                 f"within {self.write_deadline:g}s")
-                for other in batch:
-                    other.error = other.error or cause
-            self.writes += len(batch)
-            for other in batch:
-                other.done = True
-                if other.task is not None:
-                    trio.lowlevel.reschedule(other.task)
-            if self._queue:  # queued meanwhile: its first writer commits it
-                task = self._queue[0].task
-                assert task is not None  # queued while committing: parked
-                trio.lowlevel.reschedule(task)
-            else:
-                self._committing = False
-
-    async def _read(self, fn: Sync[T]) -> T:
-        """A read runs alone on the database thread, between write batches."""
-        with trio.CancelScope(shield=True), trio.fail_after(self.write_deadline):
-            return await self._on_thread(fn)
-        raise AssertionError("unreachable")
+    @property
+    def trips(self) -> int:
+        """Calls run on the database thread (reads and batches)."""
+        return self._io.trips
 
     def _events(self, db: sqlite3.Connection, op_ids: Sequence[int]) -> list[Event]:
         """On the database thread, in the transaction that closes ``op_ids``: their events
@@ -484,7 +303,7 @@ class Journal:
             self.live.leaving(att.id for att in removing)
             self._allocations_changed(new, ())
 
-        op_id, ids, steps = await self._write(fn, indexed)
+        op_id, ids, steps = await self._io.write(fn, indexed)
         for att, att_id in zip(adding, ids, strict=True):
             att.id, att.state, att.add_op = att_id, "adding", op_id
         for att in removing:
@@ -544,7 +363,7 @@ class Journal:
             self.live.leaving((att.id for att, _ in end.kept), leaving=False)
             self.live.failed(att.id for att, _ in end.kept)
 
-        await self._write(fn, indexed)
+        await self._io.write(fn, indexed)
         for att in end.attached:
             att.state = "attached"
         for att in end.removed:
@@ -575,7 +394,7 @@ class Journal:
             self._log_events(result[1])
             self._allocations_changed(new, gone)
 
-        op_id, _ = await self._write(fn, indexed)
+        op_id, _ = await self._io.write(fn, indexed)
         return op_id
 
     async def forget(self, op: OpStart, atts: Sequence[Attachment],
@@ -597,7 +416,7 @@ class Journal:
             self.live.removed(a.id for a in atts)
             self._allocations_changed((), gone)
 
-        op_id, _ = await self._write(fn, indexed)
+        op_id, _ = await self._io.write(fn, indexed)
         for att in atts:
             att.state = "removed"
         return op_id
@@ -605,12 +424,12 @@ class Journal:
     async def operation_request(self, op_id: int) -> bytes | None:
         """The request an operation was begun with (a runtime's ADD: its stdin); None
         when it had none. An operation that made a live attachment is never pruned."""
-        rows = await self._read(lambda db: db.execute(
+        rows = await self._io.read(lambda db: db.execute(
             "SELECT request FROM operations WHERE id=?", (op_id,)).fetchall())
         return bytes(rows[0][0]) if rows and rows[0][0] is not None else None
 
     async def unfinished_operations(self) -> list[Operation]:
-        rows = await self._read(lambda db: db.execute(
+        rows = await self._io.read(lambda db: db.execute(
             "SELECT id, verb, container_id, netns, ifname, state, origin FROM operations"
             " WHERE state='running' ORDER BY id").fetchall())
         return [Operation(**dict(row)) for row in rows]
@@ -620,7 +439,7 @@ class Journal:
         and that still have live attachments: each as that ANNOTATE began (its pod, netns,
         interface, network), to be tried again when a daemon starts — the retries of the
         daemon that journaled them ended with it."""
-        rows = await self._read(lambda db: db.execute(
+        rows = await self._io.read(lambda db: db.execute(
             "SELECT o.container_id, o.netns, o.ifname, o.caller_network, o.pod_namespace,"
             " o.pod_name, o.pod_uid FROM operations o"
             " WHERE o.verb='ANNOTATE' AND o.state='failed'"
@@ -644,7 +463,7 @@ class Journal:
                 _close_operation(db, op_id, state, None, error, now)
             return self._events(db, [op_id for op_id, _, _ in ops])
 
-        await self._write(fn, self._log_events)
+        await self._io.write(fn, self._log_events)
 
     # -- attachments ------------------------------------------------------------------------
 
@@ -654,10 +473,10 @@ class Journal:
         if container_id is not None and not self.live.holds(container_id):
             return []
         if container_id is None:
-            rows = await self._read(lambda db: db.execute(
+            rows = await self._io.read(lambda db: db.execute(
                 "SELECT * FROM attachments WHERE state != 'removed' ORDER BY id").fetchall())
         else:
-            rows = await self._read(lambda db: db.execute(
+            rows = await self._io.read(lambda db: db.execute(
                 "SELECT * FROM attachments WHERE state != 'removed' AND container_id=?"
                 " ORDER BY id", (container_id,)).fetchall())
         return [_attachment(r) for r in rows]
@@ -667,14 +486,14 @@ class Journal:
         answers without a read while the container has something live)."""
         if self.live.holds(container_id):
             return True
-        rows = await self._read(lambda db: db.execute(
+        rows = await self._io.read(lambda db: db.execute(
             "SELECT 1 FROM operations WHERE container_id=? LIMIT 1",
             (container_id,)).fetchall())
         return bool(rows)
 
     async def stuck_attachments(self) -> list[dict[str, Any]]:
         """Attachments whose clean-up failed and that are not removed yet (for status)."""
-        rows = await self._read(lambda db: db.execute(
+        rows = await self._io.read(lambda db: db.execute(
             "SELECT id AS attachment, container_id AS container, network, ifname, state,"
             " del_failures AS failures, retry_at, error FROM attachments"
             " WHERE state != 'removed' AND del_failures > 0 ORDER BY id").fetchall())
@@ -696,7 +515,7 @@ class Journal:
                     (step.position + 1, step.attachment))
             return step_id
 
-        return await self._write(fn, lambda _: self._allocations_changed(new, ()))
+        return await self._io.write(fn, lambda _: self._allocations_changed(new, ()))
 
     async def end_step(self, end: StepEnd, *, op_id: int,
                        gone: Sequence[Allocation] = ()) -> None:
@@ -724,7 +543,7 @@ class Journal:
                 self._recorded[end.attachment] = end.result
             self._allocations_changed((), gone)
 
-        await self._write(fn, indexed)
+        await self._io.write(fn, indexed)
 
     async def read_live(self) -> LiveIndex:
         """:attr:`live` as the database has it (read when the journal opens): every live
@@ -735,7 +554,7 @@ class Journal:
                     db.execute("SELECT scope, address, container_id, netns, attachment_id"
                                " FROM ipam_allocations WHERE released_at IS NULL").fetchall())
 
-        attachments, allocations = await self._read(fn)
+        attachments, allocations = await self._io.read(fn)
         live = LiveIndex()
         for r in attachments:
             live.attachment(r["id"], r["container_id"], r["netns"],
@@ -770,7 +589,7 @@ class Journal:
                                   " NULL AND reservation_end IS NULL ORDER BY id").fetchall()
             return [_allocation(r) for r in rows], cursors, [_reservation(r) for r in reserved]
 
-        return await self._read(fn)
+        return await self._io.read(fn)
 
     async def end_reservations(self, ended: Sequence[Reservation], end: str = "expired",
                                why: str = "expired") -> None:
@@ -792,12 +611,12 @@ class Journal:
                            (end, op_id, res.scope, res.address, res.identity))
                 _close_operation(db, op_id, "done", None, None, now)
 
-        await self._write(fn)
+        await self._io.write(fn)
 
     async def pool_sizes(self) -> dict[str, int]:
         """Every pool's size (``ipam_pools``, kept as text: an IPv6 pool's size passes
         SQLite's integers), for the metrics and the degraded status."""
-        rows = await self._read(lambda db: db.execute(
+        rows = await self._io.read(lambda db: db.execute(
             "SELECT key, size FROM ipam_pools").fetchall())
         return {str(key): int(size) for key, size in rows}
 
@@ -814,7 +633,7 @@ class Journal:
                                                   self.clock()))
             return int(cur.lastrowid or 0)
 
-        return await self._write(fn)
+        return await self._io.write(fn)
 
     async def set_block(self, block_id: int, state: str, *, ended: bool = False) -> None:
         """A block's new state; ``ended``: it is no longer this record's (released, lost,
@@ -823,12 +642,12 @@ class Journal:
             db.execute("UPDATE ipam_blocks SET state=?, until=? WHERE id=?",
                        (state, self.clock() if ended else None, block_id))
 
-        await self._write(fn)
+        await self._io.write(fn)
 
     async def open_blocks(self) -> list[BlockRecord]:
         """Every block record not ended: this node's claims and held blocks, and the other
         nodes' blocks last seen."""
-        rows = await self._read(lambda db: db.execute(
+        rows = await self._io.read(lambda db: db.execute(
             "SELECT * FROM ipam_blocks WHERE until IS NULL ORDER BY id").fetchall())
         return [BlockRecord(name=r["name"], pool=r["pool"], scope=r["scope"], cidr=r["cidr"],
                             node=r["node"], state=r["state"], id=r["id"], since=r["since"])
@@ -840,15 +659,15 @@ class Journal:
         """Delete one batch of what ended before ``cut`` (at most ``limit`` rows of each
         kind, with their steps), through the normal write path: group-committed with the
         requests' writes, under the same deadline."""
-        return await self._write(partial(prune_batch, cut=cut, limit=limit))
+        return await self._io.write(partial(prune_batch, cut=cut, limit=limit))
 
     async def vacuum(self, pages: int, keep_free: int = 0) -> int:
         """Give up to ``pages`` free pages back to the file system (one small write)."""
-        return await self._write(partial(vacuum_pages, pages=pages, keep_free=keep_free))
+        return await self._io.write(partial(vacuum_pages, pages=pages, keep_free=keep_free))
 
     async def size(self) -> Size:
         """The file, its WAL, its pages and free pages (for status)."""
-        return await self._read(partial(journal_size, path=self.path))
+        return await self._io.read(partial(journal_size, path=self.path))
 
     async def set_retry(self, attachments: Sequence[Attachment],
                         retry_at: Callable[[int], float]) -> None:
@@ -858,7 +677,7 @@ class Journal:
                            " WHERE id=?",
                            [(retry_at(a.del_failures + 1), a.id) for a in attachments])
 
-        await self._write(fn)
+        await self._io.write(fn)
 
 
 @asynccontextmanager
@@ -894,7 +713,7 @@ async def _connected(path: str, write_deadline: float, clock: Callable[[], float
     try:
         journal = Journal(db, path, write_deadline, clock)
         journal.live = await journal.read_live()
-        journal._next_attachment = await journal._read(lambda db: int(db.execute(
+        journal._next_attachment = await journal._io.read(lambda db: int(db.execute(
             "SELECT COALESCE(MAX(id), 0) + 1 FROM attachments").fetchone()[0]))
         yield journal
     finally:

@@ -26,7 +26,7 @@ def test_a_hung_database_fails_a_write_in_time_and_the_journal_goes_on(
             def stuck() -> None:
                 time.sleep(0.6)
 
-            journal._db._tx.put_nowait((None, stuck))  # the thread is busy elsewhere
+            journal._io._db._tx.put_nowait((None, stuck))  # the thread is busy elsewhere
             started = trio.current_time()
             with pytest.raises(CNIError) as late:
                 await journal.begin(OpStart(verb="ADD", container_id="late"))
@@ -63,11 +63,11 @@ def test_a_write_that_fails_in_a_batch_loses_only_itself(tmp_path: Path) -> None
 
             async def failing() -> None:
                 try:
-                    await journal._write(half_then_fail)
+                    await journal._io.write(half_then_fail)
                 except CNIError as exc:
                     failed.append(exc)
 
-            journal._db._tx.put_nowait((None, lambda: time.sleep(0.3)))  # busy: they queue
+            journal._io._db._tx.put_nowait((None, lambda: time.sleep(0.3)))  # busy: they queue
             commits = journal.commits
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(begin, "first")

@@ -1,0 +1,233 @@
+"""The journal's group commit and its bridge to the database thread. It knows no table.
+
+:class:`Committer` runs functions of a ``sqlite3.Connection`` on aiosqlite's connection
+thread, each a trip across the bridge (:meth:`Committer.read`, :meth:`Committer.write`):
+one trip per transaction, not one per statement. Writes are group-committed: a write
+queues its function; whichever writer goes next runs every queued one in one transaction
+(one that fails is rolled back alone and the others still commit) and wakes their callers.
+Writes are shielded from cancellation — a journal write, once asked for, completes — but
+bounded by ``write_deadline``: a database that hangs fails the request with code 5 instead
+of hanging the daemon. What the journal's tables are is :class:`netctl.journal.store.Journal`'s
+business; this module only moves functions to the thread and answers back.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar, cast
+
+import aiosqlite
+import outcome
+import trio
+
+from netctl.errors import IO_FAILURE, CNIError
+
+T = TypeVar("T")
+Sync = Callable[[sqlite3.Connection], T]
+
+
+class _Write:
+    """One queued write and, once its batch committed, its outcome; ``indexed`` updates
+    :attr:`Journal.live` with the result, right when the batch commits. ``task``: the
+    writer, parked while another writer commits (woken when its write is done, or when it
+    is its turn to commit what is queued)."""
+
+    __slots__ = ("done", "error", "fn", "indexed", "result", "task")
+
+    def __init__(self, fn: Sync[Any], indexed: Callable[[Any], None] | None) -> None:
+        self.fn = fn
+        self.indexed = indexed
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.task: trio.lowlevel.Task | None = None
+
+
+def _no_abort(_: object) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED  # a write once asked for is waited for (shielded)
+
+
+def _run_batch(batch: list[_Write], db: sqlite3.Connection) -> None:
+    """On the database thread: the batch in one transaction. Should a write fail, that
+    transaction is rolled back and the batch run again with each write in a savepoint,
+    so that only the failed write is lost. Failures are rare, and a savepoint around
+    every write cost a tenth of the journal's SQL."""
+    try:
+        _transaction(batch, db, savepoints=False)
+    except Exception:
+        _transaction(batch, db, savepoints=True)
+
+
+def _transaction(batch: list[_Write], db: sqlite3.Connection, *, savepoints: bool) -> None:
+    """The batch's writes in one transaction; with ``savepoints``, a write that fails is
+    undone alone (its error kept), else the first failure rolls everything back."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for item in batch:
+            if not savepoints:
+                item.result = item.fn(db)
+                continue
+            item.result, item.error = None, None
+            db.execute("SAVEPOINT w")
+            try:
+                item.result = item.fn(db)
+            except Exception as exc:
+                db.execute("ROLLBACK TO w")
+                item.error = exc
+            db.execute("RELEASE w")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+class _Answer:
+    """What aiosqlite's thread resolves, standing in for the asyncio future it expects:
+    the thread calls ``get_loop().call_soon_threadsafe(set_result, answer, result)``, and
+    here that is trio's own ``run_sync_soon``, whose callback reschedules the waiting trio
+    task at once — no asyncio loop, handle or task in between (each was a turn of
+    trio-asyncio's loop more per journal trip). Cancelled (:meth:`cancel`), it is done:
+    the thread's late answer is dropped, as aiosqlite drops it."""
+
+    __slots__ = ("_done", "_task", "_token")
+
+    def __init__(self) -> None:
+        self._task = trio.lowlevel.current_task()
+        self._token = trio.lowlevel.current_trio_token()
+        self._done = False
+
+    def get_loop(self) -> _Answer:
+        return self
+
+    def call_soon_threadsafe(self, fn: Callable[..., object], *args: Any) -> None:
+        self._token.run_sync_soon(fn, *args)
+
+    def done(self) -> bool:
+        return self._done
+
+    def cancel(self) -> None:
+        self._done = True
+
+    def set_result(self, result: Any) -> None:
+        self._resolve(outcome.Value(result))
+
+    def set_exception(self, exception: BaseException) -> None:
+        self._resolve(outcome.Error(exception))
+
+    def _resolve(self, answer: outcome.Outcome[Any]) -> None:
+        if not self._done:
+            self._done = True
+            trio.lowlevel.reschedule(self._task, answer)
+
+
+class Committer:
+    """Reads and group-committed writes of one aiosqlite connection, from trio (module doc).
+    ``path`` names the database in errors; ``commits``, ``writes`` and ``trips`` count
+    batches, writes and calls on the database thread (the status and the benches read
+    them)."""
+
+    def __init__(self, db: aiosqlite.Connection, path: str, write_deadline: float) -> None:
+        self._db = db
+        self.path = path
+        self.write_deadline = write_deadline
+        self._queue: list[_Write] = []
+        self._committing = False  # a batch is on its way to the database thread
+        self.commits = 0  # transactions committed (batches)
+        self.writes = 0  # writes committed
+        self.trips = 0  # calls run on the database thread (reads and batches)
+
+    async def _on_thread(self, fn: Sync[T]) -> T:
+        """Run ``fn(connection)`` on aiosqlite's thread: one trip to it and back.
+
+        This is what aiosqlite's own ``Connection._execute`` does — a future, the call put
+        on the connection's queue, the future resolved from its thread — but the trio
+        task waits itself, on an :class:`_Answer` that trio resolves: no asyncio task
+        around a coroutine, no turn of the asyncio loop (each cost as much again as the
+        rest of the trip). Cancelled (a write past its deadline), the answer is
+        cancelled, and the thread's late answer is dropped, as aiosqlite drops it."""
+        db = self._db
+        self.trips += 1
+        if not db._running or db._connection is None:
+            raise ValueError("Connection closed")
+        answer = _Answer()
+        db._tx.put_nowait((answer, partial(fn, db._connection)))  # type: ignore[arg-type]
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            answer.cancel()
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return cast(T, await trio.lowlevel.wait_task_rescheduled(abort))
+
+    async def write(self, fn: Sync[T], indexed: Callable[[T], None] | None = None) -> T:
+        """Commit ``fn`` (with whatever else is queued), then, in the same step, apply
+        ``indexed(result)`` (the journal updates its live index there): the index never lags
+        behind a commit, even one another writer's batch made while this caller has not
+        resumed yet.
+
+        While a batch is on the database thread, writes queue and their callers park; when
+        it commits, its writers are woken, and the first writer queued meanwhile commits
+        the next batch (no lock handed from writer to writer: each write costs one wake-up).
+        A write, once asked for, is waited for whatever cancellation comes (shielded), and
+        fails with code 5 when its batch does not commit within ``write_deadline``."""
+        item = _Write(fn, indexed)
+        self._queue.append(item)
+        if self._committing:
+            item.task = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(_no_abort)
+            item.task = None
+        if not item.done:  # first in line: commit what is queued now
+            await self._commit()
+        if item.error is not None:
+            if isinstance(item.error, CNIError):
+                raise item.error
+            raise CNIError(IO_FAILURE, f"journal {self.path}: {item.error}") from item.error
+        return cast(T, item.result)
+
+    async def _commit(self) -> None:
+        """Commit the queued writes as one batch (shielded, within ``write_deadline``),
+        wake their writers, and hand the next turn to the first writer queued meanwhile."""
+        self._committing = True
+        # one turn of the scheduler first: the writers it wakes (the other chains of a
+        # pod, the writers of the batch just committed) queue theirs to go along
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        batch, self._queue = self._queue, []
+        committed = False
+        try:
+            with trio.CancelScope(shield=True,
+                                  deadline=trio.current_time() + self.write_deadline):
+                try:
+                    await self._on_thread(partial(_run_batch, batch))
+                    committed = True
+                    self.commits += 1
+                    for other in batch:
+                        if other.error is None and other.indexed is not None:
+                            other.indexed(other.result)
+                except Exception as exc:
+                    for other in batch:
+                        other.error = other.error or exc
+        finally:
+            if not committed:  # past the deadline (or interrupted): no writer goes on as if
+                cause = CNIError(IO_FAILURE, f"journal {self.path}: a write did not finish "
+                                 f"within {self.write_deadline:g}s")
+                for other in batch:
+                    other.error = other.error or cause
+            self.writes += len(batch)
+            for other in batch:
+                other.done = True
+                if other.task is not None:
+                    trio.lowlevel.reschedule(other.task)
+            if self._queue:  # queued meanwhile: its first writer commits it
+                task = self._queue[0].task
+                assert task is not None  # queued while committing: parked
+                trio.lowlevel.reschedule(task)
+            else:
+                self._committing = False
+
+    async def read(self, fn: Sync[T]) -> T:
+        """A read runs alone on the database thread, between write batches."""
+        with trio.CancelScope(shield=True), trio.fail_after(self.write_deadline):
+            return await self._on_thread(fn)
+        raise AssertionError("unreachable")
