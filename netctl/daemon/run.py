@@ -157,7 +157,7 @@ async def _wait_gone(owner: str, timeout: float = 5.0) -> None:
 
 async def _ipam_store(cfg: DaemonConfig, journal: Journal, kube: KubeMode | None) -> Store:
     """The store of ``ipam-backend``, loaded with the journal's live allocations."""
-    live = await journal.live_allocations()
+    live = await journal.ipam.live_allocations()
     if cfg.ipam_backend == "kubernetes":
         if kube is None:
             raise CNIError(INVALID_CONFIG, "ipam-backend: kubernetes needs Kubernetes mode "
@@ -168,7 +168,7 @@ async def _ipam_store(cfg: DaemonConfig, journal: Journal, kube: KubeMode | None
     else:
         raise CNIError(INVALID_CONFIG, f"ipam-backend {cfg.ipam_backend!r}: sqlite or "
                        "kubernetes")
-    ipam.know_pools(await journal.pool_sizes())
+    ipam.know_pools(await journal.ipam.pool_sizes())
     return ipam
 
 

@@ -22,7 +22,6 @@ while the daemon writes); see :mod:`netctl.journal.query`.
 
 from __future__ import annotations
 
-import ipaddress
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -37,9 +36,9 @@ import trio
 import trio_asyncio
 
 from netctl import logs
-from netctl.cni.config import Chain, parse_chain
 from netctl.cni.request import Pod
 from netctl.errors import CNIError
+from netctl.journal.allocations import IpamRecords
 from netctl.journal.commit import Committer
 from netctl.journal.events import Event, EventLog, of_operations
 from netctl.journal.live import LiveIndex
@@ -48,144 +47,24 @@ from netctl.journal.query import journal_path
 from netctl.journal.records import (
     Allocation,
     Attachment,
-    BlockRecord,
     OpEnd,
     Operation,
     OpStart,
-    Owner,
     PoolInfo,
-    Reservation,
     StepEnd,
     StepStart,
 )
 from netctl.journal.retention import Cutoffs, Pruned, Size, prune_batch, vacuum_pages
 from netctl.journal.retention import size as journal_size
-
-
-def _json(value: Any) -> bytes | None:
-    return None if value is None else msgspec.json.encode(value)
-
-
-def _attachment(row: sqlite3.Row) -> Attachment:
-    return Attachment(
-        id=row["id"], container_id=row["container_id"], ifname=row["ifname"],
-        network=row["network"], chain=_chain(bytes(row["chain"]), row["network"]),
-        is_default=bool(row["is_default"]), caller_network=row["caller_network"],
-        caller_ifname=row["caller_ifname"], netns=row["netns"],
-        pod=Pod(namespace=row["pod_namespace"], name=row["pod_name"], uid=row["pod_uid"]),
-        capability_args=msgspec.json.decode(row["capability_args"]),
-        cni_args=msgspec.json.decode(row["cni_args"]), steps_started=row["steps_started"],
-        result=msgspec.json.decode(row["result"]) if row["result"] else None,
-        state=row["state"], add_op=row["add_op"], del_op=row["del_op"], error=row["error"],
-        del_failures=row["del_failures"], retry_at=row["retry_at"],
-        created_at=row["created_at"], identity=row["sticky_key"],
-        resource=row["device_resource"], device=row["device_id"])
-
-
-_CHAINS: dict[bytes, Chain] = {}
-
-
-def _chain(raw: bytes, network: str) -> Chain:
-    """Chains as journaled were valid when planned; parse each distinct one once."""
-    chain = _CHAINS.get(raw)
-    if chain is None:
-        if len(_CHAINS) > 1024:
-            _CHAINS.clear()
-        chain = _CHAINS[raw] = parse_chain(raw, f"network {network}")
-    return chain
-
-
-def _allocation(row: sqlite3.Row) -> Allocation:
-    addr = ipaddress.ip_address(row["address"])
-    return Allocation(
-        pool=row["pool"], scope=row["scope"], ip=int(addr), version=addr.version,
-        prefix=row["prefix"], allocated_at=row["allocated_at"],
-        owner=Owner(row["container_id"], row["ifname"], row["netns"],
-                    Pod(namespace=row["pod_namespace"], name=row["pod_name"],
-                        uid=row["pod_uid"]), row["attachment_id"], row["sticky_key"]),
-        sticky=row["sticky_key"], sticky_for=row["sticky_for"] or 0.0)
-
-
-def _reservation(row: sqlite3.Row) -> Reservation:
-    addr = ipaddress.ip_address(row["address"])
-    return Reservation(row["pool"], row["scope"], addr.version, int(addr), row["sticky_key"],
-                       row["ifname"], row["reserved_until"], row["address"],
-                       row["container_id"])
-
-
-# -- the statements, each a function of (connection, …) run on the database thread ------------
-
-
-def _insert_operation(db: sqlite3.Connection, op: OpStart, now: float) -> int:
-    cur = db.execute(
-        "INSERT INTO operations (verb, container_id, netns, ifname, caller_network,"
-        " caller_version, pod_namespace, pod_name, pod_uid, request, origin, reason, state,"
-        " started_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'running',?)",
-        (op.verb, op.container_id, op.netns, op.ifname, op.caller_network, op.caller_version,
-         op.pod.namespace, op.pod.name, op.pod.uid, op.request, op.origin, op.reason, now))
-    assert cur.lastrowid is not None
-    return cur.lastrowid
-
-
-def _close_operation(db: sqlite3.Connection, op_id: int, state: str, code: int | None,
-                     error: str | None, now: float) -> None:
-    db.execute("UPDATE operations SET state=?, code=?, error=?, finished_at=? WHERE id=?",
-               (state, code, error, now, op_id))
-
-
-def _record_allocations(db: sqlite3.Connection, new: Sequence[Allocation], op_id: int,
-                        pools: dict[str, PoolInfo], now: float) -> None:
-    """``pools`` describes each allocation's pool for ``ipam_pools``."""
-    for alloc in new:
-        info = pools[alloc.pool]
-        db.execute("INSERT OR IGNORE INTO ipam_pools (key, network_name, range, family, size,"
-                   " created_at) VALUES (?,?,?,?,?,?)",
-                   (alloc.pool, info.network_name, info.range, info.family, str(info.size),
-                    now))
-        taken_back = alloc.sticky and db.execute(
-            "UPDATE ipam_allocations SET reservation_end='taken back', reservation_op=?"
-            " WHERE scope=? AND address=? AND reserved_until IS NOT NULL"
-            " AND reservation_end IS NULL AND sticky_key=?",
-            (op_id, alloc.scope, alloc.address, alloc.sticky)).rowcount
-        if not taken_back:  # round-robin goes on where it was
-            db.execute("UPDATE ipam_pools SET cursor=? WHERE key=?", (str(alloc.ip),
-                                                                     alloc.pool))
-        o = alloc.owner
-        db.execute(
-            "INSERT INTO ipam_allocations (pool, scope, address, prefix, container_id, ifname,"
-            " netns, pod_namespace, pod_name, pod_uid, attachment_id, allocated_op,"
-            " allocated_at, sticky_key, sticky_for) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (alloc.pool, alloc.scope, alloc.address, alloc.prefix, o.container_id, o.ifname,
-             o.netns, o.pod.namespace, o.pod.name, o.pod.uid, o.attachment_id, op_id,
-             alloc.allocated_at or now, alloc.sticky, alloc.sticky_for or None))
-
-
-def _release_allocations(db: sqlite3.Connection, gone: Iterable[Allocation], op_id: int | None,
-                         now: float) -> None:
-    """Released; a sticky one reserved for its identity until ``now + sticky_for`` (an
-    older reservation of the identity on the same pool and interface replaced)."""
-    gone = list(gone)
-    for a in gone:
-        if a.sticky:
-            db.execute("UPDATE ipam_allocations SET reservation_end='replaced', reservation_op=?"
-                       " WHERE pool=? AND sticky_key=? AND ifname=? AND reserved_until IS NOT"
-                       " NULL AND reservation_end IS NULL",
-                       (op_id, a.pool, a.sticky, a.owner.ifname))
-    db.executemany(
-        "UPDATE ipam_allocations SET released_at=?, released_op=?,"
-        " reserved_until=CASE WHEN sticky_key != '' THEN ? + sticky_for END"
-        " WHERE scope=? AND address=? AND released_at IS NULL",
-        [(now, op_id, now, a.scope, a.address) for a in gone])
-
-
-def _insert_step(db: sqlite3.Connection, step: StepStart, now: float) -> int:
-    cur = db.execute(
-        "INSERT INTO steps (operation_id, attachment_id, position, verb, plugin_type,"
-        " config, netns, ifname, state, started_at) VALUES (?,?,?,?,?,?,?,?,'running',?)",
-        (step.op_id, step.attachment, step.position, step.verb, step.plugin_type,
-         step.config, step.netns, step.ifname, now))
-    assert cur.lastrowid is not None
-    return cur.lastrowid
+from netctl.journal.rows import (
+    attachment_of,
+    close_operation,
+    insert_operation,
+    insert_step,
+    record_allocations,
+    release_allocations,
+    to_json,
+)
 
 
 class Journal:
@@ -200,6 +79,8 @@ class Journal:
         assert trio_asyncio.current_loop.get() is not None, \
             "a Journal is made inside its trio-asyncio loop"
         self._io = Committer(db, path, write_deadline)  # the group commit (commit.py)
+        # the IPAM's rows: allocations, pools, reservations, blocks (allocations.py)
+        self.ipam = IpamRecords(self._io, clock)
         self._next_attachment = 1  # the id :meth:`number` gives next (set when it opens)
         self.path = path
         self.live = LiveIndex()  # where live attachments and allocations are (live.py)
@@ -267,7 +148,7 @@ class Journal:
 
         def fn(db: sqlite3.Connection) -> tuple[int, list[int], list[int]]:
             now = self.clock()
-            op_id = _insert_operation(db, op, now)
+            op_id = insert_operation(db, op, now)
             ids = []
             for att in adding:
                 att.created_at = now
@@ -282,18 +163,18 @@ class Journal:
                      att.chain.name, int(att.is_default), att.caller_network,
                      att.caller_ifname, att.netns, att.pod.namespace, att.pod.name,
                      att.pod.uid, att.chain.cni_version, att.chain.raw,
-                     _json(att.capability_args), _json(att.cni_args), op_id, now,
-                     att.steps_started, _json(att.result), att.identity, att.resource,
+                     to_json(att.capability_args), to_json(att.cni_args), op_id, now,
+                     att.steps_started, to_json(att.result), att.identity, att.resource,
                      att.device))
                 assert cur.lastrowid is not None
                 ids.append(cur.lastrowid)
             db.executemany("UPDATE attachments SET state='removing', del_op=? WHERE id=?",
                            [(op_id, att.id) for att in removing])
-            _record_allocations(db, new, op_id, pools or {}, now)
+            record_allocations(db, new, op_id, pools or {}, now)
             steps = []
             for step in first:
                 step.op_id = op_id
-                steps.append(_insert_step(db, step, now))
+                steps.append(insert_step(db, step, now))
             return op_id, ids, steps
 
         def indexed(result: tuple[int, list[int], list[int]]) -> None:
@@ -345,14 +226,14 @@ class Journal:
             db.executemany("UPDATE attachments SET state='attached' WHERE id=?",
                            [(att_id,) for att_id in same])
             db.executemany("UPDATE attachments SET state='attached', result=? WHERE id=?",
-                           [(_json(a.result), a.id) for a in changed])
+                           [(to_json(a.result), a.id) for a in changed])
             db.executemany("UPDATE attachments SET state='removed', error=NULL, removed_at=?"
                            " WHERE id=?", [(now, a.id) for a in end.removed])
             db.executemany(
                 "UPDATE attachments SET error=?, del_failures=del_failures+1, retry_at=?"
                 " WHERE id=?", [(err, retry_at(a.del_failures + 1) if retry_at else None, a.id)
                                 for a, err in end.kept])
-            _close_operation(db, op_id, end.state, end.code, end.error, now)
+            close_operation(db, op_id, end.state, end.code, end.error, now)
             return self._events(db, [op_id])
 
         def indexed(events: list[Event]) -> None:
@@ -381,13 +262,13 @@ class Journal:
         happened entirely or not at all; with ``failure``, recorded as failed."""
         def fn(db: sqlite3.Connection) -> tuple[int, list[Event]]:
             now = self.clock()
-            op_id = _insert_operation(db, op, now)
-            _record_allocations(db, new, op_id, pools or {}, now)
-            _release_allocations(db, gone, op_id, now)
+            op_id = insert_operation(db, op, now)
+            record_allocations(db, new, op_id, pools or {}, now)
+            release_allocations(db, gone, op_id, now)
             if failure is None:
-                _close_operation(db, op_id, "done", None, None, now)
+                close_operation(db, op_id, "done", None, None, now)
             else:
-                _close_operation(db, op_id, "failed", failure.code, failure.msg, now)
+                close_operation(db, op_id, "failed", failure.code, failure.msg, now)
             return op_id, self._events(db, [op_id])
 
         def indexed(result: tuple[int, list[Event]]) -> None:
@@ -404,11 +285,11 @@ class Journal:
         one transaction, so all of it happened or none."""
         def fn(db: sqlite3.Connection) -> tuple[int, list[Event]]:
             now = self.clock()
-            op_id = _insert_operation(db, op, now)
+            op_id = insert_operation(db, op, now)
             db.executemany("UPDATE attachments SET state='removed', del_op=?, removed_at=?"
                            " WHERE id=?", [(op_id, now, a.id) for a in atts])
-            _release_allocations(db, gone, op_id, now)
-            _close_operation(db, op_id, "done", None, None, now)
+            release_allocations(db, gone, op_id, now)
+            close_operation(db, op_id, "done", None, None, now)
             return op_id, self._events(db, [op_id])
 
         def indexed(result: tuple[int, list[Event]]) -> None:
@@ -460,7 +341,7 @@ class Journal:
         def fn(db: sqlite3.Connection) -> list[Event]:
             now = self.clock()
             for op_id, state, error in ops:
-                _close_operation(db, op_id, state, None, error, now)
+                close_operation(db, op_id, state, None, error, now)
             return self._events(db, [op_id for op_id, _, _ in ops])
 
         await self._io.write(fn, self._log_events)
@@ -479,7 +360,7 @@ class Journal:
             rows = await self._io.read(lambda db: db.execute(
                 "SELECT * FROM attachments WHERE state != 'removed' AND container_id=?"
                 " ORDER BY id", (container_id,)).fetchall())
-        return [_attachment(r) for r in rows]
+        return [attachment_of(r) for r in rows]
 
     async def seen(self, container_id: str) -> bool:
         """Whether the journal has any operation of this container (its live index
@@ -507,8 +388,8 @@ class Journal:
         recorded in the same transaction: committed with the step, or not at all)."""
         def fn(db: sqlite3.Connection) -> int:
             now = self.clock()
-            _record_allocations(db, new, step.op_id, pools or {}, now)
-            step_id = _insert_step(db, step, now)
+            record_allocations(db, new, step.op_id, pools or {}, now)
+            step_id = insert_step(db, step, now)
             if step.verb == "ADD":
                 db.execute(
                     "UPDATE attachments SET steps_started=MAX(steps_started, ?) WHERE id=?",
@@ -524,18 +405,18 @@ class Journal:
         started, so no DEL is ever sent for it."""
         def fn(db: sqlite3.Connection) -> None:
             now = self.clock()
-            _release_allocations(db, gone, op_id, now)
+            release_allocations(db, gone, op_id, now)
             db.execute(
                 "UPDATE steps SET state=?, result=?, code=?, error=?, stderr=?, finished_at=?,"
                 " seconds=? WHERE id=?",
-                ("failed" if end.error else "ok", _json(end.result), end.code, end.error,
+                ("failed" if end.error else "ok", to_json(end.result), end.code, end.error,
                  end.stderr or None, now, end.seconds, end.step_id))
             if end.verb == "ADD" and not end.started:
                 db.execute("UPDATE attachments SET steps_started=? WHERE id=? AND"
                            " steps_started=?", (end.position, end.attachment, end.position + 1))
             if end.verb == "ADD" and end.error is None and end.result is not None:
                 db.execute("UPDATE attachments SET result=? WHERE id=?",
-                           (_json(end.result), end.attachment))
+                           (to_json(end.result), end.attachment))
 
         def indexed(_: None) -> None:
             if end.verb == "ADD" and end.error is None and end.result is not None:
@@ -573,85 +454,6 @@ class Journal:
                                 alloc.owner.netns, alloc.owner.attachment_id)
         self.live.released((alloc.scope, alloc.address) for alloc in gone)
 
-    # -- IPAM -------------------------------------------------------------------------------
-
-    async def live_allocations(self) -> tuple[list[Allocation], dict[str, int],
-                                              list[Reservation]]:
-        """Every live allocation, every pool's cursor and the open sticky reservations (the
-        store's start-up load)."""
-        def fn(db: sqlite3.Connection) -> tuple[list[Allocation], dict[str, int],
-                                                list[Reservation]]:
-            rows = db.execute("SELECT * FROM ipam_allocations WHERE released_at IS NULL"
-                              " ORDER BY id").fetchall()
-            cursors = {key: int(cursor) for key, cursor in db.execute(
-                "SELECT key, cursor FROM ipam_pools WHERE cursor IS NOT NULL")}
-            reserved = db.execute("SELECT * FROM ipam_allocations WHERE reserved_until IS NOT"
-                                  " NULL AND reservation_end IS NULL ORDER BY id").fetchall()
-            return [_allocation(r) for r in rows], cursors, [_reservation(r) for r in reserved]
-
-        return await self._io.read(fn)
-
-    async def end_reservations(self, ended: Sequence[Reservation], end: str = "expired",
-                               why: str = "expired") -> None:
-        """Sticky reservations ended in one transaction (``end``: ``expired``, or ``taken
-        back`` by another node): a RELEASE operation (origin ``sticky``) for each, its
-        reason naming the address, the identity and ``why``, so the journal shows when and
-        how the address stopped being reserved."""
-        def fn(db: sqlite3.Connection) -> None:
-            now = self.clock()
-            for res in ended:
-                reason = (f"sticky reservation of {res.address} for {res.identity} "
-                          f"({res.ifname}) {why}")
-                op_id = _insert_operation(db, OpStart(
-                    verb="RELEASE", container_id=res.container_id, ifname=res.ifname,
-                    origin="sticky", reason=reason, request=reason.encode()), now)
-                db.execute("UPDATE ipam_allocations SET reservation_end=?, reservation_op=?"
-                           " WHERE scope=? AND address=? AND sticky_key=?"
-                           " AND reserved_until IS NOT NULL AND reservation_end IS NULL",
-                           (end, op_id, res.scope, res.address, res.identity))
-                _close_operation(db, op_id, "done", None, None, now)
-
-        await self._io.write(fn)
-
-    async def pool_sizes(self) -> dict[str, int]:
-        """Every pool's size (``ipam_pools``, kept as text: an IPv6 pool's size passes
-        SQLite's integers), for the metrics and the degraded status."""
-        rows = await self._io.read(lambda db: db.execute(
-            "SELECT key, size FROM ipam_pools").fetchall())
-        return {str(key): int(size) for key, size in rows}
-
-    # -- blocks of the cluster-wide IPAM (migrations/0005_blocks.sql) ---------------------
-
-    async def open_block(self, block: BlockRecord) -> int:
-        """Record a block from now on (this node's intent to claim it, in state
-        ``claiming``, before the API request; or another node's, ``seen``)."""
-        def fn(db: sqlite3.Connection) -> int:
-            cur = db.execute(
-                "INSERT INTO ipam_blocks (name, pool, scope, cidr, node, state, since)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)", (block.name, block.pool, block.scope,
-                                                  block.cidr, block.node, block.state,
-                                                  self.clock()))
-            return int(cur.lastrowid or 0)
-
-        return await self._io.write(fn)
-
-    async def set_block(self, block_id: int, state: str, *, ended: bool = False) -> None:
-        """A block's new state; ``ended``: it is no longer this record's (released, lost,
-        taken, or another node's block gone or handed over)."""
-        def fn(db: sqlite3.Connection) -> None:
-            db.execute("UPDATE ipam_blocks SET state=?, until=? WHERE id=?",
-                       (state, self.clock() if ended else None, block_id))
-
-        await self._io.write(fn)
-
-    async def open_blocks(self) -> list[BlockRecord]:
-        """Every block record not ended: this node's claims and held blocks, and the other
-        nodes' blocks last seen."""
-        rows = await self._io.read(lambda db: db.execute(
-            "SELECT * FROM ipam_blocks WHERE until IS NULL ORDER BY id").fetchall())
-        return [BlockRecord(name=r["name"], pool=r["pool"], scope=r["scope"], cidr=r["cidr"],
-                            node=r["node"], state=r["state"], id=r["id"], since=r["since"])
-                for r in rows]
 
     # -- retention (netctl/journal/retention.py) -------------------------------------------
 

@@ -98,7 +98,7 @@ class Reconciler:
         ended = self.ipam.expired(time.time() if now is None else now)
         if not ended:
             return 0
-        await self.journal.end_reservations(ended)
+        await self.journal.ipam.end_reservations(ended)
         self.ipam.end_reservations(ended)
         log.info("sticky reservations expired: %s", ", ".join(
             f"{r.address} ({r.identity})" for r in ended))

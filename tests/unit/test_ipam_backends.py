@@ -5,7 +5,7 @@
 - ``journal``: an ``IndexStore`` whose allocations and releases go through a real
   journal file (``one_transaction`` then ``recorded``/``released``, as the plain IPAM
   plugin does), and which after every step must equal a second store loaded from the
-  journal alone (``IndexStore.of(*await journal.live_allocations())``: allocations,
+  journal alone (``IndexStore.of(*await journal.ipam.live_allocations())``: allocations,
   owners, pods, netns and round-robin cursors are durable); ``restart`` swaps that
   reloaded store in.
 
@@ -118,7 +118,7 @@ class Harness:
 
     async def reloaded(self) -> IndexStore:
         assert self.journal is not None
-        return IndexStore.of(*await self.journal.live_allocations())
+        return IndexStore.of(*await self.journal.ipam.live_allocations())
 
     async def check(self) -> None:
         """The journal holds exactly what the store holds, and so does its index of what is

@@ -154,10 +154,10 @@ async def history(journal: Journal, clock: SimClock) -> dict[str, Any]:
         await journal.one_transaction(OpStart(verb="ADD", origin="ipam"), new=[gone],
                                       pools=POOL_INFO),
         await journal.one_transaction(OpStart(verb="DEL", origin="ipam"), gone=[gone])]
-    block = await journal.open_block(BlockRecord(name="b1", pool=POOL, scope=POOL,
+    block = await journal.ipam.open_block(BlockRecord(name="b1", pool=POOL, scope=POOL,
                                                  cidr="10.129.0.0/26", node="n2",
                                                  state="seen"))
-    await journal.set_block(block, "seen", ended=True)
+    await journal.ipam.set_block(block, "seen", ended=True)
     clock.now = T0 + 7.5 * DAY
     recent = await add_pod(journal, 6)  # removed half a day ago: stays
     await del_pod(journal, recent)

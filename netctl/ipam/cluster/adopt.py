@@ -54,7 +54,7 @@ class Adoption:
             rec = BlockRecord(name=obj.metadata.name, pool=obj.spec.pool,
                               scope=obj.spec.scope, cidr=obj.spec.cidr, node=node,
                               state="claiming")
-            rec.id = await journal.open_block(rec)
+            rec.id = await journal.ipam.open_block(rec)
             await self.claims.hold(rec, obj)
             log.warning("block %s (pool %s) is this node's in the API but not in its journal: "
                         "adopted", obj.spec.cidr, obj.spec.pool)

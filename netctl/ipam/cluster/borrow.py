@@ -85,7 +85,7 @@ class Borrows:
             log.info("borrowed %s of pool %s from node %s", text, key, owner)
             return
         done = await block_objects.release(api, found) if found is not None else True
-        await journal.set_block(rec.id, "taken" if done else "claiming", ended=done)
+        await journal.ipam.set_block(rec.id, "taken" if done else "claiming", ended=done)
         if answer == "refused":
             raise CNIError(INVALID_CONFIG, f"requested address {text} in pool {key} is in "
                            f"use: node {owner}, whose block {parent.spec.cidr} holds it, "
@@ -144,7 +144,7 @@ class Borrows:
             log.info("%s address %s of block %s to node %s", grant, obj.spec.cidr,
                      h.record.cidr if h else obj.spec.parent, obj.spec.node)
             if res is not None:
-                await self.cluster.journal.end_reservations(
+                await self.cluster.journal.ipam.end_reservations(
                     [res], "taken back", f"taken back by node {obj.spec.node}")
                 self.holdings.sticky_changed.set()
 
@@ -181,9 +181,9 @@ class Borrows:
                      ask.identity)
             if granted and res is not None:
                 journal = self.cluster.journal
-                await journal.end_reservations([res], "taken back",
+                await journal.ipam.end_reservations([res], "taken back",
                                                f"taken back by node {ask.node}")
-                await journal.set_block(h.record.id, "released", ended=True)
+                await journal.ipam.set_block(h.record.id, "released", ended=True)
                 self.cluster.blocks.cache[("", done.metadata.name)] = done
 
     async def take(self, cfg: IPAMConfig, rng: Range, key: str, obj: IPAMBlock,
@@ -196,7 +196,7 @@ class Borrows:
         holder = obj.spec.node
         rec = BlockRecord(name=obj.metadata.name, pool=key, scope=scope_of(cfg, key),
                           cidr=obj.spec.cidr, node=node, state="claiming")
-        rec.id = await journal.open_block(rec)
+        rec.id = await journal.ipam.open_block(rec)
         with self.claims.aside(rec.id):  # settled here, not by a maintenance round
             asked, found = await self._ask(obj, TransferAsk(node=node, identity=identity,
                                                             ifname=ifname))
@@ -209,7 +209,7 @@ class Borrows:
                 log.info("took over borrowed address %s of pool %s from node %s for %s",
                          obj.spec.cidr, key, holder, identity)
                 return
-            await journal.set_block(rec.id, "taken", ended=True)
+            await journal.ipam.set_block(rec.id, "taken", ended=True)
             if asked is None or found is None or found.spec.transfer is None \
                     or found.spec.transfer.refused:
                 raise CNIError(INVALID_CONFIG, f"address {obj.spec.cidr} of pool {key}, reserved "

@@ -131,7 +131,7 @@ class Claims:
         name = block_name(scope, blk)
         rec = BlockRecord(name=name, pool=pool, scope=scope, cidr=blk.cidr, node=node,
                           state="claiming")
-        rec.id = await journal.open_block(rec)
+        rec.id = await journal.ipam.open_block(rec)
         spec = BlockSpec(pool=pool, scope=scope, range=rng.key, networkName=cfg.network_name,
                          poolSize=rng.size, prefix=rng.cidr.prefixlen, cidr=blk.cidr,
                          node=node, claimedAt=block_objects.now_rfc3339(), parent=parent,
@@ -146,7 +146,7 @@ class Claims:
                            f"({exc}); try again later") from None
         try:
             if obj is None:
-                await journal.set_block(rec.id, "taken", ended=True)
+                await journal.ipam.set_block(rec.id, "taken", ended=True)
                 return None
             if parent:
                 self.pending[obj.metadata.name] = rec
@@ -161,7 +161,7 @@ class Claims:
     async def hold(self, rec: BlockRecord, obj: IPAMBlock, journaled: bool = False) -> None:
         self.cluster.blocks.cache[("", obj.metadata.name)] = obj
         if not journaled:
-            await self.cluster.journal.set_block(rec.id, "held")
+            await self.cluster.journal.ipam.set_block(rec.id, "held")
         rec.state = "held"
         blk = block_of(obj)
         if blk is not None:
@@ -182,7 +182,7 @@ class Claims:
         block is checked against the cache (it may have been taken over, or be gone); a
         claim whose outcome was not recorded is read (one GET)."""
         api, journal, node = self.cluster.api, self.cluster.journal, self.cluster.settings.node
-        for rec in await journal.open_blocks():
+        for rec in await journal.ipam.open_blocks():
             if rec.node != node or rec.state not in ("claiming", "held") \
                     or rec.id in self._claiming:  # a claim in flight settles itself
                 continue
@@ -196,7 +196,7 @@ class Claims:
             if obj is not None and obj.spec.parent and obj.spec.grant != "granted" \
                     and rec.name not in self.pending:  # a borrow asked before a crash
                 if await block_objects.release(api, obj):
-                    await journal.set_block(rec.id, "taken", ended=True)
+                    await journal.ipam.set_block(rec.id, "taken", ended=True)
                 continue
             if obj is not None and obj.spec.node == node:
                 if rec.name not in self.holdings.held:
@@ -209,5 +209,5 @@ class Claims:
         if rec.state == "held":
             who = f"node {obj.spec.node}'s" if obj is not None else "gone"
             log.warning("block %s (pool %s) is %s now, not this node's", rec.cidr, rec.pool, who)
-        await self.cluster.journal.set_block(rec.id, state, ended=True)
+        await self.cluster.journal.ipam.set_block(rec.id, state, ended=True)
         self.holdings.held.pop(rec.name, None)

@@ -47,7 +47,7 @@ class Maintenance:
     async def _record_seen(self) -> None:
         journal, node = self.cluster.journal, self.cluster.settings.node
         if not self._seen:
-            for rec in await journal.open_blocks():
+            for rec in await journal.ipam.open_blocks():
                 if rec.state == "seen":
                     self._seen[rec.name] = (rec.id, rec.node)
         current = {b.metadata.name: b for b in self.cluster.blocks.cache.values()
@@ -55,13 +55,13 @@ class Maintenance:
         for name, (rec_id, owner) in list(self._seen.items()):
             obj = current.get(name)
             if obj is None or obj.spec.node != owner:
-                await journal.set_block(rec_id, "seen", ended=True)
+                await journal.ipam.set_block(rec_id, "seen", ended=True)
                 del self._seen[name]
         for name, obj in current.items():
             if name not in self._seen:
                 rec = BlockRecord(name=name, pool=obj.spec.pool, scope=obj.spec.scope,
                                   cidr=obj.spec.cidr, node=obj.spec.node, state="seen")
-                self._seen[name] = (await journal.open_block(rec), obj.spec.node)
+                self._seen[name] = (await journal.ipam.open_block(rec), obj.spec.node)
 
     def _in_use(self, h: Held) -> bool:
         lent = self.holdings.lent.get(h.block.version, set())
@@ -99,7 +99,7 @@ class Maintenance:
                 await self.claims.lose(h.record, await block_objects.get(api, name))
                 continue
             self.cluster.blocks.cache.pop(("", name), None)
-            await journal.set_block(h.record.id, "released", ended=True)
+            await journal.ipam.set_block(h.record.id, "released", ended=True)
             self.releases += 1
             released += 1
             log.info("released block %s of pool %s (idle)", h.record.cidr, h.record.pool)
@@ -129,10 +129,10 @@ class Maintenance:
                 rec = BlockRecord(name=obj.metadata.name, pool=obj.spec.pool,
                                   scope=obj.spec.scope, cidr=obj.spec.cidr, node=me,
                                   state="claiming")
-                rec.id = await journal.open_block(rec)
+                rec.id = await journal.ipam.open_block(rec)
                 new = await block_objects.hand_over(api, obj, me)
                 if new is None:
-                    await journal.set_block(rec.id, "taken", ended=True)
+                    await journal.ipam.set_block(rec.id, "taken", ended=True)
                     continue
                 await self.claims.hold(rec, new)
                 self.handovers += 1

@@ -30,7 +30,7 @@ async def _fill(state_dir: str, count: int, cidr: str) -> dict[str, Any]:
     seconds: list[float] = []
     cpu: list[float] = []
     async with open_journal(state_dir) as journal:
-        store = IndexStore.of(*await journal.live_allocations())
+        store = IndexStore.of(*await journal.ipam.live_allocations())
         started = time.perf_counter()
         for i in range(count):
             t0, c0 = time.perf_counter(), time.process_time()

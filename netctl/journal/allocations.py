@@ -1,0 +1,109 @@
+"""The IPAM's records in the journal: allocations, pools, sticky reservations and the cluster
+IPAM's blocks, as :mod:`netctl.ipam` keeps them across restarts.
+
+:class:`IpamRecords` is the journal's part the IPAM stores talk to (``journal.ipam``): the
+start-up load of every live allocation, pool cursor and open reservation; reservations
+ended (each a ``RELEASE`` operation, so the journal shows when an address stopped being
+reserved); the pools' sizes; the cluster IPAM's block records. The allocations a step
+makes or releases are written with that step by :class:`~netctl.journal.store.Journal`
+(its transaction); these are the rest. Same group commit, same deadline.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+
+from netctl.journal.commit import Committer
+from netctl.journal.records import Allocation, BlockRecord, OpStart, Reservation
+from netctl.journal.rows import (
+    allocation_of,
+    close_operation,
+    insert_operation,
+    reservation_of,
+)
+
+
+class IpamRecords:
+    """The IPAM's rows of one journal (module doc)."""
+
+    def __init__(self, io: Committer, clock: Callable[[], float] = time.time) -> None:
+        self._io = io
+        self.clock = clock
+
+    async def live_allocations(self) -> tuple[list[Allocation], dict[str, int],
+                                              list[Reservation]]:
+        """Every live allocation, every pool's cursor and the open sticky reservations (the
+        store's start-up load)."""
+        def fn(db: sqlite3.Connection) -> tuple[list[Allocation], dict[str, int],
+                                                list[Reservation]]:
+            rows = db.execute("SELECT * FROM ipam_allocations WHERE released_at IS NULL"
+                              " ORDER BY id").fetchall()
+            cursors = {key: int(cursor) for key, cursor in db.execute(
+                "SELECT key, cursor FROM ipam_pools WHERE cursor IS NOT NULL")}
+            reserved = db.execute("SELECT * FROM ipam_allocations WHERE reserved_until IS NOT"
+                                  " NULL AND reservation_end IS NULL ORDER BY id").fetchall()
+            return [allocation_of(r) for r in rows], cursors, [reservation_of(r) for r in reserved]
+
+        return await self._io.read(fn)
+
+    async def end_reservations(self, ended: Sequence[Reservation], end: str = "expired",
+                               why: str = "expired") -> None:
+        """Sticky reservations ended in one transaction (``end``: ``expired``, or ``taken
+        back`` by another node): a RELEASE operation (origin ``sticky``) for each, its
+        reason naming the address, the identity and ``why``, so the journal shows when and
+        how the address stopped being reserved."""
+        def fn(db: sqlite3.Connection) -> None:
+            now = self.clock()
+            for res in ended:
+                reason = (f"sticky reservation of {res.address} for {res.identity} "
+                          f"({res.ifname}) {why}")
+                op_id = insert_operation(db, OpStart(
+                    verb="RELEASE", container_id=res.container_id, ifname=res.ifname,
+                    origin="sticky", reason=reason, request=reason.encode()), now)
+                db.execute("UPDATE ipam_allocations SET reservation_end=?, reservation_op=?"
+                           " WHERE scope=? AND address=? AND sticky_key=?"
+                           " AND reserved_until IS NOT NULL AND reservation_end IS NULL",
+                           (end, op_id, res.scope, res.address, res.identity))
+                close_operation(db, op_id, "done", None, None, now)
+
+        await self._io.write(fn)
+
+    async def pool_sizes(self) -> dict[str, int]:
+        """Every pool's size (``ipam_pools``, kept as text: an IPv6 pool's size passes
+        SQLite's integers), for the metrics and the degraded status."""
+        rows = await self._io.read(lambda db: db.execute(
+            "SELECT key, size FROM ipam_pools").fetchall())
+        return {str(key): int(size) for key, size in rows}
+
+    async def open_block(self, block: BlockRecord) -> int:
+        """Record a block from now on (this node's intent to claim it, in state
+        ``claiming``, before the API request; or another node's, ``seen``)."""
+        def fn(db: sqlite3.Connection) -> int:
+            cur = db.execute(
+                "INSERT INTO ipam_blocks (name, pool, scope, cidr, node, state, since)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)", (block.name, block.pool, block.scope,
+                                                  block.cidr, block.node, block.state,
+                                                  self.clock()))
+            return int(cur.lastrowid or 0)
+
+        return await self._io.write(fn)
+
+    async def set_block(self, block_id: int, state: str, *, ended: bool = False) -> None:
+        """A block's new state; ``ended``: it is no longer this record's (released, lost,
+        taken, or another node's block gone or handed over)."""
+        def fn(db: sqlite3.Connection) -> None:
+            db.execute("UPDATE ipam_blocks SET state=?, until=? WHERE id=?",
+                       (state, self.clock() if ended else None, block_id))
+
+        await self._io.write(fn)
+
+    async def open_blocks(self) -> list[BlockRecord]:
+        """Every block record not ended: this node's claims and held blocks, and the other
+        nodes' blocks last seen."""
+        rows = await self._io.read(lambda db: db.execute(
+            "SELECT * FROM ipam_blocks WHERE until IS NULL ORDER BY id").fetchall())
+        return [BlockRecord(name=r["name"], pool=r["pool"], scope=r["scope"], cidr=r["cidr"],
+                            node=r["node"], state=r["state"], id=r["id"], since=r["since"])
+                for r in rows]
