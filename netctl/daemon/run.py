@@ -32,7 +32,8 @@ from netctl.daemon.status import Health, StatusDocument
 from netctl.engine.admission import Admission
 from netctl.engine.chains import Chains, Delegates
 from netctl.engine.choice import ArgsSelector
-from netctl.engine.engine import Cutover, Engine, Limits
+from netctl.engine.cutover import Cutover
+from netctl.engine.engine import Engine, Limits
 from netctl.engine.hotplug import Hotplug
 from netctl.engine.ipam_plugin import IpamPlugin
 from netctl.engine.networks import NetworkDir

@@ -52,11 +52,13 @@ from netctl.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError
 from netctl.ipam import ranges as ranges_mod
 from netctl.ipam.planner import Lease, pool_key, static_ipam
 from netctl.ipam.store import Store, allocate, record
-from netctl.journal.records import Allocation, Attachment, Owner, StepEnd, StepStart
+from netctl.journal.records import Allocation, Attachment, OpEnd, Owner, StepEnd, StepStart
 from netctl.journal.store import Journal
 from netctl.metrics import Metrics
 
 log = logging.getLogger("netctl.engine")
+RETRY_BASE = 10.0  # the reconciler's back-off on a stuck attachment: 10 s, 20 s, … 1 h
+RETRY_CAP = 3600.0
 
 @dataclass(frozen=True)
 class Delegates:
@@ -427,3 +429,24 @@ class Chains:
             for att, ipam in zip(atts, parsed, strict=True):
                 nursery.start_soon(one, att, ipam)
 
+
+def retry_at(failures: int, now: float | None = None) -> float:
+    """When the reconciler may next try an attachment whose clean-up failed ``failures``
+    times: exponential back-off, capped."""
+    delay = min(RETRY_CAP, RETRY_BASE * 2.0 ** max(0, failures - 1))
+    return (time.time() if now is None else now) + delay
+
+
+def del_end(state: str, code: int | None, error: str | None, atts: list[Attachment],
+             outcome: dict[int, list[StepError]]) -> OpEnd:
+    """An operation's end after DELs: attachments whose chain DEL finished cleanly are
+    removed; the others keep their state with their errors (or "not finished")."""
+    removed = [a for a in atts if a.id in outcome and not outcome[a.id]]
+    kept = [(a, "; ".join(e.msg for e in outcome.get(a.id) or []) or "DEL did not finish")
+            for a in atts if a.id not in outcome or outcome[a.id]]
+    return OpEnd(state=state, code=code, error=error, removed=removed, kept=kept)
+
+
+def names(atts: list[Attachment]) -> str:
+    """``br as eth0, br2 as net1`` (``nothing`` for none), for a log line."""
+    return ", ".join(f"{a.network} as {a.ifname}" for a in atts) or "nothing"

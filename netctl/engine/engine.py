@@ -25,7 +25,6 @@ as netctl-ipam's are); the handlers only do the work.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,18 +34,17 @@ from typing import Any
 import trio
 
 from netctl.cni import versions
-from netctl.cni.config import Chain, parse_chain
 from netctl.cni.hostroot import HostRoot
 from netctl.cni.netns import netns_state
 from netctl.cni.request import Invocation
 from netctl.cni.routes import set_default_routes
-from netctl.engine import devices, foreign, gateways, readiness
+from netctl.engine import devices, gateways, readiness
 from netctl.engine.admission import Admission
-from netctl.engine.chains import Chains, Served, StepError
+from netctl.engine.chains import Chains, Served, StepError, del_end, names, retry_at
 from netctl.engine.choice import Resolver, Selector
 from netctl.engine.conf import Call, NetctlConf
+from netctl.engine.cutover import Cutover, ForeignDels
 from netctl.engine.devices import DeviceSource
-from netctl.engine.networks import inline
 from netctl.engine.plan import plan
 from netctl.engine.verbs import ANY, Reply, Verb, dispatch
 from netctl.errors import (
@@ -71,25 +69,6 @@ log = logging.getLogger("netctl.engine")
 MAX_DEL_FAILURES = 3  # a runtime's DEL of one attachment fails at most this often
 PERMANENT = frozenset({INCOMPATIBLE_VERSION, UNSUPPORTED_FIELD, INVALID_ENVIRONMENT,
                        INVALID_CONFIG})  # no retry repairs these
-RETRY_BASE = 10.0  # the reconciler's back-off on a stuck attachment: 10 s, 20 s, … 1 h
-RETRY_CAP = 3600.0
-
-
-def retry_at(failures: int, now: float | None = None) -> float:
-    """When the reconciler may next try an attachment whose clean-up failed ``failures``
-    times: exponential back-off, capped."""
-    delay = min(RETRY_CAP, RETRY_BASE * 2.0 ** max(0, failures - 1))
-    return (time.time() if now is None else now) + delay
-
-
-@dataclass(frozen=True)
-class Cutover:
-    """Where a DEL for a container netctl never saw finds what ran for it
-    (:mod:`netctl.engine.foreign`); ``enabled`` False answers such a DEL "nothing"."""
-
-    enabled: bool = True
-    multus_cache: str = foreign.DEFAULT_MULTUS_CACHE
-    results_cache: str = foreign.DEFAULT_RESULTS_CACHE
 
 
 @dataclass
@@ -149,6 +128,7 @@ class Engine:
         self.health = health  # the daemon's readiness, for the STATUS verb
         self.metrics = metrics or Metrics()
         self.cutover = cutover or Cutover()
+        self.foreign = ForeignDels(self.cutover, journal, chains, networks)  # cutover.py
         # why a pod's netns may be missing here though the runtime made it (a mount that
         # does not propagate: netctl.cni.mounts); added to that ADD's error
         self.netns_unseen = netns_unseen
@@ -252,13 +232,13 @@ class Engine:
                 msg += "; compensation ran out of time"
             log.warning("ADD%s failed (code %d), %s: %s", _origin(op),
                         cause.code if cause else CANCELLED, state, msg)
-            await self.journal.finish(op_id, _del_end(
+            await self.journal.finish(op_id, del_end(
                 state, cause.code if cause else CANCELLED, msg, atts, outcome))
             if cause is None:
                 raise
             raise CNIError(cause.code, msg, cause.details) from None
         log.info("ADD%s done in %.3fs: %s", _origin(op), time.monotonic() - started,
-                 _names(atts))
+                 names(atts))
         await self.journal.finish(op_id, OpEnd(state="done", attached=atts))
         return op_id
 
@@ -337,7 +317,7 @@ class Engine:
         unknown = ""
         if not mine and self.cutover.enabled and \
                 not await self.journal.seen(inv.container_id):
-            reply = await self._delete_foreign(call, origin)
+            reply = await self.foreign.delete(call, origin)
             if isinstance(reply, Reply):
                 return reply
             unknown = reply  # nothing could run: journaled as a DEL of nothing, warned
@@ -370,14 +350,14 @@ class Engine:
             await self.chains.delete_all(op_id, atts, outcome, first=first)
         except BaseException as exc:
             log.warning("DEL (%s) interrupted: %r", op.origin, exc)
-            await self.journal.finish(op_id, _del_end("failed", CANCELLED, repr(exc), atts,
+            await self.journal.finish(op_id, del_end("failed", CANCELLED, repr(exc), atts,
                                                       outcome), retry_at=retry_at)
             raise
         failures = [e.msg for errs in outcome.values() for e in errs]
         if failures:
             msg = (f"{why} of container {container_id}: could not remove everything; "
                    "a later DEL or the reconciler retries: " + "; ".join(failures))
-            end = _del_end("failed", DEL_INCOMPLETE, msg, atts, outcome)
+            end = del_end("failed", DEL_INCOMPLETE, msg, atts, outcome)
             log.warning("DEL (%s) failed: %s", op.origin, msg)
             await self.journal.finish(op_id, end, retry_at=retry_at)
             raise DelIncomplete(msg, [a for a, _ in end.kept], {
@@ -385,94 +365,9 @@ class Engine:
                 if any(e.code in PERMANENT for e in errs)},
                 "; ".join(e.details for errs in outcome.values() for e in errs if e.details))
         log.info("DEL (%s) done in %.3fs: %s", op.origin, time.monotonic() - started,
-                 _names(atts))
-        await self.journal.finish(op_id, _del_end("done", None, None, atts, outcome))
+                 names(atts))
+        await self.journal.finish(op_id, del_end("done", None, None, atts, outcome))
 
-    async def _delete_foreign(self, call: Call, origin: str) -> Reply | str:
-        """DEL a container the journal has never seen, as Multus would have: its
-        delegates from Multus' cache (which goes once they are all DELeted), else the
-        cluster network; journaled as one DEL whose attachments are those networks.
-
-        One try, never an error: a delegate whose DEL fails is journaled with its error
-        and named in the warning, and its attachment ends all the same — netctl cannot
-        tell a pod that had that network from one that never did (an ADD it refused), so
-        it keeps nothing stuck on its account. When nothing can run, the warning to give
-        (the caller journals a DEL of nothing)."""
-        inv = call.inv
-        chains, source = await self._foreign_chains(call)
-        if not chains:
-            return f"container {inv.container_id} is unknown to netctl and {source}: " \
-                "nothing DELeted"
-        results = await trio.to_thread.run_sync(lambda: [foreign.cached_result(
-            self.cutover.results_cache, chain.name, inv.container_id, ifname)
-            for _, ifname, chain in chains])
-        atts = [Attachment(
-            container_id=inv.container_id, ifname=ifname, network=name, chain=chain,
-            is_default=i == 0, caller_network=inv.conf_name, caller_ifname=inv.ifname,
-            netns=inv.netns, pod=inv.pod, steps_started=len(chain.plugins), result=result)
-            for i, ((name, ifname, chain), result) in enumerate(zip(chains, results,
-                                                                    strict=True))]
-        reason = f"a container netctl never saw (created before the switch): {source}"
-        op_id = await self.journal.begin(OpStart(
-            verb="DEL", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
-            caller_network=inv.conf_name, pod=inv.pod, request=inv.stdin, origin=origin,
-            reason=reason), adding=atts)
-        outcome: dict[int, list[StepError]] = {}
-        try:
-            await self.chains.delete_all(op_id, atts, outcome)
-        except BaseException as exc:
-            await self.journal.finish(op_id, _del_end("failed", CANCELLED, repr(exc), atts,
-                                                      outcome), retry_at=retry_at)
-            raise
-        failures = [e.msg for errs in outcome.values() for e in errs]
-        await self.journal.finish(op_id, OpEnd(
-            state="failed" if failures else "done", code=DEL_INCOMPLETE if failures else None,
-            error="; ".join(failures) or None, removed=atts))
-        log.info("DEL of container %s, unknown to netctl (%s): %s%s", inv.container_id,
-                 source, _names(atts), f"; failed: {'; '.join(failures)}" if failures else "")
-        if failures:
-            return Reply(warning=f"{reason}: tried once, not everything went: "
-                         + "; ".join(failures))
-        path = foreign.cache_path(self.cutover.multus_cache, inv.container_id)
-        if path is not None and source.startswith("Multus' cache"):
-            await trio.to_thread.run_sync(_remove, path)
-        return Reply()
-
-    async def _foreign_chains(self, call: Call
-                              ) -> tuple[list[tuple[str, str, Chain]], str]:
-        """What ran for a container netctl never saw — (network, interface, chain) each
-        — and where that was read: Multus' cache of it (read in a worker thread), else the
-        cluster network (looked up here, on the loop, like every other lookup)."""
-        inv = call.inv
-        path = foreign.cache_path(self.cutover.multus_cache, inv.container_id)
-        why = ""
-        if path is not None:
-            try:
-                raw = await trio.Path(path).read_bytes()
-                source = f"Multus' cache {path}"
-                out = []
-                for cached in foreign.multus_cache(raw, inv.ifname):
-                    try:
-                        out.append((cached.name, cached.ifname, parse_chain(
-                            cached.config, f"{source}: network {cached.name!r}")))
-                    except CNIError as exc:
-                        log.warning("DEL of unknown container %s: %s; skipped",
-                                    inv.container_id, exc.msg)
-                return out, source
-            except FileNotFoundError:
-                pass
-            except (OSError, ValueError) as exc:
-                why = f" (Multus' cache {path} unreadable: {exc})"
-        try:
-            conf = call.conf
-            if conf.delegates:
-                net = inline(conf.delegates[0], 0)
-            else:
-                # where Multus (and Kubernetes mode) look the cluster network up
-                net = self.networks.resolve(conf.clusterNetwork, conf.multusNamespace)
-        except CNIError as exc:
-            return [], f"its cluster network cannot be read ({exc.msg}){why}"
-        return [(net.key, inv.ifname, net.chain)], f"its cluster network {net.key}{why}"
 
     # -- CHECK ------------------------------------------------------------------------------
 
@@ -562,18 +457,6 @@ class Engine:
                       "supportedVersions": list(versions.SUPPORTED)})
 
 
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _names(atts: list[Attachment]) -> str:
-    """``br as eth0, br2 as net1`` (``nothing`` for none), for a log line."""
-    return ", ".join(f"{a.network} as {a.ifname}" for a in atts) or "nothing"
-
-
 def _origin(op: OpStart) -> str:
     """How an ADD's log lines name its origin: a runtime's as they always did ("ADD done"),
     another's in parentheses ("ADD (hotplug) done")."""
@@ -600,16 +483,6 @@ def _repeat_of(mine: list[Attachment], planned: list[Attachment],
     if sorted(map(wants, mine)) != sorted(map(wants, planned)):
         return None  # another network set, or another address or MAC asked for
     return next((a.result for a in mine if a.is_default), None)
-
-
-def _del_end(state: str, code: int | None, error: str | None, atts: list[Attachment],
-             outcome: dict[int, list[StepError]]) -> OpEnd:
-    """An operation's end after DELs: attachments whose chain DEL finished cleanly are
-    removed; the others keep their state with their errors (or "not finished")."""
-    removed = [a for a in atts if a.id in outcome and not outcome[a.id]]
-    kept = [(a, "; ".join(e.msg for e in outcome.get(a.id) or []) or "DEL did not finish")
-            for a in atts if a.id not in outcome or outcome[a.id]]
-    return OpEnd(state=state, code=code, error=error, removed=removed, kept=kept)
 
 
 VERBS: dict[str, Verb[Engine, Call]] = {

@@ -204,3 +204,4 @@ def _discard(index: dict[K, set[V]], key: K, value: V) -> bool:
 
 def _links(result: dict[str, Any] | None) -> frozenset[str]:
     return frozenset(name for name, _ in host_interfaces(result))
+

@@ -14,6 +14,7 @@ import msgspec
 
 from netctl.cni.config import Chain, parse_chain
 from netctl.cni.request import Pod
+from netctl.journal.live import LiveIndex
 from netctl.journal.records import (
     Allocation,
     Attachment,
@@ -149,3 +150,22 @@ def insert_step(db: sqlite3.Connection, step: StepStart, now: float) -> int:
          step.config, step.netns, step.ifname, now))
     assert cur.lastrowid is not None
     return cur.lastrowid
+
+
+def load_live(db: sqlite3.Connection) -> LiveIndex:
+    """On the database thread: the index as the database has it — every live attachment
+    and allocation, none leaving (read when the journal opens)."""
+    attachments = db.execute("SELECT id, container_id, netns, result, del_failures, pod_uid"
+                             " FROM attachments WHERE state != 'removed'").fetchall()
+    allocations = db.execute("SELECT scope, address, container_id, netns, attachment_id"
+                             " FROM ipam_allocations WHERE released_at IS NULL").fetchall()
+    live = LiveIndex()
+    for r in attachments:
+        live.attachment(r["id"], r["container_id"], r["netns"],
+                        msgspec.json.decode(r["result"]) if r["result"] else None,
+                        r["pod_uid"] or "")
+    live.failed(r["id"] for r in attachments if r["del_failures"])
+    for r in allocations:
+        live.allocated((r["scope"], r["address"]), r["container_id"], r["netns"],
+                       r["attachment_id"])
+    return live

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
-import msgspec
 import trio
 import trio_asyncio
 
@@ -61,6 +60,7 @@ from netctl.journal.rows import (
     close_operation,
     insert_operation,
     insert_step,
+    load_live,
     record_allocations,
     release_allocations,
     to_json,
@@ -427,25 +427,8 @@ class Journal:
         await self._io.write(fn, indexed)
 
     async def read_live(self) -> LiveIndex:
-        """:attr:`live` as the database has it (read when the journal opens): every live
-        attachment and allocation, none leaving."""
-        def fn(db: sqlite3.Connection) -> tuple[list[sqlite3.Row], list[sqlite3.Row]]:
-            return (db.execute("SELECT id, container_id, netns, result, del_failures,"
-                               " pod_uid FROM attachments WHERE state != 'removed'").fetchall(),
-                    db.execute("SELECT scope, address, container_id, netns, attachment_id"
-                               " FROM ipam_allocations WHERE released_at IS NULL").fetchall())
-
-        attachments, allocations = await self._io.read(fn)
-        live = LiveIndex()
-        for r in attachments:
-            live.attachment(r["id"], r["container_id"], r["netns"],
-                            msgspec.json.decode(r["result"]) if r["result"] else None,
-                            r["pod_uid"] or "")
-        live.failed(r["id"] for r in attachments if r["del_failures"])
-        for r in allocations:
-            live.allocated((r["scope"], r["address"]), r["container_id"], r["netns"],
-                           r["attachment_id"])
-        return live
+        """:attr:`live` as the database has it (read when the journal opens)."""
+        return await self._io.read(load_live)
 
     def _allocations_changed(self, new: Iterable[Allocation], gone: Iterable[Allocation]
                              ) -> None:

@@ -1,0 +1,143 @@
+"""DELs of containers netctl never saw: the pods created before the switch from Multus.
+
+A DEL for a container the journal has no record of is run as Multus would have run it:
+its delegates from Multus' cache of it (which goes once they are all DELeted), else the
+cluster network (:mod:`netctl.engine.foreign` reads the caches). :class:`ForeignDels` does
+it for the engine's DEL: journaled as one DEL whose attachments are those networks, tried
+once, never an error (a delegate whose DEL fails is journaled and named in a warning).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import trio
+
+from netctl.cni.config import Chain, parse_chain
+from netctl.engine import foreign
+from netctl.engine.chains import Chains, StepError, del_end, names, retry_at
+from netctl.engine.choice import Resolver
+from netctl.engine.conf import Call
+from netctl.engine.networks import inline
+from netctl.engine.verbs import Reply
+from netctl.errors import CANCELLED, DEL_INCOMPLETE, CNIError
+from netctl.journal.records import Attachment, OpEnd, OpStart
+from netctl.journal.store import Journal
+
+log = logging.getLogger("netctl.engine")
+
+
+@dataclass(frozen=True)
+class Cutover:
+    """Where a DEL for a container netctl never saw finds what ran for it
+    (:mod:`netctl.engine.foreign`); ``enabled`` False answers such a DEL "nothing"."""
+
+    enabled: bool = True
+    multus_cache: str = foreign.DEFAULT_MULTUS_CACHE
+    results_cache: str = foreign.DEFAULT_RESULTS_CACHE
+
+
+@dataclass
+class ForeignDels:
+    """The DEL of a container netctl never saw (module doc), with where its cut-over reads
+    (``where``), the journal, the chains and the networks the engine has."""
+
+    where: Cutover
+    journal: Journal
+    chains: Chains
+    networks: Resolver
+
+    async def delete(self, call: Call, origin: str) -> Reply | str:
+        """DEL a container the journal has never seen, as Multus would have: its
+        delegates from Multus' cache (which goes once they are all DELeted), else the
+        cluster network; journaled as one DEL whose attachments are those networks.
+
+        One try, never an error: a delegate whose DEL fails is journaled with its error
+        and named in the warning, and its attachment ends all the same — netctl cannot
+        tell a pod that had that network from one that never did (an ADD it refused), so
+        it keeps nothing stuck on its account. When nothing can run, the warning to give
+        (the caller journals a DEL of nothing)."""
+        inv = call.inv
+        chains, source = await self._chains(call)
+        if not chains:
+            return f"container {inv.container_id} is unknown to netctl and {source}: " \
+                "nothing DELeted"
+        results = await trio.to_thread.run_sync(lambda: [foreign.cached_result(
+            self.where.results_cache, chain.name, inv.container_id, ifname)
+            for _, ifname, chain in chains])
+        atts = [Attachment(
+            container_id=inv.container_id, ifname=ifname, network=name, chain=chain,
+            is_default=i == 0, caller_network=inv.conf_name, caller_ifname=inv.ifname,
+            netns=inv.netns, pod=inv.pod, steps_started=len(chain.plugins), result=result)
+            for i, ((name, ifname, chain), result) in enumerate(zip(chains, results,
+                                                                    strict=True))]
+        reason = f"a container netctl never saw (created before the switch): {source}"
+        op_id = await self.journal.begin(OpStart(
+            verb="DEL", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
+            caller_network=inv.conf_name, pod=inv.pod, request=inv.stdin, origin=origin,
+            reason=reason), adding=atts)
+        outcome: dict[int, list[StepError]] = {}
+        try:
+            await self.chains.delete_all(op_id, atts, outcome)
+        except BaseException as exc:
+            await self.journal.finish(op_id, del_end("failed", CANCELLED, repr(exc), atts,
+                                                      outcome), retry_at=retry_at)
+            raise
+        failures = [e.msg for errs in outcome.values() for e in errs]
+        await self.journal.finish(op_id, OpEnd(
+            state="failed" if failures else "done", code=DEL_INCOMPLETE if failures else None,
+            error="; ".join(failures) or None, removed=atts))
+        log.info("DEL of container %s, unknown to netctl (%s): %s%s", inv.container_id,
+                 source, names(atts), f"; failed: {'; '.join(failures)}" if failures else "")
+        if failures:
+            return Reply(warning=f"{reason}: tried once, not everything went: "
+                         + "; ".join(failures))
+        path = foreign.cache_path(self.where.multus_cache, inv.container_id)
+        if path is not None and source.startswith("Multus' cache"):
+            await trio.to_thread.run_sync(_remove, path)
+        return Reply()
+
+    async def _chains(self, call: Call
+                              ) -> tuple[list[tuple[str, str, Chain]], str]:
+        """What ran for a container netctl never saw — (network, interface, chain) each
+        — and where that was read: Multus' cache of it (read in a worker thread), else the
+        cluster network (looked up here, on the loop, like every other lookup)."""
+        inv = call.inv
+        path = foreign.cache_path(self.where.multus_cache, inv.container_id)
+        why = ""
+        if path is not None:
+            try:
+                raw = await trio.Path(path).read_bytes()
+                source = f"Multus' cache {path}"
+                out = []
+                for cached in foreign.multus_cache(raw, inv.ifname):
+                    try:
+                        out.append((cached.name, cached.ifname, parse_chain(
+                            cached.config, f"{source}: network {cached.name!r}")))
+                    except CNIError as exc:
+                        log.warning("DEL of unknown container %s: %s; skipped",
+                                    inv.container_id, exc.msg)
+                return out, source
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError) as exc:
+                why = f" (Multus' cache {path} unreadable: {exc})"
+        try:
+            conf = call.conf
+            if conf.delegates:
+                net = inline(conf.delegates[0], 0)
+            else:
+                # where Multus (and Kubernetes mode) look the cluster network up
+                net = self.networks.resolve(conf.clusterNetwork, conf.multusNamespace)
+        except CNIError as exc:
+            return [], f"its cluster network cannot be read ({exc.msg}){why}"
+        return [(net.key, inv.ifname, net.chain)], f"its cluster network {net.key}{why}"
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
