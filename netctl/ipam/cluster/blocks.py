@@ -30,8 +30,9 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from netctl.ipam.ranges import Range, merge_intervals
 
@@ -149,3 +150,31 @@ def narrow(rng: Range, blocks: Iterable[Block]) -> Range:
             if s > e + 1]
     inside = [(max(s, first), min(e, last)) for s, e in rng.excluded if s <= last and e >= first]
     return replace(rng, first=first, last=last, excluded=merge_intervals(inside + gaps))
+
+
+class _Spec(Protocol):
+    """What :func:`held_elsewhere` reads of a block's spec."""
+
+    node: str
+    pool: str
+    cidr: str
+    parent: str
+    grant: str
+
+
+def held_elsewhere(specs: Iterable[_Spec], node: str, pools: Collection[str],
+                   held: Collection[str]) -> dict[str, int]:
+    """By pool (of ``pools``), the addresses of other nodes' blocks: a block counts its
+    size; a borrowed address (a block with a ``parent``) counts only when it was granted out
+    of one of ``node``'s blocks (``held``: their names) — the others lie in a block counted
+    already."""
+    out: dict[str, int] = {}
+    for spec in specs:
+        if spec.node == node or spec.pool not in pools:
+            continue
+        if spec.parent:
+            n = 1 if spec.parent in held and spec.grant == "granted" else 0
+        else:
+            n = cidr_size(spec.cidr)
+        out[spec.pool] = out.get(spec.pool, 0) + n
+    return out

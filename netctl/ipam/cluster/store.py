@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -25,7 +26,14 @@ import trio
 
 from netctl.errors import INVALID_CONFIG, POOL_EXHAUSTED, TRY_AGAIN_LATER, CNIError
 from netctl.ipam.cluster.adopt import Adoption
-from netctl.ipam.cluster.blocks import BITS, Block, block_at, block_name, block_prefix, cidr_size
+from netctl.ipam.cluster.blocks import (
+    BITS,
+    Block,
+    block_at,
+    block_name,
+    block_prefix,
+    held_elsewhere,
+)
 from netctl.ipam.cluster.blocks import narrow as narrow_to
 from netctl.ipam.cluster.borrow import Borrows
 from netctl.ipam.cluster.claims import Claims
@@ -423,28 +431,16 @@ class ClusterStore:
 
     def blocks_by_node(self) -> dict[str, int]:
         """How many blocks each node holds, from the blocks cache."""
-        by_node: dict[str, int] = {}
-        for b in self.cluster.blocks.cache.values():
-            by_node[b.spec.node] = by_node.get(b.spec.node, 0) + 1
-        return by_node
+        return Counter(b.spec.node for b in self.cluster.blocks.cache.values())
 
     def pool_fill(self) -> dict[str, tuple[int | None, int]]:
         """Every known pool's size and how many of its addresses this node can no longer
         hand out: its own live allocations and sticky reservations, plus every address in
-        other nodes' blocks (counted by the block's size; a borrowed address only when it
-        was granted out of one of this node's blocks, the others lie in a block counted
-        already). Capped at the pool's size (netctl/engine/degraded.py)."""
+        other nodes' blocks (:func:`~netctl.ipam.cluster.blocks.held_elsewhere`). Capped
+        at the pool's size (netctl/engine/degraded.py)."""
         usage = self.holdings.index.pool_fill()  # live and reserved
-        others: dict[str, int] = {}
-        for obj in self.cluster.blocks.cache.values():
-            spec = obj.spec
-            if spec.node == self.cluster.settings.node or spec.pool not in usage:
-                continue
-            if spec.parent:
-                n = 1 if spec.parent in self.holdings.held and spec.grant == "granted" else 0
-            else:
-                n = cidr_size(spec.cidr)
-            others[spec.pool] = others.get(spec.pool, 0) + n
+        others = held_elsewhere([b.spec for b in self.cluster.blocks.cache.values()],
+                                self.cluster.settings.node, usage, self.holdings.held)
         return {pool: (size, used + others.get(pool, 0) if size is None
                        else min(size, used + others.get(pool, 0)))
                 for pool, (size, used) in usage.items()}
