@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from netctl.commands.cli import HEALTH_UNREACHABLE, admin_request, down_health
 from netctl.journal import query
+from netctl.kit import journaldb
 
 T = TypeVar("T")
 
@@ -512,17 +513,17 @@ class Daemon:
         if not wanted:
             return 0
         with self.read_only() as conn:
-            return query.live_attachment_count(conn, wanted)
+            return journaldb.live_attachment_count(conn, wanted)
 
     def live_counts(self) -> tuple[int, int]:
         """(attachments not removed, live allocations) in the journal (read-only, cheap)."""
         with self.read_only() as conn:
-            return query.live_counts(conn)
+            return journaldb.live_counts(conn)
 
     def integrity(self) -> list[str]:
         """``PRAGMA integrity_check`` of the journal: ``["ok"]`` when it is sound."""
         with self.read_only() as conn:
-            return query.integrity(conn)
+            return journaldb.integrity(conn)
 
     def journal(self, *args: str) -> dict[str, Any]:
         """``netctl journal --state-dir … --limit 0 ARGS… --json`` (every attachment)."""

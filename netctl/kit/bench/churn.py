@@ -39,8 +39,7 @@ from typing import Any
 from rich.console import RenderableType
 
 from netctl.cni.config import plugin_config
-from netctl.journal import query
-from netctl.kit import harness
+from netctl.kit import harness, journaldb
 from netctl.kit.bench import render
 from netctl.kit.bench.common import (
     POD_NAMESPACE,
@@ -242,9 +241,9 @@ def journal_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
 def _breakdown(conn: sqlite3.Connection, runs: list[PodRun]) -> dict[str, Any]:
     ops, not_done, counts = operations(conn, "runtime")
     steps: dict[int, list[sqlite3.Row]] = {}
-    for r in query.step_times(conn):
+    for r in journaldb.step_times(conn):
         steps.setdefault(r["operation_id"], []).append(r)
-    rows = query.row_counts(conn, ("steps", "ipam_allocations"))
+    rows = journaldb.row_counts(conn, ("steps", "ipam_allocations"))
     out: dict[str, Any] = {"operations": counts, "steps": rows["steps"],
                            "ipam_allocations": rows["ipam_allocations"],
                            "operations_not_done": not_done}

@@ -32,7 +32,7 @@ from rich.console import RenderableType
 
 from netctl.cni.config import Chain, parse_chain
 from netctl.journal import query
-from netctl.kit import harness
+from netctl.kit import harness, journaldb
 from netctl.kit.bench.render import ratio, say, show, steps
 from netctl.kit.harness import EXEC_TIMEOUT, SYSTEM_CNI, CNIResult
 
@@ -407,10 +407,10 @@ def operations(conn: sqlite3.Connection,
                origin: str) -> tuple[Operations, list[str], dict[str, int]]:
     """The journal's operations of ``origin`` by (container, verb), those not done
     (described), and the count of every operation by verb."""
-    ops = {(r["container_id"], r["verb"]): r for r in query.operations_of_origin(conn, origin)}
+    ops = {(r["container_id"], r["verb"]): r for r in journaldb.operations_of_origin(conn, origin)}
     not_done = [f"{r['verb']} of {r['container_id']}: {r['state']}" for r in ops.values()
                 if r["state"] != "done"]
-    return ops, not_done, query.operation_counts(conn)
+    return ops, not_done, journaldb.operation_counts(conn)
 
 
 @dataclass

@@ -99,8 +99,7 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from netctl.journal import query
-from netctl.kit import harness
+from netctl.kit import harness, journaldb
 from netctl.kit.bench.common import (
     POD_NAMESPACE,
     Bench,
@@ -489,7 +488,7 @@ class CrashBench(Bench):
             except subprocess.TimeoutExpired:
                 res = None
             collected = from_journal(Path(self.daemon.journal_path), lambda conn: {
-                str(op): c for op, c in query.containers_after(conn, "gc", before).items()})
+                str(op): c for op, c in journaldb.containers_after(conn, "gc", before).items()})
         it.gc = {"valid": len(valid), "dels": len(collected)}
         it.side.exited_ok("GC", res)
         wrong = sorted(set(collected.values()) & set(valid))
@@ -498,7 +497,7 @@ class CrashBench(Bench):
 
     def last_operation(self) -> int:
         got = from_journal(Path(self.daemon.journal_path), lambda conn: {
-            "id": query.last_operation_id(conn)})
+            "id": journaldb.last_operation_id(conn)})
         return int(got.get("id", 0))
 
     # -- the fault ---------------------------------------------------------------------
@@ -802,7 +801,7 @@ class CrashBench(Bench):
             faults_cut.update(it.faults_cut)
             checked.update(it.checked)
         states = from_journal(Path(self.daemon.journal_path), lambda conn: dict(Counter(
-            f"{v} {o} {s}" for v, o, s in query.operation_states(conn))))
+            f"{v} {o} {s}" for v, o, s in journaldb.operation_states(conn))))
         parts = {
             "networks": [{"name": n.name, "subnet": str(n.subnet), "bridge": n.bridge,
                           "ipam": n.ipam} for n in self.nets],

@@ -67,7 +67,7 @@ import yaml
 from rich.console import RenderableType
 
 from netctl.journal import query
-from netctl.kit import realnode
+from netctl.kit import journaldb, realnode
 from netctl.kit.bench import render
 from netctl.kit.bench.common import (
     Bench,
@@ -560,7 +560,7 @@ class DensityBench(Bench):
         """netctl's runtime ADDs started in [t0, t1] and DELs in [t1, t2] (UNIX s): their
         time, start to finish, from the journal."""
         with self.journal() as conn:
-            rows = query.operations_of_origin(conn, "runtime")
+            rows = journaldb.operations_of_origin(conn, "runtime")
         adds = [r for r in rows if r["verb"] == "ADD" and t0 - 1 <= r["started_at"] <= t1]
         dels = [r for r in rows if r["verb"] == "DEL" and t1 <= r["started_at"] <= t2]
         return {

@@ -43,8 +43,7 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from netctl.journal import query
-from netctl.kit import harness
+from netctl.kit import harness, journaldb
 from netctl.kit.bench import render
 from netctl.kit.bench.common import (
     DELEGATE_VERSION,
@@ -127,7 +126,7 @@ class EventsBench(Bench):
             # fails, and so does the runtime's DEL after it: stuck, holding its address
             dele = self.daemon.cni("DEL", container, ns, conf, pod=f"{POD_NAMESPACE}/{tag}")
             held = from_journal(Path(self.daemon.journal_path), lambda c: {
-                "n": query.held_by(c, container)}).get("n")
+                "n": journaldb.held_by(c, container)}).get("n")
             if res.rc == 0 or dele.rc == 0 or held != 1:
                 kind.failures.append(f"{tag}: not stuck holding one address (ADD "
                                      f"{res.describe()}; DEL {dele.describe()}; {held} held)")
@@ -210,8 +209,8 @@ def released(db_path: Path, container: str, t0: float) -> Released | None:
     is not run); None before."""
 
     def read(conn: sqlite3.Connection) -> dict[str, Any]:
-        released_at, held = query.last_release(conn, container)
-        op = query.event_release(conn, container)
+        released_at, held = journaldb.last_release(conn, container)
+        op = journaldb.event_release(conn, container)
         if released_at is None or held or op is None:
             return {}
         return {"released": Released(op["started_at"] - t0, released_at - t0,

@@ -23,8 +23,7 @@ from typing import Any
 from rich.console import RenderableType
 
 from netctl.ipam.ranges import parse_config as parse_ipam
-from netctl.journal import query
-from netctl.kit import harness
+from netctl.kit import harness, journaldb
 from netctl.kit.bench import allocator, render
 from netctl.kit.bench.common import (
     DELEGATE_VERSION,
@@ -229,7 +228,7 @@ def ipam_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
 
 def _ipam_breakdown(conn: sqlite3.Connection, runs: list[PodRun]) -> dict[str, Any]:
     ops, not_done, counts = operations(conn, "ipam")
-    allocations = query.row_counts(conn, ("ipam_allocations",))["ipam_allocations"]
+    allocations = journaldb.row_counts(conn, ("ipam_allocations",))["ipam_allocations"]
     out: dict[str, Any] = {"operations": counts, "allocation_rows": allocations,
                            "operations_not_done": not_done}
     for verb in ("ADD", "DEL"):

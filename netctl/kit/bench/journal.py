@@ -54,6 +54,7 @@ from netctl.ipam.ranges import Range, next_free
 from netctl.ipam.ranges import parse_config as parse_ipam
 from netctl.journal import query
 from netctl.journal.migrate import migrate
+from netctl.kit import journaldb
 from netctl.kit.bench.common import Bench, Measured, drive, progress, summary_ms
 from netctl.kit.bench.render import num, steps, table, verdict
 from netctl.kit.harness import netctl_argv, run, tail
@@ -673,12 +674,12 @@ class JournalBench(Bench):
     def describe(self, path: str) -> dict[str, Any]:
         conn = query.open_read_only(path)
         try:
-            counts = query.row_counts(conn, ("operations", "attachments", "steps", "ipam_pools",
+            counts = journaldb.row_counts(conn, ("operations", "attachments", "steps", "ipam_pools",
                                              "ipam_allocations"))
-            attachments, allocations = query.live_counts(conn)
+            attachments, allocations = journaldb.live_counts(conn)
             live = {"attachments": attachments, "ipam_allocations": allocations}
-            indexes = query.index_names(conn)
-            version = query.schema_version(conn)
+            indexes = journaldb.index_names(conn)
+            version = journaldb.schema_version(conn)
         finally:
             conn.close()
         size = sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))

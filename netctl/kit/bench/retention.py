@@ -48,6 +48,7 @@ from netctl.journal.records import (
 )
 from netctl.journal.retention import REMOVED_KEPT, Retention, parse_duration, show_duration
 from netctl.journal.store import Journal, open_journal
+from netctl.kit import journaldb
 from netctl.kit.bench.common import Bench, Measured, drive, progress, summary_ms
 from netctl.kit.bench.render import num, table, verdict
 
@@ -163,7 +164,7 @@ def count_rows(path: str) -> int:
     """Rows of the tables that grow, read as the CLI reads (read-only, beside the writer)."""
     conn = query.open_read_only(path)
     try:
-        return sum(query.row_counts(conn, (
+        return sum(journaldb.row_counts(conn, (
             "operations", "steps", "attachments", "ipam_allocations")).values())
     finally:
         conn.close()
