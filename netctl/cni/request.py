@@ -1,11 +1,11 @@
 """The socket's messages, and one CNI invocation decoded once at the edge.
 
 On the wire a frame is a :class:`Request` (what the thin plugin read from its
-environment and stdin, unchanged but for the netns path) or an
-:class:`AdminRequest` (``netctl status``/``netctl reconcile``), told apart by
-``kind``. The server turns a ``Request`` into an :class:`Invocation` exactly
-once — CNI_ARGS split, the pod named, stdin decoded — and nothing deeper parses
-them again.
+environment and stdin, unchanged but for the netns path) or an admin call
+(:class:`netctl.daemon.admin.AdminRequest`: ``netctl status``, ``reconcile`` …), told
+apart by ``kind`` (:class:`Envelope`). The server turns a ``Request`` into an
+:class:`Invocation` exactly once — CNI_ARGS split, the pod named, stdin decoded —
+and nothing deeper parses them again.
 
 A stdin that is a JSON object comes verbatim as the raw JSON value ``config``, so
 the frame is no larger than stdin; any other stdin (and every stdin of a plugin
@@ -60,26 +60,6 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     stdin: str = ""  # stdin as a string: when it is not a JSON object, or from an older plugin
     config: msgspec.Raw = msgspec.Raw()  # stdin verbatim, when it is a JSON object
     plugin: str = "netctl-cni"  # which executable name the runtime ran
-
-
-class AdminRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """An operator's call over the socket: ``status``, ``reconcile``, ``forget`` (a
-    container's live attachments ended by hand: ``container`` a unique id prefix,
-    ``ifname``/``network`` narrowing them, ``force`` past a netns that still exists,
-    ``who`` and ``why`` for the journal), ``attach`` (``network`` plugged into the running
-    ``container``, on ``ifname`` if given, with ``ips``) or ``detach`` (by ``ifname`` or
-    ``network``)."""
-
-    kind: Literal["admin"] = "admin"
-    call: Literal["status", "reconcile", "forget", "attach", "detach"] = "status"
-    dry_run: bool = False
-    container: str = ""
-    ifname: str = ""
-    network: str = ""
-    force: bool = False
-    who: str = ""
-    why: str = ""
-    ips: list[str] = []  # attach: the addresses asked for
 
 
 class Envelope(msgspec.Struct, forbid_unknown_fields=False):

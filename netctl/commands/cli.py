@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import sqlite3
 import struct
 import sys
@@ -20,7 +19,6 @@ from netctl import (
     DEFAULT_STATE_DIR,
     logs,
 )
-from netctl.cni.frame import HEADER, body_size, frame
 from netctl.errors import CNIError
 from netctl.journal.query import PAGE as JOURNAL_LIMIT
 from netctl.journal.query import journal_path
@@ -293,23 +291,11 @@ def leaks_table(rows: list[dict[str, Any]], first: tuple[str, ...] = ()) -> str:
 
 def admin_request(socket_path: str, timeout: float = 5.0, call: str = "status",
                   dry_run: bool = False, **fields: Any) -> dict[str, Any]:
-    """One admin call over the daemon's socket (an ``AdminRequest`` frame)."""
-    body = json.dumps({"kind": "admin", "call": call, "dry_run": dry_run,
-                       **fields}).encode()
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(socket_path)
-        sock.sendall(frame(body))
-        size = body_size(sock.recv(HEADER.size, socket.MSG_WAITALL))
-        data = b""
-        while len(data) < size:
-            chunk = sock.recv(size - len(data))
-            if not chunk:
-                break
-            data += chunk
-    reply = json.loads(data)
-    out: dict[str, Any] = json.loads(reply["output"])
-    return out
+    """One admin call over the daemon's socket (:func:`netctl.daemon.admin.call`)."""
+    from netctl.daemon import admin
+
+    req = admin.AdminRequest(call=call, dry_run=dry_run, **fields)  # type: ignore[arg-type]
+    return admin.call(socket_path, req, timeout)
 
 
 def _cmd_reconcile(args: argparse.Namespace) -> int:

@@ -26,7 +26,8 @@ import trio
 from netctl.cni import mounts
 from netctl.cni.hostroot import HostRoot, resolve
 from netctl.cni.invoke import kill_orphans, owned_processes
-from netctl.cni.request import AdminRequest, Invocation
+from netctl.cni.request import Invocation
+from netctl.daemon.admin import AdminHandlers, AdminRequest
 from netctl.daemon.server import Handlers, Server, ServerConfig
 from netctl.daemon.status import Health, StatusDocument
 from netctl.engine.admission import Admission
@@ -244,10 +245,12 @@ def _handlers(cfg: DaemonConfig, engine: Engine, ipam_plugin: IpamPlugin,
     hotplug = Hotplug(engine) if kube is None else None
     return Handlers(cni=partial(_counted, metrics, partial(_cni, engine, kube,
                                                            cfg.api_timeout)),
-                    ipam=partial(_counted, metrics, ipam_plugin.handle), status=status.read,
-                    reconcile=partial(_reconcile, reconciler),
-                    forget=partial(_forget, reconciler),
-                    attach=partial(_attach, hotplug), detach=partial(_detach, hotplug),
+                    ipam=partial(_counted, metrics, ipam_plugin.handle),
+                    admin=AdminHandlers(status=status.read,
+                                        reconcile=partial(_reconcile, reconciler),
+                                        forget=partial(_forget, reconciler),
+                                        attach=partial(_attach, hotplug),
+                                        detach=partial(_detach, hotplug)),
                     in_flight=lambda: admission.in_flight)
 
 

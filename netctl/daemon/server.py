@@ -2,7 +2,7 @@
 
 Wire format (:mod:`netctl.cni.frame`), both ways: a 4-byte big-endian length,
 then that many bytes of JSON (a :class:`~netctl.cni.request.Request` or an
-:class:`~netctl.cni.request.AdminRequest` in, told apart by ``kind``; a
+:class:`~netctl.daemon.admin.AdminRequest` in, told apart by ``kind``: :func:`classify`; a
 :class:`~netctl.cni.request.Response` out). One request per connection. A CNI
 request is decoded once, here, into an :class:`~netctl.cni.request.Invocation`
 and handed to the engine (``netctl-cni``) or the plain IPAM plugin
@@ -44,7 +44,6 @@ from netctl.cni.frame import HEADER, body_size, frame
 from netctl.cni.request import (
     DEL_CEILING,
     PROTO,
-    AdminRequest,
     Envelope,
     Invocation,
     Request,
@@ -53,6 +52,7 @@ from netctl.cni.request import (
     protocol_refusal,
 )
 from netctl.cni.versions import LATEST
+from netctl.daemon.admin import AdminHandlers, AdminRequest, dispatch
 from netctl.engine.verbs import Reply
 from netctl.errors import (
     CANCELLED,
@@ -81,11 +81,7 @@ class Handlers:
 
     cni: Callable[[Invocation], Awaitable[Reply]]  # netctl-cni
     ipam: Callable[[Invocation], Awaitable[Reply]]  # netctl-ipam
-    status: Callable[[], Awaitable[dict[str, Any]]]
-    reconcile: Callable[[bool], Awaitable[dict[str, Any]]]  # dry_run → report
-    forget: Callable[[AdminRequest], Awaitable[dict[str, Any]]]  # netctl forget → report
-    attach: Callable[[AdminRequest], Awaitable[dict[str, Any]]]  # netctl attach → what
-    detach: Callable[[AdminRequest], Awaitable[dict[str, Any]]]  # netctl detach → what
+    admin: AdminHandlers  # netctl status, reconcile, forget, attach, detach (admin.py)
     in_flight: Callable[[], int]
 
 
@@ -114,6 +110,32 @@ def admitted(size: int, limit: int, command: str) -> bool:
 def too_large(size: int, limit: int) -> CNIError:
     return CNIError(REQUEST_TOO_LARGE, f"request of {size} bytes exceeds the daemon's limit of "
                     f"{limit} bytes; raise max-request-bytes in the daemon's config to serve it")
+
+
+def classify(body: bytes, size: int, limit: int) -> Request | AdminRequest:
+    """What a frame is — a CNI request or an admin call — or the CNI error it gets (pure):
+    code 6 for one that is not a frame of either, 105 for one over ``limit`` that is not a
+    CNI DEL (:func:`admitted`), the protocol's refusal for a newer frame
+    (:func:`~netctl.cni.request.protocol_refusal`)."""
+    try:
+        kind = msgspec.json.decode(body, type=Envelope).kind
+        if kind == "admin":
+            if not admitted(size, limit, ""):
+                raise too_large(size, limit)
+            return msgspec.json.decode(body, type=AdminRequest)
+        req = msgspec.json.decode(body, type=Request)
+    except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
+        if not admitted(size, limit, ""):
+            raise too_large(size, limit) from None
+        raise CNIError(DECODE_FAILURE, f"malformed request frame: {exc}") from None
+    if not admitted(size, limit, req.command):
+        raise too_large(size, limit)
+    refusal = protocol_refusal(req)
+    if refusal is not None:
+        log.warning("%s %s of %s refused: %s", req.plugin[:20], req.command[:20],
+                    req.container_id[:80], refusal.msg)
+        raise refusal
+    return req
 
 
 def _only_cancelled(exc: BaseException) -> bool:
@@ -182,54 +204,22 @@ class Server:
                 log.warning("client went away before its answer")
 
     async def _respond(self, stream: trio.SocketStream) -> Response:
+        """Read one frame, classify it (:func:`classify`), serve it; every failure answered
+        as the CNI error it is, in the caller's cniVersion once that is known."""
         version = LATEST
         try:
             peer = self._check_peer(stream)
-            limit = self.config.max_request_bytes
-            with trio.fail_after(self.config.read_timeout):
-                buf = bytearray()
-                await _read_until(stream, buf, HEADER.size)
-                size = body_size(bytes(buf[:HEADER.size]))
-                if not readable(size, limit):
-                    raise too_large(size, limit)
-                await _read_until(stream, buf, HEADER.size + size)
-                body = bytes(buf[HEADER.size:HEADER.size + size])
-            try:
-                kind = msgspec.json.decode(body, type=Envelope).kind
-                if kind == "admin":
-                    if not admitted(size, limit, ""):
-                        raise too_large(size, limit)
-                    admin = msgspec.json.decode(body, type=AdminRequest)
-                    self.served += 1
-                    return Response(output=msgspec.json.encode(
-                        await self._admin(admin, peer)).decode())
-                req = msgspec.json.decode(body, type=Request)
-            except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
-                if not admitted(size, limit, ""):
-                    raise too_large(size, limit) from None
-                raise CNIError(DECODE_FAILURE, f"malformed request frame: {exc}") from None
-            if not admitted(size, limit, req.command):
-                raise too_large(size, limit)
-            refusal = protocol_refusal(req)
-            if refusal is not None:
-                log.warning("%s %s of %s refused: %s", req.plugin[:20], req.command[:20],
-                            req.container_id[:80], refusal.msg)
-                raise refusal
-            if size > limit:
-                log.info("serving a DEL of %d bytes, over max-request-bytes (%d): no DEL is "
-                         "refused for its size", size, limit)
+            size, body = await self._read_frame(stream)
+            req = classify(body, size, self.config.max_request_bytes)
             self.served += 1
+            if isinstance(req, AdminRequest):
+                return Response(output=msgspec.json.encode(await self._admin(req, peer)).decode())
+            if size > self.config.max_request_bytes:
+                log.info("serving a DEL of %d bytes, over max-request-bytes (%d): no DEL is "
+                         "refused for its size", size, self.config.max_request_bytes)
             inv = decode(req)
             version = inv.caller_version
-            # every line of this request (this task and the ones it starts) says whose
-            logs.bind(verb=inv.verb, container=inv.container_id,
-                      pod=logs.pod_name(inv.pod.namespace, inv.pod.name),
-                      network=inv.conf_name if inv.plugin == "netctl-ipam" else None)
-            handler = self.handlers.ipam if inv.plugin == "netctl-ipam" and \
-                inv.verb != "VERSION" else self.handlers.cni
-            reply = await handler(inv)
-            out = msgspec.json.encode(reply.result).decode() if reply.result is not None else ""
-            return Response(output=out, warning=reply.warning)
+            return await self._serve(inv)
         except CNIError as exc:
             if exc.code >= 100 or exc.code in (IO_FAILURE,):
                 log.info("request failed: %s (code %d)", exc.msg, exc.code)
@@ -247,6 +237,30 @@ class Server:
                 await self._say_cancelled(stream, version)
             raise
 
+    async def _read_frame(self, stream: trio.SocketStream) -> tuple[int, bytes]:
+        """The frame's size and body, within ``read_timeout``; code 105 unread when it is
+        larger than anything served (:func:`readable`)."""
+        limit = self.config.max_request_bytes
+        with trio.fail_after(self.config.read_timeout):
+            buf = bytearray()
+            await _read_until(stream, buf, HEADER.size)
+            size = body_size(bytes(buf[:HEADER.size]))
+            if not readable(size, limit):
+                raise too_large(size, limit)
+            await _read_until(stream, buf, HEADER.size + size)
+        return size, bytes(buf[HEADER.size:HEADER.size + size])
+
+    async def _serve(self, inv: Invocation) -> Response:
+        """A CNI request to its plugin's handler, every log line of it saying whose."""
+        logs.bind(verb=inv.verb, container=inv.container_id,
+                  pod=logs.pod_name(inv.pod.namespace, inv.pod.name),
+                  network=inv.conf_name if inv.plugin == "netctl-ipam" else None)
+        handler = self.handlers.ipam if inv.plugin == "netctl-ipam" and \
+            inv.verb != "VERSION" else self.handlers.cni
+        reply = await handler(inv)
+        out = msgspec.json.encode(reply.result).decode() if reply.result is not None else ""
+        return Response(output=out, warning=reply.warning)
+
     async def _say_cancelled(self, stream: trio.SocketStream, version: str) -> None:
         err = CNIError(CANCELLED, "the netctl daemon shut down before this request finished "
                        f"(its drain-timeout of {self.config.drain_timeout:g}s ran out); what "
@@ -260,22 +274,14 @@ class Server:
                 pass
 
     async def _admin(self, req: AdminRequest, peer: tuple[int, int]) -> dict[str, Any]:
-        """``netctl status``, ``reconcile``, ``forget``, ``attach`` and ``detach`` over the
-        socket; ``forget`` is journaled with the caller's name and its uid and pid as the
-        kernel gives them."""
-        if req.call == "reconcile":
-            return await self.handlers.reconcile(req.dry_run)
-        if req.call == "attach":
-            return await self.handlers.attach(req)
-        if req.call == "detach":
-            return await self.handlers.detach(req)
-        if req.call == "forget":
-            pid, uid = peer
-            who = f"{req.who or '?'} (uid {uid}, pid {pid})"
-            return await self.handlers.forget(msgspec.structs.replace(req, who=who))
-        return {**await self.handlers.status(), "served": self.served,
-                "uptime_seconds": round(time.time() - self.started_at, 3),
-                "socket": self.config.socket_path}
+        """An admin call (:func:`netctl.daemon.admin.dispatch`); ``status`` with the
+        server's own counts."""
+        doc = await dispatch(self.handlers.admin, req, peer)
+        if req.call == "status":
+            doc = {**doc, "served": self.served,
+                   "uptime_seconds": round(time.time() - self.started_at, 3),
+                   "socket": self.config.socket_path}
+        return doc
 
     def _check_peer(self, stream: trio.SocketStream) -> tuple[int, int]:
         """The peer's (pid, uid); refused (code 104) unless its uid is allowed."""
