@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -45,6 +45,7 @@ from netctl.journal.events import EventLog, node_name
 from netctl.journal.pruner import Pruner
 from netctl.journal.retention import Retention
 from netctl.journal.store import Journal, open_journal
+from netctl.kube import mode as kube_mode
 from netctl.kube.hotplug import KubeHotplug
 from netctl.kube.mode import KubeMode
 from netctl.kube.nads import NadResolver
@@ -58,6 +59,9 @@ from netctl.reconcile.replay import ReplayReport, replay
 from netctl.reconcile.watch import EventWatcher
 from netctl.settings import DaemonConfig
 
+if TYPE_CHECKING:  # the cluster IPAM is imported in Kubernetes mode only
+    from netctl.ipam.cluster import ClusterStore
+
 log = logging.getLogger("netctl.daemon")
 
 
@@ -68,15 +72,15 @@ async def run(cfg: DaemonConfig, *,
         if cfg.journal_log:
             journal.event_log = EventLog(node_name(cfg.node_name))
         metrics = Metrics()
-        kube = await KubeMode.connect(cfg, journal, metrics) \
+        client = await kube_mode.connect(cfg, metrics) \
             if cfg.kubeconfig or cfg.in_cluster else None
-        if kube is not None:
-            stack.push_async_callback(kube.close)
+        if client is not None:
+            stack.push_async_callback(client.close)
         elif cfg.query_addr:
             raise CNIError(INVALID_CONFIG, "query-addr serves Kubernetes mode only (its "
                            "callers are checked by the API server): add --kubeconfig or "
                            "--in-cluster, or drop query-addr")
-        if kube is not None and "whereabouts" in cfg.ipam_takeover and \
+        if client is not None and "whereabouts" in cfg.ipam_takeover and \
                 cfg.ipam_backend != "kubernetes":
             raise CNIError(INVALID_CONFIG, "ipam-takeover: [whereabouts] in Kubernetes mode "
                            "needs ipam-backend: kubernetes: whereabouts' addresses are "
@@ -84,7 +88,7 @@ async def run(cfg: DaemonConfig, *,
                            "would hand out again what whereabouts gave pods on this and "
                            "other nodes (docs/migrating.md)")
         await _kill_orphans(journal.path)
-        ipam = await _ipam_store(cfg, journal, kube)
+        ipam, cluster = await _ipam_store(cfg, journal, client)
         ipam_types = frozenset({"netctl-ipam", *cfg.ipam_takeover})
         delegates = Delegates(cfg.bin_dirs, cfg.plugin_timeout, owner=journal.path,
                               cancel_grace=cfg.cancel_grace, ipam_types=ipam_types,
@@ -92,11 +96,18 @@ async def run(cfg: DaemonConfig, *,
         admission = Admission(cfg.max_concurrent, cfg.max_queue)
         chains = Chains(journal, delegates, ipam, metrics)
         unseen = _mount_propagation(cfg, root)
-        health = Health(journal, ipam, admission, kube, cfg.pool_degraded_at, unseen)
-        engine = _engine(cfg, root, journal, chains, admission, kube, health, metrics)
-        if kube is not None:  # the pods' networks annotations followed: hot-plug
-            kube.use_hotplug(KubeHotplug(Hotplug(engine), kube.pods.informer, kube.events,
-                                         kube.write_pod_status))
+        kube_health = kube_mode.KubeHealth(client, cluster) if client is not None else None
+        health = Health(journal, ipam, admission, kube_health, cfg.pool_degraded_at, unseen)
+        statuses = kube_mode.NetworkStatus(client, journal, cfg.network_status_required) \
+            if client is not None else None
+        engine = _engine(cfg, root, journal, chains, admission, client, statuses, health,
+                         metrics)
+        kube = None
+        if client is not None and kube_health is not None and statuses is not None:
+            kube = KubeMode(client, journal, kube_health, statuses, KubeHotplug(
+                Hotplug(engine), client.pods.informer, client.events,
+                statuses.write_pod_status, client.pod_events), cfg.block_check,
+                "whereabouts" in cfg.ipam_takeover)
         ipam_plugin = IpamPlugin(journal, ipam, admission, ipam_types,
                                  gc_grace=cfg.reconcile_grace)
         recorded = pending_dir(cfg.socket)
@@ -113,22 +124,22 @@ async def run(cfg: DaemonConfig, *,
         started = _count_replay(metrics, report, dels)
         metrics.watch(health.snapshot)
         pruner = Pruner(journal, Retention(cfg.journal_retention, cfg.allocation_retention))
-        status = StatusDocument(health, cfg.networks_dir, pruner, events, started)
+        status = StatusDocument(health, kube, cfg.networks_dir, pruner, events, started)
         handlers = _handlers(cfg, engine, ipam_plugin, reconciler, kube, status, metrics)
         server = Server(handlers, ServerConfig(cfg.socket, cfg.allowed_uids,
                                                cfg.max_request_bytes,
                                                drain_timeout=cfg.drain_timeout))
         metrics_server = MetricsServer(metrics, cfg.metrics_addr) if cfg.metrics_addr else None
         await Serving(server, reconciler, pruner, events, kube, metrics_server,
-                      _query_server(cfg, kube, status)).serve(cfg, journal.path, task_status)
+                      _query_server(cfg, client, status)).serve(cfg, journal.path, task_status)
     log.info("netctl daemon stopped")
 
 
-def _query_server(cfg: DaemonConfig, kube: KubeMode | None,
+def _query_server(cfg: DaemonConfig, client: kube_mode.KubeClient | None,
                   status: StatusDocument) -> QueryServer | None:
     """``query-addr``: the read-only endpoint kubectl netctl asks, its callers checked by
     the API server: Kubernetes mode only (:func:`run` refuses it otherwise)."""
-    if not cfg.query_addr or kube is None:
+    if not cfg.query_addr or client is None:
         return None
     from netctl.kube.client.review import Reviews
 
@@ -137,8 +148,8 @@ def _query_server(cfg: DaemonConfig, kube: KubeMode | None,
             if cfg.query_tls_cert and cfg.query_tls_key else None
     except (OSError, ValueError) as exc:
         raise CNIError(INVALID_CONFIG, f"query-tls-cert/query-tls-key: {exc}") from exc
-    return QueryServer(cfg.query_addr, kube.node, cfg.state_dir,
-                       Reviews(kube.api, kube.node).check, status.read, tls)
+    return QueryServer(cfg.query_addr, client.node, cfg.state_dir,
+                       Reviews(client.api, client.node).check, status.read, tls)
 
 
 async def _kill_orphans(owner: str) -> None:
@@ -157,21 +168,26 @@ async def _wait_gone(owner: str, timeout: float = 5.0) -> None:
             await trio.sleep(0.01)
 
 
-async def _ipam_store(cfg: DaemonConfig, journal: Journal, kube: KubeMode | None) -> Store:
-    """The store of ``ipam-backend``, loaded with the journal's live allocations."""
+async def _ipam_store(cfg: DaemonConfig, journal: Journal,
+                      client: kube_mode.KubeClient | None
+                      ) -> tuple[Store, ClusterStore | None]:
+    """The store of ``ipam-backend``, loaded with the journal's live allocations; and the
+    cluster store, when that is what it is (Kubernetes mode runs it)."""
     live = await journal.ipam.live_allocations()
+    cluster = None
     if cfg.ipam_backend == "kubernetes":
-        if kube is None:
+        if client is None:
             raise CNIError(INVALID_CONFIG, "ipam-backend: kubernetes needs Kubernetes mode "
                            "(--kubeconfig or --in-cluster)")
-        ipam: Store = kube.cluster_store(cfg, live)
+        cluster = kube_mode.cluster_store(client, cfg, journal, live)
+        ipam: Store = cluster
     elif cfg.ipam_backend == "sqlite":
         ipam = IndexStore.of(*live)
     else:
         raise CNIError(INVALID_CONFIG, f"ipam-backend {cfg.ipam_backend!r}: sqlite or "
                        "kubernetes")
     ipam.know_pools(await journal.ipam.pool_sizes())
-    return ipam
+    return ipam, cluster
 
 
 def _mount_propagation(cfg: DaemonConfig, root: HostRoot) -> list[str]:
@@ -188,7 +204,8 @@ def _mount_propagation(cfg: DaemonConfig, root: HostRoot) -> list[str]:
 
 
 def _engine(cfg: DaemonConfig, root: HostRoot, journal: Journal, chains: Chains,
-            admission: Admission, kube: KubeMode | None, health: Health,
+            admission: Admission, client: kube_mode.KubeClient | None,
+            statuses: kube_mode.NetworkStatus | None, health: Health,
             metrics: Metrics) -> Engine:
     """netctl-cni's engine: networks from ``networks-dir`` selected by CNI_ARGS, or in
     Kubernetes mode from the NADs selected by the pod's annotations."""
@@ -197,15 +214,15 @@ def _engine(cfg: DaemonConfig, root: HostRoot, journal: Journal, chains: Chains,
     cutover = Cutover(cfg.cutover_dels, root.host(cfg.multus_cache_dir),
                       root.host(cfg.cni_results_dir))
     unseen = "; ".join(health.mounts)
-    if kube is None:
+    if client is None or statuses is None:
         return Engine(journal, chains, root, NetworkDir(cfg.networks_dir, root),
                       ArgsSelector(), admission, limits, health=health.not_ready, metrics=metrics,
                       cutover=cutover, netns_unseen=unseen)
     return Engine(journal, chains, root,
-                  NadResolver(kube.nads, root.host(cfg.multus_conf_dir), root),
-                  KubeSelector(kube.pods), admission, limits,
-                  after_add=kube.write_status, health=health.not_ready, metrics=metrics,
-                  cutover=cutover, netns_unseen=unseen, devices=kube.devices)
+                  NadResolver(client.nads, root.host(cfg.multus_conf_dir), root),
+                  KubeSelector(client.pods), admission, limits,
+                  after_add=statuses.after_add, health=health.not_ready, metrics=metrics,
+                  cutover=cutover, netns_unseen=unseen, devices=client.devices)
 
 
 async def _replay(journal: Journal, engine: Engine, admission: Admission,

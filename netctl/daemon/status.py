@@ -19,7 +19,7 @@ from netctl.engine.readiness import daemon_reasons
 from netctl.ipam.store import Store
 from netctl.journal.pruner import Pruner
 from netctl.journal.store import Journal
-from netctl.kube.mode import KubeMode
+from netctl.kube.mode import KubeHealth, KubeMode
 from netctl.metrics import Snapshot
 from netctl.reconcile.watch import EventWatcher
 
@@ -31,7 +31,7 @@ class Health:
     journal: Journal
     ipam: Store
     admission: Admission
-    kube: KubeMode | None  # Kubernetes mode
+    kube: KubeHealth | None  # Kubernetes mode
     pool_degraded_at: float
     mounts: list[str] = dataclasses.field(default_factory=list)  # netns not propagated
 
@@ -67,6 +67,7 @@ class StatusDocument:
     answer, the degraded reasons, then the numbers of every part."""
 
     health: Health
+    kube: KubeMode | None  # Kubernetes mode
     networks_dir: str  # where `netctl status` checks names
     pruner: Pruner
     events: EventWatcher | None  # reconcile-events
@@ -75,7 +76,7 @@ class StatusDocument:
     async def read(self) -> dict[str, Any]:
         """Ready (ADDs can be served) or not and why; degraded (ready, but stuck
         attachments or full pools) and why; then the numbers."""
-        health, journal, kube = self.health, self.health.journal, self.health.kube
+        health, journal, kube = self.health, self.health.journal, self.kube
         reasons = health.not_ready()
         stuck = await journal.stuck_attachments()
         fill = health.ipam.pool_fill()

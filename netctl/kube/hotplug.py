@@ -70,6 +70,9 @@ from netctl.kube.client.objects import (
     REASON_DETACHED,
     REASON_HOTPLUG_REFUSED,
     Pod,
+    PodChanged,
+    PodChosen,
+    PodEvent,
 )
 from netctl.kube.select import choose
 
@@ -198,9 +201,11 @@ class KubeHotplug:
     """The hot-plug of this node's pods (module docstring); :meth:`run` until cancelled."""
 
     def __init__(self, hotplug: Hotplug, pods: Informer[Pod], events: EventRecorder,
-                 write_status: StatusWriter) -> None:
+                 write_status: StatusWriter,
+                 pod_events: trio.MemoryReceiveChannel[PodEvent] | None = None) -> None:
         self.hotplug, self.pods, self.events = hotplug, pods, events
         self.write_status = write_status
+        self.pod_events = pod_events  # the pod source's, followed while it runs
         self.journal = hotplug.engine.journal
         self.seen: dict[str, tuple[str, str, bool]] = {}  # pod UID → fingerprint looked at
         self.failed: dict[str, str] = {}  # pod UID → networks annotation an attach failed
@@ -225,6 +230,8 @@ class KubeHotplug:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                if self.pod_events is not None:
+                    nursery.start_soon(self._follow, self.pod_events)
                 task_status.started()
                 await self.pods.synced.wait()
                 for key in list(self.pods.cache):
@@ -232,6 +239,16 @@ class KubeHotplug:
                 await trio.sleep_forever()
         finally:
             self._nursery = None  # the daemon stops: an ADD finishing now starts nothing
+
+    async def _follow(self, pod_events: trio.MemoryReceiveChannel[PodEvent]) -> None:
+        """The pod source's events, in the order they happened."""
+        async for event in pod_events:
+            if isinstance(event, PodChanged):
+                self.changed(event.pod)
+            elif isinstance(event, PodChosen):
+                self.chosen(event.container_id, event.pod)
+            else:
+                self.added(event.pod, event.container_id)
 
     def changed(self, pod: Pod) -> None:
         """The pod informer's ``on_put``: a pod listed or changed. Looked at when what its

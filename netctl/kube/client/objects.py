@@ -16,6 +16,7 @@ it, and it imports nothing that talks to the API.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar, TypeAlias
 
 import msgspec
@@ -289,3 +290,32 @@ class Slice(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
 
     metadata: Meta = msgspec.field(default_factory=Meta)
     spec: SliceSpec = msgspec.field(default_factory=SliceSpec)
+
+
+# -- what happens to this node's pods, as the hot-plug follows it (netctl/kube/hotplug.py) --
+
+
+@dataclass(frozen=True)
+class PodChanged:
+    """A pod of this node listed or changed (the watch)."""
+
+    pod: Pod
+
+
+@dataclass(frozen=True)
+class PodChosen:
+    """A runtime's ADD of ``container_id`` chose its networks from ``pod`` (the cache's)."""
+
+    container_id: str
+    pod: Pod
+
+
+@dataclass(frozen=True)
+class PodAdded:
+    """A runtime's ADD of the pod's sandbox ``container_id`` succeeded."""
+
+    pod: request.Pod
+    container_id: str
+
+
+PodEvent = PodChanged | PodChosen | PodAdded  # what the hot-plug follows, in order

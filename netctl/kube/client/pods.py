@@ -36,7 +36,16 @@ from netctl.cni import request
 from netctl.errors import TRY_AGAIN_LATER, CNIError, NotListedYet, Refusal
 from netctl.kube.client.api import Api, ApiError
 from netctl.kube.client.informer import Informer
-from netctl.kube.client.objects import REASON_OTHER_NODE, Nad, Pod, PodWithStatus
+from netctl.kube.client.objects import (
+    REASON_OTHER_NODE,
+    Nad,
+    Pod,
+    PodAdded,
+    PodChanged,
+    PodChosen,
+    PodEvent,
+    PodWithStatus,
+)
 
 PODS = "/api/v1/pods"
 NADS = "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions"
@@ -58,15 +67,34 @@ async def pods_on(api: Api, node: str, limit: int | None = None) -> list[PodWith
     return msgspec.json.decode(await api.list(PODS, params), type=_PodList).items
 
 
+
+
 class PodSource:
+    """This node's pods, watched (``fieldSelector=spec.nodeName=<node>``). What happens to
+    them is told, as it happens, to ``on_deleted`` (a pod deleted: the reconciler's) and
+    ``on_event`` (:data:`PodEvent`: the hot-plug's), both given when it is made."""
+
     def __init__(self, api: Api, node: str, wait: float = 2.0,
-                 on_deleted: Callable[[request.Pod], None] | None = None) -> None:
+                 on_deleted: Callable[[request.Pod], None] | None = None,
+                 on_event: Callable[[PodEvent], None] | None = None) -> None:
         self.api, self.node, self.wait = api, node, wait
-        self.on_chosen: Callable[[str, Pod], None] | None = None
+        self._on_deleted, self._on_event = on_deleted, on_event
         self.informer: Informer[Pod] = Informer(
             api, Pod, PODS, [("fieldSelector", f"spec.nodeName={node}")],
-            None if on_deleted is None else lambda pod: on_deleted(pod.ref))
+            None if on_deleted is None else lambda pod: on_deleted(pod.ref),
+            None if on_event is None else lambda pod: on_event(PodChanged(pod)))
         api.on_unreachable(self.informer.wake_waiters)
+
+    def added(self, pod: request.Pod, container_id: str) -> None:
+        """A runtime's ADD of the pod's sandbox ``container_id`` succeeded: told as a
+        :class:`PodAdded` (the hot-plug looks at the pod again: it may have changed)."""
+        if self._on_event is not None:
+            self._on_event(PodAdded(pod, container_id))
+
+    def deleted(self, pod: request.Pod) -> None:
+        """``pod`` is gone (found so at start: deleted while the daemon was down)."""
+        if self._on_deleted is not None:
+            self._on_deleted(pod)
 
     async def lookup(self, namespace: str, name: str) -> Pod | None:
         """The pod, from the cache, or after a short wait for the watch, or from one GET;
@@ -98,10 +126,10 @@ class PodSource:
         return self.informer.cache.get((namespace, name))
 
     def chosen_for_add(self, container_id: str, pod: Pod) -> None:
-        """An ADD chose its networks from ``pod``: told to :attr:`on_chosen` (the hot-plug,
-        which then need not look at the pod again after the ADD unless it changed)."""
-        if self.on_chosen is not None:
-            self.on_chosen(container_id, pod)
+        """An ADD chose its networks from ``pod``: told as a :class:`PodChosen` (the
+        hot-plug then need not look at the pod again after the ADD unless it changed)."""
+        if self._on_event is not None:
+            self._on_event(PodChosen(container_id, pod))
 
 
 def check_node(pod: Pod, node: str) -> None:
