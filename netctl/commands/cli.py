@@ -370,11 +370,17 @@ STATUS_READY, STATUS_NOT_READY, STATUS_DOWN, STATUS_DEGRADED = 0, 1, 2, 3
 
 
 def status_code(health: dict[str, Any], degraded_ok: bool = False) -> int:
-    """The exit code of a status document: not ready wins over degraded (a degraded
+    """The exit code of a status document's state (the daemon's word:
+    :func:`~netctl.commands.statusview.state_of`): not ready wins over degraded (a degraded
     daemon is ready: it serves); ``--degraded-ok`` makes degraded 0, for a probe."""
-    if not health.get("ready"):
+    from netctl.commands.statusview import state_of
+
+    state = state_of(health)
+    if state == "down":
+        return STATUS_DOWN
+    if state == "not ready":
         return STATUS_NOT_READY
-    if health.get("degraded") and not degraded_ok:
+    if state == "degraded" and not degraded_ok:
         return STATUS_DEGRADED
     return STATUS_READY
 

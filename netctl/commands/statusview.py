@@ -10,6 +10,17 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def state_of(health: Mapping[str, Any]) -> str:
+    """The daemon's state as its status document says it (``ready``, ``degraded``, ``not
+    ready``; ``down`` when it did not answer): decided once, by the daemon
+    (:mod:`netctl.daemon.status`); derived the same way from ``ready`` and ``degraded`` for
+    a daemon older than the field."""
+    state = health.get("state")
+    if isinstance(state, str) and state:
+        return state
+    return "not ready" if not health.get("ready") else \
+        "degraded" if health.get("degraded") else "ready"
+
 def size(n: float) -> str:
     if n < 1024:
         return f"{n:.0f} B"
@@ -42,8 +53,8 @@ def render(health: Mapping[str, Any], warnings: list[str], now: float | None = N
     def row(key: str, text: str) -> None:
         lines.append(f"{key:12} {text}")
 
-    state = "NOT READY" if not health.get("ready") else \
-        "degraded" if health.get("degraded") else "ready"
+    state = state_of(health)
+    state = "NOT READY" if state == "not ready" else state
     row("daemon", f"{state}: pid {health.get('pid')}, version {health.get('version')}, up "
         f"{ago(float(health.get('uptime_seconds') or 0))}, socket {health.get('socket')}")
     for reason in health.get("reasons") or []:

@@ -104,3 +104,19 @@ def test_degraded_with_reasons_and_pools() -> None:
                  [], now=1060.0)
     assert off[0].startswith("daemon       ready:") and "pool check off" in "\n".join(off)
     assert not any(line.startswith("pools") for line in render(READY, [], now=1060.0))
+
+
+def test_the_state_is_the_daemons_word_and_the_exit_code_follows_it() -> None:
+    from netctl.commands.cli import status_code
+    from netctl.commands.statusview import state_of
+
+    # the daemon's document says its state; the commands take it as it is
+    assert state_of({"state": "degraded", "ready": True, "degraded": True}) == "degraded"
+    assert state_of({"state": "down", "ready": False}) == "down"
+    # a daemon older than the field: derived the same way as the daemon decides it
+    assert state_of({"ready": False, "degraded": True}) == "not ready"
+    assert state_of({"ready": True, "degraded": True}) == "degraded"
+    assert state_of({"ready": True}) == "ready"
+    codes = [status_code({"state": s}) for s in ("ready", "not ready", "down", "degraded")]
+    assert codes == [0, 1, 2, 3]
+    assert status_code({"state": "degraded"}, degraded_ok=True) == 0
