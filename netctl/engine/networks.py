@@ -21,6 +21,7 @@ from netctl.cni.confdir import MAX_CONF_BYTES
 from netctl.cni.config import Chain, parse_chain
 from netctl.cni.hostroot import HostRoot
 from netctl.errors import INVALID_CONFIG, CNIError
+from netctl.kube.client.objects import RESOURCE_NAME
 
 _SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -93,7 +94,7 @@ class NetworkDir:
                 continue
             # a device network (its resourceName) is refused in this mode: no kubelet here
             net = Network(key=key, chain=chain, resource=nad.metadata.annotations.get(
-                "k8s.v1.cni.cncf.io/resourceName", "").strip())
+                RESOURCE_NAME, "").strip())
             by_key[key] = net
             by_chain.setdefault(chain.name, net)
         self._stamp = tuple(stamp)

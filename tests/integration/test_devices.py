@@ -236,12 +236,13 @@ def test_dra_the_claims_device_is_attached_and_its_status_gets_network_data(
                                      "message": "", "lastTransitionTime":
                                      "2026-11-29T00:00:00Z"}]}]}}, subresource="status")
     # no PodResources socket at all: a pod whose devices come through DRA never needs one
-    start(daemon, kube, tmp_path, resource, tmp_path / "absent.sock")
+    # the pod with its claim (as the scheduler and kubelet leave it) before the daemon's
+    # first list, so that list has it whole
     uid = add_pod(kube, "p1", "vf")
     kube.patch("pods", "default", "p1", {"status": {"resourceClaimStatuses": [
         {"name": "net", "resourceClaimName": "p1-net"}]}}, subresource="status")
+    start(daemon, kube, tmp_path, resource, tmp_path / "absent.sock")
     wait_for(lambda: (daemon.status()["kubernetes"]["pods"]["objects"] == 1), 10, "the pod")
-    time.sleep(0.3)  # the status change's watch event
     ns = netns()
 
     res = cni(daemon, "ADD", "c1", ns, "p1", uid)

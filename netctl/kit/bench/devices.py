@@ -45,6 +45,7 @@ from netctl.kit.bench.common import (
 from netctl.kit.bench.kube import CLUSTER_NAMESPACE
 from netctl.kit.devices import PodResourcesServer, device_veths, remove_device_veths
 from netctl.kit.kubefake import FakeKube, nad, node, pod
+from netctl.kube.client.objects import NETWORKS
 
 NODE = "bench-node"
 RESOURCE = "netctl.bench/vf"
@@ -59,7 +60,7 @@ class DevicesBench(Bench):
         self.kubelet = PodResourcesServer(self.root / "pod-resources.sock")
         self.problems: list[str] = []
         self.vfs: list[str] = []
-        self.netns: list[str] = []
+        self.sandboxes: list[tuple[str, str]] = []  # (pod, netns) of every ADD made
 
     def setup(self) -> None:
         self.kube.open()
@@ -111,7 +112,7 @@ class DevicesBench(Bench):
                     break
                 ns = f"{self.prefix}-{name}-{i}"
                 harness.netns_add(ns)
-                self.netns.append(ns)
+                self.sandboxes.append((f"{name}-{i}", ns))
                 t0 = time.perf_counter()
                 res = self.cni("ADD", f"{name}-{i}", ns)
                 adds.append(time.perf_counter() - t0)
@@ -152,13 +153,12 @@ class DevicesBench(Bench):
         calls_before = self.kubelet.calls
         vf = self.side("vf")
         rss_after = self.daemon.rss_kib()
-        for i, ns in enumerate(self.netns):
-            name = ns.removeprefix(f"{self.prefix}-").rsplit("-", 1)
-            res = self.cni("DEL", f"{name[0]}-{name[1]}", ns)
+        for name, ns in self.sandboxes:
+            res = self.cni("DEL", name, ns)
             if res.rc != 0:
-                self.problems.append(f"DEL {i} {res.describe()}")
+                self.problems.append(f"DEL of {name} {res.describe()}")
             harness.netns_del(ns)
-        self.netns = []
+        self.sandboxes = []
         gone = [d for d in self.vfs if not Path(f"/sys/class/net/{d}").exists()]
         if gone:
             self.problems.append(f"devices not back on the host: {gone}")
@@ -174,7 +174,7 @@ class DevicesBench(Bench):
             peak_rss_kib=rss, exit_code=code, problems=self.problems)
 
     def cleanup(self) -> list[str]:
-        for ns in self.netns:
+        for _, ns in self.sandboxes:
             harness.netns_del(ns)
         problems = super().cleanup()
         self.kubelet.close()
@@ -183,9 +183,6 @@ class DevicesBench(Bench):
             problems.append(f"host veths left: {left}")
         self.kube.close()
         return problems
-
-
-NETWORKS = "k8s.v1.cni.cncf.io/networks"
 
 
 def render_devices(report: dict[str, Any]) -> list[RenderableType]:

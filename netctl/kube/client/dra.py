@@ -166,22 +166,30 @@ class ClaimDevices:
                            ) from None
         return None if raw is None else msgspec.json.decode(raw, type=Claim)
 
+    def _held_in(self, name: str, claim: Claim) -> list[Held]:
+        """The network devices (those with a resourceName attribute) allocated through
+        ``claim`` (named ``name``), in result order."""
+        if claim.status.allocation is None:
+            return []  # not allocated (yet): the pod has no device from it
+        out = []
+        for r in claim.status.allocation.devices.results:
+            resource = self._attribute(r.driver, r.pool, r.device, RESOURCE_ATTR)
+            device_id = self._attribute(r.driver, r.pool, r.device, DEVICE_ATTR)
+            if resource and device_id:
+                out.append(Held(name, r.driver, r.pool, r.device, resource, device_id))
+        return out
+
     async def held(self, pod: Pod) -> list[Held]:
-        """The network devices (those with a resourceName attribute) allocated to ``pod``
-        through its claims, in claim and result order."""
+        """The network devices allocated to ``pod`` through its claims, in claim and result
+        order (each claim read once)."""
         if not pod.claims:
             return []
         await self._slices()
         out = []
         for name in pod.claims:
             claim = await self._claim(pod.metadata.namespace, name)
-            if claim is None or claim.status.allocation is None:
-                continue  # not allocated (yet): the pod has no device from it
-            for r in claim.status.allocation.devices.results:
-                resource = self._attribute(r.driver, r.pool, r.device, RESOURCE_ATTR)
-                device_id = self._attribute(r.driver, r.pool, r.device, DEVICE_ATTR)
-                if resource and device_id:
-                    out.append(Held(name, r.driver, r.pool, r.device, resource, device_id))
+            if claim is not None:
+                out += self._held_in(name, claim)
         return out
 
     async def allocated(self, pod: Pod, resources: Collection[str]) -> dict[str, list[str]]:
@@ -194,31 +202,32 @@ class ClaimDevices:
 
     async def report(self, pod: Pod, atts: Sequence[Attachment]) -> str:
         """Each attached device's claim status: ``networkData`` and ``Ready``; "" or what
-        could not be written (a warning: the ADD stands)."""
+        could not be written (a warning: the ADD stands). Each claim is read once, for the
+        write's precondition (the ADD's own read found its devices)."""
         devices = {a.device: a for a in atts if a.device and a.result is not None}
-        if not devices or not pod.claims:
+        if not devices:
             return ""
-        try:
-            held = [h for h in await self.held(pod) if h.device_id in devices]
-        except CNIError as exc:
-            return f"claims' network data not written: {exc.msg}"
         failures = []
-        for claim in sorted({h.claim for h in held}):
-            entries = {(h.driver, h.pool, h.device): devices[h.device_id]
-                       for h in held if h.claim == claim}
+        for name in pod.claims:
             try:
-                await self._write(pod.metadata.namespace, claim, entries)
+                await self._write(pod.metadata.namespace, name, devices)
             except (ApiError, CNIError) as exc:
-                failures.append(f"ResourceClaim {pod.metadata.namespace}/{claim}: "
+                failures.append(f"ResourceClaim {pod.metadata.namespace}/{name}: "
                                 f"{getattr(exc, 'reason', None) or getattr(exc, 'msg', exc)}")
         return "; ".join(failures)
 
     async def _write(self, namespace: str, name: str,
-                     entries: Mapping[tuple[str, str, str], Attachment]) -> None:
+                     devices: Mapping[str, Attachment]) -> None:
+        """The claim's status with each of its devices ``devices`` names (by device id)
+        given its network data; nothing when it has none of them."""
         for _ in range(CONFLICT_TRIES):
             claim = await self._claim(namespace, name)
             if claim is None:
                 return  # deleted meanwhile: nothing to say
+            entries = {(h.driver, h.pool, h.device): devices[h.device_id]
+                       for h in self._held_in(name, claim) if h.device_id in devices}
+            if not entries:
+                return
             body = {"metadata": {"resourceVersion": claim.metadata.resourceVersion},
                     "status": {"devices": _merged(claim.status.devices, entries)}}
             try:
