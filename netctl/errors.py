@@ -94,17 +94,17 @@ class Refusal(CNIError):
     """
 
     def __init__(self, msg: str, reason: str, note: str, code: int = INVALID_CONFIG,
-                 pod: str = "") -> None:
+                 named: bool = False) -> None:
         super().__init__(code, msg)
         self.reason = reason
         self.note = note[:EVENT_NOTE_MAX]
-        self.pod = pod  # "namespace/name" once the message names it
+        self.named = named  # the message names the pod
 
     def for_pod(self, pod: str) -> Refusal:
         """The same refusal with its message naming ``pod`` ("namespace/name")."""
-        if self.pod or not pod:
+        if self.named or not pod:
             return self
-        return Refusal(f"pod {pod}: {self.msg}", self.reason, self.note, self.code, pod)
+        return Refusal(f"pod {pod}: {self.msg}", self.reason, self.note, self.code, True)
 
     def __repr__(self) -> str:
         return f"Refusal({self.code}, {self.reason}, {self.msg!r})"

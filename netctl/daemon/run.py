@@ -15,7 +15,6 @@ import gc
 import logging
 import os
 import signal
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -26,7 +25,6 @@ import trio
 from netctl.cni import mounts
 from netctl.cni.hostroot import HostRoot, resolve
 from netctl.cni.invoke import kill_orphans, owned_processes
-from netctl.cni.request import Invocation
 from netctl.daemon.admin import AdminHandlers, AdminRequest
 from netctl.daemon.server import Handlers, Server, ServerConfig
 from netctl.daemon.status import Health, StatusDocument
@@ -38,8 +36,7 @@ from netctl.engine.engine import Engine, Limits
 from netctl.engine.hotplug import Hotplug
 from netctl.engine.ipam_plugin import IpamPlugin
 from netctl.engine.networks import NetworkDir
-from netctl.engine.verbs import Reply
-from netctl.errors import CANCELLED, INVALID_CONFIG, IO_FAILURE, CNIError, Refusal
+from netctl.errors import INVALID_CONFIG, CNIError
 from netctl.ipam.store import IndexStore, Store
 from netctl.journal.events import EventLog, node_name
 from netctl.journal.pruner import Pruner
@@ -222,7 +219,8 @@ def _engine(cfg: DaemonConfig, root: HostRoot, journal: Journal, chains: Chains,
                   NadResolver(client.nads, root.host(cfg.multus_conf_dir), root),
                   KubeSelector(client.pods), admission, limits,
                   after_add=statuses.after_add, health=health.not_ready, metrics=metrics,
-                  cutover=cutover, netns_unseen=unseen, devices=client.devices)
+                  cutover=cutover, netns_unseen=unseen, devices=client.devices,
+                  refused=partial(kube_mode.tell_refused, client.events, cfg.api_timeout))
 
 
 async def _replay(journal: Journal, engine: Engine, admission: Admission,
@@ -260,45 +258,13 @@ def _handlers(cfg: DaemonConfig, engine: Engine, ipam_plugin: IpamPlugin,
     """What the server hands each request to; the CNI requests counted in the metrics."""
     admission = status.health.admission
     hotplug = Hotplug(engine) if kube is None else None
-    return Handlers(cni=partial(_counted, metrics, partial(_cni, engine, kube,
-                                                           cfg.api_timeout)),
-                    ipam=partial(_counted, metrics, ipam_plugin.handle),
+    return Handlers(cni=engine.handle, ipam=ipam_plugin.handle, served=metrics.request,
                     admin=AdminHandlers(status=status.read,
                                         reconcile=partial(_reconcile, reconciler),
                                         forget=partial(_forget, reconciler),
                                         attach=partial(_attach, hotplug),
                                         detach=partial(_detach, hotplug)),
                     in_flight=lambda: admission.in_flight)
-
-
-async def _counted(metrics: Metrics, handler: Callable[[Invocation], Awaitable[Reply]],
-                   inv: Invocation) -> Reply:
-    """A request answered: its verb, its code (0: success), its time."""
-    began, code = time.monotonic(), IO_FAILURE  # a bug: the server answers 5
-    try:
-        reply = await handler(inv)
-        code = 0
-        return reply
-    except CNIError as exc:
-        code = exc.code
-        raise
-    except trio.Cancelled:
-        code = CANCELLED
-        raise
-    finally:
-        metrics.request(inv.verb, code, time.monotonic() - began)
-
-
-async def _cni(engine: Engine, kube: KubeMode | None, api_timeout: float,
-               inv: Invocation) -> Reply:
-    """A netctl-cni request; in Kubernetes mode a refused pod gets a Warning Event."""
-    try:
-        return await engine.handle(inv)
-    except Refusal as exc:
-        if kube is not None and inv.pod.name:
-            with trio.move_on_after(api_timeout):
-                await kube.refused(inv, exc)
-        raise
 
 
 async def _reconcile(reconciler: Reconciler, dry_run: bool) -> dict[str, Any]:

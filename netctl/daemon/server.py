@@ -83,6 +83,7 @@ class Handlers:
     ipam: Callable[[Invocation], Awaitable[Reply]]  # netctl-ipam
     admin: AdminHandlers  # netctl status, reconcile, forget, attach, detach (admin.py)
     in_flight: Callable[[], int]
+    served: Callable[[str, int, float], None]  # a CNI request answered: verb, code, seconds
 
 
 async def _read_until(stream: trio.SocketStream, buf: bytearray, n: int) -> None:
@@ -257,7 +258,18 @@ class Server:
                   network=inv.conf_name if inv.plugin == "netctl-ipam" else None)
         handler = self.handlers.ipam if inv.plugin == "netctl-ipam" and \
             inv.verb != "VERSION" else self.handlers.cni
-        reply = await handler(inv)
+        began, code = time.monotonic(), IO_FAILURE  # a bug: answered with code 5
+        try:
+            reply = await handler(inv)
+            code = 0
+        except CNIError as exc:
+            code = exc.code
+            raise
+        except trio.Cancelled:
+            code = CANCELLED
+            raise
+        finally:
+            self.handlers.served(inv.verb, code, time.monotonic() - began)
         out = msgspec.json.encode(reply.result).decode() if reply.result is not None else ""
         return Response(output=out, warning=reply.warning)
 

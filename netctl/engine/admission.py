@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -55,10 +56,16 @@ class Admission:
         """Containers with a request running or waiting (the reconciler leaves them be)."""
         return frozenset(self._gates)
 
-    async def serialized(self, container_id: str, verb: str,
-                         fn: Callable[[], Awaitable[T]]) -> T:
-        """Run ``fn`` as ``verb`` of ``container_id``, after that container's other
-        requests; a DEL first cancels the container's running ADDs."""
+    @asynccontextmanager
+    async def turn(self, container_id: str | None, verb: str) -> AsyncIterator[None]:
+        """The body runs as ``verb`` of ``container_id``, after that container's other
+        requests and within ``max_concurrent`` (:meth:`admitted`); a DEL first cancels the
+        container's running ADDs, and an ADD so cancelled ends in code 9 (what it had done
+        undone). ``container_id`` None: a request of no container (GC, STATUS, VERSION),
+        which runs at once."""
+        if container_id is None:
+            yield
+            return
         gate = self._gates.setdefault(container_id, _Gate())
         gate.users += 1
         try:
@@ -71,7 +78,9 @@ class Admission:
                 try:
                     await _take(gate.lock)
                     try:
-                        return await self.admitted(verb, fn)
+                        async with self._admitted(verb):
+                            yield
+                            return
                     finally:
                         gate.lock.release()
                 finally:
@@ -83,6 +92,13 @@ class Admission:
             if gate.users == 0:
                 self._gates.pop(container_id, None)
 
+    async def serialized(self, container_id: str, verb: str,
+                         fn: Callable[[], Awaitable[T]]) -> T:
+        """``fn()`` in the container's turn (:meth:`turn`)."""
+        async with self.turn(container_id, verb):
+            return await fn()
+        raise AssertionError("unreachable: a turn ends in its body or raises")
+
     async def delete_in_turn(self, container_id: str, fn: Callable[[], Awaitable[T]], *,
                              skip_busy: bool = False) -> T | None:
         """Run the DEL ``fn`` in the container's turn (:meth:`serialized`). With
@@ -93,8 +109,10 @@ class Admission:
             return None
         return await self.serialized(container_id, "DEL", fn)
 
-    async def admitted(self, verb: str, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run ``fn`` within ``max_concurrent``; refuse (code 11) when the queue is full."""
+    @asynccontextmanager
+    async def _admitted(self, verb: str) -> AsyncIterator[None]:
+        """Within ``max_concurrent``; refused (code 11) when the queue is full (never a
+        DEL: it frees resources)."""
         if self._limiter.available_tokens == 0 and verb != "DEL" \
                 and self._waiting >= self.max_queue:
             raise CNIError(TRY_AGAIN_LATER, f"daemon busy: {self.in_flight} requests running and "
@@ -106,6 +124,6 @@ class Admission:
         finally:
             self._waiting -= 1
         try:
-            return await fn()
+            yield
         finally:
             self._limiter.release()

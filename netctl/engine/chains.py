@@ -34,17 +34,18 @@ import contextlib
 import ipaddress
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
+import msgspec
 import trio
 
 from netctl import logs
 from netctl.cni.config import Chain, plugin_config
 from netctl.cni.hostroot import HostRoot
-from netctl.cni.invoke import Cancellation, PluginError, find_plugin, run_plugin
+from netctl.cni.invoke import Cancellation, PluginError, PluginOutput, find_plugin, run_plugin
 from netctl.cni.netns import is_netns
 from netctl.cni.probe import check_delegate_version, supported_versions
 from netctl.engine.devices import remove_device_info
@@ -52,7 +53,15 @@ from netctl.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError
 from netctl.ipam import ranges as ranges_mod
 from netctl.ipam.planner import Lease, pool_key, static_ipam
 from netctl.ipam.store import Store, allocate, record
-from netctl.journal.records import Allocation, Attachment, OpEnd, Owner, StepEnd, StepStart
+from netctl.journal.records import (
+    Allocation,
+    Attachment,
+    OpEnd,
+    OpStart,
+    Owner,
+    StepEnd,
+    StepStart,
+)
 from netctl.journal.store import Journal
 from netctl.metrics import Metrics
 
@@ -76,16 +85,82 @@ class StepError(CNIError):
     """A delegate step failed; the message names the network, interface and plugin."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prepared:
     """A step worked out before it is journaled: its row, the addresses it is given (and
-    their pools), the parsed IPAM sections it used, and its id once it is begun."""
+    their pools), and its id once it is begun (0 before)."""
 
     start: StepStart
     new: list[Allocation]
     pools: dict[str, Any] | None
-    served: Served
     step_id: int = 0
+
+
+@dataclass
+class Run:
+    """One attachment's chain as an operation runs it: the attachment as it was journaled
+    (never changed here), its parsed IPAM sections, the step begun with the operation
+    (``first``), and how far the chain got — steps started and the latest result, what a
+    DEL of it needs. An ADD starts from nothing; a DEL from what the journal has."""
+
+    att: Attachment
+    served: Served
+    first: Prepared | None = None
+    started: int = 0
+    result: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, att: Attachment, served: Served, first: Prepared | None = None) -> Run:
+        """A run that goes on from ``att`` as the journal has it (a DEL, a CHECK)."""
+        return cls(att, served, first, att.steps_started, att.result)
+
+    def attachment(self) -> Attachment:
+        """The attachment as this run left it."""
+        return msgspec.structs.replace(self.att, steps_started=self.started,
+                                       result=self.result)
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a step ended, decided from its plugin run (:func:`ended`, pure): the row that
+    closes it, whether it counts as started (a DEL is owed for it), whether the addresses
+    netctl gave it are freed with that row, its result, and the error to raise."""
+
+    end: StepEnd
+    started: bool = True
+    frees: bool = False
+    result: dict[str, Any] | None = None
+    error: StepError | None = None
+
+
+def ended(ready: Prepared, att: Attachment, out: PluginOutput | CNIError | Cancellation,
+          grace: float) -> Ended:
+    """How the step ``ready`` of ``att`` ended, given its plugin's output, the error it
+    failed with, or what its cancellation left (the plugin may have finished within
+    ``grace``)."""
+    s = ready.start
+    end = StepEnd(step_id=ready.step_id, attachment=att.id, verb=s.verb, position=s.position)
+    if isinstance(out, PluginOutput):
+        end.result, end.stderr, end.seconds = out.result, out.stderr, out.seconds
+        return Ended(end, frees=s.verb == "DEL", result=out.result)
+    if isinstance(out, Cancellation):
+        done = out.finished
+        if done is None:
+            end.error = out.describe(grace)
+            return Ended(end)
+        end.result, end.stderr, end.seconds = done.result, done.stderr, done.seconds
+        return Ended(end, result=done.result)
+    end.code, end.error = out.code, out.msg
+    end.stderr = out.stderr if isinstance(out, PluginError) else b""
+    # refused for its version: it did nothing, and is never DELeted
+    end.started = not (s.verb == "ADD" and out.code == INCOMPATIBLE_VERSION
+                       and isinstance(out, PluginError))
+    # A DEL that failed with the netns gone still frees the addresses netctl gave the
+    # step: no interface can be using them. The DEL itself is retried for what the
+    # plugin may hold outside the netns; those retries get no addresses.
+    return Ended(end, started=end.started, frees=s.verb == "DEL" and not s.netns,
+                 error=StepError(out.code, f"{att.where(s.position)}: {s.verb} failed: "
+                                 f"{out.msg}", out.details))
 
 
 def requests_as_args(plugin: dict[str, Any], index: int, caps: dict[str, Any],
@@ -197,14 +272,14 @@ class Chains:
                 raise CNIError(exc.code, f"network {att.network!r}: {exc.msg}") from None
         return served
 
-    async def check_versions(self, atts: Sequence[Attachment],
-                             served: Sequence[Served]) -> None:
+    async def check_versions(self, runs: Sequence[Run]) -> None:
         """Refuse (code 1) a network whose cniVersion one of its delegates does not speak,
         asking each binary once (its VERSION answer is cached while it is unchanged); a
         type and version seen for one network is not looked at again for the next."""
         d = self.delegates
         checked: set[tuple[str, str]] = set()
-        for att, ipam in zip(atts, served, strict=True):
+        for run in runs:
+            att, ipam = run.att, run.served
             for index, plugin in enumerate(att.chain.plugins):
                 types = [str(plugin["type"])]
                 section = plugin.get("ipam")
@@ -249,154 +324,143 @@ class Chains:
         return plugin_config(att.chain, index, prev, att.capability_args, cni_args,
                              ipam=static_ipam(cfg, leases), device=att.device), new, decision
 
-    async def prepare(self, att: Attachment, index: int, verb: str,
-                      prev: dict[str, Any] | None, ipam: Served) -> Prepared:
+    async def prepare(self, run: Run, index: int, verb: str,
+                      prev: dict[str, Any] | None) -> Prepared:
         """Step ``index``'s stdin and addresses, worked out before it is journaled (its
         ``op_id`` left for the journal to set); :class:`StepError` when it cannot be."""
+        att = run.att
         netns = att.netns if verb == "ADD" or is_netns(att.netns) else ""
         try:
-            conf, new, decision = await self._config(att, index, verb, prev, netns, ipam)
+            conf, new, decision = await self._config(att, index, verb, prev, netns,
+                                                     run.served)
         except CNIError as exc:  # e.g. an exhausted pool: nothing ran, nothing to undo
             raise StepError(exc.code, f"{att.where(index)}: {verb} refused: {exc.msg}",
                             exc.details) from exc
         return Prepared(StepStart(op_id=0, attachment=att.id, position=index, verb=verb,
                                   plugin_type=att.chain.types[index], config=conf,
                                   netns=netns, ifname=att.ifname), new,
-                        decision.pools if decision else None, ipam)
+                        decision.pools if decision else None)
 
-    async def prepare_adds(self, atts: Sequence[Attachment], served: Sequence[Served]
-                           ) -> list[Prepared]:
-        """The first step of every chain of an ADD, to begin with the operation (their
-        addresses reserved): [] when one cannot be (nothing is then held, and each chain
-        works its steps out in turn, the one that cannot failing the ADD)."""
-        done: list[Prepared] = []
+    async def prepare_first(self, runs: Sequence[Run], verb: str) -> None:
+        """Each chain's first step (an ADD's first, a DEL's last started), to begin with
+        the operation (:meth:`begin`). An ADD's get their addresses reserved, all or none:
+        when one cannot be worked out none is (nothing is then held, and each chain works
+        its steps out in turn, the one that cannot failing the ADD). A DEL's that cannot
+        be is left to its chain's own turn, which fails it as before."""
+        done: list[Run] = []
         try:
-            for att, ipam in zip(atts, served, strict=True):
-                done.append(await self.prepare(att, 0, "ADD", None, ipam))
+            for run in runs:
+                if verb == "ADD":
+                    run.first = await self.prepare(run, 0, "ADD", None)
+                elif run.started > 0:
+                    with contextlib.suppress(StepError):
+                        run.first = await self.prepare(run, run.started - 1, "DEL",
+                                                       run.result)
+                done.append(run)
         except BaseException as exc:
-            for ready in done:
-                self.ipam.unreserve(ready.new)
+            for run in done:
+                self.ipam.unreserve(run.first.new if run.first else [])
+                run.first = None
             if isinstance(exc, StepError):
-                return []
+                return
             raise
-        return done
 
-    async def prepare_dels(self, atts: Sequence[Attachment]) -> dict[int, Prepared]:
-        """The first DEL step (the last started) of each chain that has one and can be
-        worked out, by attachment id, to begin with the operation (a DEL gets no
-        addresses: nothing is held)."""
-        ready: dict[int, Prepared] = {}
-        for att in atts:
-            if att.steps_started > 0:
-                with contextlib.suppress(StepError):  # its own turn fails it, as before
-                    ready[att.id] = await self.prepare(
-                        att, att.steps_started - 1, "DEL", att.result,
-                        Served(att.chain, self.delegates.ipam_types))
-        return ready
+    async def begin(self, op: OpStart, runs: Sequence[Run], *, adding: bool) -> int:
+        """Journal ``op`` with its attachments (``adding``, else removing) and the first
+        steps :meth:`prepare_first` worked out, with their addresses: one transaction, the
+        store told the addresses are recorded, or unreserved when they are not. Returns
+        the operation's id; each run's ``first`` gets its step's id."""
+        atts = [run.att for run in runs]
+        begun = [run for run in runs if run.first is not None]
+        first = [run.first for run in begun if run.first is not None]
+        new = [a for ready in first for a in ready.new]
+        op_id, step_ids = await record(self.ipam, new, partial(
+            self.journal.begin, op, adding=atts if adding else (),
+            removing=() if adding else atts, first=[ready.start for ready in first],
+            new=new, pools={k: v for ready in first for k, v in (ready.pools or {}).items()}))
+        for run, step_id in zip(begun, step_ids, strict=True):
+            assert run.first is not None
+            run.first = replace(run.first, step_id=step_id)
+        return op_id
 
-    async def step(self, op_id: int, att: Attachment, index: int, verb: str,
-                   prev: dict[str, Any] | None, ipam: Served,
-                   ready: Prepared | None = None) -> dict[str, Any] | None:
-        """Journal step ``index`` (unless ``ready``: begun with the operation), run its
-        plugin, journal how it ended."""
-        if ready is None:
-            ready = await self.prepare(att, index, verb, prev, ipam)
-            ready.start.op_id = op_id
-            ready.step_id = await record(self.ipam, ready.new, partial(
-                self.journal.begin_step, ready.start, new=ready.new, pools=ready.pools))
-        ptype, conf, netns, step_id = (ready.start.plugin_type, ready.start.config,
-                                       ready.start.netns, ready.step_id)
-        if verb == "ADD":
-            att.steps_started = max(att.steps_started, index + 1)
-        end = StepEnd(step_id=step_id, attachment=att.id, verb=verb, position=index)
+    async def _begin_step(self, op_id: int, run: Run, index: int, verb: str,
+                          prev: dict[str, Any] | None) -> Prepared:
+        """Step ``index`` worked out and journaled in its own transaction (the store told
+        its addresses are recorded, or unreserved)."""
+        ready = await self.prepare(run, index, verb, prev)
+        ready.start.op_id = op_id
+        step_id = await record(self.ipam, ready.new, partial(
+            self.journal.begin_step, ready.start, new=ready.new, pools=ready.pools))
+        return replace(ready, step_id=step_id)
+
+    async def step(self, op_id: int, run: Run, index: int, verb: str,
+                   prev: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Journal step ``index`` (unless it is ``run.first``: begun with the operation),
+        run its plugin, journal how it ended (:func:`ended` decides), return its result."""
+        first = run.first
+        ready = first if first is not None and first.start.position == index and \
+            first.start.verb == verb else await self._begin_step(op_id, run, index, verb, prev)
+        att, d, start = run.att, self.delegates, ready.start
+        if verb == "ADD":  # started from here on: a DEL is owed for it
+            run.started = max(run.started, index + 1)
         cancel = Cancellation()
-        d = self.delegates
         began = time.monotonic()
         try:
-            try:
-                out = await run_plugin(d.bin_dirs, ptype, verb, conf,
-                                       container_id=att.container_id, netns=netns,
-                                       ifname=att.ifname, timeout=d.timeout, owner=d.owner,
-                                       cancel_grace=d.cancel_grace, cancellation=cancel,
-                                       root=d.root)
-            finally:
-                self.metrics.plugin_exec(ptype, verb, time.monotonic() - began)
+            out: PluginOutput | CNIError | Cancellation = await run_plugin(
+                d.bin_dirs, start.plugin_type, verb, start.config,
+                container_id=att.container_id, netns=start.netns, ifname=att.ifname,
+                timeout=d.timeout, owner=d.owner, cancel_grace=d.cancel_grace,
+                cancellation=cancel, root=d.root)
         except CNIError as exc:
-            end.code, end.error = exc.code, exc.msg
-            end.stderr = exc.stderr if isinstance(exc, PluginError) else b""
-            if verb == "ADD" and exc.code == INCOMPATIBLE_VERSION and isinstance(
-                    exc, PluginError):
-                end.started = False  # refused before it did anything
-                att.steps_started = min(att.steps_started, index)
-            # A DEL that failed with the netns gone still frees the addresses netctl gave
-            # the step: no interface can be using them. The DEL itself is retried for what
-            # the plugin may hold outside the netns; those retries get no addresses.
-            gone = self._served_leases(att, index, ipam) if verb == "DEL" and not netns \
-                else []
-            await self.journal.end_step(end, op_id=op_id, gone=gone)
-            self.ipam.released(gone)
+            out = exc
+        except BaseException:
+            how = ended(ready, att, cancel, d.cancel_grace)
+            if verb == "ADD" and how.result is not None:
+                run.result = how.result  # it finished within the grace: undone with it
+            await self.journal.end_step(how.end, op_id=op_id)
+            raise
+        finally:
+            self.metrics.plugin_exec(start.plugin_type, verb, time.monotonic() - began)
+        how = ended(ready, att, out, d.cancel_grace)
+        if verb == "ADD" and not how.started:
+            run.started = min(run.started, index)
+        gone = self.ipam.of_attachment(att.id) if how.frees and run.served.has(index) else []
+        await self.journal.end_step(how.end, op_id=op_id, gone=gone)
+        self.ipam.released(gone)
+        if how.error is not None:
             # the message only: what the plugin printed on stderr is the step's, in the
             # journal, never in the log
-            log.debug("%s %s of %s failed (code %d): %s", ptype, verb, att.ifname, exc.code,
-                      exc.msg)
-            raise StepError(exc.code, f"{att.where(index)}: {verb} failed: {exc.msg}",
-                            exc.details) from exc
-        except BaseException:
-            done = cancel.finished
-            if done is not None:  # cancelled, but the plugin finished its step in the grace
-                end.result, end.stderr, end.seconds = done.result, done.stderr, done.seconds
-                if verb == "ADD":
-                    att.result = done.result
-            else:
-                end.error = cancel.describe(d.cancel_grace)
-            await self.journal.end_step(end, op_id=op_id)
-            raise
-        end.result, end.stderr, end.seconds = out.result, out.stderr, out.seconds
-        gone = self._served_leases(att, index, ipam) if verb == "DEL" else []
-        await self.journal.end_step(end, op_id=op_id, gone=gone)
-        self.ipam.released(gone)
-        log.debug("%s %s of %s done in %.3fs", ptype, verb, att.ifname, out.seconds)
-        return out.result
+            log.debug("%s %s of %s failed (code %d): %s", start.plugin_type, verb, att.ifname,
+                      how.error.code, how.end.error)
+            raise how.error from out if isinstance(out, CNIError) else None
+        log.debug("%s %s of %s done in %.3fs", start.plugin_type, verb, att.ifname,
+                  how.end.seconds)
+        return how.result
 
-    def _served_leases(self, att: Attachment, index: int, ipam: Served) -> list[Allocation]:
-        """The addresses netctl allocated for step ``index`` of ``att`` (its DEL frees them)."""
-        return self.ipam.of_attachment(att.id) if ipam.has(index) else []
-
-    async def add(self, op_id: int, att: Attachment, ipam: Served,
-                  first: Prepared | None = None) -> dict[str, Any] | None:
-        """ADD every step in order, each getting the previous result; return the final.
-        ``ipam``: the sections parsed when the ADD was planned (:meth:`served`); ``first``:
-        its first step, begun with the operation."""
-        prev: dict[str, Any] | None = None
+    async def add(self, op_id: int, run: Run) -> None:
+        """ADD every step in order, each getting the previous result; the run keeps the
+        latest result and how many steps started (what undoing it needs)."""
+        att = run.att
         with logs.bound(network=att.network):
             for index in range(len(att.chain.plugins)):
-                prev = await self.step(op_id, att, index, "ADD", prev, ipam,
-                                       first if index == 0 else None)
-                att.result = prev
-        missing = unhonoured(att, prev)
+                run.result = await self.step(op_id, run, index, "ADD", run.result)
+        missing = unhonoured(att, run.result)
         if missing:
             raise StepError(INVALID_CONFIG, f"network {att.network!r} interface {att.ifname}: "
                             f"{missing}")
-        return prev
 
-    async def delete(self, op_id: int, att: Attachment, ipam: Served | None = None,
-                     first: Prepared | None = None) -> list[StepError]:
+    async def delete(self, op_id: int, run: Run) -> list[StepError]:
         """DEL every started step in reverse with the latest result; go on past failures.
-        ``ipam``: the sections parsed when the ADD this undoes was planned; None for an
-        attachment read back from the journal (its steps parse what they need); ``first``:
-        its first DEL step, begun with the operation.
 
         Returns the failures (empty when all went); things already gone are the
         plugins' business to tolerate, as the spec asks of them.
         """
         errors: list[StepError] = []
-        ipam = first.served if first else ipam or Served(att.chain, self.delegates.ipam_types)
+        att = run.att
         with logs.bound(network=att.network):
-            for index in reversed(range(att.steps_started)):
+            for index in reversed(range(run.started)):
                 try:
-                    await self.step(op_id, att, index, "DEL", att.result, ipam,
-                                    first if first and index == first.start.position
-                                    else None)
+                    await self.step(op_id, run, index, "DEL", run.result)
                 except StepError as exc:
                     errors.append(exc)
         if not errors and att.device:  # the CNI's copy of its device-info file goes too
@@ -405,29 +469,28 @@ class Chains:
 
     async def check(self, op_id: int, att: Attachment) -> None:
         """CHECK every step in order with the stored final result."""
-        ipam = Served(att.chain, self.delegates.ipam_types)
+        run = Run.of(att, Served(att.chain, self.delegates.ipam_types))
         with logs.bound(network=att.network):
             for index in range(len(att.chain.plugins)):
-                await self.step(op_id, att, index, "CHECK", att.result, ipam)
+                await self.step(op_id, run, index, "CHECK", att.result)
 
-    async def delete_all(self, op_id: int, atts: Sequence[Attachment],
-                         outcome: dict[int, list[StepError]],
-                         served: Sequence[Served] | None = None,
-                         first: Mapping[int, Prepared] | None = None) -> None:
+    def runs(self, atts: Sequence[Attachment]) -> list[Run]:
+        """Runs going on from ``atts`` as the journal has them (each step parses the IPAM
+        section it needs: a bad one refuses that step only)."""
+        return [Run.of(att, Served(att.chain, self.delegates.ipam_types)) for att in atts]
+
+    async def delete_all(self, op_id: int, runs: Sequence[Run],
+                         outcome: dict[int, list[StepError]]) -> None:
         """DEL several chains concurrently; as each finishes, ``outcome[att.id]`` gets
         its errors (empty: all removed). Filled in as it goes, so a caller that is
-        cancelled or runs out of time still knows which chains finished. ``served``:
-        each attachment's parsed sections, when an ADD that planned them is undone;
-        ``first``: by attachment id, the first DEL steps begun with the operation."""
+        cancelled or runs out of time still knows which chains finished."""
 
-        async def one(att: Attachment, ipam: Served | None) -> None:
-            outcome[att.id] = await self.delete(op_id, att, ipam,
-                                                first.get(att.id) if first else None)
+        async def one(run: Run) -> None:
+            outcome[run.att.id] = await self.delete(op_id, run)
 
         async with trio.open_nursery() as nursery:
-            parsed: Sequence[Served | None] = served or [None] * len(atts)
-            for att, ipam in zip(atts, parsed, strict=True):
-                nursery.start_soon(one, att, ipam)
+            for run in runs:
+                nursery.start_soon(one, run)
 
 
 def retry_at(failures: int, now: float | None = None) -> float:

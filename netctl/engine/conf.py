@@ -11,6 +11,8 @@ import msgspec
 from netctl.cni.request import GCList, Invocation, conf_as
 from netctl.errors import INVALID_CONFIG, CNIError
 
+SYSTEM_NAMESPACES = ["kube-system"]  # Multus' default (copied for each conf)
+
 
 class NetctlConf(GCList, kw_only=True, forbid_unknown_fields=False):
     """The meta-plugin's own network config, as the runtime passes it.
@@ -30,7 +32,7 @@ class NetctlConf(GCList, kw_only=True, forbid_unknown_fields=False):
     # Kubernetes mode (Multus' keys):
     multusNamespace: str = "kube-system"  # where clusterNetwork/defaultNetworks NADs live
     systemNamespaces: list[str] = msgspec.field(  # their pods get no defaultNetworks
-        default_factory=lambda: ["kube-system"])
+        default_factory=SYSTEM_NAMESPACES.copy)
     namespaceIsolation: bool = False  # a pod may use NADs of its namespace (and global ones)
     globalNamespaces: str | list[str] = ""  # Multus: comma-separated; "" means ["default"]
     readinessindicatorfile: str = ""  # ADD waits for this file; STATUS not ready without it

@@ -74,13 +74,13 @@ class ForeignDels:
             for i, ((name, ifname, chain), result) in enumerate(zip(chains, results,
                                                                     strict=True))]
         reason = f"a container netctl never saw (created before the switch): {source}"
-        op_id = await self.journal.begin(OpStart(
+        op_id, _ = await self.journal.begin(OpStart(
             verb="DEL", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
             caller_network=inv.conf_name, pod=inv.pod, request=inv.stdin, origin=origin,
             reason=reason), adding=atts)
         outcome: dict[int, list[StepError]] = {}
         try:
-            await self.chains.delete_all(op_id, atts, outcome)
+            await self.chains.delete_all(op_id, self.chains.runs(atts), outcome)
         except BaseException as exc:
             await self.journal.finish(op_id, del_end("failed", CANCELLED, repr(exc), atts,
                                                       outcome), retry_at=retry_at)

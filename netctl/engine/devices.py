@@ -71,7 +71,7 @@ def assign(wanted: Sequence[tuple[str, str]], allocated: Mapping[str, Sequence[s
                        + (f", {len(set(have) & set(held))} already held by its other "
                           "networks" if set(have) & set(held) else ""))
             msg = f"network {network!r} needs a device of resource {resource}: {why}"
-            raise Refusal(f"pod {pod}: {msg}", REASON_NO_DEVICE, msg, INVALID_CONFIG, pod=pod)
+            raise Refusal(f"pod {pod}: {msg}", REASON_NO_DEVICE, msg, INVALID_CONFIG, named=True)
         taken.add(free[0])
         out.append(free[0])
     return out

@@ -40,13 +40,13 @@ from netctl.cni.request import Invocation
 from netctl.cni.routes import set_default_routes
 from netctl.engine import devices, gateways, readiness
 from netctl.engine.admission import Admission
-from netctl.engine.chains import Chains, Served, StepError, del_end, names, retry_at
+from netctl.engine.chains import Chains, Run, StepError, del_end, names, retry_at
 from netctl.engine.choice import Resolver, Selector
 from netctl.engine.conf import Call, NetctlConf
 from netctl.engine.cutover import Cutover, ForeignDels
 from netctl.engine.devices import DeviceSource
 from netctl.engine.plan import plan
-from netctl.engine.verbs import ANY, Reply, Verb, dispatch
+from netctl.engine.verbs import ANY, Reply, Verb, admit, container_of
 from netctl.errors import (
     CANCELLED,
     DEL_INCOMPLETE,
@@ -59,8 +59,8 @@ from netctl.errors import (
     UNSUPPORTED_FIELD,
     CNIError,
     NotListedYet,
+    Refusal,
 )
-from netctl.ipam.store import record
 from netctl.journal.records import Attachment, OpEnd, OpStart
 from netctl.journal.store import Journal
 from netctl.metrics import Metrics
@@ -101,6 +101,7 @@ def first_error(exc: BaseException) -> CNIError | None:
 
 
 AfterAdd = Callable[[Invocation, list[Attachment]], Awaitable[str]]
+Refused = Callable[[Invocation, Refusal], Awaitable[None]]  # told to the refused pod
 Health = Callable[[], list[str]]  # why the daemon cannot serve ADDs now (empty: ready)
 
 
@@ -114,7 +115,8 @@ class Engine:
                  selector: Selector, admission: Admission, limits: Limits | None = None,
                  after_add: AfterAdd | None = None, health: Health | None = None,
                  metrics: Metrics | None = None, cutover: Cutover | None = None,
-                 netns_unseen: str = "", devices: DeviceSource | None = None) -> None:
+                 netns_unseen: str = "", devices: DeviceSource | None = None,
+                 refused: Refused | None = None) -> None:
         self.journal = journal
         self.chains = chains
         self.root = root  # where the host's files are seen (readiness indicator files)
@@ -133,15 +135,26 @@ class Engine:
         # does not propagate: netctl.cni.mounts); added to that ADD's error
         self.netns_unseen = netns_unseen
         self.devices = devices  # a pod's allocated devices (Kubernetes mode)
+        self.refused = refused  # Kubernetes mode gives a refused pod a Warning Event
 
     # -- entry point ------------------------------------------------------------------------
 
     async def handle(self, inv: Invocation) -> Reply:
         """Serve one invocation of netctl-cni; raise CNIError to refuse it. Its conf is
-        decoded once, by the version gate (DEL and VERSION have none: see :class:`Call`)."""
+        decoded once, by the version gate (DEL and VERSION have none: see :class:`Call`).
+        A refusal that names a pod is told to the pod too (``refused``: Kubernetes mode's
+        Warning Event)."""
         call = Call(inv)
-        return await dispatch(VERBS, self, inv, self.admission,
-                              version=lambda: call.conf.cniVersion, request=lambda: call)
+        verb = VERBS[inv.verb]
+        admit(verb, inv, call.conf.cniVersion if verb.gated else None)
+        try:
+            async with self.admission.turn(container_of(verb, inv), inv.verb):
+                return await verb.handler(self, call)
+        except Refusal as exc:
+            if self.refused is not None and inv.pod.name:
+                await self.refused(inv, exc)
+            raise
+        raise AssertionError("unreachable: a turn ends in its body or raises")
 
     # -- ADD --------------------------------------------------------------------------------
 
@@ -164,8 +177,8 @@ class Engine:
             atts = plan(conf, inv, choice, self.networks)  # code 11 if still not listed
         # a bad netctl-ipam section is refused before anything runs (code 7, naming the
         # network and the key); parsed here once, for the steps and their compensation
-        served = [self.chains.served(att) for att in atts]
-        await self.chains.check_versions(atts, served)
+        runs = [Run(att, self.chains.served(att)) for att in atts]
+        await self.chains.check_versions(runs)
         live = await self.journal.live_attachments(inv.container_id)
         mine = [a for a in live
                 if a.caller_ifname == inv.ifname and a.caller_network == conf.name]
@@ -182,45 +195,38 @@ class Engine:
         gone = {a.id for a in mine}
         await devices.give(atts, self.devices, self.root,
                            held={a.device for a in live if a.device and a.id not in gone})
-        await self.run_adds(OpStart(
+        _, attached = await self.run_adds(OpStart(
             verb="ADD", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
             caller_network=conf.name, caller_version=conf.cniVersion, pod=inv.pod,
-            request=inv.stdin), atts, served)
-        warning = await self._after_add(inv, atts)
-        return Reply(versions.convert_result(atts[0].result or {}, conf.cniVersion), warning)
+            request=inv.stdin), runs)
+        warning = await self._after_add(inv, attached)
+        return Reply(versions.convert_result(attached[0].result or {}, conf.cniVersion),
+                     warning)
 
-    async def run_adds(self, op: OpStart, atts: list[Attachment], served: list[Served]
-                       ) -> int:
-        """Journal the ADD ``op`` with ``atts``, then run their chains in one nursery
-        (``served``: each one's parsed IPAM sections); the operation's id. Any failure or
-        cancellation cancels the others and every step that started is DELeted again
-        (:meth:`_compensate`): the first error is raised with its code, and what the
-        compensation could not undo is named in it. A runtime's ADD and ``netctl attach``
-        (:mod:`netctl.engine.hotplug`) both come here."""
+    async def run_adds(self, op: OpStart, runs: list[Run]) -> tuple[int, list[Attachment]]:
+        """Journal the ADD ``op`` with its attachments, then run their chains in one
+        nursery (``runs``: each attachment with its parsed IPAM sections); the operation's
+        id and the attachments as they ended. Any failure or cancellation cancels the
+        others and every step that started is DELeted again (:meth:`_compensate`): the
+        first error is raised with its code, and what the compensation could not undo is
+        named in it. A runtime's ADD and ``netctl attach`` (:mod:`netctl.engine.hotplug`)
+        both come here."""
         started = time.monotonic()
         # each chain's first step is begun with the operation, its addresses recorded
         # with it: one commit for what was one per chain more (numbered first: the
         # addresses name their attachment)
-        self.journal.number(atts)
-        first = await self.chains.prepare_adds(atts, served)
-        for att in atts if first else ():
-            att.steps_started = 1
-        new = [a for ready in first for a in ready.new]
-        op_id, step_ids = await record(self.chains.ipam, new, partial(
-            self.journal.begin_with_steps, op, adding=atts,
-            first=[ready.start for ready in first], new=new,
-            pools={k: v for ready in first for k, v in (ready.pools or {}).items()}))
-        for ready, step_id in zip(first, step_ids, strict=True):
-            ready.step_id = step_id
+        self.journal.number([run.att for run in runs])
+        await self.chains.prepare_first(runs, "ADD")
+        op_id = await self.chains.begin(op, runs, adding=True)
         try:
             async with trio.open_nursery() as nursery:
-                for index, (att, ipam) in enumerate(zip(atts, served, strict=True)):
-                    nursery.start_soon(self.chains.add, op_id, att, ipam,
-                                       first[index] if first else None)
-            await self._default_routes(atts)
+                for run in runs:
+                    nursery.start_soon(self.chains.add, op_id, run)
+            attached = [run.attachment() for run in runs]
+            await self._default_routes(attached)
         except BaseException as exc:
             cause = first_error(exc)
-            outcome, finished = await self._compensate(op_id, atts, served)
+            outcome, finished = await self._compensate(op_id, runs)
             failures = [e.msg for errs in outcome.values() for e in errs]
             state = "compensated" if finished and not failures else "compensate_failed"
             self.metrics.compensation("failed" if failures else "compensated" if finished
@@ -233,14 +239,15 @@ class Engine:
             log.warning("ADD%s failed (code %d), %s: %s", _origin(op),
                         cause.code if cause else CANCELLED, state, msg)
             await self.journal.finish(op_id, del_end(
-                state, cause.code if cause else CANCELLED, msg, atts, outcome))
+                state, cause.code if cause else CANCELLED, msg,
+                [run.attachment() for run in runs], outcome))
             if cause is None:
                 raise
             raise CNIError(cause.code, msg, cause.details) from None
         log.info("ADD%s done in %.3fs: %s", _origin(op), time.monotonic() - started,
-                 names(atts))
-        await self.journal.finish(op_id, OpEnd(state="done", attached=atts))
-        return op_id
+                 names(attached))
+        await self.journal.finish(op_id, OpEnd(state="done", attached=attached))
+        return op_id, attached
 
     async def _default_routes(self, atts: list[Attachment]) -> None:
         """The pod's default routes where its ``default-route`` asks (once every chain has
@@ -286,7 +293,7 @@ class Engine:
             verb="ANNOTATE", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
             caller_network=inv.conf_name, pod=inv.pod, origin="kubernetes"), failure=failure)
 
-    async def _compensate(self, op_id: int, atts: list[Attachment], served: list[Served]
+    async def _compensate(self, op_id: int, runs: list[Run]
                           ) -> tuple[dict[int, list[StepError]], bool]:
         """DEL what the failed ADD started, shielded, within ``compensate_timeout``.
 
@@ -294,7 +301,7 @@ class Engine:
         outcome: dict[int, list[StepError]] = {}
         with trio.CancelScope(shield=True):
             with trio.move_on_after(self.limits.compensate_timeout) as scope:
-                await self.chains.delete_all(op_id, atts, outcome, served)
+                await self.chains.delete_all(op_id, runs, outcome)
         return outcome, not scope.cancelled_caught
 
     # -- DEL --------------------------------------------------------------------------------
@@ -340,14 +347,12 @@ class Engine:
         could not be removed (those keep their state, one more failure counted)."""
         started = time.monotonic()
         # each chain's first DEL step is begun with the operation (one commit)
-        first = await self.chains.prepare_dels(atts)
-        op_id, step_ids = await self.journal.begin_with_steps(
-            op, removing=atts, first=[ready.start for ready in first.values()])
-        for ready, step_id in zip(first.values(), step_ids, strict=True):
-            ready.step_id = step_id
+        runs = self.chains.runs(atts)
+        await self.chains.prepare_first(runs, "DEL")
+        op_id = await self.chains.begin(op, runs, adding=False)
         outcome: dict[int, list[StepError]] = {}
         try:
-            await self.chains.delete_all(op_id, atts, outcome, first=first)
+            await self.chains.delete_all(op_id, runs, outcome)
         except BaseException as exc:
             log.warning("DEL (%s) interrupted: %r", op.origin, exc)
             await self.journal.finish(op_id, del_end("failed", CANCELLED, repr(exc), atts,
@@ -379,7 +384,7 @@ class Engine:
         if not mine:
             raise CNIError(UNKNOWN_CONTAINER, f"no attachments of container {inv.container_id} "
                            f"interface {inv.ifname} in the journal")
-        op_id = await self.journal.begin(OpStart(
+        op_id, _ = await self.journal.begin(OpStart(
             verb="CHECK", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
             caller_network=conf.name, caller_version=conf.cniVersion, pod=inv.pod))
         try:

@@ -40,6 +40,7 @@ import trio
 from netctl.cni.netns import link_names, netns_state
 from netctl.cni.validate import ifname as valid_ifname
 from netctl.engine import devices
+from netctl.engine.chains import Run
 from netctl.engine.choice import ref
 from netctl.engine.engine import Engine
 from netctl.engine.networks import Network, lookups
@@ -179,17 +180,17 @@ class Hotplug:
             raise CNIError(INVALID_CONFIG, f"interface {ifname} already exists in the netns "
                            f"of container {container} ({of.netns})")
         att = one_more(of, net, chose, ifname or next_ifname(taken))
-        served = engine.chains.served(att)
-        await engine.chains.check_versions([att], [served])
+        run = Run(att, engine.chains.served(att))
+        await engine.chains.check_versions([run])
         # a device network: a device of the pod's none of its live networks holds
         await devices.give([att], engine.devices, engine.root,
                            held={a.device for a in live if a.device})
-        op_id = await engine.run_adds(OpStart(
+        op_id, attached = await engine.run_adds(OpStart(
             verb="ADD", container_id=container, netns=att.netns, ifname=att.ifname,
             caller_network=att.caller_network, pod=att.pod, origin=origin,
             request=msgspec.json.encode(msgspec.structs.asdict(chose)),
-            reason=f"{reason} as {att.ifname}"), [att], [served])
-        return att, op_id
+            reason=f"{reason} as {att.ifname}"), [run])
+        return attached[0], op_id
 
     async def unplug(self, att: Attachment, reason: str, origin: str = ORIGIN) -> None:
         """In the container's turn: DEL the live attachment ``att``, journaled with

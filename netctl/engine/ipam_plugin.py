@@ -18,7 +18,7 @@ from netctl.cni.request import GCList, Invocation, conf_as
 from netctl.engine.admission import Admission
 from netctl.engine.chains import ipam_config, served_ipam
 from netctl.engine.requests import requested_addresses
-from netctl.engine.verbs import ANY, Reply, Verb, dispatch
+from netctl.engine.verbs import ANY, Reply, Verb, admit, container_of
 from netctl.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, CNIError
 from netctl.ipam import sticky
 from netctl.ipam.planner import ipam_result, pool_key
@@ -71,10 +71,12 @@ class IpamPlugin:
                            "type netctl-ipam")
         # under a bridge with isGateway the gateway is defaulted (chains.ipam_config), as
         # for a delegate the engine runs
-        return await dispatch(IPAM_VERBS, self, inv, self.admission,
-                              version=lambda: conf.cniVersion,
-                              request=lambda: _Request(inv, conf, *ipam_config(plugin, ipam)),
-                              who="netctl-ipam: ")
+        verb = IPAM_VERBS[inv.verb]
+        admit(verb, inv, conf.cniVersion, who="netctl-ipam: ")
+        req = _Request(inv, conf, *ipam_config(plugin, ipam))
+        async with self.admission.turn(container_of(verb, inv), inv.verb):
+            return await verb.handler(self, req)
+        raise AssertionError("unreachable: a turn ends in its body or raises")
 
     async def add(self, req: _Request) -> Reply:
         inv = req.inv

@@ -4,22 +4,20 @@ Both the engine (netctl-cni) and :mod:`netctl.engine.ipam_plugin` (netctl-ipam r
 a plain IPAM plugin) serve CNI verbs the same way: a :class:`Verb` names the oldest
 cniVersion that has it, whether it names a container (then CNI_CONTAINERID,
 CNI_IFNAME and CNI_ARGS must be valid and it runs in the container's turn, see
-:class:`~netctl.engine.admission.Admission`), and its handler. :func:`dispatch` applies
-the table; the handlers only do the work.
+:class:`~netctl.engine.admission.Admission`), and its handler. :func:`admit` applies
+the table's checks; the front door runs the handler; the handlers only do the work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Generic, TypeVar
 
 import msgspec
 
 from netctl.cni import validate, versions
 from netctl.cni.request import Invocation
-from netctl.engine.admission import Admission
 from netctl.errors import INCOMPATIBLE_VERSION, CNIError
 
 S = TypeVar("S")  # the front door serving the verb
@@ -44,27 +42,24 @@ class Verb(Generic[S, R]):
 ANY = (0, 0, 0)
 
 
-async def dispatch(table: Mapping[str, Verb[S, R]], serve: S, inv: Invocation,
-                   admission: Admission, *, version: Callable[[], str],
-                   request: Callable[[], R], who: str = "") -> Reply:
-    """Serve ``inv`` with ``serve``'s handler from ``table``: refuse (code 1) a conf
-    whose cniVersion (``version()``) predates the verb, build the handler's argument
-    (``request()``: what a front door parses once the version passed), refuse an
-    invalid container, interface or CNI_ARGS, and run a per-container verb in the
-    container's turn. ``who`` prefixes the version refusal."""
-    verb = table[inv.verb]
-    if verb.gated:
-        have = version()
-        if versions.parse(have) < verb.min_version:
-            need = ".".join(map(str, verb.min_version))
-            raise CNIError(INCOMPATIBLE_VERSION, f"{who}{inv.verb} needs cniVersion {need} "
-                           f"or later, not {have}")
-    req = request()
-    if not verb.per_container:
-        return await verb.handler(serve, req)
-    validate.container_id(inv.container_id)
-    validate.ifname(inv.ifname)
-    if inv.args_error is not None:
-        raise inv.args_error
-    return await admission.serialized(inv.container_id, inv.verb,
-                                      partial(verb.handler, serve, req))
+def admit(verb: Verb[S, R], inv: Invocation, version: str | None, who: str = "") -> None:
+    """The checks every front door makes before it runs ``verb``'s handler for ``inv``
+    (pure): code 1 when the conf's cniVersion (``version``; None for a verb that is not
+    gated: it has no conf to read) predates the verb; for a verb that names a container,
+    an invalid container, interface or CNI_ARGS refused. ``who`` prefixes the version
+    refusal. The caller runs the handler, a per-container verb in the container's turn
+    (:meth:`~netctl.engine.admission.Admission.turn`)."""
+    if verb.gated and version is not None and versions.parse(version) < verb.min_version:
+        need = ".".join(map(str, verb.min_version))
+        raise CNIError(INCOMPATIBLE_VERSION, f"{who}{inv.verb} needs cniVersion {need} "
+                       f"or later, not {version}")
+    if verb.per_container:
+        validate.container_id(inv.container_id)
+        validate.ifname(inv.ifname)
+        if inv.args_error is not None:
+            raise inv.args_error
+
+
+def container_of(verb: Verb[S, R], inv: Invocation) -> str | None:
+    """Whose turn ``verb`` runs in: ``inv``'s container, or None for a verb of none."""
+    return inv.container_id if verb.per_container else None

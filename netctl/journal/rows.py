@@ -143,12 +143,16 @@ def release_allocations(db: sqlite3.Connection, gone: Iterable[Allocation], op_i
 
 
 def insert_step(db: sqlite3.Connection, step: StepStart, now: float) -> int:
+    """A step begun (an ADD's counts as started from here); its id."""
     cur = db.execute(
         "INSERT INTO steps (operation_id, attachment_id, position, verb, plugin_type,"
         " config, netns, ifname, state, started_at) VALUES (?,?,?,?,?,?,?,?,'running',?)",
         (step.op_id, step.attachment, step.position, step.verb, step.plugin_type,
          step.config, step.netns, step.ifname, now))
     assert cur.lastrowid is not None
+    if step.verb == "ADD":  # begun, it counts as started: a DEL is owed for it
+        db.execute("UPDATE attachments SET steps_started=MAX(steps_started, ?) WHERE id=?",
+                   (step.position + 1, step.attachment))
     return cur.lastrowid
 
 

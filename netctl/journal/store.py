@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiosqlite
 import trio
@@ -65,6 +65,13 @@ from netctl.journal.rows import (
     release_allocations,
     to_json,
 )
+
+
+class Begun(NamedTuple):
+    """An operation begun (:meth:`Journal.begin`): its id, and its first steps' ids."""
+
+    op_id: int
+    steps: list[int]
 
 
 class Journal:
@@ -127,23 +134,15 @@ class Journal:
     # -- operations -------------------------------------------------------------------------
 
     async def begin(self, op: OpStart, *, adding: Sequence[Attachment] = (),
-                    removing: Sequence[Attachment] = ()) -> int:
+                    removing: Sequence[Attachment] = (), first: Sequence[StepStart] = (),
+                    new: Sequence[Allocation] = (), pools: dict[str, PoolInfo] | None = None
+                    ) -> Begun:
         """Record an operation before its first side effect, in one transaction with the
         attachments it will add (state ``adding``; their ids, unless :meth:`number` gave
-        them) and those it will remove (state ``removing``). Returns the operation's id."""
-        op_id, _ = await self.begin_with_steps(op, adding=adding, removing=removing)
-        return op_id
-
-    async def begin_with_steps(self, op: OpStart, *, adding: Sequence[Attachment] = (),
-                               removing: Sequence[Attachment] = (),
-                               first: Sequence[StepStart] = (),
-                               new: Sequence[Allocation] = (),
-                               pools: dict[str, PoolInfo] | None = None
-                               ) -> tuple[int, list[int]]:
-        """:meth:`begin`, with the first step of some of its chains begun in the same
-        transaction (``first``: their ``op_id`` is this operation's, set here) and the
-        addresses those steps are given (``new``): one commit where there were one per
-        chain more. Returns the operation's id and the steps' ids, in ``first``'s order."""
+        them) and those it will remove (state ``removing``), the first step of some of its
+        chains (``first``: their ``op_id`` is this operation's, set here) and the addresses
+        those steps are given (``new``): one commit for all of it. Returns the operation's
+        id and the steps' ids, in ``first``'s order."""
         self.number(adding)  # never SQLite's own rowid: it could be one numbered already
 
         def fn(db: sqlite3.Connection) -> tuple[int, list[int], list[int]]:
@@ -181,7 +180,7 @@ class Journal:
             for att, att_id in zip(adding, result[1], strict=True):
                 self.live.attachment(att_id, att.container_id, att.netns, att.result,
                                      att.pod.uid)
-            self.live.leaving(att.id for att in removing)
+            self.live.leaving([att.id for att in removing])
             self._allocations_changed(new, ())
 
         op_id, ids, steps = await self._io.write(fn, indexed)
@@ -194,7 +193,7 @@ class Journal:
         self._outer[op_id] = logs.current()
         logs.bind(op=op_id, verb=op.verb, container=op.container_id,
                   pod=logs.pod_name(op.pod.namespace, op.pod.name))
-        return op_id, steps
+        return Begun(op_id, steps)
 
     def number(self, atts: Sequence[Attachment]) -> None:
         """Give ``atts`` their ids now, before :meth:`begin` records them: what is worked
@@ -240,9 +239,9 @@ class Journal:
             self._log_events(events)
             for att in changed:  # the others' are in since their steps ended
                 self.live.result(att.id, att.result)
-            self.live.removed(att.id for att in end.removed)
-            self.live.leaving((att.id for att, _ in end.kept), leaving=False)
-            self.live.failed(att.id for att, _ in end.kept)
+            self.live.removed([att.id for att in end.removed])
+            self.live.leaving([att.id for att, _ in end.kept], leaving=False)
+            self.live.failed([att.id for att, _ in end.kept])
 
         await self._io.write(fn, indexed)
         for att in end.attached:
@@ -294,7 +293,7 @@ class Journal:
 
         def indexed(result: tuple[int, list[Event]]) -> None:
             self._log_events(result[1])
-            self.live.removed(a.id for a in atts)
+            self.live.removed([a.id for a in atts])
             self._allocations_changed((), gone)
 
         op_id, _ = await self._io.write(fn, indexed)
@@ -390,10 +389,6 @@ class Journal:
             now = self.clock()
             record_allocations(db, new, step.op_id, pools or {}, now)
             step_id = insert_step(db, step, now)
-            if step.verb == "ADD":
-                db.execute(
-                    "UPDATE attachments SET steps_started=MAX(steps_started, ?) WHERE id=?",
-                    (step.position + 1, step.attachment))
             return step_id
 
         return await self._io.write(fn, lambda _: self._allocations_changed(new, ()))
@@ -435,7 +430,7 @@ class Journal:
         for alloc in new:
             self.live.allocated((alloc.scope, alloc.address), alloc.owner.container_id,
                                 alloc.owner.netns, alloc.owner.attachment_id)
-        self.live.released((alloc.scope, alloc.address) for alloc in gone)
+        self.live.released([(alloc.scope, alloc.address) for alloc in gone])
 
 
     # -- retention (netctl/journal/retention.py) -------------------------------------------

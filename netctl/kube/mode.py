@@ -261,6 +261,14 @@ class NetworkStatus:
                 await self.write_pod_status(annotate.pod, annotate, atts, resumed=True)
 
 
+async def tell_refused(events: EventRecorder, timeout: float, inv: Invocation,
+                       exc: Refusal) -> None:
+    """A Warning Event on the refused pod, or one more count of the same one, within
+    ``timeout`` (the engine's ``refused`` hook: the CNI error is the answer either way)."""
+    with trio.move_on_after(timeout):
+        await events.warn(inv.pod, exc.reason, exc.note or exc.msg)
+
+
 @dataclass
 class KubeMode:
     """Kubernetes mode's parts, finished, and what runs them.
@@ -303,13 +311,6 @@ class KubeMode:
                 except (ApiError, CNIError) as exc:
                     log.warning("cluster IPAM: %s; retrying", exc)
                 await trio.sleep(self.block_check if store.ready.is_set() else 1.0)
-
-    async def refused(self, inv: Invocation, exc: Refusal) -> None:
-        """A Warning Event on the refused pod, or one more count of the same one."""
-        namespace, _, name = exc.pod.partition("/")
-        await self.client.events.warn(Pod(namespace=namespace or inv.pod.namespace,
-                                          name=name or inv.pod.name, uid=inv.pod.uid),
-                                      exc.reason, exc.note or exc.msg)
 
     async def run(self, reconciler: Reconciler, grace: float,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -169,7 +169,7 @@ def choose(conf: NetctlConf, pod: PodRef, annotations: Mapping[str, Any],
 
 def _refusal(ref: str, key: str, why: str, reason: str = REASON_BAD_ANNOTATION) -> Refusal:
     return Refusal(f"pod {ref}: annotation {key} {why}", reason, f"annotation {key} {why}",
-                   pod=ref)
+                   named=True)
 
 
 def _annotation(annotations: Mapping[str, Any], key: str, ref: str) -> str:

@@ -134,7 +134,7 @@ class Reconciler:
         if dry_run or todo.empty:
             return report, frozenset()
         self.metrics.reconciled(todo.found)
-        op_id = await self.journal.begin(OpStart(
+        op_id, _ = await self.journal.begin(OpStart(
             verb="RECONCILE", origin=origin, request=msgspec.json.encode(todo.to_json())))
         errors: list[str] = []
         deferred: set[str] = set()

@@ -79,7 +79,7 @@ def test_the_index_follows_an_attachment_from_add_to_removal(tmp_path: Path) -> 
         async with open_journal(tmp_path) as journal:
             att = Attachment(container_id="c1", ifname="eth0", network="default/blue",
                              chain=CHAIN, netns=NETNS)
-            add = await journal.begin(OpStart(verb="ADD", container_id="c1"), adding=[att])
+            add, _ = await journal.begin(OpStart(verb="ADD", container_id="c1"), adding=[att])
             assert journal.live.attachments == {att.id: LiveAttachment("c1", NETNS)}
             await same_as_read(journal)
 
@@ -94,7 +94,7 @@ def test_the_index_follows_an_attachment_from_add_to_removal(tmp_path: Path) -> 
             assert list(journal.live.at_link("veth1")) == []
             await same_as_read(journal)
 
-            failing = await journal.begin(OpStart(verb="DEL", container_id="c1"),
+            failing, _ = await journal.begin(OpStart(verb="DEL", container_id="c1"),
                                           removing=[att])
             assert journal.live.attachments[att.id].leaving
             await journal.finish(failing, OpEnd(state="failed", kept=[(att, "boom")]),
@@ -102,7 +102,7 @@ def test_the_index_follows_an_attachment_from_add_to_removal(tmp_path: Path) -> 
             assert not journal.live.attachments[att.id].leaving
             await same_as_read(journal)
 
-            removing = await journal.begin(OpStart(verb="DEL", container_id="c1"),
+            removing, _ = await journal.begin(OpStart(verb="DEL", container_id="c1"),
                                            removing=[att])
             assert journal.live.attachments[att.id].leaving
             await step(journal, removing, att, "DEL", gone=decision.new)
@@ -126,7 +126,7 @@ def test_plain_allocations_and_a_journal_opened_again(tmp_path: Path) -> None:
                                           new=gone.new, pools=gone.pools)
             att = Attachment(container_id="c2", ifname="eth0", network="default/blue",
                              chain=CHAIN, netns=NETNS, result=result("veth3"))
-            add = await journal.begin(OpStart(verb="ADD", container_id="c2"), adding=[att])
+            add, _ = await journal.begin(OpStart(verb="ADD", container_id="c2"), adding=[att])
             await journal.finish(add, OpEnd(state="done", attached=[att]))
             await journal.one_transaction(OpStart(verb="DEL", container_id="plain2"),
                                           gone=gone.new)

@@ -131,7 +131,7 @@ async def history(journal: Journal, clock: SimClock) -> dict[str, Any]:
     out["old"] = old
     out["live"] = await add_pod(journal, 2)  # live for a week: stays, with its ADD
     stuck = await add_pod(journal, 3)  # its DEL failed: stays, with its ADD and DEL
-    op = await journal.begin(OpStart(verb="DEL", container_id=stuck.att.container_id),
+    op, _ = await journal.begin(OpStart(verb="DEL", container_id=stuck.att.container_id),
                              removing=[stuck.att])
     await journal.finish(op, OpEnd(state="failed", code=107, error="bridge: busy",
                                    kept=[(stuck.att, "bridge: busy")]),
@@ -139,10 +139,10 @@ async def history(journal: Journal, clock: SimClock) -> dict[str, Any]:
     out["stuck"], out["stuck_del"] = stuck, op
     running = await add_pod(journal, 4)  # a DEL cut short a week ago: its op still runs
     out["running"] = running
-    out["running_op"] = await journal.begin(
-        OpStart(verb="DEL", container_id=running.att.container_id), removing=[running.att])
+    out["running_op"] = (await journal.begin(
+        OpStart(verb="DEL", container_id=running.att.container_id), removing=[running.att])).op_id
     leak = await add_pod(journal, 5)  # removed, but its address never released (a leak)
-    op = await journal.begin(OpStart(verb="DEL", container_id=leak.att.container_id),
+    op, _ = await journal.begin(OpStart(verb="DEL", container_id=leak.att.container_id),
                              removing=[leak.att])
     await journal.finish(op, OpEnd(state="done", removed=[leak.att]))
     out["leak"] = leak

@@ -35,7 +35,7 @@ def test_a_hung_database_fails_a_write_in_time_and_the_journal_goes_on(
             with pytest.raises(trio.TooSlowError):
                 await journal.live_attachments()
             await trio.sleep(0.6)  # the thread answers the cancelled trips: dropped
-            op = await journal.begin(OpStart(verb="ADD", container_id="later"))
+            op, _ = await journal.begin(OpStart(verb="ADD", container_id="later"))
             await journal.finish(op, OpEnd(state="done"))
             # the late write itself ran meanwhile: the deadline bounds the wait, not the thread
             assert [op.container_id for op in await journal.unfinished_operations()] == ["late"]
@@ -57,7 +57,7 @@ def test_a_write_that_fails_in_a_batch_loses_only_itself(tmp_path: Path) -> None
                 raise sqlite3.IntegrityError("the second statement of this write failed")
 
             async def begin(name: str) -> None:
-                ops[name] = await journal.begin(OpStart(verb="ADD", container_id=name))
+                ops[name], _ = await journal.begin(OpStart(verb="ADD", container_id=name))
 
             failed: list[CNIError] = []
 

@@ -59,11 +59,11 @@ def test_static_pods() -> None:
 
 def test_refusal_names_its_pod_once() -> None:
     bad = Refusal("no NetworkAttachmentDefinition a/b", "NoNetworkFound", "a/b not found")
-    assert isinstance(bad, CNIError) and bad.code == INVALID_CONFIG and bad.pod == ""
+    assert isinstance(bad, CNIError) and bad.code == INVALID_CONFIG and not bad.named
     named = bad.for_pod("shop/web-1")
     assert named.msg == "pod shop/web-1: no NetworkAttachmentDefinition a/b"
-    assert (named.reason, named.note, named.pod) == ("NoNetworkFound", "a/b not found",
-                                                     "shop/web-1")
+    assert (named.reason, named.note, named.named) == ("NoNetworkFound", "a/b not found",
+                                                       True)
     assert named.for_pod("other/x") is named and bad.for_pod("") is bad
     assert len(Refusal("m", "R", "n" * 5000).note) == 1024
 

@@ -44,7 +44,7 @@ def test_a_pod_of_another_node_is_refused_naming_both() -> None:
         check_node(pod("n1.example.com"), "n1")
     exc = caught.value
     assert exc.code == INVALID_CONFIG and exc.reason == "PodOfAnotherNode"
-    assert exc.pod == "shop/web-1"
+    assert exc.named  # the message names the pod: not prefixed again
     assert "'n1.example.com'" in exc.msg and "'n1'" in exc.msg and "shop/web-1" in exc.msg
 
 

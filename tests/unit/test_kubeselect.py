@@ -122,7 +122,7 @@ def refusal(annotations: dict[str, Any], conf: dict[str, Any] | None = None,
     with pytest.raises(Refusal) as info:
         planned(annotations, conf, ns)
     assert info.value.code == INVALID_CONFIG
-    assert info.value.msg.startswith(f"pod {ns}/web-1: ") and info.value.pod == f"{ns}/web-1"
+    assert info.value.msg.startswith(f"pod {ns}/web-1: ") and info.value.named
     assert info.value.reason and info.value.note and len(info.value.note) <= 1024
     return info.value
 

@@ -323,7 +323,8 @@ def test_plan_refuses_as_the_pods(chosen: str, words: str) -> None:
     assert not isinstance(plain.value, Refusal), "standalone: the error as it was"
     with pytest.raises(Refusal) as info:
         plan(c, inv, Choice(selection.parse(chosen), pod=inv.pod), NETS)
-    assert info.value.code == INVALID_CONFIG and info.value.pod == "team/p"
+    assert info.value.code == INVALID_CONFIG and info.value.named \
+        and info.value.msg.startswith("pod team/p: ")
     assert info.value.msg == f"pod team/p: {plain.value.msg}" and words in info.value.msg
     assert info.value.reason == "InvalidNetworkAnnotation" and words in info.value.note
 

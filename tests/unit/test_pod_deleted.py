@@ -38,7 +38,7 @@ async def attach(journal: Journal, container: str, pod: Pod, ifnames: list[str])
     atts = [Attachment(container_id=container, ifname=ifname, network="default/blue",
                        chain=CHAIN, netns=f"/run/netns/{container}", pod=pod)
             for ifname in ifnames]
-    op = await journal.begin(OpStart(verb="ADD", container_id=container, pod=pod),
+    op, _ = await journal.begin(OpStart(verb="ADD", container_id=container, pod=pod),
                              adding=atts)
     await journal.finish(op, OpEnd(state="done", attached=atts))
 

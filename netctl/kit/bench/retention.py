@@ -110,7 +110,7 @@ async def add_pod(journal: Journal, n: int) -> PodLife:
     att = Attachment(container_id=cid, ifname="eth0", network="default/pod-net", chain=CHAIN,
                      is_default=True, caller_network="netctl", caller_ifname="eth0",
                      netns=netns, pod=pod, capability_args={"portMappings": []})
-    op = await journal.begin(OpStart(verb="ADD", container_id=cid, netns=netns, ifname="eth0",
+    op, _ = await journal.begin(OpStart(verb="ADD", container_id=cid, netns=netns, ifname="eth0",
                                      caller_network="netctl", caller_version="1.1.0", pod=pod,
                                      request=b"{}"), adding=[att])
     ip = RANGE.network_address + 2 + n % (RANGE.num_addresses - 4)
@@ -135,7 +135,7 @@ async def add_pod(journal: Journal, n: int) -> PodLife:
 async def del_pod(journal: Journal, life: PodLife) -> None:
     """Its DEL: the operation removing it, both steps in reverse, the release."""
     att = life.att
-    op = await journal.begin(OpStart(verb="DEL", container_id=att.container_id,
+    op, _ = await journal.begin(OpStart(verb="DEL", container_id=att.container_id,
                                      netns=att.netns, ifname="eth0", pod=att.pod),
                              removing=[att])
     for position, plugin in ((1, "portmap"), (0, "bridge")):

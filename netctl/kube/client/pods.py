@@ -144,7 +144,7 @@ def check_node(pod: Pod, node: str) -> None:
                   "(--node-name or NODE_NAME): refused; if both are this machine, set "
                   f"--node-name to {bound!r}, the name kubelet registered",
                   REASON_OTHER_NODE, f"its sandbox was ADDed on node {node!r}, not on its "
-                  f"node {bound!r}: is that node's --node-name wrong?", pod=ref)
+                  f"node {bound!r}: is that node's --node-name wrong?", named=True)
 
 
 class NadSource:
