@@ -3,11 +3,13 @@
 Every step is journaled before the plugin starts and after it ends (config
 bytes, netns, ifname, result or error, stderr, seconds). A chain's first step (an
 ADD's first, a DEL's last started) is worked out before its operation begins
-(:meth:`Chains.prepare`) and journaled in the operation's own transaction; the others
-each in one of their own. ADD keeps the chain's
-latest result and how many steps started on the :class:`Attachment`, which is
-exactly what a DEL needs: the started steps, in reverse, with that result as
-``prevResult`` — from memory during compensation, from the journal later.
+(:meth:`Chains.prepare_first`) and journaled in the operation's own transaction
+(:meth:`Chains.begin`); the others each in one of their own. A chain runs as a
+:class:`Run`, which keeps its latest result and how many steps started (the
+attachment it was given is never changed), which is exactly what a DEL needs: the
+started steps, in reverse, with that result as ``prevResult`` — from the run during
+compensation, from the journal later. A step is an I/O shell around :func:`ended`, the
+pure decision of how it ended.
 
 For a delegate whose ``ipam.type`` netctl serves (``netctl-ipam``, or a type
 taken over), the ADD step allocates in-process — planned and reserved before

@@ -1,7 +1,8 @@
 """The engine: one CNI invocation → journaled, concurrent, compensated delegate chains.
 
-The verbs are a table (:data:`VERBS`, applied by :func:`netctl.engine.verbs.dispatch`,
-as netctl-ipam's are); the handlers only do the work.
+The verbs are a table (:data:`VERBS`, checked by :func:`netctl.engine.verbs.admit`, as
+netctl-ipam's are); :meth:`Engine.handle` runs the handler in the container's turn, and
+the handlers only do the work.
 
 - ADD plans every attachment (refusing a netns that is not one, a bad IPAM
   section, a delegate that does not speak the network's cniVersion — before

@@ -4,7 +4,8 @@ planner and store the engine uses, owned by (container id, ifname).
 
 Each request is one journal transaction — the operation and its allocation or
 release together — so no crash can split them. The verbs are a table like the
-engine's, applied by the same :func:`netctl.engine.verbs.dispatch`.
+engine's, checked by the same :func:`netctl.engine.verbs.admit`, each run in the
+container's turn.
 """
 
 from __future__ import annotations

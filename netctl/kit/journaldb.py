@@ -117,3 +117,4 @@ def schema_version(conn: sqlite3.Connection) -> int | None:
     """The newest migration applied."""
     version = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
     return None if version is None else int(version)
+

@@ -44,7 +44,7 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from netctl.kit import harness
+from netctl.kit import harness, journaldb
 from netctl.kit.bench import render
 from netctl.kit.bench.common import (
     POD_NAMESPACE,
@@ -254,10 +254,9 @@ class HotplugBench(Bench):
             self.problems.append(f"{summary['not_applied']} changes not seen within "
                                  f"{CHANGE_TIMEOUT:g} s")
         with self.daemon.read_only() as conn:
-            done = conn.execute(
-                "SELECT verb, state, count(*) FROM operations WHERE origin='hotplug'"
-                " AND verb IN ('ADD', 'DEL') GROUP BY verb, state").fetchall()
-        ops = {f"{verb} {state}": n for verb, state, n in done}
+            ops = dict(Counter(f"{verb} {state}" for verb, origin, state
+                               in journaldb.operation_states(conn)
+                               if origin == "hotplug" and verb in ("ADD", "DEL")))
         if ops != {k: v for k, v in (("ADD done", len(changes) - len(changes) // 2),
                                      ("DEL done", len(changes) // 2)) if v}:
             self.problems.append(f"the journal's hot-plug operations: {ops}")
