@@ -291,27 +291,6 @@ class KubeMode:
     def ipam(self) -> ClusterStore | None:
         return self.health.ipam
 
-    async def _cluster_ipam(self, store: ClusterStore) -> None:
-        """The cluster store's caches, its start, and its maintenance rounds."""
-        from netctl.kube.client.api import ApiError
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(store.blocks.run)
-            nursery.start_soon(store.nodes.run)
-            nursery.start_soon(store.answer_borrows)
-            nursery.start_soon(store.publish_reservations)
-            while True:
-                try:
-                    if not store.ready.is_set():
-                        if self.takeover:
-                            await store.take_over_whereabouts()
-                        await store.start()
-                    else:
-                        await store.maintain()
-                except (ApiError, CNIError) as exc:
-                    log.warning("cluster IPAM: %s; retrying", exc)
-                await trio.sleep(self.block_check if store.ready.is_set() else 1.0)
-
     async def run(self, reconciler: Reconciler, grace: float,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The watches, and a deleted pod's attachments DELeted ``grace`` seconds later
@@ -330,7 +309,7 @@ class KubeMode:
                     nursery.start_soon(c.devices.claims.run)
                     nursery.start_soon(self._gone_while_down)
                     if self.ipam is not None:
-                        nursery.start_soon(self._cluster_ipam, self.ipam)
+                        nursery.start_soon(self.ipam.run, self.block_check, self.takeover)
                     await nursery.start(self.hotplug.run)
                     task_status.started()
                     async for pod in c.deleted:

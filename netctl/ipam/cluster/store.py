@@ -407,6 +407,29 @@ class ClusterStore:
     async def take_over_whereabouts(self) -> int:
         return await self.whereabouts.take_over()
 
+    async def run(self, block_check: float, takeover: bool = False) -> None:
+        """Everything the store runs, for ever (cancel to stop): its caches, the answers to
+        other nodes' asks, the reservations published, its start (after taking over
+        whereabouts' holds, with ``takeover``), then a maintenance round every
+        ``block_check`` seconds. The daemon runs it; so does each node ``netctl bench
+        scale`` simulates."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.blocks.run)
+            nursery.start_soon(self.nodes.run)
+            nursery.start_soon(self.answer_borrows)
+            nursery.start_soon(self.publish_reservations)
+            while True:
+                try:
+                    if not self.ready.is_set():
+                        if takeover:
+                            await self.take_over_whereabouts()
+                        await self.start()
+                    else:
+                        await self.maintain()
+                except (ApiError, CNIError) as exc:
+                    log.warning("cluster IPAM: %s; retrying", exc)
+                await trio.sleep(block_check if self.ready.is_set() else 1.0)
+
     async def answer_borrows(self) -> None:
         await self.borrows.answer_borrows()
 

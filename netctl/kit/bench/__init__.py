@@ -6,6 +6,7 @@
 :mod:`~netctl.kit.bench.devices`,
 :mod:`~netctl.kit.bench.sticky`, :mod:`~netctl.kit.bench.cluster` with its baseline
 :mod:`~netctl.kit.bench.whereabouts`, :mod:`~netctl.kit.bench.query`,
+:mod:`~netctl.kit.bench.scale`,
 :mod:`~netctl.kit.bench.density`: ``node-density`` on a real node) on the shared
 driver and base of :mod:`~netctl.kit.bench.common` (over :mod:`netctl.kit.harness`, which
 the tests use too) and the one renderer of :mod:`~netctl.kit.bench.render`. Its command line is
@@ -63,6 +64,10 @@ def main(args: argparse.Namespace) -> int:
         from netctl.kit.bench.sticky import run_sticky
 
         return run_sticky(args)
+    if args.bench == "scale":
+        from netctl.kit.bench.scale import run_scale
+
+        return run_scale(args)
     if args.bench == "query":
         from netctl.kit.bench.query import run_query
 

@@ -160,6 +160,23 @@ def _add_kube_benches(bsub: _Commands) -> None:
                    "500m, the former manifest's, or 1); 0: no CPU limit (the request kept); "
                    "default: the manifest's (500m requested, no limit)")
     b.add_argument("--json", action="store_true")
+    b = bsub.add_parser("scale", help="N simulated nodes, each running netctl's cluster IPAM "
+                        "and informers, on the real API server: per-node watch events and "
+                        "requests, IPAM writes per pod, duplicates, the relist after a restart")
+    b.add_argument("--nodes", default="100,300", metavar="N[,N…]",
+                   help="cluster sizes, run one after the other (default 100,300)")
+    b.add_argument("--pods", type=int, default=4, help="pods each node ADDs first (default 4)")
+    b.add_argument("--status-every", type=float, default=300.0, metavar="S",
+                   help="each Node's status is updated every S seconds (default 300)")
+    b.add_argument("--measure", type=float, default=60.0, metavar="S",
+                   help="the measured window (default 60)")
+    b.add_argument("--churn-every", type=float, default=30.0, metavar="S",
+                   help="each node replaces one pod every S seconds in the window (default 30)")
+    b.add_argument("--block-check", type=float, default=10.0, metavar="S",
+                   help="the cluster IPAM's maintenance round (block-check, default 10)")
+    b.add_argument("--no-restart", action="store_true",
+                   help="skip the API server restart (the relist storm)")
+    b.add_argument("--json", action="store_true")
     b = bsub.add_parser("query", help="a cluster-wide kubectl netctl journal --ip --at over "
                         "N nodes' query endpoints vs one node's local netctl journal")
     b.add_argument("--nodes", type=int, default=4, help="netctl daemons (default 4)")

@@ -302,6 +302,11 @@ class RealKube:
         self.start()
 
     @property
+    def apiserver_pid(self) -> int:
+        """kube-apiserver's process id (0: not running)."""
+        return self._apiserver.pid if self._apiserver is not None else 0
+
+    @property
     def serving(self) -> bool:
         return self._apiserver is not None and self._apiserver.poll() is None
 

@@ -75,6 +75,8 @@ class Informer(Generic[T]):
         self.state = "starting"
         self.last_seen = 0.0  # monotonic time of the last list or event
         self.lists = self.watches = self.events = 0
+        self.event_bytes = 0  # the watch events' bytes, as received
+        self.list_bytes = self.list_objects = 0  # what the lists brought
         self._waiters: dict[Key | None, trio.Event] = {}  # None: the first list
         self._list_type = msgspec.defstruct(
             "List", [("metadata", _ListMeta, msgspec.field(default_factory=_ListMeta)),
@@ -84,6 +86,14 @@ class Informer(Generic[T]):
     def age(self) -> float | None:
         """Seconds since the cache last heard from the API server (None: never)."""
         return time.monotonic() - self.last_seen if self.last_seen else None
+
+    def counters(self) -> dict[str, int]:
+        """What the cache has received so far: watch events and their bytes, lists, the
+        objects and bytes they brought, watches opened (the metrics, ``netctl bench
+        scale``)."""
+        return {"events": self.events, "bytes": self.event_bytes, "lists": self.lists,
+                "list_bytes": self.list_bytes, "list_objects": self.list_objects,
+                "watches_opened": self.watches}
 
     def status(self) -> dict[str, object]:
         age = self.age()
@@ -135,6 +145,8 @@ class Informer(Generic[T]):
         data = await self.api.list(self.path, self.query)
         listed = msgspec.json.decode(data, type=self._list_type)
         self.lists += 1
+        self.list_bytes += len(data)
+        self.list_objects += len(listed.items)  # type: ignore[attr-defined]
         fresh: dict[Key, T] = {(o.metadata.namespace, o.metadata.name): o
                                for o in listed.items}  # type: ignore[attr-defined]
         for key in [k for k in self.cache if k not in fresh]:
@@ -164,6 +176,7 @@ class Informer(Generic[T]):
             log.warning("watch %s: an undecodable event ignored: %s", self.path, exc)
             return
         self.events += 1
+        self.event_bytes += len(line)
         if event.type == "ERROR":
             status = msgspec.json.decode(event.object, type=Status)
             if status.code == 410:
