@@ -82,6 +82,18 @@ def verb_label(verb: str) -> str:
     return verb if verb in VERBS else OTHER
 
 
+@dataclass(frozen=True)
+class CacheState:
+    """One Kubernetes cache (an informer) as the scrape reports it."""
+
+    up: bool  # watching now
+    age: float | None  # seconds since it last heard from the API server (None: never)
+    events: int = 0  # watch events received
+    event_bytes: int = 0  # their bytes
+    lists: int = 0  # lists (the first, and every relist)
+    list_bytes: int = 0  # the lists' bytes
+
+
 @dataclass
 class Snapshot:
     """The daemon's state as the scrape reports it (read from memory)."""
@@ -96,7 +108,7 @@ class Snapshot:
     journal_bytes: int = 0
     journal_writes: int = 0
     journal_commits: int = 0
-    watches: Mapping[str, tuple[bool, float | None]] | None = None  # resource → up, age
+    watches: Mapping[str, CacheState] | None = None  # resource → its cache
     api_calls: Mapping[tuple[str, str], int] | None = None  # (verb, resource) → count
     # (verb, resource, code) → count: answers by HTTP status (netctl.kube.client.api.code_label)
     api_answers: Mapping[tuple[str, str, str], int] | None = None
@@ -154,12 +166,23 @@ class _State(Collector):
                                    "is watching the API server", labels=["resource"])
             age = GaugeMetricFamily("netctl_kube_cache_age_seconds", "Seconds since the cache "
                                     "last heard from the API server", labels=["resource"])
-            for resource, (watching, seconds) in sorted(s.watches.items()):
-                up.add_metric([resource], 1.0 if watching else 0.0)
-                if seconds is not None:
-                    age.add_metric([resource], seconds)
+            counted = {
+                name: CounterMetricFamily(f"netctl_kube_{name}", text, labels=["resource"])
+                for name, text in (
+                    ("watch_events", "Watch events the cache of the resource received"),
+                    ("watch_bytes", "Bytes of the watch events the cache received"),
+                    ("lists", "Lists the cache made (the first, and every relist)"),
+                    ("list_bytes", "Bytes the cache's lists brought"))}
+            for resource, c in sorted(s.watches.items()):
+                up.add_metric([resource], 1.0 if c.up else 0.0)
+                if c.age is not None:
+                    age.add_metric([resource], c.age)
+                for name, value in (("watch_events", c.events), ("watch_bytes", c.event_bytes),
+                                    ("lists", c.lists), ("list_bytes", c.list_bytes)):
+                    counted[name].add_metric([resource], value)
             yield up
             yield age
+            yield from counted.values()
         if s.api_calls is not None:
             calls = CounterMetricFamily("netctl_kube_api_requests", "Requests made to the "
                                         "Kubernetes API server", labels=["verb", "resource"])

@@ -35,7 +35,7 @@ from netctl.ipam.store import Loaded
 from netctl.journal.records import Attachment, OpStart
 from netctl.journal.store import Journal
 from netctl.kube.client.netstatus import annotation_value, network_status
-from netctl.metrics import Metrics, Snapshot
+from netctl.metrics import CacheState, Metrics, Snapshot
 from netctl.reconcile.leaks import Reconciler
 from netctl.settings import DaemonConfig
 
@@ -129,7 +129,8 @@ def cluster_store(client: KubeClient, cfg: DaemonConfig, journal: Journal,
 
     return make(client.api, journal, ClusterSettings(
         client.node, cfg.block_idle, cfg.node_gone_grace,
-        ready_wait=max(cfg.api_timeout, cfg.pod_wait)), live, live_pods)
+        ready_wait=max(cfg.api_timeout, cfg.pod_wait), fill_read=30 * cfg.block_check),
+        live, live_pods)
 
 
 @dataclass(frozen=True)
@@ -151,14 +152,22 @@ class KubeHealth:
                               node=c.node, node_exists=c.this_node.exists,
                               unreachable=c.api.unreachable)
 
-    def watches(self) -> dict[str, tuple[bool, float | None]]:
-        """Each cache's resource: whether it is watching, and its age (the metrics)."""
+    def watches(self) -> dict[str, CacheState]:
+        """Each cache's resource: whether it is watching, its age, what it received (the
+        metrics). Every Node is watched only by the holder of the gone-nodes Lease."""
         informers: list[tuple[str, Informer[Any]]] = [
             ("pods", self.client.pods.informer),
             ("network-attachment-definitions", self.client.nads.informer)]
         if self.ipam is not None:
-            informers += [("ipamblocks", self.ipam.blocks), ("nodes", self.ipam.nodes)]
-        return {name: (inf.state == "watching", inf.age()) for name, inf in informers}
+            informers.append(("ipamblocks", self.ipam.blocks))
+            if self.ipam.maintenance.gone.lease.held:
+                informers.append(("nodes", self.ipam.nodes))
+        out = {}
+        for name, inf in informers:
+            c = inf.counters()
+            out[name] = CacheState(inf.state == "watching", inf.age(), c["events"],
+                                   c["bytes"], c["lists"], c["list_bytes"])
+        return out
 
     def snapshot(self, local: Snapshot) -> Snapshot:
         """The scrape's ``local`` numbers with this mode's: the blocks per node, the

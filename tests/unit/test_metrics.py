@@ -15,7 +15,15 @@ from netctl.errors import NOT_AVAILABLE
 from netctl.ipam.store import IndexStore
 from netctl.journal.live import LiveIndex
 from netctl.journal.records import Allocation, Owner
-from netctl.metrics import MAX_PLUGIN_TYPES, Capped, Metrics, Snapshot, parse_addr, respond
+from netctl.metrics import (
+    MAX_PLUGIN_TYPES,
+    CacheState,
+    Capped,
+    Metrics,
+    Snapshot,
+    parse_addr,
+    respond,
+)
 from netctl.reconcile.plan import REASONS, AttachmentFact, Facts, plan
 
 
@@ -49,7 +57,9 @@ def test_a_snapshot_is_rendered_at_scrape_time() -> None:
     state = Snapshot(in_flight=3, queued=1, stuck=2, pools={"p/10.0.0.0/24": (254, 7),
                                                             "q": (None, 1)},
                      blocks={"node-a": 2}, journal_bytes=4096, journal_writes=10,
-                     journal_commits=4, watches={"pods": (True, 0.5), "nodes": (False, None)},
+                     journal_commits=4,
+                     watches={"pods": CacheState(True, 0.5, 7, 7000, 1, 900),
+                              "nodes": CacheState(False, None)},
                      api_calls={("list", "pods"): 2})
     m.watch(lambda: state)
     got = families(m)
@@ -61,6 +71,13 @@ def test_a_snapshot_is_rendered_at_scrape_time() -> None:
     assert got["netctl_journal_writes_total"] == [({}, 10)]
     assert got["netctl_kube_watch_up"] == [({"resource": "nodes"}, 0), ({"resource": "pods"}, 1)]
     assert got["netctl_kube_cache_age_seconds"] == [({"resource": "pods"}, 0.5)]
+    # what each cache received: events and their bytes, lists and theirs (a relist storm
+    # shows as lists and list bytes climbing)
+    assert ({"resource": "pods"}, 7) in got["netctl_kube_watch_events_total"]
+    assert ({"resource": "pods"}, 7000) in got["netctl_kube_watch_bytes_total"]
+    assert ({"resource": "pods"}, 1) in got["netctl_kube_lists_total"]
+    assert ({"resource": "pods"}, 900) in got["netctl_kube_list_bytes_total"]
+    assert ({"resource": "nodes"}, 0) in got["netctl_kube_watch_events_total"]
     assert got["netctl_kube_api_requests_total"] == [({"verb": "list", "resource": "pods"}, 2)]
     state.in_flight = 0  # read again at the next scrape
     assert families(m)["netctl_requests_in_flight"] == [({}, 0)]

@@ -24,7 +24,8 @@ The API is called only when:
   apart) is released — deleted with its resourceVersion as precondition — keeping at
   least one block per pool; blocks of a node whose Node object has been gone for
   ``node-gone-grace`` seconds, and that has no pod left in the API, are handed over to
-  this node (an update carrying the resourceVersion read: of two nodes racing, one wins);
+  the one daemon that holds the gone-nodes Lease, which alone watches the Nodes
+  (:mod:`~netctl.ipam.cluster.gone`: the cluster pays O(1) per gone node, not O(N));
   other nodes' blocks are recorded as they come and go, so that ``netctl journal --ip``
   can name the node that held an address at a time.
 
@@ -39,6 +40,7 @@ pure), :mod:`~netctl.ipam.cluster.state` (what the parts share),
 :mod:`~netctl.ipam.cluster.claims` (claims, releases, settling),
 :mod:`~netctl.ipam.cluster.borrow` (requested addresses in other nodes' blocks),
 :mod:`~netctl.ipam.cluster.adopt`, :mod:`~netctl.ipam.cluster.takeover` (whereabouts),
+:mod:`~netctl.ipam.cluster.gone` (the gone nodes' blocks, by the Lease's holder),
 :mod:`~netctl.ipam.cluster.maintain`, and :mod:`~netctl.ipam.cluster.store` (the
 :class:`~netctl.ipam.store.Store`). :func:`cluster_store` builds it complete.
 """
@@ -54,6 +56,7 @@ import trio
 from netctl.ipam.cluster.adopt import Adoption
 from netctl.ipam.cluster.borrow import Borrows, asks
 from netctl.ipam.cluster.claims import Claims
+from netctl.ipam.cluster.gone import LEASE_NAME, LEASE_NAMESPACE, GoneNodes, lease_duration
 from netctl.ipam.cluster.maintain import Maintenance
 from netctl.ipam.cluster.state import Cluster, ClusterSettings, Holdings
 from netctl.ipam.cluster.store import ClusterStore
@@ -61,8 +64,9 @@ from netctl.ipam.cluster.takeover import WhereaboutsHolds
 from netctl.ipam.store import IndexStore, Loaded
 from netctl.journal.store import Journal
 from netctl.kube.client.api import Api
-from netctl.kube.client.blocks import BLOCKS, NODES
+from netctl.kube.client.blocks import BLOCKS, LENDER_LABEL, NODE_LABEL, NODES
 from netctl.kube.client.informer import Informer
+from netctl.kube.client.leases import LeaseHold
 from netctl.kube.client.objects import Block as IPAMBlock
 from netctl.kube.client.objects import Node
 
@@ -84,12 +88,20 @@ def cluster_store(api: Api, journal: Journal, settings: ClusterSettings,
         if asks(holdings, obj):  # another node asks for an address of one of ours
             ask.send_nowait(obj)
 
+    me = settings.node
     cluster = Cluster(api, journal, settings,
-                      Informer(api, IPAMBlock, BLOCKS, [], on_put=on_block),
-                      Informer(api, Node, NODES, []))
+                      Informer(api, IPAMBlock, BLOCKS, [("labelSelector", f"{NODE_LABEL}={me}")],
+                               on_put=on_block),
+                      Informer(api, IPAMBlock, BLOCKS,
+                               [("labelSelector", f"{LENDER_LABEL}={me}")], on_put=on_block))
     claims = Claims(cluster, holdings)
     borrows = Borrows(cluster, holdings, claims, asked)
     adoption = Adoption(cluster, holdings, claims, live_pods)
     whereabouts = WhereaboutsHolds(api, holdings)
-    maintenance = Maintenance(cluster, holdings, claims)
+    gone = GoneNodes(cluster, claims, LeaseHold(
+        api, LEASE_NAMESPACE, LEASE_NAME, settings.node,
+        lease_duration(settings.node_gone_grace)),
+        Informer(api, Node, NODES, [], metadata_only=True),
+        Informer(api, IPAMBlock, BLOCKS, [], metadata_only=True))
+    maintenance = Maintenance(cluster, holdings, claims, gone)
     return ClusterStore(cluster, holdings, claims, borrows, adoption, whereabouts, maintenance)

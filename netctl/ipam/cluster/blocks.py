@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from netctl.ipam.ranges import Range, merge_intervals
+from netctl.kube.client.blocks import scope_digest
 
 DEFAULT_PREFIX = {4: 26, 6: 122}
 MIN_BLOCKS = 16  # a default block size is shrunk until the pool holds this many
@@ -133,7 +134,7 @@ def candidates(rng: Range, prefix: int, node: str) -> Iterator[Block]:
 def block_name(scope: str, block: Block) -> str:
     """The claim object's name: a DNS-1123 subdomain, the same on every node for the same
     scope and block (``b-<scope hash>-<cidr>``)."""
-    digest = hashlib.sha256(scope.encode()).hexdigest()[:10]
+    digest = scope_digest(scope)
     text = block.cidr.replace(".", "-").replace(":", "-").replace("/", "-")
     return f"b-{digest}-{text.strip('-')}"
 

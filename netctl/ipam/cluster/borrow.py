@@ -64,9 +64,9 @@ class Borrows:
         single = Block(rng.version, ip, BITS[rng.version])
         owner = parent.spec.node
         obj = await self.claims.claim(key, scope, single, cfg, rng, parent=parent.metadata.name,
-                                      identity=identity, ifname=ifname)
+                                      identity=identity, ifname=ifname, lender=owner)
         if obj is None:
-            other = self.cluster.cached(block_name(scope, single))
+            other = await block_objects.get(api, block_name(scope, single))
             who = f"node {other.spec.node}" if other is not None else "another node"
             raise CNIError(INVALID_CONFIG, f"requested address {text} in pool {key} is "
                            f"already claimed by {who}")
@@ -102,8 +102,12 @@ class Borrows:
 
     async def answer_cached(self) -> None:
         """Answer the asks the watch brought before this node held their block."""
-        for obj in [b for b in self.cluster.blocks.cache.values() if asks(self.holdings, b)]:
+        for obj in [b for b in self._seen() if asks(self.holdings, b)]:
             await self.answer(obj)
+
+    def _seen(self) -> list[IPAMBlock]:
+        """This node's blocks and the borrow objects asking it, from their caches."""
+        return [*self.cluster.blocks.cache.values(), *self.cluster.asking.cache.values()]
 
     async def answer(self, obj: IPAMBlock) -> None:
         """Grant the address when it is free here, or reserved here for the sticky identity
@@ -255,7 +259,7 @@ class Borrows:
     def lent_now(self) -> dict[int, set[int]]:
         """The addresses of this node's blocks granted to other nodes, from the cache."""
         lent: dict[int, set[int]] = {}
-        for b in self.cluster.blocks.cache.values():
+        for b in self.cluster.asking.cache.values():
             if b.spec.parent in self.holdings.held and b.spec.grant == "granted" \
                     and b.spec.node != self.cluster.settings.node:  # not taken over with it
                 found = parse_address(b.spec.cidr)

@@ -11,7 +11,6 @@ import contextlib
 import ipaddress
 import logging
 from collections.abc import Iterator
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import msgspec
@@ -25,7 +24,6 @@ from netctl.ipam.ranges import IPAMConfig, Range
 from netctl.journal.records import BlockRecord
 from netctl.kube.client import blocks as block_objects
 from netctl.kube.client.api import ApiError
-from netctl.kube.client.informer import Informer
 from netctl.kube.client.objects import Block as IPAMBlock
 from netctl.kube.client.objects import BlockSpec
 
@@ -45,6 +43,24 @@ def block_of(obj: IPAMBlock) -> Block | None:
     return blk
 
 
+FRESH_FOR = 5.0  # seconds a read of a scope's blocks is used again by the next claim
+
+
+def _network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    try:
+        return ipaddress.ip_network(cidr)
+    except ValueError:
+        return None
+
+
+def _overlaps(blk: Block, nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> bool:
+    """A block of another size in the same scope (pools of one network_name with other
+    block sizes) covering part of ``blk``."""
+    net = ipaddress.ip_network(blk.cidr)
+    return any(other.version == net.version and other.overlaps(net)
+               for other in nets)
+
+
 @dataclass
 class Claims:
     cluster: Cluster
@@ -55,27 +71,22 @@ class Claims:
     _locks: dict[str, trio.Lock] = field(default_factory=dict)
     _claiming: set[int] = field(default_factory=set)  # records of claims in flight
 
-    def next_block(self, cfg: IPAMConfig, rng: Range) -> Block | None:
-        """The block of ``rng`` :meth:`claim_for` tries first, as the cache of blocks says
-        now (None when the cache knows none free)."""
-        key = pool_key(cfg, rng)
-        present = {n for _, n in self._synced(key).cache}
-        return next(self._free(cfg, rng, present), None)
-
-    def _synced(self, key: str) -> Informer[IPAMBlock]:
-        if not self.cluster.blocks.synced.is_set():
-            raise CNIError(TRY_AGAIN_LATER, f"ipam: pool {key} needs a new block and the "
-                           "cache of blocks is not filled yet; try again later")
-        return self.cluster.blocks
-
-    def _free(self, cfg: IPAMConfig, rng: Range, present: AbstractSet[str]) -> Iterator[Block]:
-        """The blocks of ``rng`` none of ``present`` names or overlaps, in the order this
-        node tries them."""
+    async def next_block(self, cfg: IPAMConfig, rng: Range) -> Block | None:
+        """The block of ``rng`` :meth:`claim_for` tries first, as the scope's blocks were
+        read at most :data:`FRESH_FOR` seconds ago (None when none is free)."""
         scope = scope_of(cfg, pool_key(cfg, rng))
+        blocks = await self.cluster.scope_blocks(scope, fresh_for=FRESH_FOR)
+        return next(self._free(cfg, rng, blocks), None)
+
+    def _free(self, cfg: IPAMConfig, rng: Range, blocks: list[IPAMBlock]) -> Iterator[Block]:
+        """The blocks of ``rng`` none of ``blocks`` (its scope's, any node's) is or
+        overlaps, in the order this node tries them."""
+        scope = scope_of(cfg, pool_key(cfg, rng))
+        present = {b.metadata.name for b in blocks}
+        nets = [net for b in blocks if (net := _network(b.spec.cidr)) is not None]
         for blk in candidates(rng, block_prefix(rng, cfg.block_size),
                               self.cluster.settings.node):
-            if block_name(scope, blk) not in present \
-                    and not self._overlaps(scope, blk, present):
+            if block_name(scope, blk) not in present and not _overlaps(blk, nets):
                 yield blk
 
     async def claim_for(self, cfg: IPAMConfig, rng: Range, before: int) -> Block | None:
@@ -87,46 +98,27 @@ class Claims:
         async with lock:
             if len(self.holdings.of_pool(key)) != before:
                 return None  # claimed while this request waited
-            present: AbstractSet[str] = {n for _, n in self._synced(key).cache}
             scope = scope_of(cfg, key)
-            for fresh in (False, True):  # the cache, then (it may lag) the API's own list
-                if fresh:
-                    present = await self._block_names()
-                for blk in self._free(cfg, rng, present):
+            blocks: list[IPAMBlock] = []
+            for fresh_for in (FRESH_FOR, 0.0):  # a recent read, then (it may lag) a new one
+                blocks = await self.cluster.scope_blocks(scope, fresh_for=fresh_for)
+                for blk in self._free(cfg, rng, blocks):
                     if await self.claim(key, scope, blk, cfg, rng) is not None:
                         return blk
             prefix = block_prefix(rng, cfg.block_size)
-            owners = sorted({b.spec.node for b in self.cluster.scope_blocks(scope)})
+            owners = sorted({b.spec.node for b in blocks})
             raise CNIError(POOL_EXHAUSTED, f"address pool {key} is exhausted: every block of "
                            f"/{prefix} is claimed (by nodes {', '.join(owners) or 'none'}) and "
                            f"this node's {before} blocks of it are full ({rng.size} addresses "
                            "in all)")
 
-    async def _block_names(self) -> set[str]:
-        """The names of every block, from one LIST (when the cache says none is free)."""
-        data = await self.cluster.api.list(block_objects.BLOCKS, [])
-        return {b.metadata.name for b in msgspec.json.decode(data, type=_BlockList).items}
-
-    def _overlaps(self, scope: str, blk: Block, present: AbstractSet[str]) -> bool:
-        """A block of another size in the same scope (pools of one network_name with other
-        block sizes) covering part of ``blk``; of the blocks named in ``present``."""
-        net = ipaddress.ip_network(blk.cidr)
-        for other in self.cluster.scope_blocks(scope):
-            if other.metadata.name not in present:
-                continue
-            try:
-                if ipaddress.ip_network(other.spec.cidr).overlaps(net):
-                    return True
-            except ValueError:
-                continue
-        return False
-
     async def claim(self, pool: str, scope: str, blk: Block, cfg: IPAMConfig, rng: Range,
-                    parent: str = "", identity: str = "", ifname: str = ""
+                    parent: str = "", identity: str = "", ifname: str = "", lender: str = ""
                     ) -> IPAMBlock | None:
         """The claim itself: intent journaled, object created, outcome journaled (a borrow,
-        with ``parent``, is held only once granted: its record waits in ``pending``; with
-        ``identity``, it asks for that sticky identity's reserved address)."""
+        with ``parent``, is held only once granted: its record waits in ``pending``, and
+        ``lender``, the parent's node, is named in its label, so that node's watch brings
+        it; with ``identity``, it asks for that sticky identity's reserved address)."""
         api, journal, node = self.cluster.api, self.cluster.journal, self.cluster.settings.node
         name = block_name(scope, blk)
         rec = BlockRecord(name=name, pool=pool, scope=scope, cidr=blk.cidr, node=node,
@@ -138,7 +130,7 @@ class Claims:
                          identity=identity, ifname=ifname)
         self._claiming.add(rec.id)
         try:
-            obj = await block_objects.claim(api, name, spec)
+            obj = await block_objects.claim(api, name, spec, lender)
         except ApiError as exc:  # the outcome is unknown: settled later by reading it
             self._claiming.discard(rec.id)
             raise CNIError(TRY_AGAIN_LATER, f"ipam: pool {pool} needs a new block and the API "

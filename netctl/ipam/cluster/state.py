@@ -12,6 +12,7 @@ node holds together.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -22,10 +23,10 @@ from netctl.ipam.planner import SetUnion
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import BlockRecord
 from netctl.journal.store import Journal
+from netctl.kube.client import blocks as block_objects
 from netctl.kube.client.api import Api
 from netctl.kube.client.informer import Informer
 from netctl.kube.client.objects import Block as IPAMBlock
-from netctl.kube.client.objects import Node
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class ClusterSettings:
     block_idle: float = 600.0  # a block empty this long is released (keeping one per pool)
     node_gone_grace: float = 300.0  # a deleted node's blocks are taken over after this
     ready_wait: float = 10.0  # an allocation waits this long for the store's start
+    # other nodes' blocks of the scopes this node holds blocks in are read at most this
+    # often (one LIST each, by label): the pools' fill (pool-degraded-at); the daemon's is
+    # 30 maintenance rounds, 5 minutes by default
+    fill_read: float = 300.0
 
 
 @dataclass
@@ -48,19 +53,46 @@ class Held:
 
 @dataclass
 class Cluster:
-    """The API server and the journal, and the caches of every block and node."""
+    """The API server and the journal; the caches of this node's blocks (its own borrow
+    objects among them) and of the borrow objects that ask it for addresses of its blocks,
+    each watched by label; other nodes' blocks read when needed (:meth:`scope_blocks`)."""
 
     api: Api
     journal: Journal
     settings: ClusterSettings
-    blocks: Informer[IPAMBlock]
-    nodes: Informer[Node]
+    blocks: Informer[IPAMBlock]  # label ipam.netctl.dev/node=<this node>
+    asking: Informer[IPAMBlock]  # label ipam.netctl.dev/lender=<this node>
+    # a scope's blocks as last read: (when, by name), per scope digest
+    _read: dict[str, tuple[float, dict[str, IPAMBlock]]] = field(default_factory=dict)
+    reads: int = 0  # scope lists made
 
     def cached(self, name: str) -> IPAMBlock | None:
+        """This node's block ``name``, from its cache."""
         return self.blocks.cache.get(("", name))
 
-    def scope_blocks(self, scope: str) -> list[IPAMBlock]:
-        return [b for b in self.blocks.cache.values() if b.spec.scope == scope]
+    async def scope_blocks(self, scope: str, fresh_for: float = 0.0) -> list[IPAMBlock]:
+        """Every block of uniqueness scope ``scope``, any node's: one LIST by label from
+        the API server's cache (a read no older than ``fresh_for`` seconds is used again).
+        What a node needs of other nodes' blocks only when it claims one, or looks for a
+        sticky address published elsewhere: read then, not watched."""
+        key = block_objects.scope_digest(scope)
+        now = time.monotonic()
+        read = self._read.get(key)
+        if read is None or now - read[0] > fresh_for:
+            found = await block_objects.listed(
+                self.api, f"{block_objects.SCOPE_LABEL}={key}")
+            self.reads += 1
+            read = self._read[key] = (now, {b.metadata.name: b for b in found
+                                             if b.spec.scope == scope})
+        return list(read[1].values())
+
+    def known(self) -> list[IPAMBlock]:
+        """Other nodes' blocks as last read (no I/O: the metrics' pool fill)."""
+        me = self.settings.node
+        seen: dict[str, IPAMBlock] = {}
+        for _, by_name in self._read.values():
+            seen.update({n: b for n, b in by_name.items() if b.spec.node != me})
+        return list(seen.values())
 
 
 @dataclass

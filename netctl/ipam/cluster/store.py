@@ -90,7 +90,9 @@ class ClusterStore:
 
     @property
     def nodes(self) -> Informer[Node]:
-        return self.cluster.nodes
+        """Every Node's metadata: watched only while this daemon holds the gone-nodes
+        Lease (:mod:`netctl.ipam.cluster.gone`)."""
+        return self.maintenance.gone.nodes
 
     # -- the planner's view: the index's, with whereabouts' and the lent addresses used ----
 
@@ -221,7 +223,8 @@ class ClusterStore:
         except CNIError as exc:
             if exc.code != POOL_EXHAUSTED:
                 raise
-        full = [(r, len(self.holdings.of_pool(pool_key(cfg, r))), self.claims.next_block(cfg, r))
+        full = [(r, len(self.holdings.of_pool(pool_key(cfg, r))),
+                 await self.claims.next_block(cfg, r))
                 for r, mine in zip(ranges, narrowed, strict=True)
                 if self._needs_block(cfg, r, mine, owner)]
         to_claim = {pool_key(cfg, r): _Claim(cfg, r, blk, before)
@@ -274,7 +277,10 @@ class ClusterStore:
                     or index.reservation(key, owner.identity, owner.ifname) is not None \
                     or index.sticky_holder(key, owner.identity, owner.ifname) is not None:
                 continue
-            published = self._published(key, owner.identity, owner.ifname, now)
+            # other nodes' blocks of the scope, read now (one LIST by label): a
+            # reservation published a moment ago must be found
+            blocks = await self.cluster.scope_blocks(scope_of(cfg, key))
+            published = self._published(blocks, key, owner.identity, owner.ifname, now)
             if published is None:
                 continue
             found, obj = published
@@ -293,13 +299,13 @@ class ClusterStore:
             out.append(found)
         return out
 
-    def _published(self, pool: str, identity: str, ifname: str, now: float
-                   ) -> tuple[str, IPAMBlock] | None:
+    def _published(self, blocks: list[IPAMBlock], pool: str, identity: str, ifname: str,
+                   now: float) -> tuple[str, IPAMBlock] | None:
         """The address of ``pool`` another node published as reserved for ``identity`` on
-        ``ifname`` (not expired), and the block object it is published on, from the
-        blocks' cache."""
+        ``ifname`` (not expired), and the block object it is published on, of
+        ``blocks``."""
         node = self.cluster.settings.node
-        for obj in self.cluster.blocks.cache.values():
+        for obj in blocks:
             if obj.spec.pool != pool or obj.spec.node == node:
                 continue
             for entry in obj.spec.reserved:
@@ -327,11 +333,11 @@ class ClusterStore:
                 if any(h.block == blk for h in held.values() if h.record.pool == key):
                     break
                 name = block_name(scope, blk)
-                other = self.cluster.cached(name)
+                other = await block_objects.get(self.cluster.api, name)
                 if other is None and \
                         await self.claims.claim(key, scope, blk, cfg, rng) is not None:
                     break
-                other = self.cluster.cached(name)
+                other = other or await block_objects.get(self.cluster.api, name)
                 if other is not None and other.spec.node != node:
                     single = Block(rng.version, ip, BITS[rng.version])
                     if block_name(scope, single) not in held:
@@ -391,9 +397,12 @@ class ClusterStore:
         return max(inside)[1] if inside else None
 
     async def start(self) -> None:
-        """Once the caches are filled: settle unfinished claims, load the held blocks,
-        adopt the blocks the journal lost; then :attr:`ready`."""
+        """Once the caches are filled: label the blocks made before blocks carried labels,
+        settle unfinished claims, load the held blocks, adopt the blocks the journal lost;
+        then :attr:`ready`."""
         await self.cluster.blocks.synced.wait()
+        await self.cluster.asking.synced.wait()
+        await self._label_unlabelled()
         await self.claims.settle()
         node = self.cluster.settings.node
         ours = {b.metadata.name: b for b in self.cluster.blocks.cache.values()
@@ -403,6 +412,30 @@ class ClusterStore:
             await self.adoption.adopt([ours[n] for n in lost])
         self.holdings.lent = self.borrows.lent_now()
         self.ready.set()
+
+    async def _label_unlabelled(self) -> int:
+        """The blocks without the node label (made by a netctl before they carried labels)
+        labelled, whoever's they are: after an upgrade the first daemon to start does it
+        for all, and the others find none (one LIST that selects nothing). How many."""
+        done = 0
+        api = self.cluster.api
+        for obj in await block_objects.listed(api, f"!{block_objects.NODE_LABEL}"):
+            lender = ""
+            if obj.spec.parent:
+                parent = await block_objects.get(api, obj.spec.parent)
+                lender = parent.spec.node if parent is not None else ""
+            new = await block_objects.label(api, obj, lender)
+            if new is None:
+                continue
+            done += 1
+            key = ("", new.metadata.name)  # in the caches now: their watches bring it too
+            if new.spec.node == self.cluster.settings.node:
+                self.cluster.blocks.cache[key] = new
+            if lender == self.cluster.settings.node:
+                self.cluster.asking.cache[key] = new
+        if done:
+            log.info("labelled %d address blocks made by an earlier netctl", done)
+        return done
 
     async def take_over_whereabouts(self) -> int:
         return await self.whereabouts.take_over()
@@ -415,7 +448,8 @@ class ClusterStore:
         scale`` simulates."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.blocks.run)
-            nursery.start_soon(self.nodes.run)
+            nursery.start_soon(self.cluster.asking.run)
+            nursery.start_soon(self.maintenance.gone.run)  # the Lease; Nodes while held
             nursery.start_soon(self.answer_borrows)
             nursery.start_soon(self.publish_reservations)
             while True:
@@ -447,14 +481,21 @@ class ClusterStore:
         self.holdings.lent = self.borrows.lent_now()
         await self.borrows.answer_cached()
         await self.sync_reservations()
+        for scope in sorted({h.record.scope for h in self.holdings.held.values()}):
+            # the pools' fill: other nodes' blocks, read now and then (not watched)
+            await self.cluster.scope_blocks(scope, fresh_for=self.cluster.settings.fill_read)
         done = await self.maintenance.round(now)
         return {**done, "adopted_freed": await self.adoption.release_gone()}
 
     # -- for the metrics and the status ----------------------------------------------------
 
     def blocks_by_node(self) -> dict[str, int]:
-        """How many blocks each node holds, from the blocks cache."""
-        return Counter(b.spec.node for b in self.cluster.blocks.cache.values())
+        """How many blocks each node holds: this node's from its cache, the others' as
+        last read (a claim's or a sticky address's read of their scope)."""
+        me = self.cluster.settings.node
+        return Counter([*(b.spec.node for b in self.cluster.known()),
+                        *(me for b in self.cluster.blocks.cache.values()
+                          if b.spec.node == me)])
 
     def pool_fill(self) -> dict[str, tuple[int | None, int]]:
         """Every known pool's size and how many of its addresses this node can no longer
@@ -462,7 +503,7 @@ class ClusterStore:
         other nodes' blocks (:func:`~netctl.ipam.cluster.blocks.held_elsewhere`). Capped
         at the pool's size (netctl/engine/degraded.py)."""
         usage = self.holdings.index.pool_fill()  # live and reserved
-        others = held_elsewhere([b.spec for b in self.cluster.blocks.cache.values()],
+        others = held_elsewhere([b.spec for b in self.cluster.known()],
                                 self.cluster.settings.node, usage, self.holdings.held)
         return {pool: (size, used + others.get(pool, 0) if size is None
                        else min(size, used + others.get(pool, 0)))
@@ -474,15 +515,17 @@ class ClusterStore:
                                       for h in self.holdings.held.values()),
                 "blocks_by_node": self.blocks_by_node(), "claims": self.claims.claims,
                 "releases": self.maintenance.releases,
-                "handovers": self.maintenance.handovers,
+                "handovers": self.maintenance.gone.handovers,
                 "whereabouts_holds": self.whereabouts.holds,
                 "borrowed": self.borrows.borrows,
                 "lent": sum(len(v) for v in self.holdings.lent.values()),
                 "sticky_published_elsewhere": sum(
-                    len(b.spec.reserved) for b in self.cluster.blocks.cache.values()
-                    if b.spec.node != self.cluster.settings.node),
+                    len(b.spec.reserved) for b in self.cluster.known()),
                 "blocks_cache": self.cluster.blocks.status(),
-                "nodes_cache": self.cluster.nodes.status()}
+                "asking_cache": self.cluster.asking.status(),
+                "scope_reads": self.cluster.reads,
+                "nodes_cache": self.nodes.status(),
+                "gone_nodes_lease": self.maintenance.gone.status()}
 
 
 _CHECK: type[Store] = ClusterStore  # mypy: the cluster store implements the interface

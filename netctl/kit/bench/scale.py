@@ -54,13 +54,13 @@ from typing import Any
 
 import msgspec
 import trio
-import trio_asyncio
 from rich.console import RenderableType
 
 from netctl.kit.bench.common import Bench, Measured, drive, proc_cpu, progress
 from netctl.kit.bench.render import num, table
 from netctl.kit.kubefake.real import RealKube
 from netctl.kit.kubefake.real import unavailable as real_unavailable
+from netctl.kube.client.api import run_with_loop
 
 POOL = "10.64.0.0/12"  # 1M addresses: 16,384 blocks of /26
 NETWORK = "scale"
@@ -122,7 +122,18 @@ class SimNode:
     failures: list[str] = field(default_factory=list)
 
     def informers(self) -> dict[str, Any]:
-        return {"ipamblocks": self.store.blocks, "nodes": self.store.nodes}
+        """Every cache of the node's cluster IPAM: its blocks; the borrow objects asking
+        it (a later netctl's); every Node and every block's owner (a later netctl's: only
+        the holder of the gone-nodes Lease runs them)."""
+        store = self.store
+        out = {"ipamblocks": store.blocks, "nodes": store.nodes}
+        asking = getattr(store.cluster, "asking", None)
+        gone = getattr(store.maintenance, "gone", None)
+        if asking is not None:
+            out["ipamblocks asking"] = asking
+        if gone is not None:
+            out["ipamblocks owners"] = gone.owners
+        return out
 
     def counters(self) -> dict[str, dict[str, int]]:
         """Each informer's counts so far (events, bytes, lists, objects listed, …)."""
@@ -178,7 +189,7 @@ class ScaleBench(Bench):
             progress(f"{n} nodes: starting the API server")
             with RealKube() as kube:
                 self.kube = kube
-                out.append(trio_asyncio.run(partial(self._one_size, kube, n)))
+                out.append(run_with_loop(partial(self._one_size, kube, n)))
                 self.kube = None
         logging.getLogger("netctl").removeHandler(self.logged)
         base = out[0]
@@ -339,6 +350,8 @@ class ScaleBench(Bench):
         before = {s.name: s.counters() for s in sims}
         listed_at = {id(inf): inf.counters()["lists"] for s in sims
                      for inf in s.informers().values()}
+        running = {id(inf) for s in sims for inf in s.informers().values()
+                   if inf.state == "watching"}
         progress(f"{len(sims)} nodes: restarting kube-apiserver")
         t0 = time.monotonic()
         await trio.to_thread.run_sync(kube.stop)
@@ -348,8 +361,9 @@ class ScaleBench(Bench):
         while True:
             # each cache watching again after the restart (a watch opened since, or a list)
             waiting = [s for s in sims for inf in s.informers().values()
-                       if inf.state != "watching" or inf.counters()["watches_opened"]
-                       <= before[s.name][_res_of(s, inf)]["watches_opened"]]
+                       if id(inf) in running and (
+                           inf.state != "watching" or inf.counters()["watches_opened"]
+                           <= before[s.name][_res_of(s, inf)]["watches_opened"])]
             if not waiting:
                 break
             if time.monotonic() - up > 600:
@@ -491,7 +505,8 @@ def render_scale(report: dict[str, Any]) -> list[RenderableType]:
     heads = ["per node, per hour"] + [f"{s['nodes']} nodes" for s in sizes] + \
         [f"{s['nodes']} / {sizes[0]['nodes']}" for s in sizes[1:]]
     rows = []
-    for key in sizes[0]["per_node"]:
+    keys = sorted({k for s in sizes for k in s["per_node"]})
+    for key in keys:
         row = [key] + [num(s["per_node"].get(key, {}).get("mean_per_h")) for s in sizes]
         row += [num(s["per_node_vs_smallest"].get(key)) for s in sizes[1:]]
         rows.append(row)

@@ -494,6 +494,11 @@ class RealKube:
                 self.request("DELETE", self.path(res, ns), options, ok_missing=True)
         self.request("DELETE", "/api/v1/namespaces/kube-system/secrets?labelSelector="
                      "netctl-test%3Dtrue", {"apiVersion": "v1", "kind": "DeleteOptions"})
+        # netctl's own lease (the gone nodes' blocks: one holder among the daemons), which
+        # a test's daemons would otherwise find held by the last test's
+        self.request("DELETE", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/"
+                     "netctl-ipam-gone-nodes", {"apiVersion": "v1", "kind": "DeleteOptions"},
+                     ok_missing=True)
 
     # -- requests netctl made (the audit log) ------------------------------------------------
 

@@ -16,6 +16,7 @@ CORE = ""  # the core API group (pods, events, nodes)
 NAD_GROUP = "k8s.cni.cncf.io"
 IPAM_GROUP = "ipam.netctl.dev"
 WHEREABOUTS_GROUP = "whereabouts.cni.cncf.io"  # whereabouts' CRDs: read for a takeover
+COORDINATION_GROUP = "coordination.k8s.io"  # leases: one holder among the daemons
 DRA_GROUP = "resource.k8s.io"  # DRA: claims read, their status written, slices watched
 AUTHN_GROUP = "authentication.k8s.io"
 AUTHZ_GROUP = "authorization.k8s.io"
@@ -47,8 +48,13 @@ RULES: tuple[Rule, ...] = (
          "forbidden NAD); patch counts a repeated event instead of creating another"),
     Rule(CORE, "nodes", ("get", "list", "watch"),
          "this node's own Node (field selector metadata.name), listed then watched: not "
-         "ready while --node-name names no Node; cluster IPAM: the nodes that are gone, "
-         "whose address blocks are reclaimed after a grace period"),
+         "ready while --node-name names no Node; cluster IPAM: the holder of the gone-nodes "
+         "lease alone watches every Node (their metadata), to find the nodes that are "
+         "gone, whose address blocks are reclaimed after a grace period"),
+    Rule(COORDINATION_GROUP, "leases", ("get", "create", "update"),
+         "cluster IPAM: one daemon holds the Lease kube-system/netctl-ipam-gone-nodes and "
+         "alone takes over gone nodes' blocks; the holder renews it, the others read it "
+         "once per lease duration and take it when it is not renewed"),
     Rule(IPAM_GROUP, "ipamblocks",
          ("create", "get", "list", "watch", "update", "delete"),
          "cluster IPAM: claim a node's address block by creating it (AlreadyExists: taken), "

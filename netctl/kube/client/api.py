@@ -23,6 +23,7 @@ the call that tells.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -68,6 +69,16 @@ class KubeSettings:
     watch_timeout: float = 300.0  # the server ends a watch after this; it is renewed
 
 
+def run_with_loop(fn: Callable[[], Awaitable[T]]) -> T:
+    """``fn()`` from synchronous code, in its own trio run with the asyncio loop the
+    client (and the journal) run on."""
+    async def go() -> T:
+        async with trio_asyncio.open_loop():
+            return await fn()
+
+    return trio.run(go)
+
+
 async def on_asyncio(fn: Callable[[], Awaitable[T]]) -> T:
     """Run an asyncio coroutine function from trio (on the trio-asyncio loop)."""
     result: T = await trio_asyncio.aio_as_trio(fn)()
@@ -81,6 +92,15 @@ IN_CLUSTER_HINT = (
     "before kube-proxy or its replacement is up, give the daemon the API server's own "
     "address in ConfigMap kube-system/netctl-api-server: docs/kubernetes.md, \"Reaching "
     "the API server\")")
+
+
+JSON = "application/json"
+# the objects' metadata only, for a cache that reads nothing else (the Node of this node,
+# the nodes and blocks the gone-nodes Lease's holder watches): a list of
+# PartialObjectMetadata, and each watch event's object one (a watch asked for the list's
+# type sends no event at all: the two are asked for apart)
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 
 
 class Api:
@@ -168,11 +188,12 @@ class Api:
 
     async def _call(self, method: str, path: str, query: list[tuple[str, str]] | None = None,
                     body: bytes | None = None, content_type: str = "application/json",
-                    timeout: float | None = None, stream: bool = False) -> Any:
+                    timeout: float | None = None, stream: bool = False,
+                    accept: str = JSON) -> Any:
         """The aiohttp response of one request (on the asyncio side), status checked. A
         ``stream`` (a watch) has no read timeout here: its reader bounds it (a timer
         per chunk received would cost one more turn of the loop each)."""
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         to = self.settings.api_timeout if timeout is None else timeout
@@ -198,15 +219,16 @@ class Api:
 
     async def request(self, verb: str, method: str, path: str,
                       query: list[tuple[str, str]] | None = None, body: bytes | None = None,
-                      content_type: str = "application/json") -> bytes:
+                      content_type: str = "application/json", accept: str = JSON) -> bytes:
         """One request; its body."""
         self._count(verb, path)
         if self.wire is not None:
-            return await self._on_wire(verb, method, path, query, body, content_type)
+            return await self._on_wire(verb, method, path, query, body, content_type, accept)
 
         async def go() -> bytes:
             try:
-                resp = await self._call(method, path, query, body, content_type)
+                resp = await self._call(method, path, query, body, content_type,
+                                        accept=accept)
                 data: bytes = await resp.read()
                 resp.release()
                 return data
@@ -225,10 +247,10 @@ class Api:
         return f"{path}?{urlencode(query)}" if query else path
 
     async def _on_wire(self, verb: str, method: str, path: str, query: Query | None,
-                       body: bytes | None, content_type: str) -> bytes:
+                       body: bytes | None, content_type: str, accept: str = JSON) -> bytes:
         """:meth:`request` on :attr:`wire`: the same answers, errors and counts."""
         assert self.wire is not None
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         target = self._target(path, query)
@@ -265,10 +287,11 @@ class Api:
                 return None
             raise
 
-    async def list(self, path: str, query: Query) -> bytes:
-        return await self.request("list", "GET", path, query)
+    async def list(self, path: str, query: Query, accept: str = JSON) -> bytes:
+        return await self.request("list", "GET", path, query, accept=accept)
 
-    async def watch(self, path: str, query: Query) -> AsyncGenerator[bytes, None]:
+    async def watch(self, path: str, query: Query, accept: str = JSON
+                    ) -> AsyncGenerator[bytes, None]:
         """The lines of one watch stream (each a JSON event), until the server ends it, or
         ``watch-timeout`` + 30 s have passed (the server ends it at ``watch-timeout``: a
         stream still open then is a connection gone silent)."""
@@ -276,9 +299,9 @@ class Api:
         params = [*query, ("watch", "true"), ("allowWatchBookmarks", "true"),
                   ("timeoutSeconds", str(int(self.settings.watch_timeout)))]
         if self.wire is not None:
-            receive, close = await self._open_on_wire(path, params)
+            receive, close = await self._open_on_wire(path, params, accept)
         else:
-            receive, close = await self._open_on_session(path, params)
+            receive, close = await self._open_on_session(path, params, accept)
         deadline = trio.current_time() + self.settings.watch_timeout + 30
         rest = b""
         try:
@@ -296,14 +319,15 @@ class Api:
             with trio.CancelScope(shield=True):
                 await close()
 
-    async def _open_on_session(self, path: str, params: Query) -> tuple[
+    async def _open_on_session(self, path: str, params: Query, accept: str = JSON) -> tuple[
             Callable[[], Awaitable[bytes]], Callable[[], Awaitable[None]]]:
         """A watch's stream on the client's session: what it has received is taken in one
         trip to the asyncio side, however many events it holds."""
         async def open_stream() -> Any:
             try:
                 return await self._call("GET", path, params,
-                                        timeout=self.settings.watch_timeout + 30, stream=True)
+                                        timeout=self.settings.watch_timeout + 30, stream=True,
+                                        accept=accept)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 raise ApiError(0, self._not_reachable(exc or "timeout")
                                ) from None
@@ -327,7 +351,7 @@ class Api:
 
         return (lambda: on_asyncio(received)), close
 
-    async def _open_on_wire(self, path: str, params: Query) -> tuple[
+    async def _open_on_wire(self, path: str, params: Query, accept: str = JSON) -> tuple[
             Callable[[], Awaitable[bytes]], Callable[[], Awaitable[None]]]:
         """A watch's stream on :attr:`wire`, its status checked as :meth:`_call` does."""
         assert self.wire is not None
@@ -335,7 +359,7 @@ class Api:
         try:
             for attempt in range(2):
                 stream = await self.wire.open_stream(
-                    "GET", target, {"Accept": "application/json"}, self.settings.api_timeout)
+                    "GET", target, {"Accept": accept}, self.settings.api_timeout)
                 if 200 <= stream.status <= 299:
                     self._answered("watch", path, 200)
                     return stream.receive, stream.aclose
@@ -415,6 +439,17 @@ def _resource_of(path: str) -> str:
     return rest[0] if rest else (parts[-1] if parts else "")
 
 
+_JITTER = random.Random()
+
+
+def backoff(attempt: int, cap: float = 30.0) -> float:
+    """The pause before the ``attempt``-th retry of a failed watch or list: 0.5 s, 1 s,
+    2 s, … capped, each drawn between half and all of that ("equal jitter"), so that
+    thousands of daemons that lost the API server at once do not come back at once."""
+    full = min(cap, 0.5 * 2 ** min(attempt, 10))
+    return float(full / 2 + _JITTER.random() * full / 2)
+
+
 async def sleep_backoff(attempt: int, cap: float = 30.0) -> None:
-    """0.5 s, 1 s, 2 s, … capped: the pause before reconnecting a failed watch."""
-    await trio.sleep(min(cap, 0.5 * 2 ** min(attempt, 10)))
+    """Sleep :func:`backoff` seconds."""
+    await trio.sleep(backoff(attempt, cap))

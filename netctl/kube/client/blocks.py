@@ -20,6 +20,7 @@ The caches of blocks and nodes are :class:`~netctl.kube.client.informer.Informer
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import msgspec
@@ -27,18 +28,39 @@ import msgspec
 from netctl.kube.client.api import Api, ApiError
 from netctl.kube.client.objects import (
     BLOCK_API_VERSION,
+    BLOCK_GROUP,
     BLOCK_KIND,
     Block,
+    BlockMeta,
     BlockOwner,
     BlockSpec,
-    Meta,
     StickyEntry,
     TransferAsk,
 )
 
-GROUP = "ipam.netctl.dev"
+GROUP = BLOCK_GROUP
 BLOCKS = f"/apis/{GROUP}/v1/ipamblocks"
 NODES = "/api/v1/nodes"
+
+
+# the labels a block object carries, so that each node watches only what concerns it
+# (label selectors): who holds it, its uniqueness scope (a digest: a scope is no label
+# value), and for a borrow object the node whose block it asks an address of
+NODE_LABEL = f"{GROUP}/node"
+SCOPE_LABEL = f"{GROUP}/scope"
+LENDER_LABEL = f"{GROUP}/lender"
+
+
+def scope_digest(scope: str) -> str:
+    """A uniqueness scope as a label value (and in the blocks' names)."""
+    return hashlib.sha256(scope.encode()).hexdigest()[:10]
+
+
+def labels_for(spec: BlockSpec, lender: str = "") -> dict[str, str]:
+    out = {NODE_LABEL: spec.node, SCOPE_LABEL: scope_digest(spec.scope)}
+    if lender:
+        out[LENDER_LABEL] = lender
+    return out
 
 
 def now_rfc3339() -> str:
@@ -58,9 +80,11 @@ def _body(block: Block) -> bytes:
     return msgspec.json.encode(doc)
 
 
-async def claim(api: Api, name: str, spec: BlockSpec) -> Block | None:
-    """Create the block (the claim); None when it exists already (another claim won)."""
-    body = _body(Block(metadata=Meta(name=name), spec=spec))
+async def claim(api: Api, name: str, spec: BlockSpec, lender: str = "") -> Block | None:
+    """Create the block (the claim); None when it exists already (another claim won).
+    ``lender``: a borrow object's, the node whose block it asks an address of."""
+    body = _body(Block(metadata=BlockMeta(name=name, labels=labels_for(spec, lender)),
+                       spec=spec))
     try:
         return _decode(await api.request("create", "POST", BLOCKS, body=body))
     except ApiError as exc:
@@ -123,10 +147,13 @@ async def answer_transfer(api: Api, block: Block, granted: bool) -> Block | None
         reserved=[], identity=ask.identity, ifname=ask.ifname))
 
 
-async def _update(api: Api, block: Block, spec: BlockSpec) -> Block | None:
-    """``block`` (as read) with ``spec``, under the resourceVersion read; None when it
-    changed or went meanwhile (409, 404)."""
-    new = Block(metadata=Meta(name=block.metadata.name,
+async def _update(api: Api, block: Block, spec: BlockSpec, lender: str = "") -> Block | None:
+    """``block`` (as read) with ``spec`` and its labels (:func:`labels_for`; the lender
+    kept unless ``lender`` is given), under the resourceVersion read; None when it changed
+    or went meanwhile (409, 404)."""
+    labels = {**block.metadata.labels,
+              **labels_for(spec, lender or block.metadata.labels.get(LENDER_LABEL, ""))}
+    new = Block(metadata=BlockMeta(name=block.metadata.name, labels=labels,
                               resourceVersion=block.metadata.resourceVersion), spec=spec)
     try:
         return _decode(await api.request("update", "PUT", f"{BLOCKS}/{block.metadata.name}",
@@ -135,6 +162,26 @@ async def _update(api: Api, block: Block, spec: BlockSpec) -> Block | None:
         if exc.status in (404, 409):
             return None
         raise
+
+
+class _Blocks(msgspec.Struct, forbid_unknown_fields=False):
+    items: list[Block] = []
+
+
+async def listed(api: Api, selector: str) -> list[Block]:
+    """The blocks ``selector`` (a label selector) selects, from the API server's cache:
+    what a node reads of other nodes' blocks, when it needs to (a claim, a sticky
+    address published elsewhere), instead of watching them all."""
+    data = await api.list(BLOCKS, [("labelSelector", selector), ("resourceVersion", "0")])
+    return msgspec.json.decode(data, type=_Blocks).items
+
+
+async def label(api: Api, block: Block, lender: str = "") -> Block | None:
+    """``block`` (as read) labelled as :func:`labels_for` says — ``lender``, a borrow
+    object's: the node whose block it asks an address of now —; None when it changed
+    meanwhile. Blocks made before blocks carried labels; borrow objects of a block taken
+    over (the new node answers them)."""
+    return await _update(api, block, block.spec, lender)
 
 
 async def release(api: Api, block: Block) -> bool:

@@ -29,12 +29,19 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import aclosing
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import trio
 
-from netctl.kube.client.api import Api, ApiError, sleep_backoff
+from netctl.kube.client.api import (
+    JSON,
+    METADATA_LIST,
+    METADATA_WATCH,
+    Api,
+    ApiError,
+    sleep_backoff,
+)
 from netctl.kube.client.objects import Block, Nad, Node, Pod, Slice, Status
 
 log = logging.getLogger("netctl.kube")
@@ -42,6 +49,11 @@ log = logging.getLogger("netctl.kube")
 
 class _ListMeta(msgspec.Struct, forbid_unknown_fields=False):
     resourceVersion: str = ""
+    # named "continue" on the wire: the next page of a paged list ("" on the last)
+    next_page: str = msgspec.field(default="", name="continue")
+
+
+PAGE = 500  # objects per page of a list the API server's watch cache does not serve
 
 
 class _Event(msgspec.Struct, forbid_unknown_fields=False):
@@ -64,8 +76,11 @@ class Gone(Exception):
 class Informer(Generic[T]):
     def __init__(self, api: Api, kind: type[T], path: str, query: list[tuple[str, str]],
                  on_delete: Callable[[T], None] | None = None,
-                 on_put: Callable[[T], None] | None = None) -> None:
+                 on_put: Callable[[T], None] | None = None, *,
+                 metadata_only: bool = False) -> None:
         self.api, self.path, self.query = api, path, query
+        # the objects' metadata only, listed and watched (the cache reads nothing else)
+        self.accept = (METADATA_LIST, METADATA_WATCH) if metadata_only else (JSON, JSON)
         self.kind: type[T] = kind
         self.on_delete: Callable[[T], None] | None = on_delete
         self.on_put: Callable[[T], None] | None = on_put  # every object listed or changed
@@ -74,13 +89,15 @@ class Informer(Generic[T]):
         self.synced = trio.Event()
         self.state = "starting"
         self.last_seen = 0.0  # monotonic time of the last list or event
+        self.last_list = 0.0  # monotonic time of the last list
         self.lists = self.watches = self.events = 0
         self.event_bytes = 0  # the watch events' bytes, as received
         self.list_bytes = self.list_objects = 0  # what the lists brought
         self._waiters: dict[Key | None, trio.Event] = {}  # None: the first list
         self._list_type = msgspec.defstruct(
             "List", [("metadata", _ListMeta, msgspec.field(default_factory=_ListMeta)),
-                     ("items", list[kind], msgspec.field(default_factory=list))],  # type: ignore[valid-type]
+                     # a metadata-only list of nothing says "items": null
+                     ("items", list[kind] | None, msgspec.field(default_factory=list))],  # type: ignore[valid-type]
             forbid_unknown_fields=False)
 
     def age(self) -> float | None:
@@ -101,6 +118,14 @@ class Informer(Generic[T]):
                 "resource_version": self.resource_version,
                 "age_seconds": None if age is None else round(age, 3),
                 "lists": self.lists, "watches": self.watches, "events": self.events}
+
+    def reset(self) -> None:
+        """Back to before its first list (its :meth:`run` was stopped): the cache emptied
+        (no deletion reported), not synced; a later :meth:`run` lists afresh."""
+        self.cache.clear()
+        self.resource_version = ""
+        self.synced = trio.Event()
+        self.state = "stopped"
 
     async def wait_for(self, key: Key, timeout: float) -> T | None:
         """The object under ``key``, waiting up to ``timeout`` for the watch to bring it."""
@@ -141,30 +166,49 @@ class Informer(Generic[T]):
             self.on_delete(obj)
 
     async def _list(self) -> None:
+        """The whole list: from the API server's watch cache (``resourceVersion=0``: no
+        read of etcd, what keeps a control-plane restart's relists cheap for the cluster;
+        the cache serves it in one piece), or, should the server answer that the cache
+        cannot (410), consistently from etcd in pages of :data:`PAGE` objects."""
         self.state = "listing"
-        data = await self.api.list(self.path, self.query)
-        listed = msgspec.json.decode(data, type=self._list_type)
+        try:
+            pages = [await self._page([("resourceVersion", "0")])]
+        except ApiError as exc:
+            if exc.status != 410:  # the cache cannot serve it ("too old"): etcd, in pages
+                raise
+            pages = [await self._page([("limit", str(PAGE))])]
+            while pages[-1].metadata.next_page:
+                pages.append(await self._page([
+                    ("limit", str(PAGE)),
+                    ("continue", pages[-1].metadata.next_page)]))
         self.lists += 1
-        self.list_bytes += len(data)
-        self.list_objects += len(listed.items)  # type: ignore[attr-defined]
         fresh: dict[Key, T] = {(o.metadata.namespace, o.metadata.name): o
-                               for o in listed.items}  # type: ignore[attr-defined]
+                               for page in pages
+                               for o in page.items or ()}
+        listed = pages[-1]
         for key in [k for k in self.cache if k not in fresh]:
             self._drop(key)  # deleted while we were not watching
         for obj in fresh.values():
             self._put(obj)
-        self.resource_version = listed.metadata.resourceVersion  # type: ignore[attr-defined]
-        self.last_seen = time.monotonic()
+        self.resource_version = listed.metadata.resourceVersion
+        self.last_seen = self.last_list = time.monotonic()
         self.synced.set()
         waiter = self._waiters.pop(None, None)
         if waiter is not None:
             waiter.set()
 
+    async def _page(self, extra: list[tuple[str, str]]) -> Any:
+        data = await self.api.list(self.path, [*self.query, *extra], accept=self.accept[0])
+        page = msgspec.json.decode(data, type=self._list_type)
+        self.list_bytes += len(data)
+        self.list_objects += len(page.items or ())  # type: ignore[attr-defined]
+        return page
+
     async def _watch(self) -> None:
         self.state = "watching"
         self.watches += 1
         query = [*self.query, ("resourceVersion", self.resource_version)]
-        async with aclosing(self.api.watch(self.path, query)) as lines:
+        async with aclosing(self.api.watch(self.path, query, self.accept[1])) as lines:
             async for line in lines:
                 self._event(line)
 
@@ -202,7 +246,13 @@ class Informer(Generic[T]):
                 if relist:
                     await self._list()
                     relist = False
+                began, events = time.monotonic(), self.events
                 await self._watch()
+                if self.events == events and time.monotonic() - began < 1.0:
+                    # ended at once with nothing in it: never renewed in a tight loop
+                    await sleep_backoff(failures)
+                    failures += 1
+                    continue
                 failures = 0  # the server ended the watch: resume from where it was
             except Gone as exc:
                 log.info("watch %s: %s; relisting", self.path, exc or "410 Gone")

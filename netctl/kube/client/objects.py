@@ -71,12 +71,13 @@ class Meta(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     labels: dict[str, str] = {}
     deletionTimestamp: str | None = None
     kept: ClassVar[frozenset[str]] = KEPT_ANNOTATIONS
+    kept_labels: ClassVar[frozenset[str]] = KEPT_LABELS
 
     def __post_init__(self) -> None:
         if self.annotations and not self.annotations.keys() <= self.kept:
             self.annotations = {k: v for k, v in self.annotations.items() if k in self.kept}
-        if self.labels and not self.labels.keys() <= KEPT_LABELS:
-            self.labels = {k: v for k, v in self.labels.items() if k in KEPT_LABELS}
+        if self.labels and not self.labels.keys() <= self.kept_labels:
+            self.labels = {k: v for k, v in self.labels.items() if k in self.kept_labels}
 
 
 class MetaWithStatus(Meta):
@@ -200,14 +201,22 @@ class BlockSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True)
     transfer: TransferAsk | None = None  # a borrow object asked for by another node
 
 
-BLOCK_API_VERSION = "ipam.netctl.dev/v1"
+BLOCK_GROUP = "ipam.netctl.dev"
+BLOCK_API_VERSION = f"{BLOCK_GROUP}/v1"
 BLOCK_KIND = "IPAMBlock"
+
+
+class BlockMeta(Meta):
+    """A block's metadata: the labels netctl selects blocks by are kept."""
+
+    kept_labels: ClassVar[frozenset[str]] = frozenset({
+        f"{BLOCK_GROUP}/node", f"{BLOCK_GROUP}/scope", f"{BLOCK_GROUP}/lender"})
 
 
 class Block(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     """An IPAMBlock (``ipam.netctl.dev/v1``, cluster-scoped): one node's block of a pool."""
 
-    metadata: Meta = msgspec.field(default_factory=Meta)
+    metadata: BlockMeta = msgspec.field(default_factory=BlockMeta)
     spec: BlockSpec = msgspec.field(default_factory=BlockSpec)
     apiVersion: str = BLOCK_API_VERSION
     kind: str = BLOCK_KIND

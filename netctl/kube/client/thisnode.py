@@ -37,7 +37,7 @@ class NodeCheck:
         self.node = node
         self.informer: Informer[Node] = Informer(
             api, Node, NODES, [("fieldSelector", f"metadata.name={node}")],
-            on_delete=self._deleted, on_put=self._found)
+            on_delete=self._deleted, on_put=self._found, metadata_only=True)
         self._missing = False  # the last thing logged: that the Node is missing
 
     @property
