@@ -65,6 +65,7 @@ class Cluster:
     # a scope's blocks as last read: (when, by name), per scope digest
     _read: dict[str, tuple[float, dict[str, IPAMBlock]]] = field(default_factory=dict)
     reads: int = 0  # scope lists made
+    _reading: dict[str, trio.Lock] = field(default_factory=dict)
 
     def cached(self, name: str) -> IPAMBlock | None:
         """This node's block ``name``, from its cache."""
@@ -76,14 +77,16 @@ class Cluster:
         What a node needs of other nodes' blocks only when it claims one, or looks for a
         sticky address published elsewhere: read then, not watched."""
         key = block_objects.scope_digest(scope)
-        now = time.monotonic()
-        read = self._read.get(key)
-        if read is None or now - read[0] > fresh_for:
-            found = await block_objects.listed(
-                self.api, f"{block_objects.SCOPE_LABEL}={key}")
-            self.reads += 1
-            read = self._read[key] = (now, {b.metadata.name: b for b in found
-                                             if b.spec.scope == scope})
+        asked = time.monotonic()
+        async with self._reading.setdefault(key, trio.Lock()):  # one read for all waiting
+            read = self._read.get(key)
+            if read is None or asked - read[0] > fresh_for:
+                now = time.monotonic()
+                found = await block_objects.listed(
+                    self.api, f"{block_objects.SCOPE_LABEL}={key}")
+                self.reads += 1
+                read = self._read[key] = (now, {b.metadata.name: b for b in found
+                                                 if b.spec.scope == scope})
         return list(read[1].values())
 
     def known(self) -> list[IPAMBlock]:

@@ -524,8 +524,11 @@ class ClusterStore:
                 "blocks_cache": self.cluster.blocks.status(),
                 "asking_cache": self.cluster.asking.status(),
                 "scope_reads": self.cluster.reads,
-                "nodes_cache": self.nodes.status(),
-                "gone_nodes_lease": self.maintenance.gone.status()}
+                "gone_nodes_lease": self.maintenance.gone.status(),
+                # the holder's caches (every Node, every block's owner): only while held
+                **({"nodes_cache": self.nodes.status(),
+                    "owners_cache": self.maintenance.gone.owners.status()}
+                   if self.maintenance.gone.lease.held else {})}
 
 
 _CHECK: type[Store] = ClusterStore  # mypy: the cluster store implements the interface
