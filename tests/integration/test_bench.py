@@ -501,3 +501,39 @@ def test_node_density_small_json() -> None:
     assert report["params"]["manifest_resources"]["requests"]["cpu"] == "500m"
     assert host_links(report["prefix"]) == []
     assert not os.path.exists(report["root"])
+
+
+def test_scale_small_json() -> None:
+    """`netctl bench scale` with two sizes of a few simulated nodes on the real API server:
+    every pod ADDed, no address twice, one block claim per node; only the holder of the
+    gone-nodes Lease receives Node events (the mean is the holder's share); a node's
+    block events do not grow with the cluster; after the API server's restart every cache
+    watches again; nothing left."""
+    from netctl.kit.kubefake.real import unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(f"real API server: {reason}")
+    proc = subprocess.run([NETCTL, "bench", "scale", "--nodes", "3,6", "--pods", "2",
+                           "--measure", "8", "--status-every", "2", "--churn-every", "2",
+                           "--block-check", "1", "--json"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    assert [s["nodes"] for s in report["sizes"]] == [3, 6]
+    for size in report["sizes"]:
+        n = size["nodes"]
+        assert size["failures"] == 0 and size["duplicates"]["addresses"] == 0
+        assert size["pods_added"] >= 2 * n
+        assert size["ipam_writes"] == n  # one block each, none in the churn
+        nodes = size["per_node"]["nodes events"]
+        assert nodes["max_per_h"] > 0  # the holder: every node's status updates
+        # it alone (each figure rounded to 0.1)
+        assert nodes["mean_per_h"] * n == pytest.approx(nodes["max_per_h"], abs=0.1 * n)
+        assert size["relist"]["all_watching_after_start_s"] > 0
+        assert size["apiserver"]["peak_rss_mib"] > 0
+    # a node's own block events (its watch's bookmarks): the same at 6 nodes as at 3
+    grown = report["sizes"][1]["per_node_vs_smallest"]["ipamblocks events"]
+    assert grown is None or grown < 1.5
+    assert not os.path.exists(report["root"])
