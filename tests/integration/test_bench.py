@@ -507,8 +507,9 @@ def test_scale_small_json() -> None:
     """`netctl bench scale` with two sizes of a few simulated nodes on the real API server:
     every pod ADDed, no address twice, one block claim per node; only the holder of the
     gone-nodes Lease receives Node events (the mean is the holder's share); a node's
-    block events do not grow with the cluster; after the API server's restart every cache
-    watches again; nothing left."""
+    block events do not grow with the cluster; a sticky pod keeps its address on another
+    node; a stopped node's blocks are taken over; after the API server's restart every
+    cache watches again; nothing left."""
     from netctl.kit.kubefake.real import unavailable
 
     reason = unavailable()
@@ -533,6 +534,12 @@ def test_scale_small_json() -> None:
         assert nodes["mean_per_h"] * n == pytest.approx(nodes["max_per_h"], abs=0.1 * n)
         assert size["relist"]["all_watching_after_start_s"] > 0
         assert size["apiserver"]["peak_rss_mib"] > 0
+        # correctness at N: a sticky pod recreated on another node gets its address back;
+        # a stopped node's blocks are taken over after the grace, by the Lease's holder
+        assert size["sticky"]["same_on_another_node"] is True
+        gone = size["gone_node"]
+        assert gone["taken_over_after_s"] >= gone["grace_s"] and gone["blocks"] >= 1
+        assert gone["by"] == gone["lease_holder"] and len(gone["by"]) == 1
     # a node's own block events (its watch's bookmarks): the same at 6 nodes as at 3
     grown = report["sizes"][1]["per_node_vs_smallest"]["ipamblocks events"]
     assert grown is None or grown < 1.5

@@ -63,6 +63,8 @@ from netctl.kit.kubefake.real import unavailable as real_unavailable
 from netctl.kube.client.api import run_with_loop
 
 POOL = "10.64.0.0/12"  # 1M addresses: 16,384 blocks of /26
+STICKY_POOL = "10.80.0.0/16"  # the sticky pod's
+GONE_GRACE = 10.0  # the simulated nodes' node-gone-grace (the Lease: 2 s)
 NETWORK = "scale"
 NAMESPACE = "bench"
 DEFAULT_SIZES = "100,300"
@@ -120,6 +122,8 @@ class SimNode:
     pods: list[str] = field(default_factory=list)
     added: int = 0
     failures: list[str] = field(default_factory=list)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)  # stops the node
+    stopped: bool = False
 
     def informers(self) -> dict[str, Any]:
         """Every cache of the node's cluster IPAM: its blocks; the borrow objects asking
@@ -140,22 +144,27 @@ class SimNode:
         return {res: inf.counters() for res, inf in self.informers().items()}
 
 
-def _frame(command: str, container: str) -> bytes:
-    """What ``netctl-ipam`` sends the daemon for one pod of the pool."""
+def _frame(command: str, container: str, pod: str = "") -> bytes:
+    """What ``netctl-ipam`` sends the daemon for one pod of the pool; with ``pod``, a pod of
+    that name in the sticky pool (its identity: the pod's name)."""
     from netctl.cni.request import Request
 
-    conf = {"cniVersion": "1.0.0", "name": NETWORK, "type": "bridge",
-            "ipam": {"type": "netctl-ipam", "range": POOL}}
+    ipam: dict[str, Any] = {"type": "netctl-ipam", "range": POOL}
+    if pod:
+        ipam = {"type": "netctl-ipam", "range": STICKY_POOL, "sticky": True}
+    conf = {"cniVersion": "1.0.0", "name": NETWORK, "type": "bridge", "ipam": ipam}
     return msgspec.json.encode(Request(
         command=command, container_id=container, netns=f"/run/netns/{container[:12]}",
-        ifname="eth0", args=f"K8S_POD_NAMESPACE={NAMESPACE};K8S_POD_NAME=p-{container[:8]}",
+        ifname="eth0",
+        args=f"K8S_POD_NAMESPACE={NAMESPACE};K8S_POD_NAME={pod or 'p-' + container[:8]}",
         config=msgspec.Raw(msgspec.json.encode(conf)), plugin="netctl-ipam"))
 
 
-async def _serve(sim: SimNode, command: str, container: str) -> dict[str, Any] | None:
+async def _serve(sim: SimNode, command: str, container: str,
+                 pod: str = "") -> dict[str, Any] | None:
     from netctl.cni.request import Request, decode
 
-    inv = decode(msgspec.json.decode(_frame(command, container), type=Request))
+    inv = decode(msgspec.json.decode(_frame(command, container, pod), type=Request))
     reply = await sim.plugin.handle(inv)
     result: dict[str, Any] | None = reply.result
     return result
@@ -269,8 +278,11 @@ class ScaleBench(Bench):
                 self.problems += [f"{n} nodes: {f}" for f in failures[:20]]
             if dups["addresses"]:
                 self.problems.append(f"{n} nodes: {dups['addresses']} addresses held twice")
+            report["sticky"] = await self._sticky(kube, sims)
+            report["gone_node"] = await self._gone_node(kube, sims)
             if self.restart:
-                report["relist"] = await self._relist_storm(kube, sims)
+                report["relist"] = await self._relist_storm(kube, [s for s in sims
+                                                                   if not s.stopped])
             nursery.cancel_scope.cancel()
         for sim in sims:
             with trio.CancelScope(shield=True):
@@ -292,12 +304,13 @@ class ScaleBench(Bench):
         async with open_journal(state) as journal:
             api = await Api.connect(KubeSettings(kubeconfig=str(kubeconfig)))
             live = await journal.ipam.live_allocations()
-            store = cluster_store(api, journal, ClusterSettings(name, ready_wait=60.0),
-                                  live, lambda: set())
+            store = cluster_store(api, journal, ClusterSettings(
+                name, node_gone_grace=GONE_GRACE, ready_wait=60.0), live, lambda: set())
             plugin = IpamPlugin(journal, store, Admission(), frozenset({"netctl-ipam"}))
             sim = SimNode(name, api, journal, store, plugin)
             task_status.started(sim)
-            await store.run(self.block_check)
+            with sim.scope:
+                await store.run(self.block_check)
 
     async def _kubelets(self, kube: RealKube, nodes: dict[str, dict[str, Any]],
                         names: list[str]) -> None:
@@ -344,6 +357,62 @@ class ScaleBench(Bench):
             await _add_pods(sim, 1)
             await trio.sleep(self.churn_every)
 
+    async def _sticky(self, kube: RealKube, sims: list[SimNode]) -> dict[str, Any]:
+        """A sticky pod ADDed on one node, DELeted, then recreated on another node (the
+        middle of the list): the same address, borrowed from the first node's block."""
+        first, other = sims[0], sims[len(sims) // 2]
+        if first is other:
+            return {"skipped": "one node"}
+        pod, container = "db-0", uuid.uuid4().hex
+        got = await _serve(first, "ADD", container, pod) or {}
+        address = str((got.get("ips") or [{}])[0].get("address", "")).split("/")[0]
+        await _serve(first, "DEL", container, pod)
+        began = time.monotonic()
+
+        def published() -> bool:
+            return any(e.get("address") == address
+                       for b in kube.list("ipamblocks", None)
+                       if b["spec"]["node"] == first.name
+                       for e in b["spec"].get("reserved") or [])
+        with trio.move_on_after(60):
+            while not await trio.to_thread.run_sync(published):  # noqa: ASYNC110 - the API server, polled
+                await trio.sleep(0.2)
+        t0 = time.monotonic()
+        again = await _serve(other, "ADD", uuid.uuid4().hex, pod) or {}
+        back = str((again.get("ips") or [{}])[0].get("address", "")).split("/")[0]
+        ok = bool(address) and back == address
+        if not ok:
+            self.problems.append(f"{len(sims)} nodes: the sticky pod got {back} on "
+                                 f"{other.name}, not its {address}")
+        return {"address": address, "same_on_another_node": ok,
+                "published_s": round(t0 - began, 2),
+                "add_on_another_node_ms": round((time.monotonic() - t0) * 1000, 1)}
+
+    async def _gone_node(self, kube: RealKube, sims: list[SimNode]) -> dict[str, Any]:
+        """A node that is not the Lease's holder stopped and its Node deleted: how long
+        until its blocks are another node's (after ``GONE_GRACE``), and whose."""
+        victims = [s for s in sims if not s.store.maintenance.gone.lease.held]
+        if len(sims) < 2 or not victims:
+            return {"skipped": "one node"}
+        gone = victims[-1]
+        gone.scope.cancel()
+        gone.stopped = True
+        held = await trio.to_thread.run_sync(partial(_blocks_of, kube, gone.name))
+        t0 = time.monotonic()
+        await trio.to_thread.run_sync(kube.delete, "nodes", None, gone.name)
+        taken_s = None
+        with trio.move_on_after(GONE_GRACE + 120):
+            while await trio.to_thread.run_sync(partial(_blocks_of, kube, gone.name)):  # noqa: ASYNC110
+                await trio.sleep(0.5)
+            taken_s = round(time.monotonic() - t0, 1)
+        owners = await trio.to_thread.run_sync(partial(_owners_of, kube, held))
+        holders = [s.name for s in sims if s.store.maintenance.gone.lease.held]
+        if taken_s is None:
+            self.problems.append(f"{len(sims)} nodes: {gone.name}'s blocks not taken over")
+        return {"node": gone.name, "blocks": len(held), "grace_s": GONE_GRACE,
+                "taken_over_after_s": taken_s, "by": sorted(set(owners)),
+                "lease_holder": holders}
+
     async def _relist_storm(self, kube: RealKube, sims: list[SimNode]) -> dict[str, Any]:
         """kube-apiserver restarted: how long until every node watches again, and what was
         listed meanwhile."""
@@ -388,6 +457,16 @@ class ScaleBench(Bench):
         problems = super().cleanup()
         shutil.rmtree(Path("/dev/shm") / f"netctl-scale-{self.prefix}", ignore_errors=True)
         return problems
+
+
+def _blocks_of(kube: RealKube, node: str) -> list[str]:
+    return [b["metadata"]["name"] for b in kube.list("ipamblocks", None)
+            if b["spec"]["node"] == node]
+
+
+def _owners_of(kube: RealKube, names: list[str]) -> list[str]:
+    return [b["spec"]["node"] for b in kube.list("ipamblocks", None)
+            if b["metadata"]["name"] in names]
 
 
 class _Counted(logging.Handler):
@@ -521,6 +600,13 @@ def render_scale(report: dict[str, Any]) -> list[RenderableType]:
         ["IPAM writes per pod"] + [num(s["ipam_writes_per_pod"]) for s in sizes],
         ["addresses held twice"] + [str(s["duplicates"]["addresses"]) for s in sizes],
         ["all nodes ready after start (s)"] + [num(s["start_s"]) for s in sizes],
+    ]
+    trows += [
+        ["sticky pod, same address on another node"]
+        + [str((s.get("sticky") or {}).get("same_on_another_node", "-")) for s in sizes],
+        ["gone node's blocks taken over after (s, grace "
+         f"{GONE_GRACE:g})"]
+        + [num((s.get("gone_node") or {}).get("taken_over_after_s")) for s in sizes],
     ]
     if all("relist" in s for s in sizes):
         trows += [
