@@ -516,8 +516,8 @@ def test_scale_small_json() -> None:
     if reason:
         pytest.skip(f"real API server: {reason}")
     proc = subprocess.run([NETCTL, "bench", "scale", "--nodes", "3,6", "--pods", "2",
-                           "--measure", "8", "--status-every", "2", "--churn-every", "2",
-                           "--block-check", "1", "--json"],
+                           "--measure", "5", "--status-every", "2", "--churn-every", "2",
+                           "--block-check", "1", "--gone-grace", "2", "--json"],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout)

@@ -174,6 +174,9 @@ def _add_kube_benches(bsub: _Commands) -> None:
                    help="each node replaces one pod every S seconds in the window (default 30)")
     b.add_argument("--block-check", type=float, default=10.0, metavar="S",
                    help="the cluster IPAM's maintenance round (block-check, default 10)")
+    b.add_argument("--gone-grace", type=float, default=10.0, metavar="S",
+                   help="the simulated nodes' node-gone-grace: a stopped node's blocks are "
+                   "taken over after it (default 10)")
     b.add_argument("--no-restart", action="store_true",
                    help="skip the API server restart (the relist storm)")
     b.add_argument("--json", action="store_true")

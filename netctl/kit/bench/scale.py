@@ -64,7 +64,7 @@ from netctl.kube.client.api import run_with_loop
 
 POOL = "10.64.0.0/12"  # 1M addresses: 16,384 blocks of /26
 STICKY_POOL = "10.80.0.0/16"  # the sticky pod's
-GONE_GRACE = 10.0  # the simulated nodes' node-gone-grace (the Lease: 2 s)
+GONE_GRACE = 10.0  # the simulated nodes' node-gone-grace by default (the Lease: 2 s)
 NETWORK = "scale"
 NAMESPACE = "bench"
 DEFAULT_SIZES = "100,300"
@@ -172,12 +172,13 @@ async def _serve(sim: SimNode, command: str, container: str,
 
 class ScaleBench(Bench):
     def __init__(self, sizes: list[int], pods: int, status_every: float, measure: float,
-                 churn_every: float, block_check: float, restart: bool) -> None:
+                 churn_every: float, block_check: float, restart: bool,
+                 gone_grace: float = GONE_GRACE) -> None:
         super().__init__(concurrency=1)
         self.sizes, self.pods = sizes, pods
         self.status_every, self.measure_s = status_every, measure
         self.churn_every, self.block_check = churn_every, block_check
-        self.restart = restart
+        self.restart, self.gone_grace = restart, gone_grace
         self.kube: RealKube | None = None
         self.problems: list[str] = []
         self.logged = _Counted()
@@ -208,6 +209,7 @@ class ScaleBench(Bench):
             params={"nodes": self.sizes, "pods_per_node": self.pods,
                     "status_every_s": self.status_every, "measure_s": self.measure_s,
                     "churn_every_s": self.churn_every, "block_check_s": self.block_check,
+                    "gone_grace_s": self.gone_grace,
                     "pool": POOL},
             parts={"sizes": out, "log_lines": dict(self.logged.counts)},
             problems=self.problems)
@@ -305,7 +307,8 @@ class ScaleBench(Bench):
             api = await Api.connect(KubeSettings(kubeconfig=str(kubeconfig)))
             live = await journal.ipam.live_allocations()
             store = cluster_store(api, journal, ClusterSettings(
-                name, node_gone_grace=GONE_GRACE, ready_wait=60.0), live, lambda: set())
+                name, node_gone_grace=self.gone_grace, ready_wait=60.0), live,
+                lambda: set())
             plugin = IpamPlugin(journal, store, Admission(), frozenset({"netctl-ipam"}))
             sim = SimNode(name, api, journal, store, plugin)
             task_status.started(sim)
@@ -401,7 +404,7 @@ class ScaleBench(Bench):
         t0 = time.monotonic()
         await trio.to_thread.run_sync(kube.delete, "nodes", None, gone.name)
         taken_s = None
-        with trio.move_on_after(GONE_GRACE + 120):
+        with trio.move_on_after(self.gone_grace + 120):
             while await trio.to_thread.run_sync(partial(_blocks_of, kube, gone.name)):  # noqa: ASYNC110
                 await trio.sleep(0.5)
             taken_s = round(time.monotonic() - t0, 1)
@@ -409,7 +412,7 @@ class ScaleBench(Bench):
         holders = [s.name for s in sims if s.store.maintenance.gone.lease.held]
         if taken_s is None:
             self.problems.append(f"{len(sims)} nodes: {gone.name}'s blocks not taken over")
-        return {"node": gone.name, "blocks": len(held), "grace_s": GONE_GRACE,
+        return {"node": gone.name, "blocks": len(held), "grace_s": self.gone_grace,
                 "taken_over_after_s": taken_s, "by": sorted(set(owners)),
                 "lease_holder": holders}
 
@@ -604,8 +607,7 @@ def render_scale(report: dict[str, Any]) -> list[RenderableType]:
     trows += [
         ["sticky pod, same address on another node"]
         + [str((s.get("sticky") or {}).get("same_on_another_node", "-")) for s in sizes],
-        ["gone node's blocks taken over after (s, grace "
-         f"{GONE_GRACE:g})"]
+        ["gone node's blocks taken over after (s)"]
         + [num((s.get("gone_node") or {}).get("taken_over_after_s")) for s in sizes],
     ]
     if all("relist" in s for s in sizes):
@@ -628,6 +630,6 @@ def run_scale(args: argparse.Namespace) -> int:
         print("netctl bench scale: --nodes must be one or more sizes ≥ 1 (100,300)")
         return 2
     bench = ScaleBench(sizes, args.pods, args.status_every, args.measure, args.churn_every,
-                       args.block_check, not args.no_restart)
+                       args.block_check, not args.no_restart, args.gone_grace)
     return drive(bench, "scale", bench.measure, render_scale, args.json)
 
