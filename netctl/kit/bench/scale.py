@@ -44,6 +44,7 @@ import argparse
 import logging
 import random
 import shutil
+import signal
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -56,7 +57,7 @@ import msgspec
 import trio
 from rich.console import RenderableType
 
-from netctl.kit.bench.common import Bench, Measured, drive, proc_cpu, progress
+from netctl.kit.bench.common import Bench, Interrupted, Measured, drive, proc_cpu, progress
 from netctl.kit.bench.render import num, table
 from netctl.kit.kubefake.real import RealKube
 from netctl.kit.kubefake.real import unavailable as real_unavailable
@@ -199,7 +200,13 @@ class ScaleBench(Bench):
             progress(f"{n} nodes: starting the API server")
             with RealKube() as kube:
                 self.kube = kube
-                out.append(run_with_loop(partial(self._one_size, kube, n)))
+                try:
+                    out.append(run_with_loop(partial(self._guarded, kube, n)))
+                except BaseExceptionGroup as group:  # the loop's nursery groups it
+                    stop, _ = group.split(Interrupted)
+                    if stop is not None:
+                        raise Interrupted("a signal") from None
+                    raise
                 self.kube = None
         logging.getLogger("netctl").removeHandler(self.logged)
         base = out[0]
@@ -213,6 +220,26 @@ class ScaleBench(Bench):
                     "pool": POOL},
             parts={"sizes": out, "log_lines": dict(self.logged.counts)},
             problems=self.problems)
+
+    async def _guarded(self, kube: RealKube, n: int) -> dict[str, Any]:
+        """:meth:`_one_size`, ended cleanly by SIGTERM or Ctrl-C — the simulated nodes
+        cancelled, their journals and clients closed — then :class:`Interrupted`."""
+        signals: list[int] = []
+        result: dict[str, Any] = {}
+        async with trio.open_nursery() as nursery:
+            async def on_signal() -> None:
+                with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+                    async for signum in received:
+                        signals.append(signum)
+                        nursery.cancel_scope.cancel()
+                        return
+
+            nursery.start_soon(on_signal)
+            result = await self._one_size(kube, n)
+            nursery.cancel_scope.cancel()
+        if signals:
+            raise Interrupted(signal.Signals(signals[0]).name)
+        return result
 
     async def _one_size(self, kube: RealKube, n: int) -> dict[str, Any]:
         names = [f"node-{i}" for i in range(1, n + 1)]
@@ -285,10 +312,7 @@ class ScaleBench(Bench):
             if self.restart:
                 report["relist"] = await self._relist_storm(kube, [s for s in sims
                                                                    if not s.stopped])
-            nursery.cancel_scope.cancel()
-        for sim in sims:
-            with trio.CancelScope(shield=True):
-                await sim.api.close()
+            nursery.cancel_scope.cancel()  # each node closes its client as it ends
         return report
 
     async def _sim_node(self, kubeconfig: Path, name: str, n: int,
@@ -305,15 +329,19 @@ class ScaleBench(Bench):
         state = Path("/dev/shm") / f"netctl-scale-{self.prefix}" / name
         async with open_journal(state) as journal:
             api = await Api.connect(KubeSettings(kubeconfig=str(kubeconfig)))
-            live = await journal.ipam.live_allocations()
-            store = cluster_store(api, journal, ClusterSettings(
-                name, node_gone_grace=self.gone_grace, ready_wait=60.0), live,
-                lambda: set())
-            plugin = IpamPlugin(journal, store, Admission(), frozenset({"netctl-ipam"}))
-            sim = SimNode(name, api, journal, store, plugin)
-            task_status.started(sim)
-            with sim.scope:
-                await store.run(self.block_check)
+            try:
+                live = await journal.ipam.live_allocations()
+                store = cluster_store(api, journal, ClusterSettings(
+                    name, node_gone_grace=self.gone_grace, ready_wait=60.0), live,
+                    lambda: set())
+                plugin = IpamPlugin(journal, store, Admission(), frozenset({"netctl-ipam"}))
+                sim = SimNode(name, api, journal, store, plugin)
+                task_status.started(sim)
+                with sim.scope:
+                    await store.run(self.block_check)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await api.close()
 
     async def _kubelets(self, kube: RealKube, nodes: dict[str, dict[str, Any]],
                         names: list[str]) -> None:
@@ -432,8 +460,10 @@ class ScaleBench(Bench):
         up = time.monotonic()
         while True:
             # each cache watching again after the restart (a watch opened since, or a list)
+            # (a cache stopped meanwhile — the Lease's holder changed hands — waits for
+            # nothing)
             waiting = [s for s in sims for inf in s.informers().values()
-                       if id(inf) in running and (
+                       if id(inf) in running and inf.state != "stopped" and (
                            inf.state != "watching" or inf.counters()["watches_opened"]
                            <= before[s.name][_res_of(s, inf)]["watches_opened"])]
             if not waiting:
