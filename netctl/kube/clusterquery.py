@@ -219,8 +219,8 @@ def query(opts: Options, what: str, path: str, *, ip: str | None = None,
           at: float | None = None, notes: Iterable[str] = ()) -> dict[str, Any]:
     """Ask every node ``path`` and merge the answers as ``what`` (:func:`merge`);
     :class:`ClusterError` when no node could be asked."""
-    from netctl.kube.client.api import ApiError, KubeSettings
     from netctl.kube.client.daemons import authorization, block_owners, find_daemons, with_api
+    from netctl.kube.client.errors import ApiError, KubeSettings
 
     async def go(api: Any) -> dict[str, Any]:
         found: dict[str, Any] = {}
@@ -259,4 +259,5 @@ def query(opts: Options, what: str, path: str, *, ip: str | None = None,
     try:
         return with_api(KubeSettings(opts.kubeconfig, api_timeout=opts.timeout), go)
     except ApiError as exc:
-        raise ClusterError(f"the API server: {exc.reason or exc}") from None
+        said = f"{exc.status} {exc.reason}" if exc.status else exc.reason or str(exc)
+        raise ClusterError(f"the API server: {said}") from None

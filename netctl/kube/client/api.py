@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
@@ -36,37 +35,18 @@ import trio_asyncio
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
-from netctl.kube.client.objects import Status
+from netctl.kube.client.errors import ApiError as ApiError  # (where they were)
+from netctl.kube.client.errors import KubeSettings as KubeSettings
+from netctl.kube.client.errors import Query as Query
+from netctl.kube.client.errors import reason_of
 from netctl.kube.client.session import client as kclient
 from netctl.kube.client.session import config as kconfig
 from netctl.kube.client.wire import Wire, WireError, wire_for
 
 log = logging.getLogger("netctl.kube")
 T = TypeVar("T")
-Query = list[tuple[str, str]]
-
 PATCH_MERGE = "application/merge-patch+json"
 PATCH_JSON = "application/json-patch+json"
-
-
-class ApiError(Exception):
-    """A failed API call: the HTTP status (0: unreachable or timed out) and why."""
-
-    def __init__(self, status: int, reason: str, body: bytes = b"") -> None:
-        super().__init__(f"{status} {reason}")
-        self.status, self.reason, self.body = status, reason, body
-
-    @property
-    def unreachable(self) -> bool:
-        return self.status == 0 or self.status >= 500
-
-
-@dataclass(frozen=True)
-class KubeSettings:
-    kubeconfig: str | None = None
-    in_cluster: bool = False
-    api_timeout: float = 10.0  # one request (not a watch)
-    watch_timeout: float = 300.0  # the server ends a watch after this; it is renewed
 
 
 def run_with_loop(fn: Callable[[], Awaitable[T]]) -> T:
@@ -406,12 +386,7 @@ def environment_read_once(api: kclient.ApiClient) -> None:
     session._trust_env = False
 
 
-def _reason(data: bytes) -> str:
-    try:
-        st = msgspec.json.decode(data, type=Status)
-    except msgspec.MsgspecError:
-        return ""
-    return st.message or st.reason
+_reason = reason_of
 
 
 # HTTP statuses an API server answers that a metric names by number; others by class

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import time
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from netctl.kube.client.api import Api, ApiError
+from netctl.kube.client.errors import ApiError
 from netctl.kube.client.objects import (
     BLOCK_API_VERSION,
     BLOCK_GROUP,
@@ -37,6 +38,9 @@ from netctl.kube.client.objects import (
     StickyEntry,
     TransferAsk,
 )
+
+if TYPE_CHECKING:  # the client itself: its callers have it (a command may not load it)
+    from netctl.kube.client.api import Api
 
 GROUP = BLOCK_GROUP
 BLOCKS = f"/apis/{GROUP}/v1/ipamblocks"

@@ -17,15 +17,25 @@ import ipaddress
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 import trio
-import trio_asyncio
 
-from netctl.kube.client.api import Api, ApiError, KubeSettings, on_asyncio
 from netctl.kube.client.blocks import BLOCKS
+from netctl.kube.client.errors import ApiError, KubeSettings, Query
+from netctl.kube.client.lite import LiteApi, lite
 from netctl.kube.client.objects import Block
+
+if TYPE_CHECKING:  # the full client is loaded only when the kubeconfig needs it
+    from netctl.kube.client.api import Api
+
+
+class Lister(Protocol):
+    """What the questions here ask of a client: a list (:class:`LiteApi`, or the full
+    client :class:`~netctl.kube.client.api.Api`)."""
+
+    async def list(self, path: str, query: Query) -> bytes: ...
 
 T = TypeVar("T")
 NAMESPACE = "kube-system"
@@ -73,7 +83,7 @@ def daemons_of(pods: list[dict[str, Any]], port: int) -> list[NodeDaemon]:
     return [found[n] for n in sorted(found)]
 
 
-async def find_daemons(api: Api, namespace: str = NAMESPACE, selector: str = SELECTOR,
+async def find_daemons(api: Lister, namespace: str = NAMESPACE, selector: str = SELECTOR,
                        port: int = PORT) -> list[NodeDaemon]:
     """The daemons of the DaemonSet's pods (:func:`daemons_of`)."""
     data = await api.list(f"/api/v1/namespaces/{namespace}/pods",
@@ -116,7 +126,7 @@ def owners_at(blocks: list[Block], ip: str, at: float | None) -> list[dict[str, 
     return out
 
 
-async def block_owners(api: Api, ip: str, at: float | None) -> list[dict[str, Any]]:
+async def block_owners(api: Lister, ip: str, at: float | None) -> list[dict[str, Any]]:
     """:func:`owners_at` over the cluster's IPAMBlocks; none without the CRD (no cluster
     IPAM) or without the right to list them."""
     try:
@@ -129,9 +139,13 @@ async def block_owners(api: Api, ip: str, at: float | None) -> list[dict[str, An
     return owners_at([msgspec.convert(i, Block) for i in items], ip, at)
 
 
-async def authorization(api: Api) -> str:
+async def authorization(api: Api | LiteApi) -> str:
     """The ``Authorization`` value the client sends for this kubeconfig (``Bearer …``; an
     exec plugin's or OIDC token refreshed); "" when its credentials are no token."""
+    if isinstance(api, LiteApi):
+        return api.authorization
+    from netctl.kube.client.api import on_asyncio
+
     conf = api.client_configuration
 
     async def get() -> str:
@@ -139,8 +153,22 @@ async def authorization(api: Api) -> str:
     return await on_asyncio(get)
 
 
-def with_api(settings: KubeSettings, fn: Callable[[Api], Awaitable[T]]) -> T:
-    """``fn(api)`` from synchronous code (the CLI): its own trio run and API client."""
+def with_api(settings: KubeSettings, fn: Callable[[Any], Awaitable[T]]) -> T:
+    """``fn(api)`` from synchronous code (the CLI): its own trio run and API client — the
+    light one when the kubeconfig allows (:func:`~netctl.kube.client.lite.lite`: no
+    kubernetes-asyncio, no asyncio loop), else the full one."""
+    light = lite(settings)
+    if light is not None:
+        async def quick() -> T:
+            try:
+                return await fn(light)
+            finally:
+                await light.close()
+        return trio.run(quick)
+
+    import trio_asyncio
+
+    from netctl.kube.client.api import Api
 
     async def go() -> T:
         async with trio_asyncio.open_loop():
