@@ -32,7 +32,7 @@ import ipaddress
 import itertools
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from netctl.ipam.ranges import Range, merge_intervals
 from netctl.kube.client.blocks import scope_digest
@@ -179,3 +179,17 @@ def held_elsewhere(specs: Iterable[_Spec], node: str, pools: Collection[str],
             n = cidr_size(spec.cidr)
         out[spec.pool] = out.get(spec.pool, 0) + n
     return out
+
+
+def published_for(blocks: Iterable[Any], node: str, pool: str, identity: str, ifname: str,
+                  now: float) -> tuple[str, Any] | None:
+    """The address of ``pool`` another node than ``node`` published as reserved for
+    ``identity`` on ``ifname`` (not expired), and the block object of ``blocks`` it is
+    published on (pure)."""
+    for obj in blocks:
+        if obj.spec.pool != pool or obj.spec.node == node:
+            continue
+        for entry in obj.spec.reserved:
+            if (entry.identity, entry.ifname) == (identity, ifname) and entry.until > now:
+                return entry.address, obj
+    return None

@@ -21,11 +21,18 @@ from dataclasses import dataclass
 import trio
 
 from netctl.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CNIError
-from netctl.ipam.cluster.blocks import BITS, Block, block_name, parse_address
+from netctl.ipam.cluster.blocks import (
+    BITS,
+    Block,
+    block_at,
+    block_name,
+    block_prefix,
+    parse_address,
+)
 from netctl.ipam.cluster.claims import Claims
 from netctl.ipam.cluster.state import Cluster, Holdings
-from netctl.ipam.planner import scope_of
-from netctl.ipam.ranges import IPAMConfig, Range
+from netctl.ipam.planner import pool_key, scope_of
+from netctl.ipam.ranges import IPAMConfig, Range, requested
 from netctl.journal.records import BlockRecord, Reservation
 from netctl.kube.client import blocks as block_objects
 from netctl.kube.client.api import ApiError
@@ -93,6 +100,40 @@ class Borrows:
         raise CNIError(TRY_AGAIN_LATER, f"requested address {text} in pool {key} lies in "
                        f"block {parent.spec.cidr} of node {owner}, which did not answer "
                        f"within {wait:g} s; try again later")
+
+    async def place(self, cfg: IPAMConfig, ranges: list[Range],
+                               wanted: list[str], identity: str = "", ifname: str = ""
+                               ) -> None:
+        """Each requested address inside a block of this node: the block claimed when nobody
+        holds it; borrowed (or refused, code 7) when another node does — for sticky
+        ``identity`` on ``ifname`` when given, so that its node grants it a reserved
+        address."""
+        held, node = self.holdings.held, self.cluster.settings.node
+        for text in wanted:
+            for rng in ranges:
+                try:
+                    ip = requested(rng, text)
+                except CNIError:
+                    continue  # another range's, or invalid: the planner says which
+                key = pool_key(cfg, rng)
+                scope = scope_of(cfg, key)
+                blk = block_at(rng, block_prefix(rng, cfg.block_size), ip)
+                if any(h.block == blk for h in held.values() if h.record.pool == key):
+                    break
+                name = block_name(scope, blk)
+                other = await block_objects.get(self.cluster.api, name)
+                if other is None and \
+                        await self.claims.claim(key, scope, blk, cfg, rng) is not None:
+                    break
+                other = other or await block_objects.get(self.cluster.api, name)
+                if other is not None and other.spec.node != node:
+                    single = Block(rng.version, ip, BITS[rng.version])
+                    if block_name(scope, single) not in held:
+                        await self.borrow(cfg, rng, key, ip, text, other,
+                                                  identity, ifname)
+                    break
+                raise CNIError(TRY_AGAIN_LATER, f"requested address {text} in pool {key}: "
+                               f"block {blk.cidr} was claimed meanwhile; try again")
 
     async def answer_borrows(self) -> None:
         """Answer the borrow objects naming this node's blocks as the blocks' watch

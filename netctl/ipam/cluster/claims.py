@@ -112,6 +112,30 @@ class Claims:
                            f"this node's {before} blocks of it are full ({rng.size} addresses "
                            "in all)")
 
+    async def label_unlabelled(self) -> int:
+        """The blocks without the node label (made by a netctl before they carried labels)
+        labelled, whoever's they are: after an upgrade the first daemon to start does it
+        for all, and the others find none (one LIST that selects nothing). How many."""
+        done = 0
+        api = self.cluster.api
+        for obj in await block_objects.listed(api, f"!{block_objects.NODE_LABEL}"):
+            lender = ""
+            if obj.spec.parent:
+                parent = await block_objects.get(api, obj.spec.parent)
+                lender = parent.spec.node if parent is not None else ""
+            new = await block_objects.label(api, obj, lender)
+            if new is None:
+                continue
+            done += 1
+            key = ("", new.metadata.name)  # in the caches now: their watches bring it too
+            if new.spec.node == self.cluster.settings.node:
+                self.cluster.blocks.cache[key] = new
+            if lender == self.cluster.settings.node:
+                self.cluster.asking.cache[key] = new
+        if done:
+            log.info("labelled %d address blocks made by an earlier netctl", done)
+        return done
+
     async def claim(self, pool: str, scope: str, blk: Block, cfg: IPAMConfig, rng: Range,
                     parent: str = "", identity: str = "", ifname: str = "", lender: str = ""
                     ) -> IPAMBlock | None:

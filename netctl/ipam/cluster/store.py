@@ -27,12 +27,9 @@ import trio
 from netctl.errors import INVALID_CONFIG, POOL_EXHAUSTED, TRY_AGAIN_LATER, CNIError
 from netctl.ipam.cluster.adopt import Adoption
 from netctl.ipam.cluster.blocks import (
-    BITS,
     Block,
-    block_at,
-    block_name,
-    block_prefix,
     held_elsewhere,
+    published_for,
 )
 from netctl.ipam.cluster.blocks import narrow as narrow_to
 from netctl.ipam.cluster.borrow import Borrows
@@ -41,7 +38,7 @@ from netctl.ipam.cluster.maintain import Maintenance
 from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.ipam.cluster.takeover import WhereaboutsHolds
 from netctl.ipam.planner import Decision, address_family, plan, pool_key, scope_of
-from netctl.ipam.ranges import IPAMConfig, Range, next_free, requested, sticky_for
+from netctl.ipam.ranges import IPAMConfig, Range, next_free, sticky_for
 from netctl.ipam.store import Store
 from netctl.journal.records import Allocation, Owner, PoolInfo, Reservation
 from netctl.kube.client import blocks as block_objects
@@ -187,7 +184,7 @@ class ClusterStore:
                  for r in ranges}
         self.know_pools({key: info.size for key, info in pools.items()})
         ident = owner.identity if sticky_for(cfg) is not None else ""
-        await self._place_requested(cfg, ranges, wanted, ident, owner.ifname)
+        await self.borrows.place(cfg, ranges, wanted, ident, owner.ifname)
         if ident:
             wanted = [*wanted, *await self._reserved_elsewhere(cfg, ranges, owner, wanted,
                                                                now)]
@@ -280,7 +277,8 @@ class ClusterStore:
             # other nodes' blocks of the scope, read now (one LIST by label): a
             # reservation published a moment ago must be found
             blocks = await self.cluster.scope_blocks(scope_of(cfg, key))
-            published = self._published(blocks, key, owner.identity, owner.ifname, now)
+            published = published_for(blocks, self.cluster.settings.node, key,
+                                      owner.identity, owner.ifname, now)
             if published is None:
                 continue
             found, obj = published
@@ -288,7 +286,7 @@ class ClusterStore:
                 if obj.spec.parent:  # a borrowed address: its borrower hands it over
                     await self.borrows.take(cfg, rng, key, obj, owner.identity, owner.ifname)
                 else:
-                    await self._place_requested(cfg, [rng], [found], owner.identity,
+                    await self.borrows.place(cfg, [rng], [found], owner.identity,
                                                 owner.ifname)
             except CNIError as exc:
                 if exc.code != INVALID_CONFIG:
@@ -298,54 +296,6 @@ class ClusterStore:
                 continue
             out.append(found)
         return out
-
-    def _published(self, blocks: list[IPAMBlock], pool: str, identity: str, ifname: str,
-                   now: float) -> tuple[str, IPAMBlock] | None:
-        """The address of ``pool`` another node published as reserved for ``identity`` on
-        ``ifname`` (not expired), and the block object it is published on, of
-        ``blocks``."""
-        node = self.cluster.settings.node
-        for obj in blocks:
-            if obj.spec.pool != pool or obj.spec.node == node:
-                continue
-            for entry in obj.spec.reserved:
-                if (entry.identity, entry.ifname) == (identity, ifname) and entry.until > now:
-                    return entry.address, obj
-        return None
-
-    async def _place_requested(self, cfg: IPAMConfig, ranges: list[Range],
-                               wanted: list[str], identity: str = "", ifname: str = ""
-                               ) -> None:
-        """Each requested address inside a block of this node: the block claimed when nobody
-        holds it; borrowed (or refused, code 7) when another node does — for sticky
-        ``identity`` on ``ifname`` when given, so that its node grants it a reserved
-        address."""
-        held, node = self.holdings.held, self.cluster.settings.node
-        for text in wanted:
-            for rng in ranges:
-                try:
-                    ip = requested(rng, text)
-                except CNIError:
-                    continue  # another range's, or invalid: the planner says which
-                key = pool_key(cfg, rng)
-                scope = scope_of(cfg, key)
-                blk = block_at(rng, block_prefix(rng, cfg.block_size), ip)
-                if any(h.block == blk for h in held.values() if h.record.pool == key):
-                    break
-                name = block_name(scope, blk)
-                other = await block_objects.get(self.cluster.api, name)
-                if other is None and \
-                        await self.claims.claim(key, scope, blk, cfg, rng) is not None:
-                    break
-                other = other or await block_objects.get(self.cluster.api, name)
-                if other is not None and other.spec.node != node:
-                    single = Block(rng.version, ip, BITS[rng.version])
-                    if block_name(scope, single) not in held:
-                        await self.borrows.borrow(cfg, rng, key, ip, text, other,
-                                                  identity, ifname)
-                    break
-                raise CNIError(TRY_AGAIN_LATER, f"requested address {text} in pool {key}: "
-                               f"block {blk.cidr} was claimed meanwhile; try again")
 
     # -- the lifecycle: start, the answers to borrows, maintenance ------------------------
 
@@ -402,7 +352,7 @@ class ClusterStore:
         then :attr:`ready`."""
         await self.cluster.blocks.synced.wait()
         await self.cluster.asking.synced.wait()
-        await self._label_unlabelled()
+        await self.claims.label_unlabelled()
         await self.claims.settle()
         node = self.cluster.settings.node
         ours = {b.metadata.name: b for b in self.cluster.blocks.cache.values()
@@ -412,30 +362,6 @@ class ClusterStore:
             await self.adoption.adopt([ours[n] for n in lost])
         self.holdings.lent = self.borrows.lent_now()
         self.ready.set()
-
-    async def _label_unlabelled(self) -> int:
-        """The blocks without the node label (made by a netctl before they carried labels)
-        labelled, whoever's they are: after an upgrade the first daemon to start does it
-        for all, and the others find none (one LIST that selects nothing). How many."""
-        done = 0
-        api = self.cluster.api
-        for obj in await block_objects.listed(api, f"!{block_objects.NODE_LABEL}"):
-            lender = ""
-            if obj.spec.parent:
-                parent = await block_objects.get(api, obj.spec.parent)
-                lender = parent.spec.node if parent is not None else ""
-            new = await block_objects.label(api, obj, lender)
-            if new is None:
-                continue
-            done += 1
-            key = ("", new.metadata.name)  # in the caches now: their watches bring it too
-            if new.spec.node == self.cluster.settings.node:
-                self.cluster.blocks.cache[key] = new
-            if lender == self.cluster.settings.node:
-                self.cluster.asking.cache[key] = new
-        if done:
-            log.info("labelled %d address blocks made by an earlier netctl", done)
-        return done
 
     async def take_over_whereabouts(self) -> int:
         return await self.whereabouts.take_over()
