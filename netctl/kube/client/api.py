@@ -35,6 +35,7 @@ import trio_asyncio
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
+from netctl.kube.client.errors import JSON as JSON
 from netctl.kube.client.errors import ApiError as ApiError  # (where they were)
 from netctl.kube.client.errors import KubeSettings as KubeSettings
 from netctl.kube.client.errors import Query as Query
@@ -74,7 +75,6 @@ IN_CLUSTER_HINT = (
     "the API server\")")
 
 
-JSON = "application/json"
 # the objects' metadata only, for a cache that reads nothing else (the Node of this node,
 # the nodes and blocks the gone-nodes Lease's holder watches): a list of
 # PartialObjectMetadata, and each watch event's object one (a watch asked for the list's

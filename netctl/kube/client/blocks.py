@@ -31,6 +31,9 @@ from netctl.kube.client.objects import (
     BLOCK_API_VERSION,
     BLOCK_GROUP,
     BLOCK_KIND,
+    BLOCK_LENDER_LABEL,
+    BLOCK_NODE_LABEL,
+    BLOCK_SCOPE_LABEL,
     Block,
     BlockMeta,
     BlockOwner,
@@ -47,12 +50,7 @@ BLOCKS = f"/apis/{GROUP}/v1/ipamblocks"
 NODES = "/api/v1/nodes"
 
 
-# the labels a block object carries, so that each node watches only what concerns it
-# (label selectors): who holds it, its uniqueness scope (a digest: a scope is no label
-# value), and for a borrow object the node whose block it asks an address of
-NODE_LABEL = f"{GROUP}/node"
-SCOPE_LABEL = f"{GROUP}/scope"
-LENDER_LABEL = f"{GROUP}/lender"
+NODE_LABEL, SCOPE_LABEL, LENDER_LABEL = BLOCK_NODE_LABEL, BLOCK_SCOPE_LABEL, BLOCK_LENDER_LABEL
 
 
 def scope_digest(scope: str) -> str:

@@ -11,6 +11,7 @@ import msgspec
 from netctl.kube.client.objects import Status
 
 Query = list[tuple[str, str]]
+JSON = "application/json"  # what every call asks for, unless it asks for less
 
 
 class ApiError(Exception):

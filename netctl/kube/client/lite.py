@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from netctl.kube.client.errors import ApiError, KubeSettings, Query, reason_of
+from netctl.kube.client.errors import JSON, ApiError, KubeSettings, Query, reason_of
 from netctl.kube.client.wire import Endpoint, Wire, WireError
 
-JSON = "application/json"
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
                    "all_proxy")
 

@@ -206,11 +206,19 @@ BLOCK_API_VERSION = f"{BLOCK_GROUP}/v1"
 BLOCK_KIND = "IPAMBlock"
 
 
+# the labels a block object carries, so that each node watches only what concerns it
+# (label selectors): who holds it, its uniqueness scope (a digest: a scope is no label
+# value), and for a borrow object the node whose block it asks an address of
+BLOCK_NODE_LABEL = f"{BLOCK_GROUP}/node"
+BLOCK_SCOPE_LABEL = f"{BLOCK_GROUP}/scope"
+BLOCK_LENDER_LABEL = f"{BLOCK_GROUP}/lender"
+
+
 class BlockMeta(Meta):
     """A block's metadata: the labels netctl selects blocks by are kept."""
 
     kept_labels: ClassVar[frozenset[str]] = frozenset({
-        f"{BLOCK_GROUP}/node", f"{BLOCK_GROUP}/scope", f"{BLOCK_GROUP}/lender"})
+        BLOCK_NODE_LABEL, BLOCK_SCOPE_LABEL, BLOCK_LENDER_LABEL})
 
 
 class Block(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
