@@ -26,38 +26,34 @@ or SIGTERM.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sqlite3
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import RenderableType
 
-from netctl.cni.config import plugin_config
 from netctl.kit import harness, journaldb
 from netctl.kit.bench import render
 from netctl.kit.bench.common import (
-    POD_NAMESPACE,
     Bench,
     Measured,
     PodRun,
     Side,
     check_result,
+    critical_path,
     drive,
     from_journal,
     operations,
     pick_subnets,
     progress,
     ratios,
+    steps_by_operation,
     summary_ms,
     timed_operations,
 )
-from netctl.kit.harness import SYSTEM_CNI, CNIResult
+from netctl.kit.harness import CNIResult
 
 
 class Churn(Bench):
@@ -68,23 +64,6 @@ class Churn(Bench):
         self.k = networks
         self.ipam = ipam  # the netctl side's; the direct side always has host-local
         self.plugin_binary = plugin_binary  # what install-cni installs; None: the build
-
-    @staticmethod
-    def pod(index: int) -> str:
-        return f"{POD_NAMESPACE}/pod-{index}"
-
-    # -- one pod, each side ------------------------------------------------------
-
-    @contextlib.contextmanager
-    def pod_netns(self, tag: str, index: int) -> Iterator[tuple[PodRun, str]]:
-        """A pod's record and its netns (the path), deleted on the way out."""
-        run = PodRun(index, f"{self.prefix}-{tag}-{index}")
-        ns_name = f"{self.prefix}-{tag}{index}"
-        netns = harness.netns_add(ns_name)
-        try:
-            yield run, netns
-        finally:
-            harness.netns_del(ns_name)
 
     def pod_netctl(self, side: Side, index: int, tag: str = "n") -> PodRun:
         conf, networks = self.netctl_conf(), ",".join(n.name for n in self.nets[1:])
@@ -102,62 +81,6 @@ class Churn(Bench):
                     side.fail(f"pod {index}: ADD result: {problem}")
             rm = run.timed("DEL", lambda: exec_netctl("DEL"))
             run.ok = side.exited_ok(f"pod {index}: DEL", rm) and ok
-        return run
-
-    def exec_delegate(self, side: Side, ptype: str, command: str, conf: bytes, container: str,
-                      netns: str, ifname: str, index: int) -> CNIResult:
-        p0 = time.perf_counter()
-        res = harness.exec_plugin(os.path.join(SYSTEM_CNI, ptype), command, conf,
-                                  container=container, netns=netns, ifname=ifname,
-                                  args=harness.cni_args(self.pod(index), "", "IgnoreUnknown=1"))
-        took = time.perf_counter() - p0
-        with side.lock:
-            (side.exec_add_s if command == "ADD" else side.exec_del_s).append(took)
-        return res
-
-    def pod_direct(self, side: Side, index: int, tag: str = "d") -> PodRun:
-        ifnames = ["eth0"] + [f"net{j}" for j in range(1, self.k)]
-        finals: list[dict[str, Any] | None] = [None] * self.k
-        ok = True
-        with self.pod_netns(tag, index) as (run, netns):
-            with run.timing("ADD"):
-                try:
-                    for n, (net, ifname) in enumerate(zip(self.nets, ifnames, strict=True)):
-                        prev: dict[str, Any] | None = None
-                        for i, ptype in enumerate(net.chain.types):
-                            conf = plugin_config(net.chain, i, prev, {})
-                            res = self.exec_delegate(side, ptype, "ADD", conf, run.container,
-                                                     netns, ifname, index)
-                            if res.rc != 0 or res.out is None:
-                                raise RuntimeError(f"{net.name} {ptype} {res.describe()}")
-                            prev = res.out
-                        finals[n] = prev
-                except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                    ok = False
-                    side.fail(f"pod {index}: ADD: {exc}")
-            if ok:
-                for net, final in zip(self.nets, finals, strict=True):
-                    problem = check_result(final, net)
-                    if problem:
-                        ok = False
-                        side.fail(f"pod {index}: ADD result of {net.name}: {problem}")
-            with run.timing("DEL"):
-                for n in reversed(range(self.k)):
-                    net = self.nets[n]
-                    for i in reversed(range(len(net.chain.plugins))):
-                        conf = plugin_config(net.chain, i, finals[n], {})
-                        try:
-                            res = self.exec_delegate(side, net.chain.types[i], "DEL", conf,
-                                                     run.container, netns, ifnames[n], index)
-                        except subprocess.TimeoutExpired:
-                            ok = False
-                            side.fail(f"pod {index}: DEL {net.name} did not exit in time")
-                            continue
-                        if res.rc != 0:
-                            ok = False
-                            side.fail(f"pod {index}: DEL {net.name} {net.chain.types[i]} "
-                                      f"{res.describe()}")
-            run.ok = ok
         return run
 
     # -- a churn phase -----------------------------------------------------------
@@ -240,25 +163,17 @@ def journal_breakdown(db_path: Path, runs: list[PodRun]) -> dict[str, Any]:
 
 def _breakdown(conn: sqlite3.Connection, runs: list[PodRun]) -> dict[str, Any]:
     ops, not_done, counts = operations(conn, "runtime")
-    steps: dict[int, list[sqlite3.Row]] = {}
-    for r in journaldb.step_times(conn):
-        steps.setdefault(r["operation_id"], []).append(r)
+    steps = steps_by_operation(conn)
     rows = journaldb.row_counts(conn, ("steps", "ipam_allocations"))
     out: dict[str, Any] = {"operations": counts, "steps": rows["steps"],
                            "ipam_allocations": rows["ipam_allocations"],
                            "operations_not_done": not_done}
     for verb in ("ADD", "DEL"):
         timed = timed_operations(ops, runs, verb)
-        delegates: list[float] = []
-        per_step: list[float] = []
-        for t in timed:
-            chains: dict[int, float] = {}
-            for s in steps.get(t.op["id"], []):
-                chains[s["attachment_id"]] = chains.get(s["attachment_id"], 0.0) + \
-                    float(s["seconds"] or 0.0)
-                if s["finished_at"] is not None and s["seconds"] is not None:
-                    per_step.append(s["finished_at"] - s["started_at"] - s["seconds"])
-            delegates.append(max(chains.values(), default=0.0))
+        delegates = [critical_path(steps.get(t.op["id"], [])) for t in timed]
+        per_step = [s["finished_at"] - s["started_at"] - s["seconds"]
+                    for t in timed for s in steps.get(t.op["id"], [])
+                    if s["finished_at"] is not None and s["seconds"] is not None]
         out[verb] = {
             "pods": len(timed),
             "exec_ms": summary_ms([t.exec_s for t in timed]),

@@ -30,7 +30,7 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from netctl.cni.config import Chain, parse_chain
+from netctl.cni.config import Chain, parse_chain, plugin_config
 from netctl.journal import query
 from netctl.kit import harness, journaldb
 from netctl.kit.bench.render import ratio, say, show, steps
@@ -262,6 +262,81 @@ class Bench:
         rss = self.daemon.peak_rss_kib()
         return rss, self.daemon.stop()
 
+    # -- one pod exec'd directly: the floor ---------------------------------------
+
+    @staticmethod
+    def pod(index: int) -> str:
+        return f"{POD_NAMESPACE}/pod-{index}"
+
+    @contextlib.contextmanager
+    def pod_netns(self, tag: str, index: int) -> Iterator[tuple[PodRun, str]]:
+        """A pod's record and its netns (the path), deleted on the way out."""
+        run = PodRun(index, f"{self.prefix}-{tag}-{index}")
+        ns_name = f"{self.prefix}-{tag}{index}"
+        netns = harness.netns_add(ns_name)
+        try:
+            yield run, netns
+        finally:
+            harness.netns_del(ns_name)
+
+    def exec_delegate(self, side: Side, ptype: str, command: str, conf: bytes, container: str,
+                      netns: str, ifname: str, index: int) -> CNIResult:
+        p0 = time.perf_counter()
+        res = harness.exec_plugin(os.path.join(SYSTEM_CNI, ptype), command, conf,
+                                  container=container, netns=netns, ifname=ifname,
+                                  args=harness.cni_args(self.pod(index), "", "IgnoreUnknown=1"))
+        took = time.perf_counter() - p0
+        with side.lock:
+            (side.exec_add_s if command == "ADD" else side.exec_del_s).append(took)
+        return res
+
+    def pod_direct(self, side: Side, index: int, tag: str = "d") -> PodRun:
+        """The pod's networks the libcni way, without netctl: every network in order, each
+        chain's plugins one after the other; DEL in reverse with the final result."""
+        ifnames = ["eth0"] + [f"net{j}" for j in range(1, len(self.nets))]
+        finals: list[dict[str, Any] | None] = [None] * len(self.nets)
+        ok = True
+        with self.pod_netns(tag, index) as (run, netns):
+            with run.timing("ADD"):
+                try:
+                    for n, (net, ifname) in enumerate(zip(self.nets, ifnames, strict=True)):
+                        prev: dict[str, Any] | None = None
+                        for i, ptype in enumerate(net.chain.types):
+                            conf = plugin_config(net.chain, i, prev, {})
+                            res = self.exec_delegate(side, ptype, "ADD", conf, run.container,
+                                                     netns, ifname, index)
+                            if res.rc != 0 or res.out is None:
+                                raise RuntimeError(f"{net.name} {ptype} {res.describe()}")
+                            prev = res.out
+                        finals[n] = prev
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                    ok = False
+                    side.fail(f"pod {index}: ADD: {exc}")
+            if ok:
+                for net, final in zip(self.nets, finals, strict=True):
+                    problem = check_result(final, net)
+                    if problem:
+                        ok = False
+                        side.fail(f"pod {index}: ADD result of {net.name}: {problem}")
+            with run.timing("DEL"):
+                for n in reversed(range(len(self.nets))):
+                    net = self.nets[n]
+                    for i in reversed(range(len(net.chain.plugins))):
+                        conf = plugin_config(net.chain, i, finals[n], {})
+                        try:
+                            res = self.exec_delegate(side, net.chain.types[i], "DEL", conf,
+                                                     run.container, netns, ifnames[n], index)
+                        except subprocess.TimeoutExpired:
+                            ok = False
+                            side.fail(f"pod {index}: DEL {net.name} did not exit in time")
+                            continue
+                        if res.rc != 0:
+                            ok = False
+                            side.fail(f"pod {index}: DEL {net.name} {net.chain.types[i]} "
+                                      f"{res.describe()}")
+            run.ok = ok
+        return run
+
     # -- a phase: N items, at most C at a time -----------------------------------
 
     def parallel(self, side: Side, count: int, work: Callable[[int], None],
@@ -435,6 +510,33 @@ def timed_operations(ops: Operations, runs: list[PodRun], verb: str) -> list[OpT
         out.append(OpTimes(op, t1 - t0, op["started_at"] - t0,
                            op["finished_at"] - op["started_at"], t1 - op["finished_at"]))
     return out
+
+
+def steps_by_operation(conn: sqlite3.Connection) -> dict[int, list[sqlite3.Row]]:
+    """Every step's times (:func:`netctl.kit.journaldb.step_times`) by its operation."""
+    steps: dict[int, list[sqlite3.Row]] = {}
+    for r in journaldb.step_times(conn):
+        steps.setdefault(r["operation_id"], []).append(r)
+    return steps
+
+
+def critical_path(steps: Sequence[sqlite3.Row]) -> float:
+    """An operation's time in its delegates (seconds): its chains run side by side, each
+    one plugin after the other, so the longest chain's plugin runs added up."""
+    chains: dict[int, float] = {}
+    for s in steps:
+        att = s["attachment_id"]
+        chains[att] = chains.get(att, 0.0) + float(s["seconds"] or 0.0)
+    return max(chains.values(), default=0.0)
+
+
+def outside_delegates(conn: sqlite3.Connection, runs: list[PodRun], verb: str) -> list[float]:
+    """Each timed ``verb``'s exec (start to exit, the client's clock) less its delegates'
+    critical path (the journal's): what netctl adds to it (seconds)."""
+    ops, _, _ = operations(conn, "runtime")
+    steps = steps_by_operation(conn)
+    return [t.exec_s - critical_path(steps.get(t.op["id"], []))
+            for t in timed_operations(ops, runs, verb)]
 
 
 # -- the report ---------------------------------------------------------------------------

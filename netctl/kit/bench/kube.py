@@ -64,12 +64,14 @@ import argparse
 import contextlib
 import json
 import os
+import sqlite3
 import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.console import RenderableType
@@ -88,6 +90,8 @@ from netctl.kit.bench.common import (
     Side,
     check_result,
     drive,
+    from_journal,
+    outside_delegates,
     pick_subnets,
     proc_cpu,
     progress,
@@ -103,6 +107,8 @@ from netctl.settings import DaemonConfig
 NODE = "bench-node"
 CLUSTER_NAMESPACE = "kube-system"  # multusNamespace's default: where clusterNetwork is
 ROUNDS = 4  # the churn alternates the sides this many times
+TARGET_OWN_MS = 3.0  # the daemon's own CPU per attachment (issue 36)
+TARGET_OUTSIDE_MS = 15.0  # an ADD's time outside its delegates, p99 (issue 36)
 SAMPLE_EVERY = 0.025  # seconds between two reads of the burst's processes
 DELEGATE_RUNS = 5
 READS = ("get", "list")  # a watch is a stream, counted apart
@@ -389,8 +395,12 @@ class KubeBench(Bench):
                 "type": "netctl-ipam", "range": str(subnet),
                 "gateway": str(subnet.network_address + 1)}, DELEGATE_VERSION)
             self.standalone.add_network(name, conf)
-            self.nets.append(BenchNet(name, bridge, subnet, parse_chain(json.dumps(conf), name),
-                                      conf))
+            # the floor: the same bridge exec'd directly, with host-local (all a runtime
+            # without netctl has), its leases apart from everything else
+            direct = harness.bridge_conf(name, bridge, harness.host_local(
+                str(subnet), str(self.root / "direct-ipam")), DELEGATE_VERSION)
+            self.nets.append(BenchNet(name, bridge, subnet,
+                                      parse_chain(json.dumps(direct), name), conf))
 
     def nad_objects(self) -> list[dict[str, Any]]:
         """The cluster's NADs: the pods' networks, then the ones no pod selects."""
@@ -503,7 +513,7 @@ class KubeBench(Bench):
     def churn(self) -> tuple[dict[str, Side], dict[str, Counter[str]]]:
         """The warm-cache churn, the sides alternating by round (beside ``--standing``
         pods, and with ``--delete-pods`` the kube side's pods deleted through the API)."""
-        sides = {"kube": Side("kube"), "standalone": Side("standalone")}
+        sides = {"kube": Side("kube"), "standalone": Side("standalone"), "direct": Side("direct")}
         requests: dict[str, Counter[str]] = {"ADD": Counter(), "DEL": Counter()}
         per_round = -(-self.churn_pods // ROUNDS)
         standing = Side("standing")
@@ -518,6 +528,9 @@ class KubeBench(Bench):
         for r in range(ROUNDS):
             indices = range(r * per_round, min((r + 1) * per_round, self.churn_pods))
             for side, rec in sides.items():
+                if side == "direct":
+                    self.floor(rec, indices)
+                    continue
                 sbs = [self.sandbox(side, "c", i, self.cached_pod(i)) for i in indices]
                 deleter = None
                 if side == "kube" and deleted:
@@ -544,6 +557,19 @@ class KubeBench(Bench):
         everyone(self.delete)
         self.problems += [f"standing pods: {m}" for m in standing.failures]
         return sides, requests
+
+    def floor(self, rec: Side, indices: range) -> None:
+        """The round's pods without netctl: each pod's networks exec'd directly, the libcni
+        way (:meth:`Bench.pod_direct`), at most C pods at a time; the CPU of what the bench
+        exec'd (the delegates, and ``ip netns``) added to the side's."""
+        def one(i: int) -> None:
+            run = self.pod_direct(rec, indices[i], tag="dc")
+            with rec.lock:
+                rec.pods.append(run)
+
+        wall, cpu = self.parallel(rec, len(indices), one)
+        rec.wall_s += wall
+        rec.cpu_s["delegates"] = round(rec.cpu_s.get("delegates", 0.0) + cpu["execs"], 3)
 
     def delete_from_api(self, names: list[str]) -> None:
         """Delete pods through the API, one request each, as a controller would."""
@@ -718,9 +744,20 @@ class KubeBench(Bench):
         delegate = self.delegate_rss()
         left = {side: self.leftovers(d) for side, d in
                 (("kube", self.daemon), ("standalone", self.standalone))}
+        left["direct"] = harness.describe_leftovers({"host_local_leases": harness.host_local_leases(
+            self.root / "direct-ipam")})
         std_peak = self.standalone.peak_rss_kib()
         std_code = self.standalone.stop()
         since_burst, code = self.finish_daemon()
+        kube_runs = sides["kube"].pods
+
+        def read_outside(conn: sqlite3.Connection) -> dict[str, Any]:
+            return {verb.lower(): outside_delegates(conn, kube_runs, verb)
+                    for verb in ("ADD", "DEL")}
+
+        outside = {verb: summary_ms(seconds) for verb, seconds in
+                   from_journal(Path(self.daemon.journal_path), read_outside).items()
+                   if verb in ("add", "del")}
         lifetime_peak = max(burst["daemon_peak_before_kib"], since_burst)
         reports = {side: side_report(rec, self.churn_pods) for side, rec in sides.items()}
         for side, rec in sides.items():
@@ -747,8 +784,10 @@ class KubeBench(Bench):
                     "deleted_through_api": self.deleted_through_api},
             parts={"subnets": [str(n.subnet) for n in self.nets], "requests": requests,
                    "kube": reports["kube"], "standalone": reports["standalone"],
+                   "direct": reports["direct"], "outside_delegates_ms": outside,
                    "ratio": ratios(reports["kube"], reports["standalone"],
                                    ("pods_per_s", "cpu_ms_per_pod")),
+                   "ratio_direct": ratios(reports["kube"], reports["direct"]),
                    "misses": misses, "burst": burst,
                    "memory": {**mem, "burst_peak_kib": burst["daemon_peak_rss_kib"],
                               "lifetime_peak_kib": lifetime_peak, "delegate": delegate,
@@ -853,6 +892,8 @@ def render_kube(report: dict[str, Any]) -> list[RenderableType]:
            + (f"; {p['deleted_through_api']} DELed pods deleted through the API during the "
               "kube side's ADDs (pod-deleted-grace 0)" if p.get("delete_pods") else "")),
         "",
+        *floor_rows(p, k, report.get("direct"), report.get("outside_delegates_ms"),
+                    report.get("ratio_direct")),
         render.table(("", "pods", "GETs/pod", "ADD p50 (ms)", "ADD p99 (ms)"), [
             (label.strip(" …"), str(m["pods"]),
              render.num(m["ADD"]["per_pod"].get("get pods", 0.0)),
@@ -869,6 +910,34 @@ def render_kube(report: dict[str, Any]) -> list[RenderableType]:
         "", *render.verdict(report["problems"], "every ADD and DEL succeeded; nothing left "
                                                 "behind")]
     return out
+
+
+def floor_rows(p: dict[str, Any], k: dict[str, Any], d: dict[str, Any] | None,
+               outside: dict[str, Any] | None,
+               ratio: dict[str, Any] | None) -> list[RenderableType]:
+    """The kube side beside the floor, the same pods' delegates exec'd directly, and what
+    netctl adds to an ADD and a DEL: the exec less its delegates' critical path (the
+    journal's step times), with the issue's targets."""
+    if d is None or not outside or "add" not in outside or ratio is None:
+        return []  # a report from before the floor
+    nets = int(p.get("networks_per_pod", 2))
+    own = float(k["cpu_s"].get("daemon", 0.0)) * 1000 / max(int(k["pods"]) * nets, 1)
+    return [render.table(("", "kube", "direct", "ratio"), [
+        render.compare("pods/s (ADD + DEL)", k, d, "pods_per_s"),
+        *render.latency_rows(k, d, ratio),
+        ("delegates CPU per pod (ms; direct: with ip netns)",
+         render.num(float(k["cpu_s"].get("daemon_delegates", 0.0)) * 1000 / max(k["pods"], 1)),
+         render.num(float(d["cpu_s"].get("delegates", 0.0)) * 1000 / max(d["pods"], 1)), ""),
+        (f"the daemon's own CPU per attachment (ms; target <= {TARGET_OWN_MS:g})",
+         render.num(own), "-", ""),
+        *((f"{verb.upper()} outside its delegates p50 / p99 (ms; target p99 <= "
+           f"{TARGET_OUTSIDE_MS:g} for ADD)",
+           f"{render.num(outside[verb]['p50'])} / {render.num(outside[verb]['p99'])}", "-", "")
+          for verb in ("add", "del")),
+    ], f"the floor: the same {d['pods']} pods' networks exec'd directly (bridge with "
+       "host-local, each pod's chains one after the other, the libcni way), in the same "
+       "rounds; outside its delegates: the exec, start to exit, less the delegates' "
+       "critical path from the journal"), ""]
 
 
 def memory_rows(p: dict[str, Any], mem: dict[str, Any], burst: dict[str, Any],
