@@ -284,7 +284,8 @@ def test_kube_small_json() -> None:
     pod on the cluster network and two more (each one's network-status checked by the
     bench), the churned pods deleted through the API, two misses of each kind, a burst
     of five: the request counts are the design's (exact: they are counts, not timings),
-    every number is there, nothing is left."""
+    every number is there (the floor's and the time outside the delegates too), nothing is
+    left."""
     proc = subprocess.run([NETCTL, "bench", "kube", "--pods", "20", "--nads", "5", "--churn",
                            "8", "--misses", "2", "--concurrency", "2", "--burst", "5",
                            "--standing", "2", "--networks", "2", "--delete-pods", "--json"],
@@ -309,6 +310,16 @@ def test_kube_small_json() -> None:
         assert all(rep[verb]["p50"] > 0 for verb in ("add_ms", "del_ms"))
         assert rep["cpu_ms_per_pod"] > 0 and rep["cpu_s"]["daemon"] > 0
     assert all(v is not None and v > 0 for v in report["ratio"].values())
+    # the floor: the same pods exec'd directly, every one done, nothing held by host-local
+    direct = report["direct"]
+    assert direct["pods"] == 8 and direct["failures"] == 0 and direct["leftovers"] == []
+    assert direct["cpu_s"]["delegates"] > 0
+    assert all(v is not None and v > 0 for v in report["ratio_direct"].values())
+    # what netctl adds outside the delegates: one figure per kube ADD and DEL, each the
+    # exec less a critical path that is itself part of the exec
+    outside = report["outside_delegates_ms"]
+    assert outside["add"]["n"] == 8 and outside["del"]["n"] == 8
+    assert 0 < outside["add"]["p50"] < report["kube"]["add_ms"]["p99"]
     assert report["misses"]["watch_lagging"]["add_ms"]["n"] == 2
     burst = report["burst"]
     assert burst["pods"] == 5 and burst["failures"] == 0 and burst["add_ms"]["n"] == 5
