@@ -363,6 +363,9 @@ class KubeMode:
                 # netctl's own HTTP (kube/client/wire.py), or the client's session (a proxy…)
                 "api_transport": "netctl" if api.wire is not None else "client-session",
                 "api_connections": api.wire.opened if api.wire is not None else None,
+                # who read the configuration: netctl (kube/client/lite.py), or
+                # kubernetes-asyncio (an exec plugin, OIDC, a proxy…: kube/client/full.py)
+                "api_configuration": "kubernetes-asyncio" if api.full else "netctl",
                 "ipam": self.ipam.status() if self.ipam is not None else None,
                 "network_status_required": self.status_writes.required,
                 "network_status_failures": self.status_writes.failures,

@@ -1,10 +1,12 @@
-"""We test how netctl loads kubernetes-asyncio (:mod:`netctl.kube.client.session`), each time in a
-fresh interpreter as a daemon starts: lean (without the API classes and the models),
-and the client so loaded lists, gets and is refused against the fake API server over
-HTTP from a kubeconfig, the models still there for a caller that asks for them; the
-real modules when kubernetes-asyncio was imported first; and the ordinary import when
-the lean load fails, here on a copy of the package laid out differently (its
-``client/api_client.py`` renamed), as a future release might be."""
+"""We test how netctl loads kubernetes-asyncio for the full client
+(:mod:`netctl.kube.client.session`, :mod:`netctl.kube.client.full`: the kubeconfigs netctl
+does not read itself), each time in a fresh interpreter as a daemon starts: lean
+(without the API classes and the models), and the client so loaded lists, gets and is
+refused against the fake API server over HTTP from a kubeconfig, the models still there
+for a caller that asks for them; the real modules when kubernetes-asyncio was imported
+first; and the ordinary import when the lean load fails, here on a copy of the package
+laid out differently (its ``client/api_client.py`` renamed), as a future release might
+be."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ SCRIPT = """
 import json, sys
 {first}
 import netctl.kube.client.api
-from netctl.kube.client import session as lean
+from netctl.kube.client import full, session as lean
 import trio, trio_asyncio
 from netctl.kube.client.api import Api, KubeSettings
 
@@ -39,7 +41,8 @@ out = {{"lean": lean.LEAN, "modules": before}}
 
 async def main():
     async with trio_asyncio.open_loop():
-        api = await Api.connect(KubeSettings(kubeconfig=sys.argv[1]))
+        settings = KubeSettings(kubeconfig=sys.argv[1])
+        api = Api(await full.connect(settings), settings)  # the full client, as for OIDC
         try:
             on_n1 = [("fieldSelector", "spec.nodeName=n1")]
             pods = json.loads(await api.list("/api/v1/pods", on_n1))

@@ -1,10 +1,16 @@
-"""``kubectl netctl``'s light client: which kubeconfigs it reads itself (no
-kubernetes-asyncio), what it takes from them, and which it leaves to the full client."""
+"""The configuration netctl reads itself (:func:`~netctl.kube.client.lite.lean_config`): which
+kubeconfigs and in-cluster accounts it reads (no kubernetes-asyncio, no aiohttp), what it
+takes from them, which it leaves to the full client; its token read again on a 401 and by
+age; and a daemon's connection that loads neither library for such a configuration (in a
+fresh interpreter), and the full client for the others."""
 
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +18,7 @@ import pytest
 import yaml
 
 from netctl.kube.client.errors import KubeSettings
-from netctl.kube.client.lite import lite
+from netctl.kube.client.lite import TOKEN_REREAD, in_cluster, lean_config, lite
 
 
 def kubeconfig(tmp_path: Path, user: dict[str, Any], cluster: dict[str, Any] | None = None,
@@ -53,7 +59,8 @@ def test_a_proxy_several_files_or_in_cluster_are_left_to_the_full_client(
                                                    "proxy-url": "http://p:3128"})
     assert lite(KubeSettings(path)) is None
     plain = kubeconfig(tmp_path, {"token": "t"}, name="plain")
-    assert lite(KubeSettings(in_cluster=True)) is None
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert lite(KubeSettings(in_cluster=True)) is None  # no server named
     monkeypatch.setenv("KUBECONFIG", f"{plain}:{path}")
     assert lite(KubeSettings()) is None
     monkeypatch.setenv("KUBECONFIG", plain)
@@ -77,3 +84,87 @@ def test_client_certificate_data_is_loaded(tmp_path: Path) -> None:
 
 def test_no_kubeconfig_is_none(tmp_path: Path) -> None:
     assert lite(KubeSettings(str(tmp_path / "missing"))) is None
+
+
+def test_a_netrc_entry_for_the_server_is_left_to_the_full_client(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = kubeconfig(tmp_path, {"token": "t"})
+    (tmp_path / "netrc").write_text("machine api.example login joe password secret\n")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    assert lean_config(KubeSettings(path)) is None  # basic auth: the session sends it
+    (tmp_path / "netrc").write_text("machine elsewhere login joe password secret\n")
+    assert lean_config(KubeSettings(path)) is not None
+
+
+def test_in_cluster_reads_the_service_account(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+                    "1", "-subj", "/CN=netctl-test", "-keyout", str(tmp_path / "k.pem"),
+                    "-out", str(tmp_path / "ca.crt")], check=True, capture_output=True)
+    (tmp_path / "token").write_text("first\n")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    config = in_cluster(tmp_path)
+    assert config is not None and config.host == "https://[fd00::1]:443"
+    assert (config.endpoint.host, config.endpoint.port) == ("fd00::1", 443)
+    assert config.credentials.header() == {"Authorization": "Bearer first"}
+    # the token rotates: read again on a 401 (reload), and once it is old
+    (tmp_path / "token").write_text("second\n")
+    assert config.credentials.header() == {"Authorization": "Bearer first"}  # still young
+    config.credentials.read_at = time.monotonic() - TOKEN_REREAD - 1
+    assert config.credentials.header() == {"Authorization": "Bearer second"}
+    (tmp_path / "token").write_text("third\n")
+    config.credentials.reload()
+    assert config.credentials.authorization == "Bearer third"
+    (tmp_path / "token").unlink()  # unreadable: the old token stays (the 401 tells)
+    config.credentials.reload()
+    assert config.credentials.authorization == "Bearer third"
+    (tmp_path / "ca.crt").unlink()
+    assert in_cluster(tmp_path) is None  # the full client says what is missing
+
+
+def test_a_kubeconfigs_new_token_is_read_on_reload(tmp_path: Path) -> None:
+    path = kubeconfig(tmp_path, {"token": "old"})
+    config = lean_config(KubeSettings(path))
+    assert config is not None and config.credentials.authorization == "Bearer old"
+    kubeconfig(tmp_path, {"token": "new"})  # rewritten in place
+    config.credentials.reload()
+    assert config.credentials.authorization == "Bearer new"
+
+
+CONNECT = """
+import json, sys, trio, trio_asyncio
+from netctl.kube.client.api import Api, KubeSettings
+
+async def main():
+    async with trio_asyncio.open_loop():
+        api = await Api.connect(KubeSettings(kubeconfig=sys.argv[1]))
+        out = {"full": api.full, "wire": api.wire is not None}
+        await api.close()
+    out["loaded"] = sorted({m.split(".")[0] for m in sys.modules}
+                           & {"kubernetes_asyncio", "aiohttp", "yarl"})
+    print(json.dumps(out))
+
+trio.run(main)
+"""
+
+
+@pytest.mark.parametrize("user, full", [
+    ({"token": "t"}, False),
+    ({"exec": {"command": "CREDENTIAL", "apiVersion": "client.authentication.k8s.io/v1"}},
+     True),
+])
+def test_a_daemons_connection_loads_the_full_client_only_when_needed(
+        tmp_path: Path, user: dict[str, Any], full: bool) -> None:
+    credential = tmp_path / "credential"  # an exec credential plugin: prints a token
+    credential.write_text("#!/bin/sh\necho '{\"apiVersion\": \"client.authentication.k8s.io/v1\", "
+                          "\"kind\": \"ExecCredential\", \"status\": {\"token\": \"x\"}}'\n")
+    credential.chmod(0o755)
+    if "exec" in user:
+        user = {"exec": {**user["exec"], "command": str(credential)}}
+    path = kubeconfig(tmp_path, user, {"server": "http://127.0.0.1:9"})
+    done = subprocess.run([sys.executable, "-c", CONNECT, path], capture_output=True,
+                          text=True, timeout=120, check=True)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["full"] is full and out["wire"] is True
+    assert out["loaded"] == (["aiohttp", "kubernetes_asyncio", "yarl"] if full else [])

@@ -1,14 +1,15 @@
-"""The Kubernetes API as netctl calls it: raw JSON over kubernetes-asyncio, from trio.
+"""The Kubernetes API as netctl calls it: raw JSON from trio.
 
-kubernetes-asyncio is asyncio-only; this module (with the rest of ``netctl/kube/``) is
-where it meets trio, through trio-asyncio. netctl uses the client for what it does
-well — configuration (kubeconfig, in-cluster with the service-account token re-read
-as it rotates: every minute by the client, and at once when the server answers 401),
-TLS, authentication, connection pooling — and skips its model layer:
-every call here is :meth:`ApiClient.call_api` on a resource path with the body left
-as bytes (``_preload_content=False``), which the callers decode with msgspec into the
-few fields netctl keeps. A V1Pod model per event would cost memory and CPU for
-nothing; the model classes are not even imported (:mod:`netctl.kube.client.session`).
+netctl reads the API server's address and its credentials itself for an in-cluster
+service account and the common kubeconfigs (:func:`netctl.kube.client.lite.lean_config`),
+and carries every call over HTTP/1.1 from trio (:class:`~netctl.kube.client.wire.Wire`):
+neither kubernetes-asyncio nor aiohttp is loaded then. For the rest (an exec credential
+plugin, OIDC, a proxy, …) kubernetes-asyncio reads the configuration and refreshes the
+credentials (:mod:`netctl.kube.client.full`, through trio-asyncio), and its aiohttp
+session carries the calls only where the wire cannot (a proxy, ``.netrc`` basic auth).
+Either way no model layer: every call's body stays bytes, which the callers decode with
+msgspec into the few fields netctl keeps. A 401 reads the credentials again and retries
+once (a rotated service-account token).
 
 Every call has a timeout (``api-timeout``, a setting: slow control planes exist), and
 a failure is one :class:`ApiError`: ``status`` the HTTP status, 0 when the server
@@ -28,21 +29,16 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
-import aiohttp
-import msgspec
 import trio
 import trio_asyncio
-from aiohttp.helpers import get_env_proxy_for_url
-from yarl import URL
 
 from netctl.kube.client.errors import JSON as JSON
 from netctl.kube.client.errors import ApiError as ApiError  # (where they were)
 from netctl.kube.client.errors import KubeSettings as KubeSettings
 from netctl.kube.client.errors import Query as Query
 from netctl.kube.client.errors import reason_of
-from netctl.kube.client.session import client as kclient
-from netctl.kube.client.session import config as kconfig
-from netctl.kube.client.wire import Wire, WireError, wire_for
+from netctl.kube.client.lite import Credentials, LeanConfig, lean_config
+from netctl.kube.client.wire import Wire, WireError
 
 log = logging.getLogger("netctl.kube")
 T = TypeVar("T")
@@ -84,15 +80,24 @@ METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,a
 
 
 class Api:
-    """A connection to one API server; every method is called from trio."""
+    """A connection to one API server; every method is called from trio. Made by
+    :meth:`connect`: on :meth:`lean` a configuration netctl read itself, else on the
+    full client (``client``, a kubernetes-asyncio ApiClient: :mod:`netctl.kube.client.full`)."""
 
-    def __init__(self, api: kclient.ApiClient, settings: KubeSettings) -> None:
-        self._api = api
-        environment_read_once(api)
-        # trio's own HTTP to the server (netctl.kube.client.wire); None: the client's session
-        self.wire: Wire | None = wire_for(api)
+    def __init__(self, client: Any, settings: KubeSettings, *, wire: Wire | None = None,
+                 host: str = "", credentials: Credentials | None = None) -> None:
+        self._api = client  # the full client's ApiClient; None on a lean configuration
+        self._credentials = credentials  # the lean configuration's
+        self.wire: Wire | None = wire  # trio's own HTTP to the server; None: the session's
+        self.host = host
+        if client is not None:
+            from netctl.kube.client import full
+            from netctl.kube.client.wire import wire_for
+
+            full.environment_read_once(client)
+            self.wire = wire_for(client)
+            self.host = str(client.configuration.host)
         self.settings = settings
-        self.host = str(api.configuration.host)
         self.calls: dict[tuple[str, str], int] = {}  # (verb, resource) → count
         # (verb, resource, code) → count, once answered (code_label: bounded)
         self.answers: dict[tuple[str, str, str], int] = {}
@@ -101,46 +106,55 @@ class Api:
         self._on_unreachable: list[Callable[[], None]] = []
 
     @classmethod
+    def lean(cls, config: LeanConfig, settings: KubeSettings) -> Api:
+        """On a configuration netctl read itself: no kubernetes-asyncio, no aiohttp."""
+        return cls(None, settings, wire=Wire(config.endpoint, config.credentials.header),
+                   host=config.host, credentials=config.credentials)
+
+    @classmethod
     async def connect(cls, settings: KubeSettings) -> Api:
-        async def load() -> kclient.ApiClient:
-            if settings.in_cluster:
-                conf = kclient.Configuration()
-                kconfig.load_incluster_config(  # type: ignore[no-untyped-call]
-                    client_configuration=conf, try_refresh_token=True)
-                return kclient.ApiClient(configuration=conf)
-            return await kconfig.new_client_from_config(config_file=settings.kubeconfig,
-                                                        persist_config=False)
-        try:
-            return cls(await on_asyncio(load), settings)
-        except (kconfig.ConfigException, OSError, ValueError) as exc:
-            raise ApiError(0, f"Kubernetes client configuration: {exc}") from exc
+        config = lean_config(settings)
+        if config is not None:
+            return cls.lean(config, settings)
+        from netctl.kube.client import full
+
+        return cls(await full.connect(settings), settings)
 
     @property
-    def client_configuration(self) -> kclient.Configuration:
-        """The client's configuration (its credentials), read on the asyncio side."""
-        return self._api.configuration
+    def full(self) -> bool:
+        """Whether the full client (kubernetes-asyncio) serves this connection."""
+        return self._api is not None
+
+    async def authorization(self) -> str:
+        """The ``Authorization`` value the calls carry (``Bearer …``; an exec plugin's or
+        OIDC token refreshed); "" when the credentials are no token."""
+        if self._credentials is not None:
+            return self._credentials.authorization
+        from netctl.kube.client import full
+
+        return await full.authorization(self._api)
 
     async def close(self) -> None:
         if self.wire is not None:
             await self.wire.aclose()
-        await on_asyncio(self._api.close)
+        if self._api is not None:
+            from netctl.kube.client import full
+
+            await full.close(self._api)
 
     async def _reload_credentials(self) -> None:
-        """Read the token again into the client's configuration (on the asyncio side): the
-        service account's in-cluster, else the kubeconfig's (``token`` or ``tokenFile``).
-        A configuration that no longer loads leaves the old one: the 401 is the answer."""
-        conf = self._api.configuration
+        """Read the token again (after a 401): the lean configuration's, or into the
+        full client's configuration."""
         self.credential_reloads += 1
-        try:
-            if self.settings.in_cluster:
-                kconfig.load_incluster_config(  # type: ignore[no-untyped-call]
-                    client_configuration=conf, try_refresh_token=True)
-            else:
-                await kconfig.load_kube_config(config_file=self.settings.kubeconfig,
-                                               client_configuration=conf,
-                                               persist_config=False)
-        except (kconfig.ConfigException, OSError, ValueError) as exc:
-            log.warning("API credentials not reloaded: %s", exc)
+        if self._credentials is not None:
+            self._credentials.reload()
+            return
+        from netctl.kube.client import full
+
+        await full.reload_credentials(self._api, self.settings)
+
+    def _reloaded(self) -> None:
+        self.credential_reloads += 1
 
     def _not_reachable(self, why: object) -> str:
         """The words for a call that did not reach the server: its address, the step and
@@ -166,37 +180,6 @@ class Api:
         for callback in self._on_unreachable:
             callback()
 
-    async def _call(self, method: str, path: str, query: list[tuple[str, str]] | None = None,
-                    body: bytes | None = None, content_type: str = "application/json",
-                    timeout: float | None = None, stream: bool = False,
-                    accept: str = JSON) -> Any:
-        """The aiohttp response of one request (on the asyncio side), status checked. A
-        ``stream`` (a watch) has no read timeout here: its reader bounds it (a timer
-        per chunk received would cost one more turn of the loop each)."""
-        headers = {"Accept": accept}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        to = self.settings.api_timeout if timeout is None else timeout
-        # the client JSON-encodes a body itself, for every JSON content type
-        document = None if body is None else msgspec.json.decode(body)
-        for attempt in range(2):
-            resp = await self._api.call_api(
-                path, method, query_params=query or [], header_params=headers, body=document,
-                auth_settings=["BearerToken"], _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=None, connect=to,
-                                                       sock_read=None if stream else to))
-            if resp.status != 401 or attempt:
-                break
-            # the token was rotated (bound service-account tokens expire; a kubeconfig's
-            # tokenFile is rewritten): read the credentials again, and retry once
-            resp.release()
-            await self._reload_credentials()
-        if not 200 <= resp.status <= 299:
-            data = await resp.read()
-            resp.release()
-            raise ApiError(resp.status, _reason(data) or str(resp.reason), data)
-        return resp
-
     async def request(self, verb: str, method: str, path: str,
                       query: list[tuple[str, str]] | None = None, body: bytes | None = None,
                       content_type: str = "application/json", accept: str = JSON) -> bytes:
@@ -204,19 +187,12 @@ class Api:
         self._count(verb, path)
         if self.wire is not None:
             return await self._on_wire(verb, method, path, query, body, content_type, accept)
+        from netctl.kube.client import full
 
-        async def go() -> bytes:
-            try:
-                resp = await self._call(method, path, query, body, content_type,
-                                        accept=accept)
-                data: bytes = await resp.read()
-                resp.release()
-                return data
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise ApiError(0, self._not_reachable(exc or "timeout")
-                               ) from None
         try:
-            data = await on_asyncio(go)
+            data = await full.request(self._api, self.settings, method, path, query or [],
+                                      body, content_type, accept, self._reloaded,
+                                      self._not_reachable)
         except ApiError as exc:
             self._answered(verb, path, exc.status, exc.reason)
             raise
@@ -240,7 +216,7 @@ class Api:
                                                  self.settings.api_timeout)
                 if answer.status != 401 or attempt:
                     break
-                await on_asyncio(self._reload_credentials)  # as _call: re-read, once
+                await self._reload_credentials()  # a rotated token: re-read, once
         except WireError as exc:
             raise self._failed(verb, path, 0, self._not_reachable(exc)
                                ) from None
@@ -301,35 +277,17 @@ class Api:
 
     async def _open_on_session(self, path: str, params: Query, accept: str = JSON) -> tuple[
             Callable[[], Awaitable[bytes]], Callable[[], Awaitable[None]]]:
-        """A watch's stream on the client's session: what it has received is taken in one
-        trip to the asyncio side, however many events it holds."""
-        async def open_stream() -> Any:
-            try:
-                return await self._call("GET", path, params,
-                                        timeout=self.settings.watch_timeout + 30, stream=True,
-                                        accept=accept)
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise ApiError(0, self._not_reachable(exc or "timeout")
-                               ) from None
+        """A watch's stream on the full client's session."""
+        from netctl.kube.client import full
 
         try:
-            resp = await on_asyncio(open_stream)
+            opened = await full.open_stream(self._api, self.settings, path, params, accept,
+                                            self._reloaded, self._not_reachable)
         except ApiError as exc:
             self._answered("watch", path, exc.status, exc.reason)
             raise
         self._answered("watch", path, 200)
-
-        async def received() -> bytes:
-            try:
-                data: bytes = await resp.content.readany()
-                return data
-            except (TimeoutError, aiohttp.ClientError, OSError):
-                return b""
-
-        async def close() -> None:
-            resp.close()
-
-        return (lambda: on_asyncio(received)), close
+        return opened
 
     async def _open_on_wire(self, path: str, params: Query, accept: str = JSON) -> tuple[
             Callable[[], Awaitable[bytes]], Callable[[], Awaitable[None]]]:
@@ -349,41 +307,12 @@ class Api:
                         body += chunk
                 await stream.aclose()
                 if stream.status == 401 and not attempt:
-                    await on_asyncio(self._reload_credentials)  # re-read, once
+                    await self._reload_credentials()  # re-read, once
                     continue
                 raise self._failed("watch", path, stream.status, stream.reason, body)
         except WireError as exc:
             raise self._failed("watch", path, 0, self._not_reachable(exc)) from None
         raise AssertionError("unreachable")
-
-
-def environment_read_once(api: kclient.ApiClient) -> None:
-    """kubernetes-asyncio's aiohttp session trusts the environment: for every request
-    aiohttp then reads ``~/.netrc`` and the proxy variables, each on a thread of its own
-    (two thread trips per request: a fifth of a small request's CPU in the daemon).
-    Neither changes while netctl runs: the proxy the environment names for the API
-    server (``HTTPS_PROXY``, ``NO_PROXY``, …) is put into the client's own proxy setting
-    here, once, and the session stops looking. A ``.netrc`` entry for the API server's
-    host (basic auth) leaves the session as it was."""
-    rest = api.rest_client
-    session = rest.pool_manager
-    url = URL(str(api.configuration.host))
-    netrc_auth = getattr(session, "_get_netrc_auth", None)  # aiohttp's own, as it asks
-    if not getattr(session, "_trust_env", False) or url.host is None or netrc_auth is None:
-        return  # an aiohttp laid out otherwise: the session is left as it was made
-    if netrc_auth(url.host) is not None:
-        return
-    if not rest.proxy:
-        try:
-            proxy, auth = get_env_proxy_for_url(url)
-        except LookupError:
-            pass
-        else:
-            rest.proxy = str(proxy)
-            if auth is not None:
-                rest.proxy_headers = {**(rest.proxy_headers or {}),
-                                      "Proxy-Authorization": auth.encode()}
-    session._trust_env = False
 
 
 _reason = reason_of

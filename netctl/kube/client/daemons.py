@@ -144,13 +144,7 @@ async def authorization(api: Api | LiteApi) -> str:
     exec plugin's or OIDC token refreshed); "" when its credentials are no token."""
     if isinstance(api, LiteApi):
         return api.authorization
-    from netctl.kube.client.api import on_asyncio
-
-    conf = api.client_configuration
-
-    async def get() -> str:
-        return str(await conf.get_api_key_with_prefix("BearerToken") or "")
-    return await on_asyncio(get)
+    return await api.authorization()
 
 
 def with_api(settings: KubeSettings, fn: Callable[[Any], Awaitable[T]]) -> T:

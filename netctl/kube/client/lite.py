@@ -1,32 +1,42 @@
-"""The API server for a command's one-shot questions, without kubernetes-asyncio.
+"""The API server's address and credentials, read by netctl itself, and the light client
+of ``kubectl netctl``: neither loads kubernetes-asyncio nor aiohttp.
 
-``kubectl netctl`` asks the API server two lists (the daemons' pods, the blocks) and sends
-the kubeconfig's token to the daemons. Loading kubernetes-asyncio and aiohttp for that
-costs more than everything else the command does. :func:`lite` reads the kubeconfig
-itself and talks HTTP/1.1 from trio (:class:`~netctl.kube.client.wire.Wire`, the daemon's
-own transport) when the kubeconfig is one this module reads whole:
+:func:`lean_config` reads
 
-- the file: ``--kubeconfig``, else ``$KUBECONFIG`` (one file), else ``~/.kube/config``;
-  its ``current-context``, that context's cluster and user;
-- the cluster: ``server`` (http or https), ``certificate-authority`` or
+- in-cluster (the daemon in its DaemonSet): ``KUBERNETES_SERVICE_HOST`` and
+  ``KUBERNETES_SERVICE_PORT``, the service account's token and CA
+  (``/var/run/secrets/kubernetes.io/serviceaccount``), the token read again once a
+  minute (bound tokens rotate) and at once when the server answers 401;
+- a kubeconfig: ``--kubeconfig``, else ``$KUBECONFIG`` (one file), else
+  ``~/.kube/config``; its ``current-context``, that context's cluster and user;
+  the cluster: ``server`` (http or https), ``certificate-authority`` or
   ``certificate-authority-data``, ``insecure-skip-tls-verify``, ``tls-server-name``;
-- the user: ``token`` or ``tokenFile``, ``client-certificate(-data)`` and
-  ``client-key(-data)``.
+  the user: ``token`` or ``tokenFile``, ``client-certificate(-data)`` and
+  ``client-key(-data)`` (a token file read again once a minute; the kubeconfig read
+  again when the server answers 401).
 
 Anything else — an ``exec`` credential plugin, an ``auth-provider``, a username and
-password, a ``proxy-url``, several files in ``$KUBECONFIG``, a proxy in the environment —
-is None: the caller uses the full client (:class:`~netctl.kube.client.api.Api`), which
-reads all of it. Paths in the kubeconfig are relative to its directory, as kubectl reads
-them.
+password, a ``proxy-url``, several files in ``$KUBECONFIG``, a proxy in the environment, a
+``.netrc`` entry for the server — is None: the caller uses the full client
+(:mod:`netctl.kube.client.full`), which reads all of it. Paths in the kubeconfig are
+relative to its directory, as kubectl reads them.
+
+The daemon's :class:`~netctl.kube.client.api.Api` and ``kubectl netctl``'s
+:class:`LiteApi` both talk HTTP/1.1 from trio on what it gives
+(:class:`~netctl.kube.client.wire.Wire`).
 """
 
 from __future__ import annotations
 
 import base64
+import logging
+import netrc
 import os
 import ssl
 import tempfile
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -36,6 +46,53 @@ from netctl.kube.client.wire import Endpoint, Wire, WireError
 
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
                    "all_proxy")
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+TOKEN_REREAD = 60.0  # seconds: a token file is read again at most this old
+
+log = logging.getLogger("netctl.kube")
+
+
+@dataclass
+class Credentials:
+    """The bearer token a request carries (none: client certificates, or nothing), and
+    how to read it again: ``reread`` returns the current token (a token file, or the
+    kubeconfig), asked when the server answers 401 and, for a token file, once the token
+    read is :data:`TOKEN_REREAD` seconds old."""
+
+    token: str = ""
+    reread: Callable[[], str] | None = None
+    periodic: bool = False  # a file rewritten as the token rotates: read it again by age
+    read_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def authorization(self) -> str:
+        return f"Bearer {self.token}" if self.token else ""
+
+    def header(self) -> dict[str, str]:
+        """The Authorization header (the token read again first when it is old)."""
+        if self.periodic and time.monotonic() - self.read_at > TOKEN_REREAD:
+            self.reload()
+        return {"Authorization": self.authorization} if self.token else {}
+
+    def reload(self) -> None:
+        """Read the token again; one that cannot be read leaves the old (the server's 401
+        is the answer then)."""
+        self.read_at = time.monotonic()
+        if self.reread is None:
+            return
+        try:
+            self.token = self.reread()
+        except (OSError, ValueError) as exc:
+            log.warning("API credentials not reloaded: %s", exc)
+
+
+@dataclass
+class LeanConfig:
+    """Where the API server is and who we are to it, read without the full client."""
+
+    endpoint: Endpoint
+    credentials: Credentials
+    host: str  # the server's URL, for messages
 
 
 @dataclass
@@ -76,13 +133,72 @@ class LiteApi:
 
 
 def lite(settings: KubeSettings) -> LiteApi | None:
-    """A :class:`LiteApi` for ``settings``' kubeconfig, or None when it needs the full
-    client (see the module's docstring)."""
-    if settings.in_cluster or any(os.environ.get(v) for v in PROXY_VARIABLES):
+    """A :class:`LiteApi` for ``settings``, or None when they need the full client (see
+    the module's docstring)."""
+    config = lean_config(settings)
+    if config is None:
         return None
+    wire = Wire(config.endpoint, config.credentials.header)
+    return LiteApi(wire, config.credentials.authorization, settings.api_timeout, config.host)
+
+
+def lean_config(settings: KubeSettings) -> LeanConfig | None:
+    """The server and credentials ``settings`` name, when this module reads them whole;
+    None: the full client's (see the module's docstring)."""
+    if any(os.environ.get(v) for v in PROXY_VARIABLES):
+        return None
+    if settings.in_cluster:
+        return in_cluster()
     path = _kubeconfig_path(settings.kubeconfig)
     if path is None:
         return None
+    found = _read_kubeconfig(path)
+    if found is None:
+        return None
+    cluster, user = found
+    try:
+        return _config(cluster, user, path)
+    except (OSError, ValueError, ssl.SSLError):
+        return None  # the full client says what is wrong with it
+
+
+def in_cluster(account: Path = SERVICE_ACCOUNT) -> LeanConfig | None:
+    """The in-cluster configuration: the server the pod's environment names, the service
+    account's CA and token (``account``); None when any is missing (the full client says
+    which)."""
+    host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "")
+    token_file, ca = account / "token", account / "ca.crt"
+    if not host or not port.isdigit() or _in_netrc(host):
+        return None
+    try:
+        tls = ssl.create_default_context(cafile=str(ca))
+        credentials = Credentials(_read_token(token_file),
+                                  lambda: _read_token(token_file), periodic=True)
+    except (OSError, ValueError, ssl.SSLError):
+        return None
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    endpoint = Endpoint(host, int(port), "", authority, tls, host)
+    return LeanConfig(endpoint, credentials, f"https://{authority}")
+
+
+def _read_token(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def _in_netrc(host: str) -> bool:
+    """Whether ``~/.netrc`` (or ``$NETRC``) has an entry for ``host`` (basic auth, which
+    the full client's session sends); an unreadable one counts as having it."""
+    path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+    if not os.path.exists(path):
+        return False
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return True
+
+
+def _read_kubeconfig(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
     try:
         import yaml
 
@@ -92,14 +208,7 @@ def lite(settings: KubeSettings) -> LiteApi | None:
         return None
     if not isinstance(doc, dict):
         return None
-    found = _current(doc)
-    if found is None:
-        return None
-    cluster, user = found
-    try:
-        return _api(cluster, user, path.parent, settings.api_timeout)
-    except (OSError, ValueError, ssl.SSLError):
-        return None  # the full client says what is wrong with it
+    return _current(doc)
 
 
 def _kubeconfig_path(given: str | None) -> Path | None:
@@ -134,11 +243,11 @@ def _current(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | Non
     return cluster, user
 
 
-def _api(cluster: dict[str, Any], user: dict[str, Any], base: Path,
-         timeout: float) -> LiteApi | None:
+def _config(cluster: dict[str, Any], user: dict[str, Any], path: Path) -> LeanConfig | None:
+    base = path.parent
     server = str(cluster.get("server") or "")
     url = urlsplit(server)
-    if url.scheme not in ("http", "https") or not url.hostname:
+    if url.scheme not in ("http", "https") or not url.hostname or _in_netrc(url.hostname):
         return None
     tls = None
     if url.scheme == "https":
@@ -152,15 +261,27 @@ def _api(cluster: dict[str, Any], user: dict[str, Any], base: Path,
             tls.check_hostname = False
             tls.verify_mode = ssl.CERT_NONE
         _client_certificate(tls, user, base)
-    token = str(user.get("token") or "")
-    if not token and user.get("tokenFile"):
-        token = (base / str(user["tokenFile"])).read_text().strip()
-    auth = f"Bearer {token}" if token else ""
     endpoint = Endpoint(url.hostname, url.port or (443 if url.scheme == "https" else 80),
                         url.path.rstrip("/"), url.netloc.rpartition("@")[2], tls,
                         str(cluster.get("tls-server-name") or url.hostname))
-    wire = Wire(endpoint, lambda: {"Authorization": auth} if auth else {})
-    return LiteApi(wire, auth, timeout, server)
+    return LeanConfig(endpoint, Credentials(_token_of(user, base), lambda: _reread(path),
+                                            periodic=bool(user.get("tokenFile"))), server)
+
+
+def _token_of(user: dict[str, Any], base: Path) -> str:
+    token = str(user.get("token") or "")
+    if not token and user.get("tokenFile"):
+        token = _read_token(base / str(user["tokenFile"]))
+    return token
+
+
+def _reread(path: Path) -> str:
+    """The token of the kubeconfig at ``path`` as it is now (its user may have a new
+    token, or a token file rewritten)."""
+    found = _read_kubeconfig(path)
+    if found is None:
+        raise ValueError(f"{path} no longer names a server and a token netctl reads")
+    return _token_of(found[1], path.parent)
 
 
 def _client_certificate(tls: ssl.SSLContext, user: dict[str, Any], base: Path) -> None:

@@ -1,8 +1,9 @@
 """The API server over HTTP/1.1 from trio itself: netctl's requests and watches without
 the asyncio bridge.
 
-kubernetes-asyncio still loads the configuration (kubeconfig or in-cluster), the
-credentials and their refresh; this module only carries the bytes. A request through
+netctl reads the configuration (:mod:`netctl.kube.client.lite`), or kubernetes-asyncio
+does for the kubeconfigs netctl leaves to it (:mod:`netctl.kube.client.full`); this
+module only carries the bytes. A request through
 the client's aiohttp session crosses into asyncio and back several times (trio-asyncio
 runs each of aiohttp's callbacks as a turn of its loop): about 1.1 ms of the daemon's
 CPU per small request, against about 0.25 ms here (``httptools``, llhttp's C parser,
