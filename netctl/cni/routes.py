@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from netctl.cni.netlink import IPRoute, NetlinkError
 from netctl.cni.netns import in_netns
+
+if TYPE_CHECKING:
+    from netctl.cni.netlink import IPRoute
 
 MAIN_TABLE = 254
 FAMILIES = {4: socket.AF_INET, 6: socket.AF_INET6}
@@ -25,6 +27,9 @@ def set_default_routes(netns: str, routes: Sequence[tuple[int, str, str]]) -> No
     """In the netns at ``netns``, for each ``(ip_version, ifname, gateway)``: the default
     routes of that version replaced by one via ``gateway`` on ``ifname``. ``OSError``
     naming the interface, the gateway and the kernel's reason when it cannot be."""
+
+    # pyroute2, loaded by the first pod that asks for a default route elsewhere than eth0
+    from netctl.cni.netlink import IPRoute, NetlinkError
 
     def run() -> None:
         with IPRoute() as ipr:
@@ -49,6 +54,8 @@ def set_default_routes(netns: str, routes: Sequence[tuple[int, str, str]]) -> No
 def _quietly(ipr: IPRoute, family: int, route: Any) -> None:
     """Delete one default route as the kernel listed it (a pyroute2 ``rtmsg``); one
     already gone is fine."""
+    from netctl.cni.netlink import NetlinkError
+
     try:
         ipr.route("del", family=family, dst_len=0, table=MAIN_TABLE,
                   oif=route.get_attr("RTA_OIF"), gateway=route.get_attr("RTA_GATEWAY"),

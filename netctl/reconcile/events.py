@@ -34,14 +34,10 @@ import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from netctl.cni.netlink import RTM_DELLINK, RTM_DELNSID
+from netctl.cni.rtnl import RTM_DELLINK, RTM_DELNSID, link_name, messages
 from netctl.journal.live import LiveIndex
 
-_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
-_IFINFOMSG = 16  # family, pad, type, index, flags, change
 AF_BRIDGE = 7  # ifi_family of a bridge port's own link messages
-_RTATTR = struct.Struct("=HH")  # len, type
-IFLA_IFNAME = 3
 
 _INOTIFY_EVENT = struct.Struct("=iIII")  # wd, mask, cookie, len; then the name
 IN_MOVED_FROM = 0x40
@@ -85,20 +81,6 @@ class Hints:
 # -- netlink --------------------------------------------------------------------------------
 
 
-def _ifname(msg: bytes) -> str | None:
-    """IFLA_IFNAME of one RTM_*LINK message (header included)."""
-    offset = _NLMSGHDR.size + _IFINFOMSG
-    while offset + _RTATTR.size <= len(msg):
-        length, kind = _RTATTR.unpack_from(msg, offset)
-        if length < _RTATTR.size:
-            return None
-        if kind == IFLA_IFNAME:
-            return msg[offset + _RTATTR.size:offset + length].split(b"\0", 1)[0].decode(
-                errors="replace")
-        offset += (length + 3) & ~3
-    return None
-
-
 def netlink_hints(datagram: bytes) -> Hints:
     """The hints in one netlink datagram: a name per ``RTM_DELLINK``, a recheck for an
     ``RTM_DELNSID``; every other message (and a truncated one) is skipped, and so is a
@@ -106,19 +88,13 @@ def netlink_hints(datagram: bytes) -> Hints:
     link's own deletion has its own message). Only the message header and the one
     attribute are read: a node reboot brings thousands."""
     out = Hints()
-    offset = 0
-    while offset + _NLMSGHDR.size <= len(datagram):
-        length, kind, _, _, _ = _NLMSGHDR.unpack_from(datagram, offset)
-        if length < _NLMSGHDR.size or offset + length > len(datagram):
-            break
-        if kind == RTM_DELLINK and length > _NLMSGHDR.size \
-                and datagram[offset + _NLMSGHDR.size] != AF_BRIDGE:
-            name = _ifname(datagram[offset:offset + length])
+    for kind, _seq, payload in messages(datagram):
+        if kind == RTM_DELLINK and payload and payload[0] != AF_BRIDGE:
+            name = link_name(payload)
             if name:
                 out.links.add(name)
         elif kind == RTM_DELNSID:
             out.recheck = True
-        offset += (length + 3) & ~3
     return out
 
 

@@ -3,8 +3,8 @@ netns paths, host links.
 
 Synchronous on purpose: the daemon runs it in a worker thread, and
 ``netctl reconcile --dry-run`` runs it directly while the daemon is down. A
-read-only WAL reader never blocks the daemon's writer. Host links come from
-pyroute2 in the host's own netns (no setns anywhere).
+read-only WAL reader never blocks the daemon's writer. Host links come from one
+route-netlink dump in the host's own netns (:mod:`netctl.cni.rtnl`; no setns anywhere).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from netctl.cni.netlink import IPRoute
+from netctl.cni import rtnl
 from netctl.cni.netns import is_netns
 from netctl.journal import query
 from netctl.journal.retention import REMOVED_KEPT
@@ -26,14 +26,7 @@ REMOVED_WINDOW = REMOVED_KEPT
 
 
 def host_links() -> dict[str, Link]:
-    out = {}
-    with IPRoute() as ipr:
-        for msg in ipr.get_links():
-            info = msg.get_attr("IFLA_LINKINFO")
-            kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
-            out[str(msg.get_attr("IFLA_IFNAME"))] = Link(
-                str(kind or ""), str(msg.get_attr("IFLA_ADDRESS") or "").lower())
-    return out
+    return {link.name: Link(link.kind, link.mac) for link in rtnl.links()}
 
 
 def netns_exist(paths: Iterable[str]) -> dict[str, bool]:

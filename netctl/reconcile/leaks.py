@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 import trio
 
-from netctl.cni.netlink import IPRoute, NetlinkError
+from netctl.cni import rtnl
 from netctl.cni.netns import is_netns
 from netctl.cni.request import Pod
 from netctl.engine.admission import Admission
@@ -50,11 +50,8 @@ PARALLEL = 16  # containers DELeted at once by a round, at most
 
 def _unlink(name: str) -> str | None:
     try:
-        with IPRoute() as ipr:
-            found = ipr.link_lookup(ifname=name)
-            if found:
-                ipr.link("del", index=found[0])
-    except NetlinkError as exc:
+        rtnl.delete_link(name)  # one gone already is fine
+    except OSError as exc:
         return f"{name}: {exc}"
     return None
 

@@ -56,7 +56,7 @@ from typing import Any
 
 import trio
 
-from netctl.cni.netlink import (
+from netctl.cni.rtnl import (
     NETLINK_ADD_MEMBERSHIP,
     NETLINK_ROUTE,
     RTM_DELLINK,
