@@ -102,7 +102,7 @@ lint: setup
 	$(BIN)/mypy netctl
 	$(BIN)/lint-imports
 	@# the plugin: its build's warnings, implicit conversions, and GCC's static analyzer
-	@for src in plugin/*.c; do \
+	for src in plugin/*.c; do \
 	  $(PLUGIN_CC) $(PLUGIN_CFLAGS) -Wconversion -fanalyzer -c -o /dev/null $$src || exit 1; \
 	done
 
