@@ -462,9 +462,12 @@ bool json_check(const char *text, size_t n, struct buf *why, size_t *offset)
 		}
 	}
 	/* The end: a space completes a number ("1") or shows what is missing ("tru"). */
-	if (s.end_top || (s.step(&s, ' ') && s.end_top))
+	if (s.end_top)
 		return true;
-	if (why->len == 0)
+	bool stepped = s.step(&s, ' ');
+	if (stepped && s.end_top)
+		return true;
+	if (stepped) /* not complete, and no byte was wrong */
 		buf_adds(why, "unexpected end of JSON input");
 	*offset = n;
 	return false;

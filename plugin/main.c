@@ -94,7 +94,8 @@ static struct bytes read_stdin(void)
 	return (struct bytes){buf_str(&in), in.len};
 }
 
-/* Best effort, as a runtime reads it: a failure is not reported anywhere. */
+/* All of p to fd, waiting while a non-blocking pipe is full; a failure ends it silently
+ * (stdout and stderr are where the plugin would report it). */
 static void write_all(int fd, const char *p, size_t n)
 {
 	while (n > 0) {
