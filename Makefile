@@ -3,9 +3,12 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CNI_BIN := /usr/lib/cni
-GO ?= go
 PLUGIN := build/plugin/netctl-cni
-PLUGIN_SRC := plugin/go.mod $(wildcard plugin/*.go)
+PLUGIN_SRC := $(wildcard plugin/*.c plugin/*.h)
+# The plugin's compiler and flags: C11 with glibc's extensions (memmem, reallocarray),
+# every warning an error.
+PLUGIN_CC ?= gcc
+PLUGIN_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wshadow -Wformat=2 -Werror
 
 # The container image (deploy/image/): tagged $(IMAGE), the name deploy/kubernetes/*.yaml
 # give (a release pushes it under its registry's name: docs/kubernetes.md, "The image").
@@ -24,9 +27,9 @@ setup: system-packages $(BIN)/netctl $(BIN)/netctl-cni $(KUBE_ETCD)
 # with runc) for the tests that drive a real runtime over CRI, openssl for the real
 # kube-apiserver's certificates (tests/, netctl/kit/kubefake/real.py); podman with runc,
 # busybox-static (its test image) and iptables (portmap) for tests/integration/test_podman.py
-# and `netctl bench podman`; golang-go (Go 1.19) builds the plugin; prometheus for its
-# promtool (tests/integration/test_monitoring.py checks deploy/monitoring/ with it; the
-# server the package installs is stopped and disabled).
+# and `netctl bench podman`; gcc and libc6-dev (glibc's static libc.a) build the plugin;
+# prometheus for its promtool (tests/integration/test_monitoring.py checks
+# deploy/monitoring/ with it; the server the package installs is stopped and disabled).
 system-packages:
 	@if [ ! -x $(CNI_BIN)/bridge ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null \
 	    || ! command -v containerd >/dev/null || ! command -v openssl >/dev/null; then \
@@ -34,9 +37,10 @@ system-packages:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins \
 	    iproute2 iputils-ping containerd openssl; \
 	fi
-	@if ! command -v $(GO) >/dev/null; then \
+	@if ! command -v $(PLUGIN_CC) >/dev/null || \
+	    ! dpkg-query -W -f '$${Status}' libc6-dev 2>/dev/null | grep -q 'ok installed'; then \
 	  apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev; \
 	fi
 	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null || \
 	    ! command -v iptables >/dev/null || \
@@ -62,16 +66,15 @@ $(KUBE_ETCD):
 	  || echo "make: etcd-server not downloaded: the real kube-apiserver tests will be skipped" >&2
 	@rm -rf build/kube/deb
 
-# The thin plugin: a static executable, Go's standard library only (nothing is fetched:
-# GOPROXY=off), its build cache in build/ too.
+# The thin plugin: a static executable, C against glibc and nothing else (plugin/*.c),
+# stripped.
 plugin: $(PLUGIN)
 
 $(PLUGIN): $(PLUGIN_SRC)
-	@command -v $(GO) >/dev/null || { echo "make: no Go compiler ($(GO)): make \
-	  system-packages installs Debian's golang-go" >&2; exit 1; }
-	cd plugin && CGO_ENABLED=0 GOPROXY=off GOFLAGS=-buildvcs=false \
-	  GOCACHE=$(CURDIR)/build/go-cache $(GO) build -trimpath -ldflags='-s -w' \
-	  -o $(CURDIR)/$(PLUGIN) .
+	@command -v $(PLUGIN_CC) >/dev/null || { echo "make: no C compiler ($(PLUGIN_CC)): make \
+	  system-packages installs Debian's gcc and libc6-dev" >&2; exit 1; }
+	@mkdir -p $(dir $@)
+	$(PLUGIN_CC) $(PLUGIN_CFLAGS) -static -s -o $@ $(filter %.c,$^)
 
 # .venv/bin/netctl-cni and netctl-ipam, installed as install-cni installs them anywhere
 $(BIN)/netctl-cni: $(PLUGIN) $(BIN)/netctl
@@ -98,8 +101,10 @@ lint: setup
 	$(BIN)/ruff check netctl tests
 	$(BIN)/mypy netctl
 	$(BIN)/lint-imports
-	@test -z "$$(gofmt -l plugin)" || { gofmt -l plugin; echo "gofmt: not formatted" >&2; exit 1; }
-	cd plugin && GOCACHE=$(CURDIR)/build/go-cache $(GO) vet ./...
+	@# the plugin: its build's warnings, implicit conversions, and GCC's static analyzer
+	for src in plugin/*.c; do \
+	  $(PLUGIN_CC) $(PLUGIN_CFLAGS) -Wconversion -fanalyzer -c -o /dev/null $$src || exit 1; \
+	done
 
 # the 25 slowest tests are printed: the suite stays well under 15 minutes
 test: setup lint

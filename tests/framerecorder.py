@@ -13,6 +13,7 @@ import socketserver
 import struct
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,16 @@ class Exec:
 
 class FrameRecorder:
     """A Unix socket at ``path`` that records each frame's body in :attr:`frames` and
-    answers :attr:`reply` (a dict sent as the reply frame's JSON; None: close unanswered)."""
+    answers :attr:`reply` (a dict sent as the reply frame's JSON, or bytes sent as its body
+    as they are) after :attr:`delay` seconds; with :attr:`answer` False it closes
+    unanswered."""
 
-    def __init__(self, path: str | Path, reply: dict[str, Any] | None = None) -> None:
+    def __init__(self, path: str | Path, reply: dict[str, Any] | bytes | None = None) -> None:
         self.path = str(path)
-        self.reply = reply if reply is not None else {"status": 0, "output": "", "proto": 2}
+        self.reply: dict[str, Any] | bytes = (
+            reply if reply is not None else {"status": 0, "output": "", "proto": 2})
         self.answer = True
+        self.delay = 0.0
         self.frames: list[bytes] = []
         recorder = self
 
@@ -55,8 +60,13 @@ class FrameRecorder:
                     body += chunk
                 recorder.frames.append(body)
                 if recorder.answer:
-                    data = json.dumps(recorder.reply).encode()
-                    sock.sendall(struct.pack(">I", len(data)) + data)
+                    reply = recorder.reply
+                    data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
+                    time.sleep(recorder.delay)
+                    try:
+                        sock.sendall(struct.pack(">I", len(data)) + data)
+                    except OSError:
+                        pass  # the plugin gave up waiting
 
         self.server = socketserver.UnixStreamServer(self.path, Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -2,7 +2,7 @@
 JSON of a message of :mod:`netctl.cni.request`). Pure, so that the one way of writing it
 serves both ends in Python: the daemon's server (reading from a trio stream) and the admin
 commands (``netctl status``, ``reconcile``, ``forget``: a blocking socket). The thin
-plugin's Go side is ``plugin/frame.go``."""
+plugin's side, in C, is ``plugin/frame.c`` and ``plugin/main.c``."""
 
 from __future__ import annotations
 

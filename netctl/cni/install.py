@@ -1,8 +1,8 @@
 """``netctl install-cni``: put the thin plugin into a CNI bin dir.
 
-The plugin is a static executable built from ``plugin/`` (Go's standard library only,
-``CGO_ENABLED=0``; ``make plugin``, which ``make setup`` runs): it needs nothing of the
-host, no libc and no interpreter, so it runs on container-optimized nodes too. It is
+The plugin is a static executable built from ``plugin/`` (C, linked statically against
+glibc; ``make plugin``, which ``make setup`` runs): it needs nothing of the host, no
+shared libc and no interpreter, so it runs on container-optimized nodes too. It is
 installed twice, as ``netctl-cni`` (the meta-plugin type) and ``netctl-ipam`` (the IPAM
 type): one file, which knows by its name which it is.
 
@@ -42,8 +42,8 @@ def find_binary(given: str | None = None) -> Path:
         if candidate.exists():
             return candidate
     raise InstallError(f"the plugin binary is not built: neither {BUILT} nor {SYSTEM_BINARY} "
-                       "exists; build it with `make plugin` (Go 1.19 or newer, Debian's "
-                       "golang-go) or name one with --plugin-binary FILE")
+                       "exists; build it with `make plugin` (gcc and a static libc, Debian's "
+                       "gcc and libc6-dev) or name one with --plugin-binary FILE")
 
 
 def check_binary(path: Path) -> None:

@@ -45,7 +45,7 @@ from netctl.errors import CNIError
 
 log = logging.getLogger("netctl.reconcile")
 
-PENDING_DIR = "pending-del"  # the plugin's name for it (plugin/main.go)
+PENDING_DIR = "pending-del"  # the plugin's name for it (plugin/main.c)
 STALE_TMP = 60.0  # a temporary record this old is a plugin that died writing it
 
 

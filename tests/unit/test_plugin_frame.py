@@ -16,13 +16,28 @@ and passing that to the daemon's decoder, as the socket would:
 - the reply: ``output`` on stdout, ``warning`` on stderr, exit 1 for a non-zero status;
 - the executable is static (no ELF interpreter, no dynamic section);
 - and the server's size rule serves a DEL over the limit.
+
+And what a plugin written in C could get wrong where a memory-safe language would not,
+or only subtly: the problem with a stdin that is not JSON, said exactly (the byte, where,
+what is around it); nesting far past the limit (code 6, no crash) and up to it (verbatim);
+an empty stdin, and one of megabytes; bytes that are not UTF-8 in the CNI_* variables
+(replaced); the reply's escapes, surrogate pairs among them, unescaped to UTF-8; a reply
+that is not JSON, not a reply, or larger than any reply (code 11); a reply timeout; an
+answer waiting while the frame is refused unread; calls interrupted by SIGSTOP/SIGCONT.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import struct
+import subprocess
+import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +72,7 @@ def recorder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FrameRecorder
 def fresh(recorder: FrameRecorder) -> None:
     recorder.frames.clear()
     recorder.answer = True
+    recorder.delay = 0.0
     recorder.reply = {"status": 0, "output": "", "proto": PROTO}
 
 
@@ -313,3 +329,225 @@ def test_the_size_rule() -> None:
     assert admitted(limit + 1, limit, "DEL")
     for other in ("ADD", "CHECK", "GC", ""):
         assert not admitted(limit + 1, limit, other)
+
+
+# -- what C makes risky ----------------------------------------------------------------------
+
+NOT_VALID = "netctl-cni: the network config on stdin is not valid: "
+
+
+@pytest.mark.parametrize("stdin, problem", [
+    (b"", "unexpected end of JSON input"),
+    (b" \n\t", "unexpected end of JSON input"),
+    (b'{"a": 1,}', "invalid character '}' looking for beginning of object key string at byte "
+                   "9, near `{\"a\": 1,}`"),
+    (b'{"a": 01}', "invalid character '1' after object key:value pair at byte 8, near "
+                   "`{\"a\": 01}`"),
+    (b'{"a": NaN}', "invalid character 'N' looking for beginning of value at byte 7, near "
+                    "`{\"a\": NaN}`"),
+    (b'{"a": "\x01"}', "invalid character '\\x01' in string literal at byte 8, near "
+                       "`{\"a\": \"\x01\"}`"),
+    (b'{"a": "\\x"}', "invalid character 'x' in string escape code at byte 9, near "
+                      "`{\"a\": \"\\x\"}`"),
+    (b'{"a": tru}', "invalid character '}' in literal true (expecting 'e') at byte 10, near "
+                    "`{\"a\": tru}`"),
+    (b'{"a": 1} x', "invalid character 'x' after top-level value at byte 10, near "
+                    "`{\"a\": 1} x`"),
+    (b'{"a": 1', "unexpected end of JSON input at byte 7, near `{\"a\": 1`"),
+    (b'{"a": "\xc3\x28"}', "not UTF-8"),
+    (b'"a"', "not a JSON object"),
+    (b'{"socket": "/x", "a": [' + b"1," * 40 + b'}',
+     "invalid character '}' looking for beginning of value at byte 104, near "
+     "`,1,1,1,1,1,1,1,}`"),
+])
+def test_the_problem_with_a_stdin_is_said_exactly(recorder: FrameRecorder, stdin: bytes,
+                                                  problem: str) -> None:
+    """The byte the JSON went wrong at, counted from 1 and from the first byte that is not
+    whitespace, and what is around it: the 15 bytes before it, it, and 16 after."""
+    res = exec_plugin(PLUGIN_BINARY, "ADD", stdin)
+    assert res.rc == 1 and res.out == {"cniVersion": "1.1.0", "code": 6,
+                                       "msg": NOT_VALID + problem}, res
+    assert recorder.frames == []
+
+
+def test_nesting_past_the_limit_is_code_6_and_up_to_it_a_config(recorder: FrameRecorder) -> None:
+    """10,000 levels, Go's encoding/json's limit and the Go plugin's; far past it the
+    plugin neither recurses nor runs out of stack."""
+    for stdin, problem in ((b"[" * 1_000_000, "'[' exceeded max depth at byte 10001, near `[[["),
+                           (b'{"a":' * 200_000, "'{' exceeded max depth at byte 50001, near "
+                                                '`{"a":{"a":{"a":{'),
+                           (b"[" * 10_001 + b"]" * 10_001, "'[' exceeded max depth at byte "
+                                                           "10001, near `[[[")):
+        res = exec_plugin(PLUGIN_BINARY, "ADD", stdin)
+        assert res.rc == 1 and res.out["code"] == 6, res
+        assert res.out["msg"].startswith(NOT_VALID + "invalid character " + problem), res
+        assert not res.stderr
+    deep = ('{"socket":"' + recorder.path + '","deep":' + "[" * 9_999 + "]" * 9_999 + "}")
+    res = exec_plugin(PLUGIN_BINARY, "ADD", deep.encode())
+    assert res.rc == 0, res
+    (body,) = recorder.frames
+    assert body.endswith(b',"config":' + deep.encode() + b"}")
+
+
+def test_an_empty_stdin(recorder: FrameRecorder) -> None:
+    """VERSION answers the latest version, ADD code 6, a DEL goes to the default socket
+    (test_a_stdin_that_is_not_an_object_goes_as_a_string)."""
+    res = exec_plugin(PLUGIN_BINARY, "VERSION", b"")
+    assert (res.rc, res.stdout, res.stderr) == (
+        0, '{"cniVersion":"1.1.0","supportedVersions":["0.3.0","0.3.1","0.4.0","1.0.0",'
+           '"1.1.0"]}', ""), res  # no newline after it, as before
+    res = exec_plugin(PLUGIN_BINARY, "ADD", b"")
+    assert res.rc == 1 and res.out["msg"] == NOT_VALID + "unexpected end of JSON input"
+
+
+def test_a_stdin_of_megabytes_arrives_whole(recorder: FrameRecorder) -> None:
+    stdin = go_json(containerd_conf(recorder.path, annotation_bytes=1 << 20))
+    assert len(stdin) > 6 << 20
+    body, req, inv = through(recorder, "ADD", stdin)
+    assert bytes(req.config) == stdin and inv.conf == containerd_conf(recorder.path, 1 << 20)
+    body, req, _ = through(recorder, "DEL", stdin)
+    assert len(body) < 1000
+    body, req, _ = through(recorder, "DEL", stdin[:-1],  # not JSON: all of it, as a string
+                           default_socket_dir=os.path.dirname(recorder.path))
+    assert req.stdin == stdin[:-1].decode()
+
+
+def test_bytes_that_are_not_utf8_are_replaced(recorder: FrameRecorder) -> None:
+    """In the CNI_* variables (a surrogate escape in Python: those bytes on the plugin's
+    environment), each byte of a sequence that is not UTF-8 is U+FFFD; the rest is kept,
+    U+2028 escaped."""
+    conf = json.dumps({"cniVersion": "1.0.0", "name": "n", "socket": recorder.path}).encode()
+    _, req, inv = through(recorder, "ADD", conf, env={
+        "CNI_ARGS": "K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web;A=\udcff;B=\udcc3(;C=é\u2028",
+        "CNI_IFNAME": "eth\udced\udca0\udc80"})  # the UTF-8 of a UTF-16 surrogate
+    assert req.args == "K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web;A=\ufffd;B=\ufffd(;C=é\u2028"
+    assert req.ifname == "eth\ufffd\ufffd\ufffd"
+    assert inv.pod.name == "web"
+
+
+def test_the_reply_is_unescaped_to_utf8(recorder: FrameRecorder) -> None:
+    """json.dumps escapes every character that is not ASCII: an astral one as a surrogate
+    pair; a lone surrogate is U+FFFD, as a byte that is not UTF-8 in a reply is."""
+    conf = json.dumps({"cniVersion": "1.0.0", "name": "n", "socket": recorder.path}).encode()
+    output = 'é 😀 \u2028 <&> \\ " \t\x00 end'
+    recorder.reply = {"status": 0, "output": output, "warning": "\ud800 alone \udc00"}
+    res = exec_plugin(PLUGIN_BINARY, "ADD", conf)
+    assert (res.rc, res.stdout, res.stderr) == (0, output + "\n",
+                                                "warning: \ufffd alone \ufffd\n"), res
+    recorder.reply = b'{"output": "\xff\xc3(", "unknown": {"a": [1, "\\ud800"]}, "Status": 1,' \
+                     b' "warning": "w", "warning": null}'
+    res = exec_plugin(PLUGIN_BINARY, "ADD", conf)
+    assert (res.rc, res.stdout, res.stderr) == (1, "\ufffd\ufffd(\n", "warning: w\n"), res
+
+
+@pytest.mark.parametrize("reply, problem", [
+    (b"nothing", "invalid character 'o' in literal null (expecting 'u')"),
+    (b"", "unexpected end of JSON input"),
+    (b'{"status": 0,}', "invalid character '}' looking for beginning of object key string"),
+    (b"[" * 100_000, "invalid character '[' exceeded max depth"),
+    (b'{"status": "0"}', "cannot unmarshal string into the reply's \"status\" (an integer)"),
+    (b'{"status": 1.5}', "cannot unmarshal number 1.5 into the reply's \"status\""),
+    (b'{"output": 7}', "cannot unmarshal number into the reply's \"output\" (a string)"),
+    (b"[]", "cannot unmarshal array into the reply (an object)"),
+])
+def test_an_answer_that_is_not_a_reply_is_code_11(recorder: FrameRecorder, reply: bytes,
+                                                  problem: str) -> None:
+    recorder.reply = reply
+    conf = json.dumps({"cniVersion": "1.0.0", "name": "n", "socket": recorder.path}).encode()
+    res = exec_plugin(PLUGIN_BINARY, "ADD", conf)
+    assert res.rc == 1 and res.out["code"] == 11, res
+    assert (f"netctl daemon at {recorder.path} gave no answer (the answer is not the "
+            f"daemon's JSON: {problem}") in res.out["msg"], res
+
+
+@contextlib.contextmanager
+def answering(path: Path, answer: bytes, *, read_frame: bool) -> Iterator[None]:
+    """A socket at ``path`` that answers one connection with the bytes ``answer``, after
+    the whole frame, or (not ``read_frame``) after its length only, closing with the rest
+    of the frame unread (as the daemon refuses a frame over its size)."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            (size,) = struct.unpack(">I", conn.recv(4, socket.MSG_WAITALL))
+            while read_frame and size > 0:
+                size -= len(conn.recv(min(size, 1 << 20)))
+            conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join(10)
+        server.close()
+        path.unlink()
+
+
+def test_an_answer_waiting_behind_a_frame_refused_unread(tmp_path: Path) -> None:
+    """The daemon answers a frame over its size without reading it: the plugin's send
+    fails (EPIPE, ECONNRESET) and it reads the answer all the same."""
+    path = tmp_path / "netctl.sock"
+    stdin = json.dumps({"cniVersion": "1.0.0", "socket": str(path), "pad": "x" * (4 << 20)})
+    reply = json.dumps({"status": 1, "output": '{"code":105}', "proto": PROTO}).encode()
+    with answering(path, struct.pack(">I", len(reply)) + reply, read_frame=False):
+        res = exec_plugin(PLUGIN_BINARY, "ADD", stdin.encode())
+    assert (res.rc, res.stdout) == (1, '{"code":105}\n'), res
+
+
+def test_an_answer_larger_than_any_reply_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "netctl.sock"
+    conf = json.dumps({"cniVersion": "1.0.0", "socket": str(path)}).encode()
+    with answering(path, struct.pack(">I", (64 << 20) + 1), read_frame=True):
+        res = exec_plugin(PLUGIN_BINARY, "ADD", conf)
+    assert res.rc == 1 and res.out["code"] == 11, res
+    assert "(an answer of 67108865 bytes is not the daemon's); try again later" \
+        in res.out["msg"]
+
+
+def test_no_answer_within_the_reply_timeout(recorder: FrameRecorder) -> None:
+    """NETCTL_REPLY_TIMEOUT, seconds as Go's ParseFloat reads them (0x1p-2 is 0.25)."""
+    recorder.delay = 1.5
+    conf = json.dumps({"cniVersion": "1.0.0", "name": "n", "socket": recorder.path}).encode()
+    for timeout, said in (("0.2", "200ms"), ("0x1p-2", "250ms")):
+        started = time.monotonic()
+        res = exec_plugin(PLUGIN_BINARY, "ADD", conf, env={"NETCTL_REPLY_TIMEOUT": timeout})
+        assert time.monotonic() - started < 1.2
+        assert res.rc == 1 and res.out["code"] == 11, res
+        assert f"gave no answer (nothing within {said} (NETCTL_REPLY_TIMEOUT)); try again" \
+            in res.out["msg"], res
+
+
+def test_a_plugin_stopped_and_continued_while_it_waits_gets_its_answer(
+        recorder: FrameRecorder) -> None:
+    """SIGSTOP and SIGCONT interrupt a socket call that has a timeout (EINTR, even without
+    a signal handler): the plugin calls again."""
+    recorder.reply = {"status": 0, "output": "done", "proto": PROTO}
+    recorder.delay = 1.0
+    conf = json.dumps({"cniVersion": "1.0.0", "name": "n", "socket": recorder.path}).encode()
+    env = {"PATH": "/usr/bin:/bin", "CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1",
+           "CNI_NETNS": "/var/run/netns/x", "CNI_IFNAME": "eth0", "CNI_ARGS": "",
+           "CNI_PATH": "/opt/cni/bin"}
+    with tempfile.TemporaryFile() as stdin:
+        stdin.write(conf)
+        stdin.seek(0)
+        with subprocess.Popen([str(PLUGIN_BINARY)], stdin=stdin, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env) as proc:
+            time.sleep(0.3)  # it waits for the answer now
+            for _ in range(3):
+                proc.send_signal(signal.SIGSTOP)
+                time.sleep(0.05)
+                proc.send_signal(signal.SIGCONT)
+                time.sleep(0.05)
+            out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out, err) == (0, b"done\n", b"")
+
+
+def test_the_socket_is_the_last_one_named_and_unescaped(recorder: FrameRecorder) -> None:
+    escaped = recorder.path.replace("/", "\\/")
+    stdin = ('{"cniVersion":"1.0.0","socket":"/nowhere","soc\\u006bet":"' + escaped + '"}')
+    _, req, _ = through(recorder, "ADD", stdin.encode())
+    assert bytes(req.config) == stdin.encode()
