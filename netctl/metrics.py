@@ -26,9 +26,15 @@ types come from configs, so the first :data:`MAX_PLUGIN_TYPES` distinct ones kee
 name and later ones count as ``other``. No container id, pod or address is ever a label.
 
 The endpoint is a small trio TCP server in the daemon's nursery (:class:`MetricsServer`):
-one GET per connection, answered from memory with ``generate_latest``. It runs on the
-event loop's thread like everything the collector reads, so nothing needs a lock, and a
-slow scraper holds only its own connection (reads and writes have a deadline).
+one GET per connection, answered from memory in Prometheus' text format
+(:func:`text_format`). It runs on the event loop's thread like everything the collector
+reads, so nothing needs a lock, and a slow scraper holds only its own connection (reads
+and writes have a deadline).
+
+prometheus-client is loaded without its package ``__init__`` (:mod:`netctl.hollow`): that
+imports its exposition module, which brings an HTTP server, ``email`` and ``urllib`` with
+it (2.3 MiB of a daemon's memory) for the one function netctl would take from it, the
+text encoding; :func:`text_format` writes the same bytes (a test compares them).
 """
 
 from __future__ import annotations
@@ -38,19 +44,38 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import trio
-from prometheus_client import (
-    CollectorRegistry,
+
+from netctl.hollow import lean
+
+
+def _imports() -> bool:
+    """The lean load of prometheus-client: its metrics, registry and process collector."""
+    import prometheus_client.metrics
+    import prometheus_client.process_collector
+    import prometheus_client.utils  # noqa: F401
+    return True
+
+
+LEAN = lean(("prometheus_client",), _imports) is not None
+
+# the same names either way: from their own modules
+from prometheus_client.metrics import (  # noqa: E402
     Counter,
     Histogram,
     Info,
-    ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import Collector
+from prometheus_client.metrics_core import (  # noqa: E402
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
+from prometheus_client.process_collector import ProcessCollector  # noqa: E402
+from prometheus_client.registry import Collector, CollectorRegistry  # noqa: E402
+from prometheus_client.samples import Sample  # noqa: E402
+from prometheus_client.utils import floatToGoString  # noqa: E402
 
-from netctl import __version__
+from netctl import __version__  # noqa: E402
 
 log = logging.getLogger("netctl.metrics")
 
@@ -270,7 +295,54 @@ class Metrics:
         self.registry.register(_State(snapshot))
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return text_format(self.registry)
+
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
+# an OpenMetrics type as the text format names it
+_TEXT_TYPES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram",
+               "unknown": "untyped"}
+_APART = ("_created", "_gsum", "_gcount")  # OpenMetrics samples: gauges of their own
+
+
+def _escape(text: str, quote: bool) -> str:
+    text = text.replace("\\", r"\\").replace("\n", r"\n")
+    return text.replace('"', r'\"') if quote else text
+
+
+def _sample(s: Sample) -> str:
+    labels = ",".join(f'{k}="{_escape(v, True)}"' for k, v in sorted(s.labels.items()))
+    head = f"{s.name}{{{labels}}}" if labels else s.name
+    at = f" {int(float(s.timestamp) * 1000):d}" if s.timestamp is not None else ""
+    return f"{head} {floatToGoString(s.value)}{at}\n"  # type: ignore[no-untyped-call]
+
+
+def _family(name: str, kind: str, documentation: str, lines: list[str]) -> list[str]:
+    return [f"# HELP {name} {_escape(documentation, False)}\n", f"# TYPE {name} {kind}\n",
+            *lines]
+
+
+def text_format(registry: Collector) -> bytes:
+    """What ``registry`` collects, in Prometheus' text format (version 0.0.4): a counter
+    named with ``_total``, an info with ``_info`` (a gauge), each family's OpenMetrics-only
+    samples (``_created``, ``_gsum``, ``_gcount``) as gauges of their own after it, label
+    values and help escaped. netctl's names are all of the classic character set."""
+    out: list[str] = []
+    for metric in registry.collect():
+        name = metric.name + {"counter": "_total", "info": "_info"}.get(metric.type, "")
+        apart: dict[str, list[str]] = {}
+        lines = []
+        for s in metric.samples:
+            suffix = next((x for x in _APART if s.name == metric.name + x), None)
+            if suffix is None:
+                lines.append(_sample(s))
+            else:
+                apart.setdefault(suffix, []).append(_sample(s))
+        out += _family(name, _TEXT_TYPES.get(metric.type, metric.type),
+                       metric.documentation, lines)
+        for suffix, more in sorted(apart.items()):
+            out += _family(metric.name + suffix, "gauge", metric.documentation, more)
+    return "".join(out).encode()
 
 
 def parse_addr(addr: str, setting: str = "metrics-addr") -> tuple[str, int]:
@@ -296,7 +368,7 @@ def respond(head: bytes, body: Callable[[], bytes]) -> bytes:
     elif path != b"/metrics":
         status, ctype, payload = b"404 Not Found", b"text/plain", b"see /metrics\n"
     else:
-        status, ctype, payload = b"200 OK", CONTENT_TYPE_LATEST.encode(), body()
+        status, ctype, payload = b"200 OK", CONTENT_TYPE.encode(), body()
     headers = (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
                + str(len(payload)).encode() + b"\r\nConnection: close\r\n\r\n")
     return headers + (payload if method != b"HEAD" else b"")

@@ -3,7 +3,9 @@ in a fresh interpreter: pyroute2 as the daemon loads it (:mod:`netctl.cni.netlin
 without IPDB, NDB and the other socket families, its IPRoute answering a real dump of
 the host's links, and the whole package still there for a caller that asks (``from
 pyroute2 import NDB``); the real package when it was imported first; and a name that
-is neither a submodule nor in the package's ``__init__`` refused as for any module."""
+is neither a submodule nor in the package's ``__init__`` refused as for any module; and a
+daemon's modules without pyroute2, the Kubernetes client library and prometheus-client's
+exposition module."""
 
 from __future__ import annotations
 
@@ -59,3 +61,28 @@ def test_pyroute2_imported_first_is_used_as_it_is() -> None:
     assert "ndb" in out["loaded"]
     assert "lo" in out["links"]
     assert out["refused"] == "module 'pyroute2' has no attribute 'NoSuchThing'"
+
+
+DAEMON = """
+import json, sys
+import netctl.daemon.run, netctl.kube.mode
+from netctl import metrics
+heavy = ("pyroute2", "aiohttp", "kubernetes_asyncio", "prometheus_client.exposition",
+         "wsgiref", "http.server")
+out = {"lean": metrics.LEAN, "loaded": sorted(m for m in heavy if m in sys.modules)}
+from prometheus_client import generate_latest  # the whole package, for whoever asks
+out["whole"] = generate_latest.__module__
+print(json.dumps(out))
+"""
+
+
+def test_a_daemon_loads_none_of_what_it_does_not_use() -> None:
+    """The daemon's modules (both modes): no pyroute2 (the reconciler's netlink calls are
+    netctl's own), no Kubernetes client library (loaded only for the configurations netctl
+    does not read), prometheus-client without its exposition module (and its HTTP server),
+    which is still there for a caller that asks."""
+    done = subprocess.run([sys.executable, "-c", DAEMON], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out == {"lean": True, "loaded": [], "whole": "prometheus_client.exposition"}

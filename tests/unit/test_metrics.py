@@ -6,8 +6,24 @@ index's stuck attachments that the metrics read."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+    StateSetMetricFamily,
+    UnknownMetricFamily,
+)
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
 
 from netctl import __version__, metrics
 from netctl.engine.readiness import daemon_not_ready, daemon_reasons
@@ -23,6 +39,7 @@ from netctl.metrics import (
     Snapshot,
     parse_addr,
     respond,
+    text_format,
 )
 from netctl.reconcile.plan import REASONS, AttachmentFact, Facts, plan
 
@@ -183,3 +200,58 @@ def test_stuck_attachments_in_the_live_index() -> None:
     assert live.failing == {1}
     live.removed([1])
     assert live.failing == set()
+
+
+def test_the_text_format_is_prometheus_clients_for_the_daemons_metrics() -> None:
+    """Every family the daemon has, filled (events, a snapshot, the process collector):
+    the same bytes as prometheus-client's own encoder."""
+    m = Metrics()
+    m.plugin_exec("bridge", "ADD", 0.02)
+    m.request("ADD", 0, 0.05)
+    m.request("DEL", 11, 0.01)
+    m.compensation("done")
+    m.replayed({"ops": 2})
+    m.reconciled({"leaked": 1})
+    m.network_status_write_failed()
+    m.watch(lambda: Snapshot(in_flight=1, pools={"p": (254, 3)}, ready=True,
+                             watches={"pods": CacheState(True, 0.5, 7, 7000, 1, 900)},
+                             api_calls={("list", "pods"): 2},
+                             api_answers={("get", "pods", "404"): 1}))
+    assert text_format(m.registry) == generate_latest(m.registry)
+
+
+class _Families:
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+VALUES = st.one_of(st.floats(allow_nan=True), st.integers(-10**20, 10**20).map(float),
+                   st.sampled_from([math.inf, -math.inf, 0.0, 1e-9, 1e21]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(doc=TEXT, label=TEXT, value=VALUES, when=st.none() | st.floats(0, 2e9))
+def test_the_text_format_is_prometheus_clients_for_every_kind(doc: str, label: str,
+                                                              value: float,
+                                                              when: float | None) -> None:
+    """Help and label values with quotes, backslashes and line breaks, any float (NaN and
+    the infinities too), a timestamp or none, and every kind of family, OpenMetrics' own
+    samples (``_created``, ``_gsum``, ``_gcount``) included."""
+    counter = CounterMetricFamily("c", doc, labels=["l"], created=1.5)
+    counter.add_metric([label], value, created=2.5, timestamp=when)
+    gauge = GaugeMetricFamily("g", doc, labels=["l", "m"])
+    gauge.add_metric([label, "x"], value, timestamp=when)
+    histogram = GaugeHistogramMetricFamily("gh", doc, labels=["l"])
+    histogram.add_metric([label], [("1.0", 2.0), ("+Inf", 3.0)], gsum_value=value)
+    info = InfoMetricFamily("i", doc, labels=["l"])
+    info.add_metric([label], {"version": label})
+    state = StateSetMetricFamily("s", doc, labels=["l"])
+    state.add_metric([label], {"on": True, "off": False})
+    unknown = UnknownMetricFamily("u", doc, value=value)
+    registry = CollectorRegistry()
+    registry.register(_Families([counter, gauge, histogram, info, state, unknown]))
+    assert text_format(registry) == generate_latest(registry)
