@@ -234,6 +234,7 @@ class Metrics:
         # daemon uses prometheus_client)
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=False)
+        self._snapshot: Callable[[], Snapshot] | None = None  # the daemon's state (watch)
         r = self.registry
         # process_*: CPU seconds, resident and virtual memory, open and max fds, start time
         # (read from /proc at each scrape: a few small files)
@@ -292,7 +293,13 @@ class Metrics:
 
     def watch(self, snapshot: Callable[[], Snapshot]) -> None:
         """Read ``snapshot()`` at every scrape (the daemon's parts, in memory)."""
+        self._snapshot = snapshot
         self.registry.register(_State(snapshot))
+
+    def ready(self) -> bool:
+        """Whether ADDs are served (degraded or not): ``/readyz``. Not before the daemon
+        has its parts (:meth:`watch`)."""
+        return self._snapshot is not None and self._snapshot().ready
 
     def render(self) -> bytes:
         return text_format(self.registry)
@@ -358,17 +365,29 @@ def metrics_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}/metrics" if ":" in host else f"http://{host}:{port}/metrics"
 
 
-def respond(head: bytes, body: Callable[[], bytes]) -> bytes:
-    """The HTTP answer to a request whose head (up to the blank line) is ``head``. Pure."""
+def respond(head: bytes, body: Callable[[], bytes],
+            ready: Callable[[], bool] = lambda: True) -> bytes:
+    """The HTTP answer to a request whose head (up to the blank line) is ``head``. Pure.
+
+    ``/metrics``: ``body()``; ``/livez``: 200 (an answer is alive: kubelet's liveness and
+    startup probes); ``/readyz``: 200 when ``ready()`` (ADDs are served, degraded or
+    not), else 503 (the readiness probe). A probe over HTTP costs the node nothing but
+    the answer: an exec probe starts a Python process, every ten seconds."""
     line = head.split(b"\r\n", 1)[0].split()
     method, target = (line[0], line[1]) if len(line) >= 2 else (b"", b"")
     path = target.split(b"?", 1)[0]
+    text = b"text/plain"
     if method not in (b"GET", b"HEAD"):
-        status, ctype, payload = b"405 Method Not Allowed", b"text/plain", b"GET /metrics\n"
-    elif path != b"/metrics":
-        status, ctype, payload = b"404 Not Found", b"text/plain", b"see /metrics\n"
-    else:
+        status, ctype, payload = b"405 Method Not Allowed", text, b"GET /metrics\n"
+    elif path == b"/metrics":
         status, ctype, payload = b"200 OK", CONTENT_TYPE.encode(), body()
+    elif path == b"/livez":
+        status, ctype, payload = b"200 OK", text, b"alive\n"
+    elif path == b"/readyz":
+        status, ctype, payload = ((b"200 OK", text, b"ready\n") if ready() else
+                                  (b"503 Service Unavailable", text, b"not ready\n"))
+    else:
+        status, ctype, payload = b"404 Not Found", text, b"see /metrics, /livez, /readyz\n"
     headers = (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
                + str(len(payload)).encode() + b"\r\nConnection: close\r\n\r\n")
     return headers + (payload if method != b"HEAD" else b"")
@@ -388,7 +407,8 @@ async def read_head(stream: trio.abc.ReceiveStream, max_head: int) -> bytes:
 
 @dataclass
 class MetricsServer:
-    """``GET /metrics`` on ``addr``, served in the daemon's nursery until :meth:`stop`."""
+    """``GET /metrics``, ``/livez`` and ``/readyz`` (:func:`respond`) on ``addr``, served in
+    the daemon's nursery until :meth:`stop`."""
 
     metrics: Metrics
     addr: str
@@ -418,7 +438,7 @@ class MetricsServer:
             with trio.move_on_after(self.timeout):
                 try:
                     head = await read_head(stream, self.max_head)
-                    answer = respond(head, self.metrics.render)
+                    answer = respond(head, self.metrics.render, self.metrics.ready)
                     self.scrapes += 1
                     await stream.send_all(answer)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):

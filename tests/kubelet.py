@@ -16,7 +16,8 @@ does with it.
   in order, each must exit 0; then the containers start. ``resources`` are not applied
   (no cgroup delegation here), and the test may rewrite a command (``--in-cluster`` →
   the fake API server's kubeconfig, mounted at :data:`KUBECONFIG`).
-- Probes are exec probes run with ``podman exec`` under their ``timeoutSeconds``:
+- Probes are HTTP GETs to the pod's port on this machine (host network), or exec probes
+  run with ``podman exec``, under their ``timeoutSeconds``:
   :meth:`Kubelet.probe` once, :meth:`Kubelet.wait_probe` until it passes, and
   :meth:`Kubelet.watch_liveness`, which counts consecutive failures as kubelet does and,
   at ``failureThreshold``, kills the container (SIGTERM, then SIGKILL after the probe's
@@ -32,6 +33,8 @@ from __future__ import annotations
 import secrets
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -185,9 +188,23 @@ class Kubelet:
     # -- probes ------------------------------------------------------------------------
 
     def probe(self, container: str, kind: str) -> bool:
-        """One exec probe: passed (exit 0 within ``timeoutSeconds``) or failed."""
+        """One probe: an HTTP GET answered 200 to 399 within ``timeoutSeconds`` (the pod's
+        host network: this machine's loopback; a port by its name), or an exec probe
+        exiting 0 within it."""
         spec = self.container(container)[kind]
         timeout = float(spec.get("timeoutSeconds", 1))
+        if "httpGet" in spec:
+            get = spec["httpGet"]
+            port = get["port"]
+            if isinstance(port, str):
+                (port,) = [p["containerPort"] for p in self.container(container)["ports"]
+                           if p["name"] == port]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{get['path']}",
+                                            timeout=timeout) as answer:
+                    return 200 <= int(answer.status) < 400
+            except (OSError, urllib.error.HTTPError):
+                return False
         try:
             proc = subprocess.run([*self.podman, "exec", self.name(container),
                                    *spec["exec"]["command"]], capture_output=True,

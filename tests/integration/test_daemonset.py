@@ -201,15 +201,15 @@ def test_the_daemonset_runs_pods_and_restarts_a_daemon_that_stops_answering(
             pid = kubelet.pid("netctl")
             os.kill(pid, signal.SIGSTOP)
             spec = kubelet.container("netctl")["livenessProbe"]
-            # a stopped daemon never answers, so each probe waits out its whole --timeout
-            # (4 s): 1 s while it is stopped, the manifest's again for the restarted one
-            command = spec["exec"]["command"]
-            spec["exec"]["command"] = ["--timeout=1" if a.startswith("--timeout=") else a
-                                       for a in command]
+            # a stopped daemon never answers (the kernel takes the connection, nothing
+            # reads it), so each probe waits out its whole timeoutSeconds (4 s): 1 s while
+            # it is stopped, the manifest's again for the restarted one
+            timeout = spec["timeoutSeconds"]
+            spec["timeoutSeconds"] = 1
             try:
                 results = kubelet.watch_liveness("netctl", rounds=10, grace=1)
             finally:
-                spec["exec"]["command"] = command
+                spec["timeoutSeconds"] = timeout
             assert results == [False] * int(spec["failureThreshold"]), results
             assert kubelet.restarts == {"netctl": 1}
             kubelet.wait_probe("netctl", "startupProbe", timeout=120)

@@ -152,17 +152,21 @@ def test_the_commands_are_netctls_and_agree_on_the_socket(tmp_path: Path) -> Non
     watcher = parsed(container(spec, "cni-config")["command"])
     assert watcher.auto_config and watcher.watch and not watcher.uninstall
     assert vars(watcher) | {"watch": False} == vars(init) | {"wait_timeout": 0}
-    probe = parsed(container(spec, "netctl")["readinessProbe"]["exec"]["command"])
-    assert probe.cmd == "status" and probe.degraded_ok  # a degraded daemon serves
-    for kind in ("startupProbe", "livenessProbe"):  # an answer, ready or not, is alive
-        live = container(spec, "netctl")[kind]
-        probe = parsed(live["exec"]["command"])
-        assert probe.cmd == "status" and probe.live, kind
-        assert probe.timeout < live["timeoutSeconds"], "netctl answers before kubelet gives up"
+    # the probes: HTTP on the metrics endpoint (no process started), on the port the
+    # daemon's metrics-addr names; /readyz for readiness (a degraded daemon serves: 200),
+    # /livez for the startup and liveness probes (an answer, ready or not, is alive)
     cm = one(KUBE / "daemonset.yaml", "ConfigMap")
     (tmp_path / "d.yaml").write_text(cm["data"]["daemon.yaml"])
-    socket = settings.load_config(str(tmp_path / "d.yaml"), {}).socket
-    assert init.socket == watcher.socket == probe.socket == socket
+    loaded = settings.load_config(str(tmp_path / "d.yaml"), {})
+    daemon = container(spec, "netctl")
+    (port,) = [p["containerPort"] for p in daemon["ports"] if p["name"] == "metrics"]
+    assert loaded.metrics_addr == f":{port}"
+    for kind, path in (("readinessProbe", "/readyz"), ("startupProbe", "/livez"),
+                       ("livenessProbe", "/livez")):
+        assert daemon[kind]["httpGet"] == {"path": path, "port": "metrics"}, kind
+        assert "exec" not in daemon[kind], kind
+    socket = loaded.socket
+    assert init.socket == watcher.socket == socket
     assert os.path.dirname(socket) in mounts(spec, container(spec, "netctl"))
 
     uninstall = one(KUBE / "uninstall.yaml", "DaemonSet")["spec"]["template"]["spec"]

@@ -138,6 +138,23 @@ def test_the_endpoint_answers() -> None:
     assert respond(b"GET / HTTP/1.1\r\n\r\n", lambda: b"").startswith(b"HTTP/1.1 404")
     assert respond(b"POST /metrics HTTP/1.1\r\n\r\n", lambda: b"").startswith(b"HTTP/1.1 405")
     assert respond(b"garbage", lambda: b"").startswith(b"HTTP/1.1 405")
+    # the probes: alive whenever it answers; ready as the daemon says (degraded serves)
+    assert respond(b"GET /livez HTTP/1.1\r\n\r\n", lambda: b"", lambda: False).startswith(
+        b"HTTP/1.1 200 OK")
+    assert respond(b"GET /readyz HTTP/1.1\r\n\r\n", lambda: b"", lambda: True).startswith(
+        b"HTTP/1.1 200 OK")
+    assert respond(b"GET /readyz HTTP/1.1\r\n\r\n", lambda: b"", lambda: False).startswith(
+        b"HTTP/1.1 503")
+
+
+def test_ready_follows_the_daemons_snapshot() -> None:
+    m = Metrics()
+    assert not m.ready()  # no parts yet: not ready
+    state = Snapshot(ready=True, degraded=True)
+    m.watch(lambda: state)
+    assert m.ready()  # degraded still serves
+    state.ready = False
+    assert not m.ready()
 
 
 def test_metrics_addr() -> None:

@@ -27,7 +27,8 @@ the API's own figure: the Ready condition's ``lastTransitionTime`` minus
 ``creationTimestamp`` (1 s resolution in v1.24).
 
 The daemon's container cgroup (cgroup v1, found through the daemon's PID in
-``/proc/PID/cgroup``) holds the daemon, the delegates it execs and its exec probes: per run
+``/proc/PID/cgroup``) holds the daemon, the delegates it execs and its probes (exec probes before
+2026-11-29, HTTP since): per run
 its CPU (``cpuacct.usage``), CFS periods and throttled periods and time (``cpu.stat``), the
 peak of ``memory.max_usage_in_bytes`` (reset to the usage at the start of each run; page
 cache included) and of ``memory.stat``'s ``total_rss`` (sampled every 100 ms). The
@@ -772,7 +773,7 @@ def render_density(report: dict[str, Any]) -> list[RenderableType]:
         f"{_res(p['daemon_resources'])}; its cgroup: CPU limit {limit} (cfs quota "
         f"{cg['cpu_cfs_quota_us']} us per {cg['cpu_cfs_period_us']} us), cpu.shares "
         f"{cg['cpu_shares']}, memory limit {cg['memory_limit_mib']:g} MiB",
-        f"the daemon idle ({p['idle_s']:g} s, its exec probes): "
+        f"the daemon idle ({p['idle_s']:g} s, its probes): "
         f"{idle['cpu_per_s'] * 1000:.1f} ms of CPU per s, throttled "
         f"{idle['throttled']:.0f} of {idle['periods']:.0f} periods",
         render.load_line(p), "",
@@ -816,7 +817,7 @@ def render_density(report: dict[str, Any]) -> list[RenderableType]:
             row("netctl DEL p99 (ms)", "journal.del_ms.p99", "{:.0f}", False),
         ], "CPU in each phase (ADD: first POST → every pod Ready; DEL: the delete → nothing "
            "held): the machine's busy time, kubelet's, containerd's, the daemon container's "
-           "cgroup (the daemon, the delegates it execs, its exec probes) and its CFS "
+           "cgroup (the daemon, the delegates it execs, its probes) and its CFS "
            "throttling. Its memory over the run: memory.max_usage_in_bytes (page cache "
            "included) and memory.stat total_rss sampled every 100 ms. netctl's ADD and DEL: "
            "the journal's runtime operations, start to finish"),
