@@ -156,8 +156,9 @@ def test_read_conf_dir(tmp_path: Path) -> None:
     assert [(Path(f.path).name, f.conf is not None) for f in files] == [
         ("10-a.conflist", True), ("20-b.conf", False), ("30-c.json", False)]
     assert "not valid JSON" in files[1].error and "not a JSON object" in files[2].error
-    with pytest.raises(FileNotFoundError, match="no CNI config dir at /nonexistent"):
-        read_conf_dir("/nonexistent")
+    missing = tmp_path / "missing"
+    with pytest.raises(FileNotFoundError, match=f"no CNI config dir at {missing}"):
+        read_conf_dir(str(missing))
 
 
 def doctor(capsys: pytest.CaptureFixture[str], conf_dir: Path, nets: Path,
