@@ -7,10 +7,11 @@ it is down. Each function returns plain dicts, ready for a table or JSON.
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 import sqlite3
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -621,14 +622,22 @@ def unremoved_attachments(conn: sqlite3.Connection,
         f"{only} ORDER BY id", args).fetchall()
 
 
-def removed_results(conn: sqlite3.Connection, after: float) -> list[tuple[int, bytes | None]]:
-    """(id, result) of the attachments removed after ``after`` by a DEL: an attachment an
-    operator forgot (``netctl forget``, maybe with --force while its pod ran) was never
-    DELeted, and its host links are not the sweep's to delete."""
+def removed_results(conn: sqlite3.Connection, after: float,
+                    names: Sequence[str]) -> list[tuple[int, bytes | None]]:
+    """(id, result) of the attachments removed after ``after`` by a DEL whose result names
+    one of ``names`` among its interfaces (the host's veths, for the sweep: it unlinks
+    nothing else, so nothing else is read — SQLite's JSON functions pick the rows). An
+    attachment an operator forgot (``netctl forget``, maybe with --force while its pod
+    ran) was never DELeted, and its host links are not the sweep's to delete."""
+    if not names:
+        return []
     return [(int(r[0]), r[1]) for r in conn.execute(
         "SELECT id, result FROM attachments WHERE state='removed' AND removed_at > ?"
         " AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = attachments.del_op"
-        " AND o.verb = 'FORGET')", (after,))]
+        " AND o.verb = 'FORGET')"
+        " AND json_valid(result) AND EXISTS (SELECT 1 FROM json_each(result, '$.interfaces') i"
+        " WHERE CASE WHEN i.type = 'object' THEN json_extract(i.value, '$.name') END"
+        " IN (SELECT value FROM json_each(?)))", (after, json.dumps(list(names))))]
 
 
 def live_allocations(conn: sqlite3.Connection,

@@ -48,6 +48,7 @@ def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None
     the sweep for leftover host veths needs), for a run on kernel events; with
     ``containers``, only those containers' attachments and allocations."""
     now = time.time() if now is None else now
+    on_host = (host_links() if links is None else links) if sweep else {}
     conn = query.open_read_only(journal_path)
     try:
         running = query.running_ids(conn)
@@ -57,8 +58,11 @@ def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None
                            result=_result(r[8]), del_failures=r[9], retry_at=r[10],
                            error=r[11])
             for r in query.unremoved_attachments(conn, containers)]
+        # only those naming a veth on the host now: the sweep unlinks nothing else, and a
+        # day of a busy node's removed attachments is tens of thousands of results
+        veths = sorted(name for name, link in on_host.items() if link.kind == "veth")
         removed = [(i, _result(blob)) for i, blob in query.removed_results(
-            conn, now - REMOVED_WINDOW)] if sweep else []
+            conn, now - REMOVED_WINDOW, veths)] if sweep else []
         allocations = [
             AllocationFact(id=r[0], pool=r[1], address=r[2], container_id=r[3], ifname=r[4],
                            netns=r[5], attachment_id=r[6], attachment_state=r[7],
@@ -71,5 +75,5 @@ def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None
     return Facts(
         attachments=attachments, removed_results=removed, allocations=allocations,
         netns_exists=netns_exist(paths),
-        host_links=(host_links() if links is None else links) if sweep else {},
+        host_links=on_host,
         busy=frozenset(busy), now=now)

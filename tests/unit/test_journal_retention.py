@@ -46,6 +46,7 @@ from netctl.journal.retention import (
 from netctl.journal.store import Journal, open_journal
 from netctl.kit.bench.retention import POOL, POOL_INFO, PodLife, SimClock, add_pod, del_pod
 from netctl.reconcile.facts import gather
+from netctl.reconcile.plan import Link
 from netctl.settings import load_config
 
 T0 = 1_790_000_000.0
@@ -165,8 +166,13 @@ async def history(journal: Journal, clock: SimClock) -> dict[str, Any]:
     return out
 
 
+# every simulated pod's host veth, still on the host: the sweep reads the removed
+# attachments naming one (kit/bench/retention.py: veth<n>, the same MAC for all)
+ON_HOST = {f"veth{n:08x}": Link("veth", "0a:58:0a:80:ff:fe") for n in range(1, 20)}
+
+
 def facts(path: str, now: float) -> Any:
-    f = gather(path, now=now, links={})
+    f = gather(path, now=now, links=ON_HOST)
     return (f.attachments, f.removed_results, f.allocations)
 
 
@@ -374,3 +380,29 @@ def test_an_old_journal_is_converted_once(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
     finally:
         conn.close()
+
+
+def test_the_sweep_reads_only_the_removed_attachments_naming_a_veth_on_the_host(
+        tmp_path: Path) -> None:
+    """A day of a busy node's removed attachments is tens of thousands of results: the
+    sweep reads those whose host interface is a veth on the host now, nothing else."""
+    clock = SimClock(T0)
+
+    async def main() -> list[PodLife]:
+        async with open_journal(tmp_path, clock=clock) as journal:
+            pods = [await add_pod(journal, n) for n in (1, 2, 3)]
+            for life in pods:
+                await del_pod(journal, life)
+            return pods
+
+    pods = trio.run(main)
+    path = str(tmp_path / "journal.db")
+    only_2 = {"veth00000002": Link("veth", "0a:58:0a:80:ff:fe"), "eth9": Link("", "")}
+    got = gather(path, now=T0 + 60, links=only_2).removed_results
+    assert [att for att, _ in got] == [pods[1].att.id]
+    assert got[0][1] is not None and got[0][1]["interfaces"][1]["name"] == "veth00000002"
+    # a link of that name that is not a veth, or no veth at all: nothing read
+    assert gather(path, now=T0 + 60, links={"veth00000002": Link("bridge", "")}
+                  ).removed_results == []
+    assert gather(path, now=T0 + 60, links={}).removed_results == []
+    assert len(gather(path, now=T0 + 60, links=ON_HOST).removed_results) == 3
