@@ -429,6 +429,29 @@ static int del_unanswered(struct bytes version, struct bytes socket_path, struct
 	return 0;
 }
 
+/* why = head, the socket's path, middle, the failure, ")". */
+static void daemon_failed(struct buf *why, const char *head, struct bytes path,
+			  const char *middle, const struct buf *err)
+{
+	buf_adds(why, head);
+	buf_add(why, path.p, path.len);
+	buf_adds(why, middle);
+	buf_add(why, err->p, err->len);
+	buf_addc(why, ')');
+}
+
+/* The daemon did not serve the request (why): a DEL is recorded for its start-up replay;
+ * anything else fails with code, 11 saying to try again later. */
+static int unanswered(struct bytes version, struct bytes path, struct bytes body,
+		      struct buf *why, bool del, int code)
+{
+	if (del)
+		return del_unanswered(version, path, body, why);
+	if (code == 11)
+		buf_adds(why, "; try again later");
+	return fail(version, code, buf_bytes(why));
+}
+
 /* -- the exec ---------------------------------------------------------------------------- */
 
 static int run(const char *argv0)
@@ -481,31 +504,16 @@ static int run(const char *argv0)
 	struct buf why = {0}, err = {0};
 	int fd = dial(buf_bytes(&path), &err);
 	if (fd < 0) {
-		buf_adds(&why, "netctl daemon not reachable at ");
-		buf_add(&why, path.p, path.len);
-		buf_adds(&why, " (");
-		buf_add(&why, err.p, err.len);
-		buf_addc(&why, ')');
-		if (del)
-			return del_unanswered(version, buf_bytes(&path), body, &why);
-		if (strcmp(command, "STATUS") == 0)
-			return fail(version, 50, buf_bytes(&why));
-		buf_adds(&why, "; try again later");
-		return fail(version, 11, buf_bytes(&why));
+		daemon_failed(&why, "netctl daemon not reachable at ", buf_bytes(&path), " (", &err);
+		return unanswered(version, buf_bytes(&path), body, &why, del,
+				  strcmp(command, "STATUS") == 0 ? 50 : 11);
 	}
 	struct reply reply;
 	bool answered = exchange(fd, &frame, reply_timeout(), &reply, &err);
 	close(fd);
 	if (!answered) {
-		buf_adds(&why, "netctl daemon at ");
-		buf_add(&why, path.p, path.len);
-		buf_adds(&why, " gave no answer (");
-		buf_add(&why, err.p, err.len);
-		buf_addc(&why, ')');
-		if (del)
-			return del_unanswered(version, buf_bytes(&path), body, &why);
-		buf_adds(&why, "; try again later");
-		return fail(version, 11, buf_bytes(&why));
+		daemon_failed(&why, "netctl daemon at ", buf_bytes(&path), " gave no answer (", &err);
+		return unanswered(version, buf_bytes(&path), body, &why, del, 11);
 	}
 	if (reply_refused(&reply) && del) {
 		buf_adds(&why, "the netctl daemon at ");

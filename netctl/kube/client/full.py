@@ -23,10 +23,10 @@ from typing import Any
 
 import aiohttp
 import msgspec
-import trio_asyncio
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
+from netctl.kube.client.api import on_asyncio
 from netctl.kube.client.errors import ApiError, KubeSettings, Query, reason_of
 from netctl.kube.client.session import client as kclient
 from netctl.kube.client.session import config as kconfig
@@ -34,10 +34,6 @@ from netctl.kube.client.session import config as kconfig
 log = logging.getLogger("netctl.kube")
 
 ApiClient = kclient.ApiClient
-
-
-async def on_asyncio(fn: Callable[[], Awaitable[Any]]) -> Any:
-    return await trio_asyncio.aio_as_trio(fn)()
 
 
 async def connect(settings: KubeSettings) -> Any:

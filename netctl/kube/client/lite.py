@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from netctl.kube.client.errors import JSON, ApiError, KubeSettings, Query, reason_of
-from netctl.kube.client.wire import Endpoint, Wire, WireError
+from netctl.kube.client.wire import Endpoint, Wire, WireError, endpoint_at
 
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
                    "all_proxy")
@@ -177,9 +177,8 @@ def in_cluster(account: Path = SERVICE_ACCOUNT) -> LeanConfig | None:
                                   lambda: _read_token(token_file), periodic=True)
     except (OSError, ValueError, ssl.SSLError):
         return None
-    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    endpoint = Endpoint(host, int(port), "", authority, tls, host)
-    return LeanConfig(endpoint, credentials, f"https://{authority}")
+    server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    return LeanConfig(endpoint_at(urlsplit(server), tls), credentials, server)
 
 
 def _read_token(path: Path) -> str:
@@ -261,9 +260,7 @@ def _config(cluster: dict[str, Any], user: dict[str, Any], path: Path) -> LeanCo
             tls.check_hostname = False
             tls.verify_mode = ssl.CERT_NONE
         _client_certificate(tls, user, base)
-    endpoint = Endpoint(url.hostname, url.port or (443 if url.scheme == "https" else 80),
-                        url.path.rstrip("/"), url.netloc.rpartition("@")[2], tls,
-                        str(cluster.get("tls-server-name") or url.hostname))
+    endpoint = endpoint_at(url, tls, str(cluster.get("tls-server-name") or "") or None)
     return LeanConfig(endpoint, Credentials(_token_of(user, base), lambda: _reread(path),
                                             periodic=bool(user.get("tokenFile"))), server)
 

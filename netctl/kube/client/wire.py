@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import httptools
 import trio
@@ -65,7 +65,6 @@ def endpoint_of(conf: Any) -> Endpoint | None:
     url = urlsplit(str(conf.host))
     if url.scheme not in ("http", "https") or not url.hostname:
         return None
-    port = url.port or (443 if url.scheme == "https" else 80)
     tls = None
     if url.scheme == "https":
         tls = ssl.create_default_context(cafile=conf.ssl_ca_cert or None)
@@ -76,9 +75,18 @@ def endpoint_of(conf: Any) -> Endpoint | None:
             tls.verify_mode = ssl.CERT_NONE
         if getattr(conf, "disable_strict_ssl_verification", False):
             tls.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    return Endpoint(url.hostname, port, url.path.rstrip("/"),
-                    url.netloc.rpartition("@")[2], tls,
-                    getattr(conf, "tls_server_name", None) or url.hostname)
+    return endpoint_at(url, tls, getattr(conf, "tls_server_name", None))
+
+
+def endpoint_at(url: SplitResult, tls: ssl.SSLContext | None,
+                server_name: str | None = None) -> Endpoint:
+    """The endpoint of ``url`` (http or https, with a host): its port, or the scheme's;
+    the Host header without credentials; TLS with ``tls`` (None: plain http), naming
+    ``server_name`` or the URL's host."""
+    host = url.hostname or ""
+    return Endpoint(host, url.port or (443 if url.scheme == "https" else 80),
+                    url.path.rstrip("/"), url.netloc.rpartition("@")[2], tls,
+                    server_name or host)
 
 
 def wire_for(api: Any) -> Wire | None:
