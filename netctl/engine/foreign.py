@@ -8,11 +8,24 @@ never seen is carried out as Multus would have carried it out:
 
 - **Multus' own record** of the container, when there is one: its scratch cache,
   ``<cniDir>/<containerID>`` (``cniDir`` defaults to ``/var/lib/cni/multus``), a JSON
-  list of the delegates it ran, the cluster network first. Each entry holds the
-  delegate's config as it ran it — ``Bytes`` (the raw conf or conflist, base64, as Go
-  encodes a byte slice), else ``ConfList`` (when it has plugins) or ``Conf`` — and its
-  interface: the cluster network on the DEL's CNI_IFNAME, each other on its
-  ``ifnameRequest``, else ``net<position>``. (:func:`multus_cache`.)
+  list of the delegates it ran, the cluster network first, each with its interface: the
+  cluster network on the DEL's CNI_IFNAME, each other on its ``ifnameRequest``, else
+  ``net<position>``. Each entry's config is read in this order (:func:`multus_cache`):
+
+  1. ``CNINetworkConfigList`` (Multus v4.2.1 and later; libcni's ``NetworkConfigList`` as
+     Go encodes it), when its ``Plugins`` hold configs: the conflist libcni ran at ADD —
+     ``name`` and ``cniVersion`` from the struct's ``Name`` and ``CNIVersion`` (the
+     version libcni settled on), the plugins from each ``Plugins[].Bytes`` (those of the
+     file and any loaded from ``<confdir>/<name>/``), other top-level keys from its
+     ``Bytes`` (the file as read). Multus keeps a conflist cluster network there; its
+     top-level ``Bytes`` then holds a re-encoding of its parsed form that keeps only the
+     keys every config has (``{"ipam": {"type": "host-local"}, "type": "bridge"}``: no
+     bridge, no subnet, no ``dataDir``), which host-local cannot release by. A NAD's
+     delegate leaves it empty (``"Plugins": null``).
+  2. ``Bytes``: the raw conf or conflist (base64, as Go encodes a byte slice) — the whole
+     config in Multus v4.1 and earlier, and for a NAD's delegate in every version.
+  3. ``ConfList`` (when it has plugins), else ``Conf``: Multus' parsed forms, which keep
+     only those common keys too (a last resort).
 - **Otherwise** the runtime's cluster network alone (the conf's ``clusterNetwork``, or
   its first delegate), on CNI_IFNAME: what Multus does when its cache is gone.
 
@@ -46,15 +59,42 @@ class ForeignNet:
     config: dict[str, Any]  # a conf or a conflist
 
 
+def _go_bytes(raw: Any) -> dict[str, Any] | None:
+    """A JSON object held in a Go byte slice as Go encodes it (base64), else None."""
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        obj = json.loads(base64.b64decode(raw, validate=True))
+    except (ValueError, binascii.Error):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _network_config_list(item: dict[str, Any]) -> dict[str, Any] | None:
+    """The conflist libcni ran, from a delegate's ``CNINetworkConfigList`` (module doc),
+    or None when it holds none (a NAD's delegate, Multus before v4.2.1) or a plugin's
+    config is unreadable."""
+    ncl = item.get("CNINetworkConfigList")
+    if not isinstance(ncl, dict) or not isinstance(ncl.get("Plugins"), list):
+        return None
+    plugins = [_go_bytes(p.get("Bytes")) if isinstance(p, dict) else None
+               for p in ncl["Plugins"]]
+    if not plugins or not all(p and p.get("type") for p in plugins):
+        return None
+    conflist = {**(_go_bytes(ncl.get("Bytes")) or {}), "plugins": plugins}
+    for key, field in (("name", "Name"), ("cniVersion", "CNIVersion")):
+        if isinstance(ncl.get(field), str) and ncl[field]:
+            conflist[key] = ncl[field]
+    return conflist
+
+
 def _config(item: dict[str, Any]) -> dict[str, Any] | None:
-    raw = item.get("Bytes")
-    if isinstance(raw, str) and raw:
-        try:
-            obj = json.loads(base64.b64decode(raw, validate=True))
-        except (ValueError, binascii.Error):
-            obj = None
-        if isinstance(obj, dict) and (obj.get("type") or obj.get("plugins")):
-            return obj
+    full = _network_config_list(item)
+    if full is not None:
+        return full
+    obj = _go_bytes(item.get("Bytes"))
+    if obj is not None and (obj.get("type") or obj.get("plugins")):
+        return obj
     conflist = item.get("ConfList")
     if isinstance(conflist, dict) and conflist.get("plugins"):
         return conflist
@@ -78,7 +118,8 @@ def multus_cache(raw: bytes, ifname: str) -> list[ForeignNet]:
             raise ValueError(f"delegate {index} is not a JSON object")
         config = _config(item)
         if config is None:
-            raise ValueError(f"delegate {index} has no config (Bytes, ConfList or Conf)")
+            raise ValueError(f"delegate {index} has no config (CNINetworkConfigList, Bytes, "
+                             "ConfList or Conf)")
         name = item.get("Name") or config.get("name") or f"delegate-{index}"
         request = item.get("ifnameRequest")
         wanted = ifname if index == 0 else (request if isinstance(request, str) and request

@@ -1,7 +1,10 @@
 """We test these aspects of a node switched from Multus to netctl: a pod created before the
 switch — its delegates run the way Multus runs them (the cluster network on eth0, a
 secondary on net1, each exec'd directly, and Multus' scratch cache of the container
-written as Multus writes it) — releases everything when it is deleted after the switch:
+written as Multus writes it: as v4.1.4 does, and as v4.3.0 does, whose top-level ``Bytes``
+of a conflist cluster network lose its bridge, subnet and ``dataDir`` and whose
+``CNINetworkConfigList`` holds the conflist that ran) — releases everything when it is
+deleted after the switch:
 netctl DELs each network from Multus' cache (interfaces gone, host-local reservations
 released, the cache file removed), journals it as a DEL with its reason, and a repeated DEL
 changes nothing; without a Multus cache the cluster network alone is DELeted; a container
@@ -35,10 +38,47 @@ def networks(daemon: Daemon, veth_parent: str) -> tuple[dict[str, Any], dict[str
     return cluster, blue
 
 
+def b64(obj: Any) -> str:
+    return base64.b64encode(json.dumps(obj).encode()).decode()
+
+
+def multus_entries(cluster: dict[str, Any], blue: dict[str, Any] | None,
+                   multus: str) -> list[dict[str, Any]]:
+    """Multus' scratch cache of a pod (Go's JSON of its delegates), as ``multus`` writes it.
+    Both keep in ``ConfList`` a re-encoding of the conflist's parsed form (of each plugin,
+    only ``type`` and ``ipam.type`` here); v4.1.4 keeps the conflist's own bytes in
+    ``Bytes``, v4.3.0 that re-encoding, and the conflist libcni ran in
+    ``CNINetworkConfigList`` (each plugin's bytes, the file's bytes) — empty for a NAD's
+    delegate, whose ``Bytes`` hold its config in both."""
+    lossy = {"cniVersion": cluster["cniVersion"], "name": cluster["name"], "plugins": [
+        {"ipam": {"type": p["ipam"]["type"]}, "type": p["type"]} for p in cluster["plugins"]]}
+    flags = {"IsFilterV4Gateway": False, "IsFilterV6Gateway": False}
+    first = {"Conf": {"dns": {}, "ipam": {}}, "ConfList": lossy, "Name": cluster["name"],
+             **flags, "Bytes": b64(cluster)}
+    nad = [{"Conf": blue, "ConfList": {"plugins": None}, "Name": "blue", **flags,
+            "Bytes": b64(blue)}] if blue is not None else []
+    if multus == "v4.1.4":
+        return [first, *nad]
+    assert multus == "v4.3.0", multus
+    first["Bytes"] = b64(lossy)
+    first["CNINetworkConfigList"] = {
+        "Name": cluster["name"], "CNIVersion": cluster["cniVersion"], "DisableCheck": False,
+        "DisableGC": False, "LoadOnlyInlinedPlugins": False,
+        "Plugins": [{"Network": {"type": p["type"]}, "Bytes": b64(p)}
+                    for p in cluster["plugins"]],
+        "Bytes": b64(cluster)}
+    for entry in nad:
+        entry["CNINetworkConfigList"] = {
+            "Name": "", "CNIVersion": "", "DisableCheck": False, "DisableGC": False,
+            "LoadOnlyInlinedPlugins": False, "Plugins": None, "Bytes": None}
+    return [first, *nad]
+
+
 def as_multus(daemon: Daemon, container: str, ns: str, cluster: dict[str, Any],
-              blue: dict[str, Any] | None) -> None:
+              blue: dict[str, Any] | None, multus: str = "v4.1.4") -> None:
     """ADD the pod's networks the way Multus does (each delegate exec'd, the cluster network
-    on eth0, the secondary on net1), then write Multus' scratch cache of the container."""
+    on eth0, the secondary on net1), then write Multus' scratch cache of the container as
+    that version of Multus writes it."""
     plugins = [(cluster["plugins"][0], "eth0", cluster)]
     if blue is not None:
         plugins.append((blue, "net1", blue))
@@ -47,18 +87,9 @@ def as_multus(daemon: Daemon, container: str, ns: str, cluster: dict[str, Any],
         res = exec_plugin(f"/usr/lib/cni/{plugin['type']}", "ADD", conf, container=container,
                           netns=ns, ifname=ifname)
         assert res.rc == 0, res.describe()
-    cache = [{"Conf": {"cniVersion": "", "name": "", "type": ""},
-              "ConfList": {"cniVersion": "1.0.0", "name": "cluster",
-                           "plugins": cluster["plugins"]},
-              "Name": "cluster", "IsFilterV4Gateway": False, "IsFilterV6Gateway": False,
-              "Bytes": base64.b64encode(json.dumps(cluster).encode()).decode()}]
-    if blue is not None:
-        cache.append({"Conf": blue, "ConfList": {"cniVersion": "", "name": "", "plugins": None},
-                      "Name": "blue", "IsFilterV4Gateway": False, "IsFilterV6Gateway": False,
-                      "Bytes": base64.b64encode(json.dumps(blue).encode()).decode()})
     directory = daemon.root / "multus"
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / container).write_text(json.dumps(cache))
+    (directory / container).write_text(json.dumps(multus_entries(cluster, blue, multus)))
 
 
 def dels_of(daemon: Daemon, container: str) -> list[tuple[str, str, str]]:
@@ -67,12 +98,13 @@ def dels_of(daemon: Daemon, container: str) -> list[tuple[str, str, str]]:
         (container,))]
 
 
+@pytest.mark.parametrize("multus", ["v4.1.4", "v4.3.0"])
 def test_a_pod_from_before_the_switch_releases_everything(
-        daemon: Daemon, netns: Callable[[], str], veth_parent: str) -> None:
+        daemon: Daemon, netns: Callable[[], str], veth_parent: str, multus: str) -> None:
     cluster, blue = networks(daemon, veth_parent)
     daemon.start()
     ns, cid = netns(), "multus0123456789"
-    as_multus(daemon, cid, ns, cluster, blue)
+    as_multus(daemon, cid, ns, cluster, blue, multus)
     assert sorted(netns_links(ns)) == ["eth0", "lo", "net1"]
     assert len(host_local_leases(daemon.ipam_dir)) == 2
 
@@ -160,8 +192,7 @@ def test_a_delegate_that_fails_is_tried_once_and_warned(
     path = daemon.root / "multus" / cid
     cache = json.loads(path.read_text())
     gone = {"cniVersion": "1.0.0", "name": "gone", "type": "no-such-plugin"}
-    cache.append({"Conf": gone, "Name": "gone",
-                  "Bytes": base64.b64encode(json.dumps(gone).encode()).decode()})
+    cache.append({"Conf": gone, "Name": "gone", "Bytes": b64(gone)})
     path.write_text(json.dumps(cache))
     res = daemon.cni("DEL", cid, ns, daemon.conf("cluster"))
     assert res.rc == 0, res.describe()
