@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import gzip
 import ipaddress
 import json
 import os
@@ -65,14 +64,15 @@ from typing import Any, TypeVar
 
 import yaml
 
+from . import kubebins
 from .harness import HarnessError, wait_for
 from .harness_podman import BUSYBOX, write_image_tar
+from .kubebins import KubeVersion
 from .kubefake import real as realkube
-from .kubefake.real import KUBE_BUILD, ROOT, RealKube, free_port, kube_dir
+from .kubefake.real import ROOT, RealKube, free_port
 
 T = TypeVar("T")
 
-NODE_BINARIES = ("kubelet", "kube-controller-manager", "kube-scheduler", "kubectl")
 CONTAINERD = "/usr/bin/containerd"
 CTR = "/usr/bin/ctr"
 RUNC = "/usr/sbin/runc"
@@ -103,25 +103,6 @@ class NodeError(RuntimeError):
 
 
 # -- the binaries --------------------------------------------------------------------------
-
-
-def kube_binary(name: str) -> Path | None:
-    """``name`` (kubelet, kubectl, …) from ``NETCTL_KUBE_DIR`` (else ``../shared/kube``): a
-    plain binary there, or its ``.gz`` decompressed once into ``build/kube/``."""
-    if name == "kube-apiserver":
-        return realkube.apiserver_binary()
-    plain, packed = kube_dir() / name, kube_dir() / f"{name}.gz"
-    if not packed.exists():
-        return plain if plain.exists() else None
-    out = KUBE_BUILD / name
-    if not out.exists() or out.stat().st_mtime < packed.stat().st_mtime:
-        KUBE_BUILD.mkdir(parents=True, exist_ok=True)
-        part = KUBE_BUILD / f".{name}.{os.getpid()}.part"
-        with gzip.open(packed, "rb") as src, open(part, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        part.chmod(0o755)
-        part.rename(out)
-    return out
 
 
 def podman_env() -> dict[str, str]:
@@ -158,19 +139,26 @@ def build_image() -> str:
     return image
 
 
-def unavailable(image: str | None = None) -> str | None:
-    """Why a real node cannot run here, in one line (None when it can); with ``image``,
-    also when podman's store lacks that image."""
+def versions() -> list[KubeVersion | None]:
+    """The Kubernetes versions a real-node test module runs on, oldest first: those
+    :func:`netctl.kit.kubebins.selected` has with every node binary; ``[None]`` when there
+    are none (the module's fixture then skips with :func:`unavailable`'s line)."""
+    found = [v for v in kubebins.selected() if not v.lacks()]
+    return list(found) if found else [None]
+
+
+def unavailable(image: str | None = None, kube: KubeVersion | None = None) -> str | None:
+    """Why a real node cannot run here, in one line (None when it can): no Kubernetes
+    version (``kube``, else any selected one) with every binary
+    (:mod:`netctl.kit.kubebins`), no etcd, no containerd…; with ``image``, also when
+    podman's store lacks that image."""
     if os.geteuid() != 0:
         return "a real node needs root"
-    reason = realkube.unavailable()
+    if kube is not None and kube.lacks():
+        return f"Kubernetes {kube} in {kube.dir} lacks {', '.join(kube.lacks())}"
+    reason = (kube is None and kubebins.missing()) or realkube.unavailable()
     if reason:
         return reason
-    for name in NODE_BINARIES:
-        if kube_binary(name) is None:
-            return (f"no {name} in {kube_dir()} (nor {name}.gz): set NETCTL_KUBE_DIR to a dir "
-                    "holding the Kubernetes v1.24 binaries, or put ../shared/kube beside the "
-                    "repository")
     for path, package in ((CONTAINERD, "containerd"), (CTR, "containerd"), (RUNC, "runc"),
                           (BUSYBOX, "busybox-static"), ("/usr/bin/unshare", "util-linux"),
                           ("/usr/bin/nsenter", "util-linux"), ("/usr/bin/podman", "podman"),
@@ -254,12 +242,40 @@ def _tail(path: Path, chars: int = 3000) -> str:
         return ""
 
 
+def kubelet_by_version(minor: int) -> tuple[dict[str, Any], list[str]]:
+    """What the kubelet of v1.``minor`` needs beyond the settings every version takes: more
+    KubeletConfiguration fields, and flags.
+
+    - Up to v1.26 the runtime is named by flags (``--container-runtime=remote``,
+      ``--container-runtime-endpoint``), the pause image too
+      (``--pod-infra-container-image``); v1.27 removed the first, later versions the
+      last, and the endpoint is ``containerRuntimeEndpoint`` in the configuration (the
+      pause image is then containerd's ``sandbox_image`` alone).
+    - From v1.31 the kubelet refuses a host on cgroup v1 (these machines are) unless
+      ``failCgroupV1: false``; it then runs, and warns with a ``CgroupV1`` Node event.
+    """
+    if minor < 27:
+        return {}, ["--container-runtime=remote", f"--container-runtime-endpoint=unix://{SOCKET}",
+                    f"--pod-infra-container-image={PAUSE_IMAGE}"]
+    config: dict[str, Any] = {"containerRuntimeEndpoint": f"unix://{SOCKET}"}
+    if minor >= 31:
+        config["failCgroupV1"] = False
+    return config, []
+
+
 class RealNode:
     """A control plane and one node (see the module's doc). ``open`` starts it (the node
     Ready), ``close`` removes everything; :meth:`install_netctl` puts netctl on it."""
 
-    def __init__(self, name: str = "", *, prefix: str = "", max_pods: int = 110) -> None:
-        """``max_pods``: kubelet's maxPods (its default 110; the DaemonSet's pod counts)."""
+    def __init__(self, name: str = "", *, prefix: str = "", max_pods: int = 110,
+                 kube: KubeVersion | None = None) -> None:
+        """``kube``: the Kubernetes version (by default the newest selected one,
+        :func:`netctl.kit.kubebins.pick`); ``max_pods``: kubelet's maxPods (its default
+        110; the DaemonSet's pod counts)."""
+        picked = kube or kubebins.pick()
+        if picked is None:
+            raise NodeError(kubebins.missing())
+        self.kube_version: KubeVersion = picked
         tag = secrets.token_hex(2)
         self.max_pods = max_pods
         self.name = name or f"netctl-node-{tag}"
@@ -298,11 +314,9 @@ class RealNode:
         self.logs.mkdir()
         self._cgroups_before = set(self._cgroup_dirs())
         self._make_namespace()
-        kube_binary("kube-apiserver")  # decompressed before it is timed
-        for name in NODE_BINARIES:
-            kube_binary(name)
         t1 = time.monotonic()
-        self.kube = RealKube(service_accounts=True, wrap=self.nsenter())
+        self.kube = RealKube(service_accounts=True, wrap=self.nsenter(),
+                             kube=self.kube_version)
         self.kube.open()
         self.kube.kubeconfig(self.admin_kubeconfig, token=self.kube.admin_token,
                              namespace="default")
@@ -361,6 +375,13 @@ class RealNode:
         shutil.rmtree(self.dir, ignore_errors=True)
         if errors:
             raise NodeError("; ".join(errors))
+
+    def binary(self, name: str) -> Path:
+        """The node's Kubernetes version's ``name`` (kubelet, kubectl, …)."""
+        path = self.kube_version.binary(name)
+        if path is None:
+            raise NodeError(f"{self.kube_version.dir} has no {name}")
+        return path
 
     # -- the namespace ----------------------------------------------------------------------
 
@@ -475,8 +496,8 @@ class RealNode:
     def _start_controllers(self) -> None:
         assert self.kube is not None
         k = self.kube.dir
-        cm, sched = kube_binary("kube-controller-manager"), kube_binary("kube-scheduler")
-        assert cm is not None and sched is not None
+        cm = self.binary("kube-controller-manager")
+        sched = self.binary("kube-scheduler")
         config = str(self.admin_kubeconfig)
         self._spawn("kube-controller-manager", [
             str(cm), f"--kubeconfig={config}", f"--authentication-kubeconfig={config}",
@@ -538,6 +559,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "serializeImagePulls": False, "resolvConf": "/etc/resolv.conf",
             "nodeStatusUpdateFrequency": "4s", "syncFrequency": "10s",
             "fileCheckFrequency": "10s", "staticPodPath": "",
+            **kubelet_by_version(self.kube_version.minor)[0],
         }))
 
     def _start_containerd(self) -> None:
@@ -551,13 +573,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         wait_for(serving, 30, "containerd to answer")
 
     def _start_kubelet(self) -> None:
-        kubelet = kube_binary("kubelet")
-        assert kubelet is not None
+        kubelet = self.binary("kubelet")
         self._spawn("kubelet", [
             str(kubelet), f"--config={self.dir / 'kubelet.yaml'}",
             f"--kubeconfig={self.dir / 'kubelet.kubeconfig'}",
-            "--container-runtime=remote", f"--container-runtime-endpoint=unix://{SOCKET}",
-            f"--pod-infra-container-image={PAUSE_IMAGE}", "--root-dir=/var/lib/kubelet",
+            *kubelet_by_version(self.kube_version.minor)[1], "--root-dir=/var/lib/kubelet",
             f"--hostname-override={self.name}", "--register-node=true", "--v=1"],
             in_node=True)
 
@@ -671,8 +691,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def kubectl(self, *args: str, data: str | None = None, timeout: float = 120,
                 check: bool = True) -> str:
         """The real kubectl with the admin's kubeconfig; its stdout."""
-        kubectl = kube_binary("kubectl")
-        assert kubectl is not None
+        kubectl = self.binary("kubectl")
         proc = subprocess.run([str(kubectl), f"--kubeconfig={self.admin_kubeconfig}", *args],
                               input=data, capture_output=True, text=True, timeout=timeout,
                               check=False)

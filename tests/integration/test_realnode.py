@@ -80,11 +80,13 @@ def deployment(name: str, replicas: int, networks: str) -> dict[str, Any]:
                      "template": pod_template(name, networks)}}
 
 
-@pytest.fixture(scope="module")
-def node() -> Iterator[RealNode]:
-    reason = realnode.unavailable()
+@pytest.fixture(scope="module", params=realnode.versions(), ids=str)
+def node(request: pytest.FixtureRequest) -> Iterator[RealNode]:
+    kube = request.param
+    reason = realnode.unavailable(kube=kube)
     if reason:
         pytest.skip(f"real node: {reason}")
+    TIMINGS.clear()
     t0 = time.monotonic()
     try:
         realnode.build_image()  # this checkout's netctl
@@ -94,7 +96,7 @@ def node() -> Iterator[RealNode]:
             pytest.skip(f"real node: {missing}; {str(exc).splitlines()[-1]}")
         raise
     TIMINGS["make image"] = time.monotonic() - t0
-    with RealNode() as n:
+    with RealNode(kube=kube) as n:
         n.install_netctl(build=False)
         n.apply([nad("blue", f"{n.prefix}b1", BLUE), nad("green", f"{n.prefix}b2", GREEN),
                  nad("sticky", f"{n.prefix}b3", STICKY, sticky=True, sticky_for="1h"),
@@ -103,7 +105,8 @@ def node() -> Iterator[RealNode]:
                  nad("gwb", f"{n.prefix}b6", GWB, "gateway")])
         TIMINGS.update(n.timings, **{"fixture": time.monotonic() - t0})
         yield n
-    print(f"\nreal node timings (s): {json.dumps({k: round(v, 1) for k, v in TIMINGS.items()})}")
+    print(f"\nreal node {kube} timings (s): "
+          f"{json.dumps({k: round(v, 1) for k, v in TIMINGS.items()})}")
 
 
 @pytest.fixture(autouse=True)

@@ -138,7 +138,7 @@ def _add_kube_benches(bsub: _Commands) -> None:
                    "(default 10.96.0.0/16)")
     b.add_argument("--api-server", choices=["fake", "real"], default="fake",
                    help="the project's fake API server (default), or a real kube-apiserver "
-                   "and etcd started for the run (../shared/kube, NETCTL_KUBE_APISERVER, "
+                   "and etcd started for the run (/opt/netctl-kube, NETCTL_KUBE_APISERVER, "
                    "NETCTL_ETCD; docs/testing.md, \"Against a real API server\"); "
                    "--api-latency-ms applies to the fake")
     b.add_argument("--concurrency", type=int, default=4, help="allocations in flight per "
@@ -147,7 +147,7 @@ def _add_kube_benches(bsub: _Commands) -> None:
                    help="the daemons' ipam-backend (default kubernetes: blocks per node; "
                    "sqlite: pools per node, duplicates across nodes)")
     b.add_argument("--json", action="store_true")
-    b = bsub.add_parser("node-density", help="N pods at once on a real single-node v1.24 "
+    b = bsub.add_parser("node-density", help="N pods at once on a real single-node "
                         "cluster (RealNode): create → Ready with the primary CNI alone, then "
                         "with netctl at 0, 1, 3 NADs; the daemon's cgroup CPU, throttling and "
                         "memory, its ADD time; nothing held after")
@@ -159,6 +159,10 @@ def _add_kube_benches(bsub: _Commands) -> None:
                    "CPU request and limit patched into the DaemonSet before the runs (e.g. "
                    "500m, the former manifest's, or 1); 0: no CPU limit (the request kept); "
                    "default: the manifest's (500m requested, no limit)")
+    b.add_argument("--kube", default="newest", metavar="VERSION", help="the Kubernetes "
+                   "version of the node, by prefix (v1.24, v1.36.2) among those built "
+                   "(NETCTL_KUBE_ROOT, default /opt/netctl-kube; docs/testing.md); default: "
+                   "the newest")
     b.add_argument("--json", action="store_true")
     b = bsub.add_parser("scale", help="N simulated nodes, each running netctl's cluster IPAM "
                         "and informers, on the real API server: per-node watch events and "

@@ -2,7 +2,8 @@
 the primary CNI alone (the floor) and with netctl in front of it at 0, 1 and 3 NADs — the
 shape of kube-burner's node-density-cni that Multus runs on every change.
 
-The node is :class:`netctl.kit.realnode.RealNode`: a v1.24 control plane and one node
+The node is :class:`netctl.kit.realnode.RealNode`: a control plane and one node of the
+Kubernetes version ``--kube`` names (:mod:`netctl.kit.kubebins`; the newest found by default)
 (kubelet, Debian's containerd 1.6, runc) on this machine, its primary CNI a bridge with
 host-local (:data:`~netctl.kit.realnode.PRIMARY_SUBNET`), kubelet's ``maxPods`` raised to
 hold the pods and the DaemonSet's. The order of one run:
@@ -68,7 +69,7 @@ import yaml
 from rich.console import RenderableType
 
 from netctl.journal import query
-from netctl.kit import journaldb, realnode
+from netctl.kit import journaldb, kubebins, realnode
 from netctl.kit.bench import render
 from netctl.kit.bench.common import (
     Bench,
@@ -80,6 +81,7 @@ from netctl.kit.bench.common import (
     summary_ms,
 )
 from netctl.kit.harness import HarnessError, bridge_ports, host_local_leases, wait_for
+from netctl.kit.kubebins import KubeVersion
 from netctl.kit.kubefake.real import RealKube
 from netctl.kit.realnode import BUSYBOX_IMAGE, NETWORKS, PRIMARY_SUBNET, RealNode
 
@@ -388,9 +390,11 @@ def _seconds(summary: dict[str, float]) -> dict[str, float]:
 
 
 class DensityBench(Bench):
-    def __init__(self, pods: int, nads: list[int], cpu_limit: str | None) -> None:
+    def __init__(self, pods: int, nads: list[int], cpu_limit: str | None,
+                 kube: KubeVersion) -> None:
         super().__init__(1)
         self.pods, self.nads, self.cpu_limit = pods, nads, cpu_limit
+        self.kube = kube
         self.node: RealNode | None = None
         self.watch: PodWatch | None = None
         self.subnets: list[ipaddress.IPv4Network] = []
@@ -631,7 +635,8 @@ class DensityBench(Bench):
         self.subnets = pick_subnets(max(self.nads), NAD_ADDRESSES, NAD_RANGES) \
             if max(self.nads) else []
         progress("starting the node (control plane, containerd, kubelet)")
-        self.node = node = RealNode(prefix=self.prefix, max_pods=self.pods + 10)
+        self.node = node = RealNode(prefix=self.prefix, max_pods=self.pods + 10,
+                                    kube=self.kube)
         node.open()
         assert node.kube is not None
         self.watch = PodWatch(node.kube)
@@ -660,6 +665,7 @@ class DensityBench(Bench):
         kubelet_conf = yaml.safe_load((node.dir / "kubelet.yaml").read_text())
         return Measured(
             params={"pods": self.pods, "nads": self.nads, "cpu_limit": self.cpu_limit,
+                    "kubernetes": self.kube.version,
                     "creation": CREATION, "namespace": NAMESPACE,
                     "manifest_resources": manifest_resources(),
                     "daemon_resources": resources, "daemon_cgroup": limits,
@@ -761,7 +767,8 @@ def render_density(report: dict[str, Any]) -> list[RenderableType]:
     cg, idle = p["daemon_cgroup"], report["idle"]
     limit = f"{cg['cpu_limit_cores']:g} CPU" if cg["cpu_limit_cores"] else "none"
     lines: list[RenderableType] = [
-        f"netctl bench node-density: {p['pods']} pods at once on a real single-node v1.24 "
+        f"netctl bench node-density: {p['pods']} pods at once on a real single-node "
+        f"{p.get('kubernetes', 'v1.24.0')} "
         f"cluster (kubelet, containerd 1.6, runc), {p['cpus']} CPUs, prefix {report['prefix']}",
         f"creation: {p['creation']}; the floor: the primary CNI alone ({p['primary']}) before "
         "netctl is installed; netctl's runs: each pod's annotation selects K NADs (bridge + "
@@ -860,9 +867,11 @@ def run_density(args: argparse.Namespace) -> int:
         print("netctl bench node-density: --cpu-limit is a CPU quantity (500m, 1, 0: no "
               "limit)", file=sys.stderr)
         return 2
-    why = realnode.unavailable()
+    kube = kubebins.named([v for v in kubebins.selected() if not v.lacks()], args.kube)
+    why = realnode.unavailable(kube=kube[-1]) if kube else \
+        f"no Kubernetes {args.kube} with every node binary: {kubebins.missing()}"
     if why:
         print(f"netctl bench node-density: {why}", file=sys.stderr)
         return 2
-    bench = DensityBench(args.pods, nads, args.cpu_limit)
+    bench = DensityBench(args.pods, nads, args.cpu_limit, kube[-1])
     return drive(bench, "node-density", bench.measure, render_density, args.json)

@@ -13,9 +13,8 @@ with 403. Requests are counted from the audit log, for netctl's ServiceAccount o
 test's own requests, made with the admin token, are not counted — as the fake counts
 only what comes over HTTP).
 
-Where the binaries are: ``NETCTL_KUBE_APISERVER`` (a kube-apiserver, or its ``.gz``;
-default ``kube-apiserver.gz`` in ``NETCTL_KUBE_DIR``, else in ``../shared/kube`` beside the
-repository) and ``NETCTL_ETCD``
+Where the binaries are: ``NETCTL_KUBE_APISERVER`` (a kube-apiserver; by default the newest
+version :mod:`netctl.kit.kubebins` finds, built outside the repository) and ``NETCTL_ETCD``
 (default ``build/kube/etcd``, which ``make setup`` extracts from Debian's etcd-server,
 else ``etcd`` on PATH). When one is missing, :func:`unavailable` says which and how to
 provide it, and the real-server runs are skipped with that line.
@@ -31,7 +30,6 @@ import builtins
 import collections
 import contextlib
 import datetime
-import gzip
 import http.client
 import json
 import os
@@ -49,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from netctl.kit import kubebins
 
 from .resources import BUILTIN, IPAMBLOCKS, IPPOOLS, RESERVATIONS, Registry, Resource
 
@@ -85,31 +85,14 @@ class ApiFailure(Exception):
         self.body = body
 
 
-def kube_dir() -> Path:
-    """Where the Kubernetes binaries (or their ``.gz``) are: ``NETCTL_KUBE_DIR``, else
-    ``../shared/kube`` beside the repository."""
-    given = os.environ.get("NETCTL_KUBE_DIR")
-    return Path(given) if given else ROOT.parent / "shared" / "kube"
-
-
-def apiserver_binary() -> Path | None:
+def apiserver_binary(kube: kubebins.KubeVersion | None = None) -> Path | None:
+    """``NETCTL_KUBE_APISERVER`` when set, else ``kube``'s (by default the newest selected
+    version's: :func:`netctl.kit.kubebins.pick`) kube-apiserver."""
     given = os.environ.get("NETCTL_KUBE_APISERVER")
-    path = Path(given) if given else kube_dir() / "kube-apiserver.gz"
-    if not given and not path.exists() and (kube_dir() / "kube-apiserver").exists():
-        path = kube_dir() / "kube-apiserver"
-    if not path.exists():
-        return None
-    if path.suffix != ".gz":
-        return path
-    out = KUBE_BUILD / "kube-apiserver"
-    if not out.exists() or out.stat().st_mtime < path.stat().st_mtime:
-        KUBE_BUILD.mkdir(parents=True, exist_ok=True)
-        part = out.with_suffix(".part")
-        with gzip.open(path, "rb") as src, open(part, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        part.chmod(0o755)
-        part.rename(out)
-    return out
+    if given:
+        return Path(given) if os.access(given, os.X_OK) else None
+    kube = kube or kubebins.pick(names=kubebins.SERVER_BINARIES)
+    return kube.binary("kube-apiserver") if kube is not None else None
 
 
 def etcd_binary() -> Path | None:
@@ -126,11 +109,10 @@ def etcd_binary() -> Path | None:
 def unavailable() -> str | None:
     """Why the real API server cannot run here (None when it can)."""
     if apiserver_binary() is None:
-        where = os.environ.get("NETCTL_KUBE_APISERVER") or \
-            str(kube_dir() / "kube-apiserver.gz")
-        return (f"no kube-apiserver at {where}: set NETCTL_KUBE_APISERVER to a kube-apiserver "
-                "(v1.24+) or its .gz (or NETCTL_KUBE_DIR to their dir), or put ../shared/kube "
-                "beside the repository")
+        given = os.environ.get("NETCTL_KUBE_APISERVER")
+        if given:
+            return f"no kube-apiserver at NETCTL_KUBE_APISERVER={given}"
+        return kubebins.missing(names=kubebins.SERVER_BINARIES)
     if etcd_binary() is None:
         return ("no etcd: `make setup` extracts Debian's etcd-server into build/kube/etcd, or "
                 "set NETCTL_ETCD to an etcd 3.4+")
@@ -181,13 +163,15 @@ class RealKube:
 
     def __init__(self, extra: Iterable[Resource] = (IPAMBLOCKS, *_WHEREABOUTS_CRDS), *,
                  service_accounts: bool = False, apiserver_args: Sequence[str] = (),
-                 wrap: Sequence[str] = ()) -> None:
-        """``service_accounts``: the ServiceAccount admission plugin on (a
+                 wrap: Sequence[str] = (), kube: kubebins.KubeVersion | None = None) -> None:
+        """``kube``: the Kubernetes version whose kube-apiserver runs (by default
+        :func:`apiserver_binary`'s); ``service_accounts``: the ServiceAccount admission plugin on (a
         controller-manager must then make the default ServiceAccounts: a real node's
         cluster, :mod:`netctl.kit.realnode`); ``apiserver_args``: more kube-apiserver flags;
         ``wrap``: a command kube-apiserver is run under (``nsenter -t PID -m --``: in a
         node's mount namespace, to resolve its name there)."""
         self.service_accounts = service_accounts
+        self.kube = kube
         self.apiserver_args, self.wrap = list(apiserver_args), list(wrap)
         self.registry = Registry([*BUILTIN, *extra])
         self.dir = Path(tempfile.mkdtemp(prefix="netctl-kube-", dir="/dev/shm"))
@@ -255,7 +239,7 @@ class RealKube:
 
     def start(self) -> None:
         """Start kube-apiserver (again, on the same port and etcd); ready at /readyz."""
-        binary = apiserver_binary()
+        binary = apiserver_binary(self.kube)
         assert binary is not None
         d = self.dir
         with open(d / "apiserver.log", "ab") as log, _signals_unblocked():
