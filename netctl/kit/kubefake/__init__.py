@@ -13,6 +13,8 @@ node imports it (``lint-imports`` holds it), and it imports nothing of netctl bu
 - :mod:`.resources`: the served kinds (pods, events, nodes, namespaces, leases,
   NetworkAttachmentDefinitions, and CRDs declared with :func:`crd`) and discovery.
 - :mod:`.errors`: the ``Status`` failures, with the real server's reasons and messages.
+- :mod:`.dra`: what the real server refuses in DRA writes (pods' claims, claims' device
+  status and its per-driver authorization), pure.
 - :mod:`.objects`: builders of minimal valid pods, NADs, nodes, ResourceSlices and
   ResourceClaims.
 """

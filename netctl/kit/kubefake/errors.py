@@ -63,7 +63,8 @@ def conflict(res: Resource, name: str, why: str | None = None) -> ApiError:
 def invalid(res: Resource, name: str, causes: list[str]) -> ApiError:
     details = _details(res, name)
     details["kind"] = res.kind
-    return ApiError(422, "Invalid", f'{res.kind} "{name}" is invalid: ' + "; ".join(causes),
+    kind = f"{res.kind}.{res.group}" if res.group else res.kind  # the real server's GroupKind
+    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: ' + "; ".join(causes),
                     details)
 
 

@@ -11,10 +11,19 @@ from typing import Any
 
 def pod(name: str, namespace: str = "default", *, node: str | None = None,
         annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
-        ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "registry.k8s.io/pause"}]}
+        resource_claims: list[dict[str, str]] | None = None,
+        requests: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod of one container ``main``; ``resource_claims``: its ``spec.resourceClaims``
+    (:func:`claim_ref`); ``requests``: its container's resource requests (and limits: an
+    extended resource needs both, equal)."""
+    container: dict[str, Any] = {"name": "main", "image": "registry.k8s.io/pause"}
+    if requests:
+        container["resources"] = {"requests": dict(requests), "limits": dict(requests)}
+    spec: dict[str, Any] = {"containers": [container]}
     if node is not None:
         spec["nodeName"] = node
+    if resource_claims:
+        spec["resourceClaims"] = [dict(c) for c in resource_claims]
     return {"apiVersion": "v1", "kind": "Pod", "spec": spec,
             "metadata": _meta(name, namespace, annotations, labels)}
 
@@ -56,11 +65,44 @@ def resource_claim(name: str, namespace: str, device_class: str, count: int = 1,
 
 
 def claim_allocation(driver: str, pool: str, devices: list[str],
-                     request: str = "net") -> dict[str, Any]:
-    """A claim's ``status`` with ``devices`` of ``driver``'s ``pool`` allocated."""
-    return {"allocation": {"devices": {"results": [
+                     request: str = "net", *, node: str | None = None) -> dict[str, Any]:
+    """A claim's ``status`` with ``devices`` of ``driver``'s ``pool`` allocated; on
+    ``node``, its allocation's node selector names it as the scheduler writes it for a
+    node's devices (``matchFields`` ``metadata.name`` ``In`` ``[node]``)."""
+    allocation: dict[str, Any] = {"devices": {"results": [
         {"request": request, "driver": driver, "pool": pool, "device": d}
-        for d in devices]}}}
+        for d in devices]}}
+    if node is not None:
+        allocation["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+    return {"allocation": allocation}
+
+
+def claim_ref(name: str, *, claim: str | None = None,
+              template: str | None = None) -> dict[str, str]:
+    """A pod's ``spec.resourceClaims`` entry: its name for the claim, and the claim it
+    names directly or the template its claim is made from."""
+    ref = {"name": name}
+    if claim is not None:
+        ref["resourceClaimName"] = claim
+    if template is not None:
+        ref["resourceClaimTemplateName"] = template
+    return ref
+
+
+def template_claim_status(name: str, claim: str) -> dict[str, Any]:
+    """A pod's ``status`` naming the claim made from the template of its entry ``name``,
+    as the resourceclaim controller writes it."""
+    return {"resourceClaimStatuses": [{"name": name, "resourceClaimName": claim}]}
+
+
+def extended_claim_status(claim: str, resource: str, request: str,
+                          container: str = "main") -> dict[str, Any]:
+    """A pod's ``status`` naming the claim the scheduler made for its container's extended
+    resource ``resource`` (served by a DeviceClass with that ``extendedResourceName``),
+    ``request`` the claim's request for it."""
+    return {"extendedResourceClaimStatus": {"resourceClaimName": claim, "requestMappings": [
+        {"containerName": container, "resourceName": resource, "requestName": request}]}}
 
 
 def _meta(name: str, namespace: str | None, annotations: dict[str, str] | None,

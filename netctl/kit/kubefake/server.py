@@ -36,6 +36,7 @@ import yaml
 from aiohttp import web
 
 from . import errors, selectors
+from .dra import Requester
 from .errors import ApiError
 from .resources import BUILTIN, Registry, Resource
 from .reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, Grant, Reviews
@@ -45,6 +46,7 @@ T = TypeVar("T")
 _END, _ABORT, _BOOKMARK = "END", "ABORT", "BOOKMARK"
 PUBLIC = ("version", "healthz", "livez", "readyz")  # served without credentials
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+ADMIN = Requester("kubernetes-admin", ("system:masters",))  # the fake's own token, or none
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,8 @@ class FakeKube:
         self.port = 0
         self._reviews = Reviews()  # TokenReview and SubjectAccessReview: add_token(), grant()
         self._store = Store(self.registry, history_size=history_size,
-                            graceful_pod_deletion=graceful_pod_deletion)
+                            graceful_pod_deletion=graceful_pod_deletion,
+                            authorize=self._reviews.allows)
         self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
         self._forbidden: dict[tuple[str, str], int] = {}  # (verb, resource) -> times left
         self._answers_held: dict[tuple[str, str], asyncio.Event] = {}
@@ -274,10 +277,18 @@ class FakeKube:
         admission webhook refuses them; ``times=0`` lifts it."""
         self._call(lambda: self._forbidden.__setitem__((verb, resource), times))
 
-    def add_token(self, token: str, user: str, groups: Iterable[str] = ()) -> None:
+    def add_token(self, token: str, user: str, groups: Iterable[str] = (), *,
+                  node: str = "") -> None:
         """A TokenReview of ``token`` answers ``user`` (in ``groups`` and
-        ``system:authenticated``); any other token is not authenticated."""
-        self._call(lambda: self._reviews.tokens.__setitem__(token, (user, tuple(groups))))
+        ``system:authenticated``); any other token is not authenticated. A request made
+        with ``token`` is ``user``'s (``node``: the node of the pod a ServiceAccount token
+        is bound to) where the fake authorizes within a write (a claim's
+        ``status.devices``: :mod:`.dra`, by the rows of :meth:`grant`); made with any other
+        token, or none, it is the cluster admin's."""
+        def add() -> None:
+            self._reviews.tokens[token] = (user, tuple(groups))
+            self._reviews.nodes[token] = node
+        self._call(add)
 
     def grant(self, subject: str, verb: str, resource: str, *, api_group: str = "",
               names: Iterable[str] = ()) -> None:
@@ -508,8 +519,10 @@ class FakeKube:
                 self._forbidden[(action, target.counted)] = left - 1
                 raise errors.forbidden(action, target.counted)
         if request.path.strip("/") not in PUBLIC and self.token is not None and \
-                request.headers.get("Authorization") != f"Bearer {self.token}":
-            raise errors.unauthorized()
+                request.headers.get("Authorization") != f"Bearer {self.token}" and \
+                self._reviews.requester(request.headers.get("Authorization", "")
+                                        .removeprefix("Bearer ")) is None:
+            raise errors.unauthorized()  # neither the fake's own token nor one add_token() made
         if isinstance(target, str):
             return web.Response(text=target)
         if not isinstance(target, Route):
@@ -569,11 +582,13 @@ class FakeKube:
         body = await self._body(request)
         if action == "create":
             return _json(store.create(res, ns, body), 201)
+        bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        who = self._reviews.requester(bearer) or ADMIN
         if action == "update":
-            return _json(store.update(res, ns, name, body, target.subresource))
+            return _json(store.update(res, ns, name, body, target.subresource, who=who))
         if action == "patch":
             return _json(store.patch(res, ns, name, request.content_type, body,
-                                     target.subresource))
+                                     target.subresource, who=who))
         options = body if isinstance(body, dict) else {}
         grace = _number(query, "gracePeriodSeconds")
         if grace is not None:

@@ -27,6 +27,11 @@ How it works:
   the write that empties them deletes it. With ``graceful_pod_deletion``, deleting a
   scheduled pod without ``gracePeriodSeconds: 0`` only marks it (as the kubelet would then
   finish it), so tests can play the kubelet.
+- DRA (:mod:`.dra`): a pod's resource claims and a claim's status are validated as the real
+  server validates them, and a claim's status write that changes ``status.devices`` is
+  authorized per driver (the synthetic ``resourceclaims/driver`` check) for the request's
+  :class:`~.dra.Requester` through ``authorize``; a write made without one (the test's own)
+  is the cluster admin's.
 
 Every rule raises :class:`~.errors.ApiError`; the HTTP layer only translates.
 """
@@ -44,8 +49,8 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from . import errors, patching
-from .resources import PODS, Registry, Resource
+from . import dra, errors, patching
+from .resources import PODS, RESOURCECLAIMS, Registry, Resource
 from .selectors import Selector
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -126,8 +131,10 @@ def _brief(body: dict[str, Any]) -> str:
 
 class Store:
     def __init__(self, registry: Registry, *, history_size: int = 1000,
-                 graceful_pod_deletion: bool = False) -> None:
+                 graceful_pod_deletion: bool = False,
+                 authorize: dra.Authorize | None = None) -> None:
         self.registry = registry
+        self.authorize: dra.Authorize = authorize or (lambda *_: False)
         self.history_size = history_size
         self.graceful_pod_deletion = graceful_pod_deletion
         self.rv = 1  # never "0": that one means "any" to a watch or a list
@@ -185,14 +192,15 @@ class Store:
         return self._commit(res, "ADDED", obj, None)
 
     def update(self, res: Resource, ns: str, name: str, body: Any, subresource: str = "",
-               *, from_api: bool = True) -> dict[str, Any]:
+               *, from_api: bool = True, who: dra.Requester | None = None) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request is not a JSON object")
         self._check_type(res, body, from_api)
-        return self._replace(res, ns, name, body, subresource, require_rv=res.custom)
+        return self._replace(res, ns, name, body, subresource, require_rv=res.custom,
+                             who=who, verb="update")
 
     def patch(self, res: Resource, ns: str, name: str, content_type: str, body: Any,
-              subresource: str = "") -> dict[str, Any]:
+              subresource: str = "", *, who: dra.Requester | None = None) -> dict[str, Any]:
         old = self.get(res, ns, name)
         if content_type == patching.JSON_PATCH:
             candidate = patching.json_patch(old, body)
@@ -205,7 +213,8 @@ class Store:
             raise errors.unsupported_media_type(content_type)
         if not isinstance(candidate, dict):
             raise errors.invalid(res, name, ["the patched object is not a JSON object"])
-        return self._replace(res, ns, name, candidate, subresource, require_rv=False)
+        return self._replace(res, ns, name, candidate, subresource, require_rv=False,
+                             who=who, verb="patch")
 
     def delete(self, res: Resource, ns: str, name: str, options: Any = None) -> dict[str, Any]:
         old = self.get(res, ns, name)
@@ -282,7 +291,8 @@ class Store:
     # -- rules ---------------------------------------------------------------------------
 
     def _replace(self, res: Resource, ns: str, name: str, candidate: dict[str, Any],
-                 subresource: str, *, require_rv: bool) -> dict[str, Any]:
+                 subresource: str, *, require_rv: bool, who: dra.Requester | None = None,
+                 verb: str = "update") -> dict[str, Any]:
         old = self.get(res, ns, name)
         meta, old_meta = _meta(candidate), _meta(old)
         if meta.get("name", name) != name:
@@ -326,6 +336,11 @@ class Store:
         if new == old:
             return old
         self._validate(res, new)
+        if res is RESOURCECLAIMS and subresource == "status" and who is not None:
+            causes = dra.device_status_authorization(
+                old.get("status") or {}, new.get("status") or {}, who, verb, ns, self.authorize)
+            if causes:
+                raise errors.invalid(res, name, causes)
         if old_meta.get("deletionTimestamp") and not _meta(new).get("finalizers") and (
                 not (self.graceful_pod_deletion and res is PODS)):
             return self._commit(res, "DELETED", new, None)
@@ -382,6 +397,9 @@ class Store:
                          for c in containers):
                 causes.append("spec.containers: Invalid value: every container needs a name "
                               "and an image")
+            causes += dra.pod_causes(obj)
+        if res is RESOURCECLAIMS:
+            causes += dra.claim_status_causes(obj.get("status") or {})
         if causes:
             raise errors.invalid(res, str(name), causes)
 
