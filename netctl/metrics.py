@@ -9,7 +9,8 @@ process-global one):
   (:meth:`~Metrics.plugin_exec`), an ADD compensated (:meth:`~Metrics.compensation`),
   what the start-up replay and the reconcile rounds found (:meth:`~Metrics.replayed`,
   :meth:`~Metrics.reconciled`), a network-status write the API server did not take
-  (:meth:`~Metrics.network_status_write_failed`). The daemon makes one :class:`Metrics`
+  (:meth:`~Metrics.network_status_write_failed`), a DRA claim's networkData write it did
+  not take (:meth:`~Metrics.network_data_write_failed`). The daemon makes one :class:`Metrics`
   and hands it to the engine, the chains, the reconciler and Kubernetes mode; nothing else
   imports prometheus_client.
 - **State** — ready and degraded, requests in flight and queued, stuck attachments,
@@ -264,6 +265,11 @@ class Metrics:
             "netctl_network_status_writes_failed", "Attempts to write a pod's network-status "
             "annotation that the API server did not take (the ADD's own, then each retry "
             "in the background)", registry=r)
+        self.network_data_failures = Counter(
+            "netctl_dra_network_data_writes_failed", "Writes of a DRA ResourceClaim's "
+            "status.devices networkData the API server did not take (refused: its "
+            "authorization or validation; or not answered); each also a Warning Event "
+            "NetworkDataNotWritten on the pod", registry=r)
 
     # -- events: called by the daemon, the engine, the chains, the reconciler --------------
 
@@ -288,6 +294,9 @@ class Metrics:
 
     def network_status_write_failed(self) -> None:
         self.network_status_failures.inc()
+
+    def network_data_write_failed(self) -> None:
+        self.network_data_failures.inc()
 
     # -- state -----------------------------------------------------------------------------
 

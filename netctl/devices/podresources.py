@@ -5,8 +5,17 @@ A device plugin (SR-IOV's, an RDMA plugin, …) advertises devices of a resource
 answers, on its PodResources socket (``/var/lib/kubelet/pod-resources/kubelet.sock``),
 ``v1.PodResourcesLister/List``: every pod of the node, each container's devices by
 resource. :class:`PodResources` asks it — once per ADD that has a device network, never
-otherwise — and keeps the pod's devices (:data:`Devices`: resource → device ids, the
-pod's containers' in container order, each id once).
+otherwise — and keeps the pod's :class:`Allocated`: its device plugins' devices
+(:data:`Devices`: resource → device ids, the pod's containers' in container order, each id
+once) and its DRA devices (:class:`ClaimedDevice`).
+
+The DRA devices are the containers' ``dynamic_resources`` (``DynamicResource``, field 5 of
+``ContainerResources``: claim_name 2, claim_namespace 3, claim_resources 4; each
+``ClaimResource``: cdi_devices 1, driver_name 2, pool_name 3, device_name 4, share_id 5):
+which devices of which claim the kubelet prepared for the pod (through the DRA driver's
+``NodePrepareResources``), for the claims its containers use (``resources.claims``). They
+carry no attributes: which network a device is for is in the driver's ResourceSlice
+(:mod:`netctl.kube.client.dra` reads it, and uses these when it cannot read the claim).
 
 grpcio is imported at the first call only: a daemon whose networks name no resource never
 loads it (its cost in RSS is in ``docs/networks.md``). The call is a blocking grpcio call
@@ -34,16 +43,45 @@ LIST = "/v1.PodResourcesLister/List"
 Devices = dict[str, list[str]]  # resource name → device ids allocated to the pod
 
 
-def parse_list(answer: bytes) -> dict[tuple[str, str], Devices]:
-    """A ``ListPodResourcesResponse`` as (namespace, name) → :data:`Devices`
+@dataclass(frozen=True)
+class ClaimedDevice:
+    """A DRA device the kubelet prepared for a pod: its claim, and where its driver
+    publishes it (driver, pool, device)."""
+
+    namespace: str
+    claim: str
+    driver: str
+    pool: str
+    device: str
+
+
+@dataclass
+class Allocated:
+    """What the kubelet allocated to one pod: device plugins' devices by resource, and
+    DRA devices (each once, in container order)."""
+
+    devices: Devices = field(default_factory=dict)
+    claimed: list[ClaimedDevice] = field(default_factory=list)
+
+
+def parse_list(answer: bytes) -> dict[tuple[str, str], Allocated]:
+    """A ``ListPodResourcesResponse`` as (namespace, name) → :class:`Allocated`
     (``ValueError`` for bytes that are not one)."""
-    out: dict[tuple[str, str], Devices] = {}
+    out: dict[tuple[str, str], Allocated] = {}
     for pod in proto.messages(proto.decode(answer), 1):  # pod_resources
-        devices = out.setdefault((proto.text(pod, 2), proto.text(pod, 1)), {})
+        namespace = proto.text(pod, 2)
+        allocated = out.setdefault((namespace, proto.text(pod, 1)), Allocated())
         for container in proto.messages(pod, 3):  # containers
             for dev in proto.messages(container, 2):  # devices
-                ids = devices.setdefault(proto.text(dev, 1), [])
+                ids = allocated.devices.setdefault(proto.text(dev, 1), [])
                 ids.extend(i for i in proto.texts(dev, 2) if i not in ids)
+            for dyn in proto.messages(container, 5):  # dynamic_resources
+                for res in proto.messages(dyn, 4):  # claim_resources
+                    found = ClaimedDevice(proto.text(dyn, 3) or namespace, proto.text(dyn, 2),
+                                          proto.text(res, 2), proto.text(res, 3),
+                                          proto.text(res, 4))
+                    if found not in allocated.claimed:
+                        allocated.claimed.append(found)
     return out
 
 
@@ -77,9 +115,9 @@ class PodResources:
             raise OSError(f"{name}: {detail}") from None
         return answer
 
-    async def of_pod(self, namespace: str, name: str) -> Devices:
-        """The devices the kubelet allocated to pod ``namespace/name`` ({} when none);
-        code 11 naming the socket when the kubelet does not answer."""
+    async def of_pod(self, namespace: str, name: str) -> Allocated:
+        """The devices the kubelet allocated to pod ``namespace/name`` (none: an empty
+        :class:`Allocated`); code 11 naming the socket when the kubelet does not answer."""
         where = self.named or self.socket
         self.calls += 1
         try:
@@ -88,7 +126,7 @@ class PodResources:
         except (OSError, ValueError) as exc:
             raise CNIError(TRY_AGAIN_LATER, f"the kubelet's PodResources API at {where} "
                            f"does not answer: {exc}") from None
-        return pods.get((namespace, name), {})
+        return pods.get((namespace, name), Allocated())
 
     def close(self) -> None:
         if self._channel is not None:

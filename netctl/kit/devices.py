@@ -33,8 +33,11 @@ to the delegate as ``deviceID``. The parts here let tests run that chain on real
   API ``v1`` (``k8s.io/kubelet/pkg/apis/podresources/v1/api.proto``) on a unix socket, from
   a mapping the test edits: ``(namespace, name) → resource → device ids``, one container
   ``main`` per pod, each device id in a ``ContainerDevices`` of its own as kubelet v1.24
-  answers (``per_device=False``: one a resource, all its ids in it). With ``unavailable =
-  True`` every call fails with gRPC's ``UNAVAILABLE``. For machines without a kubelet.
+  answers (``per_device=False``: one a resource, all its ids in it); and, as kubelets from
+  v1.27 answer for DRA, the pod's prepared claims (:attr:`PodResourcesServer.claims`:
+  ``(namespace, name) → [Prepared]``) as the container's ``dynamic_resources``. With
+  ``unavailable = True`` every call fails with gRPC's ``UNAVAILABLE``. For machines without
+  a kubelet.
 - :func:`device_veths` makes host veth pairs whose ``PREFIXd<i>`` end plays a device (a
   netdev a CNI plugin moves into the pod, as SR-IOV CNI moves a VF) and ``PREFIXp<i>`` the
   peer that stays on the host; :func:`remove_device_veths` deletes them by the peer, which
@@ -54,6 +57,7 @@ import secrets
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent import futures
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -145,22 +149,47 @@ def preferred_allocation(request: bytes) -> bytes:
     return proto.encode(answers)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A DRA device the kubelet prepared for a pod: its claim and where it is published."""
+
+    claim: str
+    driver: str
+    pool: str
+    device: str
+    namespace: str = "default"  # the claim's
+
+
 def pod_resources(pods: Mapping[tuple[str, str], Mapping[str, Sequence[str]]], *,
-                  per_device: bool = True) -> bytes:
+                  per_device: bool = True,
+                  claims: Mapping[tuple[str, str], Sequence[Prepared]] | None = None) -> bytes:
     """``ListPodResourcesResponse``: repeated PodResources (1: name 1, namespace 2,
-    containers 3), its one container ``main`` (ContainerResources: name 1, devices 2), its
-    devices as ContainerDevices (resource_name 1, repeated device_ids 2): one a device, as
-    kubelet v1.24 answers (one a device and NUMA node; no topology here), or with not
-    ``per_device`` one a resource holding all its ids (what the proto also allows)."""
+    containers 3), its one container ``main`` (ContainerResources: name 1, devices 2,
+    dynamic_resources 5), its devices as ContainerDevices (resource_name 1, repeated
+    device_ids 2): one a device, as kubelet v1.24 answers (one a device and NUMA node; no
+    topology here), or with not ``per_device`` one a resource holding all its ids (what the
+    proto also allows); its ``claims`` as DynamicResource (claim_name 2, claim_namespace 3,
+    claim_resources 4), one a claim, each device a ClaimResource (driver_name 2, pool_name
+    3, device_name 4; no CDI devices)."""
     out: proto.Fields = []
-    for (namespace, name), resources in sorted(pods.items()):
+    claims = claims or {}
+    for namespace, name in sorted({*pods, *claims}):
+        resources = pods.get((namespace, name), {})
         if per_device:
             groups = [(r, [device]) for r, ids in sorted(resources.items()) for device in ids]
         else:
             groups = [(r, list(ids)) for r, ids in sorted(resources.items())]
         devices: proto.Fields = [
             (2, [(1, resource), *((2, device) for device in ids)]) for resource, ids in groups]
-        out.append((1, [(1, name), (2, namespace), (3, [(1, CONTAINER), *devices])]))
+        by_claim: dict[tuple[str, str], list[Prepared]] = {}
+        for p in claims.get((namespace, name), ()):
+            by_claim.setdefault((p.namespace, p.claim), []).append(p)
+        dynamic: proto.Fields = []
+        for (ns, claim), prepared in by_claim.items():
+            resources_: proto.Fields = [(4, [(2, p.driver), (3, p.pool), (4, p.device)])
+                                        for p in prepared]
+            dynamic.append((5, [(2, claim), (3, ns), *resources_]))
+        out.append((1, [(1, name), (2, namespace), (3, [(1, CONTAINER), *devices, *dynamic])]))
     return proto.encode(out)
 
 
@@ -385,7 +414,8 @@ class DevicePlugin:
 
 class PodResourcesServer:
     """``v1.PodResourcesLister/List`` on ``socket``, answered from :attr:`pods` (``(namespace,
-    name) → resource → device ids``, read at each call: a test edits it between calls);
+    name) → resource → device ids``) and :attr:`claims` (``(namespace, name) →``
+    :class:`Prepared` DRA devices), read at each call: a test edits them between calls;
     while :attr:`unavailable` is set every call fails with ``UNAVAILABLE``. A context
     manager; the socket is removed on the way out. ``per_device``: each device in a
     ContainerDevices of its own, as kubelet v1.24 answers (else one a resource)."""
@@ -397,6 +427,8 @@ class PodResourcesServer:
         self.per_device = per_device
         self.pods: dict[tuple[str, str], dict[str, list[str]]] = {
             key: {r: list(ids) for r, ids in res.items()} for key, res in (pods or {}).items()}
+        # DRA: (namespace, name) → the devices prepared for the pod's claims
+        self.claims: dict[tuple[str, str], list[Prepared]] = {}
         self.unavailable = False
         self.calls = 0  # List calls answered or refused
         self._lock = threading.Lock()
@@ -426,7 +458,8 @@ class PodResourcesServer:
         if self.unavailable:
             context.abort(grpc.StatusCode.UNAVAILABLE,
                           "netctl kit: the PodResources stand-in is set unavailable")
-        return pod_resources(dict(self.pods), per_device=self.per_device)
+        return pod_resources(dict(self.pods), per_device=self.per_device,
+                             claims=dict(self.claims))
 
 
 # -- host veths as devices ---------------------------------------------------------------------

@@ -10,9 +10,16 @@ Asserted: two networks of one resource get two distinct devices, each delegate s
 pod's netns with their addresses; network-status carries ``device-info``; ``netctl journal
 --device`` answers who held a device, and when; DEL moves the devices back and removes the
 CNI's device-info copies; no device → code 7 naming the resource and the pod, with an
-Event; a kubelet that does not answer → code 11 naming the socket, and DEL still works;
-DRA: the claim's status gets ``networkData`` and ``Ready`` for the attached device, the
-kubelet never asked. Subnets: 10.186.0.0/24 (cluster), 10.186.1.0/24 (the VFs)."""
+Event; a kubelet that does not answer → code 11 naming the socket, and DEL still works.
+
+DRA, on states a real v1.36 cluster produces (the fake refuses the others: a pod status
+naming a claim its spec names directly, a device status for a device not allocated, a
+``status.devices`` write without the driver permission): claims named directly, from a
+template and for an extended resource each give their device; each claim's status gets
+``networkData`` and ``Ready`` (its transition time kept on a later write); a write refused
+is a Warning Event on the pod; an unreadable claim is answered from the kubelet's
+PodResources (its DRA devices). Subnets: 10.186.0.0/24 (cluster), 10.186.1.0/24 (the
+VFs)."""
 
 from __future__ import annotations
 
@@ -27,7 +34,7 @@ from typing import Any
 import pytest
 
 from netctl.devices import devinfo
-from netctl.kit.devices import PodResourcesServer, temporary_device_veths
+from netctl.kit.devices import PodResourcesServer, Prepared, temporary_device_veths
 from netctl.kit.kubefake import (
     FakeKube,
     claim_allocation,
@@ -37,6 +44,8 @@ from netctl.kit.kubefake import (
     resource_claim,
     resource_slice,
 )
+from netctl.kit.kubefake.objects import claim_ref, extended_claim_status, template_claim_status
+from netctl.kube.client import access
 from tests.conftest import Daemon, ipam_bridge, netns_addrs, netns_links, wait_for
 
 pytestmark = [pytest.mark.netns, pytest.mark.servers("fake")]
@@ -87,7 +96,7 @@ def vf_conf(daemon: Daemon, name: str, record: Path) -> dict[str, Any]:
 
 
 def start(daemon: Daemon, kube: FakeKube, tmp_path: Path, resource: str, socket: Path,
-          **settings: Any) -> Path:
+          token: str | None = None, **settings: Any) -> Path:
     record = tmp_path / "record"
     kube.create("network-attachment-definitions", nad(
         "cluster", "kube-system", ipam_bridge("cluster", daemon.name("k0"), {
@@ -95,7 +104,8 @@ def start(daemon: Daemon, kube: FakeKube, tmp_path: Path, resource: str, socket:
     kube.create("network-attachment-definitions", nad(
         "vf", "default", vf_conf(daemon, "vf", record), annotations={RESOURCE_NAME: resource}))
     kube.create("nodes", node(NODE))
-    daemon.settings.update({"kubeconfig": str(kube.kubeconfig(tmp_path / "kubeconfig")),
+    config = kube.kubeconfig(tmp_path / "kubeconfig", token=token)
+    daemon.settings.update({"kubeconfig": str(config),
                             "node-name": NODE, "api-timeout": 3, "pod-wait": 0.5,
                             "pod-resources-socket": str(socket), **settings})
     daemon.start()
@@ -218,49 +228,192 @@ def test_no_device_is_code_7_and_a_kubelet_that_does_not_answer_is_code_11(
     assert "no such socket" in res.out["msg"]
 
 
-def test_dra_the_claims_device_is_attached_and_its_status_gets_network_data(
-        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path,
-        vfs: list[str], resource: str) -> None:
-    driver = "sriov.example.com"
-    kube.create("resourceslices", resource_slice(f"{NODE}-sriov", NODE, driver, {
-        f"vf{i}": {"k8s.cni.cncf.io/resourceName": resource,
-                   "k8s.cni.cncf.io/deviceID": vf} for i, vf in enumerate(vfs[:2])}))
-    kube.create("resourceslices", resource_slice("elsewhere", "node-x", driver, {
+
+# -- DRA: the states a real v1.36 cluster produces ---------------------------------------------
+
+DRIVER, GPU = "sriov.example.com", "gpu.example.com"
+SA_TOKEN = "netctl-daemonset-token"
+SA_USER = "system:serviceaccount:kube-system:netctl"
+EXTENDED_REQUEST = "container-0-request-0"  # the scheduler's request name in that claim
+
+
+def dra_cluster(kube: FakeKube, vfs: list[str], resource: str, *, driver_grant: bool) -> None:
+    """This node's slices (three VFs with both network attributes, a fourth with a deviceID
+    alone, as a DeviceClass with an extendedResourceName serves it; a GPU of another
+    driver), and the daemon's identity: its DaemonSet's ServiceAccount token, bound to a
+    pod of this node, granted the rows of access.RULES (the driver row only when
+    ``driver_grant``)."""
+    kube.create("resourceslices", resource_slice(f"{NODE}-sriov", NODE, DRIVER, {
+        **{f"vf{i}": {"k8s.cni.cncf.io/resourceName": resource,
+                      "k8s.cni.cncf.io/deviceID": vf} for i, vf in enumerate(vfs[:3])},
+        "vf3": {"k8s.cni.cncf.io/deviceID": vfs[3]}}))
+    kube.create("resourceslices", resource_slice(f"{NODE}-gpu", NODE, GPU, {"gpu0": {}}))
+    kube.create("resourceslices", resource_slice("elsewhere", "node-x", DRIVER, {
         "vf0": {"k8s.cni.cncf.io/resourceName": resource,
                 "k8s.cni.cncf.io/deviceID": "not-this-node"}}))
-    kube.create("resourceclaims", resource_claim("p1-net", "default", "sriov"))
-    kube.patch("resourceclaims", "default", "p1-net", {"status": {
-        **claim_allocation(driver, NODE, ["vf1"]),
-        "devices": [{"driver": "gpu.example.com", "pool": NODE, "device": "gpu0",
-                     "conditions": [{"type": "Ready", "status": "True", "reason": "Up",
-                                     "message": "", "lastTransitionTime":
-                                     "2026-11-29T00:00:00Z"}]}]}}, subresource="status")
-    # no PodResources socket at all: a pod whose devices come through DRA never needs one
-    # the pod with its claim (as the scheduler and kubelet leave it) before the daemon's
-    # first list, so that list has it whole
-    uid = add_pod(kube, "p1", "vf")
-    kube.patch("pods", "default", "p1", {"status": {"resourceClaimStatuses": [
-        {"name": "net", "resourceClaimName": "p1-net"}]}}, subresource="status")
-    start(daemon, kube, tmp_path, resource, tmp_path / "absent.sock")
-    wait_for(lambda: (daemon.status()["kubernetes"]["pods"]["objects"] == 1), 10, "the pod")
-    ns = netns()
+    kube.add_token(SA_TOKEN, SA_USER, node=NODE)
+    for rule in access.RULES:
+        if rule.resource != "resourceclaims/driver" or driver_grant:
+            for verb in rule.verbs:
+                kube.grant(SA_USER, verb, rule.resource, api_group=rule.api_group)
 
-    res = cni(daemon, "ADD", "c1", ns, "p1", uid)
+
+def allocated(kube: FakeKube, name: str, devices: list[str], request: str = "net",
+              gpu: bool = False) -> None:
+    """A claim allocated as the scheduler allocates one on this node (``gpu``: with the
+    GPU too, and its driver's own status entry for it)."""
+    kube.create("resourceclaims", resource_claim(name, "default", "sriov", len(devices),
+                                                 request=request))
+    status = claim_allocation(DRIVER, NODE, devices, request, node=NODE)
+    if gpu:
+        status["allocation"]["devices"]["results"].append(
+            {"request": request, "driver": GPU, "pool": NODE, "device": "gpu0"})
+        status["devices"] = [{"driver": GPU, "pool": NODE, "device": "gpu0", "conditions": [
+            {"type": "Ready", "status": "True", "reason": "Up", "message": "",
+             "lastTransitionTime": "2026-11-29T00:00:00Z"}]}]
+    kube.patch("resourceclaims", "default", name, {"status": status}, subresource="status")
+
+
+def dra_pod(kube: FakeKube, name: str, networks: str, *, claims: list[dict[str, str]] = (),
+            status: dict[str, Any] | None = None, requests: dict[str, str] | None = None
+            ) -> str:
+    """A pod with its claims, its status as the controllers leave it (the template's claim
+    named, the extended-resource claim named)."""
+    made = kube.create("pods", pod(name, node=NODE, resource_claims=list(claims),
+                                   requests=requests,
+                                   annotations={"k8s.v1.cni.cncf.io/networks": networks}))
+    if status:
+        kube.patch("pods", "default", name, {"status": status}, subresource="status")
+    return str(made["metadata"]["uid"])
+
+
+def network_entries(kube: FakeKube, claim: str) -> dict[str, dict[str, Any]]:
+    found = kube.get("resourceclaims", "default", claim)
+    assert found is not None
+    return {d["device"]: d for d in found["status"].get("devices", [])}
+
+
+def pod_events(kube: FakeKube, name: str) -> list[dict[str, Any]]:
+    return [e for e in kube.list("events", "default") if e["involvedObject"]["name"] == name]
+
+
+def test_dra_direct_template_and_extended_claims_get_their_devices_and_network_data(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path,
+        vfs: list[str], resource: str) -> None:
+    """A pod naming one claim directly and one through a template (findings 2 and 4: the
+    direct one is in its spec only, the template's in its status) gets a device of each; a
+    pod whose claim the scheduler made for its extended resource gets that claim's device
+    (a device without a resourceName attribute: its request serves the resource); each
+    claim's status gets networkData and Ready, written with the ServiceAccount's rows of
+    access.RULES — the driver row among them (finding 1) — and the GPU driver's entry kept;
+    an ADD again keeps the Ready condition's transition time (finding 3). No PodResources
+    socket at all: DRA devices never need it."""
+    dra_cluster(kube, vfs, resource, driver_grant=True)
+    allocated(kube, "shared-vf", ["vf1"], gpu=True)
+    allocated(kube, "p1-made-x7k2p", ["vf0"])
+    allocated(kube, "p2-extended-q8n4t", ["vf3"], request=EXTENDED_REQUEST)
+    # the pods as the controllers leave them, before the daemon's first list
+    uid1 = dra_pod(kube, "p1", "vf,vf", claims=[
+        claim_ref("shared", claim="shared-vf"), claim_ref("made", template="vf-template")],
+        status=template_claim_status("made", "p1-made-x7k2p"))
+    uid2 = dra_pod(kube, "p2", "vf", requests={resource: "1"}, status=extended_claim_status(
+        "p2-extended-q8n4t", resource, EXTENDED_REQUEST))
+    start(daemon, kube, tmp_path, resource, tmp_path / "absent.sock", token=SA_TOKEN)
+    wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 2, 10, "the pods")
+    ns1, ns2 = netns(), netns()
+
+    res = cni(daemon, "ADD", "c1", ns1, "p1", uid1)
     assert res.rc == 0, res.describe()
-    assert not host_has(vfs[1]) and host_has(vfs[0])  # vf1 is the claim's
+    assert not host_has(vfs[0]) and not host_has(vfs[1]) and host_has(vfs[2])
     assert kube.watches("resourceslices") == 1
-    claim = kube.get("resourceclaims", "default", "p1-net")
-    by_device = {d["device"]: d for d in claim["status"]["devices"]}
-    assert by_device["gpu0"]["conditions"][0]["reason"] == "Up"  # the driver's own kept
-    data = by_device["vf1"]["networkData"]
-    assert data["interfaceName"] == "net1"
-    assert data["ips"] == netns_addrs(ns)["net1"]
-    link = json.loads(subprocess.run(["ip", "-n", ns, "-j", "link", "show", "net1"],
-                                     capture_output=True, check=True).stdout)
-    assert data["hardwareAddress"] == link[0]["address"]
-    assert [(c["type"], c["status"]) for c in by_device["vf1"]["conditions"]] == \
-        [("Ready", "True")]
-    assert daemon.journal("--device", vfs[1])["attachments"][0]["pod"] == "default/p1"
+    shared, made = network_entries(kube, "shared-vf"), network_entries(kube, "p1-made-x7k2p")
+    assert shared["gpu0"]["conditions"][0]["reason"] == "Up"  # the driver's own kept
+    addrs = netns_addrs(ns1)
+    ifnames = {shared["vf1"]["networkData"]["interfaceName"],
+               made["vf0"]["networkData"]["interfaceName"]}
+    assert ifnames == {"net1", "net2"}
+    for entry in (shared["vf1"], made["vf0"]):
+        data = entry["networkData"]
+        assert data["ips"] == addrs[data["interfaceName"]]
+        link = json.loads(subprocess.run(
+            ["ip", "-n", ns1, "-j", "link", "show", data["interfaceName"]],
+            capture_output=True, check=True).stdout)
+        assert data["hardwareAddress"] == link[0]["address"]
+        assert [(c["type"], c["status"], c["reason"]) for c in entry["conditions"]] == \
+            [("Ready", "True", "NetworkReady")]
+    for vf in vfs[:2]:
+        assert daemon.journal("--device", vf)["attachments"][0]["pod"] == "default/p1"
 
-    assert cni(daemon, "DEL", "c1", ns, "p1", uid).rc == 0
-    assert host_has(vfs[1])
+    res = cni(daemon, "ADD", "c2", ns2, "p2", uid2)
+    assert res.rc == 0, res.describe()
+    assert not host_has(vfs[3]) and "net1" in netns_links(ns2)
+    extended = network_entries(kube, "p2-extended-q8n4t")
+    assert extended["vf3"]["networkData"]["ips"] == netns_addrs(ns2)["net1"]
+
+    # the Ready condition moved to True once; another ADD keeps its transition time
+    since = "2026-12-01T00:00:00Z"  # as if the first write had been then
+    kept = network_entries(kube, "p1-made-x7k2p")["vf0"]
+    kept["conditions"][0]["lastTransitionTime"] = since
+    kube.patch("resourceclaims", "default", "p1-made-x7k2p", {"status": {"devices": [kept]}},
+               subresource="status")
+    assert cni(daemon, "DEL", "c1", ns1, "p1", uid1).rc == 0
+    assert host_has(vfs[0]) and host_has(vfs[1])
+    res = cni(daemon, "ADD", "c1", ns1, "p1", uid1)
+    assert res.rc == 0, res.describe()
+    again = network_entries(kube, "p1-made-x7k2p")["vf0"]
+    assert again["conditions"][0]["lastTransitionTime"] == since
+    assert again["networkData"]["ips"] == netns_addrs(ns1)[again["networkData"]["interfaceName"]]
+    assert not pod_events(kube, "p1")
+
+    for container, ns, name, uid in (("c1", ns1, "p1", uid1), ("c2", ns2, "p2", uid2)):
+        assert cni(daemon, "DEL", container, ns, name, uid).rc == 0
+    assert all(host_has(vf) for vf in vfs)
+
+
+def test_dra_a_refused_network_data_write_is_an_event_and_the_kubelet_stands_in(
+        daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path,
+        vfs: list[str], resource: str) -> None:
+    """Without the driver row (finding 1: v1.36 refuses status.devices without it) the ADD
+    stands, the claim keeps no networkData, and the pod gets a Warning Event
+    NetworkDataNotWritten naming the missing grant. A claim the daemon may not read (its GET
+    refused) does not fail the ADD while the kubelet's PodResources answer lists the devices
+    it prepared for the pod (finding 2); neither answering is code 11 naming both."""
+    dra_cluster(kube, vfs, resource, driver_grant=False)
+    allocated(kube, "shared-vf", ["vf1"])
+    allocated(kube, "p3-made-m2k9d", ["vf2"])
+    uid1 = dra_pod(kube, "p1", "vf", claims=[claim_ref("shared", claim="shared-vf")])
+    uid3 = dra_pod(kube, "p3", "vf", claims=[claim_ref("made", template="vf-template")],
+                   status=template_claim_status("made", "p3-made-m2k9d"))
+    socket = tmp_path / "pod-resources.sock"
+    with PodResourcesServer(socket) as kubelet:
+        start(daemon, kube, tmp_path, resource, socket, token=SA_TOKEN)
+        wait_for(lambda: daemon.status()["kubernetes"]["pods"]["objects"] == 2, 10, "the pods")
+        ns1, ns3 = netns(), netns()
+
+        res = cni(daemon, "ADD", "c1", ns1, "p1", uid1)
+        assert res.rc == 0, res.describe()
+        assert not host_has(vfs[1]) and "net1" in netns_links(ns1)
+        assert "networkData" not in str(kube.get("resourceclaims", "default", "shared-vf"))
+        wait_for(lambda: [e["reason"] for e in pod_events(kube, "p1")] ==
+                 ["NetworkDataNotWritten"], 10, "the pod's Event")
+        (event,) = pod_events(kube, "p1")
+        assert event["type"] == "Warning"
+        assert "ResourceClaim default/shared-vf" in event["message"]
+        assert "associated-node:patch on resourceclaims/driver" in event["message"]
+        assert kubelet.calls == 0  # the claim was read: the kubelet not asked
+
+        kube.forbid("get", "resourceclaims")
+        kubelet.claims[("default", "p3")] = [Prepared("p3-made-m2k9d", DRIVER, NODE, "vf2"),
+                                             Prepared("p3-made-m2k9d", GPU, NODE, "gpu0")]
+        res = cni(daemon, "ADD", "c3", ns3, "p3", uid3)
+        assert res.rc == 0, res.describe()
+        assert not host_has(vfs[2]) and kubelet.calls == 1
+        assert daemon.journal("--device", vfs[2])["attachments"][0]["pod"] == "default/p3"
+        assert cni(daemon, "DEL", "c3", ns3, "p3", uid3).rc == 0 and host_has(vfs[2])
+
+        kubelet.unavailable = True
+        res = cni(daemon, "ADD", "c3", ns3, "p3", uid3)
+        assert res.rc != 0 and res.out and res.out["code"] == 11, res.describe()
+        assert "ResourceClaim default/p3-made-m2k9d" in res.out["msg"]
+        assert str(socket) in res.out["msg"]
+        assert cni(daemon, "DEL", "c1", ns1, "p1", uid1).rc == 0 and host_has(vfs[1])

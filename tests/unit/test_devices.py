@@ -1,6 +1,9 @@
-"""Device networks' pure parts: the kubelet's PodResources answer decoded, devices assigned to
-networks (each once, never one held), the device-info file names and copies, the conf keys a
-delegate gets, and DRA's networkData and status merge."""
+"""Device networks' pure parts: the kubelet's PodResources answer decoded (device plugins' and
+DRA devices), devices assigned to networks (each once, never one held), the device-info file
+names and copies, the conf keys a delegate gets, and DRA's parts: a pod's claims (named
+directly, from a template, for extended resources), a claim's network devices, networkData,
+the status merge (its Ready condition's transition time kept while it stays True) and the
+Event's note for a refused write."""
 
 from __future__ import annotations
 
@@ -17,11 +20,20 @@ from netctl.cni.config import parse_chain, plugin_config
 from netctl.cni.hostroot import HostRoot
 from netctl.cni.request import Pod
 from netctl.devices import devinfo, proto
-from netctl.devices.podresources import parse_list
+from netctl.devices.podresources import ClaimedDevice, parse_list
 from netctl.engine.devices import assign, cni_file, device_info, give
 from netctl.errors import INVALID_CONFIG, CNIError, Refusal
 from netctl.journal.records import Attachment
-from netctl.kube.client.dra import _merged, network_data
+from netctl.kube.client.dra import (
+    Result,
+    by_resource,
+    held_in,
+    index,
+    merged,
+    network_data,
+    refusal_note,
+)
+from netctl.kube.client.objects import Pod as KubePod
 from netctl.kube.client.objects import Slice
 
 RES = "example.com/vf"
@@ -44,9 +56,9 @@ def test_the_kubelets_answer_is_read_by_pod_and_resource_each_id_once() -> None:
         ("other", "a"): [("main", {})],
     })
     pods = parse_list(answer)
-    assert pods[("default", "a")] == {RES: ["0000:3b:02.1", "0000:3b:02.2", "0000:3b:02.3"],
-                                      "gpu/x": ["g0"]}
-    assert pods[("other", "a")] == {}
+    assert pods[("default", "a")].devices == {
+        RES: ["0000:3b:02.1", "0000:3b:02.2", "0000:3b:02.3"], "gpu/x": ["g0"]}
+    assert pods[("other", "a")].devices == {} and pods[("other", "a")].claimed == []
     with pytest.raises(ValueError):
         parse_list(b"\x0a\xff\xff")  # a length past the end
 
@@ -55,7 +67,24 @@ def test_unknown_fields_of_a_newer_kubelet_are_ignored() -> None:
     # ContainerResources with cpu_ids (3, packed) and memory (4) — fields v1.24 lacks
     answer = proto.encode([(1, [(1, "p"), (2, "ns"), (3, [
         (1, "main"), (2, [(1, RES), (2, "d1")]), (3, b"\x01\x02"), (4, [(1, "memory")])])])])
-    assert parse_list(answer) == {("ns", "p"): {RES: ["d1"]}}
+    assert parse_list(answer)[("ns", "p")].devices == {RES: ["d1"]}
+
+
+def test_the_kubelets_dra_devices_are_read_by_claim() -> None:
+    """v1.36's answer: ContainerResources.dynamic_resources (5), each DynamicResource's
+    claim_name (2), claim_namespace (3), claim_resources (4: cdi_devices 1, driver_name 2,
+    pool_name 3, device_name 4); a device two containers share is listed once."""
+    vf = [(1, [(1, "k8s.net.example.com/claim=vf0")]), (2, "net.example.com"), (3, "node-a"),
+          (4, "vf0")]
+    gpu = [(2, "gpu.example.com"), (3, "node-a"), (4, "gpu1")]
+    dynamic = (5, [(2, "p1-net-x7k2p"), (3, "default"), (4, vf), (4, gpu)])
+    answer = proto.encode([(1, [(1, "p1"), (2, "default"), (3, [(1, "main"), dynamic]),
+                                (3, [(1, "side"), dynamic])])])
+    got = parse_list(answer)[("default", "p1")]
+    assert got.devices == {}
+    assert got.claimed == [
+        ClaimedDevice("default", "p1-net-x7k2p", "net.example.com", "node-a", "vf0"),
+        ClaimedDevice("default", "p1-net-x7k2p", "gpu.example.com", "node-a", "gpu1")]
 
 
 def test_networks_of_one_resource_get_distinct_devices_in_order() -> None:
@@ -192,15 +221,93 @@ def test_a_claims_status_keeps_other_devices_and_conditions() -> None:
                 "conditions": [{"type": "Ready", "status": "True"}]},
                {"driver": "net.example.com", "pool": "n", "device": "vf1",
                 "conditions": [{"type": "Healthy", "status": "True"},
-                               {"type": "Ready", "status": "False"}]}]
+                               {"type": "Ready", "status": "False",
+                                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]
     a = att(device="0000:3b:02.1", result={"interfaces": [], "ips": []})
-    out = _merged(current, {("net.example.com", "n", "vf1"): a,
-                            ("net.example.com", "n", "vf2"): a})
+    out = merged(current, {("net.example.com", "n", "vf1", ""): a,
+                           ("net.example.com", "n", "vf2", "s1"): a}, NOW)
     assert out[0] == current[0]
     assert [c["type"] for c in out[1]["conditions"]] == ["Healthy", "Ready"]
     assert out[1]["conditions"][1]["status"] == "True"
+    assert out[1]["conditions"][1]["lastTransitionTime"] == NOW  # False → True: now
     assert out[1]["networkData"]["interfaceName"] == "net1"
-    assert out[2]["device"] == "vf2" and out[2]["networkData"]
+    assert out[2]["device"] == "vf2" and out[2]["shareID"] == "s1" and out[2]["networkData"]
+
+
+NOW, LATER = "2026-12-06T10:00:00Z", "2026-12-06T10:05:00Z"
+
+
+def test_the_ready_conditions_transition_time_stays_while_it_stays_true() -> None:
+    """Finding 3: every write moved lastTransitionTime, also True → True."""
+    a = att(device="d1", result={"interfaces": [], "ips": []})
+    key = ("net.example.com", "n", "vf1", "")
+    first = merged([{"driver": "net.example.com", "pool": "n", "device": "vf1"}], {key: a}, NOW)
+    again = merged(first, {key: att(ifname="net2", device="d1", result={})}, LATER)
+    (ready,) = again[0]["conditions"]
+    assert ready["lastTransitionTime"] == NOW and ready["status"] == "True"
+    assert "net2" in ready["message"] and again[0]["networkData"]["interfaceName"] == "net2"
+    assert merged(first, {key: a}, LATER) == first  # nothing changes: nothing to write
+
+
+def slice_of(driver: str, pool: str, devices: dict[str, dict[str, str]]) -> Slice:
+    return msgspec.convert({"spec": {"driver": driver, "pool": {"name": pool}, "devices": [
+        {"name": n, "attributes": {k: {"string": v} for k, v in attrs.items()}}
+        for n, attrs in devices.items()]}}, Slice)
+
+
+def test_a_claims_network_devices_are_those_their_slices_name() -> None:
+    published = index([slice_of("net.example.com", "node-a", {
+        "vf0": {"k8s.cni.cncf.io/resourceName": RES, "k8s.cni.cncf.io/deviceID": "0000:3b:02.0"},
+        "vf1": {"k8s.cni.cncf.io/deviceID": "0000:3b:02.1"},  # no resource of its own
+    }), slice_of("gpu.example.com", "node-a", {"gpu0": {}})])
+    results = [Result("net.example.com", "node-a", "vf0", "net"),
+               Result("gpu.example.com", "node-a", "gpu0", "gpu"),
+               Result("net.example.com", "node-a", "vf1", "container-0-request-0")]
+    held = held_in("c1", results, published, {})
+    assert [(h.device, h.resource, h.device_id) for h in held] == [("vf0", RES, "0000:3b:02.0")]
+    # the pod's extended-resource claim: a device without a resourceName attribute is the
+    # extended resource its request serves
+    extended = held_in("c1", results, published, {"container-0-request-0": "netctl.test/vf"})
+    assert [(h.device, h.resource) for h in extended] == [("vf0", RES),
+                                                         ("vf1", "netctl.test/vf")]
+    assert by_resource(extended + held, {RES}) == {RES: ["0000:3b:02.0"]}
+
+
+def test_a_pods_claims_are_its_direct_template_and_extended_ones() -> None:
+    """Finding 2: a claim the pod names directly is in its spec only (the API server never
+    lists it in status.resourceClaimStatuses); a template's is in the status; the
+    extended-resource claim in status.extendedResourceClaimStatus."""
+    pod = msgspec.convert({
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {"resourceClaims": [
+            {"name": "direct", "resourceClaimName": "shared-vf"},
+            {"name": "made", "resourceClaimTemplateName": "vf-template"},
+            {"name": "pending", "resourceClaimTemplateName": "vf-template"},
+            {"name": "none", "resourceClaimTemplateName": "vf-template"},
+            {"name": "again", "resourceClaimName": "shared-vf"}]},
+        "status": {"resourceClaimStatuses": [
+            {"name": "made", "resourceClaimName": "p-made-x7k2p"},
+            {"name": "none"}],  # the controller decided no claim is needed
+            "extendedResourceClaimStatus": {"resourceClaimName": "p-extended-resources-abcde",
+                                            "requestMappings": [
+                {"containerName": "main", "resourceName": "netctl.test/vf",
+                 "requestName": "container-0-request-0"}]}}}, KubePod)
+    assert pod.claims == ["shared-vf", "p-made-x7k2p", "p-extended-resources-abcde"]
+    assert pod.extended_requests == {"container-0-request-0": "netctl.test/vf"}
+    # a status entry the spec does not name is no claim of the pod
+    stray = msgspec.convert({"status": {"resourceClaimStatuses": [
+        {"name": "x", "resourceClaimName": "c"}]}}, KubePod)
+    assert stray.claims == [] and stray.extended_requests == {}
+
+
+def test_a_refused_write_says_which_grant_is_missing() -> None:
+    reason = ('ResourceClaim.resource.k8s.io "c" is invalid: status.devices: Forbidden: '
+              'changing status.devices requires resource="resourceclaims/driver", '
+              'verb="[associated-node:patch arbitrary-node:patch]" permission: …')
+    note = refusal_note("ns", "c", reason)
+    assert note.startswith("the networkData of ResourceClaim ns/c was not written: ")
+    assert "associated-node:patch on resourceclaims/driver" in note and "rbac.yaml" in note
+    assert "rbac.yaml" not in refusal_note("ns", "c", "the server is unreachable")
 
 
 def test_a_slice_keeps_only_the_network_attributes() -> None:

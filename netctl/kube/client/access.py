@@ -72,6 +72,11 @@ RULES: tuple[Rule, ...] = (
          "listed or watched: a pod's claims are its own)"),
     Rule(DRA_GROUP, "resourceclaims/status", ("patch",),
          "DRA: each attached device's networkData and Ready condition in its claim's status"),
+    Rule(DRA_GROUP, "resourceclaims/driver", ("associated-node:patch",),
+         "DRA, Kubernetes 1.36 and later: changing a claim's status.devices also needs this "
+         "synthetic permission, per driver (resourceNames would name drivers; any network "
+         "driver is served, so none are named); associated-node: only for claims allocated "
+         "on the node the daemon's pod-bound token names, never arbitrary-node"),
     Rule(DRA_GROUP, "resourceslices", ("list", "watch"),
          "DRA: this node's ResourceSlices (field selector spec.nodeName), listed then watched "
          "from the first pod with claims: which device is which network's"),

@@ -1,15 +1,25 @@
-"""A pod's allocated devices in Kubernetes mode: the kubelet's, then its claims'.
+"""A pod's allocated devices in Kubernetes mode: its claims', then the kubelet's.
 
 :class:`PodDevices` is the engine's :class:`~netctl.engine.devices.DeviceSource` here. For
 the resources an ADD's device networks name, it asks:
 
-- the pod's ResourceClaims (:class:`~netctl.kube.client.dra.ClaimDevices`), when the pod has
-  any (``status.resourceClaimStatuses``, from the pod cache) — DRA;
-- the kubelet's PodResources API (:class:`~netctl.devices.podresources.PodResources`)
-  for the resources the claims did not cover — device plugins.
+1. the pod's ResourceClaims (:class:`~netctl.kube.client.dra.ClaimDevices`: each read with
+   a GET, its devices matched to networks through the node's ResourceSlices), when the pod
+   has any (:attr:`~netctl.kube.client.objects.Pod.claims`, from the pod cache) — DRA;
+2. the kubelet's PodResources API (:class:`~netctl.devices.podresources.PodResources`, one
+   ``List``) for the resources the claims did not cover: its device plugins' devices, then
+   the DRA devices it prepared for the pod that the pod's claims as read did not give (a
+   claim the pod object does not show yet), matched through the same slices.
 
-So a pod whose devices all come through DRA never needs the PodResources socket, and a
-node without DRA never reads a claim. Either source failing is code 11.
+A claim that cannot be read (:class:`~netctl.kube.client.dra.ClaimUnread`: refused, or the
+API server not answering) does not fail the ADD while the kubelet can say what it prepared:
+the kubelet's answer stands in for every claim of the pod (its DRA devices through the
+slices, which the daemon watches). The claims, as the API has them, come first because the
+claim is what the networkData is written to and what the scheduler decided; the kubelet
+lists only the claims its containers use (``resources.claims``).
+
+So a pod whose devices all come through its claims never needs the PodResources socket,
+and a node without DRA never reads a claim. Both sources failing is code 11.
 """
 
 from __future__ import annotations
@@ -19,8 +29,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from netctl.cni.request import Pod as PodRef
-from netctl.devices.podresources import PodResources
-from netctl.kube.client.dra import ClaimDevices
+from netctl.devices.podresources import Allocated, PodResources
+from netctl.errors import CNIError
+from netctl.kube.client.dra import ClaimDevices, ClaimUnread
 from netctl.kube.client.objects import Pod
 
 
@@ -40,10 +51,22 @@ class PodDevices:
                         ) -> dict[str, list[str]]:
         found = self.pods.cached(pod.namespace, pod.name)
         out: dict[str, list[str]] = {}
+        asked: Allocated | None = None
         if found is not None and found.claims:
-            out = await self.claims.allocated(found, resources)
+            try:
+                out = await self.claims.allocated(found, resources)
+            except ClaimUnread as unread:
+                try:
+                    asked = await self.kubelet.of_pod(pod.namespace, pod.name)
+                except CNIError as exc:
+                    raise CNIError(exc.code, f"{unread.msg}; and {exc.msg}") from None
+                out = await self.claims.prepared(asked.claimed, resources)
         rest = [r for r in resources if not out.get(r)]
         if rest:
-            from_kubelet = await self.kubelet.of_pod(pod.namespace, pod.name)
-            out.update({r: from_kubelet[r] for r in rest if from_kubelet.get(r)})
+            if asked is None:
+                asked = await self.kubelet.of_pod(pod.namespace, pod.name)
+            out.update({r: asked.devices[r] for r in rest if asked.devices.get(r)})
+            rest = [r for r in rest if not out.get(r)]
+            if rest and asked.claimed:
+                out.update(await self.claims.prepared(asked.claimed, rest))
         return out

@@ -1,29 +1,47 @@
 """DRA: a pod's network devices from its ResourceClaims, and the network data written back.
 
 With Dynamic Resource Allocation (``resource.k8s.io/v1``, Kubernetes 1.34 and later) a
-pod names ResourceClaims; the scheduler allocates devices a DRA driver publishes in
-ResourceSlices, and the pod's ``status.resourceClaimStatuses`` names the claim each of
-its references became. A device meant for a CNI network carries, in its slice, the
-attributes Multus reads (v4.3.1):
+pod has ResourceClaims (:func:`netctl.kube.client.objects.pod_claims`: those its spec names
+directly, those made from its templates, the one made for its extended resources); the
+scheduler allocates devices a DRA driver publishes in ResourceSlices. A device meant for a
+CNI network carries, in its slice, the attributes Multus reads (v4.3):
 
 - ``k8s.cni.cncf.io/resourceName``: the resource a NAD's
   ``k8s.v1.cni.cncf.io/resourceName`` names — how a device is matched to a network;
 - ``k8s.cni.cncf.io/deviceID``: the id its delegate gets (a PCI address for SR-IOV).
 
-A device without them (a GPU in the same claim) is no network's and is left alone.
+A device without them (a GPU in the same claim) is no network's and is left alone, except
+in the claim made for the pod's extended resources: there a device without a resourceName
+attribute is the extended resource its request serves
+(``status.extendedResourceClaimStatus.requestMappings``).
 
-:class:`ClaimDevices` answers :meth:`allocated` for an ADD: each claim of the pod read
-with one GET (a pod's claims are its own: few, and read only for a pod that has some and
-a network that names a resource — no daemon watches every claim of the cluster), each
-allocated device looked up in the node's slices, which are watched (list, then watch,
+:class:`ClaimDevices` answers :meth:`~ClaimDevices.allocated` for an ADD: each claim of the
+pod read with one GET (a pod's claims are its own: few, and read only for a pod that has
+some and a network that names a resource — no daemon watches every claim of the cluster),
+each allocated device looked up in the node's slices, which are watched (list, then watch,
 ``fieldSelector=spec.nodeName=<node>``: this node's only), from the first pod with claims
-on. After the ADD, :meth:`report` writes, for each attached device, the claim's
-``status.devices[]`` entry (KEP-4817): ``networkData`` (interface name, addresses,
-hardware address) and a ``Ready`` condition, other entries — a driver's own — kept; a
-merge patch of the ``status`` subresource with the claim's resourceVersion as its
-precondition, read again and retried on a conflict. The RBAC it needs: ``get`` on
-resourceclaims, ``patch`` on resourceclaims/status, ``list`` and ``watch`` on
-resourceslices.
+on. A claim that cannot be read (refused, the API server not answering) is
+:class:`ClaimUnread`: :class:`netctl.kube.client.devices.PodDevices` then takes the pod's
+DRA devices from the kubelet's PodResources answer instead (which devices of which claim it
+prepared, :meth:`~ClaimDevices.prepared`), matched to networks through the same slices.
+
+After the ADD, :meth:`~ClaimDevices.report` writes, for each attached device, the claim's
+``status.devices[]`` entry (KEP-4817): ``networkData`` (interface name, addresses, hardware
+address) and a ``Ready`` condition, other entries — a driver's own — kept
+(:func:`merged`; an entry is written only for a device the claim's allocation holds, as
+the API server requires, and not at all when nothing would change); a merge patch of the
+``status`` subresource with the claim's resourceVersion as its precondition, read again
+and retried on a conflict. A write the API server does not take is a warning of the ADD
+(which stands), a Warning Event ``NetworkDataNotWritten`` on the pod saying why, and one
+count of the ``on_failure`` metric.
+
+The RBAC it needs: ``get`` on resourceclaims, ``patch`` on resourceclaims/status,
+``list`` and ``watch`` on resourceslices — and, from Kubernetes 1.36
+(``DRAResourceClaimGranularStatusAuthorization``), for changing ``status.devices``, the
+verb ``associated-node:patch`` on the synthetic ``resourceclaims/driver`` (its resource name
+the device's driver): the API server checks it for a ServiceAccount token bound to a pod of
+the node the claim is allocated on (the DaemonSet's token is), ``arbitrary-node:patch``
+otherwise.
 """
 
 from __future__ import annotations
@@ -31,17 +49,19 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 import trio
 
+from netctl.devices.podresources import ClaimedDevice
 from netctl.errors import TRY_AGAIN_LATER, CNIError
 from netctl.journal.records import Attachment
 from netctl.kube.client.api import PATCH_MERGE, Api, ApiError
+from netctl.kube.client.events import EventRecorder
 from netctl.kube.client.informer import Informer
-from netctl.kube.client.objects import Meta, Pod, Slice
+from netctl.kube.client.objects import REASON_NETWORK_DATA_REFUSED, Meta, Pod, Slice
 
 log = logging.getLogger("netctl.kube")
 
@@ -50,6 +70,11 @@ SLICES = f"{DRA}/resourceslices"
 RESOURCE_ATTR = "k8s.cni.cncf.io/resourceName"
 DEVICE_ATTR = "k8s.cni.cncf.io/deviceID"
 CONFLICT_TRIES = 5
+READY = "Ready"
+READY_REASON = "NetworkReady"
+# what the ClusterRole needs for status.devices (Kubernetes 1.36 and later), named in the
+# Event of a write refused for want of it
+DRIVER_GRANT = ("resourceclaims/driver", "associated-node:patch")
 
 
 def claim_path(namespace: str, name: str) -> str:
@@ -63,6 +88,7 @@ class Result(msgspec.Struct, forbid_unknown_fields=False):
     pool: str = ""
     device: str = ""
     request: str = ""
+    shareID: str | None = None
 
 
 class _Devices(msgspec.Struct, forbid_unknown_fields=False):
@@ -83,6 +109,9 @@ class Claim(msgspec.Struct, forbid_unknown_fields=False):
     status: _ClaimStatus = msgspec.field(default_factory=_ClaimStatus)
 
 
+DeviceKey = tuple[str, str, str, str]  # driver, pool, device, shareID ("" for none)
+
+
 class Held(msgspec.Struct, frozen=True):
     """A network device allocated through a claim: the claim, where the device is
     published, and what a network knows it by."""
@@ -93,6 +122,58 @@ class Held(msgspec.Struct, frozen=True):
     device: str
     resource: str
     device_id: str
+    share_id: str = ""
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.driver, self.pool, self.device, self.share_id)
+
+
+class ClaimUnread(CNIError):
+    """A claim of the pod that could not be read (code 11): the kubelet's answer may
+    stand in for it (module doc)."""
+
+
+# -- pure ------------------------------------------------------------------------------------
+
+Index = dict[tuple[str, str, str], tuple[str, str]]  # (driver, pool, device) → attributes
+
+
+def index(slices: Iterable[Slice]) -> Index:
+    """Each published device's (resourceName, deviceID) attributes ("" for one it lacks),
+    by (driver, pool, device)."""
+    out: Index = {}
+    for sl in slices:
+        for dev in sl.spec.devices:
+            res, did = dev.attributes.get(RESOURCE_ATTR), dev.attributes.get(DEVICE_ATTR)
+            out[(sl.spec.driver, sl.spec.pool.name, dev.name)] = (
+                res.text() if res is not None else "", did.text() if did is not None else "")
+    return out
+
+
+def held_in(name: str, results: Iterable[Result], published: Index,
+            extended: Mapping[str, str]) -> list[Held]:
+    """The network devices among a claim's allocated ``results`` (in order): those whose
+    slice gives them a deviceID, and a resourceName — or, in the pod's extended-resource
+    claim (``extended``: its request names → extended resources), the resource their
+    request serves."""
+    out = []
+    for r in results:
+        resource, device_id = published.get((r.driver, r.pool, r.device), ("", ""))
+        resource = resource or extended.get(r.request.split("/")[0], "")
+        if resource and device_id:
+            out.append(Held(name, r.driver, r.pool, r.device, resource, device_id,
+                            r.shareID or ""))
+    return out
+
+
+def by_resource(held: Iterable[Held], resources: Collection[str]) -> dict[str, list[str]]:
+    """The device ids of ``resources`` among ``held``, by resource, each once."""
+    out: dict[str, list[str]] = {}
+    for h in held:
+        if h.resource in resources and h.device_id not in out.get(h.resource, []):
+            out.setdefault(h.resource, []).append(h.device_id)
+    return out
 
 
 def network_data(att: Attachment) -> dict[str, Any]:
@@ -100,35 +181,91 @@ def network_data(att: Attachment) -> dict[str, Any]:
     its addresses (CIDR form), its hardware address."""
     result = att.result or {}
     interfaces = [i if isinstance(i, dict) else {} for i in result.get("interfaces") or []]
-    index = next((n for n, i in enumerate(interfaces)
-                  if i.get("name") == att.ifname and i.get("sandbox")), None)
+    index_ = next((n for n, i in enumerate(interfaces)
+                   if i.get("name") == att.ifname and i.get("sandbox")), None)
     ips = []
     for ip in result.get("ips") or []:
         if not isinstance(ip, dict):
             continue
-        if index is not None and ip.get("interface") not in (None, index):
+        if index_ is not None and ip.get("interface") not in (None, index_):
             continue
         try:
             ips.append(str(ipaddress.ip_interface(str(ip.get("address")))))
         except ValueError:
             continue
     data: dict[str, Any] = {"interfaceName": att.ifname, "ips": ips}
-    mac = interfaces[index].get("mac") if index is not None else None
+    mac = interfaces[index_].get("mac") if index_ is not None else None
     if mac:
         data["hardwareAddress"] = str(mac)
     return data
 
 
-class ClaimDevices:
-    """A pod's network devices from its claims; their status written back (module doc)."""
+def _key_of(entry: Mapping[str, Any]) -> DeviceKey:
+    return (str(entry.get("driver", "")), str(entry.get("pool", "")),
+            str(entry.get("device", "")), str(entry.get("shareID") or ""))
 
-    def __init__(self, api: Api, node: str, wait: float = 2.0) -> None:
+
+def merged(current: Sequence[dict[str, Any]], entries: Mapping[DeviceKey, Attachment],
+           now: str) -> list[dict[str, Any]]:
+    """``status.devices`` with each of ``entries``' devices given its network data and a
+    Ready condition; other devices' entries, and other conditions, kept. The Ready
+    condition's ``lastTransitionTime`` is ``now`` only when its status changes (it was not
+    ``True``, or there was none): a write that finds the device ready already keeps it."""
+    out = [dict(d) for d in current]
+    for key, att in entries.items():
+        entry = next((d for d in out if _key_of(d) == key), None)
+        if entry is None:
+            driver, pool, device, share = key
+            entry = {"driver": driver, "pool": pool, "device": device}
+            if share:
+                entry["shareID"] = share
+            out.append(entry)
+        entry["networkData"] = network_data(att)
+        conditions = [c for c in entry.get("conditions") or [] if isinstance(c, dict)]
+        before = next((c for c in conditions if c.get("type") == READY), None)
+        since = before.get("lastTransitionTime") if before is not None and \
+            before.get("status") == "True" and before.get("lastTransitionTime") else now
+        ready = {"type": READY, "status": "True", "reason": READY_REASON,
+                 "message": f"attached as {att.ifname} by netctl (network {att.network})",
+                 "lastTransitionTime": since}
+        entry["conditions"] = [c for c in conditions if c.get("type") != READY] + [ready]
+    return out
+
+
+def refusal_note(namespace: str, name: str, reason: str) -> str:
+    """The Event's message for a claim whose networkData was not written: why, and for an
+    authorization the API server wants, which grant netctl's ClusterRole lacks."""
+    note = f"the networkData of ResourceClaim {namespace}/{name} was not written: {reason}"
+    resource, verb = DRIVER_GRANT
+    if resource in reason:
+        note += (f" (netctl's ClusterRole needs {verb} on {resource} in resource.k8s.io: "
+                 "deploy/kubernetes/rbac.yaml)")
+    return note
+
+
+def _rfc3339(wall: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
+
+
+# -- the API ---------------------------------------------------------------------------------
+
+
+class ClaimDevices:
+    """A pod's network devices from its claims; their status written back (module doc).
+    ``events``: where the Event of a write not taken goes (by default a recorder of its
+    own); ``on_failure``: counted at each such write (the metric)."""
+
+    def __init__(self, api: Api, node: str, wait: float = 2.0, *,
+                 events: EventRecorder | None = None,
+                 on_failure: Callable[[], None] | None = None) -> None:
         self.api, self.node, self.wait = api, node, wait
+        self.events = events if events is not None else EventRecorder(api, node)
+        self.on_failure = on_failure
         self.slices: Informer[Slice] = Informer(api, Slice, SLICES,
                                                 [("fieldSelector", f"spec.nodeName={node}")])
         self._nursery: trio.Nursery | None = None
         self._watching = False
-        self.writes = self.conflicts = 0
+        self.writes = self.conflicts = self.unchanged = self.failures = 0
 
     async def run(self) -> None:
         """Hold the nursery the slices' watch starts in (when first needed)."""
@@ -136,19 +273,9 @@ class ClaimDevices:
             self._nursery = nursery
             await trio.sleep_forever()
 
-    def _attribute(self, driver: str, pool: str, device: str, name: str) -> str:
-        for sl in self.slices.cache.values():
-            if sl.spec.driver != driver or sl.spec.pool.name != pool:
-                continue
-            for dev in sl.spec.devices:
-                if dev.name == device:
-                    value = dev.attributes.get(name)
-                    return value.text() if value is not None else ""
-        return ""
-
-    async def _slices(self) -> None:
-        """The node's slices, watched from the first call on (code 11 when their first
-        list does not come within ``wait``)."""
+    async def _published(self) -> Index:
+        """The node's slices' devices (:func:`index`), watched from the first call on
+        (code 11 when their first list does not come within ``wait``)."""
         if not self._watching and self._nursery is not None:
             self._watching = True
             self._nursery.start_soon(self.slices.run)
@@ -157,79 +284,91 @@ class ClaimDevices:
         if not self.slices.synced.is_set():
             raise CNIError(TRY_AGAIN_LATER, f"the ResourceSlices of node {self.node} are not "
                            f"listed yet ({self.slices.state}); try again later")
+        return index(self.slices.cache.values())
 
     async def _claim(self, namespace: str, name: str) -> Claim | None:
-        try:
-            raw = await self.api.get(claim_path(namespace, name))
-        except ApiError as exc:
-            raise CNIError(TRY_AGAIN_LATER, f"ResourceClaim {namespace}/{name}: {exc.reason}"
-                           ) from None
+        """The claim (None: there is none); ApiError when it cannot be read."""
+        raw = await self.api.get(claim_path(namespace, name))
         return None if raw is None else msgspec.json.decode(raw, type=Claim)
-
-    def _held_in(self, name: str, claim: Claim) -> list[Held]:
-        """The network devices (those with a resourceName attribute) allocated through
-        ``claim`` (named ``name``), in result order."""
-        if claim.status.allocation is None:
-            return []  # not allocated (yet): the pod has no device from it
-        out = []
-        for r in claim.status.allocation.devices.results:
-            resource = self._attribute(r.driver, r.pool, r.device, RESOURCE_ATTR)
-            device_id = self._attribute(r.driver, r.pool, r.device, DEVICE_ATTR)
-            if resource and device_id:
-                out.append(Held(name, r.driver, r.pool, r.device, resource, device_id))
-        return out
 
     async def held(self, pod: Pod) -> list[Held]:
         """The network devices allocated to ``pod`` through its claims, in claim and result
-        order (each claim read once)."""
+        order (each claim read once); :class:`ClaimUnread` when one cannot be read."""
         if not pod.claims:
             return []
-        await self._slices()
-        out = []
+        published = await self._published()
+        namespace, out = pod.metadata.namespace, []
         for name in pod.claims:
-            claim = await self._claim(pod.metadata.namespace, name)
-            if claim is not None:
-                out += self._held_in(name, claim)
+            try:
+                claim = await self._claim(namespace, name)
+            except ApiError as exc:
+                raise ClaimUnread(TRY_AGAIN_LATER, f"ResourceClaim {namespace}/{name}: "
+                                  f"{exc.reason}") from None
+            if claim is not None and claim.status.allocation is not None:
+                out += held_in(name, claim.status.allocation.devices.results, published,
+                               pod.extended_requests)
         return out
 
     async def allocated(self, pod: Pod, resources: Collection[str]) -> dict[str, list[str]]:
         """The device ids of ``resources`` the pod's claims hold, by resource."""
-        out: dict[str, list[str]] = {}
-        for h in await self.held(pod):
-            if h.resource in resources and h.device_id not in out.get(h.resource, []):
-                out.setdefault(h.resource, []).append(h.device_id)
-        return out
+        return by_resource(await self.held(pod), resources)
+
+    async def prepared(self, claimed: Sequence[ClaimedDevice], resources: Collection[str]
+                       ) -> dict[str, list[str]]:
+        """The device ids of ``resources`` among the DRA devices the kubelet prepared for
+        a pod (its PodResources answer), by resource — their slices say which network's
+        each is. The claims themselves are not read."""
+        if not claimed:
+            return {}
+        published = await self._published()
+        held = [Held(c.claim, c.driver, c.pool, c.device, *published.get(
+            (c.driver, c.pool, c.device), ("", ""))) for c in claimed]
+        return by_resource((h for h in held if h.resource and h.device_id), resources)
 
     async def report(self, pod: Pod, atts: Sequence[Attachment]) -> str:
         """Each attached device's claim status: ``networkData`` and ``Ready``; "" or what
-        could not be written (a warning: the ADD stands). Each claim is read once, for the
-        write's precondition (the ADD's own read found its devices)."""
+        could not be written (a warning: the ADD stands), each such claim also told in a
+        Warning Event on the pod and counted (``on_failure``)."""
         devices = {a.device: a for a in atts if a.device and a.result is not None}
         if not devices:
             return ""
         failures = []
+        namespace = pod.metadata.namespace
         for name in pod.claims:
             try:
-                await self._write(pod.metadata.namespace, name, devices)
+                await self._write(namespace, name, devices, pod.extended_requests)
             except (ApiError, CNIError) as exc:
-                failures.append(f"ResourceClaim {pod.metadata.namespace}/{name}: "
-                                f"{getattr(exc, 'reason', None) or getattr(exc, 'msg', exc)}")
+                reason = exc.reason if isinstance(exc, ApiError) else exc.msg
+                failures.append(f"ResourceClaim {namespace}/{name}: {reason}")
+                self.failures += 1
+                if self.on_failure is not None:
+                    self.on_failure()
+                with trio.move_on_after(self.api.settings.api_timeout):
+                    await self.events.warn(pod.ref, REASON_NETWORK_DATA_REFUSED,
+                                           refusal_note(namespace, name, reason))
         return "; ".join(failures)
 
-    async def _write(self, namespace: str, name: str,
-                     devices: Mapping[str, Attachment]) -> None:
+    async def _write(self, namespace: str, name: str, devices: Mapping[str, Attachment],
+                     extended: Mapping[str, str]) -> None:
         """The claim's status with each of its devices ``devices`` names (by device id)
-        given its network data; nothing when it has none of them."""
+        given its network data; nothing when it has none of them, or they have it
+        already."""
         for _ in range(CONFLICT_TRIES):
             claim = await self._claim(namespace, name)
-            if claim is None:
-                return  # deleted meanwhile: nothing to say
-            entries = {(h.driver, h.pool, h.device): devices[h.device_id]
-                       for h in self._held_in(name, claim) if h.device_id in devices}
+            if claim is None or claim.status.allocation is None:
+                return  # deleted (or deallocated) meanwhile: nothing to say
+            published = await self._published()
+            entries = {h.key: devices[h.device_id] for h in held_in(
+                name, claim.status.allocation.devices.results, published, extended)
+                if h.device_id in devices}
             if not entries:
                 return
+            new = merged(claim.status.devices, entries, _rfc3339(time.time()))
+            if new == claim.status.devices:
+                self.unchanged += 1
+                return
             body = {"metadata": {"resourceVersion": claim.metadata.resourceVersion},
-                    "status": {"devices": _merged(claim.status.devices, entries)}}
+                    "status": {"devices": new}}
             try:
                 await self.api.request("patch", "PATCH", f"{claim_path(namespace, name)}/status",
                                        body=msgspec.json.encode(body),
@@ -243,26 +382,3 @@ class ClaimDevices:
             return
         raise CNIError(TRY_AGAIN_LATER, f"ResourceClaim {namespace}/{name}: the status kept "
                        f"changing ({CONFLICT_TRIES} conflicts)")
-
-
-def _merged(current: Sequence[dict[str, Any]],
-            entries: Mapping[tuple[str, str, str], Attachment]) -> list[dict[str, Any]]:
-    """``status.devices`` with each of ``entries``' devices given its network data and
-    a Ready condition; other devices' entries, and other conditions, kept."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    out = [dict(d) for d in current]
-    for (driver, pool, device), att in entries.items():
-        entry = next((d for d in out if (d.get("driver"), d.get("pool"), d.get("device"))
-                      == (driver, pool, device)), None)
-        if entry is None:
-            entry = {"driver": driver, "pool": pool, "device": device}
-            out.append(entry)
-        entry["networkData"] = network_data(att)
-        conditions = [c for c in entry.get("conditions") or []
-                      if isinstance(c, dict) and c.get("type") != "Ready"]
-        conditions.append({"type": "Ready", "status": "True", "reason": "NetworkReady",
-                           "message": f"attached as {att.ifname} by netctl "
-                                      f"(network {att.network})",
-                           "lastTransitionTime": now})
-        entry["conditions"] = conditions
-    return out

@@ -2,10 +2,10 @@
 
 :class:`Pod` and :class:`Nad` are msgspec structs decoded straight from the API's JSON
 (the informer's lists and watch events, one GET) keeping only the fields netctl needs:
-a pod's identity, the annotations it reads, resourceVersion, deletionTimestamp and node; a
-NetworkAttachmentDefinition's identity, resourceVersion and ``spec.config``. A pod listed
-for the addresses it holds (:class:`PodWithStatus`, the cluster IPAM's adoption) keeps its
-network-status too. The
+a pod's identity, the annotations it reads, resourceVersion, deletionTimestamp and node, and
+the names of its DRA ResourceClaims (:func:`pod_claims`); a NetworkAttachmentDefinition's
+identity, resourceVersion and ``spec.config``. A pod listed for the addresses it holds
+(:class:`PodWithStatus`, the cluster IPAM's adoption) keeps its network-status too. The
 annotation names Kubernetes mode reads and writes, and the reasons of the Events it
 posts, are here too.
 
@@ -53,6 +53,8 @@ REASON_DETACHED = "NetworkDetached"
 REASON_ATTACH_FAILED = "NetworkAttachFailed"
 REASON_DETACH_FAILED = "NetworkDetachFailed"
 REASON_HOTPLUG_REFUSED = "NetworkChangeRefused"  # hostNetwork, an attribute change …
+# DRA (netctl/kube/client/dra.py): a claim's networkData the API server did not take
+REASON_NETWORK_DATA_REFUSED = "NetworkDataNotWritten"
 
 # The only annotations kept in memory: a pod's other annotations (often kilobytes:
 # kubectl's last-applied-configuration, the network-status netctl itself writes) are
@@ -92,23 +94,75 @@ class NadMeta(Meta):
     kept: ClassVar[frozenset[str]] = frozenset({RESOURCE_NAME})
 
 
+class PodClaim(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """One of a pod's ``spec.resourceClaims``: the pod's name for a claim, and either the
+    ResourceClaim it names directly or the ResourceClaimTemplate a claim is made from."""
+
+    name: str = ""
+    resourceClaimName: str | None = None
+    resourceClaimTemplateName: str | None = None
+
+
 class PodSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     nodeName: str = ""
     hostNetwork: bool = False
+    resourceClaims: list[PodClaim] = []  # DRA: the claims the pod names (Pod.claims)
 
 
 class ClaimStatus(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
-    """One of a pod's ``status.resourceClaimStatuses``: the pod's name for a claim, and
-    the ResourceClaim that is (None: the pod needs none for it)."""
+    """One of a pod's ``status.resourceClaimStatuses``: the pod's name for a claim made
+    from a template, and the ResourceClaim made (None: the pod needs none for it)."""
 
     name: str = ""
     resourceClaimName: str | None = None
 
 
+class RequestMapping(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """Which request of the extended-resource claim serves which container's extended
+    resource (``status.extendedResourceClaimStatus.requestMappings[]``)."""
+
+    containerName: str = ""
+    resourceName: str = ""
+    requestName: str = ""
+
+
+class ExtendedClaimStatus(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """A pod's ``status.extendedResourceClaimStatus`` (Kubernetes 1.34 and later): the
+    claim the scheduler made for the pod's extended resources that a DRA DeviceClass
+    serves (its ``extendedResourceName``), and which of its requests is which resource."""
+
+    resourceClaimName: str = ""
+    requestMappings: list[RequestMapping] = []
+
+
 class PodStatus(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
-    """The only part of a pod's status kept: its ResourceClaims (DRA)."""
+    """The only part of a pod's status kept: the names of its ResourceClaims (DRA)."""
 
     resourceClaimStatuses: list[ClaimStatus] = []
+    extendedResourceClaimStatus: ExtendedClaimStatus | None = None
+
+
+def pod_claims(spec: PodSpec, status: PodStatus) -> list[str]:
+    """The names of a pod's ResourceClaims, in the order the pod names them, each once:
+
+    - a claim its spec names directly (``resourceClaimName``) — the API server never lists
+      it in ``status.resourceClaimStatuses``;
+    - a claim made from a template (``resourceClaimTemplateName``): the one
+      ``status.resourceClaimStatuses`` names for that entry (none yet, or None: no claim);
+    - the claim made for its extended resources (``status.extendedResourceClaimStatus``).
+    """
+    made = {c.name: c.resourceClaimName for c in status.resourceClaimStatuses}
+    out: list[str] = []
+    for ref in spec.resourceClaims:
+        name = ref.resourceClaimName if ref.resourceClaimName is not None else \
+            made.get(ref.name) if ref.resourceClaimTemplateName is not None else None
+        if name and name not in out:
+            out.append(name)
+    extended = status.extendedResourceClaimStatus
+    if extended is not None and extended.resourceClaimName and \
+            extended.resourceClaimName not in out:
+        out.append(extended.resourceClaimName)
+    return out
 
 
 class Pod(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
@@ -120,9 +174,18 @@ class Pod(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
 
     @property
     def claims(self) -> list[str]:
-        """The names of the ResourceClaims the pod has (DRA)."""
-        return [c.resourceClaimName for c in self.status.resourceClaimStatuses
-                if c.resourceClaimName]
+        """The names of the ResourceClaims the pod has (DRA; :func:`pod_claims`)."""
+        return pod_claims(self.spec, self.status)
+
+    @property
+    def extended_requests(self) -> dict[str, str]:
+        """The extended-resource claim's request names → the extended resource each
+        serves (``{}``: the pod has no such claim)."""
+        extended = self.status.extendedResourceClaimStatus
+        if extended is None:
+            return {}
+        return {m.requestName: m.resourceName for m in extended.requestMappings
+                if m.requestName and m.resourceName}
 
     @property
     def ref(self) -> request.Pod:
