@@ -196,7 +196,7 @@ def pod_resources(pods: Mapping[tuple[str, str], Mapping[str, Sequence[str]]], *
 # -- gRPC ------------------------------------------------------------------------------------
 
 
-def _unix_server(socket: Path, service: str, handlers: Mapping[str, Any]) -> Any:
+def unix_server(socket: Path, service: str, handlers: Mapping[str, Any]) -> Any:
     """A started grpcio server of ``service`` (``handlers``: method → handler) on a unix
     socket (a stale file there replaced)."""
     if len(str(socket).encode()) > SUN_PATH_MAX:
@@ -219,7 +219,7 @@ def unix_call(socket: Path, method: str, request: bytes, timeout: float = 10.0) 
         return bytes(call(request, timeout=timeout))
 
 
-def _stop(server: Any, grace: float = 1.0) -> None:
+def stop_server(server: Any, grace: float = 1.0) -> None:
     server.stop(grace).wait(grace + 5)
 
 
@@ -290,7 +290,7 @@ class DevicePlugin:
         self._register()
 
     def _serve(self) -> None:
-        self._server = _unix_server(self.socket, DEVICE_PLUGIN_SERVICE, {
+        self._server = unix_server(self.socket, DEVICE_PLUGIN_SERVICE, {
             "GetDevicePluginOptions": grpc.unary_unary_rpc_method_handler(self._options),
             "ListAndWatch": grpc.unary_stream_rpc_method_handler(self._list_and_watch),
             "GetPreferredAllocation": grpc.unary_unary_rpc_method_handler(self._preferred),
@@ -330,7 +330,7 @@ class DevicePlugin:
             for stream in self._streams:
                 stream.set()
         if self._server is not None:
-            _stop(self._server)
+            stop_server(self._server)
             self._server = None
         self.socket.unlink(missing_ok=True)
         self._registered = False
@@ -436,7 +436,7 @@ class PodResourcesServer:
 
     def __enter__(self) -> PodResourcesServer:
         try:
-            self._server = _unix_server(self.socket, POD_RESOURCES_SERVICE, {
+            self._server = unix_server(self.socket, POD_RESOURCES_SERVICE, {
                 "List": grpc.unary_unary_rpc_method_handler(self._list)})
         except BaseException:
             self.close()
@@ -448,7 +448,7 @@ class PodResourcesServer:
 
     def close(self) -> None:
         if self._server is not None:
-            _stop(self._server)
+            stop_server(self._server)
             self._server = None
         self.socket.unlink(missing_ok=True)
 
