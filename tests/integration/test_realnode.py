@@ -1,7 +1,9 @@
 """netctl on a real single-node Kubernetes cluster (:class:`netctl.kit.realnode.RealNode`):
-the v1.24 control plane, kubelet and Debian's containerd, netctl's image built by ``make
-image`` and installed as docs/kubernetes.md says (the CRD, rbac.yaml, daemonset.yaml). One
-node serves the module; each test makes its own workload and takes it back.
+the control plane, kubelet and Debian's containerd, netctl's image built by ``make image``
+and installed as docs/kubernetes.md says (the CRD, rbac.yaml, daemonset.yaml). One node
+serves the module, once per Kubernetes version selected (:mod:`netctl.kit.kubebins`: the
+newest found by default; v1.24.0 and v1.36.2 pass); each test makes its own workload and
+takes it back.
 
 What is asserted is real state: pods' ``network-status`` through the API, the interfaces
 and addresses in the pods' network namespaces (``ip -j addr`` there), the addresses netctl

@@ -41,7 +41,8 @@ def test_no_binaries_is_one_line_naming_where_they_were_looked_for(kube_root: Pa
     assert real.unavailable() == kubebins.missing(names=kubebins.SERVER_BINARIES)
 
 
-def test_versions_are_found_by_directory_and_ordered_by_number(kube_root: Path) -> None:
+def test_versions_are_found_by_directory_and_ordered_by_number(
+        kube_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_version(kube_root, "v1.36.2")
     fake_version(kube_root, "v1.9.1")
     fake_version(kube_root, "v1.24.0")
@@ -51,6 +52,8 @@ def test_versions_are_found_by_directory_and_ordered_by_number(kube_root: Path) 
     newest = kubebins.pick()
     assert newest is not None and newest.version == "v1.36.2" and newest.minor == 36
     assert real.apiserver_binary() == kube_root / "v1.36.2" / "kube-apiserver"
+    assert [str(v) for v in realnode.versions()] == ["v1.36.2"]  # the newest, by default
+    monkeypatch.setenv("NETCTL_KUBE_VERSIONS", "all")
     assert [str(v) for v in realnode.versions()] == ["v1.9.1", "v1.24.0", "v1.36.2"]
 
 
@@ -66,9 +69,11 @@ def test_netctl_kube_versions_chooses_among_them(
     assert [v.version for v in kubebins.selected()] == chosen
 
 
-def test_a_minimum_version_or_a_lacking_binary_is_said(kube_root: Path) -> None:
+def test_a_minimum_version_or_a_lacking_binary_is_said(
+        kube_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_version(kube_root, "v1.24.0")
     fake_version(kube_root, "v1.36.2", names=("kube-apiserver", "kubectl"))
+    monkeypatch.setenv("NETCTL_KUBE_VERSIONS", "all")
     assert kubebins.pick(min_minor=34) is None
     reason = kubebins.missing(min_minor=34)
     assert "v1.34+" in reason and "v1.36.2 (lacks kube-controller-manager, kube-scheduler, " \
