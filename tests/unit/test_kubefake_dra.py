@@ -84,8 +84,8 @@ def test_a_device_status_for_a_device_not_allocated_is_refused(kube: FakeKube) -
     msg = invalid(lambda: kube.patch("resourceclaims", "default", "c1", {"status": {
         "devices": [entry("gpu0", "gpu.example.com")]}}, subresource="status"))
     assert msg == ('ResourceClaim.resource.k8s.io "c1" is invalid: status.devices[0]: Invalid '
-                   'value: "gpu.example.com/node-a/gpu0": must be an allocated device in the '
-                   'claim')
+                   'value: {"Driver":"gpu.example.com","Pool":"node-a","Device":"gpu0",'
+                   '"ShareID":""}: must be an allocated device in the claim')
     msg = invalid(lambda: kube.patch("resourceclaims", "default", "c1", {"status": {
         "devices": [entry(networkData={"interfaceName": "net1", "ips": ["10.1.0.5"]},
                           conditions=[{"type": "Ready", "status": "True",

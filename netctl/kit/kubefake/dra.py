@@ -65,7 +65,20 @@ Authorize = Callable[[Requester, str, str, str, str], bool]
 
 
 def _q(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, str) else str(value)
+    """A value as the real server quotes it in a cause: strings quoted, a Go struct as its
+    JSON with the Go field names."""
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, str | dict) \
+        else str(value)
+
+
+def _claim_ref(ref: Mapping[str, Any]) -> dict[str, Any]:
+    return {"Name": ref.get("name", ""), "ResourceClaimName": ref.get("resourceClaimName"),
+            "ResourceClaimTemplateName": ref.get("resourceClaimTemplateName")}
+
+
+def _device_id(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {"Driver": entry.get("driver", ""), "Pool": entry.get("pool", ""),
+            "Device": entry.get("device", ""), "ShareID": entry.get("shareID") or ""}
 
 
 def _list(obj: Mapping[str, Any], key: str) -> list[Any]:
@@ -98,10 +111,10 @@ def pod_causes(pod: Mapping[str, Any]) -> list[str]:
         has_claim = ref.get("resourceClaimName") is not None
         has_template = ref.get("resourceClaimTemplateName") is not None
         if has_claim and has_template:
-            causes.append(f"{path}: Invalid value: {_q(name)}: at most one of "
+            causes.append(f"{path}: Invalid value: {_q(_claim_ref(ref))}: at most one of "
                           "`resourceClaimName` or `resourceClaimTemplateName` may be specified")
         elif not has_claim and not has_template:
-            causes.append(f"{path}: Invalid value: {_q(name)}: must specify one of: "
+            causes.append(f"{path}: Invalid value: {_q(_claim_ref(ref))}: must specify one of: "
                           "`resourceClaimName`, `resourceClaimTemplateName`")
         elif has_claim:
             direct.add(str(name))
@@ -178,10 +191,10 @@ def claim_status_causes(status: Mapping[str, Any]) -> list[str]:
         entry = entry if isinstance(entry, Mapping) else {}
         key = _device_key(entry)
         if key not in allocated:
-            causes.append(f"{path}: Invalid value: {_q(key)}: must be an allocated device in "
-                          "the claim")
+            causes.append(f"{path}: Invalid value: {_q(_device_id(entry))}: must be an "
+                          "allocated device in the claim")
         if key in seen:
-            causes.append(f"{path}: Duplicate value: {_q(key)}")
+            causes.append(f"{path}: Duplicate value: {_q(_device_id(entry))}")
         seen.add(key)
         causes += _network_data_causes(entry.get("networkData"), f"{path}.networkData")
         causes += _condition_causes(entry.get("conditions"), f"{path}.conditions")
