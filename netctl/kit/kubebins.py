@@ -15,10 +15,10 @@ public trees, with which Go) and puts each version's in a directory of its own:
 :func:`found` lists the versions present, oldest first. Which of them a run uses:
 ``NETCTL_KUBE_VERSIONS`` — ``newest`` (the default: the suite stays within its time with
 one node's modules), ``all`` (every version found, each real-node test module run once per
-version), or versions by prefix (``v1.36``, ``v1.24.0,v1.36``). :func:`pick` gives the newest selected version a single-version user
-(the real API server of the integration tests, the benches) takes, optionally at least
-some minor version (DRA needs v1.34); :func:`missing` says in one line what was looked for
-when none fits, for a skip.
+version), or versions by prefix (``v1.36``, ``v1.24.0,v1.36``). :func:`pick` gives the
+newest selected version a single-version user (the real API server of the integration
+tests, the benches) takes, optionally at least some minor version (DRA needs v1.34);
+:func:`missing` says in one line what was looked for when none fits, for a skip.
 """
 
 from __future__ import annotations

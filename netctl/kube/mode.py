@@ -109,7 +109,9 @@ async def connect(cfg: DaemonConfig, metrics: Metrics) -> KubeClient:
                            root.describe(cfg.pod_resources_socket), cfg.api_timeout)
     return KubeClient(api, node, pods, NadSource(api, cfg.pod_wait), NodeCheck(api, node),
                       writes, EventRecorder(api, node),
-                      PodDevices(kubelet, ClaimDevices(api, node, cfg.pod_wait), pods), root,
+                      PodDevices(kubelet, ClaimDevices(
+                          api, node, cfg.pod_wait,
+                          on_failure=metrics.network_data_write_failed), pods), root,
                       deletions, events_in)
 
 
