@@ -662,17 +662,22 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     def netctl(self, *args: str, timeout: float = 60, check: bool = True) -> str:
         """``netctl ARGS`` in the daemon's container (``kubectl exec``): its output. The API
-        server reaches the kubelet for an exec: while a kubelet just restarted (or
-        killed by a test) does not listen yet, the exec is tried again, up to 30 s."""
+        server reaches the kubelet for an exec, and the kubelet the runtime: while a kubelet
+        just restarted (or killed by a test) does not listen yet, or still waits to dial a
+        restarted containerd again (kubelet v1.24's runtime connection backs off after
+        containerd is killed: "Unavailable … connection refused"), the exec is tried again,
+        up to 30 s."""
         def attempt() -> list[str]:
             try:
                 return [self.kubectl("-n", "kube-system", "exec", self.daemon_pod(), "-c",
                                     "netctl", "--", "netctl", *args, timeout=timeout,
                                     check=check)]
             except NodeError as exc:
-                if "error dialing backend" not in str(exc):
+                if not any(s in str(exc) for s in ("error dialing backend",
+                                                   "code = Unavailable")):
                     raise
                 self._check_running("kubelet")
+                self._check_running("containerd")
                 return []
         return wait_for(attempt, 30, f"kubectl exec netctl {' '.join(args)}", 0.5)[0]
 
