@@ -119,9 +119,10 @@ def decide(files: Sequence[ConfFile], socket: str, replace_multus: bool = False)
                     replaces.append(f.path)
                     continue
                 return Refused(f"{f.path} sorts before {CONF_NAME} and is Multus' config: "
-                               "the runtime would go on using Multus; uninstall Multus first, "
-                               "or stop its DaemonSet and pass --replace-multus to take its "
-                               "place in one rename")
+                               "the runtime would go on using Multus; pass --replace-multus "
+                               "to take its place in one rename (with Multus still running, "
+                               "then delete its DaemonSet: docs/migrating.md), or uninstall "
+                               "Multus first")
             return Refused(f"{f.path} sorts before {CONF_NAME}: the runtime uses the first "
                            f"config of the dir, so it would use {name} and never netctl; "
                            "remove or rename it (Multus' 00-multus.conf: uninstall Multus "

@@ -665,7 +665,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         server reaches the kubelet for an exec, and the kubelet the runtime: while a kubelet
         just restarted (or killed by a test) does not listen yet, or still waits to dial a
         restarted containerd again (kubelet v1.24's runtime connection backs off after
-        containerd is killed: "Unavailable … connection refused"), the exec is tried again,
+        containerd is killed: "Unavailable … connection refused"), or the daemon's container
+        is being restarted after a kill ("container not found"), the exec is tried again,
         up to 30 s."""
         def attempt() -> list[str]:
             try:
@@ -674,7 +675,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                                     check=check)]
             except NodeError as exc:
                 if not any(s in str(exc) for s in ("error dialing backend",
-                                                   "code = Unavailable")):
+                                                   "code = Unavailable",
+                                                   "container not found")):
                     raise
                 self._check_running("kubelet")
                 self._check_running("containerd")

@@ -269,16 +269,16 @@ class RealKube:
         ], stdout=log, stderr=subprocess.STDOUT)
 
     def stop(self) -> None:
-        """An outage: kube-apiserver stopped (SIGTERM, then waited for); etcd keeps the
-        cluster, so :meth:`start` brings it back with its history."""
+        """An outage: kube-apiserver killed (SIGKILL), so that every connection to it,
+        watches included, ends at once, as the fake's outage ends them and as a failed
+        control-plane node does. (On SIGTERM it stops listening but lets the watches it
+        serves go on for up to a minute of graceful shutdown: a client learns of that
+        only from its next new connection.) etcd keeps the cluster, so :meth:`start`
+        brings it back with its history."""
         proc = self._apiserver
         if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            proc.kill()
+            proc.wait()
         self._apiserver = None
 
     def restart(self) -> None:
