@@ -867,9 +867,10 @@ def run_density(args: argparse.Namespace) -> int:
         print("netctl bench node-density: --cpu-limit is a CPU quantity (500m, 1, 0: no "
               "limit)", file=sys.stderr)
         return 2
-    kube = kubebins.named([v for v in kubebins.selected() if not v.lacks()], args.kube)
+    kube = kubebins.named([v for v in kubebins.found() if not v.lacks()], args.kube)
+    found = ", ".join(str(v) for v in kubebins.found()) or "none"
     why = realnode.unavailable(kube=kube[-1]) if kube else \
-        f"no Kubernetes {args.kube} with every node binary: {kubebins.missing()}"
+        f"no Kubernetes {args.kube} with every node binary in {kubebins.where()} (found: {found})"
     if why:
         print(f"netctl bench node-density: {why}", file=sys.stderr)
         return 2
