@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from netctl.kit import harness
+from netctl.kit import harness, realnode
 from netctl.kit.harness import (  # noqa: F401  (the helpers the test modules import from here)
     SYSTEM_CNI,
     CNIResult,
@@ -119,6 +119,48 @@ def real_kube() -> Iterator[RealKube]:
         pytest.skip(f"real kube-apiserver: {reason}")
     with RealKube() as kube:
         yield kube
+
+
+@pytest.fixture(scope="session")
+def real_nodes() -> Iterator[Callable[[realnode.KubeVersion | None], realnode.RealNode]]:
+    """Real nodes (:class:`netctl.kit.realnode.RealNode`) shared by the real-node modules
+    of the session that can share one: one node per Kubernetes version, opened by the
+    first module that asks for that version, with netctl installed as docs/kubernetes.md
+    says, and closed when the session ends (a module that needs a node of its own — Multus
+    installed first, a bench — makes it itself). Each module takes back what it made.
+    Asking skips the test, with one line, when no node can run here."""
+    nodes: dict[str, realnode.RealNode] = {}
+
+    def node(kube: realnode.KubeVersion | None) -> realnode.RealNode:
+        reason = realnode.unavailable(kube=kube)
+        if reason or kube is None:
+            pytest.skip(f"real node: {reason}")
+        if kube.version not in nodes:
+            try:
+                realnode.build_image()  # this checkout's netctl, once a session
+            except realnode.NodeError as exc:
+                missing = realnode.unavailable(image=realnode.netctl_image())
+                if missing:  # no image at all (mmdebstrap and apt-get out of reach, …)
+                    pytest.skip(f"real node: {missing}; {str(exc).splitlines()[-1]}")
+                raise
+            n = realnode.RealNode(kube=kube)
+            n.open()
+            try:
+                n.install_netctl(build=False)
+            except BaseException:
+                n.close()
+                raise
+            nodes[kube.version] = n
+        return nodes[kube.version]
+
+    yield node
+    errors = []
+    for n in nodes.values():
+        try:
+            n.close()
+        except realnode.NodeError as exc:
+            errors.append(str(exc))
+    assert not errors, errors
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import ipaddress
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,30 +83,23 @@ def deployment(name: str, replicas: int, networks: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module", params=realnode.versions(), ids=str)
-def node(request: pytest.FixtureRequest) -> Iterator[RealNode]:
+def node(request: pytest.FixtureRequest,
+         real_nodes: Callable[[realnode.KubeVersion | None], RealNode]) -> Iterator[RealNode]:
+    """The session's node of this version (tests/conftest.py: ``real_nodes``), with this
+    module's NADs; they are deleted after it."""
     kube = request.param
-    reason = realnode.unavailable(kube=kube)
-    if reason:
-        pytest.skip(f"real node: {reason}")
     TIMINGS.clear()
     t0 = time.monotonic()
-    try:
-        realnode.build_image()  # this checkout's netctl
-    except realnode.NodeError as exc:
-        missing = realnode.unavailable(image=realnode.netctl_image())
-        if missing:  # no image at all (mmdebstrap and apt-get out of reach, …)
-            pytest.skip(f"real node: {missing}; {str(exc).splitlines()[-1]}")
-        raise
-    TIMINGS["make image"] = time.monotonic() - t0
-    with RealNode(kube=kube) as n:
-        n.install_netctl(build=False)
-        n.apply([nad("blue", f"{n.prefix}b1", BLUE), nad("green", f"{n.prefix}b2", GREEN),
-                 nad("sticky", f"{n.prefix}b3", STICKY, sticky=True, sticky_for="1h"),
-                 nad("red", f"{n.prefix}b4", RED),
-                 nad("gwa", f"{n.prefix}b5", GWA, "default"),
-                 nad("gwb", f"{n.prefix}b6", GWB, "gateway")])
-        TIMINGS.update(n.timings, **{"fixture": time.monotonic() - t0})
-        yield n
+    n = real_nodes(kube)
+    n.apply([nad("blue", f"{n.prefix}b1", BLUE), nad("green", f"{n.prefix}b2", GREEN),
+             nad("sticky", f"{n.prefix}b3", STICKY, sticky=True, sticky_for="1h"),
+             nad("red", f"{n.prefix}b4", RED),
+             nad("gwa", f"{n.prefix}b5", GWA, "default"),
+             nad("gwb", f"{n.prefix}b6", GWB, "gateway")])
+    TIMINGS.update(n.timings, **{"fixture": time.monotonic() - t0})
+    yield n
+    n.kubectl("-n", NS, "delete", "network-attachment-definitions", *SUBNETS.keys() - {"primary"},
+              "--ignore-not-found")
     print(f"\nreal node {kube} timings (s): "
           f"{json.dumps({k: round(v, 1) for k, v in TIMINGS.items()})}")
 

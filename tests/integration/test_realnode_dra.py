@@ -30,13 +30,13 @@ import ipaddress
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from netctl.kit import devices, dradriver, kubebins, realnode
+from netctl.kit import devices, dradriver, kubebins
 from netctl.kit.realnode import BUSYBOX_IMAGE, NETWORKS, RealNode, wait_for
 from tests.conftest import ROOT
 
@@ -53,34 +53,26 @@ TIMINGS: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def node() -> Iterator[RealNode]:
+def node(real_nodes: Callable[[kubebins.KubeVersion | None], RealNode]) -> Iterator[RealNode]:
+    """The session's node of the newest version with DRA (tests/conftest.py:
+    ``real_nodes``), with the test delegate and this module's NAD (deleted after it)."""
     kube = kubebins.pick(min_minor=DRA_MINOR)
     if kube is None:
         pytest.skip(f"real node with DRA: {kubebins.missing(min_minor=DRA_MINOR)}")
-    reason = realnode.unavailable(kube=kube)
-    if reason:
-        pytest.skip(f"real node: {reason}")
     t0 = time.monotonic()
-    try:
-        realnode.build_image()  # this checkout's netctl
-    except realnode.NodeError as exc:
-        missing = realnode.unavailable(image=realnode.netctl_image())
-        if missing:
-            pytest.skip(f"real node: {missing}; {str(exc).splitlines()[-1]}")
-        raise
-    with RealNode(kube=kube) as n:
-        n.install_netctl(build=False)
-        shutil.copy(ROOT / "tests" / "plugins" / "devmove", n.node_path("/opt/cni/bin/devmove"))
-        n.apply([{
-            "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-            "metadata": {"name": "vf", "namespace": NS,
-                         "annotations": {"k8s.v1.cni.cncf.io/resourceName": RESOURCE}},
-            "spec": {"config": json.dumps({"cniVersion": "1.0.0", "name": "vf", "plugins": [{
-                "type": "devmove", "record": RECORD,
-                "capabilities": {"deviceID": True, "CNIDeviceInfoFile": True},
-                "ipam": {"type": "netctl-ipam", "range": str(VF)}}]})}}])
-        TIMINGS.update(n.timings, fixture=time.monotonic() - t0)
-        yield n
+    n = real_nodes(kube)
+    shutil.copy(ROOT / "tests" / "plugins" / "devmove", n.node_path("/opt/cni/bin/devmove"))
+    n.apply([{
+        "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": "vf", "namespace": NS,
+                     "annotations": {"k8s.v1.cni.cncf.io/resourceName": RESOURCE}},
+        "spec": {"config": json.dumps({"cniVersion": "1.0.0", "name": "vf", "plugins": [{
+            "type": "devmove", "record": RECORD,
+            "capabilities": {"deviceID": True, "CNIDeviceInfoFile": True},
+            "ipam": {"type": "netctl-ipam", "range": str(VF)}}]})}}])
+    TIMINGS.update(n.timings, fixture=time.monotonic() - t0)
+    yield n
+    n.kubectl("-n", NS, "delete", "network-attachment-definitions", "vf", "--ignore-not-found")
     print(f"\nreal node {kube} (DRA) timings (s): "
           f"{json.dumps({k: round(v, 1) for k, v in TIMINGS.items()})}")
 
@@ -154,6 +146,7 @@ def on_host(link: str) -> bool:
 def test_claims_direct_templated_and_extended_get_devices_and_network_data(
         node: RealNode) -> None:
     assert node.kube is not None
+    node.kube.reset_counts()  # the node may have served another module: its requests since
     t0 = time.monotonic()
     with devices.temporary_device_veths(f"{node.prefix}v", 4) as vfs:
         by_name = {f"vf{i}": vf for i, vf in enumerate(vfs)}
