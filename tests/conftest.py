@@ -121,21 +121,27 @@ def real_kube() -> Iterator[RealKube]:
         yield kube
 
 
-@pytest.fixture(scope="session")
-def real_nodes() -> Iterator[Callable[[realnode.KubeVersion | None], realnode.RealNode]]:
+class RealNodes:
     """Real nodes (:class:`netctl.kit.realnode.RealNode`) shared by the real-node modules
     of the session that can share one: one node per Kubernetes version, opened by the
     first module that asks for that version, with netctl installed as docs/kubernetes.md
-    says, and closed when the session ends (a module that needs a node of its own — Multus
-    installed first, a bench — makes it itself). Each module takes back what it made.
-    Asking skips the test, with one line, when no node can run here."""
-    nodes: dict[str, realnode.RealNode] = {}
+    says. A module that needs a node of its own (Multus installed first, a bench) calls
+    :meth:`release` first: one real node runs on a machine at a time
+    (:data:`netctl.kit.realnode.LOCK`). The modules that share are named so that they run
+    one after the other (``test_realnode.py``, ``test_realnode_dra.py``); each takes back
+    what it made."""
 
-    def node(kube: realnode.KubeVersion | None) -> realnode.RealNode:
+    def __init__(self) -> None:
+        self.nodes: dict[str, realnode.RealNode] = {}
+
+    def __call__(self, kube: realnode.KubeVersion | None) -> realnode.RealNode:
+        """The node of ``kube``, opened if need be; the test skipped, with one line, when
+        no node can run here."""
         reason = realnode.unavailable(kube=kube)
         if reason or kube is None:
             pytest.skip(f"real node: {reason}")
-        if kube.version not in nodes:
+        if kube.version not in self.nodes:
+            self.release()
             try:
                 realnode.build_image()  # this checkout's netctl, once a session
             except realnode.NodeError as exc:
@@ -150,17 +156,27 @@ def real_nodes() -> Iterator[Callable[[realnode.KubeVersion | None], realnode.Re
             except BaseException:
                 n.close()
                 raise
-            nodes[kube.version] = n
-        return nodes[kube.version]
+            self.nodes[kube.version] = n
+        return self.nodes[kube.version]
 
-    yield node
-    errors = []
-    for n in nodes.values():
-        try:
-            n.close()
-        except realnode.NodeError as exc:
-            errors.append(str(exc))
-    assert not errors, errors
+    def release(self) -> None:
+        """Every shared node closed (everything it made removed)."""
+        errors = []
+        while self.nodes:
+            _, n = self.nodes.popitem()
+            try:
+                n.close()
+            except realnode.NodeError as exc:
+                errors.append(str(exc))
+        assert not errors, errors
+
+
+@pytest.fixture(scope="session")
+def real_nodes() -> Iterator[RealNodes]:
+    """The session's shared real nodes (:class:`RealNodes`), closed when it ends."""
+    nodes = RealNodes()
+    yield nodes
+    nodes.release()
 
 
 @pytest.fixture

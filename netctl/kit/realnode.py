@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import functools
 import ipaddress
 import json
@@ -94,6 +95,10 @@ PRIMARY_SUBNET = "10.217.0.0/24"
 SYSCTLS = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1",
            "net/ipv4/ip_forward": "1"}
 # node dirs bound fresh over the overlays (the machine's own content is not the node's)
+# one real node at a time on a machine: each node's netctl runs on the host network (the
+# machine's: only the mount namespace is the node's), so two would share the metrics port
+# their probes ask, and their delegates the host's links
+LOCK = Path("/run/lock/netctl-realnode.lock")
 FRESH = ("/var/lib/containerd", "/var/lib/kubelet", "/var/lib/cni", "/var/lib/netctl",
          "/opt/cni/bin")
 
@@ -292,6 +297,7 @@ class RealNode:
         self.timings: dict[str, float] = {}
         self._container_ids: set[str] = set()  # seen: their cgroups are removed at close
         self._cgroups_before: set[str] = set()
+        self._lock_fd: int | None = None
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -309,8 +315,30 @@ class RealNode:
             self.close()
             raise
 
+    def _lock(self) -> None:
+        """The machine's real-node lock (:data:`LOCK`), held until :meth:`close`; another
+        node open on the machine is an error naming its holder, not a wait."""
+        LOCK.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise NodeError(f"another real node runs on this machine ({holder or 'unknown'}; "
+                            f"{LOCK}): nodes share the host network, so one at a time") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}, node {self.name}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # the flock goes with the descriptor
+            self._lock_fd = None
+
     def _open(self) -> None:
         t0 = time.monotonic()
+        self._lock()
         self.logs.mkdir()
         self._cgroups_before = set(self._cgroup_dirs())
         self._make_namespace()
@@ -373,6 +401,7 @@ class RealNode:
                 self._container_ids.update(os.listdir(cri / kind))
         step("cgroups", self._remove_cgroups)
         shutil.rmtree(self.dir, ignore_errors=True)
+        self._unlock()
         if errors:
             raise NodeError("; ".join(errors))
 

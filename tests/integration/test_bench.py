@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import NETCTL, host_links, ip
+from tests.conftest import NETCTL, RealNodes, host_links, ip
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -478,7 +478,7 @@ def test_query_small_json() -> None:
 
 
 @pytest.mark.realnode
-def test_node_density_small_json() -> None:
+def test_node_density_small_json(real_nodes: RealNodes) -> None:
     """`netctl bench node-density --pods 3 --nads 1` on a real node (make image, the
     node, netctl installed: about 75 s here with the image built, 3 minutes when make image
     rebuilds it; run it under the machine's real-node lock): the floor and a netctl run,
@@ -489,6 +489,7 @@ def test_node_density_small_json() -> None:
     reason = realnode.unavailable()
     if reason:
         pytest.skip(f"real node: {reason}")
+    real_nodes.release()  # the bench's node is its own: one node on a machine at a time
     proc = subprocess.run([NETCTL, "bench", "node-density", "--pods", "3", "--nads", "1",
                            "--json"], capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -17,7 +17,7 @@ import ipaddress
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import pytest
 from netctl.kit import devices, realnode
 from netctl.kit.harness import bridge_ports
 from netctl.kit.realnode import BUSYBOX_IMAGE, NETWORKS, PRIMARY_SUBNET, RealNode, wait_for
-from tests.conftest import ROOT
+from tests.conftest import ROOT, RealNodes
 
 pytestmark = [pytest.mark.realnode, pytest.mark.netns, pytest.mark.slow]
 
@@ -83,8 +83,7 @@ def deployment(name: str, replicas: int, networks: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module", params=realnode.versions(), ids=str)
-def node(request: pytest.FixtureRequest,
-         real_nodes: Callable[[realnode.KubeVersion | None], RealNode]) -> Iterator[RealNode]:
+def node(request: pytest.FixtureRequest, real_nodes: RealNodes) -> Iterator[RealNode]:
     """The session's node of this version (tests/conftest.py: ``real_nodes``), with this
     module's NADs; they are deleted after it."""
     kube = request.param

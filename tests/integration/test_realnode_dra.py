@@ -30,7 +30,7 @@ import ipaddress
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ import pytest
 
 from netctl.kit import devices, dradriver, kubebins
 from netctl.kit.realnode import BUSYBOX_IMAGE, NETWORKS, RealNode, wait_for
-from tests.conftest import ROOT
+from tests.conftest import ROOT, RealNodes
 
 pytestmark = [pytest.mark.realnode, pytest.mark.netns, pytest.mark.slow]
 
@@ -53,7 +53,7 @@ TIMINGS: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def node(real_nodes: Callable[[kubebins.KubeVersion | None], RealNode]) -> Iterator[RealNode]:
+def node(real_nodes: RealNodes) -> Iterator[RealNode]:
     """The session's node of the newest version with DRA (tests/conftest.py:
     ``real_nodes``), with the test delegate and this module's NAD (deleted after it)."""
     kube = kubebins.pick(min_minor=DRA_MINOR)

@@ -5,6 +5,8 @@ told apart and chosen as ``NETCTL_KUBE_VERSIONS`` says."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,24 @@ def test_the_paths_of_a_resource_are_the_api_servers() -> None:
     assert kube.path(nads, "kube-system") == \
         "/apis/k8s.cni.cncf.io/v1/namespaces/kube-system/network-attachment-definitions"
     assert kube.path(blocks, "ignored", "b") == "/apis/ipam.netctl.dev/v1/ipamblocks/b"
+
+
+def test_one_real_node_at_a_time_on_a_machine(kube_root: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second node's lock is refused at once, naming the holder (nodes share the host
+    network: two netctl DaemonSets would answer each other's probes); taken once freed."""
+    monkeypatch.setattr(realnode, "LOCK", tmp_path / "lock")
+    version = kubebins.KubeVersion((1, 36, 2), "v1.36.2", fake_version(kube_root, "v1.36.2"))
+    first, second = realnode.RealNode("first", kube=version), realnode.RealNode(kube=version)
+    try:
+        first._lock()
+        with pytest.raises(realnode.NodeError, match=r"another real node runs on this machine "
+                           rf"\(pid {os.getpid()}, node first;"):
+            second._lock()
+        first._unlock()
+        second._lock()
+    finally:
+        first._unlock()
+        second._unlock()
+        for n in (first, second):
+            shutil.rmtree(n.dir, ignore_errors=True)

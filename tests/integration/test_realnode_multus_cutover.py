@@ -75,6 +75,7 @@ from netctl.kit.realnode import (
     NodeError,
     RealNode,
 )
+from tests.conftest import RealNodes
 
 pytestmark = [pytest.mark.realnode, pytest.mark.netns, pytest.mark.slow]
 
@@ -220,7 +221,7 @@ def deployment(name: str, replicas: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module", ids=lambda p: f"{p[0]}-multus-{p[1]}", params=[
     (kube, multus) for kube in realnode.versions() for multus in MULTUS_VERSIONS])
-def cut(request: pytest.FixtureRequest) -> Iterator[Cutover]:
+def cut(request: pytest.FixtureRequest, real_nodes: RealNodes) -> Iterator[Cutover]:
     kube: KubeVersion | None
     kube, version = request.param
     reason = "; ".join(r for r in (realnode.unavailable(kube=kube), anchors_missing(version))
@@ -240,6 +241,7 @@ def cut(request: pytest.FixtureRequest) -> Iterator[Cutover]:
     t1 = time.monotonic()
     build_multus_image(version)
     timings["multus image"] = time.monotonic() - t1
+    real_nodes.release()  # a node of its own (Multus first): one node on a machine at a time
     with RealNode(kube=kube) as n:
         assert n.kube is not None
         run = Cutover(n, version, timings=timings)
