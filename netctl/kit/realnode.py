@@ -85,6 +85,8 @@ BUSYBOX_IMAGE = "localhost/netctl-node-busybox:1"
 MANIFESTS = ROOT / "deploy" / "kubernetes"
 CRDS = ROOT / "deploy" / "crds"
 PODMAN_ENV = ROOT / "deploy" / "image" / "podman-env"
+DEVMOVE = ROOT / "tests" / "plugins" / "devmove"  # the SR-IOV-like test delegate
+DEVMOVE_RECORD = "/var/lib/netctl-devmove"  # where it records what each call saw, on the node
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
 PRIMARY_CONF = "/etc/cni/net.d/10-primary.conflist"
@@ -735,6 +737,22 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             raise NodeError(f"kubectl {' '.join(args)}: exit {proc.returncode}: "
                             f"{proc.stderr[-2000:]}")
         return proc.stdout
+
+    def device_network(self, name: str, namespace: str, resource: str,
+                       subnet: ipaddress.IPv4Network) -> None:
+        """A device network on the node: ``tests/plugins/devmove`` (it moves the device its
+        ``deviceID`` names into the pod, as SR-IOV CNI moves a VF, and records each call
+        under :data:`DEVMOVE_RECORD`) copied into ``/opt/cni/bin``, and a NAD ``name`` of
+        ``resource`` running it with netctl-ipam on ``subnet``."""
+        shutil.copy(DEVMOVE, self.node_path("/opt/cni/bin/devmove"))
+        self.apply([{
+            "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": name, "namespace": namespace,
+                         "annotations": {"k8s.v1.cni.cncf.io/resourceName": resource}},
+            "spec": {"config": json.dumps({"cniVersion": "1.0.0", "name": name, "plugins": [{
+                "type": "devmove", "record": DEVMOVE_RECORD,
+                "capabilities": {"deviceID": True, "CNIDeviceInfoFile": True},
+                "ipam": {"type": "netctl-ipam", "range": str(subnet)}}]})}}])
 
     def apply(self, manifest: str | Path | Sequence[Mapping[str, Any]]) -> str:
         """``kubectl apply``: a file or dir, YAML text, or documents."""

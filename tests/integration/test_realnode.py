@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ import pytest
 from netctl.kit import devices, realnode
 from netctl.kit.harness import bridge_ports
 from netctl.kit.realnode import BUSYBOX_IMAGE, NETWORKS, PRIMARY_SUBNET, RealNode, wait_for
-from tests.conftest import ROOT, RealNodes
+from tests.conftest import RealNodes
 
 pytestmark = [pytest.mark.realnode, pytest.mark.netns, pytest.mark.slow]
 
@@ -445,16 +444,8 @@ def test_device_networks_get_the_kubelets_devices_and_give_them_back(node: RealN
     7, ``NoDeviceAllocated``). Then the ADD of a device network beside a bridge (veth)
     network, three pods of each, from the journal."""
     t0 = time.monotonic()
-    shutil.copy(ROOT / "tests" / "plugins" / "devmove", node.node_path("/opt/cni/bin/devmove"))
-    record = "/var/lib/netctl-devmove"
-    node.apply([{
-        "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-        "metadata": {"name": "vf", "namespace": NS,
-                     "annotations": {"k8s.v1.cni.cncf.io/resourceName": VF_RESOURCE}},
-        "spec": {"config": json.dumps({"cniVersion": "1.0.0", "name": "vf", "plugins": [{
-            "type": "devmove", "record": record,
-            "capabilities": {"deviceID": True, "CNIDeviceInfoFile": True},
-            "ipam": {"type": "netctl-ipam", "range": str(VF)}}]})}}])
+    record = realnode.DEVMOVE_RECORD
+    node.device_network("vf", NS, VF_RESOURCE, VF)
     # /var/run is a link to /run; an absolute link under /proc/PID/root resolves in this
     # process's root, so the node's /run is named directly
     devinfo_dir = node.node_path("/run/k8s.cni.cncf.io/devinfo")

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,18 +36,21 @@ from typing import Any
 import pytest
 
 from netctl.kit import devices, dradriver, kubebins
-from netctl.kit.realnode import BUSYBOX_IMAGE, NETWORKS, RealNode, wait_for
-from tests.conftest import ROOT, RealNodes
+from netctl.kit.realnode import BUSYBOX_IMAGE, DEVMOVE_RECORD, NETWORKS, RealNode, wait_for
+from tests.conftest import RealNodes
 
 pytestmark = [pytest.mark.realnode, pytest.mark.netns, pytest.mark.slow]
 
 NS = "default"
 DRA_MINOR = 34  # resource.k8s.io/v1 (and extended resources backed by DRA)
 DRIVER = "vf.netctl.test"
-RESOURCE = "netctl.test/vf"  # the NAD's resourceName, the devices' attribute, the class's
+# the NAD's resourceName, the devices' attribute, the class's extendedResourceName: not the
+# device plugin's resource of test_realnode.py (the kubelet keeps a plugin's resource on
+# the shared node after the plugin leaves, and would admit the extended resource there)
+RESOURCE = "netctl.test/dra-vf"
 DEVICE_CLASS = "netctl-vf"   # extendedResourceName
 VF = ipaddress.ip_network("10.218.9.0/24")
-RECORD = "/var/lib/netctl-devmove"
+RECORD = DEVMOVE_RECORD
 TIMINGS: dict[str, float] = {}
 
 
@@ -61,15 +63,7 @@ def node(real_nodes: RealNodes) -> Iterator[RealNode]:
         pytest.skip(f"real node with DRA: {kubebins.missing(min_minor=DRA_MINOR)}")
     t0 = time.monotonic()
     n = real_nodes(kube)
-    shutil.copy(ROOT / "tests" / "plugins" / "devmove", n.node_path("/opt/cni/bin/devmove"))
-    n.apply([{
-        "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-        "metadata": {"name": "vf", "namespace": NS,
-                     "annotations": {"k8s.v1.cni.cncf.io/resourceName": RESOURCE}},
-        "spec": {"config": json.dumps({"cniVersion": "1.0.0", "name": "vf", "plugins": [{
-            "type": "devmove", "record": RECORD,
-            "capabilities": {"deviceID": True, "CNIDeviceInfoFile": True},
-            "ipam": {"type": "netctl-ipam", "range": str(VF)}}]})}}])
+    n.device_network("vf", NS, RESOURCE, VF)
     TIMINGS.update(n.timings, fixture=time.monotonic() - t0)
     yield n
     n.kubectl("-n", NS, "delete", "network-attachment-definitions", "vf", "--ignore-not-found")
