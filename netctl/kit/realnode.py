@@ -782,29 +782,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     def ready(self, kind: str, name: str, namespace: str | None = "default") -> bool:
         obj = self.get(_plural(kind), name, namespace)
-        if obj is None:
-            return False
-        spec, status = obj.get("spec") or {}, obj.get("status") or {}
-        meta = obj["metadata"]
-        plural = _plural(kind)
-        if plural == "pods":
-            conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
-            return conds.get("Ready") == "True" and not meta.get("deletionTimestamp")
-        if plural == "nodes":
-            conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
-            return conds.get("Ready") == "True"
-        if status.get("observedGeneration", 0) < meta.get("generation", 0):
-            return False
-        if plural == "daemonsets":
-            want = status.get("desiredNumberScheduled", 0)
-            return bool(want) and status.get("numberReady", 0) == want and \
-                status.get("updatedNumberScheduled", 0) == want
-        want = spec.get("replicas", 1)
-        if status.get("readyReplicas", 0) != want or status.get("replicas", 0) != want:
-            return False
-        if plural == "statefulsets":
-            return bool(status.get("updatedReplicas", 0) == want)
-        return bool(status.get("updatedReplicas", 0) == want)
+        return obj is not None and is_ready(kind, obj)
 
     def wait_ready(self, kind: str, name: str, namespace: str | None = "default",
                    timeout: float = 120) -> None:
@@ -1063,3 +1041,29 @@ def _path(kind: str, namespace: str | None, name: str = "") -> str:
     if plural not in _CLUSTER:
         base += f"/namespaces/{namespace or 'default'}"
     return f"{base}/{plural}/{name}" if name else f"{base}/{plural}"
+
+
+def is_ready(kind: str, obj: Mapping[str, Any]) -> bool:
+    """Whether this one read of an object shows it Ready (see ``RealNode.wait_ready``):
+    a caller that goes on to use the object judges the same read it uses."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    meta = obj["metadata"]
+    plural = _plural(kind)
+    if plural == "pods":
+        conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        return conds.get("Ready") == "True" and not meta.get("deletionTimestamp")
+    if plural == "nodes":
+        conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        return conds.get("Ready") == "True"
+    if status.get("observedGeneration", 0) < meta.get("generation", 0):
+        return False
+    if plural == "daemonsets":
+        want = status.get("desiredNumberScheduled", 0)
+        return bool(want) and status.get("numberReady", 0) == want and \
+            status.get("updatedNumberScheduled", 0) == want
+    want = spec.get("replicas", 1)
+    if status.get("readyReplicas", 0) != want or status.get("replicas", 0) != want:
+        return False
+    if plural == "statefulsets":
+        return bool(status.get("updatedReplicas", 0) == want)
+    return bool(status.get("updatedReplicas", 0) == want)

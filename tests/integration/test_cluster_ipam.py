@@ -210,31 +210,41 @@ def test_a_pool_exhausted_across_nodes_then_freed_blocks_reused(
 
 def test_a_deleted_nodes_blocks_are_taken_over_once_its_pods_are_gone(
         nodes: Callable[..., Daemon], kube: FakeKube) -> None:
-    """Node B's Node object is deleted while a pod of B still exists: its blocks stay B's
-    (the holder of the gone-nodes Lease looks, the pod is there); once the pod is deleted
-    they are handed over to exactly one of the two surviving nodes — the Lease's holder,
-    the one daemon that watches the Nodes — and reused."""
-    pool = "10.185.64.0/20"
-    a = nodes("node-a", **{"node-gone-grace": 0.5})
-    b = nodes("node-b")
-    c = nodes("node-c", **{"node-gone-grace": 0.5})
-    for d in (a, b, c):
-        address(ipam(d, "ADD", f"first-{d.prefix}", pool))
+    """A /26 in /30 blocks, node B holding some and node A the rest (A refused, code 100).
+    B's Node object is deleted while a pod of B still exists: its blocks stay B's (the
+    holder of the gone-nodes Lease looks, the pod is there); once the pod is deleted they
+    are handed over to exactly one of the two surviving nodes — the Lease's holder, the one
+    daemon that watches the Nodes — and, holding nothing, released at once, with
+    ``block-idle`` at 600 s: A, refused before, gets every address of them."""
+    pool = "10.185.64.0/26"
+    net = ipaddress.ip_network(pool)
+    long_idle = {"node-gone-grace": 0.5, "block-idle": 600}
+    a, b, c = nodes("node-a", **long_idle), nodes("node-b"), nodes("node-c", **long_idle)
+    live = {"c": address(ipam(c, "ADD", "first-c", pool))}
+    for i in range(10):
+        address(ipam(b, "ADD", f"b{i}", pool))
+    got_a = fill(a, pool, "a")
     b_blocks = sorted(x["cidr"] for x in blocks(kube) if x["node"] == "node-b")
+    assert len(b_blocks) >= 3
     kube.create("pods", pod("on-b", node="node-b"))
     b.kill()
     kube.delete("nodes", None, "node-b")
     wait_for(lambda: kube.count("list", "pods") >= 4, 30,
              "the gone-nodes Lease's holder looking for node-b's pods, more than once")
     assert sorted(x["cidr"] for x in blocks(kube) if x["node"] == "node-b") == b_blocks
+    assert ipam(a, "ADD", "a-still-refused", pool).rc == 1
     kube.delete("pods", "default", "on-b")
-    wait_for(lambda: not [x for x in blocks(kube) if x["node"] == "node-b"], 30,
-             "node-b's blocks taken over")
-    taken = [x for x in blocks(kube) if x["cidr"] in b_blocks]
-    assert len(taken) == len(b_blocks) and {x["node"] for x in taken} <= {"node-a", "node-c"}
-    assert all(x["history"][-1]["node"] == "node-b" for x in taken)
+    wait_for(lambda: not {x["cidr"] for x in blocks(kube)} & set(b_blocks), 30,
+             "node-b's blocks taken over and released")
     handovers = sum(d.status()["kubernetes"]["ipam"]["handovers"] for d in (a, c))
     assert handovers == len(b_blocks)  # each block handed over once, whoever won
+    released = [r for d in (a, c) for r in d.db(
+        "SELECT cidr FROM ipam_blocks WHERE state = 'released'")]
+    assert sorted(cidr for cidr, in released) == b_blocks
+    freed = {str(h) for cidr in b_blocks for h in ipaddress.ip_network(cidr)
+             if h not in (net.network_address, net.broadcast_address)}
+    after = fill(a, pool, "after")
+    assert set(after) == freed and not freed & {*got_a, *live.values()}
 
 
 def test_two_nodes_racing_to_take_over_one_block(kube: FakeKube, tmp_path: Path) -> None:

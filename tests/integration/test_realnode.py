@@ -24,7 +24,14 @@ import pytest
 
 from netctl.kit import devices, realnode
 from netctl.kit.harness import bridge_ports
-from netctl.kit.realnode import BUSYBOX_IMAGE, NETWORKS, PRIMARY_SUBNET, RealNode, wait_for
+from netctl.kit.realnode import (
+    BUSYBOX_IMAGE,
+    NETWORKS,
+    PRIMARY_SUBNET,
+    RealNode,
+    is_ready,
+    wait_for,
+)
 from tests.conftest import RealNodes
 
 pytestmark = [pytest.mark.realnode, pytest.mark.netns, pytest.mark.slow]
@@ -193,7 +200,7 @@ def test_a_statefulset_pod_recreated_gets_its_sticky_address_back(node: RealNode
         pod = node.get("pods", "db-0", NS)
         if pod is None or pod["metadata"]["uid"] == first["metadata"]["uid"]:
             return None
-        return pod if node.ready("pod", "db-0", NS) else None
+        return pod if is_ready("pod", pod) else None
     second = wait_for(recreated, 120, "db-0 recreated and Ready", interval=0.25)
     assert check_networks(node, second, want)["net1"] == address  # its address, sticky
     (pool,) = [p for p in node.pools() if p["range"] == str(STICKY)]
@@ -340,7 +347,7 @@ def test_pods_come_back_with_their_networks_after_a_node_reboot(node: RealNode) 
         for p in pods:
             statuses = (p.get("status") or {}).get("containerStatuses") or [{}]
             if statuses[0].get("containerID") in (None, before[p["metadata"]["uid"]]) or \
-                    not node.ready("pod", p["metadata"]["name"], NS):
+                    not is_ready("pod", p):
                 return None
         return pods
     pods = wait_for(restarted, 240, "the pods running again in new sandboxes", interval=0.5)

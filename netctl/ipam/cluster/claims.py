@@ -174,14 +174,15 @@ class Claims:
         log.info("claimed block %s of pool %s", blk.cidr, pool)
         return obj
 
-    async def hold(self, rec: BlockRecord, obj: IPAMBlock, journaled: bool = False) -> None:
+    async def hold(self, rec: BlockRecord, obj: IPAMBlock, journaled: bool = False,
+                   taken_over: bool = False) -> None:
         self.cluster.blocks.cache[("", obj.metadata.name)] = obj
         if not journaled:
             await self.cluster.journal.ipam.set_block(rec.id, "held")
         rec.state = "held"
         blk = block_of(obj)
         if blk is not None:
-            self.holdings.held[rec.name] = Held(rec, blk, obj)
+            self.holdings.held[rec.name] = Held(rec, blk, obj, taken_over=taken_over)
 
     @contextlib.contextmanager
     def aside(self, rec_id: int) -> Iterator[None]:

@@ -109,7 +109,7 @@ class GoneNodes:
                 if new is None:
                     await journal.ipam.set_block(rec.id, "taken", ended=True)
                     continue
-                await self.claims.hold(rec, new)
+                await self.claims.hold(rec, new, taken_over=True)
                 self.handovers += 1
                 taken += 1
                 log.info("took over block %s of pool %s from node %s (gone)", obj.spec.cidr,

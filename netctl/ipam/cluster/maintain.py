@@ -1,17 +1,23 @@
 """The upkeep of blocks in each maintenance round
 (:meth:`netctl.ipam.cluster.store.ClusterStore.maintain`, every ``block-check`` seconds):
 
+- the blocks of a node whose Node object has been gone for ``node-gone-grace`` seconds,
+  and that has no pod left in the API, handed over to this node — when it holds the
+  gone-nodes Lease (:mod:`netctl.ipam.cluster.gone`): one daemon does it for the cluster;
 - a block this node has held no address in for ``block-idle`` seconds (seen empty in two
   rounds that far apart) released — deleted with its resourceVersion as precondition —
   keeping at least one block per pool;
-- the blocks of a node whose Node object has been gone for ``node-gone-grace`` seconds,
-  and that has no pod left in the API, handed over to this node — when it holds the
-  gone-nodes Lease (:mod:`netctl.ipam.cluster.gone`): one daemon does it for the cluster.
+- a block taken over from a gone node released in the next round that finds it empty (no
+  address held or lent in it — the lent ones counted again first — and no sticky
+  reservation on it still running), whatever ``block-idle`` says and without keeping
+  one: this node never asked for it, and in a nearly full pool the other nodes need it
+  now.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from netctl.ipam.cluster.claims import Claims
@@ -35,7 +41,7 @@ class Maintenance:
         """Release the idle blocks, take over those of nodes gone
         (see the module's docstring)."""
         released = await self._release_idle(now)
-        taken = await self.gone.take_over(now)
+        taken = await self.gone.take_over(now)  # the empty ones released next round
         return {"released": released, "taken_over": taken}
 
     def _in_use(self, h: Held) -> bool:
@@ -47,19 +53,29 @@ class Maintenance:
             return any(h.block.contains(ip) for ip in used)
         return any(ip in used for ip in range(h.block.start, h.block.end + 1))
 
+    def _reserved(self, name: str, h: Held) -> bool:
+        """Whether a sticky reservation still running is published on the block: the
+        identity it waits for asks whoever holds the block."""
+        obj = self.cluster.cached(name) or h.obj
+        wall = time.time()
+        return any(entry.until > wall for entry in obj.spec.reserved)
+
     async def _release_idle(self, now: float) -> int:
         api, journal, held = self.cluster.api, self.cluster.journal, self.holdings.held
         released = 0
         for name, h in list(held.items()):
             if self._in_use(h):
                 h.empty_since = None
+                h.taken_over = False  # in use here: from now on a block like the others
                 continue
-            if h.empty_since is None:
+            if h.taken_over and not self._reserved(name, h):
+                pass  # a gone node's block, empty: it serves the cluster again at once
+            elif h.empty_since is None:
                 h.empty_since = now
                 continue
-            if now - h.empty_since < self.cluster.settings.block_idle:
+            elif now - h.empty_since < self.cluster.settings.block_idle:
                 continue
-            if not h.obj.spec.parent and len(
+            elif not h.obj.spec.parent and len(
                     [b for b in held.values() if b.record.pool == h.record.pool
                      and not b.obj.spec.parent]) <= 1:
                 continue  # keep one block per pool (a borrowed address is given back)
@@ -77,5 +93,6 @@ class Maintenance:
             await journal.ipam.set_block(h.record.id, "released", ended=True)
             self.releases += 1
             released += 1
-            log.info("released block %s of pool %s (idle)", h.record.cidr, h.record.pool)
+            log.info("released block %s of pool %s (%s)", h.record.cidr, h.record.pool,
+                     "taken over, empty" if h.taken_over else "idle")
         return released

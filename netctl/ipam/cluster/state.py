@@ -49,6 +49,7 @@ class Held:
     block: Block
     obj: IPAMBlock
     empty_since: float | None = None
+    taken_over: bool = False  # handed over from a gone node: released as soon as it is empty
 
 
 @dataclass
