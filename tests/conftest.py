@@ -122,25 +122,34 @@ def real_kube() -> Iterator[RealKube]:
 
 
 class RealNodes:
-    """Real nodes (:class:`netctl.kit.realnode.RealNode`) shared by the real-node modules
-    of the session that can share one: one node per Kubernetes version, opened by the
+    """Real clusters (:class:`netctl.kit.realnode.RealCluster`) shared by the real-node
+    modules of the session that can share one: one per Kubernetes version, opened by the
     first module that asks for that version, with netctl installed as docs/kubernetes.md
-    says. A module that needs a node of its own (Multus installed first, a bench) calls
-    :meth:`release` first: one real node runs on a machine at a time
+    says. A module of one node (``test_realnode.py``, ``test_realnode_dra.py``) gets the
+    first node, the others cordoned; a module of several (``test_realnode_multinode.py``)
+    grows the cluster to what it asks and gets every node schedulable. A module that
+    needs a cluster of its own (Multus installed first, a bench) calls :meth:`release`
+    first: one real cluster runs on a machine at a time
     (:data:`netctl.kit.realnode.LOCK`). The modules that share are named so that they run
-    one after the other (``test_realnode.py``, ``test_realnode_dra.py``); each takes back
-    what it made."""
+    one after the other, the single-node ones first; each takes back what it made."""
 
     def __init__(self) -> None:
-        self.nodes: dict[str, realnode.RealNode] = {}
+        self.clusters: dict[str, realnode.RealCluster] = {}
 
     def __call__(self, kube: realnode.KubeVersion | None) -> realnode.RealNode:
-        """The node of ``kube``, opened if need be; the test skipped, with one line, when
-        no node can run here."""
+        """The first node of ``kube``'s cluster (the others cordoned), opened if need be;
+        the test skipped, with one line, when no node can run here."""
+        c = self.cluster(kube, 1)
+        for n in c.nodes[1:]:
+            c.kubectl("cordon", n.name)
+        return c.nodes[0]
+
+    def cluster(self, kube: realnode.KubeVersion | None, nodes: int) -> realnode.RealCluster:
+        """``kube``'s cluster with at least ``nodes`` nodes, every one schedulable."""
         reason = realnode.unavailable(kube=kube)
         if reason or kube is None:
             pytest.skip(f"real node: {reason}")
-        if kube.version not in self.nodes:
+        if kube.version not in self.clusters:
             self.release()
             try:
                 realnode.build_image()  # this checkout's netctl, once a session
@@ -149,23 +158,30 @@ class RealNodes:
                 if missing:  # no image at all (mmdebstrap and apt-get out of reach, …)
                     pytest.skip(f"real node: {missing}; {str(exc).splitlines()[-1]}")
                 raise
-            n = realnode.RealNode(kube=kube)
-            n.open()
+            c = realnode.RealCluster(1, kube=kube)
+            c.open()
             try:
-                n.install_netctl(build=False)
+                c.install_netctl(build=False)
             except BaseException:
-                n.close()
+                c.close()
                 raise
-            self.nodes[kube.version] = n
-        return self.nodes[kube.version]
+            self.clusters[kube.version] = c
+        c = self.clusters[kube.version]
+        while len(c.nodes) < nodes:
+            c.add_node()
+        for n in c.nodes[1:]:
+            c.kubectl("uncordon", n.name)
+        if nodes > 1:
+            c.wait_ready("daemonset", "netctl", "kube-system", timeout=180)
+        return c
 
     def release(self) -> None:
-        """Every shared node closed (everything it made removed)."""
+        """Every shared cluster closed (everything it made removed)."""
         errors = []
-        while self.nodes:
-            _, n = self.nodes.popitem()
+        while self.clusters:
+            _, c = self.clusters.popitem()
             try:
-                n.close()
+                c.close()
             except realnode.NodeError as exc:
                 errors.append(str(exc))
         assert not errors, errors
@@ -173,7 +189,7 @@ class RealNodes:
 
 @pytest.fixture(scope="session")
 def real_nodes() -> Iterator[RealNodes]:
-    """The session's shared real nodes (:class:`RealNodes`), closed when it ends."""
+    """The session's shared real clusters (:class:`RealNodes`), closed when it ends."""
     nodes = RealNodes()
     yield nodes
     nodes.release()

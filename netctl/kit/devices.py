@@ -476,42 +476,46 @@ def device_veth_names(prefix: str, count: int) -> list[tuple[str, str]]:
     return names
 
 
-def device_veths(prefix: str, count: int) -> list[str]:
-    """``count`` host veth pairs, both ends up: the devices' names (``PREFIXd<i>``). On a
-    failure, those made are removed before the error goes on."""
+def device_veths(prefix: str, count: int, netns: str | None = None) -> list[str]:
+    """``count`` host veth pairs, both ends up: the devices' names (``PREFIXd<i>``); in the
+    named network namespace ``netns`` (a real node's) when given. On a failure, those made
+    are removed before the error goes on."""
     names = device_veth_names(prefix, count)
+    at = ("-n", netns) if netns else ()
     try:
         for device, peer in names:
-            ip("link", "add", device, "type", "veth", "peer", "name", peer)
-            ip("link", "set", device, "up")
-            ip("link", "set", peer, "up")
+            ip(*at, "link", "add", device, "type", "veth", "peer", "name", peer)
+            ip(*at, "link", "set", device, "up")
+            ip(*at, "link", "set", peer, "up")
     except BaseException:
-        remove_device_veths(prefix)
+        remove_device_veths(prefix, netns)
         raise
     return [device for device, _ in names]
 
 
-def remove_device_veths(prefix: str) -> list[str]:
+def remove_device_veths(prefix: str, netns: str | None = None) -> list[str]:
     """Every pair :func:`device_veths` made with ``prefix`` deleted, by its host peer (the
     device end goes with it wherever it is: a pod's netns too), then any device end left
     on the host; returns the names still on the host (none, normally)."""
     ours = re.compile(rf"{re.escape(prefix)}[dp]\d+")
-    links = [n for n in host_links(prefix) if ours.fullmatch(n)]
+    at = ("-n", netns) if netns else ()
+    links = [n for n in host_links(prefix, netns) if ours.fullmatch(n)]
     for name in sorted(links, key=lambda n: n[len(prefix)] != "p"):  # peers first
-        ip("link", "del", name, check=False)
-    return [n for n in host_links(prefix) if ours.fullmatch(n)]
+        ip(*at, "link", "del", name, check=False)
+    return [n for n in host_links(prefix, netns) if ours.fullmatch(n)]
 
 
 @contextlib.contextmanager
-def temporary_device_veths(prefix: str, count: int) -> Iterator[list[str]]:
+def temporary_device_veths(prefix: str, count: int,
+                           netns: str | None = None) -> Iterator[list[str]]:
     """:func:`device_veths` for the ``with`` block; removed after it, also on a failure
     (:class:`~netctl.kit.harness.HarnessError` when some cannot be)."""
-    devices = device_veths(prefix, count)
+    devices = device_veths(prefix, count, netns)
     try:
         yield devices
     except BaseException:
-        remove_device_veths(prefix)
+        remove_device_veths(prefix, netns)
         raise
-    left = remove_device_veths(prefix)
+    left = remove_device_veths(prefix, netns)
     if left:
         raise HarnessError(f"device veths not removed: {left}")

@@ -122,13 +122,18 @@ def _link_names(*args: str) -> list[str]:
         return []
 
 
-def host_links(prefix: str = "") -> list[str]:
-    """The host's links whose names start with ``prefix``."""
-    return [n for n in _link_names("link", "show") if n.startswith(prefix)]
+def _in(netns: str | None) -> tuple[str, ...]:
+    return ("-n", netns) if netns else ()
 
 
-def bridge_ports(bridge: str) -> list[str]:
-    return _link_names("link", "show", "master", bridge)
+def host_links(prefix: str = "", netns: str | None = None) -> list[str]:
+    """The host's links whose names start with ``prefix`` (``netns``: a named network
+    namespace's instead: a real node's)."""
+    return [n for n in _link_names(*_in(netns), "link", "show") if n.startswith(prefix)]
+
+
+def bridge_ports(bridge: str, netns: str | None = None) -> list[str]:
+    return _link_names(*_in(netns), "link", "show", "master", bridge)
 
 
 def netns_links(name: str) -> list[str]:

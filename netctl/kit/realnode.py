@@ -1,46 +1,54 @@
-"""A real single-node Kubernetes cluster on this machine, for end-to-end tests and benches.
+"""Real Kubernetes clusters on this machine, for end-to-end tests and benches: a control
+plane and one node (:class:`RealNode` alone) or several (:class:`RealCluster`), as
+``../shared/kube/README.md`` says it works here.
 
-:class:`RealNode` (a context manager) runs, all on 127.0.0.1, as ``../shared/kube/README.md``
-says it works here:
-
-- the control plane: etcd and kube-apiserver (:class:`~netctl.kit.kubefake.real.RealKube`,
-  the ServiceAccount admission plugin on), kube-controller-manager (service-account tokens,
-  the root CA, certificate signing) and kube-scheduler, each with a kubeconfig holding the
-  admin token;
-- the node, in a mount namespace of its own (``unshare -m``, held open by a ``sleep``; every
-  node process is started with ``nsenter -t HOLDER -m``): ``/`` made rshared (netctl's
-  DaemonSet mounts the host's ``/`` and ``/run/netns`` HostToContainer), a fresh tmpfs on
-  ``/run``, overlays on ``/var/lib`` and ``/opt`` whose upper dirs are under the node's
-  temporary dir, fresh dirs bound on ``/var/lib/{containerd,kubelet,cni,netctl}``,
-  ``/opt/cni/bin`` (Debian's plugins copied in), ``/etc/cni/net.d`` (the primary CNI: a
-  bridge with host-local) and ``/var/log``, an ``/etc/hosts`` naming the node 127.0.0.1, and
-  the ``/proc/sys`` files kubelet (and the bridge plugin: ``ip_forward``) would write on the
-  machine covered by files of their own. kube-apiserver runs in that namespace too: it
-  reaches the kubelet by its Hostname address, which only the node's ``/etc/hosts`` names;
+- The control plane (:class:`ControlPlane`), on the machine: etcd and kube-apiserver
+  (:class:`~netctl.kit.kubefake.real.RealKube`, the ServiceAccount admission plugin on)
+  listening on the node network's gateway (:data:`GATEWAY`), kube-controller-manager
+  (service-account tokens, the root CA, certificate signing) and kube-scheduler, each with a
+  kubeconfig holding the admin token. The node network: a bridge on the machine
+  (``PREFIXn0``) holding the gateway.
+- Each node in a **network namespace of its own** (named ``PREFIXns`` on the machine): its
+  ``eth0`` a veth on the node network at ``NODE_NETWORK[10 + index]`` (its InternalIP,
+  which the API server reaches its kubelet at), its default route the gateway; its pods'
+  primary network a bridge with host-local on ``10.217.<index>.0/24``. Pods on different
+  nodes reach each other over networks hung on ``eth0`` (macvlan).
+- Each node in a **mount namespace of its own** (``unshare -m`` in its netns, held open by
+  a ``sleep``; every node process is started with ``nsenter -t HOLDER -m -n``): ``/`` made
+  rshared (netctl's DaemonSet mounts the host's ``/`` and ``/run/netns`` HostToContainer),
+  a fresh tmpfs on ``/run``, overlays on ``/var/lib`` and ``/opt`` whose upper dirs are
+  under the node's temporary dir, fresh dirs bound on
+  ``/var/lib/{containerd,kubelet,cni,netctl}``, ``/opt/cni/bin`` (Debian's plugins copied
+  in), ``/etc/cni/net.d`` (the primary CNI) and ``/var/log``, an ``/etc/hosts`` naming the
+  node, ``/sys/class/net`` as its netns has it, and the machine-wide ``/proc/sys`` files
+  kubelet would write covered by files of their own.
 - Debian's containerd 1.6 (its root, state and socket the node's, runc,
   ``restrict_oom_score_adj``, a pause image built from busybox-static as ``sandbox_image``)
   and kubelet (cgroupfs, no QoS cgroups, no iptables chains, kubeAPIQPS 50, low eviction
-  thresholds; authentication and authorization open, on 127.0.0.1 only). No kube-proxy, no
-  cluster DNS.
+  thresholds; authentication and authorization open). No kube-proxy, no cluster DNS.
 
-:meth:`RealNode.install_netctl` then installs netctl as ``docs/kubernetes.md`` says: ``make
-image``, the image saved by podman and imported with ``ctr -n k8s.io images import``, the
-``netctl-api-server`` ConfigMap (the `kubernetes` Service's address is not routed here),
-``kubectl apply -f deploy/crds/ -f deploy/kubernetes/rbac.yaml -f
+:func:`install_netctl` (:meth:`RealNode.install_netctl`, :meth:`RealCluster.install_netctl`)
+then installs netctl as ``docs/kubernetes.md`` says: ``make image``, the image saved by
+podman and imported into each node with ``ctr -n k8s.io images import``, the
+``netctl-api-server`` ConfigMap (the `kubernetes` Service's address is not routed here: the
+API server's own), ``kubectl apply -f deploy/crds/ -f deploy/kubernetes/rbac.yaml -f
 deploy/kubernetes/daemonset.yaml``, and waits for the DaemonSet to be Ready.
 
 Helpers: :meth:`~RealNode.kubectl`, :meth:`~RealNode.apply`, :meth:`~RealNode.wait_ready`,
 :meth:`~RealNode.import_image`, :meth:`~RealNode.network_status`,
-:meth:`~RealNode.in_pod_netns`, :meth:`~RealNode.stop_node` / :meth:`~RealNode.start_node` (a
-reboot: everything on the node stopped, its ``/run`` replaced, so the pods' netns are gone),
-:meth:`~RealNode.kill_kubelet`, :meth:`~RealNode.kill_containerd`,
-:meth:`~RealNode.kill_daemon`. :func:`unavailable` says in one line what is missing.
+:meth:`~RealNode.in_pod_netns`, :meth:`~RealNode.bridge_ports` and :meth:`~RealNode.links`
+(in the node's netns), :meth:`~RealNode.stop_node` / :meth:`~RealNode.start_node` (a
+reboot, or a node that died: everything on the node stopped, its ``/run`` replaced, so the
+pods' netns are gone, its links but ``eth0`` too), :meth:`~RealNode.kill_kubelet`,
+:meth:`~RealNode.kill_containerd`, :meth:`~RealNode.kill_daemon`;
+:meth:`RealCluster.add_node`, :meth:`RealCluster.node_of` (a pod's node).
+:func:`unavailable` says in one line what is missing.
 
-:meth:`RealNode.close` takes everything back, also after a failure: the containers killed
-through ``ctr`` before containerd stops, then every process of the node by PID, kubelet's
-mounts, the namespace's, the control plane, the links named with the node's prefix (its
-bridges; the pods' veths go with their netns), the cgroups of its containers and the
-temporary dir. Host links the tests make must be named ``node.prefix + …`` to be removed.
+``close`` takes everything back, also after a failure: the containers killed through
+``ctr`` before containerd stops, then every process of the node by PID, kubelet's mounts,
+the namespace's, the node's netns (its links with it), the control plane, the machine's
+links named with the prefix (the node network's bridge), the cgroups of its containers and
+the temporary dirs. One real cluster runs on a machine at a time (:data:`LOCK`).
 """
 
 from __future__ import annotations
@@ -66,7 +74,7 @@ from typing import Any, TypeVar
 import yaml
 
 from . import kubebins
-from .harness import HarnessError, wait_for
+from .harness import HarnessError, bridge_ports, host_links, wait_for
 from .harness_podman import BUSYBOX, write_image_tar
 from .kubebins import KubeVersion
 from .kubefake import real as realkube
@@ -90,16 +98,17 @@ DEVMOVE_RECORD = "/var/lib/netctl-devmove"  # where it records what each call sa
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
 PRIMARY_CONF = "/etc/cni/net.d/10-primary.conflist"
-PRIMARY_SUBNET = "10.217.0.0/24"
+PRIMARY_SUBNET = "10.217.0.0/16"  # the pods' primary network: 10.217.<node's index>.0/24
+# the node network: a bridge on the machine (the control plane's address on it, the
+# gateway), each node's eth0 in its own network namespace at .10, .11, …
+NODE_NETWORK = ipaddress.IPv4Network("10.216.0.0/24")
+GATEWAY = NODE_NETWORK[1]
 # what kubelet writes on a node (vm/overcommit_memory 1, kernel/panic 10,
-# kernel/panic_on_oops 1) and the bridge plugin as a gateway (ip_forward): files of the
+# kernel/panic_on_oops 1), the machine's (not its network namespace's): files of the
 # node's own are bound over them, so the machine's settings stay as they are
-SYSCTLS = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1",
-           "net/ipv4/ip_forward": "1"}
+SYSCTLS = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1"}
 # node dirs bound fresh over the overlays (the machine's own content is not the node's)
-# one real node at a time on a machine: each node's netctl runs on the host network (the
-# machine's: only the mount namespace is the node's), so two would share the metrics port
-# their probes ask, and their delegates the host's links
+# one real cluster at a time on a machine: each has the node network NODE_NETWORK
 LOCK = Path("/run/lock/netctl-realnode.lock")
 FRESH = ("/var/lib/containerd", "/var/lib/kubelet", "/var/lib/cni", "/var/lib/netctl",
          "/opt/cni/bin")
@@ -183,6 +192,15 @@ def unavailable(image: str | None = None, kube: KubeVersion | None = None) -> st
 
 
 # -- images without a registry -------------------------------------------------------------
+
+
+def save_image(image: str, tar: Path) -> None:
+    """podman's ``image`` saved as a docker-archive (what ``ctr images import`` takes)."""
+    proc = subprocess.run(["podman", "save", "--format", "docker-archive", "-o", str(tar),
+                           image], env=podman_env(), capture_output=True, text=True,
+                          timeout=600, check=False)
+    if proc.returncode != 0:
+        raise NodeError(f"podman save {image}: {proc.stderr[-2000:]}")
 
 
 # -- processes -------------------------------------------------------------------------------
@@ -270,461 +288,29 @@ def kubelet_by_version(minor: int) -> tuple[dict[str, Any], list[str]]:
     return config, []
 
 
-class RealNode:
-    """A control plane and one node (see the module's doc). ``open`` starts it (the node
-    Ready), ``close`` removes everything; :meth:`install_netctl` puts netctl on it."""
+class _Api:
+    """kubectl and the API as the cluster's admin: what a control plane and its nodes
+    share (``kube``, ``admin_kubeconfig``, ``binary`` are theirs)."""
 
-    def __init__(self, name: str = "", *, prefix: str = "", max_pods: int = 110,
-                 kube: KubeVersion | None = None) -> None:
-        """``kube``: the Kubernetes version (by default the newest selected one,
-        :func:`netctl.kit.kubebins.pick`); ``max_pods``: kubelet's maxPods (its default
-        110; the DaemonSet's pod counts)."""
-        picked = kube or kubebins.pick()
-        if picked is None:
-            raise NodeError(kubebins.missing())
-        self.kube_version: KubeVersion = picked
-        tag = secrets.token_hex(2)
-        self.max_pods = max_pods
-        self.name = name or f"netctl-node-{tag}"
-        # host links the node and its tests make are named prefix… (at most 15 characters:
-        # 7 here, 8 left); close() removes them
-        self.prefix = prefix or f"nrn{tag}"
-        self.primary_bridge = f"{self.prefix}p0"
-        self.dir = Path(tempfile.mkdtemp(prefix="netctl-node-"))  # on disk: overlay uppers
-        self.logs = self.dir / "logs"
-        self.kube: RealKube | None = None
-        self.holder: subprocess.Popen[bytes] | None = None
-        self._procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.kubelet_port, self.healthz_port = free_port(), free_port()
-        self.timings: dict[str, float] = {}
-        self._container_ids: set[str] = set()  # seen: their cgroups are removed at close
-        self._cgroups_before: set[str] = set()
-        self._lock_fd: int | None = None
+    kube: RealKube | None
+    kube_version: KubeVersion
 
-    # -- life cycle -----------------------------------------------------------------------
+    @property
+    def admin_kubeconfig(self) -> Path:
+        raise NotImplementedError
 
-    def __enter__(self) -> RealNode:
-        self.open()
-        return self
+    def describe(self) -> str:
+        return ""
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def open(self) -> None:
-        try:
-            self._open()
-        except BaseException:
-            self.close()
-            raise
-
-    def _lock(self) -> None:
-        """The machine's real-node lock (:data:`LOCK`), held until :meth:`close`; another
-        node open on the machine is an error naming its holder, not a wait."""
-        LOCK.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
-            os.close(fd)
-            raise NodeError(f"another real node runs on this machine ({holder or 'unknown'}; "
-                            f"{LOCK}): nodes share the host network, so one at a time") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}, node {self.name}\n".encode(), 0)
-        self._lock_fd = fd
-
-    def _unlock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # the flock goes with the descriptor
-            self._lock_fd = None
-
-    def _open(self) -> None:
-        t0 = time.monotonic()
-        self._lock()
-        self.logs.mkdir()
-        self._cgroups_before = set(self._cgroup_dirs())
-        self._make_namespace()
-        t1 = time.monotonic()
-        self.kube = RealKube(service_accounts=True, wrap=self.nsenter(),
-                             kube=self.kube_version)
-        self.kube.open()
-        self.kube.kubeconfig(self.admin_kubeconfig, token=self.kube.admin_token,
-                             namespace="default")
-        self._start_controllers()
-        self.timings["control plane"] = time.monotonic() - t1
-        t2 = time.monotonic()
-        self._write_node_config()
-        self._start_containerd()
-        for image, cmd in ((PAUSE_IMAGE, ["sleep", "2147483647"]),
-                           (BUSYBOX_IMAGE, ["sh"])):
-            tar = self.dir / f"{image.rsplit('/', 1)[1].replace(':', '-')}.tar"
-            write_image_tar(tar, image, cmd)
-            self.import_tar(tar)
-            tar.unlink()
-        self._start_kubelet()
-        self.wait_node_ready()
-        # pods need their namespace's default ServiceAccount (the controller-manager's)
-        wait_for(lambda: self.kube is not None and self.kube.request(
-            "GET", "/api/v1/namespaces/default/serviceaccounts/default", ok_missing=True),
-            60, "the default ServiceAccount")
-        self.timings["node ready"] = time.monotonic() - t2
-        self.timings["open"] = time.monotonic() - t0
-
-    def close(self) -> None:
-        """Everything stopped and removed, whatever state the node is in."""
-        errors: list[str] = []
-
-        def step(what: str, fn: Callable[[], object]) -> None:
-            try:
-                fn()
-            except Exception as exc:  # go on: the rest must be taken back too
-                errors.append(f"{what}: {exc}")
-
-        if self.holder is not None:
-            step("the node's processes", lambda: self._stop_node_processes(graceful=True))
-            step("the node's mounts", self._unmount_node)
-        for name in ("kube-scheduler", "kube-controller-manager"):  # no state: no grace
-            step(name, functools.partial(_stop, self._procs.pop(name, None), 1))
-        if self.kube is not None:
-            step("the API server", self.kube.close)
-            self.kube = None
-        if self.holder is not None:
-            ns = _mnt_ns(self.holder.pid)
-            step("the namespace holder", lambda: _stop(self.holder, 5))
-            # anything still in the node's namespace (nothing should be)
-            step("leftovers", lambda: self._kill_all(lambda: [
-                p for p in _pids() if ns and _mnt_ns(p) == ns]))
-            self.holder = None
-        step("links", self._remove_links)
-        # the CRI plugin's dirs name every container and sandbox it still knows of
-        cri = self.dir / "node" / "fresh-var-lib-containerd" / "io.containerd.grpc.v1.cri"
-        for kind in ("containers", "sandboxes"):
-            with contextlib.suppress(OSError):
-                self._container_ids.update(os.listdir(cri / kind))
-        step("cgroups", self._remove_cgroups)
-        shutil.rmtree(self.dir, ignore_errors=True)
-        self._unlock()
-        if errors:
-            raise NodeError("; ".join(errors))
+    def _alive(self) -> bool:
+        return True
 
     def binary(self, name: str) -> Path:
-        """The node's Kubernetes version's ``name`` (kubelet, kubectl, …)."""
+        """The cluster's Kubernetes version's ``name`` (kubelet, kubectl, …)."""
         path = self.kube_version.binary(name)
         if path is None:
             raise NodeError(f"{self.kube_version.dir} has no {name}")
         return path
-
-    # -- the namespace ----------------------------------------------------------------------
-
-    def nsenter(self) -> list[str]:
-        assert self.holder is not None, "the node is not open"
-        return ["nsenter", "-t", str(self.holder.pid), "-m", "--"]
-
-    def node_path(self, path: str) -> Path:
-        """Where the node's ``path`` is seen from the machine (its root, through the
-        holder's ``/proc/PID/root``)."""
-        assert self.holder is not None, "the node is not open"
-        return Path(f"/proc/{self.holder.pid}/root{path}")
-
-    def in_node(self, *argv: str, check: bool = True, timeout: float = 120,
-                data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        """``argv`` run in the node's mount namespace."""
-        proc = subprocess.run([*self.nsenter(), *argv], input=data, capture_output=True,
-                              timeout=timeout, check=False)
-        if check and proc.returncode != 0:
-            raise NodeError(f"{' '.join(argv[:4])}… exited {proc.returncode}: "
-                            f"{proc.stderr.decode(errors='replace')[-2000:]}"
-                            f"{proc.stdout.decode(errors='replace')[-500:]}")
-        return proc
-
-    def _make_namespace(self) -> None:
-        d = self.dir
-        with open(self.logs / "holder.log", "wb") as log, realkube._signals_unblocked():
-            self.holder = subprocess.Popen(
-                ["unshare", "-m", "--propagation", "private", "--", "sleep", "infinity"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
-        own = _mnt_ns(os.getpid())
-        holder = self.holder
-        wait_for(lambda: holder.poll() is None and _mnt_ns(holder.pid) not in ("", own)
-                 and _argv(holder.pid)[:1] == ["sleep"], 10, "unshare's mount namespace")
-        for sub in ("varlib.upper", "varlib.work", "opt.upper", "opt.work", "net.d", "log",
-                    "sys", *(f"fresh{p.replace('/', '-')}" for p in FRESH)):
-            (d / "node" / sub).mkdir(parents=True)
-        (d / "node" / "hosts").write_text(
-            f"127.0.0.1 localhost\n127.0.0.1 {self.name}\n::1 localhost ip6-localhost\n")
-        binds = [(str(d / "node" / "net.d"), "/etc/cni/net.d"),
-                 (str(d / "node" / "log"), "/var/log"),
-                 (str(d / "node" / "hosts"), "/etc/hosts")]
-        for key, value in SYSCTLS.items():
-            f = d / "node" / "sys" / key.replace("/", "-")
-            f.write_text(f"{value}\n")
-            binds.append((str(f), f"/proc/sys/{key}"))
-        n = d / "node"
-        lines = [
-            "set -e",
-            "mount --make-rshared /",
-            "mount -t tmpfs -o mode=0755 tmpfs /run",
-            f"mount -t overlay overlay -o lowerdir=/var/lib,upperdir={n}/varlib.upper,"
-            f"workdir={n}/varlib.work /var/lib",
-            f"mount -t overlay overlay -o lowerdir=/opt,upperdir={n}/opt.upper,"
-            f"workdir={n}/opt.work /opt",
-        ]
-        for p in FRESH:
-            lines += [f"mkdir -p {p}", f"mount --bind {n}/fresh{p.replace('/', '-')} {p}"]
-        lines += [f"mount --bind {src} {dst}" for src, dst in binds]
-        self.in_node("sh", "-c", "\n".join(lines))
-        for plugin in sorted(os.listdir(SYSTEM_CNI)):
-            shutil.copy2(SYSTEM_CNI / plugin, n / "fresh-opt-cni-bin" / plugin)
-        (n / "net.d" / "10-primary.conflist").write_text(json.dumps({
-            "cniVersion": "1.0.0", "name": "primary", "plugins": [{
-                "type": "bridge", "bridge": self.primary_bridge, "isGateway": True,
-                "ipam": {"type": "host-local", "ranges": [[{"subnet": PRIMARY_SUBNET}]]}}]},
-            indent=1) + "\n")
-
-    def _node_mounts(self, under: str) -> list[str]:
-        """Mount points at or below ``under`` in the node's namespace, deepest first."""
-        assert self.holder is not None
-        found = []
-        with open(f"/proc/{self.holder.pid}/mountinfo") as fh:
-            for line in fh:
-                point = line.split()[4].replace("\\040", " ")
-                if point == under or point.startswith(under.rstrip("/") + "/"):
-                    found.append(point)
-        return sorted(found, key=lambda p: p.count("/"), reverse=True)
-
-    def _umount(self, points: Sequence[str]) -> None:
-        if points:
-            self.in_node("umount", "--lazy", *points, check=False)
-
-    def _unmount_node(self) -> None:
-        """kubelet's mounts (its root dir), then the namespace's own, deepest first."""
-        if self.holder is None or self.holder.poll() is not None:
-            return
-        self._umount(self._node_mounts("/var/lib/kubelet"))
-        self._umount([p for p in self._node_mounts("/") if p.startswith(
-            ("/run", "/var/lib", "/opt", "/etc/cni", "/var/log", "/etc/hosts",
-             *(f"/proc/sys/{k}" for k in SYSCTLS)))])
-
-    # -- the control plane --------------------------------------------------------------------
-
-    @property
-    def admin_kubeconfig(self) -> Path:
-        return self.dir / "admin.kubeconfig"
-
-    def _spawn(self, name: str, argv: Sequence[str], *, in_node: bool = False) -> None:
-        with open(self.logs / f"{name}.log", "ab") as log, realkube._signals_unblocked():
-            self._procs[name] = subprocess.Popen(
-                [*(self.nsenter() if in_node else []), *argv], stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-
-    def _check_running(self, name: str) -> None:
-        proc = self._procs.get(name)
-        if proc is not None and proc.poll() is not None:
-            raise NodeError(f"{name} exited {proc.returncode}:\n"
-                            f"{_tail(self.logs / f'{name}.log')}")
-
-    def _start_controllers(self) -> None:
-        assert self.kube is not None
-        k = self.kube.dir
-        cm = self.binary("kube-controller-manager")
-        sched = self.binary("kube-scheduler")
-        config = str(self.admin_kubeconfig)
-        self._spawn("kube-controller-manager", [
-            str(cm), f"--kubeconfig={config}", f"--authentication-kubeconfig={config}",
-            f"--authorization-kubeconfig={config}", "--bind-address=127.0.0.1",
-            f"--secure-port={free_port()}", f"--cert-dir={self.dir / 'cm-certs'}",
-            "--leader-elect=false", f"--service-account-private-key-file={k}/sa.key",
-            f"--root-ca-file={k}/ca.crt", f"--cluster-signing-cert-file={k}/ca.crt",
-            f"--cluster-signing-key-file={k}/ca.key", "--use-service-account-credentials=false",
-            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service,-route", "--v=1"])
-        self._spawn("kube-scheduler", [
-            str(sched), f"--kubeconfig={config}", f"--authentication-kubeconfig={config}",
-            f"--authorization-kubeconfig={config}", "--bind-address=127.0.0.1",
-            f"--secure-port={free_port()}", f"--cert-dir={self.dir / 'sched-certs'}",
-            "--leader-elect=false", "--v=1"])
-
-    # -- the node's runtime and kubelet ---------------------------------------------------------
-
-    def _write_node_config(self) -> None:
-        cri = '[plugins."io.containerd.grpc.v1.cri"'
-        (self.dir / "containerd.toml").write_text(f"""version = 2
-root = "/var/lib/containerd"
-state = "/run/containerd"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-                    "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
-[grpc]
-  address = "{SOCKET}"
-[ttrpc]
-  address = "{SOCKET}.ttrpc"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "/opt/containerd"
-{cri}]
-  restrict_oom_score_adj = true
-  sandbox_image = "{PAUSE_IMAGE}"
-{cri}.cni]
-  bin_dir = "/opt/cni/bin"
-  conf_dir = "/etc/cni/net.d"
-  max_conf_num = 1
-{cri}.containerd]
-  default_runtime_name = "runc"
-  snapshotter = "overlayfs"
-{cri}.containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-""")
-        assert self.kube is not None
-        self.kube.kubeconfig(self.dir / "kubelet.kubeconfig", token=self.kube.admin_token)
-        (self.dir / "kubelet.yaml").write_text(yaml.safe_dump({
-            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "address": "127.0.0.1", "port": self.kubelet_port, "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1", "healthzPort": self.healthz_port,
-            "cgroupDriver": "cgroupfs", "cgroupsPerQOS": False, "enforceNodeAllocatable": [],
-            "failSwapOn": False, "makeIPTablesUtilChains": False,
-            "kubeAPIQPS": 50, "kubeAPIBurst": 100, "maxPods": self.max_pods,
-            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
-            "authorization": {"mode": "AlwaysAllow"},
-            "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%",
-                             "nodefs.inodesFree": "1%", "imagefs.available": "1%"},
-            # every image is imported (no registry): never collected
-            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-            "serializeImagePulls": False, "resolvConf": "/etc/resolv.conf",
-            "nodeStatusUpdateFrequency": "4s", "syncFrequency": "10s",
-            "fileCheckFrequency": "10s", "staticPodPath": "",
-            **kubelet_by_version(self.kube_version.minor)[0],
-        }))
-
-    def _start_containerd(self) -> None:
-        self._spawn("containerd", [CONTAINERD, "--config", str(self.dir / "containerd.toml"),
-                                   "--log-level", "info"], in_node=True)
-
-        def serving() -> bool:
-            self._check_running("containerd")
-            return self.in_node(CTR, "--address", SOCKET, "version", check=False,
-                                timeout=30).returncode == 0
-        wait_for(serving, 30, "containerd to answer")
-
-    def _start_kubelet(self) -> None:
-        kubelet = self.binary("kubelet")
-        self._spawn("kubelet", [
-            str(kubelet), f"--config={self.dir / 'kubelet.yaml'}",
-            f"--kubeconfig={self.dir / 'kubelet.kubeconfig'}",
-            *kubelet_by_version(self.kube_version.minor)[1], "--root-dir=/var/lib/kubelet",
-            f"--hostname-override={self.name}", "--register-node=true", "--v=1"],
-            in_node=True)
-
-    def wait_node_ready(self, timeout: float = 90) -> None:
-        def ready() -> bool:
-            self._check_running("kubelet")
-            self._check_running("containerd")
-            node = self.get("nodes", self.name)
-            conds = {c["type"]: c["status"] for c in
-                     ((node or {}).get("status") or {}).get("conditions") or []}
-            return conds.get("Ready") == "True"
-        try:
-            wait_for(ready, timeout, f"node {self.name} Ready", interval=0.25)
-        except HarnessError as exc:
-            raise NodeError(f"{exc}\n{self.describe()}") from exc
-
-    def describe(self) -> str:
-        """The tails of the node's logs, for a failure's message."""
-        return "\n".join(f"--- {name}:\n{_tail(self.logs / f'{name}.log', 2000)}"
-                         for name in ("kubelet", "containerd", "kube-controller-manager"))
-
-    # -- images ----------------------------------------------------------------------------------
-
-    def import_tar(self, tar: Path) -> None:
-        """``ctr -n k8s.io images import`` in the node (a docker-archive or OCI tar)."""
-        self.in_node(CTR, "--address", SOCKET, "-n", K8S_NS, "images", "import", str(tar),
-                     timeout=600)
-
-    def import_image(self, image: str) -> None:
-        """podman's ``image`` into the node's containerd, as docs/kubernetes.md says:
-        ``podman save --format docker-archive``, then ``ctr -n k8s.io images import``."""
-        tar = self.dir / "image.tar"
-        try:
-            proc = subprocess.run(["podman", "save", "--format", "docker-archive", "-o",
-                                   str(tar), image], env=podman_env(), capture_output=True,
-                                  text=True, timeout=600, check=False)
-            if proc.returncode != 0:
-                raise NodeError(f"podman save {image}: {proc.stderr[-2000:]}")
-            self.import_tar(tar)
-        finally:
-            tar.unlink(missing_ok=True)
-
-    # -- netctl ---------------------------------------------------------------------------------
-
-    def install_netctl(self, *, build: bool = True,
-                       daemonset: Sequence[Mapping[str, Any]] | None = None) -> str:
-        """netctl on the node as docs/kubernetes.md installs it (``make image`` first unless
-        not ``build``; ``daemonset``: these documents applied instead of daemonset.yaml, an
-        edited copy of it); returns the image's name once the DaemonSet is Ready."""
-        assert self.kube is not None
-        image = netctl_image()
-        t0 = time.monotonic()
-        if build:
-            build_image()
-            self.timings["make image"] = time.monotonic() - t0
-        t1 = time.monotonic()
-        self.import_image(image)
-        self.timings["image import"] = time.monotonic() - t1
-        t2 = time.monotonic()
-        self.kubectl("-n", "kube-system", "create", "configmap", "netctl-api-server",
-                     "--from-literal=k8sServiceHost=127.0.0.1",
-                     f"--from-literal=k8sServicePort={self.kube.port}")
-        if daemonset is None:
-            self.kubectl("apply", "-f", f"{CRDS}/", "-f", str(MANIFESTS / "rbac.yaml"),
-                         "-f", str(MANIFESTS / "daemonset.yaml"))
-        else:
-            self.kubectl("apply", "-f", f"{CRDS}/", "-f", str(MANIFESTS / "rbac.yaml"))
-            self.apply(daemonset)
-        self.wait_ready("daemonset", "netctl", "kube-system", timeout=300)
-        self.timings["daemonset ready"] = time.monotonic() - t2
-        return image
-
-    def daemon_pod(self) -> str:
-        """The name of the DaemonSet's running pod."""
-        pods = self.kube_list("pods", "kube-system", "app.kubernetes.io/name=netctl")
-        running = [p["metadata"]["name"] for p in pods
-                   if (p.get("status") or {}).get("phase") == "Running"
-                   and not p["metadata"].get("deletionTimestamp")]
-        if len(running) != 1:
-            raise NodeError(f"netctl's pods running: {running}")
-        return str(running[0])
-
-    def netctl(self, *args: str, timeout: float = 60, check: bool = True) -> str:
-        """``netctl ARGS`` in the daemon's container (``kubectl exec``): its output. The API
-        server reaches the kubelet for an exec, and the kubelet the runtime: while a kubelet
-        just restarted (or killed by a test) does not listen yet, or still waits to dial a
-        restarted containerd again (kubelet v1.24's runtime connection backs off after
-        containerd is killed: "Unavailable … connection refused"), or the daemon's container
-        is being restarted after a kill ("container not found"), the exec is tried again,
-        up to 30 s."""
-        def attempt() -> list[str]:
-            try:
-                return [self.kubectl("-n", "kube-system", "exec", self.daemon_pod(), "-c",
-                                    "netctl", "--", "netctl", *args, timeout=timeout,
-                                    check=check)]
-            except NodeError as exc:
-                if not any(s in str(exc) for s in ("error dialing backend",
-                                                   "code = Unavailable",
-                                                   "container not found")):
-                    raise
-                self._check_running("kubelet")
-                self._check_running("containerd")
-                return []
-        return wait_for(attempt, 30, f"kubectl exec netctl {' '.join(args)}", 0.5)[0]
-
-    def pools(self) -> list[dict[str, Any]]:
-        """``netctl ipam pools --json`` in the daemon's container: every pool's range,
-        size, in_use, reserved, free."""
-        pools: list[dict[str, Any]] = json.loads(self.netctl("ipam", "pools", "--json"))["pools"]
-        return pools
-
-    def held(self) -> dict[str, int]:
-        """Addresses netctl holds on the node: range → in use (the pools holding any)."""
-        return {str(p["range"]): int(p["in_use"]) for p in self.pools() if int(p["in_use"])}
-
-    # -- kubectl and the API ------------------------------------------------------------------
 
     def kubectl(self, *args: str, data: str | None = None, timeout: float = 120,
                 check: bool = True) -> str:
@@ -737,22 +323,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             raise NodeError(f"kubectl {' '.join(args)}: exit {proc.returncode}: "
                             f"{proc.stderr[-2000:]}")
         return proc.stdout
-
-    def device_network(self, name: str, namespace: str, resource: str,
-                       subnet: ipaddress.IPv4Network) -> None:
-        """A device network on the node: ``tests/plugins/devmove`` (it moves the device its
-        ``deviceID`` names into the pod, as SR-IOV CNI moves a VF, and records each call
-        under :data:`DEVMOVE_RECORD`) copied into ``/opt/cni/bin``, and a NAD ``name`` of
-        ``resource`` running it with netctl-ipam on ``subnet``."""
-        shutil.copy(DEVMOVE, self.node_path("/opt/cni/bin/devmove"))
-        self.apply([{
-            "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-            "metadata": {"name": name, "namespace": namespace,
-                         "annotations": {"k8s.v1.cni.cncf.io/resourceName": resource}},
-            "spec": {"config": json.dumps({"cniVersion": "1.0.0", "name": name, "plugins": [{
-                "type": "devmove", "record": DEVMOVE_RECORD,
-                "capabilities": {"deviceID": True, "CNIDeviceInfoFile": True},
-                "ipam": {"type": "netctl-ipam", "range": str(subnet)}}]})}}])
 
     def apply(self, manifest: str | Path | Sequence[Mapping[str, Any]]) -> str:
         """``kubectl apply``: a file or dir, YAML text, or documents."""
@@ -804,10 +374,596 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return self.kube_list("pods", namespace, selector)
 
+
+def _spawn(procs: dict[str, subprocess.Popen[bytes]], logs: Path, name: str,
+           argv: Sequence[str]) -> None:
+    with open(logs / f"{name}.log", "ab") as log, realkube._signals_unblocked():
+        procs[name] = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _check_running(procs: Mapping[str, subprocess.Popen[bytes]], logs: Path,
+                   name: str) -> None:
+    proc = procs.get(name)
+    if proc is not None and proc.poll() is not None:
+        raise NodeError(f"{name} exited {proc.returncode}:\n{_tail(logs / f'{name}.log')}")
+
+
+def _machine_links(prefix: str) -> None:
+    """The machine's links named ``prefix…`` deleted, ports left on them first."""
+    out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    links = json.loads(out)
+    ours = {link["ifname"] for link in links if link["ifname"].startswith(prefix)}
+    for link in links:
+        if link.get("master") in ours:
+            subprocess.run(["ip", "link", "del", link["ifname"]], capture_output=True,
+                           timeout=30, check=False)
+    for name in ours:
+        subprocess.run(["ip", "link", "del", name], capture_output=True, timeout=30,
+                       check=False)
+
+
+class ControlPlane(_Api):
+    """The cluster's control plane on the machine — etcd, kube-apiserver (listening on
+    the node network's gateway, :data:`GATEWAY`), kube-controller-manager and
+    kube-scheduler — and the node network: the bridge ``PREFIXn0`` holding the gateway,
+    which each node's ``eth0`` hangs on. Takes the machine's :data:`LOCK`."""
+
+    def __init__(self, kube: KubeVersion, prefix: str) -> None:
+        self.kube_version = kube
+        self.prefix = prefix
+        self.bridge = f"{prefix}n0"
+        self.dir = Path(tempfile.mkdtemp(prefix="netctl-cluster-"))
+        self.logs = self.dir / "logs"
+        self.kube: RealKube | None = None
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._lock_fd: int | None = None
+        self.timings: dict[str, float] = {}
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.dir / "admin.kubeconfig"
+
+    @property
+    def image_tar(self) -> Path:
+        """netctl's image as installed (:func:`install_netctl`), for nodes added later."""
+        return self.dir / "netctl-image.tar"
+
+    def open(self) -> None:
+        try:
+            t0 = time.monotonic()
+            self._lock()
+            self.logs.mkdir()
+            _machine_links(self.prefix)  # a run killed before its close
+            for args in (("link", "add", self.bridge, "type", "bridge"),
+                         ("addr", "add", f"{GATEWAY}/{NODE_NETWORK.prefixlen}", "dev",
+                          self.bridge),
+                         ("link", "set", self.bridge, "up")):
+                subprocess.run(["ip", *args], capture_output=True, timeout=30, check=True)
+            self.kube = RealKube(service_accounts=True, address=str(GATEWAY),
+                                 kube=self.kube_version)
+            self.kube.open()
+            self.kube.kubeconfig(self.admin_kubeconfig, token=self.kube.admin_token,
+                                 namespace="default")
+            self._start_controllers()
+            self.timings["control plane"] = time.monotonic() - t0
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        errors: list[str] = []
+        for name in ("kube-scheduler", "kube-controller-manager"):  # no state: no grace
+            _stop(self._procs.pop(name, None), 1)
+        if self.kube is not None:
+            try:
+                self.kube.close()
+            except Exception as exc:
+                errors.append(f"the API server: {exc}")
+            self.kube = None
+        try:
+            _machine_links(self.prefix)
+        except Exception as exc:
+            errors.append(f"links: {exc}")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # the flock goes with the descriptor
+            self._lock_fd = None
+        if errors:
+            raise NodeError("; ".join(errors))
+
+    def _lock(self) -> None:
+        """The machine's real-cluster lock (:data:`LOCK`), held until :meth:`close`;
+        another cluster open on the machine is an error naming its holder, not a wait."""
+        LOCK.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise NodeError(f"another real cluster runs on this machine ({holder or 'unknown'}; "
+                            f"{LOCK}): each has the node network {NODE_NETWORK}, so one at "
+                            "a time") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}, links {self.prefix}*\n".encode(), 0)
+        self._lock_fd = fd
+
+    def check_running(self, name: str) -> None:
+        _check_running(self._procs, self.logs, name)
+
     def _alive(self) -> bool:
-        for name in ("kubelet", "containerd", "kube-controller-manager", "kube-scheduler"):
-            self._check_running(name)
+        for name in ("kube-controller-manager", "kube-scheduler"):
+            self.check_running(name)
         return True
+
+    def describe(self) -> str:
+        return f"--- kube-controller-manager:\n" \
+               f"{_tail(self.logs / 'kube-controller-manager.log', 2000)}"
+
+    def _start_controllers(self) -> None:
+        assert self.kube is not None
+        k = self.kube.dir
+        config = str(self.admin_kubeconfig)
+        _spawn(self._procs, self.logs, "kube-controller-manager", [
+            str(self.binary("kube-controller-manager")), f"--kubeconfig={config}",
+            f"--authentication-kubeconfig={config}", f"--authorization-kubeconfig={config}",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+            f"--cert-dir={self.dir / 'cm-certs'}", "--leader-elect=false",
+            f"--service-account-private-key-file={k}/sa.key", f"--root-ca-file={k}/ca.crt",
+            f"--cluster-signing-cert-file={k}/ca.crt", f"--cluster-signing-key-file={k}/ca.key",
+            "--use-service-account-credentials=false",
+            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service,-route", "--v=1"])
+        _spawn(self._procs, self.logs, "kube-scheduler", [
+            str(self.binary("kube-scheduler")), f"--kubeconfig={config}",
+            f"--authentication-kubeconfig={config}", f"--authorization-kubeconfig={config}",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+            f"--cert-dir={self.dir / 'sched-certs'}", "--leader-elect=false", "--v=1"])
+
+
+class RealNode(_Api):
+    """One node — its own kubelet, containerd, mount and network namespaces — of a
+    control plane: a :class:`RealCluster`'s, or, without ``control``, one of its own that
+    it opens and closes with itself (a single-node cluster). ``open`` starts it (the node
+    Ready), ``close`` removes everything it made; :meth:`install_netctl` puts netctl on
+    its cluster."""
+
+    def __init__(self, name: str = "", *, prefix: str = "", max_pods: int = 110,
+                 kube: KubeVersion | None = None, control: ControlPlane | None = None,
+                 index: int = 0, preload: Sequence[Path] = ()) -> None:
+        """``kube``: the Kubernetes version (by default the newest selected one,
+        :func:`netctl.kit.kubebins.pick`; a ``control`` plane's when given); ``max_pods``:
+        kubelet's maxPods (its default 110; the DaemonSet's pod counts); ``index``: the
+        node's number in its cluster (its addresses: ``NODE_NETWORK[10 + index]``, pods
+        ``10.217.<index>.0/24``); ``preload``: image tars imported before kubelet starts."""
+        picked = control.kube_version if control is not None else kube or kubebins.pick()
+        if picked is None:
+            raise NodeError(kubebins.missing())
+        self.kube_version: KubeVersion = picked
+        tag = secrets.token_hex(2)
+        self.max_pods = max_pods
+        self.index = index
+        self.name = name or f"netctl-node-{tag}"
+        # links the node and its tests make are named prefix… (at most 15 characters: 7
+        # here, 8 left): on the machine, close() removes them; in the node's netns, they
+        # go with it
+        self.prefix = prefix or f"nrn{tag}"
+        self.netns = f"{self.prefix}ns"  # the node's network namespace, named on the machine
+        self.address = NODE_NETWORK[10 + index]  # its eth0's, its InternalIP
+        self.primary_subnet = ipaddress.IPv4Network(f"10.217.{index}.0/24")
+        self.primary_bridge = f"{self.prefix}p0"
+        self.own_control = control is None
+        self.control = control if control is not None else ControlPlane(picked, self.prefix)
+        self.dir = Path(tempfile.mkdtemp(prefix="netctl-node-"))  # on disk: overlay uppers
+        self.logs = self.dir / "logs"
+        self.holder: subprocess.Popen[bytes] | None = None
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.timings: dict[str, float] = {}
+        self._container_ids: set[str] = set()  # seen: their cgroups are removed at close
+        self._cgroups_before: set[str] = set()
+        self.preload = list(preload)
+
+    @property
+    def kube(self) -> RealKube | None:  # type: ignore[override]
+        return self.control.kube
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.control.admin_kubeconfig
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def __enter__(self) -> RealNode:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> None:
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> None:
+        t0 = time.monotonic()
+        if self.own_control:
+            self.control.open()
+            self.timings["control plane"] = self.control.timings["control plane"]
+        self.logs.mkdir()
+        self._cgroups_before = set(self._cgroup_dirs())
+        t2 = time.monotonic()
+        self._make_namespace()
+        self._write_node_config()
+        self._start_containerd()
+        for image, cmd in ((PAUSE_IMAGE, ["sleep", "2147483647"]),
+                           (BUSYBOX_IMAGE, ["sh"])):
+            tar = self.dir / f"{image.rsplit('/', 1)[1].replace(':', '-')}.tar"
+            write_image_tar(tar, image, cmd)
+            self.import_tar(tar)
+            tar.unlink()
+        for tar in self.preload:
+            self.import_tar(tar)
+        self._start_kubelet()
+        self.wait_node_ready()
+        # pods need their namespace's default ServiceAccount (the controller-manager's)
+        wait_for(lambda: self.kube is not None and self.kube.request(
+            "GET", "/api/v1/namespaces/default/serviceaccounts/default", ok_missing=True),
+            60, "the default ServiceAccount")
+        self.timings["node ready"] = time.monotonic() - t2
+        self.timings["open"] = time.monotonic() - t0
+
+    def close(self) -> None:
+        """Everything of the node stopped and removed, whatever state it is in (and its
+        own control plane)."""
+        errors: list[str] = []
+
+        def step(what: str, fn: Callable[[], object]) -> None:
+            try:
+                fn()
+            except Exception as exc:  # go on: the rest must be taken back too
+                errors.append(f"{what}: {exc}")
+
+        if self.holder is not None:
+            step("the node's processes", lambda: self._stop_node_processes(graceful=True))
+            step("the node's mounts", self._unmount_node)
+            ns = _mnt_ns(self.holder.pid)
+            step("the namespace holder", lambda: _stop(self.holder, 5))
+            # anything still in the node's namespace (nothing should be)
+            step("leftovers", lambda: self._kill_all(lambda: [
+                p for p in _pids() if ns and _mnt_ns(p) == ns]))
+            self.holder = None
+        # its links go with it (eth0's peer on the machine too)
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, timeout=30,
+                       check=False)
+        step("links", functools.partial(_machine_links, self.prefix))
+        # the CRI plugin's dirs name every container and sandbox it still knows of
+        cri = self.dir / "node" / "fresh-var-lib-containerd" / "io.containerd.grpc.v1.cri"
+        for kind in ("containers", "sandboxes"):
+            with contextlib.suppress(OSError):
+                self._container_ids.update(os.listdir(cri / kind))
+        step("cgroups", self._remove_cgroups)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.own_control:
+            step("the control plane", self.control.close)
+        if errors:
+            raise NodeError("; ".join(errors))
+
+    # -- the namespace ----------------------------------------------------------------------
+
+    def nsenter(self) -> list[str]:
+        assert self.holder is not None, "the node is not open"
+        return ["nsenter", "-t", str(self.holder.pid), "-m", "-n", "--"]
+
+    def node_path(self, path: str) -> Path:
+        """Where the node's ``path`` is seen from the machine (its root, through the
+        holder's ``/proc/PID/root``)."""
+        assert self.holder is not None, "the node is not open"
+        return Path(f"/proc/{self.holder.pid}/root{path}")
+
+    def in_node(self, *argv: str, check: bool = True, timeout: float = 120,
+                data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        """``argv`` run in the node's mount and network namespaces."""
+        proc = subprocess.run([*self.nsenter(), *argv], input=data, capture_output=True,
+                              timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise NodeError(f"{' '.join(argv[:4])}… exited {proc.returncode}: "
+                            f"{proc.stderr.decode(errors='replace')[-2000:]}"
+                            f"{proc.stdout.decode(errors='replace')[-500:]}")
+        return proc
+
+    def bridge_ports(self, bridge: str) -> list[str]:
+        """The ports of a bridge in the node's network namespace."""
+        return bridge_ports(bridge, self.netns)
+
+    def links(self) -> list[str]:
+        """The links in the node's network namespace."""
+        return host_links("", self.netns)
+
+    def _make_network(self) -> None:
+        """The node's network namespace (named :attr:`netns` on the machine): ``eth0`` at
+        :attr:`address` on the control plane's bridge, its default route the gateway."""
+        def ip(*args: str) -> None:
+            proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30,
+                                  check=False)
+            if proc.returncode != 0:
+                raise NodeError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, timeout=30,
+                       check=False)  # a run killed before its close
+        ip("netns", "add", self.netns)
+        host = f"{self.prefix}h0"
+        ip("link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", self.netns)
+        ip("link", "set", host, "master", self.control.bridge, "up")
+        n = ("-n", self.netns)
+        ip(*n, "addr", "add", f"{self.address}/{NODE_NETWORK.prefixlen}", "dev", "eth0")
+        ip(*n, "link", "set", "lo", "up")
+        ip(*n, "link", "set", "eth0", "up")
+        ip(*n, "route", "add", "default", "via", str(GATEWAY))
+
+    def _make_namespace(self) -> None:
+        d = self.dir
+        self._make_network()
+        with open(self.logs / "holder.log", "wb") as log, realkube._signals_unblocked():
+            self.holder = subprocess.Popen(
+                ["nsenter", f"--net=/run/netns/{self.netns}", "--", "unshare", "-m",
+                 "--propagation", "private", "--", "sleep", "infinity"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        own = _mnt_ns(os.getpid())
+        holder = self.holder
+        wait_for(lambda: holder.poll() is None and _mnt_ns(holder.pid) not in ("", own)
+                 and _argv(holder.pid)[:1] == ["sleep"], 10, "unshare's mount namespace")
+        for sub in ("varlib.upper", "varlib.work", "opt.upper", "opt.work", "net.d", "log",
+                    "sys", "sysfs", *(f"fresh{p.replace('/', '-')}" for p in FRESH)):
+            (d / "node" / sub).mkdir(parents=True)
+        (d / "node" / "hosts").write_text(
+            f"127.0.0.1 localhost\n{self.address} {self.name}\n::1 localhost ip6-localhost\n")
+        binds = [(str(d / "node" / "net.d"), "/etc/cni/net.d"),
+                 (str(d / "node" / "log"), "/var/log"),
+                 (str(d / "node" / "hosts"), "/etc/hosts")]
+        for key, value in SYSCTLS.items():
+            f = d / "node" / "sys" / key.replace("/", "-")
+            f.write_text(f"{value}\n")
+            binds.append((str(f), f"/proc/sys/{key}"))
+        n = d / "node"
+        lines = [
+            "set -e",
+            "mount --make-rshared /",
+            "mount -t tmpfs -o mode=0755 tmpfs /run",
+            f"mount -t overlay overlay -o lowerdir=/var/lib,upperdir={n}/varlib.upper,"
+            f"workdir={n}/varlib.work /var/lib",
+            f"mount -t overlay overlay -o lowerdir=/opt,upperdir={n}/opt.upper,"
+            f"workdir={n}/opt.work /opt",
+        ]
+        for p in FRESH:
+            lines += [f"mkdir -p {p}", f"mount --bind {n}/fresh{p.replace('/', '-')} {p}"]
+        lines += [f"mount --bind {src} {dst}" for src, dst in binds]
+        # the network's part of /sys as the node's netns has it (the rest, cgroups among
+        # them, the machine's)
+        lines += [f"mount -t sysfs sysfs {n}/sysfs",
+                  f"mount --bind {n}/sysfs/class/net /sys/class/net",
+                  f"mount --bind {n}/sysfs/devices/virtual/net /sys/devices/virtual/net",
+                  f"umount {n}/sysfs"]
+        self.in_node("sh", "-c", "\n".join(lines))
+        for plugin in sorted(os.listdir(SYSTEM_CNI)):
+            shutil.copy2(SYSTEM_CNI / plugin, n / "fresh-opt-cni-bin" / plugin)
+        (n / "net.d" / "10-primary.conflist").write_text(json.dumps({
+            "cniVersion": "1.0.0", "name": "primary", "plugins": [{
+                "type": "bridge", "bridge": self.primary_bridge, "isGateway": True,
+                "ipam": {"type": "host-local",
+                         "ranges": [[{"subnet": str(self.primary_subnet)}]]}}]},
+            indent=1) + "\n")
+
+    def _node_mounts(self, under: str) -> list[str]:
+        """Mount points at or below ``under`` in the node's namespace, deepest first."""
+        assert self.holder is not None
+        found = []
+        with open(f"/proc/{self.holder.pid}/mountinfo") as fh:
+            for line in fh:
+                point = line.split()[4].replace("\\040", " ")
+                if point == under or point.startswith(under.rstrip("/") + "/"):
+                    found.append(point)
+        return sorted(found, key=lambda p: p.count("/"), reverse=True)
+
+    def _umount(self, points: Sequence[str]) -> None:
+        if points:
+            self.in_node("umount", "--lazy", *points, check=False)
+
+    def _unmount_node(self) -> None:
+        """kubelet's mounts (its root dir), then the namespace's own, deepest first."""
+        if self.holder is None or self.holder.poll() is not None:
+            return
+        self._umount(self._node_mounts("/var/lib/kubelet"))
+        self._umount([p for p in self._node_mounts("/") if p.startswith(
+            ("/run", "/var/lib", "/opt", "/etc/cni", "/var/log", "/etc/hosts", "/sys/class/net",
+             "/sys/devices/virtual/net",
+             *(f"/proc/sys/{k}" for k in SYSCTLS)))])
+
+    # -- the node's runtime and kubelet ---------------------------------------------------------
+
+    def _write_node_config(self) -> None:
+        cri = '[plugins."io.containerd.grpc.v1.cri"'
+        (self.dir / "containerd.toml").write_text(f"""version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+                    "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+[grpc]
+  address = "{SOCKET}"
+[ttrpc]
+  address = "{SOCKET}.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "/opt/containerd"
+{cri}]
+  restrict_oom_score_adj = true
+  sandbox_image = "{PAUSE_IMAGE}"
+{cri}.cni]
+  bin_dir = "/opt/cni/bin"
+  conf_dir = "/etc/cni/net.d"
+  max_conf_num = 1
+{cri}.containerd]
+  default_runtime_name = "runc"
+  snapshotter = "overlayfs"
+{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+""")
+        assert self.kube is not None
+        self.kube.kubeconfig(self.dir / "kubelet.kubeconfig", token=self.kube.admin_token)
+        (self.dir / "kubelet.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            # in the node's netns: the API server reaches it at its InternalIP
+            "address": str(self.address), "port": 10250, "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1", "healthzPort": 10248,
+            "cgroupDriver": "cgroupfs", "cgroupsPerQOS": False, "enforceNodeAllocatable": [],
+            "failSwapOn": False, "makeIPTablesUtilChains": False,
+            "kubeAPIQPS": 50, "kubeAPIBurst": 100, "maxPods": self.max_pods,
+            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%",
+                             "nodefs.inodesFree": "1%", "imagefs.available": "1%"},
+            # every image is imported (no registry): never collected
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "serializeImagePulls": False, "resolvConf": "/etc/resolv.conf",
+            "nodeStatusUpdateFrequency": "4s", "syncFrequency": "10s",
+            "fileCheckFrequency": "10s", "staticPodPath": "",
+            **kubelet_by_version(self.kube_version.minor)[0],
+        }))
+
+    def _start_containerd(self) -> None:
+        self._spawn("containerd", [CONTAINERD, "--config", str(self.dir / "containerd.toml"),
+                                   "--log-level", "info"])
+
+        def serving() -> bool:
+            self._check_running("containerd")
+            return self.in_node(CTR, "--address", SOCKET, "version", check=False,
+                                timeout=30).returncode == 0
+        wait_for(serving, 30, "containerd to answer")
+
+    def _start_kubelet(self) -> None:
+        kubelet = self.binary("kubelet")
+        self._spawn("kubelet", [
+            str(kubelet), f"--config={self.dir / 'kubelet.yaml'}",
+            f"--kubeconfig={self.dir / 'kubelet.kubeconfig'}",
+            *kubelet_by_version(self.kube_version.minor)[1], "--root-dir=/var/lib/kubelet",
+            f"--hostname-override={self.name}", f"--node-ip={self.address}",
+            "--register-node=true", "--v=1"])
+
+    def _spawn(self, name: str, argv: Sequence[str]) -> None:
+        _spawn(self._procs, self.logs, name, [*self.nsenter(), *argv])
+
+    def _check_running(self, name: str) -> None:
+        _check_running(self._procs, self.logs, name)
+
+    def _alive(self) -> bool:
+        for name in ("kubelet", "containerd"):
+            self._check_running(name)
+        return self.control._alive()
+
+    def wait_node_ready(self, timeout: float = 90) -> None:
+        def ready() -> bool:
+            self._check_running("kubelet")
+            self._check_running("containerd")
+            node = self.get("nodes", self.name)
+            conds = {c["type"]: c["status"] for c in
+                     ((node or {}).get("status") or {}).get("conditions") or []}
+            return conds.get("Ready") == "True"
+        try:
+            wait_for(ready, timeout, f"node {self.name} Ready", interval=0.25)
+        except HarnessError as exc:
+            raise NodeError(f"{exc}\n{self.describe()}") from exc
+
+    def describe(self) -> str:
+        """The tails of the node's logs, for a failure's message."""
+        return "\n".join([*(f"--- {name}:\n{_tail(self.logs / f'{name}.log', 2000)}"
+                            for name in ("kubelet", "containerd")), self.control.describe()])
+
+    # -- images ----------------------------------------------------------------------------------
+
+    def import_tar(self, tar: Path) -> None:
+        """``ctr -n k8s.io images import`` in the node (a docker-archive or OCI tar)."""
+        self.in_node(CTR, "--address", SOCKET, "-n", K8S_NS, "images", "import", str(tar),
+                     timeout=600)
+
+    def import_image(self, image: str) -> None:
+        """podman's ``image`` into the node's containerd, as docs/kubernetes.md says:
+        ``podman save --format docker-archive``, then ``ctr -n k8s.io images import``."""
+        tar = self.dir / "image.tar"
+        try:
+            save_image(image, tar)
+            self.import_tar(tar)
+        finally:
+            tar.unlink(missing_ok=True)
+
+    # -- netctl ---------------------------------------------------------------------------------
+
+    def install_netctl(self, *, build: bool = True,
+                       daemonset: Sequence[Mapping[str, Any]] | None = None) -> str:
+        """netctl on the node's cluster as docs/kubernetes.md installs it
+        (:func:`install_netctl`)."""
+        return install_netctl([self], build=build, daemonset=daemonset)
+
+    def daemon_pod(self) -> str:
+        """The name of the DaemonSet's running pod on this node."""
+        pods = self.kube_list("pods", "kube-system", "app.kubernetes.io/name=netctl")
+        running = [p["metadata"]["name"] for p in pods
+                   if (p.get("status") or {}).get("phase") == "Running"
+                   and p["spec"].get("nodeName") == self.name
+                   and not p["metadata"].get("deletionTimestamp")]
+        if len(running) != 1:
+            raise NodeError(f"netctl's pods running: {running}")
+        return str(running[0])
+
+    def netctl(self, *args: str, timeout: float = 60, check: bool = True) -> str:
+        """``netctl ARGS`` in the daemon's container (``kubectl exec``): its output. The API
+        server reaches the kubelet for an exec, and the kubelet the runtime: while a kubelet
+        just restarted (or killed by a test) does not listen yet, or still waits to dial a
+        restarted containerd again (kubelet v1.24's runtime connection backs off after
+        containerd is killed: "Unavailable … connection refused"), or the daemon's container
+        is being restarted after a kill ("container not found"), the exec is tried again,
+        up to 30 s."""
+        def attempt() -> list[str]:
+            try:
+                return [self.kubectl("-n", "kube-system", "exec", self.daemon_pod(), "-c",
+                                    "netctl", "--", "netctl", *args, timeout=timeout,
+                                    check=check)]
+            except NodeError as exc:
+                if not any(s in str(exc) for s in ("error dialing backend",
+                                                   "code = Unavailable",
+                                                   "container not found")):
+                    raise
+                self._check_running("kubelet")
+                self._check_running("containerd")
+                return []
+        return wait_for(attempt, 30, f"kubectl exec netctl {' '.join(args)}", 0.5)[0]
+
+    def pools(self) -> list[dict[str, Any]]:
+        """``netctl ipam pools --json`` in the daemon's container: every pool's range,
+        size, in_use, reserved, free."""
+        pools: list[dict[str, Any]] = json.loads(self.netctl("ipam", "pools", "--json"))["pools"]
+        return pools
+
+    def held(self) -> dict[str, int]:
+        """Addresses netctl holds on the node: range → in use (the pools holding any)."""
+        return {str(p["range"]): int(p["in_use"]) for p in self.pools() if int(p["in_use"])}
+
+    def device_network(self, name: str, namespace: str, resource: str,
+                       subnet: ipaddress.IPv4Network) -> None:
+        """A device network on the node: ``tests/plugins/devmove`` (it moves the device its
+        ``deviceID`` names into the pod, as SR-IOV CNI moves a VF, and records each call
+        under :data:`DEVMOVE_RECORD`) copied into ``/opt/cni/bin``, and a NAD ``name`` of
+        ``resource`` running it with netctl-ipam on ``subnet``."""
+        shutil.copy(DEVMOVE, self.node_path("/opt/cni/bin/devmove"))
+        self.apply([{
+            "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": name, "namespace": namespace,
+                         "annotations": {"k8s.v1.cni.cncf.io/resourceName": resource}},
+            "spec": {"config": json.dumps({"cniVersion": "1.0.0", "name": name, "plugins": [{
+                "type": "devmove", "record": DEVMOVE_RECORD,
+                "capabilities": {"deviceID": True, "CNIDeviceInfoFile": True},
+                "ipam": {"type": "netctl-ipam", "range": str(subnet)}}]})}}])
 
     # -- pods ----------------------------------------------------------------------------------
 
@@ -915,8 +1071,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         self._umount(self._node_mounts("/var/lib/kubelet"))
         self._umount(self._node_mounts("/run"))
         self.in_node("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/run")
-        # the node's links go with a reboot (the machine's network namespace is shared)
-        self._remove_links()
+        # the links made since it booted go with a reboot: all but lo and eth0
+        for name in self.links():
+            if name not in ("lo", "eth0"):
+                subprocess.run(["ip", "-n", self.netns, "link", "del", name],
+                               capture_output=True, timeout=30, check=False)
 
     @property
     def node_running(self) -> bool:
@@ -934,14 +1093,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     # -- taking back ---------------------------------------------------------------------------
 
     def node_pids(self) -> list[int]:
-        """Processes of the node: in its mount namespace (but the holder and the API
-        server), and their descendants (the containers)."""
+        """Processes of the node: in its mount namespace (but the holder), and their
+        descendants (the containers)."""
         if self.holder is None:
             return []
         ns = _mnt_ns(self.holder.pid)
         skip = {self.holder.pid}
-        if self.kube is not None and self.kube._apiserver is not None:
-            skip.add(self.kube._apiserver.pid)
         pids = _pids()
         children: dict[int, list[int]] = {}
         for p in pids:
@@ -986,20 +1143,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         _stop(self._procs.pop("containerd", None), 15)
         self._kill_all(self.node_pids)
 
-    def _remove_links(self) -> None:
-        """The node's bridges and other links named with its prefix; veths left on them."""
-        out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True,
-                             timeout=30, check=True).stdout
-        links = json.loads(out)
-        ours = {link["ifname"] for link in links if link["ifname"].startswith(self.prefix)}
-        for link in links:
-            if link.get("master") in ours:  # a port left on one of them
-                subprocess.run(["ip", "link", "del", link["ifname"]], capture_output=True,
-                               timeout=30, check=False)
-        for name in ours:
-            subprocess.run(["ip", "link", "del", name], capture_output=True, timeout=30,
-                           check=False)
-
     def _cgroup_dirs(self) -> Iterator[str]:
         """Dirs of the cgroup hierarchies named for a container id or kubelet's pods, at
         most three levels down."""
@@ -1022,6 +1165,147 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             # cgroup v1 frees a removed child asynchronously: its parent is busy a moment
             with contextlib.suppress(HarnessError):
                 wait_for(functools.partial(_rmdir, d), 5, f"{d} removed", interval=0.02)
+
+
+# -- netctl on a cluster, a cluster of several nodes -------------------------------------------
+
+
+def install_netctl(nodes: Sequence[RealNode], *, build: bool = True,
+                   daemonset: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """netctl on the cluster of ``nodes`` as docs/kubernetes.md installs it: ``make image``
+    unless not ``build``, the image saved by podman and imported into each node's
+    containerd with ``ctr -n k8s.io images import``, the ``netctl-api-server`` ConfigMap
+    (the `kubernetes` Service's address is not routed here: the API server's own), the
+    CRDs, ``rbac.yaml`` and ``daemonset.yaml`` (or ``daemonset``: these documents instead,
+    an edited copy of it); returns the image's name once the DaemonSet is Ready."""
+    first = nodes[0]
+    kube = first.kube
+    assert kube is not None
+    image = netctl_image()
+    t0 = time.monotonic()
+    if build:
+        build_image()
+        first.timings["make image"] = time.monotonic() - t0
+    t1 = time.monotonic()
+    tar = first.control.image_tar
+    save_image(image, tar)
+    for node in nodes:
+        node.import_tar(tar)
+    first.timings["image import"] = time.monotonic() - t1
+    t2 = time.monotonic()
+    first.kubectl("-n", "kube-system", "create", "configmap", "netctl-api-server",
+                  f"--from-literal=k8sServiceHost={kube.address}",
+                  f"--from-literal=k8sServicePort={kube.port}")
+    if daemonset is None:
+        first.kubectl("apply", "-f", f"{CRDS}/", "-f", str(MANIFESTS / "rbac.yaml"),
+                      "-f", str(MANIFESTS / "daemonset.yaml"))
+    else:
+        first.kubectl("apply", "-f", f"{CRDS}/", "-f", str(MANIFESTS / "rbac.yaml"))
+        first.apply(daemonset)
+    first.wait_ready("daemonset", "netctl", "kube-system", timeout=300)
+    first.timings["daemonset ready"] = time.monotonic() - t2
+    return image
+
+
+class RealCluster(_Api):
+    """A control plane and real nodes on this machine (each a :class:`RealNode`: its own
+    kubelet, containerd, mount and network namespaces, ``eth0`` on the node network).
+    ``open`` starts the control plane and ``nodes`` nodes; :meth:`add_node` adds one
+    (netctl's image imported into it when netctl is installed: the DaemonSet runs there);
+    ``close`` removes everything."""
+
+    def __init__(self, nodes: int = 3, *, kube: KubeVersion | None = None,
+                 max_pods: int = 110) -> None:
+        picked = kube or kubebins.pick()
+        if picked is None:
+            raise NodeError(kubebins.missing())
+        self.kube_version: KubeVersion = picked
+        self.prefix = f"nrc{secrets.token_hex(2)[:3]}"  # its nodes' prefixes: this and a digit
+        self.control = ControlPlane(picked, self.prefix)
+        self.want, self.max_pods = nodes, max_pods
+        self.nodes: list[RealNode] = []
+        self.image = ""  # netctl's, once installed
+
+    @property
+    def kube(self) -> RealKube | None:  # type: ignore[override]
+        return self.control.kube
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.control.admin_kubeconfig
+
+    def _alive(self) -> bool:
+        for node in self.nodes:
+            if node.node_running:
+                node._alive()
+        return self.control._alive()
+
+    def describe(self) -> str:
+        return "\n".join(n.describe() for n in self.nodes)
+
+    def __enter__(self) -> RealCluster:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> None:
+        try:
+            self.control.open()
+            while len(self.nodes) < self.want:
+                self.add_node()
+        except BaseException:
+            self.close()
+            raise
+
+    def add_node(self) -> RealNode:
+        """One more node, Ready (with netctl's image when netctl is installed)."""
+        index = len(self.nodes)
+        if index > 9:
+            raise NodeError("a real cluster here has at most 10 nodes")
+        node = RealNode(f"netctl-{self.prefix}-{index}", prefix=f"{self.prefix}{index}",
+                        max_pods=self.max_pods, control=self.control, index=index,
+                        preload=[self.control.image_tar] if self.image else [])
+        self.nodes.append(node)
+        node.open()
+        return node
+
+    def install_netctl(self, *, build: bool = True,
+                       daemonset: Sequence[Mapping[str, Any]] | None = None) -> str:
+        self.image = install_netctl(self.nodes, build=build, daemonset=daemonset)
+        return self.image
+
+    def node(self, name: str) -> RealNode:
+        (found,) = [n for n in self.nodes if n.name == name]
+        return found
+
+    def node_of(self, pod: Mapping[str, Any]) -> RealNode:
+        """The node a pod runs on."""
+        return self.node(pod["spec"]["nodeName"])
+
+    def close(self) -> None:
+        """Every node's containers and processes stopped first (the cgroups they share
+        are then free), each node closed, then the control plane."""
+        errors: list[str] = []
+        for node in self.nodes:
+            if node.holder is not None:
+                try:
+                    node._stop_node_processes(graceful=True)
+                except Exception as exc:
+                    errors.append(f"{node.name}: {exc}")
+        for node in reversed(self.nodes):
+            try:
+                node.close()
+            except NodeError as exc:
+                errors.append(f"{node.name}: {exc}")
+        self.nodes.clear()
+        try:
+            self.control.close()
+        except NodeError as exc:
+            errors.append(str(exc))
+        if errors:
+            raise NodeError("; ".join(errors))
 
 
 # -- API paths -------------------------------------------------------------------------------

@@ -17,13 +17,11 @@ import ipaddress
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from netctl.kit import devices, realnode
-from netctl.kit.harness import bridge_ports
 from netctl.kit.realnode import (
     BUSYBOX_IMAGE,
     NETWORKS,
@@ -134,7 +132,7 @@ def settled(node: RealNode, pools: tuple[ipaddress.IPv4Network, ...],
     """No address held in ``pools``, no port left on ``bridges``, no pod netns."""
     held = node.held()
     return not any(str(p) in held for p in pools) and \
-        not any(bridge_ports(b) for b in bridges) and not node.sandbox_netns()
+        not any(node.bridge_ports(b) for b in bridges) and not node.sandbox_netns()
 
 
 def scale(node: RealNode, kind: str, name: str, replicas: int) -> None:
@@ -336,7 +334,7 @@ def test_pods_come_back_with_their_networks_after_a_node_reboot(node: RealNode) 
 
     node.stop_node()
     assert node.node_pids() == [] and node.sandbox_netns() == []
-    assert not any(bridge_ports(b) for b in (node.primary_bridge, f"{node.prefix}b1"))
+    assert not any(node.bridge_ports(b) for b in (node.primary_bridge, f"{node.prefix}b1"))
     t1 = time.monotonic()
     node.start_node()
 
@@ -456,9 +454,9 @@ def test_device_networks_get_the_kubelets_devices_and_give_them_back(node: RealN
     # /var/run is a link to /run; an absolute link under /proc/PID/root resolves in this
     # process's root, so the node's /run is named directly
     devinfo_dir = node.node_path("/run/k8s.cni.cncf.io/devinfo")
-    with devices.temporary_device_veths(f"{node.prefix}v", 4) as vfs, devices.DevicePlugin(
-            VF_RESOURCE, vfs, node.node_path("/var/lib/kubelet/device-plugins"),
-            devinfo_dir) as plugin:
+    plugins = node.node_path("/var/lib/kubelet/device-plugins")
+    with devices.temporary_device_veths(f"{node.prefix}v", 4, node.netns) as vfs, \
+            devices.DevicePlugin(VF_RESOURCE, vfs, plugins, devinfo_dir) as plugin:
         wait_for(lambda: (node.get("nodes", node.name) or {}).get("status", {}).get(
             "allocatable", {}).get(VF_RESOURCE) == "4", 60, "the node's 4 VFs allocatable",
             interval=0.5)
@@ -481,7 +479,7 @@ def test_device_networks_get_the_kubelets_devices_and_give_them_back(node: RealN
             assert status[ifname]["device-info"] == devices.device_info(
                 plugin.pci_addresses[saw["deviceID"]])
             assert ipaddress.ip_address(links[ifname]["ips"][0]) in VF
-            assert not (Path("/sys/class/net") / saw["deviceID"]).exists()
+            assert saw["deviceID"] not in node.links()
         assert sorted(seen.values()) == sorted(given)  # the kubelet's, each once
         wait_for(lambda: node.held().get(str(VF)) == 2, 30, "netctl holding 2 VF addresses")
         held = json.loads(node.netctl("journal", "--device", given[0], "--json"))
@@ -498,8 +496,8 @@ def test_device_networks_get_the_kubelets_devices_and_give_them_back(node: RealN
         assert not node.ready("pod", "novf", NS)
 
         node.kubectl("-n", NS, "delete", "pod", "vf2", "novf", "--wait=true", timeout=120)
-        wait_for(lambda: all((Path("/sys/class/net") / d).exists() for d in given), 60,
-                 "both VFs back on the host", interval=0.5)
+        wait_for(lambda: set(given) <= set(node.links()), 60,
+                 "both VFs back on the node", interval=0.5)
         wait_for(lambda: str(VF) not in node.held(), 30, "the VF addresses released")
         assert list((devinfo_dir / "cni").iterdir()) == []  # the CNI's copies removed
         held = json.loads(node.netctl("journal", "--device", given[0], "--json"))
@@ -574,7 +572,7 @@ def test_uninstall_then_reinstall_with_the_api_server_address_from_its_configmap
         reasons = " ".join(status.get("reasons") or [])
         return reasons if "not reachable" in reasons else ""
     reasons = wait_for(why_not_ready, 120, "the daemon saying why it is not ready", interval=1)
-    assert f"connecting to 127.0.0.1:{wrong}: ECONNREFUSED" in reasons, reasons
+    assert f"connecting to {node.kube.address}:{wrong}: ECONNREFUSED" in reasons, reasons
     assert "netctl-api-server" in reasons, reasons
     assert not node.ready("daemonset", "netctl", "kube-system")
 

@@ -30,7 +30,6 @@ import ipaddress
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -133,8 +132,8 @@ def pod_sandbox(node: RealNode, pod: dict[str, Any]) -> str:
     return str(next(a["container"] for a in doc["attachments"] if a["state"] == "attached"))
 
 
-def on_host(link: str) -> bool:
-    return (Path("/sys/class/net") / link).exists()
+def on_node(node: RealNode, link: str) -> bool:
+    return link in node.links()
 
 
 def test_claims_direct_templated_and_extended_get_devices_and_network_data(
@@ -142,7 +141,7 @@ def test_claims_direct_templated_and_extended_get_devices_and_network_data(
     assert node.kube is not None
     node.kube.reset_counts()  # the node may have served another module: its requests since
     t0 = time.monotonic()
-    with devices.temporary_device_veths(f"{node.prefix}v", 4) as vfs:
+    with devices.temporary_device_veths(f"{node.prefix}v", 4, node.netns) as vfs:
         by_name = {f"vf{i}": vf for i, vf in enumerate(vfs)}
         with dradriver.DraDriver(DRIVER, node.name, {n: (RESOURCE, vf) for n, vf in
                                                     by_name.items()},
@@ -172,7 +171,7 @@ def test_claims_direct_templated_and_extended_get_devices_and_network_data(
             extended = pod_ext["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
 
             # three VFs gone from the host into the pods, each network its own device
-            wait_for(lambda: sum(1 for vf in vfs if on_host(vf)) == 1, 30,
+            wait_for(lambda: sum(1 for vf in vfs if on_node(node, vf)) == 1, 30,
                      "three VFs in the pods")
             status = {e["interface"]: e["name"] for e in node.network_status(pod_a)}
             assert status.get("net1") == status.get("net2") == f"{NS}/vf", status
@@ -193,7 +192,7 @@ def test_claims_direct_templated_and_extended_get_devices_and_network_data(
 
             node.kubectl("-n", NS, "delete", "pod", "dra-a", "dra-ext", "--wait=true",
                          timeout=120)
-            wait_for(lambda: all(on_host(vf) for vf in vfs), 60,
+            wait_for(lambda: all(on_node(node, vf) for vf in vfs), 60,
                      "the VFs back on the host", interval=0.5)
             wait_for(lambda: str(VF) not in node.held(), 30, "the VF addresses released")
             wait_for(lambda: not driver.prepared, 60, "the claims unprepared", interval=0.5)

@@ -64,7 +64,7 @@ import pytest
 import yaml
 
 from netctl.kit import realnode
-from netctl.kit.harness import bridge_ports, wait_for
+from netctl.kit.harness import wait_for
 from netctl.kit.kubebins import KubeVersion
 from netctl.kit.realnode import (
     BUSYBOX_IMAGE,
@@ -162,8 +162,8 @@ def build_multus_image(version: str) -> None:
         raise NodeError(f"podman build {image}: {proc.stderr[-3000:]}")
 
 
-def multus_manifest(version: str, api_port: int) -> list[dict[str, Any]]:
-    """``multus-thick.yaml`` with ``version``'s image and the API server's port."""
+def multus_manifest(version: str, api_host: str, api_port: int) -> list[dict[str, Any]]:
+    """``multus-thick.yaml`` with ``version``'s image and the API server's address."""
     docs = [d for d in yaml.safe_load_all(MULTUS_MANIFEST.read_text()) if d]
     for doc in docs:
         if doc["kind"] == "DaemonSet":
@@ -173,6 +173,8 @@ def multus_manifest(version: str, api_port: int) -> list[dict[str, Any]]:
             for env in spec["containers"][0]["env"]:
                 if env["name"] == "KUBERNETES_SERVICE_PORT":
                     env["value"] = str(api_port)
+                if env["name"] == "KUBERNETES_SERVICE_HOST":
+                    env["value"] = api_host
     return docs
 
 
@@ -262,7 +264,7 @@ def cut(request: pytest.FixtureRequest, real_nodes: RealNodes) -> Iterator[Cutov
         n.node_path(f"{WHEREABOUTS_DIR}/whereabouts.conf").write_text(json.dumps({
             "datastore": "kubernetes", "kubernetes": {"kubeconfig": kubeconfig}}))
         n.kubectl("apply", "-f", str(CRDS / "network-attachment-definitions.yaml"))
-        n.apply(multus_manifest(version, n.kube.port))
+        n.apply(multus_manifest(version, n.kube.address, n.kube.port))
         n.apply([nad("blue", f"{n.prefix}b1", BLUE), nad("green", f"{n.prefix}b2", GREEN),
                  nad("purple", f"{n.prefix}b3", PURPLE)])
         n.wait_ready("daemonset", "kube-multus-ds", "kube-system", timeout=180)
@@ -326,7 +328,7 @@ def bridges(node: RealNode) -> tuple[str, ...]:
 
 
 def ports(node: RealNode) -> dict[str, int]:
-    return {b: len(bridge_ports(b)) for b in bridges(node)}
+    return {b: len(node.bridge_ports(b)) for b in bridges(node)}
 
 
 def check_networks(node: RealNode, pod: dict[str, Any]) -> dict[str, str]:

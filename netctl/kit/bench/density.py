@@ -80,7 +80,7 @@ from netctl.kit.bench.common import (
     progress,
     summary_ms,
 )
-from netctl.kit.harness import HarnessError, bridge_ports, host_local_leases, wait_for
+from netctl.kit.harness import HarnessError, host_local_leases, wait_for
 from netctl.kit.kubebins import KubeVersion
 from netctl.kit.kubefake.real import RealKube
 from netctl.kit.realnode import BUSYBOX_IMAGE, NETWORKS, PRIMARY_SUBNET, RealNode
@@ -166,7 +166,7 @@ class PodWatch(threading.Thread):
     def stream(self, rv: str) -> str:
         """One watch request from ``rv``, its events applied; the resourceVersion to go on
         from ("" to list again)."""
-        conn = self._conn = http.client.HTTPSConnection("127.0.0.1", self.kube.port,
+        conn = self._conn = http.client.HTTPSConnection(self.kube.address, self.kube.port,
                                                         context=self.ssl, timeout=120)
         try:
             conn.request("GET", self.path(watch="1", resourceVersion=rv,
@@ -544,7 +544,7 @@ class DensityBench(Bench):
         left += [f"netns {n}" for n in node.sandbox_netns()]
         for bridge in [node.primary_bridge, *(f"{self.prefix}d{j + 1}" for j in
                                               range(len(self.subnets)))]:
-            left += [f"port {p} on {bridge}" for p in bridge_ports(bridge)]
+            left += [f"port {p} on {bridge}" for p in node.bridge_ports(bridge)]
         if nads is not None:
             with self.journal() as conn:
                 live = conn.execute("SELECT count(*) FROM ipam_allocations"

@@ -132,15 +132,15 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def make_certs(d: Path) -> None:
-    """A CA, the serving certificate (127.0.0.1, localhost, kubernetes.default.svc) and the
-    service-account signing key pair, in ``d``."""
+def make_certs(d: Path, address: str = "127.0.0.1") -> None:
+    """A CA, the serving certificate (127.0.0.1, ``address``, localhost,
+    kubernetes.default.svc) and the service-account signing key pair, in ``d``."""
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
              "ca.crt", "-days", "2", "-subj", "/CN=netctl-test-ca", cwd=d)
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-out",
              "apiserver.csr", "-subj", "/CN=kube-apiserver", cwd=d)
     (d / "san.ext").write_text(
-        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,"
+        f"subjectAltName=IP:127.0.0.1,IP:{address},DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
         "extendedKeyUsage=serverAuth\n")
     _openssl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
@@ -163,16 +163,17 @@ class RealKube:
 
     def __init__(self, extra: Iterable[Resource] = (IPAMBLOCKS, *_WHEREABOUTS_CRDS), *,
                  service_accounts: bool = False, apiserver_args: Sequence[str] = (),
-                 wrap: Sequence[str] = (), kube: kubebins.KubeVersion | None = None) -> None:
+                 address: str = "127.0.0.1", kube: kubebins.KubeVersion | None = None) -> None:
         """``kube``: the Kubernetes version whose kube-apiserver runs (by default
         :func:`apiserver_binary`'s); ``service_accounts``: the ServiceAccount admission plugin on (a
         controller-manager must then make the default ServiceAccounts: a real node's
         cluster, :mod:`netctl.kit.realnode`); ``apiserver_args``: more kube-apiserver flags;
-        ``wrap``: a command kube-apiserver is run under (``nsenter -t PID -m --``: in a
-        node's mount namespace, to resolve its name there)."""
+        ``address``: where kube-apiserver listens (and its certificate names): a real
+        node's cluster gives its node network's gateway, which the nodes reach from their
+        own network namespaces; it reaches the kubelets by their InternalIP."""
         self.service_accounts = service_accounts
         self.kube = kube
-        self.apiserver_args, self.wrap = list(apiserver_args), list(wrap)
+        self.apiserver_args, self.address = list(apiserver_args), address
         self.registry = Registry([*BUILTIN, *extra])
         self.dir = Path(tempfile.mkdtemp(prefix="netctl-kube-", dir="/dev/shm"))
         self.port = free_port()
@@ -199,7 +200,7 @@ class RealKube:
 
     def open(self) -> None:
         try:
-            make_certs(self.dir)
+            make_certs(self.dir, self.address)
             self._ssl = ssl.create_default_context(cafile=str(self.dir / "ca.crt"))
             (self.dir / "tokens.csv").write_text(
                 f'{self.admin_token},netctl-test-admin,netctl-test-admin,"system:masters"\n'
@@ -253,9 +254,10 @@ class RealKube:
         d = self.dir
         admission = [] if self.service_accounts else ["--disable-admission-plugins=ServiceAccount"]
         return subprocess.Popen([
-            *self.wrap, str(binary), f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1", f"--secure-port={self.port}",
-            "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+            str(binary), f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            f"--bind-address={self.address}", f"--secure-port={self.port}",
+            f"--advertise-address={self.address}", "--endpoint-reconciler-type=none",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             f"--cert-dir={d}", f"--tls-cert-file={d}/apiserver.crt",
             f"--tls-private-key-file={d}/apiserver.key", f"--client-ca-file={d}/ca.crt",
             f"--token-auth-file={d}/tokens.csv", f"--service-account-issuer={ISSUER}",
@@ -296,7 +298,7 @@ class RealKube:
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.address}:{self.port}"
 
     @property
     def ca_file(self) -> Path:
@@ -356,7 +358,7 @@ class RealKube:
              content_type: str = "application/json", token: str | None = None,
              ) -> tuple[int, bytes]:
         """One request (the admin's unless ``token``): status and body."""
-        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self._ssl,
+        conn = http.client.HTTPSConnection(self.address, self.port, context=self._ssl,
                                            timeout=30)
         try:
             headers = {"Authorization": f"Bearer {token or self.admin_token}",
