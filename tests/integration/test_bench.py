@@ -479,32 +479,40 @@ def test_query_small_json() -> None:
 
 @pytest.mark.realnode
 def test_node_density_small_json(real_nodes: RealNodes) -> None:
-    """`netctl bench node-density --pods 3 --nads 1` on a real node (make image, the
-    node, netctl installed: about 75 s here with the image built, 3 minutes when make image
-    rebuilds it; run it under the machine's real-node lock): the floor and a netctl run,
-    every pod Ready and timed both ways, the daemon's cgroup measured, netctl's ADDs
-    journaled, nothing held after each run, the node gone."""
+    """`netctl bench node-density --pods 4 --nads 1 --nodes 2 --ipam-backend kubernetes` on
+    a real cluster of two nodes (make image, the cluster, netctl installed: about a minute
+    here with the image built, 3 minutes when make image rebuilds it; run it under the
+    machine's real-cluster lock): the floor and a netctl run, every pod Ready and timed
+    both ways, both daemons' cgroups measured, netctl's ADDs journaled on the nodes, its
+    API requests and block claims counted from the audit log, nothing held after each
+    run, the cluster gone."""
     from netctl.kit import realnode
 
     reason = realnode.unavailable()
     if reason:
         pytest.skip(f"real node: {reason}")
-    real_nodes.release()  # the bench's node is its own: one node on a machine at a time
-    proc = subprocess.run([NETCTL, "bench", "node-density", "--pods", "3", "--nads", "1",
+    real_nodes.release()  # the bench's cluster is its own: one on a machine at a time
+    proc = subprocess.run([NETCTL, "bench", "node-density", "--pods", "4", "--nads", "1",
+                           "--nodes", "2", "--ipam-backend", "kubernetes", "--idle", "2",
                            "--json"], capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     assert report["ok"] is True and report["problems"] == []
     assert [(r["label"], r["nads"]) for r in report["runs"]] == [("floor", None), ("1nad", 1)]
+    assert report["params"]["nodes"] == 2
     for run in report["runs"]:
-        assert run["ready"] == 3 and run["failed"] == 0 and run["left"] == []
-        assert run["ready_ms"]["n"] == run["api_ready_s"]["n"] == 3
+        assert run["ready"] == 4 and run["failed"] == 0 and run["left"] == []
+        assert run["ready_ms"]["n"] == run["api_ready_s"]["n"] == 4
         assert 0 < run["ready_ms"]["p50"] <= run["ready_ms"]["max"]
-        assert run["delete"]["gone_ms"]["n"] == 3
+        assert run["delete"]["gone_ms"]["n"] == 4
         assert run["cpu"]["add"]["machine_s"] > 0
     for run in report["runs"][1:]:
         assert run["held"] == {} and run["daemon_restarts"] == 0
-        assert run["journal"]["add_count"] == 3 and run["journal"]["add_ms"]["n"] == 3
+        assert len(run["daemon_pids"]) == 2
+        assert run["journal"]["add_count"] == 4 and run["journal"]["add_ms"]["n"] == 4
+        # the pools shared: blocks claimed through the API, among netctl's requests
+        assert 1 <= run["api"]["ipam_writes"] <= run["api"]["requests"]
+        assert run["api"]["by_request"].get("create ipamblocks", 0) >= 1
         assert run["cpu"]["add"]["daemon_cpu_s"] > 0
         assert run["memory"]["run"]["peak_usage_mib"] > 0
     cg = report["params"]["daemon_cgroup"]

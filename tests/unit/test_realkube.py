@@ -6,7 +6,6 @@ told apart and chosen as ``NETCTL_KUBE_VERSIONS`` says."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -131,22 +130,21 @@ def test_the_paths_of_a_resource_are_the_api_servers() -> None:
     assert kube.path(blocks, "ignored", "b") == "/apis/ipam.netctl.dev/v1/ipamblocks/b"
 
 
-def test_one_real_node_at_a_time_on_a_machine(kube_root: Path, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """A second node's lock is refused at once, naming the holder (nodes share the host
-    network: two netctl DaemonSets would answer each other's probes); taken once freed."""
+def test_one_real_cluster_at_a_time_on_a_machine(kube_root: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second cluster's lock is refused at once, naming the holder (each has the node
+    network 10.216.0.0/24); taken once freed."""
     monkeypatch.setattr(realnode, "LOCK", tmp_path / "lock")
     version = kubebins.KubeVersion((1, 36, 2), "v1.36.2", fake_version(kube_root, "v1.36.2"))
-    first, second = realnode.RealNode("first", kube=version), realnode.RealNode(kube=version)
+    first = realnode.ControlPlane(version, "nrcaaa")
+    second = realnode.ControlPlane(version, "nrcbbb")
     try:
         first._lock()
-        with pytest.raises(realnode.NodeError, match=r"another real node runs on this machine "
-                           rf"\(pid {os.getpid()}, node first;"):
+        with pytest.raises(realnode.NodeError, match=r"another real cluster runs on this "
+                           rf"machine \(pid {os.getpid()}, links nrcaaa\*;"):
             second._lock()
-        first._unlock()
+        first.close()
         second._lock()
     finally:
-        first._unlock()
-        second._unlock()
-        for n in (first, second):
-            shutil.rmtree(n.dir, ignore_errors=True)
+        first.close()
+        second.close()

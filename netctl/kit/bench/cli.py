@@ -147,10 +147,11 @@ def _add_kube_benches(bsub: _Commands) -> None:
                    help="the daemons' ipam-backend (default kubernetes: blocks per node; "
                    "sqlite: pools per node, duplicates across nodes)")
     b.add_argument("--json", action="store_true")
-    b = bsub.add_parser("node-density", help="N pods at once on a real single-node "
-                        "cluster (RealNode): create → Ready with the primary CNI alone, then "
-                        "with netctl at 0, 1, 3 NADs; the daemon's cgroup CPU, throttling and "
-                        "memory, its ADD time; nothing held after")
+    b = bsub.add_parser("node-density", help="N pods at once on a real cluster of one or "
+                        "more nodes (RealCluster): create → Ready with the primary CNI alone, "
+                        "then with netctl at 0, 1, 3 NADs; the daemons' cgroup CPU, throttling "
+                        "and memory, their ADD time, their API requests and IPAM writes per "
+                        "pod; nothing held after")
     b.add_argument("--pods", type=int, default=100, metavar="N", help="pods created at once "
                    "per run (default 100; kubelet's maxPods is raised to N + 10)")
     b.add_argument("--nads", default="0,1,3", metavar="K,K,…", help="the netctl runs: NADs "
@@ -159,8 +160,17 @@ def _add_kube_benches(bsub: _Commands) -> None:
                    "CPU request and limit patched into the DaemonSet before the runs (e.g. "
                    "500m, the former manifest's, or 1); 0: no CPU limit (the request kept); "
                    "default: the manifest's (500m requested, no limit)")
+    b.add_argument("--nodes", type=int, default=1, metavar="N", help="real nodes in the "
+                   "cluster, each in its own network namespace (default 1; at most 5); the "
+                   "pods go where the scheduler puts them")
+    b.add_argument("--ipam-backend", choices=("sqlite", "kubernetes"), default="sqlite",
+                   help="netctl's ipam-backend (default sqlite: pools per node; kubernetes: "
+                   "the NADs' pools shared by the nodes, blocks claimed through the API)")
+    b.add_argument("--idle", type=float, default=30.0, metavar="SECONDS", help="how long "
+                   "the daemons are left idle before the runs, their probes' CPU measured "
+                   "(default 30)")
     b.add_argument("--kube", default="newest", metavar="VERSION", help="the Kubernetes "
-                   "version of the node, by prefix (v1.24, v1.36.2) among those built "
+                   "version of the nodes, by prefix (v1.24, v1.36.2) among those built "
                    "(NETCTL_KUBE_ROOT, default /opt/netctl-kube; docs/testing.md); default: "
                    "the newest")
     b.add_argument("--json", action="store_true")

@@ -2,11 +2,14 @@
 the primary CNI alone (the floor) and with netctl in front of it at 0, 1 and 3 NADs — the
 shape of kube-burner's node-density-cni that Multus runs on every change.
 
-The node is :class:`netctl.kit.realnode.RealNode`: a control plane and one node of the
-Kubernetes version ``--kube`` names (:mod:`netctl.kit.kubebins`; the newest found by default)
-(kubelet, Debian's containerd 1.6, runc) on this machine, its primary CNI a bridge with
-host-local (:data:`~netctl.kit.realnode.PRIMARY_SUBNET`), kubelet's ``maxPods`` raised to
-hold the pods and the DaemonSet's. The order of one run:
+The cluster is :class:`netctl.kit.realnode.RealCluster`: a control plane and ``--nodes``
+real nodes (one by default) of the Kubernetes version ``--kube`` names
+(:mod:`netctl.kit.kubebins`; the newest found by default) (kubelet, Debian's containerd
+1.6, runc) on this machine, each in its own network namespace, its primary CNI a bridge
+with host-local (a /24 of :data:`~netctl.kit.realnode.PRIMARY_SUBNET` a node), kubelet's
+``maxPods`` raised to hold the pods and the DaemonSet's; the pods go where the scheduler
+puts them. With ``--ipam-backend kubernetes`` netctl's daemon config says so (the NADs'
+pools shared by the nodes, blocks claimed through the API). The order of one run:
 
 1. **the floor**: N pods on the node *before netctl is installed* (the primary CNI alone);
 2. netctl installed as docs/kubernetes.md says (``make image``, the image imported, the CRD,
@@ -39,8 +42,13 @@ finish, read from the node's ``/var/lib/netctl/journal.db``). After each run:
 ``RealNode.held()`` (``netctl ipam pools`` in the daemon's container) must be ``{}``, the
 primary's host-local must hold no lease, the node no pod netns, no bridge a port.
 
-Anything wrong is a problem (exit 1). The node is removed at the end, also after a failure,
-Ctrl-C or SIGTERM.
+The audit log gives netctl's requests to the API server in each run (its ServiceAccount's,
+every node's daemon): per pod, and the IPAM writes among them (create, update, patch, delete
+of ``ipamblocks``). With several nodes the daemons' figures are summed (CPU) or the largest
+(memory peaks), the journals read on every node.
+
+Anything wrong is a problem (exit 1). The cluster is removed at the end, also after a
+failure, Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -83,7 +91,7 @@ from netctl.kit.bench.common import (
 from netctl.kit.harness import HarnessError, host_local_leases, wait_for
 from netctl.kit.kubebins import KubeVersion
 from netctl.kit.kubefake.real import RealKube
-from netctl.kit.realnode import BUSYBOX_IMAGE, NETWORKS, PRIMARY_SUBNET, RealNode
+from netctl.kit.realnode import BUSYBOX_IMAGE, NETWORKS, PRIMARY_SUBNET, RealCluster, RealNode
 
 NAMESPACE = "default"
 LABEL = "netctl-bench"  # every pod of the bench carries LABEL=node-density
@@ -92,7 +100,8 @@ NAD_RANGES = ipaddress.IPv4Network("10.219.0.0/16")  # a /22 per NAD
 NAD_ADDRESSES = 1000  # → /22
 IDLE_S = 30.0  # the daemon idle, its probes' CPU
 SAMPLE_S = 0.1
-MAX_PODS = 240  # the primary's /24 (253 addresses)
+MAX_PODS = 240  # the primary's /24 a node (253 addresses): the pods may all go to one
+MAX_NODES = 5
 MAX_NADS = 8
 CGROUP = Path("/sys/fs/cgroup")
 CREATION = ("N bare pods POSTed concurrently, one thread each released together (no "
@@ -318,6 +327,39 @@ class Cgroup:
                 "peak_rss_mib": round(self.peak_rss / 2**20, 1)}
 
 
+@dataclass
+class Daemons:
+    """The daemons' cgroups, one a node: CPU and throttling summed, memory peaks the
+    largest daemon's, the limits the first one's (the DaemonSet gives each the same)."""
+
+    groups: list[Cgroup]
+
+    @property
+    def pids(self) -> list[int]:
+        return [g.pid for g in self.groups]
+
+    def cpu_now(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for g in self.groups:
+            for k, v in g.cpu_now().items():
+                out[k] = out.get(k, 0.0) + v
+        return out
+
+    def limits(self) -> dict[str, Any]:
+        return self.groups[0].limits()
+
+    def start_peaks(self) -> None:
+        for g in self.groups:
+            g.start_peaks()
+
+    def peaks(self, stop: bool = False) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for g in self.groups:
+            for k, v in g.peaks(stop).items():
+                out[k] = max(out.get(k, 0.0), v)
+        return out
+
+
 def machine_busy_s() -> float:
     """CPU seconds the machine has been busy (every CPU: /proc/stat, idle and iowait
     aside)."""
@@ -375,6 +417,17 @@ def pod(name: str, app: str, networks: str) -> dict[str, Any]:
             "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 2147483647 & wait"]}]}}
 
 
+def daemonset_docs(ipam_backend: str) -> list[dict[str, Any]]:
+    """deploy/kubernetes/daemonset.yaml's documents, its daemon config saying
+    ``ipam-backend``."""
+    docs = [d for d in yaml.safe_load_all((realnode.MANIFESTS / "daemonset.yaml").read_text())
+            if d]
+    for doc in docs:
+        if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == "netctl-config":
+            doc["data"]["daemon.yaml"] += f"ipam-backend: {ipam_backend}\n"
+    return docs
+
+
 def manifest_resources() -> dict[str, Any]:
     """The daemon container's resources in deploy/kubernetes/daemonset.yaml."""
     for doc in yaml.safe_load_all((realnode.MANIFESTS / "daemonset.yaml").read_text()):
@@ -391,11 +444,13 @@ def _seconds(summary: dict[str, float]) -> dict[str, float]:
 
 class DensityBench(Bench):
     def __init__(self, pods: int, nads: list[int], cpu_limit: str | None,
-                 kube: KubeVersion) -> None:
+                 kube: KubeVersion, *, nodes: int = 1, ipam_backend: str = "sqlite",
+                 idle: float = IDLE_S) -> None:
         super().__init__(1)
         self.pods, self.nads, self.cpu_limit = pods, nads, cpu_limit
         self.kube = kube
-        self.node: RealNode | None = None
+        self.node_count, self.ipam_backend, self.idle = nodes, ipam_backend, idle
+        self.cluster: RealCluster | None = None
         self.watch: PodWatch | None = None
         self.subnets: list[ipaddress.IPv4Network] = []
         self.problems: list[str] = []
@@ -406,18 +461,22 @@ class DensityBench(Bench):
     def run(self, label: str, nads: int | None) -> dict[str, Any]:
         """N pods at once (``nads`` None: the floor, before netctl), Ready, deleted, gone;
         the run's figures."""
-        node, watch = self.node, self.watch
-        assert node is not None and watch is not None
+        cluster, watch = self.cluster, self.watch
+        assert cluster is not None and cluster.kube is not None and watch is not None
+        kube = cluster.kube
         app = f"nd{self.tag}-{label}"
         names = [f"{app}-{i:03d}" for i in range(self.pods)]
         networks = ",".join(f"nd{j + 1}" for j in range(nads or 0))
         daemon = self.daemon_cgroup() if nads is not None else None
         restarts0 = self.daemon_restarts() if daemon else 0
-        kubelet, containerd = _named(node, "kubelet"), _named(node, "containerd")
+        kubelets = [_named(n, "kubelet") for n in cluster.nodes]
+        containerds = [_named(n, "containerd") for n in cluster.nodes]
 
         def cpu() -> dict[str, Any]:
-            out: dict[str, Any] = {"machine_s": machine_busy_s(), "kubelet_s":
-                                   _proc_own_s(kubelet), "containerd_s": _proc_own_s(containerd)}
+            out: dict[str, Any] = {
+                "machine_s": machine_busy_s(),
+                "kubelet_s": sum(_proc_own_s(p) for p in kubelets),
+                "containerd_s": sum(_proc_own_s(p) for p in containerds)}
             if daemon is not None:
                 out.update({f"daemon_{k}": v for k, v in daemon.cpu_now().items()})
             return out
@@ -432,6 +491,7 @@ class DensityBench(Bench):
                  (f", {nads} NAD(s) each" if nads else ""))
         if daemon is not None:
             daemon.start_peaks()
+        kube.reset_counts()  # netctl's requests in the audit log from here
         cpu0, wall0 = cpu(), time.time()
         started = time.monotonic()
         failed: list[str] = []
@@ -441,14 +501,11 @@ class DensityBench(Bench):
             body = pod(name, app, networks)
             try:
                 barrier.wait(60)
-                node_kube().request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body)
+                kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body)
                 watch.created(name, time.monotonic())
             except Exception as exc:
                 failed.append(f"{name}: POST: {exc}")
 
-        def node_kube() -> RealKube:
-            assert node is not None and node.kube is not None
-            return node.kube
         threads = [threading.Thread(target=post, args=(n,), daemon=True) for n in names]
         for t in threads:
             t.start()
@@ -468,7 +525,7 @@ class DensityBench(Bench):
 
         # deleted: one deletecollection; every pod gone, nothing held
         progress(f"{label}: deleting the pods")
-        node_kube().request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods?" +
+        kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods?" +
                             urllib.parse.urlencode({"labelSelector": f"app={app}"}))
         deleting = time.monotonic()
         try:
@@ -487,6 +544,7 @@ class DensityBench(Bench):
         cpu2, wall2 = cpu(), time.time()
         run_peaks = daemon.peaks(stop=True) if daemon else {}
         gone_times = watch.times(names)
+        requests = kube.request_counts  # netctl's, from the audit log
 
         report: dict[str, Any] = {
             "label": label, "nads": nads, "pods": self.pods, "networks": networks,
@@ -501,9 +559,19 @@ class DensityBench(Bench):
         if daemon is not None:
             report["memory"] = {"add": add_peaks, "run": run_peaks}
             report["journal"] = self.journal_times(wall0, wall1, wall2)
-            report["daemon_pid"] = daemon.pid
+            report["daemon_pids"] = daemon.pids
             report["daemon_restarts"] = self.daemon_restarts() - restarts0
-            report["held"] = node.held()  # netctl ipam pools, in the daemon's container
+            # netctl ipam pools, in each daemon's container
+            report["held"] = {n.name: h for n in cluster.nodes if (h := n.held())}
+            total = sum(requests.values())
+            writes = sum(v for (verb, res), v in requests.items()
+                         if res == "ipamblocks" and verb in ("create", "update", "patch",
+                                                              "delete"))
+            report["api"] = {
+                "requests": total, "per_pod": round(total / self.pods, 2),
+                "ipam_writes": writes, "ipam_writes_per_pod": round(writes / self.pods, 2),
+                "by_request": {f"{verb} {res}": v for (verb, res), v in
+                               sorted(requests.items(), key=lambda kv: -kv[1])}}
             if report["held"]:
                 self.problems.append(f"{label}: netctl holds {report['held']} after the "
                                      "pods are gone")
@@ -520,13 +588,13 @@ class DensityBench(Bench):
 
     def wait(self, cond: Callable[[], bool], timeout: float, what: str,
              count: Callable[[], int]) -> None:
-        """``cond`` polled (the node's processes checked alive), progress every 10 s."""
-        assert self.node is not None
+        """``cond`` polled (the nodes' processes checked alive), progress every 10 s."""
+        assert self.cluster is not None
         deadline, said = time.monotonic() + timeout, time.monotonic()
         while not cond():
             if self.stop.is_set():
                 raise HarnessError(f"{what}: interrupted")
-            self.node._alive()
+            self.cluster._alive()
             if time.monotonic() > deadline:
                 raise HarnessError(f"{what}: {count()} of {self.pods} after {timeout:g} s")
             if time.monotonic() - said > 10:
@@ -535,37 +603,41 @@ class DensityBench(Bench):
             time.sleep(0.05)
 
     def leftovers(self, nads: int | None) -> list[str]:
-        """What the node still holds: the primary's host-local leases, pod netns, ports on
-        the bridges, and (netctl) live allocations in the journal."""
-        node = self.node
-        assert node is not None
-        left = [f"host-local lease {lease}" for lease in
-                host_local_leases(node.node_path("/var/lib/cni/networks"))]
-        left += [f"netns {n}" for n in node.sandbox_netns()]
-        for bridge in [node.primary_bridge, *(f"{self.prefix}d{j + 1}" for j in
-                                              range(len(self.subnets)))]:
-            left += [f"port {p} on {bridge}" for p in node.bridge_ports(bridge)]
-        if nads is not None:
-            with self.journal() as conn:
-                live = conn.execute("SELECT count(*) FROM ipam_allocations"
-                                    " WHERE released_at IS NULL").fetchone()[0]
-            if live:
-                left.append(f"{live} live allocations in the journal")
+        """What the nodes still hold: the primary's host-local leases, pod netns, ports on
+        the bridges, and (netctl) live allocations in the journals."""
+        assert self.cluster is not None
+        left: list[str] = []
+        for node in self.cluster.nodes:
+            at = f" ({node.name})" if len(self.cluster.nodes) > 1 else ""
+            left += [f"host-local lease {lease}{at}" for lease in
+                     host_local_leases(node.node_path("/var/lib/cni/networks"))]
+            left += [f"netns {n}{at}" for n in node.sandbox_netns()]
+            for bridge in [node.primary_bridge, *(f"{self.prefix}d{j + 1}" for j in
+                                                  range(len(self.subnets)))]:
+                left += [f"port {p} on {bridge}{at}" for p in node.bridge_ports(bridge)]
+            if nads is not None:
+                with self.journal(node) as conn:
+                    live = conn.execute("SELECT count(*) FROM ipam_allocations"
+                                        " WHERE released_at IS NULL").fetchone()[0]
+                if live:
+                    left.append(f"{live} live allocations in the journal{at}")
         return left
 
-    def journal(self) -> contextlib.closing[sqlite3.Connection]:
-        """A read-only connection to the daemon's journal (the node's state dir)."""
-        assert self.node is not None
+    def journal(self, node: RealNode) -> contextlib.closing[sqlite3.Connection]:
+        """A read-only connection to a node's daemon's journal (the node's state dir)."""
         # the node's /var/lib/netctl is this dir bound there (RealNode's FRESH dirs): SQLite
         # resolves the symlink /proc/PID/root of node_path() to the machine's / instead
-        state = self.node.dir / "node" / "fresh-var-lib-netctl"
+        state = node.dir / "node" / "fresh-var-lib-netctl"
         return contextlib.closing(query.open_read_only(state / query.JOURNAL_FILE))
 
     def journal_times(self, t0: float, t1: float, t2: float) -> dict[str, Any]:
         """netctl's runtime ADDs started in [t0, t1] and DELs in [t1, t2] (UNIX s): their
-        time, start to finish, from the journal."""
-        with self.journal() as conn:
-            rows = journaldb.operations_of_origin(conn, "runtime")
+        time, start to finish, from the journals."""
+        assert self.cluster is not None
+        rows = []
+        for node in self.cluster.nodes:
+            with self.journal(node) as conn:
+                rows += journaldb.operations_of_origin(conn, "runtime")
         adds = [r for r in rows if r["verb"] == "ADD" and t0 - 1 <= r["started_at"] <= t1]
         dels = [r for r in rows if r["verb"] == "DEL" and t1 <= r["started_at"] <= t2]
         return {
@@ -579,17 +651,24 @@ class DensityBench(Bench):
 
     # -- the daemon --------------------------------------------------------------------------
 
-    def daemon_cgroup(self) -> Cgroup:
-        assert self.node is not None
-        node = self.node
-        def one() -> list[int]:
-            pids = node.daemon_pids()
-            return pids if len(pids) == 1 else []
-        return Cgroup.of(wait_for(one, 120, "one netctl daemon on the node", interval=0.5)[0])
+    def daemon_cgroup(self) -> Daemons:
+        assert self.cluster is not None
+        groups = []
+        for node in self.cluster.nodes:
+            def one(node: RealNode = node) -> list[int]:
+                pids = node.daemon_pids()
+                return pids if len(pids) == 1 else []
+            pid = wait_for(one, 120, f"one netctl daemon on {node.name}", interval=0.5)[0]
+            groups.append(Cgroup.of(pid))
+        return Daemons(groups)
+
+    def daemon_pids(self) -> set[int]:
+        assert self.cluster is not None
+        return {p for n in self.cluster.nodes for p in n.daemon_pids()}
 
     def daemon_restarts(self) -> int:
-        assert self.node is not None
-        pods = self.node.kube_list("pods", "kube-system", "app.kubernetes.io/name=netctl")
+        assert self.cluster is not None
+        pods = self.cluster.kube_list("pods", "kube-system", "app.kubernetes.io/name=netctl")
         return sum(int(s.get("restartCount", 0)) for p in pods
                    if not p["metadata"].get("deletionTimestamp")
                    for s in (p.get("status") or {}).get("containerStatuses") or []
@@ -598,8 +677,9 @@ class DensityBench(Bench):
     def patch_cpu(self) -> dict[str, Any]:
         """``--cpu-limit`` applied to the DaemonSet's daemon container, rolled out; the
         container's resources as the API server has them after."""
-        assert self.node is not None
-        ds = self.node.get("daemonsets", "netctl", "kube-system")
+        assert self.cluster is not None
+        cluster = self.cluster
+        ds = cluster.get("daemonsets", "netctl", "kube-system")
         assert ds is not None
         containers = ds["spec"]["template"]["spec"]["containers"]
         i = next(i for i, c in enumerate(containers) if c["name"] == "netctl")
@@ -614,14 +694,13 @@ class DensityBench(Bench):
                    {"op": "add", "path": f"{base}/requests/cpu", "value": self.cpu_limit}]
         if ops:
             progress(f"the DaemonSet patched: {json.dumps(ops)}")
-            old = set(self.node.daemon_pids())
-            self.node.kubectl("-n", "kube-system", "patch", "daemonset", "netctl",
-                              "--type=json", "-p", json.dumps(ops))
-            node = self.node
-            wait_for(lambda: not (set(node.daemon_pids()) & old), 180,
-                     "the old daemon gone", interval=0.5)
-            self.node.wait_ready("daemonset", "netctl", "kube-system", timeout=300)
-            ds = self.node.get("daemonsets", "netctl", "kube-system")
+            old = self.daemon_pids()
+            cluster.kubectl("-n", "kube-system", "patch", "daemonset", "netctl",
+                            "--type=json", "-p", json.dumps(ops))
+            wait_for(lambda: not (self.daemon_pids() & old), 180,
+                     "the old daemons gone", interval=0.5)
+            cluster.wait_ready("daemonset", "netctl", "kube-system", timeout=300)
+            ds = cluster.get("daemonsets", "netctl", "kube-system")
             assert ds is not None
         return dict(ds["spec"]["template"]["spec"]["containers"][i].get("resources") or {})
 
@@ -634,38 +713,41 @@ class DensityBench(Bench):
         build_s = time.monotonic() - t0
         self.subnets = pick_subnets(max(self.nads), NAD_ADDRESSES, NAD_RANGES) \
             if max(self.nads) else []
-        progress("starting the node (control plane, containerd, kubelet)")
-        self.node = node = RealNode(prefix=self.prefix, max_pods=self.pods + 10,
-                                    kube=self.kube)
-        node.open()
-        assert node.kube is not None
-        self.watch = PodWatch(node.kube)
+        progress(f"starting the cluster (control plane; {self.node_count} node(s): "
+                 "containerd, kubelet)")
+        self.cluster = cluster = RealCluster(self.node_count, kube=self.kube,
+                                             max_pods=self.pods + 10)
+        cluster.open()
+        assert cluster.kube is not None
+        self.watch = PodWatch(cluster.kube)
         self.watch.start()
         if not self.watch.synced.wait(30):
             raise RuntimeError(f"the pod watch did not start: {self.watch.errors}")
         runs = [self.run("floor", None)]
 
         progress("installing netctl (docs/kubernetes.md)")
-        node.install_netctl(build=False)
+        cluster.install_netctl(build=False, daemonset=daemonset_docs(self.ipam_backend))
         resources = self.patch_cpu()
         if self.subnets:
-            node.apply([nad(f"nd{j + 1}", f"{self.prefix}d{j + 1}", s)
+            cluster.apply([nad(f"nd{j + 1}", f"{self.prefix}d{j + 1}", s)
                         for j, s in enumerate(self.subnets)])
         daemon = self.daemon_cgroup()
         limits = daemon.limits()
-        progress(f"the daemon idle for {IDLE_S:g} s (its probes)")
+        progress(f"the daemons idle for {self.idle:g} s (their probes)")
         idle0 = daemon.cpu_now()
-        time.sleep(IDLE_S)
+        time.sleep(self.idle)
         idle1 = daemon.cpu_now()
         idle = {k: round(idle1[k] - idle0[k], 4) for k in idle0}
-        idle["cpu_per_s"] = round(idle["cpu_s"] / IDLE_S, 4)
+        idle["cpu_per_s"] = round(idle["cpu_s"] / max(self.idle, 0.001), 4)
         for k in self.nads:
             runs.append(self.run(f"{k}nad", k))
         self.problems += [f"pod watch: {e}" for e in self.watch.errors[:5]]
-        kubelet_conf = yaml.safe_load((node.dir / "kubelet.yaml").read_text())
+        first = cluster.nodes[0]
+        kubelet_conf = yaml.safe_load((first.dir / "kubelet.yaml").read_text())
         return Measured(
             params={"pods": self.pods, "nads": self.nads, "cpu_limit": self.cpu_limit,
-                    "kubernetes": self.kube.version,
+                    "kubernetes": self.kube.version, "nodes": self.node_count,
+                    "ipam_backend": self.ipam_backend,
                     "creation": CREATION, "namespace": NAMESPACE,
                     "manifest_resources": manifest_resources(),
                     "daemon_resources": resources, "daemon_cgroup": limits,
@@ -673,8 +755,9 @@ class DensityBench(Bench):
                                 ("maxPods", "kubeAPIQPS", "kubeAPIBurst")},
                     "primary": f"bridge + host-local {PRIMARY_SUBNET}",
                     "nad_subnets": [str(s) for s in self.subnets],
-                    "node_timings_s": {k: round(v, 1) for k, v in node.timings.items()},
-                    "make_image_s": round(build_s, 1), "idle_s": IDLE_S},
+                    "node_timings_s": {k: round(v, 1) for k, v in
+                                       {**cluster.control.timings, **first.timings}.items()},
+                    "make_image_s": round(build_s, 1), "idle_s": self.idle},
             parts={"runs": runs, "idle": idle, "watch_relists": self.watch.relists,
                    "wall_s": round(time.monotonic() - t0, 1)},
             problems=self.problems)
@@ -684,13 +767,13 @@ class DensityBench(Bench):
         with _signals_ignored():
             if self.watch is not None:
                 self.watch.stop()
-            if self.node is not None:
-                progress("removing the node")
+            if self.cluster is not None:
+                progress("removing the cluster")
                 try:
-                    self.node.close()
+                    self.cluster.close()
                 except Exception as exc:
-                    problems.append(f"the node: {exc}")
-                self.node = None
+                    problems.append(f"the cluster: {exc}")
+                self.cluster = None
         return problems + super().cleanup()
 
 
@@ -767,9 +850,10 @@ def render_density(report: dict[str, Any]) -> list[RenderableType]:
     cg, idle = p["daemon_cgroup"], report["idle"]
     limit = f"{cg['cpu_limit_cores']:g} CPU" if cg["cpu_limit_cores"] else "none"
     lines: list[RenderableType] = [
-        f"netctl bench node-density: {p['pods']} pods at once on a real single-node "
-        f"{p.get('kubernetes', 'v1.24.0')} "
-        f"cluster (kubelet, containerd 1.6, runc), {p['cpus']} CPUs, prefix {report['prefix']}",
+        f"netctl bench node-density: {p['pods']} pods at once on a real "
+        f"{p.get('nodes', 1)}-node {p.get('kubernetes', 'v1.24.0')} "
+        f"cluster (kubelet, containerd 1.6, runc), {p['cpus']} CPUs, prefix {report['prefix']}, "
+        f"ipam-backend {p.get('ipam_backend', 'sqlite')}",
         f"creation: {p['creation']}; the floor: the primary CNI alone ({p['primary']}) before "
         "netctl is installed; netctl's runs: each pod's annotation selects K NADs (bridge + "
         f"netctl-ipam, {', '.join(p['nad_subnets']) or 'none'})",
@@ -822,12 +906,16 @@ def render_density(report: dict[str, Any]) -> list[RenderableType]:
             row("netctl ADD p99 (ms)", "journal.add_ms.p99", "{:.0f}", False),
             row("netctl DEL p50 (ms)", "journal.del_ms.p50", "{:.0f}", False),
             row("netctl DEL p99 (ms)", "journal.del_ms.p99", "{:.0f}", False),
+            row("API requests per pod", "api.per_pod", "{:.2f}", False),
+            row("IPAM writes per pod", "api.ipam_writes_per_pod", "{:.2f}", False),
         ], "CPU in each phase (ADD: first POST → every pod Ready; DEL: the delete → nothing "
            "held): the machine's busy time, kubelet's, containerd's, the daemon container's "
            "cgroup (the daemon, the delegates it execs, its probes) and its CFS "
            "throttling. Its memory over the run: memory.max_usage_in_bytes (page cache "
            "included) and memory.stat total_rss sampled every 100 ms. netctl's ADD and DEL: "
-           "the journal's runtime operations, start to finish"),
+           "the journal's runtime operations, start to finish. API requests: netctl's (its "
+           "ServiceAccount's, every daemon's) from the audit log, from the first POST to "
+           "nothing held; IPAM writes: those creating, updating or deleting ipamblocks"),
         "",
         render.table(head("after the delete"), [
             row("pod gone p50 (ms)", "delete.gone_ms.p50", "{:.0f}"),
@@ -837,10 +925,10 @@ def render_density(report: dict[str, Any]) -> list[RenderableType]:
         ], "from the deletecollection to each pod's DELETED event (watch), to the last one, "
            "and to nothing held: no host-local lease, pod netns, bridge port, nor live "
            "allocation in netctl's journal"),
-        "nothing held afterwards (RealNode.held(), `netctl ipam pools` in the daemon's "
+        "nothing held afterwards (RealNode.held(), `netctl ipam pools` in each daemon's "
         "container): " + "; ".join(f"{run['label']} {run.get('held', {}) or '{}'}"
                                    for run in nets),
-        f"run in {report['wall_s']:.0f} s (node up {p['node_timings_s'].get('open', 0):.0f} s, "
+        f"run in {report['wall_s']:.0f} s (a node up {p['node_timings_s'].get('open', 0):.0f} s, "
         f"netctl's DaemonSet Ready {p['node_timings_s'].get('daemonset ready', 0):.0f} s)",
         "", *render.verdict(report["problems"], "every pod Ready and gone, nothing held")]
     return lines
@@ -874,5 +962,13 @@ def run_density(args: argparse.Namespace) -> int:
     if why:
         print(f"netctl bench node-density: {why}", file=sys.stderr)
         return 2
-    bench = DensityBench(args.pods, nads, args.cpu_limit, kube[-1])
+    if not 1 <= args.nodes <= MAX_NODES:
+        print(f"netctl bench node-density: --nodes between 1 and {MAX_NODES}",
+              file=sys.stderr)
+        return 2
+    if args.idle < 0:
+        print("netctl bench node-density: --idle is 0 or more seconds", file=sys.stderr)
+        return 2
+    bench = DensityBench(args.pods, nads, args.cpu_limit, kube[-1], nodes=args.nodes,
+                         ipam_backend=args.ipam_backend, idle=args.idle)
     return drive(bench, "node-density", bench.measure, render_density, args.json)
