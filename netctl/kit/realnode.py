@@ -69,7 +69,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import yaml
 
@@ -288,7 +288,32 @@ def kubelet_by_version(minor: int) -> tuple[dict[str, Any], list[str]]:
     return config, []
 
 
-class _Api:
+class _Opened:
+    """``open`` (``_open``, everything taken back by ``close`` when it fails) and the
+    context manager around it."""
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> None:
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class _Api(_Opened):
     """kubectl and the API as the cluster's admin: what a control plane and its nodes
     share (``kube``, ``admin_kubeconfig``, ``binary`` are theirs)."""
 
@@ -430,27 +455,23 @@ class ControlPlane(_Api):
         """netctl's image as installed (:func:`install_netctl`), for nodes added later."""
         return self.dir / "netctl-image.tar"
 
-    def open(self) -> None:
-        try:
-            t0 = time.monotonic()
-            self._lock()
-            self.logs.mkdir()
-            _machine_links(self.prefix)  # a run killed before its close
-            for args in (("link", "add", self.bridge, "type", "bridge"),
-                         ("addr", "add", f"{GATEWAY}/{NODE_NETWORK.prefixlen}", "dev",
-                          self.bridge),
-                         ("link", "set", self.bridge, "up")):
-                subprocess.run(["ip", *args], capture_output=True, timeout=30, check=True)
-            self.kube = RealKube(service_accounts=True, address=str(GATEWAY),
-                                 kube=self.kube_version)
-            self.kube.open()
-            self.kube.kubeconfig(self.admin_kubeconfig, token=self.kube.admin_token,
-                                 namespace="default")
-            self._start_controllers()
-            self.timings["control plane"] = time.monotonic() - t0
-        except BaseException:
-            self.close()
-            raise
+    def _open(self) -> None:
+        t0 = time.monotonic()
+        self._lock()
+        self.logs.mkdir()
+        _machine_links(self.prefix)  # a run killed before its close
+        for args in (("link", "add", self.bridge, "type", "bridge"),
+                     ("addr", "add", f"{GATEWAY}/{NODE_NETWORK.prefixlen}", "dev",
+                      self.bridge),
+                     ("link", "set", self.bridge, "up")):
+            subprocess.run(["ip", *args], capture_output=True, timeout=30, check=True)
+        self.kube = RealKube(service_accounts=True, address=str(GATEWAY),
+                             kube=self.kube_version)
+        self.kube.open()
+        self.kube.kubeconfig(self.admin_kubeconfig, token=self.kube.admin_token,
+                             namespace="default")
+        self._start_controllers()
+        self.timings["control plane"] = time.monotonic() - t0
 
     def close(self) -> None:
         errors: list[str] = []
@@ -573,20 +594,6 @@ class RealNode(_Api):
         return self.control.admin_kubeconfig
 
     # -- life cycle -----------------------------------------------------------------------
-
-    def __enter__(self) -> RealNode:
-        self.open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def open(self) -> None:
-        try:
-            self._open()
-        except BaseException:
-            self.close()
-            raise
 
     def _open(self) -> None:
         t0 = time.monotonic()
@@ -1243,21 +1250,10 @@ class RealCluster(_Api):
     def describe(self) -> str:
         return "\n".join(n.describe() for n in self.nodes)
 
-    def __enter__(self) -> RealCluster:
-        self.open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def open(self) -> None:
-        try:
-            self.control.open()
-            while len(self.nodes) < self.want:
-                self.add_node()
-        except BaseException:
-            self.close()
-            raise
+    def _open(self) -> None:
+        self.control.open()
+        while len(self.nodes) < self.want:
+            self.add_node()
 
     def add_node(self) -> RealNode:
         """One more node, Ready (with netctl's image when netctl is installed)."""
