@@ -25,9 +25,9 @@ event's fields instead of the context: every one in ``json`` (``null`` when empt
 not empty in ``logfmt`` and ``text``.
 
 Levels: ``--log-level LEVEL[,LOGGER=LEVEL…]``. ``LEVEL`` is netctl's own loggers'
-(``netctl.*``); every other logger (aiosqlite's per-statement DEBUG lines, pyroute2,
-asyncio, aiohttp, the Kubernetes client) stays at WARNING unless named:
-``--log-level debug,aiosqlite=debug``.
+(``netctl.*``); every other logger (pyroute2's, asyncio, aiohttp, the Kubernetes
+client) stays at WARNING unless named:
+``--log-level debug,pyroute2=debug``.
 """
 
 from __future__ import annotations

@@ -543,7 +543,7 @@ def _add_daemon(sub: _Commands) -> None:
                    "TokenReview and a SubjectAccessReview; default: off)")
     p.add_argument("--log-level", metavar="LEVEL[,LOGGER=LEVEL…]", help="netctl's level "
                    "(default info); other libraries stay at warning unless named, e.g. "
-                   "debug,aiosqlite=debug")
+                   "debug,pyroute2=debug")
     p.add_argument("--log-format", choices=logs.FORMATS, help="one line per event: text "
                    "(default), json (one object per line) or logfmt")
     p.add_argument("--journal-log", action="store_true", help="also log every operation "

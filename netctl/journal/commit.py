@@ -1,8 +1,17 @@
-"""The journal's group commit and its bridge to the database thread. It knows no table.
+"""The journal's database thread and group commit. It knows no table.
 
-:class:`Committer` runs functions of a ``sqlite3.Connection`` on aiosqlite's connection
-thread, each a trip across the bridge (:meth:`Committer.read`, :meth:`Committer.write`):
-one trip per transaction, not one per statement. Writes are group-committed: a write
+:class:`DatabaseThread` owns the journal's one ``sqlite3.Connection`` and the one thread
+that uses it: a function of the connection is put on its queue, run there, and its outcome
+handed back to the waiting trio task through trio's own token (``run_sync_soon``, which
+reschedules the task) — no asyncio loop, future or task in between. (aiosqlite does the
+same for asyncio callers; from trio, its documented API costs a turn of a trio-asyncio
+loop per statement, and it has no call for "run this function in one trip": the group
+commit below needs exactly that, so netctl keeps this thread of its own:
+docs/architecture.md, "The journal".)
+
+:class:`Committer` runs functions on that thread, each a trip across
+(:meth:`Committer.read`, :meth:`Committer.write`): one trip per transaction, not one per
+statement. Writes are group-committed: a write
 queues its function; whichever writer goes next runs every queued one in one transaction
 (one that fails is rolled back alone and the others still commit) and wakes their callers.
 Writes are shielded from cancellation — a journal write, once asked for, completes — but
@@ -13,12 +22,13 @@ business; this module only moves functions to the thread and answers back.
 
 from __future__ import annotations
 
+import queue
 import sqlite3
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar, cast
 
-import aiosqlite
 import outcome
 import trio
 
@@ -85,12 +95,9 @@ def _transaction(batch: list[_Write], db: sqlite3.Connection, *, savepoints: boo
 
 
 class _Answer:
-    """What aiosqlite's thread resolves, standing in for the asyncio future it expects:
-    the thread calls ``get_loop().call_soon_threadsafe(set_result, answer, result)``, and
-    here that is trio's own ``run_sync_soon``, whose callback reschedules the waiting trio
-    task at once — no asyncio loop, handle or task in between (each was a turn of
-    trio-asyncio's loop more per journal trip). Cancelled (:meth:`cancel`), it is done:
-    the thread's late answer is dropped, as aiosqlite drops it."""
+    """One trip's answer: the database thread delivers its outcome through trio's token,
+    whose callback reschedules the waiting task at once. Cancelled (:meth:`cancel`, on
+    trio's side), it is done: the thread's late answer is dropped."""
 
     __slots__ = ("_done", "_task", "_token")
 
@@ -99,23 +106,15 @@ class _Answer:
         self._token = trio.lowlevel.current_trio_token()
         self._done = False
 
-    def get_loop(self) -> _Answer:
-        return self
-
-    def call_soon_threadsafe(self, fn: Callable[..., object], *args: Any) -> None:
-        self._token.run_sync_soon(fn, *args)
-
-    def done(self) -> bool:
-        return self._done
-
     def cancel(self) -> None:
         self._done = True
 
-    def set_result(self, result: Any) -> None:
-        self._resolve(outcome.Value(result))
-
-    def set_exception(self, exception: BaseException) -> None:
-        self._resolve(outcome.Error(exception))
+    def deliver(self, answer: outcome.Outcome[Any]) -> None:
+        """On the database thread: the outcome handed to trio."""
+        try:
+            self._token.run_sync_soon(self._resolve, answer)
+        except trio.RunFinishedError:
+            pass  # nobody waits any more
 
     def _resolve(self, answer: outcome.Outcome[Any]) -> None:
         if not self._done:
@@ -123,15 +122,81 @@ class _Answer:
             trio.lowlevel.reschedule(self._task, answer)
 
 
+class DatabaseThread:
+    """The journal's connection to ``path`` (``pragmas`` applied) and the thread that
+    alone uses it (see the module's doc): :meth:`open`, :meth:`call`, :meth:`close`."""
+
+    def __init__(self, path: str, pragmas: Sequence[str] = ()) -> None:
+        self.path = path
+        self._pragmas = tuple(pragmas)
+        # a function of the connection (of None: the call that makes it), and who waits
+        self._calls: queue.SimpleQueue[tuple[_Answer, Callable[[Any], Any]] | None] = \
+            queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name="netctl-journal",
+                                        daemon=True)
+        self._conn: sqlite3.Connection | None = None  # the thread's alone
+        self._open = False
+
+    async def open(self) -> None:
+        """The thread started and the connection made on it (its error raised here)."""
+        self._thread.start()
+        self._open = True
+        try:
+            await self.call(self._connect)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.close()
+            raise
+
+    def _connect(self, _: object) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        for pragma in self._pragmas:
+            conn.execute(f"PRAGMA {pragma}")
+        self._conn = conn
+
+    def _serve(self) -> None:
+        while (item := self._calls.get()) is not None:
+            answer, fn = item
+            answer.deliver(outcome.capture(fn, self._conn))
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def call(self, fn: Sync[T]) -> T:
+        """``fn(connection)`` run on the thread, after what is queued before it; its
+        result or its exception. Cancelled while it waits, the caller goes on and the
+        call's late answer is dropped (it runs all the same)."""
+        if not self._open:
+            raise ValueError(f"journal {self.path}: the connection is closed")
+        answer = _Answer()
+        self._calls.put((answer, fn))
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            answer.cancel()
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return cast(T, await trio.lowlevel.wait_task_rescheduled(abort))
+
+    async def close(self) -> None:
+        """The calls queued run, the connection closed, the thread gone."""
+        if not self._open:
+            return
+        self._open = False
+        self._calls.put(None)
+        await trio.to_thread.run_sync(self._thread.join)
+
+
 class Committer:
-    """Reads and group-committed writes of one aiosqlite connection, from trio (module doc).
+    """Reads and group-committed writes on the journal's database thread, from trio
+    (module doc).
     ``path`` names the database in errors; ``commits``, ``writes`` and ``trips`` count
     batches, writes and calls on the database thread (the status and the benches read
     them)."""
 
-    def __init__(self, db: aiosqlite.Connection, path: str, write_deadline: float) -> None:
-        self._db = db
-        self.path = path
+    def __init__(self, db: DatabaseThread, write_deadline: float) -> None:
+        self.db = db
+        self.path = db.path
         self.write_deadline = write_deadline
         self._queue: list[_Write] = []
         self._committing = False  # a batch is on its way to the database thread
@@ -140,26 +205,9 @@ class Committer:
         self.trips = 0  # calls run on the database thread (reads and batches)
 
     async def _on_thread(self, fn: Sync[T]) -> T:
-        """Run ``fn(connection)`` on aiosqlite's thread: one trip to it and back.
-
-        This is what aiosqlite's own ``Connection._execute`` does — a future, the call put
-        on the connection's queue, the future resolved from its thread — but the trio
-        task waits itself, on an :class:`_Answer` that trio resolves: no asyncio task
-        around a coroutine, no turn of the asyncio loop (each cost as much again as the
-        rest of the trip). Cancelled (a write past its deadline), the answer is
-        cancelled, and the thread's late answer is dropped, as aiosqlite drops it."""
-        db = self._db
+        """Run ``fn(connection)`` on the database thread: one trip to it and back."""
         self.trips += 1
-        if not db._running or db._connection is None:
-            raise ValueError("Connection closed")
-        answer = _Answer()
-        db._tx.put_nowait((answer, partial(fn, db._connection)))  # type: ignore[arg-type]
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            answer.cancel()
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        return cast(T, await trio.lowlevel.wait_task_rescheduled(abort))
+        return await self.db.call(fn)
 
     async def write(self, fn: Sync[T], indexed: Callable[[T], None] | None = None) -> T:
         """Commit ``fn`` (with whatever else is queued), then, in the same step, apply

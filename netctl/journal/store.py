@@ -3,11 +3,11 @@
 Callers name what happened — :meth:`Journal.begin` an operation with the
 attachments it adds or removes, :meth:`~Journal.begin_step` /
 :meth:`~Journal.end_step` around every plugin run (with the addresses the step
-allocates or releases), :meth:`~Journal.finish` — and never see SQL, aiosqlite
-or asyncio: those live here, behind trio-asyncio.
+allocates or releases), :meth:`~Journal.finish` — and never see SQL: it lives here.
 
-Every call is one synchronous function of the connection, run on aiosqlite's thread
-by the group commit (:mod:`netctl.journal.commit`, which knows no table): one trip per
+Every call is one synchronous function of the connection, run on the journal's database
+thread (:class:`~netctl.journal.commit.DatabaseThread`) by the group commit
+(:mod:`netctl.journal.commit`, which knows no table): one trip per
 transaction, writes of concurrent callers committed together, shielded from
 cancellation but bounded by ``write_deadline`` (code 5).
 
@@ -30,15 +30,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import aiosqlite
 import trio
-import trio_asyncio
 
 from netctl import logs
 from netctl.cni.request import Pod
 from netctl.errors import CNIError
 from netctl.journal.allocations import IpamRecords
-from netctl.journal.commit import Committer
+from netctl.journal.commit import Committer, DatabaseThread
 from netctl.journal.events import Event, EventLog, of_operations
 from netctl.journal.live import LiveIndex
 from netctl.journal.migrate import PRAGMAS, migrate
@@ -77,15 +75,13 @@ class Begun(NamedTuple):
 class Journal:
     """Typed writes and reads of the journal (see the module's docstring)."""
 
-    def __init__(self, db: aiosqlite.Connection, path: str, write_deadline: float,
+    def __init__(self, db: DatabaseThread, write_deadline: float,
                  clock: Callable[[], float] = time.time) -> None:
         # where the rows' timestamps come from: the wall clock; the retention bench and
         # tests pass a simulated one, to write a week of history in seconds
         self.clock = clock
-        # aiosqlite opened the connection on the asyncio side; the trips skip it
-        assert trio_asyncio.current_loop.get() is not None, \
-            "a Journal is made inside its trio-asyncio loop"
-        self._io = Committer(db, path, write_deadline)  # the group commit (commit.py)
+        self._io = Committer(db, write_deadline)  # the group commit (commit.py)
+        path = db.path
         # the IPAM's rows: allocations, pools, reservations, blocks (allocations.py)
         self.ipam = IpamRecords(self._io, clock)
         self._next_attachment = 1  # the id :meth:`number` gives next (set when it opens)
@@ -463,39 +459,20 @@ class Journal:
 @asynccontextmanager
 async def open_journal(state_dir: str | Path, write_deadline: float = 30.0,
                        clock: Callable[[], float] = time.time) -> AsyncIterator[Journal]:
-    """Migrate and open the journal of ``state_dir`` (:func:`journal_path`), inside a
-    trio-asyncio loop (one is opened when the caller has none). ``clock``: the rows' timestamps (see
-    :attr:`Journal.clock`)."""
+    """Migrate and open the journal of ``state_dir`` (:func:`journal_path`). ``clock``: the
+    rows' timestamps (see :attr:`Journal.clock`)."""
     directory = Path(state_dir)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # noqa: ASYNC240 - start-up
     path = str(journal_path(directory))
     migrate(path)
-    if trio_asyncio.current_loop.get() is None:
-        async with trio_asyncio.open_loop():
-            async with _connected(path, write_deadline, clock) as journal:
-                yield journal
-    else:
-        async with _connected(path, write_deadline, clock) as journal:
-            yield journal
-
-
-@asynccontextmanager
-async def _connected(path: str, write_deadline: float, clock: Callable[[], float]
-                     ) -> AsyncIterator[Journal]:
-    async def connect() -> aiosqlite.Connection:
-        db = await aiosqlite.connect(path, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        for pragma in PRAGMAS:
-            await db.execute(f"PRAGMA {pragma}")
-        return db
-
-    db = await trio_asyncio.aio_as_trio(connect)()
+    db = DatabaseThread(path, PRAGMAS)
+    await db.open()
     try:
-        journal = Journal(db, path, write_deadline, clock)
+        journal = Journal(db, write_deadline, clock)
         journal.live = await journal.read_live()
         journal._next_attachment = await journal._io.read(lambda db: int(db.execute(
             "SELECT COALESCE(MAX(id), 0) + 1 FROM attachments").fetchone()[0]))
         yield journal
     finally:
         with trio.CancelScope(shield=True):
-            await trio_asyncio.aio_as_trio(db.close)()
+            await db.close()

@@ -5,16 +5,31 @@ its late answers are dropped, and the journal serves the next writes and reads.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from netctl.errors import IO_FAILURE, CNIError
 from netctl.journal.records import OpEnd, OpStart
-from netctl.journal.store import open_journal
+from netctl.journal.store import Journal, open_journal
+
+
+async def occupy(journal: Journal, fn: Callable[[sqlite3.Connection], object],
+                 nursery: trio.Nursery) -> None:
+    """The database thread given ``fn`` first (through the journal's own reads), and busy
+    with it while the test goes on; a read that outlives its deadline is the test's
+    point, not an error."""
+    async def read() -> None:
+        with contextlib.suppress(trio.TooSlowError):
+            await journal._io.read(fn)
+    nursery.start_soon(read)
+    await trio.testing.wait_all_tasks_blocked()
 
 
 def test_a_hung_database_fails_a_write_in_time_and_the_journal_goes_on(
@@ -22,11 +37,9 @@ def test_a_hung_database_fails_a_write_in_time_and_the_journal_goes_on(
     """``write_deadline`` bounds every trip to the database thread; the thread's late
     answer is dropped, and the next writes and reads are served."""
     async def main() -> None:
-        async with open_journal(tmp_path, write_deadline=0.2) as journal:
-            def stuck() -> None:
-                time.sleep(0.6)
-
-            journal._io._db._tx.put_nowait((None, stuck))  # the thread is busy elsewhere
+        async with open_journal(tmp_path, write_deadline=0.2) as journal, \
+                trio.open_nursery() as nursery:
+            await occupy(journal, lambda db: time.sleep(0.6), nursery)  # busy elsewhere
             started = trio.current_time()
             with pytest.raises(CNIError) as late:
                 await journal.begin(OpStart(verb="ADD", container_id="late"))
@@ -67,9 +80,9 @@ def test_a_write_that_fails_in_a_batch_loses_only_itself(tmp_path: Path) -> None
                 except CNIError as exc:
                     failed.append(exc)
 
-            journal._io._db._tx.put_nowait((None, lambda: time.sleep(0.3)))  # busy: they queue
             commits = journal.commits
             async with trio.open_nursery() as nursery:
+                await occupy(journal, lambda db: time.sleep(0.3), nursery)  # busy: they queue
                 nursery.start_soon(begin, "first")
                 nursery.start_soon(failing)
                 nursery.start_soon(begin, "last")
