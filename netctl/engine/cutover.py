@@ -79,16 +79,13 @@ class ForeignDels:
             caller_network=inv.conf_name, pod=inv.pod, request=inv.stdin, origin=origin,
             reason=reason), adding=atts)
         outcome: dict[int, list[StepError]] = {}
-        try:
+        async with self.journal.running(op_id, lambda exc: del_end(
+                "failed", CANCELLED, repr(exc), atts, outcome), retry_at) as closing:
             await self.chains.delete_all(op_id, self.chains.runs(atts), outcome)
-        except BaseException as exc:
-            await self.journal.finish(op_id, del_end("failed", CANCELLED, repr(exc), atts,
-                                                      outcome), retry_at=retry_at)
-            raise
-        failures = [e.msg for errs in outcome.values() for e in errs]
-        await self.journal.finish(op_id, OpEnd(
-            state="failed" if failures else "done", code=DEL_INCOMPLETE if failures else None,
-            error="; ".join(failures) or None, removed=atts))
+            failures = [e.msg for errs in outcome.values() for e in errs]
+            closing.end = OpEnd(state="failed" if failures else "done",
+                                code=DEL_INCOMPLETE if failures else None,
+                                error="; ".join(failures) or None, removed=atts)
         log.info("DEL of container %s, unknown to netctl (%s): %s%s", inv.container_id,
                  source, names(atts), f"; failed: {'; '.join(failures)}" if failures else "")
         if failures:

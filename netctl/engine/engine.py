@@ -101,6 +101,21 @@ def first_error(exc: BaseException) -> CNIError | None:
     return None
 
 
+def failed_end(exc: BaseException) -> OpEnd:
+    """An operation's end when it raised ``exc``: failed, with its first CNI error's code
+    and message, or cancelled."""
+    cause = first_error(exc)
+    return OpEnd(state="failed", code=cause.code if cause else None,
+                 error=cause.msg if cause else "cancelled")
+
+
+def interrupted_del(op: OpStart, atts: list[Attachment], outcome: dict[int, list[StepError]],
+                    exc: BaseException) -> OpEnd:
+    """A DEL's end when ``exc`` interrupted it: what finished removed, the rest kept."""
+    log.warning("DEL (%s) interrupted: %r", op.origin, exc)
+    return del_end("failed", CANCELLED, repr(exc), atts, outcome)
+
+
 AfterAdd = Callable[[Invocation, list[Attachment]], Awaitable[str]]
 Refused = Callable[[Invocation, Refusal], Awaitable[None]]  # told to the refused pod
 Health = Callable[[], list[str]]  # why the daemon cannot serve ADDs now (empty: ready)
@@ -219,35 +234,37 @@ class Engine:
         self.journal.number([run.att for run in runs])
         await self.chains.prepare_first(runs, "ADD")
         op_id = await self.chains.begin(op, runs, adding=True)
-        try:
-            async with trio.open_nursery() as nursery:
-                for run in runs:
-                    nursery.start_soon(self.chains.add, op_id, run)
-            attached = [run.attachment() for run in runs]
-            await self._default_routes(attached)
-        except BaseException as exc:
-            cause = first_error(exc)
-            outcome, finished = await self._compensate(op_id, runs)
-            failures = [e.msg for errs in outcome.values() for e in errs]
-            state = "compensated" if finished and not failures else "compensate_failed"
-            self.metrics.compensation("failed" if failures else "compensated" if finished
-                                      else "timed_out")
-            msg = cause.msg if cause else "cancelled"
-            if failures:
-                msg += "; compensation incomplete: " + "; ".join(failures)
-            elif not finished:
-                msg += "; compensation ran out of time"
-            log.warning("ADD%s failed (code %d), %s: %s", _origin(op),
-                        cause.code if cause else CANCELLED, state, msg)
-            await self.journal.finish(op_id, del_end(
-                state, cause.code if cause else CANCELLED, msg,
-                [run.attachment() for run in runs], outcome))
-            if cause is None:
-                raise
-            raise CNIError(cause.code, msg, cause.details) from None
-        log.info("ADD%s done in %.3fs: %s", _origin(op), time.monotonic() - started,
-                 names(attached))
-        await self.journal.finish(op_id, OpEnd(state="done", attached=attached))
+        # a compensation itself interrupted leaves the operation running: the replay at the
+        # next start compensates it
+        async with self.journal.running(op_id, lambda exc: None) as closing:
+            try:
+                async with trio.open_nursery() as nursery:
+                    for run in runs:
+                        nursery.start_soon(self.chains.add, op_id, run)
+                attached = [run.attachment() for run in runs]
+                await self._default_routes(attached)
+            except BaseException as exc:
+                cause = first_error(exc)
+                outcome, finished = await self._compensate(op_id, runs)
+                failures = [e.msg for errs in outcome.values() for e in errs]
+                state = "compensated" if finished and not failures else "compensate_failed"
+                self.metrics.compensation("failed" if failures else "compensated" if finished
+                                          else "timed_out")
+                msg = cause.msg if cause else "cancelled"
+                if failures:
+                    msg += "; compensation incomplete: " + "; ".join(failures)
+                elif not finished:
+                    msg += "; compensation ran out of time"
+                log.warning("ADD%s failed (code %d), %s: %s", _origin(op),
+                            cause.code if cause else CANCELLED, state, msg)
+                closing.end = del_end(state, cause.code if cause else CANCELLED, msg,
+                                      [run.attachment() for run in runs], outcome)
+                if cause is None:
+                    raise
+                raise CNIError(cause.code, msg, cause.details) from None
+            log.info("ADD%s done in %.3fs: %s", _origin(op), time.monotonic() - started,
+                     names(attached))
+            closing.end = OpEnd(state="done", attached=attached)
         return op_id, attached
 
     async def _default_routes(self, atts: list[Attachment]) -> None:
@@ -352,27 +369,23 @@ class Engine:
         await self.chains.prepare_first(runs, "DEL")
         op_id = await self.chains.begin(op, runs, adding=False)
         outcome: dict[int, list[StepError]] = {}
-        try:
+        async with self.journal.running(op_id, partial(interrupted_del, op, atts, outcome),
+                                        retry_at) as closing:
             await self.chains.delete_all(op_id, runs, outcome)
-        except BaseException as exc:
-            log.warning("DEL (%s) interrupted: %r", op.origin, exc)
-            await self.journal.finish(op_id, del_end("failed", CANCELLED, repr(exc), atts,
-                                                      outcome), retry_at=retry_at)
-            raise
-        failures = [e.msg for errs in outcome.values() for e in errs]
-        if failures:
-            msg = (f"{why} of container {container_id}: could not remove everything; "
-                   "a later DEL or the reconciler retries: " + "; ".join(failures))
-            end = del_end("failed", DEL_INCOMPLETE, msg, atts, outcome)
-            log.warning("DEL (%s) failed: %s", op.origin, msg)
-            await self.journal.finish(op_id, end, retry_at=retry_at)
-            raise DelIncomplete(msg, [a for a, _ in end.kept], {
-                att_id for att_id, errs in outcome.items()
-                if any(e.code in PERMANENT for e in errs)},
-                "; ".join(e.details for errs in outcome.values() for e in errs if e.details))
-        log.info("DEL (%s) done in %.3fs: %s", op.origin, time.monotonic() - started,
-                 names(atts))
-        await self.journal.finish(op_id, del_end("done", None, None, atts, outcome))
+            failures = [e.msg for errs in outcome.values() for e in errs]
+            if failures:
+                msg = (f"{why} of container {container_id}: could not remove everything; "
+                       "a later DEL or the reconciler retries: " + "; ".join(failures))
+                end = closing.end = del_end("failed", DEL_INCOMPLETE, msg, atts, outcome)
+                log.warning("DEL (%s) failed: %s", op.origin, msg)
+                raise DelIncomplete(msg, [a for a, _ in end.kept], {
+                    att_id for att_id, errs in outcome.items()
+                    if any(e.code in PERMANENT for e in errs)},
+                    "; ".join(e.details for errs in outcome.values() for e in errs
+                              if e.details))
+            log.info("DEL (%s) done in %.3fs: %s", op.origin, time.monotonic() - started,
+                     names(atts))
+            closing.end = del_end("done", None, None, atts, outcome)
 
 
     # -- CHECK ------------------------------------------------------------------------------
@@ -388,20 +401,17 @@ class Engine:
         op_id, _ = await self.journal.begin(OpStart(
             verb="CHECK", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,
             caller_network=conf.name, caller_version=conf.cniVersion, pod=inv.pod))
-        try:
-            async with trio.open_nursery() as nursery:
-                for att in mine:
-                    if versions.supports_check(att.chain.cni_version):
-                        nursery.start_soon(self.chains.check, op_id, att)
-        except BaseException as exc:
-            cause = first_error(exc)
-            await self.journal.finish(op_id, OpEnd(
-                state="failed", code=cause.code if cause else None,
-                error=cause.msg if cause else "cancelled"))
-            if cause is None:
-                raise
-            raise CNIError(cause.code, cause.msg, cause.details) from None
-        await self.journal.finish(op_id, OpEnd(state="done"))
+        async with self.journal.running(op_id, failed_end):
+            try:
+                async with trio.open_nursery() as nursery:
+                    for att in mine:
+                        if versions.supports_check(att.chain.cni_version):
+                            nursery.start_soon(self.chains.check, op_id, att)
+            except BaseException as exc:
+                cause = first_error(exc)
+                if cause is None:
+                    raise
+                raise CNIError(cause.code, cause.msg, cause.details) from None
         return Reply()
 
     # -- GC, STATUS, VERSION ----------------------------------------------------------------

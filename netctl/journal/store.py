@@ -26,6 +26,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -70,6 +71,14 @@ class Begun(NamedTuple):
 
     op_id: int
     steps: list[int]
+
+
+@dataclass
+class Closing:
+    """How an operation is to end, as its body says (:meth:`Journal.running`)."""
+
+    end: OpEnd | None = None
+    retry_at: Callable[[int], float] | None = None
 
 
 class Journal:
@@ -199,6 +208,28 @@ class Journal:
             if not att.id:
                 att.id = self._next_attachment
                 self._next_attachment += 1
+
+    @asynccontextmanager
+    async def running(self, op_id: int, failed: Callable[[BaseException], OpEnd | None],
+                      retry_at: Callable[[int], float] | None = None
+                      ) -> AsyncIterator[Closing]:
+        """The life of operation ``op_id``, begun: the one way every journaled operation
+        ends. Its body sets ``closing.end`` (and ``retry_at``); left unset, the operation
+        ends done, or — when the body raises — ``failed(exc)``: None leaves it running, for
+        the replay at the next start to finish (an ADD whose compensation was itself
+        interrupted). ``retry_at``: when the attachments an operation that raised keeps
+        may be tried again. The record is finished (the write shielded from cancellation
+        and bounded by ``write_deadline``) before the body's exception goes on."""
+        closing = Closing()
+        try:
+            yield closing
+        except BaseException as exc:
+            end = closing.end or failed(exc)
+            if end is not None:
+                with trio.CancelScope(shield=True):
+                    await self.finish(op_id, end, retry_at=closing.retry_at or retry_at)
+            raise
+        await self.finish(op_id, closing.end or OpEnd(state="done"), retry_at=closing.retry_at)
 
     async def finish(self, op_id: int, end: OpEnd, *, retry_at: Callable[[int], float] | None
                      = None) -> None:

@@ -135,12 +135,11 @@ class Reconciler:
             verb="RECONCILE", origin=origin, request=msgspec.json.encode(todo.to_json())))
         errors: list[str] = []
         deferred: set[str] = set()
-        try:
+        async with self.journal.running(op_id, lambda exc: OpEnd(
+                state="failed", error="; ".join(errors) or repr(exc))) as closing:
             await self._carry_out(todo, facts.allocations, origin, errors, deferred)
-        finally:
-            with trio.CancelScope(shield=True):
-                await self.journal.finish(op_id, OpEnd(
-                    state="failed" if errors else "done", error="; ".join(errors) or None))
+            closing.end = OpEnd(state="failed" if errors else "done",
+                                error="; ".join(errors) or None)
         report["errors"] = errors
         name = "reconcile" if origin == "reconcile" else f"reconcile on events ({why})"
         if errors:
