@@ -1,57 +1,76 @@
-"""We test :meth:`netctl.journal.store.Journal.running`, the one way a journaled operation
-ends, on a real journal file: the end its body sets, done when it sets none, ``failed(exc)``
-when it raises (the exception going on), left running when ``failed`` says None (for the
-replay), and finished even when the body is cancelled."""
+"""We test these aspects of ``netctl journal --running`` (what is in flight, or what a crash
+cut short) on a real journal file made by the migrations runner, with rows written by SQL:
+every running operation is listed, however many operations came after it (the plain
+listing keeps only the last 200), none that finished; the attachments listed are those a
+running operation adds or removes; and ``query.running_operations`` gives the same rows."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
 import pytest
-import trio
 
-from netctl.errors import CNIError
-from netctl.journal.query import journal_path
-from netctl.journal.records import OpEnd, OpStart
-from netctl.journal.store import open_journal
+from netctl.commands.cli import main
+from netctl.journal import query
+from netctl.journal.migrate import migrate
 
-
-def states(tmp_path: Path) -> dict[str, tuple[str, str | None]]:
-    with sqlite3.connect(journal_path(tmp_path)) as db:
-        return {c: (s, e) for c, s, e in db.execute(
-            "SELECT container_id, state, error FROM operations")}
+T0 = 1_700_000_000.0
 
 
-def test_every_way_an_operation_ends(tmp_path: Path) -> None:
-    async def main() -> None:
-        async with open_journal(tmp_path) as journal:
-            async def begin(name: str) -> int:
-                op_id, _ = await journal.begin(OpStart(verb="ADD", container_id=name))
-                return op_id
+def operation(conn: sqlite3.Connection, verb: str, container: str, state: str) -> int:
+    cur = conn.execute("INSERT INTO operations (verb, container_id, state, started_at)"
+                       " VALUES (?,?,?,?)", (verb, container, state, T0))
+    assert cur.lastrowid is not None
+    return cur.lastrowid
 
-            def failed(exc: BaseException) -> OpEnd:
-                return OpEnd(state="failed", error=f"failed: {exc}")
 
-            async with journal.running(await begin("plain"), failed):
-                pass
-            async with journal.running(await begin("set"), failed) as closing:
-                closing.end = OpEnd(state="compensated", error="set by the body")
-            with pytest.raises(CNIError, match="boom"):
-                async with journal.running(await begin("raised"), failed):
-                    raise CNIError(11, "boom")
-            with pytest.raises(CNIError):
-                async with journal.running(await begin("replay"), lambda exc: None):
-                    raise CNIError(11, "left for the replay")
-            with trio.move_on_after(0.05) as scope:
-                async with journal.running(await begin("cancelled"), failed):
-                    await trio.sleep_forever()
-            assert scope.cancelled_caught
+def attachment(conn: sqlite3.Connection, container: str, state: str, add_op: int,
+               del_op: int | None = None) -> int:
+    cur = conn.execute(
+        "INSERT INTO attachments (container_id, ifname, network, network_name, cni_version,"
+        " chain, capability_args, cni_args, state, add_op, del_op, created_at)"
+        " VALUES (?, 'eth0', 'default/blue', 'blue', '1.0.0', '{}', '{}', '{}', ?, ?, ?, ?)",
+        (container, state, add_op, del_op, T0))
+    assert cur.lastrowid is not None
+    return cur.lastrowid
 
-    trio.run(main)
-    got = states(tmp_path)
-    assert got["plain"] == ("done", None)
-    assert got["set"] == ("compensated", "set by the body")
-    assert got["raised"] == ("failed", "failed: boom")
-    assert got["replay"] == ("running", None)
-    assert got["cancelled"] == ("failed", "failed: cancelled due to deadline")
+
+def test_running_lists_every_running_operation_and_what_it_touches(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    migrate(tmp_path / "journal.db")
+    conn = sqlite3.connect(tmp_path / "journal.db", isolation_level=None)
+    try:
+        cut = operation(conn, "ADD", "cut", "running")  # cut by a crash, long ago
+        attachment(conn, "cut", "adding", cut)
+        for i in range(250):  # more than the plain listing shows
+            done = operation(conn, "ADD", f"pod{i}", "done")
+            attachment(conn, f"pod{i}", "attached", done)
+        added = operation(conn, "ADD", "leaving", "done")
+        removing = operation(conn, "DEL", "leaving", "running")
+        attachment(conn, "leaving", "removing", added, removing)
+    finally:
+        conn.close()
+
+    assert main(["journal", "--state-dir", str(tmp_path), "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert cut not in [op["id"] for op in plain["operations"]]
+
+    assert main(["journal", "--state-dir", str(tmp_path), "--running", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert [(op["id"], op["verb"], op["container_id"], op["state"])
+            for op in answer["operations"]] == [(cut, "ADD", "cut", "running"),
+                                                (removing, "DEL", "leaving", "running")]
+    assert [(a["container"], a["state"]) for a in answer["attachments"]] == [
+        ("cut", "adding"), ("leaving", "removing")]
+
+    read = query.connect(tmp_path)
+    try:
+        assert query.running_operations(read) == answer["operations"]
+    finally:
+        read.close()
+
+    assert main(["journal", "--state-dir", str(tmp_path), "--running"]) == 0
+    table = capsys.readouterr().out
+    assert "cut" in table and "leaving" in table and "pod1" not in table
