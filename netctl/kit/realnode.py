@@ -60,6 +60,7 @@ import functools
 import ipaddress
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -429,6 +430,24 @@ def _machine_links(prefix: str) -> None:
                        check=False)
 
 
+def _stale_clusters() -> None:
+    """What a cluster killed before its close left on the machine (the lock is held: no
+    other cluster runs): its nodes' network namespaces and its node network's bridge (the
+    gateway's address on a second bridge would take the nodes' traffic)."""
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                           timeout=30, check=False).stdout.split()
+    for name in names:
+        if re.fullmatch(r"nr[cn][0-9a-f]+\d?ns", name):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30,
+                           check=False)
+    out = subprocess.run(["ip", "-j", "addr", "show"], capture_output=True, text=True,
+                         timeout=30, check=False).stdout
+    for link in json.loads(out or "[]"):
+        if re.fullmatch(r"nr[cn][0-9a-f]+n0", link["ifname"]) and any(
+                a.get("local") == str(GATEWAY) for a in link.get("addr_info", [])):
+            _machine_links(link["ifname"])
+
+
 class ControlPlane(_Api):
     """The cluster's control plane on the machine — etcd, kube-apiserver (listening on
     the node network's gateway, :data:`GATEWAY`), kube-controller-manager and
@@ -459,7 +478,7 @@ class ControlPlane(_Api):
         t0 = time.monotonic()
         self._lock()
         self.logs.mkdir()
-        _machine_links(self.prefix)  # a run killed before its close
+        _stale_clusters()
         for args in (("link", "add", self.bridge, "type", "bridge"),
                      ("addr", "add", f"{GATEWAY}/{NODE_NETWORK.prefixlen}", "dev",
                       self.bridge),
