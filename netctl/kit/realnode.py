@@ -562,7 +562,21 @@ class ControlPlane(_Api):
             f"--cert-dir={self.dir / 'sched-certs'}", "--leader-elect=false", "--v=1"])
 
 
-class RealNode(_Api):
+class _OfControl(_Api):
+    """The API of a :class:`ControlPlane`'s cluster (a node of it, or the whole)."""
+
+    control: ControlPlane
+
+    @property
+    def kube(self) -> RealKube | None:  # type: ignore[override]
+        return self.control.kube
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.control.admin_kubeconfig
+
+
+class RealNode(_OfControl):
     """One node — its own kubelet, containerd, mount and network namespaces — of a
     control plane: a :class:`RealCluster`'s, or, without ``control``, one of its own that
     it opens and closes with itself (a single-node cluster). ``open`` starts it (the node
@@ -603,14 +617,6 @@ class RealNode(_Api):
         self._container_ids: set[str] = set()  # seen: their cgroups are removed at close
         self._cgroups_before: set[str] = set()
         self.preload = list(preload)
-
-    @property
-    def kube(self) -> RealKube | None:  # type: ignore[override]
-        return self.control.kube
-
-    @property
-    def admin_kubeconfig(self) -> Path:
-        return self.control.admin_kubeconfig
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -1233,7 +1239,7 @@ def install_netctl(nodes: Sequence[RealNode], *, build: bool = True,
     return image
 
 
-class RealCluster(_Api):
+class RealCluster(_OfControl):
     """A control plane and real nodes on this machine (each a :class:`RealNode`: its own
     kubelet, containerd, mount and network namespaces, ``eth0`` on the node network).
     ``open`` starts the control plane and ``nodes`` nodes; :meth:`add_node` adds one
@@ -1251,14 +1257,6 @@ class RealCluster(_Api):
         self.want, self.max_pods = nodes, max_pods
         self.nodes: list[RealNode] = []
         self.image = ""  # netctl's, once installed
-
-    @property
-    def kube(self) -> RealKube | None:  # type: ignore[override]
-        return self.control.kube
-
-    @property
-    def admin_kubeconfig(self) -> Path:
-        return self.control.admin_kubeconfig
 
     def _alive(self) -> bool:
         for node in self.nodes:
