@@ -70,7 +70,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -80,6 +80,7 @@ from .harness_podman import BUSYBOX, write_image_tar
 from .kubebins import KubeVersion
 from .kubefake import real as realkube
 from .kubefake.real import ROOT, RealKube, free_port
+from .lifecycle import Opened
 
 T = TypeVar("T")
 
@@ -289,32 +290,7 @@ def kubelet_by_version(minor: int) -> tuple[dict[str, Any], list[str]]:
     return config, []
 
 
-class _Opened:
-    """``open`` (``_open``, everything taken back by ``close`` when it fails) and the
-    context manager around it."""
-
-    def __enter__(self) -> Self:
-        self.open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def open(self) -> None:
-        try:
-            self._open()
-        except BaseException:
-            self.close()
-            raise
-
-    def _open(self) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-class _Api(_Opened):
+class _Api(Opened):
     """kubectl and the API as the cluster's admin: what a control plane and its nodes
     share (``kube``, ``admin_kubeconfig``, ``binary`` are theirs)."""
 

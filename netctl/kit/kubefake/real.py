@@ -49,6 +49,7 @@ from typing import Any
 import yaml
 
 from netctl.kit import kubebins
+from netctl.kit.lifecycle import Opened
 
 from .resources import BUILTIN, IPAMBLOCKS, IPPOOLS, RESERVATIONS, Registry, Resource
 
@@ -158,7 +159,7 @@ rules:
 """
 
 
-class RealKube:
+class RealKube(Opened):
     """etcd and kube-apiserver, started by :meth:`open`, stopped by :meth:`close`."""
 
     def __init__(self, extra: Iterable[Resource] = (IPAMBLOCKS, *_WHEREABOUTS_CRDS), *,
@@ -191,29 +192,18 @@ class RealKube:
 
     # -- life cycle ----------------------------------------------------------------------
 
-    def __enter__(self) -> RealKube:
-        self.open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def open(self) -> None:
-        try:
-            make_certs(self.dir, self.address)
-            self._ssl = ssl.create_default_context(cafile=str(self.dir / "ca.crt"))
-            (self.dir / "tokens.csv").write_text(
-                f'{self.admin_token},netctl-test-admin,netctl-test-admin,"system:masters"\n'
-                f'{self.bench_token},{BENCH_USER},{BENCH_USER},"system:masters"\n')
-            (self.dir / "audit-policy.yaml").write_text(AUDIT_POLICY)
-            self._start_etcd()
-            self.start()
-            self._apply_manifests()
-            self.sa_token = self.token_for(SA_NAMESPACE, SA_NAME)
-            self._wait_rbac()
-        except BaseException:
-            self.close()
-            raise
+    def _open(self) -> None:
+        make_certs(self.dir, self.address)
+        self._ssl = ssl.create_default_context(cafile=str(self.dir / "ca.crt"))
+        (self.dir / "tokens.csv").write_text(
+            f'{self.admin_token},netctl-test-admin,netctl-test-admin,"system:masters"\n'
+            f'{self.bench_token},{BENCH_USER},{BENCH_USER},"system:masters"\n')
+        (self.dir / "audit-policy.yaml").write_text(AUDIT_POLICY)
+        self._start_etcd()
+        self.start()
+        self._apply_manifests()
+        self.sa_token = self.token_for(SA_NAMESPACE, SA_NAME)
+        self._wait_rbac()
 
     def close(self) -> None:
         for proc in (self._apiserver, self._etcd):
