@@ -26,11 +26,11 @@ code is the CNI error code (``0``: success), at most :data:`MAX_CODES` distinct;
 types come from configs, so the first :data:`MAX_PLUGIN_TYPES` distinct ones keep their
 name and later ones count as ``other``. No container id, pod or address is ever a label.
 
-The endpoint is a small trio TCP server in the daemon's nursery (:class:`MetricsServer`):
-one GET per connection, answered from memory in Prometheus' text format
-(:func:`text_format`). It runs on the event loop's thread like everything the collector
-reads, so nothing needs a lock, and a slow scraper holds only its own connection (reads
-and writes have a deadline).
+The endpoint is the daemon's HTTP server (:func:`metrics_server`,
+:class:`~netctl.httpserver.HttpServer`) in its nursery: one GET per connection, answered
+from memory in Prometheus' text format (:func:`text_format`). It runs on the event
+loop's thread like everything the collector reads, so nothing needs a lock, and a slow
+scraper holds only its own connection (reads and writes have a deadline).
 
 prometheus-client is loaded without its package ``__init__`` (:mod:`netctl.hollow`): that
 imports its exposition module, which brings an HTTP server, ``email`` and ``urllib`` with
@@ -44,9 +44,8 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-import trio
-
 from netctl.hollow import lean
+from netctl.httpserver import HttpServer, Request, Response
 
 
 def _imports() -> bool:
@@ -361,94 +360,28 @@ def text_format(registry: Collector) -> bytes:
     return "".join(out).encode()
 
 
-def parse_addr(addr: str, setting: str = "metrics-addr") -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9090`` for IPv6; an empty host: every address) → (host, port)."""
-    host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"{setting} {addr!r}: expected HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
-def metrics_url(host: str, port: int) -> str:
-    """The endpoint's URL on a bound address (the port the kernel chose for ``:0``)."""
-    return f"http://[{host}]:{port}/metrics" if ":" in host else f"http://{host}:{port}/metrics"
-
-
-def respond(head: bytes, body: Callable[[], bytes],
-            ready: Callable[[], bool] = lambda: True) -> bytes:
-    """The HTTP answer to a request whose head (up to the blank line) is ``head``. Pure.
+def respond(request: Request, body: Callable[[], bytes],
+            ready: Callable[[], bool] = lambda: True) -> Response:
+    """The answer to ``request``. Pure.
 
     ``/metrics``: ``body()``; ``/livez``: 200 (an answer is alive: kubelet's liveness and
     startup probes); ``/readyz``: 200 when ``ready()`` (ADDs are served, degraded or
     not), else 503 (the readiness probe). A probe over HTTP costs the node nothing but
     the answer: an exec probe starts a Python process, every ten seconds."""
-    line = head.split(b"\r\n", 1)[0].split()
-    method, target = (line[0], line[1]) if len(line) >= 2 else (b"", b"")
-    path = target.split(b"?", 1)[0]
-    text = b"text/plain"
-    if method not in (b"GET", b"HEAD"):
-        status, ctype, payload = b"405 Method Not Allowed", text, b"GET /metrics\n"
-    elif path == b"/metrics":
-        status, ctype, payload = b"200 OK", CONTENT_TYPE.encode(), body()
-    elif path == b"/livez":
-        status, ctype, payload = b"200 OK", text, b"alive\n"
-    elif path == b"/readyz":
-        status, ctype, payload = ((b"200 OK", text, b"ready\n") if ready() else
-                                  (b"503 Service Unavailable", text, b"not ready\n"))
-    else:
-        status, ctype, payload = b"404 Not Found", text, b"see /metrics, /livez, /readyz\n"
-    headers = (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
-               + str(len(payload)).encode() + b"\r\nConnection: close\r\n\r\n")
-    return headers + (payload if method != b"HEAD" else b"")
+    if request.method not in ("GET", "HEAD"):
+        return Response(405, b"GET /metrics\n")
+    if request.path == "/metrics":
+        return Response(200, body(), CONTENT_TYPE)
+    if request.path == "/livez":
+        return Response(200, b"alive\n")
+    if request.path == "/readyz":
+        return Response(200, b"ready\n") if ready() else Response(503, b"not ready\n")
+    return Response(404, b"see /metrics, /livez, /readyz\n")
 
 
-async def read_head(stream: trio.abc.ReceiveStream, max_head: int) -> bytes:
-    """An HTTP request's head: read until its blank line, the peer's end, or ``max_head``
-    bytes (the small servers here answer GETs: no body to read)."""
-    head = b""
-    while b"\r\n\r\n" not in head and len(head) < max_head:
-        chunk = await stream.receive_some(max_head)
-        if not chunk:
-            break
-        head += chunk
-    return head
+def metrics_server(metrics: Metrics, addr: str) -> HttpServer:
+    """``GET /metrics``, ``/livez`` and ``/readyz`` (:func:`respond`) on ``addr``."""
+    async def handle(request: Request) -> Response:
+        return respond(request, metrics.render, metrics.ready)
 
-
-@dataclass
-class MetricsServer:
-    """``GET /metrics``, ``/livez`` and ``/readyz`` (:func:`respond`) on ``addr``, served in
-    the daemon's nursery until :meth:`stop`."""
-
-    metrics: Metrics
-    addr: str
-    timeout: float = 10.0  # a client gets this long to send its request and read the answer
-    max_head: int = 8192
-    scrapes: int = 0
-    port: int = 0  # the bound port (addr may say 0)
-    _scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                    ) -> None:
-        host, port = parse_addr(self.addr)
-        listeners = await trio.open_tcp_listeners(port, host=host or None)
-        bound = [listener.socket.getsockname()[:2] for listener in listeners]
-        self.port = bound[0][1]
-        log.info("metrics at %s", ", ".join(metrics_url(h, p) for h, p in bound))
-        with self._scope:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(trio.serve_listeners, self._handle, listeners)
-                task_status.started()
-
-    def stop(self) -> None:
-        self._scope.cancel()
-
-    async def _handle(self, stream: trio.SocketStream) -> None:
-        async with stream:
-            with trio.move_on_after(self.timeout):
-                try:
-                    head = await read_head(stream, self.max_head)
-                    answer = respond(head, self.metrics.render, self.metrics.ready)
-                    self.scrapes += 1
-                    await stream.send_all(answer)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
+    return HttpServer(addr, "metrics-addr", handle, max_head=8192)

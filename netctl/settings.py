@@ -20,8 +20,8 @@ from netctl import (
 from netctl.engine.degraded import DEFAULT_POOL_DEGRADED_AT, parse_threshold
 from netctl.engine.foreign import DEFAULT_MULTUS_CACHE, DEFAULT_RESULTS_CACHE
 from netctl.errors import INVALID_CONFIG, CNIError
+from netctl.httpserver import parse_addr
 from netctl.journal.retention import DEFAULT_ALLOCATIONS, DEFAULT_JOURNAL, parse_duration
-from netctl.metrics import parse_addr
 
 
 @dataclass
@@ -145,7 +145,7 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
     try:
         cfg = msgspec.convert(values, DaemonConfig, strict=False)
         if cfg.metrics_addr:
-            parse_addr(cfg.metrics_addr)
+            parse_addr(cfg.metrics_addr, "metrics-addr")
         if cfg.query_addr:
             parse_addr(cfg.query_addr, "query-addr")
     except (msgspec.ValidationError, ValueError) as exc:

@@ -37,6 +37,7 @@ from netctl.engine.hotplug import Hotplug
 from netctl.engine.ipam_plugin import IpamPlugin
 from netctl.engine.networks import NetworkDir
 from netctl.errors import INVALID_CONFIG, CNIError
+from netctl.httpserver import HttpServer
 from netctl.ipam.store import IndexStore, Store
 from netctl.journal.events import EventLog, node_name
 from netctl.journal.pruner import Pruner
@@ -48,7 +49,7 @@ from netctl.kube.mode import KubeMode
 from netctl.kube.nads import NadResolver
 from netctl.kube.queryserver import QueryServer, tls_context
 from netctl.kube.select import KubeSelector
-from netctl.metrics import Metrics, MetricsServer
+from netctl.metrics import Metrics, metrics_server
 from netctl.reconcile.leaks import PARALLEL as RECONCILE_PARALLEL
 from netctl.reconcile.leaks import Reconciler
 from netctl.reconcile.pending import PendingReport, finish_pending, pending_dir
@@ -126,8 +127,8 @@ async def run(cfg: DaemonConfig, *,
         server = Server(handlers, ServerConfig(cfg.socket, cfg.allowed_uids,
                                                cfg.max_request_bytes,
                                                drain_timeout=cfg.drain_timeout))
-        metrics_server = MetricsServer(metrics, cfg.metrics_addr) if cfg.metrics_addr else None
-        await Serving(server, reconciler, pruner, events, kube, metrics_server,
+        await Serving(server, reconciler, pruner, events, kube,
+                      metrics_server(metrics, cfg.metrics_addr) if cfg.metrics_addr else None,
                       _query_server(cfg, client, status)).serve(cfg, journal.path, task_status)
     log.info("netctl daemon stopped")
 
@@ -308,7 +309,7 @@ class Serving:
     pruner: Pruner
     events: EventWatcher | None  # reconcile-events
     kube: KubeMode | None  # Kubernetes mode
-    metrics: MetricsServer | None  # metrics-addr
+    metrics: HttpServer | None  # metrics-addr
     query: QueryServer | None = None  # query-addr
     pruning: trio.CancelScope = dataclasses.field(default_factory=trio.CancelScope)
     periodic: trio.CancelScope = dataclasses.field(default_factory=trio.CancelScope)

@@ -26,11 +26,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import trio
 
 from netctl.journal.query import Filters
+from netctl.kube.client.http import Http, HttpError, endpoint_at
 
 # what each question merges: the lists of rows, and the key that orders each
 LISTS: dict[str, dict[str, str]] = {
@@ -137,50 +138,36 @@ def incomplete(doc: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _parse_response(data: bytes) -> tuple[int, dict[str, Any]]:
-    head, _, body = data.partition(b"\r\n\r\n")
-    line = head.split(b"\r\n", 1)[0].split()
-    if len(line) < 2 or not line[1].isdigit():
-        raise ValueError(f"not an HTTP answer: {head[:60]!r}")
-    doc = json.loads(body) if body else {}
+def _document(status: int, body: bytes) -> dict[str, Any]:
+    """A node's answer's JSON object; ValueError when it is none."""
+    try:
+        doc = json.loads(body) if body else {}
+    except ValueError:
+        raise ValueError(f"HTTP {status}, not a JSON answer: {body[:60]!r}") from None
     if not isinstance(doc, dict):
         raise ValueError("the answer is not a JSON object")
-    return int(line[1]), doc
+    return doc
 
 
 async def ask(target: Target, path: str, authorization: str, *, timeout: float,
-              tls: ssl.SSLContext | None = None, max_bytes: int = 256 << 20) -> Answer:
+              tls: ssl.SSLContext | None = None) -> Answer:
     """One GET of ``path`` to ``target``'s query endpoint; never raises: a failure is an
     :class:`Answer` without a document."""
-    request = (f"GET {path} HTTP/1.1\r\nHost: {target.host}:{target.port}\r\n"
-               f"Authorization: {authorization}\r\nAccept: application/json\r\n"
-               "Connection: close\r\n\r\n").encode()
+    scheme = "https" if tls is not None else "http"
+    host = f"[{target.host}]" if ":" in target.host else target.host
+    http = Http(endpoint_at(urlsplit(f"{scheme}://{host}:{target.port}"), tls))
     try:
-        with trio.fail_after(timeout):
-            stream: trio.abc.Stream = await trio.open_tcp_stream(target.host, target.port)
-            if tls is not None:
-                stream = trio.SSLStream(stream, tls, server_hostname=target.host,
-                                        https_compatible=True)
-            async with stream:
-                await stream.send_all(request)
-                data = b""
-                while len(data) < max_bytes:
-                    chunk = await stream.receive_some(1 << 20)
-                    if not chunk:
-                        break
-                    data += chunk
-        status, doc = _parse_response(data)
-    except trio.TooSlowError:
-        return Answer(target.node, error=f"no answer from {target.host}:{target.port} "
-                      f"within {timeout:g}s")
-    except (OSError, trio.BrokenResourceError, ssl.SSLError) as exc:
-        return Answer(target.node, error=f"{target.host}:{target.port}: {exc}")
-    except ValueError as exc:
-        return Answer(target.node, error=f"{target.host}:{target.port}: {exc}")
-    if status != 200 or not isinstance(doc.get("answer"), dict):
-        why = doc.get("error") or f"HTTP {status}"
-        return Answer(target.node, status=status, error=str(why))
-    return Answer(target.node, doc["answer"], status)
+        got = await http.request("GET", path, {"Authorization": authorization,
+                                               "Accept": "application/json"}, None, timeout)
+        doc = _document(got.status, got.body)
+    except (HttpError, ValueError) as exc:
+        return Answer(target.node, error=str(exc))
+    finally:
+        await http.aclose()
+    if got.status != 200 or not isinstance(doc.get("answer"), dict):
+        why = doc.get("error") or f"HTTP {got.status}"
+        return Answer(target.node, status=got.status, error=str(why))
+    return Answer(target.node, doc["answer"], got.status)
 
 
 async def ask_all(targets: Iterable[Target], path: str, authorization: str, *,
@@ -219,7 +206,7 @@ def query(opts: Options, what: str, path: str, *, ip: str | None = None,
           at: float | None = None, notes: Iterable[str] = ()) -> dict[str, Any]:
     """Ask every node ``path`` and merge the answers as ``what`` (:func:`merge`);
     :class:`ClusterError` when no node could be asked."""
-    from netctl.kube.client.daemons import authorization, block_owners, find_daemons, with_api
+    from netctl.kube.client.daemons import block_owners, find_daemons, with_api
     from netctl.kube.client.errors import ApiError, KubeSettings
 
     async def go(api: Any) -> dict[str, Any]:
@@ -246,7 +233,7 @@ def query(opts: Options, what: str, path: str, *, ip: str | None = None,
             raise ClusterError(f"no netctl daemon found: no pod with label {opts.selector} "
                                f"on a node in namespace {opts.namespace} (--netctl-namespace, "
                                "--selector)")
-        auth = f"Bearer {opts.token}" if opts.token else await authorization(api)
+        auth = f"Bearer {opts.token}" if opts.token else await api.authorization()
         if not auth.lower().startswith("bearer "):
             raise ClusterError("the kubeconfig's credentials are no bearer token (client "
                                "certificates?): the daemons check a token with the API "

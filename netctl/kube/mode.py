@@ -362,9 +362,7 @@ class KubeMode:
                 "api_server": api.host,
                 "pods": c.pods.informer.status(), "nads": c.nads.informer.status(),
                 "credential_reloads": api.credential_reloads,
-                # netctl's own HTTP (kube/client/wire.py), or the client's session (a proxy…)
-                "api_transport": "netctl" if api.wire is not None else "client-session",
-                "api_connections": api.wire.opened if api.wire is not None else None,
+                "api_connections": api.http.opened,  # (kube/client/http.py)
                 # who read the configuration: netctl (kube/client/lite.py), or
                 # kubernetes-asyncio (an exec plugin, OIDC, a proxy…: kube/client/full.py)
                 "api_configuration": "kubernetes-asyncio" if api.full else "netctl",

@@ -21,8 +21,9 @@ TLS: with ``query-tls-cert`` and ``query-tls-key`` (PEM files, e.g. a Secret mou
 into the pod) the endpoint speaks HTTPS; without them plain HTTP — the bearer token then
 crosses the network in clear, so do that on loopback or a trusted network only.
 
-Request parsing and routing (:func:`parse`, :func:`route`) are pure; :class:`QueryServer`
-is the trio TCP server (one request per connection, reads and writes under a deadline).
+Routing (:func:`route`) is pure; :class:`QueryServer` answers a request, on the daemon's
+HTTP server (:class:`~netctl.httpserver.HttpServer`: one request per connection, reads
+and writes under a deadline).
 """
 
 from __future__ import annotations
@@ -33,12 +34,11 @@ import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
 
 import trio
 
+from netctl.httpserver import HttpServer, Request, Response
 from netctl.journal.query import Filters
-from netctl.metrics import parse_addr, read_head
 from netctl.reconcile import readonly
 
 if TYPE_CHECKING:  # the client is imported in Kubernetes mode only
@@ -46,18 +46,7 @@ if TYPE_CHECKING:  # the client is imported in Kubernetes mode only
 
 log = logging.getLogger("netctl.query")
 
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-           404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error",
-           503: "Service Unavailable"}
 PATHS = ("/v1/journal", "/v1/ipam/pools", "/v1/ipam/leaks", "/v1/status")
-
-
-@dataclass(frozen=True)
-class Request:
-    method: str
-    path: str
-    query: dict[str, str]
-    authorization: str
 
 
 @dataclass(frozen=True)
@@ -73,22 +62,6 @@ class Refused(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status, self.message = status, message
-
-
-def parse(head: bytes) -> Request:
-    """An HTTP/1.x request head (up to the blank line) → :class:`Request`. Pure."""
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split()
-    if len(parts) < 2:
-        raise Refused(400, "not an HTTP request")
-    url = urlsplit(parts[1])
-    query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
-    auth = ""
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if sep and name.strip().lower() == "authorization":
-            auth = value.strip()
-    return Request(parts[0], url.path, query, auth)
 
 
 def bearer(header: str | None) -> str:
@@ -128,12 +101,9 @@ def route(req: Request) -> Ask:
         limit=int(limit) if limit is not None else Filters.limit))
 
 
-def answer(status: int, doc: dict[str, Any], head_only: bool = False) -> bytes:
+def answer(status: int, doc: dict[str, Any]) -> Response:
     """The HTTP answer carrying ``doc`` as JSON. Pure."""
-    body = json.dumps(doc).encode()
-    head = (f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: "
-            f"application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
-    return head.encode() + (b"" if head_only else body)
+    return Response(status, json.dumps(doc).encode(), "application/json")
 
 
 def tls_context(cert: str, key: str) -> ssl.SSLContext:
@@ -144,7 +114,8 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
 
 @dataclass
 class QueryServer:
-    """``GET /v1/…`` on ``addr``, in the daemon's nursery until :meth:`stop`."""
+    """``GET /v1/…`` (:meth:`respond`), served on ``addr`` by :attr:`http` until
+    :meth:`stop`."""
 
     addr: str
     node: str
@@ -153,41 +124,26 @@ class QueryServer:
     status: Callable[[], Awaitable[dict[str, Any]]]
     tls: ssl.SSLContext | None = None
     timeout: float = 30.0
-    max_head: int = 16384
     served: int = 0
     refused: int = 0
-    port: int = 0  # the bound port (addr may say 0)
-    _scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    http: HttpServer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.http = HttpServer(self.addr, "query-addr", self.respond, self.tls, self.timeout)
+
+    @property
+    def port(self) -> int:
+        return self.http.port
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                     ) -> None:
-        host, port = parse_addr(self.addr, "query-addr")
-        tcp = await trio.open_tcp_listeners(port, host=host or None)
-        self.port = tcp[0].socket.getsockname()[1]
-        listeners: list[Any] = [trio.SSLListener(t, self.tls, https_compatible=True)
-                                for t in tcp] if self.tls else tcp
-        log.info("query endpoint (%s) on port %d", "https" if self.tls else "http", self.port)
-        with self._scope:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(trio.serve_listeners, self._handle, listeners)
-                task_status.started()
+        await self.http.serve(task_status=task_status)
 
     def stop(self) -> None:
-        self._scope.cancel()
+        self.http.stop()
 
-    async def _handle(self, stream: trio.abc.Stream) -> None:
+    async def respond(self, req: Request) -> Response:
         try:
-            async with stream:
-                with trio.move_on_after(self.timeout):
-                    head = await read_head(stream, self.max_head)
-                    await stream.send_all(await self._respond(head))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError) as exc:
-            log.debug("query connection dropped: %s", exc)
-
-    async def _respond(self, head: bytes) -> bytes:
-        req: Request | None = None
-        try:
-            req = parse(head)
             ask = route(req)
             verdict = await self.check(bearer(req.authorization))
             if verdict.status != 200:
@@ -195,14 +151,14 @@ class QueryServer:
             doc = await self._ask(ask)
             self.served += 1
             log.debug("query %s for %s", req.path, verdict.user)
-            return answer(200, {"node": self.node, "answer": doc}, req.method == "HEAD")
+            return answer(200, {"node": self.node, "answer": doc})
         except Refused as exc:
             self.refused += 1
             return answer(exc.status, {"node": self.node, "error": exc.message})
         except (ValueError, FileNotFoundError) as exc:  # a bad address, no journal yet
             return answer(400, {"node": self.node, "error": str(exc)})
         except Exception as exc:  # a bug: answered, logged, the endpoint goes on
-            log.exception("query %s failed", req.path if req else "?")
+            log.exception("query %s failed", req.path)
             return answer(500, {"node": self.node, "error": f"netctl internal error: {exc!r}"})
 
     async def _ask(self, ask: Ask) -> dict[str, Any]:

@@ -372,7 +372,8 @@ def served_with_the_new_token(daemon: Daemon, kube: Kube, netns: Callable[[], st
     assert STATUS in kube.get("pods", "default", "p")["metadata"]["annotations"]
     status = daemon.status()["kubernetes"]
     assert status["credential_reloads"] >= 1
-    assert status["api_transport"] == "netctl"  # the 401 and the reload on netctl's own HTTP
+    assert status["api_configuration"] == "netctl"  # the 401 and the reload: netctl's own
+    assert status["api_connections"] >= 1
     assert cni(daemon, "DEL", "cp", ns, "p", uid).rc == 0
 
 

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from netctl.commands.journalview import render
+from netctl.httpserver import request_of
 from netctl.journal.query import Filters
 from netctl.kit.kubefake.reviews import Grant, Reviews
 from netctl.kube import clusterquery as cq
@@ -89,8 +90,8 @@ def test_the_journal_query_string_carries_every_filter_given() -> None:
     f = Filters(pod="team-a/*", ip="10.0.0.5", at=1764200000.25, running=True, limit=0)
     assert cq.journal_query(f) == "pod=team-a%2F%2A&ip=10.0.0.5&at=1764200000.25&running=1" \
         "&limit=0"
-    asked = qs.route(qs.parse(f"GET /v1/journal?{cq.journal_query(f)} HTTP/1.1\r\n"
-                              "Authorization: Bearer abc\r\n\r\n".encode()))
+    asked = qs.route(request_of("GET", f"/v1/journal?{cq.journal_query(f)}",
+                                {"Authorization": "Bearer abc"}))
     assert asked.filters == f  # what the node reads is what the caller meant
 
 
@@ -138,22 +139,21 @@ def test_the_owner_of_an_addresss_block_at_a_time() -> None:
 
 
 def test_the_endpoint_routes_reads_only() -> None:
-    req = qs.parse(b"GET /v1/ipam/leaks?grace=30 HTTP/1.1\r\nauthorization: Bearer  t0k \r\n"
-                   b"\r\n")
+    req = request_of("GET", "/v1/ipam/leaks?grace=30", {"authorization": " Bearer  t0k "})
     assert qs.bearer(req.authorization) == "t0k"
     assert qs.route(req) == qs.Ask("leaks", grace=30.0)
-    assert qs.route(qs.parse(b"GET /v1/status HTTP/1.1\r\n\r\n")).what == "status"
+    assert qs.route(request_of("GET", "/v1/status")).what == "status"
     assert qs.bearer("Basic dXNlcjpwdw==") == qs.bearer(None) == ""
-    for head, status in ((b"POST /v1/journal HTTP/1.1\r\n\r\n", 405),
-                         (b"DELETE /v1/status HTTP/1.1\r\n\r\n", 405),
-                         (b"GET /v1/reconcile HTTP/1.1\r\n\r\n", 404),
-                         (b"GET /v1/journal?at=yesterday HTTP/1.1\r\n\r\n", 400),
-                         (b"\r\n\r\n", 400)):
+    for method, target, status in (("POST", "/v1/journal", 405),
+                                   ("DELETE", "/v1/status", 405),
+                                   ("GET", "/v1/reconcile", 404),
+                                   ("GET", "/v1/journal?at=yesterday", 400)):
         with pytest.raises(qs.Refused) as refused:
-            qs.route(qs.parse(head))
+            qs.route(request_of(method, target))
         assert refused.value.status == status
     out = qs.answer(403, {"node": "n", "error": "no"})
-    assert out.startswith(b"HTTP/1.1 403 Forbidden\r\n") and out.endswith(b'"error": "no"}')
+    assert (out.status, out.content_type, out.body) == (
+        403, "application/json", b'{"node": "n", "error": "no"}')
 
 
 def test_the_reviews_decision() -> None:

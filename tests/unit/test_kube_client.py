@@ -1,4 +1,4 @@
-"""We test how netctl loads kubernetes-asyncio for the full client
+"""We test how netctl loads kubernetes-asyncio for its configuration loaders
 (:mod:`netctl.kube.client.session`, :mod:`netctl.kube.client.full`: the kubeconfigs netctl
 does not read itself), each time in a fresh interpreter as a daemon starts: lean
 (without the API classes and the models), and the client so loaded lists, gets and is
@@ -42,7 +42,7 @@ out = {{"lean": lean.LEAN, "modules": before}}
 async def main():
     async with trio_asyncio.open_loop():
         settings = KubeSettings(kubeconfig=sys.argv[1])
-        api = Api(await full.connect(settings), settings)  # the full client, as for OIDC
+        api = Api(await full.configuration(settings), settings)  # the loaders', as for OIDC
         try:
             on_n1 = [("fieldSelector", "spec.nodeName=n1")]
             pods = json.loads(await api.list("/api/v1/pods", on_n1))
@@ -53,8 +53,10 @@ async def main():
             out["after_calls"] = kube_modules() == before
             # the whole package for whoever asks: API classes and models, on demand
             from kubernetes_asyncio import client
-            found = await trio_asyncio.aio_as_trio(
-                client.CoreV1Api(api._api).read_namespaced_pod)("b", "default")
+            async def read():
+                async with client.ApiClient(configuration=api.access.conf) as c:
+                    return await client.CoreV1Api(c).read_namespaced_pod("b", "default")
+            found = await trio_asyncio.aio_as_trio(read)()
             out["model"] = [type(found).__name__, found.spec.node_name]
         finally:
             await api.close()

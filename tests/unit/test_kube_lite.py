@@ -1,8 +1,8 @@
 """The configuration netctl reads itself (:func:`~netctl.kube.client.lite.lean_config`): which
 kubeconfigs and in-cluster accounts it reads (no kubernetes-asyncio, no aiohttp), what it
-takes from them, which it leaves to the full client; its token read again on a 401 and by
-age; and a daemon's connection that loads neither library for such a configuration (in a
-fresh interpreter), and the full client for the others."""
+takes from them (a proxy too), which it leaves to kubernetes-asyncio's loaders; its token
+read again on a 401 and by age; and a daemon's connection that loads neither library for
+such a configuration (in a fresh interpreter), and the loaders for the others."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from netctl.kube.client.errors import KubeSettings
-from netctl.kube.client.lite import TOKEN_REREAD, in_cluster, lean_config, lite
+from netctl.kube.client.lite import TOKEN_REREAD, in_cluster, lean_config
 
 
 def kubeconfig(tmp_path: Path, user: dict[str, Any], cluster: dict[str, Any] | None = None,
@@ -34,13 +34,13 @@ def kubeconfig(tmp_path: Path, user: dict[str, Any], cluster: dict[str, Any] | N
 
 
 def test_a_token_or_a_token_file_is_read_here(tmp_path: Path) -> None:
-    api = lite(KubeSettings(kubeconfig(tmp_path, {"token": "abc"})))
-    assert api is not None and api.authorization == "Bearer abc"
-    e = api.wire.endpoint
-    assert (e.host, e.port, e.tls is not None) == ("api.example", 6443, True)
+    config = lean_config(KubeSettings(kubeconfig(tmp_path, {"token": "abc"})))
+    assert config is not None and config.credentials.authorization == "Bearer abc"
+    e = config.endpoint
+    assert (e.host, e.port, e.tls is not None, e.proxy) == ("api.example", 6443, True, None)
     (tmp_path / "tok").write_text("from-file\n")  # relative to the kubeconfig's directory
-    api = lite(KubeSettings(kubeconfig(tmp_path, {"tokenFile": "tok"}, name="c2")))
-    assert api is not None and api.authorization == "Bearer from-file"
+    config = lean_config(KubeSettings(kubeconfig(tmp_path, {"tokenFile": "tok"}, name="c2")))
+    assert config is not None and config.credentials.authorization == "Bearer from-file"
 
 
 @pytest.mark.parametrize("user", [
@@ -48,25 +48,37 @@ def test_a_token_or_a_token_file_is_read_here(tmp_path: Path) -> None:
     {"auth-provider": {"name": "oidc"}},
     {"username": "u", "password": "p"},
 ])
-def test_other_credentials_are_left_to_the_full_client(tmp_path: Path,
-                                                       user: dict[str, Any]) -> None:
-    assert lite(KubeSettings(kubeconfig(tmp_path, user))) is None
+def test_other_credentials_are_left_to_the_loaders(tmp_path: Path,
+                                                   user: dict[str, Any]) -> None:
+    assert lean_config(KubeSettings(kubeconfig(tmp_path, user))) is None
 
 
-def test_a_proxy_several_files_or_in_cluster_are_left_to_the_full_client(
+def test_proxies_are_read_here_several_files_are_left_to_the_loaders(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
     path = kubeconfig(tmp_path, {"token": "t"}, {"server": "https://a:1",
-                                                   "proxy-url": "http://p:3128"})
-    assert lite(KubeSettings(path)) is None
+                                                   "proxy-url": "http://u:p@p:3128"})
+    config = lean_config(KubeSettings(path))
+    assert config is not None and config.endpoint.proxy is not None
+    assert config.endpoint.proxy.url == "http://p:3128"
+    assert dict(config.endpoint.proxy.headers) == {"Proxy-Authorization": "Basic dTpw"}
+    socks = kubeconfig(tmp_path, {"token": "t"}, {"server": "https://a:1",
+                                                    "proxy-url": "socks5://p:1080"},
+                       name="socks")
+    assert lean_config(KubeSettings(socks)) is None
     plain = kubeconfig(tmp_path, {"token": "t"}, name="plain")
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    assert lite(KubeSettings(in_cluster=True)) is None  # no server named
+    assert lean_config(KubeSettings(in_cluster=True)) is None  # no server named
     monkeypatch.setenv("KUBECONFIG", f"{plain}:{path}")
-    assert lite(KubeSettings()) is None
+    assert lean_config(KubeSettings()) is None
     monkeypatch.setenv("KUBECONFIG", plain)
-    assert lite(KubeSettings()) is not None
+    found = lean_config(KubeSettings())
+    assert found is not None and found.endpoint.proxy is None
     monkeypatch.setenv("HTTPS_PROXY", "http://p:3128")
-    assert lite(KubeSettings(plain)) is None
+    found = lean_config(KubeSettings(plain))
+    assert found is not None and found.endpoint.proxy is not None
+    assert found.endpoint.proxy.url == "http://p:3128"
 
 
 def test_client_certificate_data_is_loaded(tmp_path: Path) -> None:
@@ -77,23 +89,25 @@ def test_client_certificate_data_is_loaded(tmp_path: Path) -> None:
                 (tmp_path / "c.pem").read_bytes()).decode(),
             "client-key-data": base64.b64encode((tmp_path / "k.pem").read_bytes()).decode()}
     cluster = {"server": "https://10.0.0.1:6443", "certificate-authority": "c.pem"}
-    api = lite(KubeSettings(kubeconfig(tmp_path, user, cluster)))
-    assert api is not None and api.authorization == ""  # no token: the daemons need one
-    assert api.wire.endpoint.tls is not None
+    config = lean_config(KubeSettings(kubeconfig(tmp_path, user, cluster)))
+    assert config is not None and config.credentials.authorization == ""  # no token
+    assert config.endpoint.tls is not None
 
 
 def test_no_kubeconfig_is_none(tmp_path: Path) -> None:
-    assert lite(KubeSettings(str(tmp_path / "missing"))) is None
+    assert lean_config(KubeSettings(str(tmp_path / "missing"))) is None
 
 
-def test_a_netrc_entry_for_the_server_is_left_to_the_full_client(
+def test_a_netrc_entry_for_the_server_is_read_here(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = kubeconfig(tmp_path, {"token": "t"})
     (tmp_path / "netrc").write_text("machine api.example login joe password secret\n")
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
-    assert lean_config(KubeSettings(path)) is None  # basic auth: the session sends it
+    config = lean_config(KubeSettings(path))
+    assert config is not None and config.basic == "Basic am9lOnNlY3JldA=="
     (tmp_path / "netrc").write_text("machine elsewhere login joe password secret\n")
-    assert lean_config(KubeSettings(path)) is not None
+    config = lean_config(KubeSettings(path))
+    assert config is not None and config.basic == ""
 
 
 def test_in_cluster_reads_the_service_account(tmp_path: Path,
@@ -120,7 +134,7 @@ def test_in_cluster_reads_the_service_account(tmp_path: Path,
     config.credentials.reload()
     assert config.credentials.authorization == "Bearer third"
     (tmp_path / "ca.crt").unlink()
-    assert in_cluster(tmp_path) is None  # the full client says what is missing
+    assert in_cluster(tmp_path) is None  # the loader says what is missing
 
 
 def test_a_kubeconfigs_new_token_is_read_on_reload(tmp_path: Path) -> None:
@@ -139,7 +153,7 @@ from netctl.kube.client.api import Api, KubeSettings
 async def main():
     async with trio_asyncio.open_loop():
         api = await Api.connect(KubeSettings(kubeconfig=sys.argv[1]))
-        out = {"full": api.full, "wire": api.wire is not None}
+        out = {"full": api.full}
         await api.close()
     out["loaded"] = sorted({m.split(".")[0] for m in sys.modules}
                            & {"kubernetes_asyncio", "aiohttp", "yarl"})
@@ -166,5 +180,5 @@ def test_a_daemons_connection_loads_the_full_client_only_when_needed(
     done = subprocess.run([sys.executable, "-c", CONNECT, path], capture_output=True,
                           text=True, timeout=120, check=True)
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["full"] is full and out["wire"] is True
+    assert out["full"] is full
     assert out["loaded"] == (["aiohttp", "kubernetes_asyncio", "yarl"] if full else [])

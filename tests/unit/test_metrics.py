@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterator
 
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.exposition import generate_latest
@@ -25,9 +26,10 @@ from prometheus_client.metrics_core import (
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from netctl import __version__, metrics
+from netctl import __version__
 from netctl.engine.readiness import daemon_not_ready, daemon_reasons
 from netctl.errors import NOT_AVAILABLE
+from netctl.httpserver import HttpServer, Request, Response, parse_addr, request_of, url_of
 from netctl.ipam.store import IndexStore
 from netctl.journal.live import LiveIndex
 from netctl.journal.records import Allocation, Owner
@@ -37,7 +39,7 @@ from netctl.metrics import (
     Capped,
     Metrics,
     Snapshot,
-    parse_addr,
+    metrics_server,
     respond,
     text_format,
 )
@@ -130,21 +132,64 @@ def _standalone() -> Metrics:
     return m
 
 
+def exchange(server: HttpServer, *raw: bytes) -> list[bytes]:
+    """Each of ``raw`` sent on a connection of its own to ``server`` (on a loopback port);
+    each whole answer, up to the server's close."""
+    async def main() -> list[bytes]:
+        out = []
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            for data in raw:
+                async with await trio.open_tcp_stream("127.0.0.1", server.port) as stream:
+                    await stream.send_all(data)
+                    answer = b""
+                    while chunk := await stream.receive_some(65536):
+                        answer += chunk
+                out.append(answer)
+            server.stop()
+        return out
+    return trio.run(main)
+
+
 def test_the_endpoint_answers() -> None:
-    ok = respond(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n", lambda: b"body")
-    assert ok.startswith(b"HTTP/1.1 200 OK\r\n") and ok.endswith(b"\r\n\r\nbody")
-    assert b"Content-Length: 4\r\n" in ok
-    assert respond(b"HEAD /metrics HTTP/1.1\r\n\r\n", lambda: b"body").endswith(b"\r\n\r\n")
-    assert respond(b"GET / HTTP/1.1\r\n\r\n", lambda: b"").startswith(b"HTTP/1.1 404")
-    assert respond(b"POST /metrics HTTP/1.1\r\n\r\n", lambda: b"").startswith(b"HTTP/1.1 405")
-    assert respond(b"garbage", lambda: b"").startswith(b"HTTP/1.1 405")
-    # the probes: alive whenever it answers; ready as the daemon says (degraded serves)
-    assert respond(b"GET /livez HTTP/1.1\r\n\r\n", lambda: b"", lambda: False).startswith(
-        b"HTTP/1.1 200 OK")
-    assert respond(b"GET /readyz HTTP/1.1\r\n\r\n", lambda: b"", lambda: True).startswith(
-        b"HTTP/1.1 200 OK")
-    assert respond(b"GET /readyz HTTP/1.1\r\n\r\n", lambda: b"", lambda: False).startswith(
-        b"HTTP/1.1 503")
+    m = Metrics()  # no parts yet: not ready
+    ok, head, missing, post, garbage, huge, live, ready = exchange(
+        metrics_server(m, "127.0.0.1:0"),
+        b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"HEAD /metrics HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", b"POST /metrics HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"garbage\r\n\r\n", b"GET /" + b"x" * 9000 + b" HTTP/1.1\r\n\r\n",
+        b"GET /livez HTTP/1.1\r\nHost: a\r\n\r\n", b"GET /readyz HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert ok.startswith(b"HTTP/1.1 200 OK\r\n") and b"netctl_build_info" in ok
+    assert b"\r\nconnection: close\r\n" in ok.lower()
+    length = int(ok.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    assert len(ok.partition(b"\r\n\r\n")[2]) == length
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and head.endswith(b"\r\n\r\n")
+    assert missing.startswith(b"HTTP/1.1 404 Not Found\r\n")
+    assert post.startswith(b"HTTP/1.1 405 Method Not Allowed\r\n")
+    assert garbage.startswith(b"HTTP/1.1 400 Bad Request\r\n")  # not HTTP: said so
+    assert huge.startswith(b"HTTP/1.1 400 Bad Request\r\n")  # a head past max_head
+    # the probes: alive whenever it answers; ready as the daemon says
+    assert live.startswith(b"HTTP/1.1 200 OK") and ready.startswith(b"HTTP/1.1 503")
+    assert respond(request_of("GET", "/readyz"), bytes, lambda: True).status == 200
+
+
+def test_a_handler_that_fails_is_answered_500_and_the_server_goes_on() -> None:
+    calls = []
+
+    async def handler(request: Request) -> Response:
+        calls.append(request.path)
+        if request.path == "/bug":
+            raise RuntimeError("a bug")
+        return Response(200, b"fine")
+
+    bug, fine = exchange(HttpServer("127.0.0.1:0", "test-addr", handler),
+                         b"GET /bug HTTP/1.1\r\nHost: a\r\n\r\n",
+                         b"GET /ok HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert bug.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+    assert bug.endswith(b"netctl internal error: RuntimeError('a bug')\n")
+    assert fine.startswith(b"HTTP/1.1 200 OK\r\n") and fine.endswith(b"\r\n\r\nfine")
+    assert calls == ["/bug", "/ok"]
 
 
 def test_ready_follows_the_daemons_snapshot() -> None:
@@ -158,17 +203,17 @@ def test_ready_follows_the_daemons_snapshot() -> None:
 
 
 def test_metrics_addr() -> None:
-    assert parse_addr("127.0.0.1:9100") == ("127.0.0.1", 9100)
-    assert parse_addr("[::1]:9100") == ("::1", 9100)
-    assert parse_addr(":9100") == ("", 9100)
+    assert parse_addr("127.0.0.1:9100", "metrics-addr") == ("127.0.0.1", 9100)
+    assert parse_addr("[::1]:9100", "metrics-addr") == ("::1", 9100)
+    assert parse_addr(":9100", "metrics-addr") == ("", 9100)
     for bad in ("9100", "host:", "host:port", "h:70000"):
         with pytest.raises(ValueError):
-            parse_addr(bad)
+            parse_addr(bad, "metrics-addr")
 
 
 def test_the_logged_url_of_a_bound_address() -> None:
-    assert metrics.metrics_url("127.0.0.1", 40123) == "http://127.0.0.1:40123/metrics"
-    assert metrics.metrics_url("::", 9100) == "http://[::]:9100/metrics"
+    assert url_of("http", "127.0.0.1", 40123, "/m") == "http://127.0.0.1:40123/m"
+    assert url_of("https", "::", 9100) == "https://[::]:9100"
 
 
 def _att(att_id: int, state: str, netns: str = "/run/netns/x", running: bool = False

@@ -61,7 +61,6 @@ from netctl.kit.bench.common import Bench, Interrupted, Measured, drive, proc_cp
 from netctl.kit.bench.render import num, table
 from netctl.kit.kubefake.real import RealKube
 from netctl.kit.kubefake.real import unavailable as real_unavailable
-from netctl.kube.client.api import run_with_loop
 
 POOL = "10.64.0.0/12"  # 1M addresses: 16,384 blocks of /26
 STICKY_POOL = "10.80.0.0/16"  # the sticky pod's
@@ -201,8 +200,8 @@ class ScaleBench(Bench):
             with RealKube() as kube:
                 self.kube = kube
                 try:
-                    out.append(run_with_loop(partial(self._guarded, kube, n)))
-                except BaseExceptionGroup as group:  # the loop's nursery groups it
+                    out.append(trio.run(partial(self._guarded, kube, n)))
+                except BaseExceptionGroup as group:  # a nursery groups it
                     stop, _ = group.split(Interrupted)
                     if stop is not None:
                         raise Interrupted("a signal") from None

@@ -1,15 +1,14 @@
 """The Kubernetes API as netctl calls it: raw JSON from trio.
 
-netctl reads the API server's address and its credentials itself for an in-cluster
-service account and the common kubeconfigs (:func:`netctl.kube.client.lite.lean_config`),
-and carries every call over HTTP/1.1 from trio (:class:`~netctl.kube.client.wire.Wire`):
-neither kubernetes-asyncio nor aiohttp is loaded then. For the rest (an exec credential
-plugin, OIDC, a proxy, …) kubernetes-asyncio reads the configuration and refreshes the
-credentials (:mod:`netctl.kube.client.full`, through trio-asyncio), and its aiohttp
-session carries the calls only where the wire cannot (a proxy, ``.netrc`` basic auth).
-Either way no model layer: every call's body stays bytes, which the callers decode with
-msgspec into the few fields netctl keeps. A 401 reads the credentials again and retries
-once (a rotated service-account token).
+Where the API server is and who netctl is to it (an :class:`Access`) is read by netctl
+itself for an in-cluster service account and the common kubeconfigs
+(:func:`netctl.kube.client.lite.lean_config`), else by kubernetes-asyncio's loaders
+(an exec credential plugin, OIDC, a username and password, several kubeconfig files:
+:mod:`netctl.kube.client.full`, through trio-asyncio). Either way every call goes over
+:class:`~netctl.kube.client.http.Http` (proxies included), and no model layer: every
+call's body stays bytes, which the callers decode with msgspec into the few fields netctl
+keeps. A 401 reads the credentials again and retries once (a rotated service-account
+token).
 
 Every call has a timeout (``api-timeout``, a setting: slow control planes exist), and
 a failure is one :class:`ApiError`: ``status`` the HTTP status, 0 when the server
@@ -25,41 +24,41 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, Callable
+from typing import Protocol
 from urllib.parse import urlencode
 
 import trio
-import trio_asyncio
 
 from netctl.kube.client.errors import JSON as JSON
 from netctl.kube.client.errors import ApiError as ApiError  # (where they were)
 from netctl.kube.client.errors import KubeSettings as KubeSettings
 from netctl.kube.client.errors import Query as Query
 from netctl.kube.client.errors import reason_of
-from netctl.kube.client.lite import Credentials, LeanConfig, lean_config
-from netctl.kube.client.wire import Wire, WireError
+from netctl.kube.client.http import Endpoint, Headers, Http, HttpError, Stream
+from netctl.kube.client.lite import lean_config
 
 log = logging.getLogger("netctl.kube")
-T = TypeVar("T")
 PATCH_MERGE = "application/merge-patch+json"
 PATCH_JSON = "application/json-patch+json"
 
 
-def run_with_loop(fn: Callable[[], Awaitable[T]]) -> T:
-    """``fn()`` from synchronous code, in its own trio run with the asyncio loop the
-    client (and the journal) run on."""
-    async def go() -> T:
-        async with trio_asyncio.open_loop():
-            return await fn()
+class Access(Protocol):
+    """Where the API server is and who we are to it, as a loader read them."""
 
-    return trio.run(go)
+    endpoint: Endpoint
+    host: str  # the server's URL, for messages
+    loader: str  # who read the configuration: "netctl", "kubernetes-asyncio"
 
+    async def headers(self) -> Headers:
+        """The headers that say who we are (``Authorization``), current."""
 
-async def on_asyncio(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run an asyncio coroutine function from trio (on the trio-asyncio loop)."""
-    result: T = await trio_asyncio.aio_as_trio(fn)()
-    return result
+    async def authorization(self) -> str:
+        """The ``Authorization`` value the calls carry (``Bearer …``); "" when the
+        credentials are no token."""
+
+    async def reload(self) -> None:
+        """Read the credentials again (after a 401)."""
 
 
 # an in-cluster daemon dials what the pod's environment says: the `kubernetes` Service
@@ -81,22 +80,12 @@ METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,a
 
 class Api:
     """A connection to one API server; every method is called from trio. Made by
-    :meth:`connect`: on :meth:`lean` a configuration netctl read itself, else on the
-    full client (``client``, a kubernetes-asyncio ApiClient: :mod:`netctl.kube.client.full`)."""
+    :meth:`connect` (or from an :class:`Access` a loader read)."""
 
-    def __init__(self, client: Any, settings: KubeSettings, *, wire: Wire | None = None,
-                 host: str = "", credentials: Credentials | None = None) -> None:
-        self._api = client  # the full client's ApiClient; None on a lean configuration
-        self._credentials = credentials  # the lean configuration's
-        self.wire: Wire | None = wire  # trio's own HTTP to the server; None: the session's
-        self.host = host
-        if client is not None:
-            from netctl.kube.client import full
-            from netctl.kube.client.wire import wire_for
-
-            full.environment_read_once(client)
-            self.wire = wire_for(client)
-            self.host = str(client.configuration.host)
+    def __init__(self, access: Access, settings: KubeSettings) -> None:
+        self.access = access
+        self.http = Http(access.endpoint, access.headers)
+        self.host = access.host
         self.settings = settings
         self.calls: dict[tuple[str, str], int] = {}  # (verb, resource) → count
         # (verb, resource, code) → count, once answered (code_label: bounded)
@@ -106,59 +95,37 @@ class Api:
         self._on_unreachable: list[Callable[[], None]] = []
 
     @classmethod
-    def lean(cls, config: LeanConfig, settings: KubeSettings) -> Api:
-        """On a configuration netctl read itself: no kubernetes-asyncio, no aiohttp."""
-        return cls(None, settings, wire=Wire(config.endpoint, config.credentials.header),
-                   host=config.host, credentials=config.credentials)
-
-    @classmethod
     async def connect(cls, settings: KubeSettings) -> Api:
-        config = lean_config(settings)
-        if config is not None:
-            return cls.lean(config, settings)
-        from netctl.kube.client import full
+        """The configuration netctl reads itself, else kubernetes-asyncio's loaders' (they
+        run on the asyncio loop trio-asyncio opened: :mod:`netctl.kube.client.full`)."""
+        access: Access | None = lean_config(settings)
+        if access is None:
+            from netctl.kube.client import full
 
-        return cls(await full.connect(settings), settings)
+            access = await full.configuration(settings)
+        return cls(access, settings)
 
     @property
     def full(self) -> bool:
-        """Whether the full client (kubernetes-asyncio) serves this connection."""
-        return self._api is not None
+        """Whether kubernetes-asyncio read the configuration."""
+        return self.access.loader != "netctl"
 
     async def authorization(self) -> str:
         """The ``Authorization`` value the calls carry (``Bearer …``; an exec plugin's or
         OIDC token refreshed); "" when the credentials are no token."""
-        if self._credentials is not None:
-            return self._credentials.authorization
-        from netctl.kube.client import full
-
-        return await full.authorization(self._api)
+        return await self.access.authorization()
 
     async def close(self) -> None:
-        if self.wire is not None:
-            await self.wire.aclose()
-        if self._api is not None:
-            from netctl.kube.client import full
-
-            await full.close(self._api)
+        await self.http.aclose()
 
     async def _reload_credentials(self) -> None:
-        """Read the token again (after a 401): the lean configuration's, or into the
-        full client's configuration."""
         self.credential_reloads += 1
-        if self._credentials is not None:
-            self._credentials.reload()
-            return
-        from netctl.kube.client import full
-
-        await full.reload_credentials(self._api, self.settings)
-
-    def _reloaded(self) -> None:
-        self.credential_reloads += 1
+        await self.access.reload()
 
     def _not_reachable(self, why: object) -> str:
         """The words for a call that did not reach the server: its address, the step and
-        the cause (:mod:`netctl.kube.client.wire`), and in-cluster where the address came from."""
+        the cause (:mod:`netctl.kube.client.http`), and in-cluster where the address came
+        from."""
         hint = IN_CLUSTER_HINT if self.settings.in_cluster else ""
         return f"API server {self.host} not reachable: {why}{hint}"
 
@@ -183,43 +150,21 @@ class Api:
     async def request(self, verb: str, method: str, path: str,
                       query: list[tuple[str, str]] | None = None, body: bytes | None = None,
                       content_type: str = "application/json", accept: str = JSON) -> bytes:
-        """One request; its body."""
+        """One request; its body (any 2xx: the callers need no finer code)."""
         self._count(verb, path)
-        if self.wire is not None:
-            return await self._on_wire(verb, method, path, query, body, content_type, accept)
-        from netctl.kube.client import full
-
-        try:
-            data = await full.request(self._api, self.settings, method, path, query or [],
-                                      body, content_type, accept, self._reloaded,
-                                      self._not_reachable)
-        except ApiError as exc:
-            self._answered(verb, path, exc.status, exc.reason)
-            raise
-        self._answered(verb, path, 200)  # any 2xx: the callers need no finer code
-        return data
-
-    def _target(self, path: str, query: Query | None) -> str:
-        return f"{path}?{urlencode(query)}" if query else path
-
-    async def _on_wire(self, verb: str, method: str, path: str, query: Query | None,
-                       body: bytes | None, content_type: str, accept: str = JSON) -> bytes:
-        """:meth:`request` on :attr:`wire`: the same answers, errors and counts."""
-        assert self.wire is not None
         headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
-        target = self._target(path, query)
+        target = _target(path, query)
         try:
             for attempt in range(2):
-                answer = await self.wire.request(method, target, headers, body,
+                answer = await self.http.request(method, target, headers, body,
                                                  self.settings.api_timeout)
                 if answer.status != 401 or attempt:
                     break
                 await self._reload_credentials()  # a rotated token: re-read, once
-        except WireError as exc:
-            raise self._failed(verb, path, 0, self._not_reachable(exc)
-                               ) from None
+        except HttpError as exc:
+            raise self._failed(verb, path, 0, self._not_reachable(exc)) from None
         if not 200 <= answer.status <= 299:
             raise self._failed(verb, path, answer.status, answer.reason, answer.body)
         self._answered(verb, path, 200)
@@ -227,10 +172,10 @@ class Api:
 
     def _failed(self, verb: str, path: str, status: int, reason: str, body: bytes = b""
                 ) -> ApiError:
-        """The error of a call on :attr:`wire` answered ``status`` (0: not reached),
-        counted as :meth:`_answered` counts it; the reason the server's Status gives,
-        else ``reason``."""
-        error = ApiError(status, _reason(body) or reason, body)
+        """The error of a call answered ``status`` (0: not reached), counted as
+        :meth:`_answered` counts it; the reason the server's Status gives, else
+        ``reason``."""
+        error = ApiError(status, reason_of(body) or reason, body)
         self._answered(verb, path, status, error.reason)
         return error
 
@@ -254,17 +199,14 @@ class Api:
         self._count("watch", path)
         params = [*query, ("watch", "true"), ("allowWatchBookmarks", "true"),
                   ("timeoutSeconds", str(int(self.settings.watch_timeout)))]
-        if self.wire is not None:
-            receive, close = await self._open_on_wire(path, params, accept)
-        else:
-            receive, close = await self._open_on_session(path, params, accept)
+        stream = await self._open_watch(path, params, accept)
         deadline = trio.current_time() + self.settings.watch_timeout + 30
         rest = b""
         try:
             while True:
                 data = b""
                 with trio.move_on_at(deadline):
-                    data = await receive()
+                    data = await stream.receive()
                 if not data:
                     return  # ended (or silent past the deadline): the caller renews it
                 *lines, rest = (rest + data).split(b"\n")
@@ -273,34 +215,18 @@ class Api:
                         yield line
         finally:
             with trio.CancelScope(shield=True):
-                await close()
+                await stream.aclose()
 
-    async def _open_on_session(self, path: str, params: Query, accept: str = JSON) -> tuple[
-            Callable[[], Awaitable[bytes]], Callable[[], Awaitable[None]]]:
-        """A watch's stream on the full client's session."""
-        from netctl.kube.client import full
-
-        try:
-            opened = await full.open_stream(self._api, self.settings, path, params, accept,
-                                            self._reloaded, self._not_reachable)
-        except ApiError as exc:
-            self._answered("watch", path, exc.status, exc.reason)
-            raise
-        self._answered("watch", path, 200)
-        return opened
-
-    async def _open_on_wire(self, path: str, params: Query, accept: str = JSON) -> tuple[
-            Callable[[], Awaitable[bytes]], Callable[[], Awaitable[None]]]:
-        """A watch's stream on :attr:`wire`, its status checked as :meth:`_call` does."""
-        assert self.wire is not None
-        target = self._target(path, params)
+    async def _open_watch(self, path: str, params: Query, accept: str) -> Stream:
+        """A watch's stream, its status checked as :meth:`request` checks it."""
+        target = _target(path, params)
         try:
             for attempt in range(2):
-                stream = await self.wire.open_stream(
+                stream = await self.http.open_stream(
                     "GET", target, {"Accept": accept}, self.settings.api_timeout)
                 if 200 <= stream.status <= 299:
                     self._answered("watch", path, 200)
-                    return stream.receive, stream.aclose
+                    return stream
                 body = b""
                 with trio.move_on_after(self.settings.api_timeout):
                     while chunk := await stream.receive():
@@ -310,12 +236,15 @@ class Api:
                     await self._reload_credentials()  # re-read, once
                     continue
                 raise self._failed("watch", path, stream.status, stream.reason, body)
-        except WireError as exc:
+        except HttpError as exc:
             raise self._failed("watch", path, 0, self._not_reachable(exc)) from None
         raise AssertionError("unreachable")
 
 
-_reason = reason_of
+def _target(path: str, query: Query | None) -> str:
+    return f"{path}?{urlencode(query)}" if query else path
+
+
 
 
 # HTTP statuses an API server answers that a metric names by number; others by class

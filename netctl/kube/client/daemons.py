@@ -17,23 +17,21 @@ import ipaddress
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import trio
 
+from netctl.kube.client.api import Api
 from netctl.kube.client.blocks import BLOCKS
 from netctl.kube.client.errors import ApiError, KubeSettings, Query
-from netctl.kube.client.lite import LiteApi, lite
+from netctl.kube.client.lite import lean_config
 from netctl.kube.client.objects import Block
-
-if TYPE_CHECKING:  # the full client is loaded only when the kubeconfig needs it
-    from netctl.kube.client.api import Api
 
 
 class Lister(Protocol):
-    """What the questions here ask of a client: a list (:class:`LiteApi`, or the full
-    client :class:`~netctl.kube.client.api.Api`)."""
+    """What the questions here ask of a client: a list (an
+    :class:`~netctl.kube.client.api.Api`, or a test's stand-in)."""
 
     async def list(self, path: str, query: Query) -> bytes: ...
 
@@ -139,37 +137,24 @@ async def block_owners(api: Lister, ip: str, at: float | None) -> list[dict[str,
     return owners_at([msgspec.convert(i, Block) for i in items], ip, at)
 
 
-async def authorization(api: Api | LiteApi) -> str:
-    """The ``Authorization`` value the client sends for this kubeconfig (``Bearer …``; an
-    exec plugin's or OIDC token refreshed); "" when its credentials are no token."""
-    if isinstance(api, LiteApi):
-        return api.authorization
-    return await api.authorization()
+def with_api(settings: KubeSettings, fn: Callable[[Api], Awaitable[T]]) -> T:
+    """``fn(api)`` from synchronous code (the CLI): its own trio run and API client, with
+    the asyncio loop kubernetes-asyncio's loaders need only when the configuration is one
+    netctl does not read itself (:mod:`netctl.kube.client.full`)."""
+    async def call() -> T:
+        api = await Api.connect(settings)
+        try:
+            return await fn(api)
+        finally:
+            await api.close()
 
-
-def with_api(settings: KubeSettings, fn: Callable[[Any], Awaitable[T]]) -> T:
-    """``fn(api)`` from synchronous code (the CLI): its own trio run and API client — the
-    light one when the kubeconfig allows (:func:`~netctl.kube.client.lite.lite`: no
-    kubernetes-asyncio, no asyncio loop), else the full one."""
-    light = lite(settings)
-    if light is not None:
-        async def quick() -> T:
-            try:
-                return await fn(light)
-            finally:
-                await light.close()
-        return trio.run(quick)
+    if lean_config(settings) is not None:
+        return trio.run(call)
 
     import trio_asyncio
 
-    from netctl.kube.client.api import Api
-
-    async def go() -> T:
+    async def on_loop() -> T:
         async with trio_asyncio.open_loop():
-            api = await Api.connect(settings)
-            try:
-                return await fn(api)
-            finally:
-                await api.close()
+            return await call()
 
-    return trio.run(go)
+    return trio.run(on_loop)

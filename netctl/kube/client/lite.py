@@ -1,5 +1,5 @@
-"""The API server's address and credentials, read by netctl itself, and the light client
-of ``kubectl netctl``: neither loads kubernetes-asyncio nor aiohttp.
+"""The API server's address and credentials, read by netctl itself: kubernetes-asyncio is
+not loaded for them.
 
 :func:`lean_config` reads
 
@@ -10,20 +10,17 @@ of ``kubectl netctl``: neither loads kubernetes-asyncio nor aiohttp.
 - a kubeconfig: ``--kubeconfig``, else ``$KUBECONFIG`` (one file), else
   ``~/.kube/config``; its ``current-context``, that context's cluster and user;
   the cluster: ``server`` (http or https), ``certificate-authority`` or
-  ``certificate-authority-data``, ``insecure-skip-tls-verify``, ``tls-server-name``;
-  the user: ``token`` or ``tokenFile``, ``client-certificate(-data)`` and
-  ``client-key(-data)`` (a token file read again once a minute; the kubeconfig read
+  ``certificate-authority-data``, ``insecure-skip-tls-verify``, ``tls-server-name``,
+  ``proxy-url`` (http); the user: ``token`` or ``tokenFile``, ``client-certificate(-data)``
+  and ``client-key(-data)`` (a token file read again once a minute; the kubeconfig read
   again when the server answers 401).
 
+A proxy in the environment is honoured (:func:`~netctl.kube.client.http.environment_proxy`),
+and a ``~/.netrc`` entry for the server gives basic auth where the user has no token.
 Anything else — an ``exec`` credential plugin, an ``auth-provider``, a username and
-password, a ``proxy-url``, several files in ``$KUBECONFIG``, a proxy in the environment, a
-``.netrc`` entry for the server — is None: the caller uses the full client
-(:mod:`netctl.kube.client.full`), which reads all of it. Paths in the kubeconfig are
+password, several files in ``$KUBECONFIG`` — is None: the caller loads the configuration
+with kubernetes-asyncio (:mod:`netctl.kube.client.full`). Paths in the kubeconfig are
 relative to its directory, as kubectl reads them.
-
-The daemon's :class:`~netctl.kube.client.api.Api` and ``kubectl netctl``'s
-:class:`LiteApi` both talk HTTP/1.1 from trio on what it gives
-(:class:`~netctl.kube.client.wire.Wire`).
 """
 
 from __future__ import annotations
@@ -39,13 +36,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
-from netctl.kube.client.errors import JSON, ApiError, KubeSettings, Query, reason_of
-from netctl.kube.client.wire import Endpoint, Wire, WireError, endpoint_at
+from netctl.kube.client.errors import KubeSettings
+from netctl.kube.client.http import Endpoint, Headers, endpoint_at, proxy_at
 
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
-                   "all_proxy")
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REREAD = 60.0  # seconds: a token file is read again at most this old
 
@@ -88,65 +83,31 @@ class Credentials:
 
 @dataclass
 class LeanConfig:
-    """Where the API server is and who we are to it, read without the full client."""
+    """Where the API server is and who we are to it, read without kubernetes-asyncio
+    (an :class:`~netctl.kube.client.api.Access`)."""
 
     endpoint: Endpoint
     credentials: Credentials
     host: str  # the server's URL, for messages
+    basic: str = ""  # "Basic …" from ~/.netrc, sent when there is no token
+    loader: str = "netctl"
 
+    async def headers(self) -> Headers:
+        sent = self.credentials.header()
+        if not sent and self.basic:
+            return {"Authorization": self.basic}
+        return sent
 
-@dataclass
-class LiteApi:
-    """The calls ``kubectl netctl`` makes, on a :class:`Wire`."""
+    async def authorization(self) -> str:
+        return self.credentials.authorization
 
-    wire: Wire
-    authorization: str  # "Bearer …", or "" (client certificates)
-    timeout: float
-    host: str
-
-    async def list(self, path: str, query: Query, accept: str = JSON) -> bytes:
-        return await self.request("GET", path, query, accept)
-
-    async def get(self, path: str) -> bytes | None:
-        try:
-            return await self.request("GET", path, [])
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    async def request(self, method: str, path: str, query: Query,
-                      accept: str = JSON) -> bytes:
-        target = f"{path}?{urlencode(query)}" if query else path
-        try:
-            answer = await self.wire.request(method, target, {"Accept": accept}, None,
-                                             self.timeout)
-        except WireError as exc:
-            raise ApiError(0, f"API server {self.host} not reachable: {exc}") from None
-        if not 200 <= answer.status <= 299:
-            raise ApiError(answer.status, reason_of(answer.body) or answer.reason,
-                           answer.body)
-        return answer.body
-
-    async def close(self) -> None:
-        await self.wire.aclose()
-
-
-def lite(settings: KubeSettings) -> LiteApi | None:
-    """A :class:`LiteApi` for ``settings``, or None when they need the full client (see
-    the module's docstring)."""
-    config = lean_config(settings)
-    if config is None:
-        return None
-    wire = Wire(config.endpoint, config.credentials.header)
-    return LiteApi(wire, config.credentials.authorization, settings.api_timeout, config.host)
+    async def reload(self) -> None:
+        self.credentials.reload()
 
 
 def lean_config(settings: KubeSettings) -> LeanConfig | None:
     """The server and credentials ``settings`` name, when this module reads them whole;
-    None: the full client's (see the module's docstring)."""
-    if any(os.environ.get(v) for v in PROXY_VARIABLES):
-        return None
+    None: kubernetes-asyncio's loaders' (see the module's docstring)."""
     if settings.in_cluster:
         return in_cluster()
     path = _kubeconfig_path(settings.kubeconfig)
@@ -159,17 +120,17 @@ def lean_config(settings: KubeSettings) -> LeanConfig | None:
     try:
         return _config(cluster, user, path)
     except (OSError, ValueError, ssl.SSLError):
-        return None  # the full client says what is wrong with it
+        return None  # kubernetes-asyncio's loader says what is wrong with it
 
 
 def in_cluster(account: Path = SERVICE_ACCOUNT) -> LeanConfig | None:
     """The in-cluster configuration: the server the pod's environment names, the service
-    account's CA and token (``account``); None when any is missing (the full client says
+    account's CA and token (``account``); None when any is missing (the loader says
     which)."""
     host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
     port = os.environ.get("KUBERNETES_SERVICE_PORT", "")
     token_file, ca = account / "token", account / "ca.crt"
-    if not host or not port.isdigit() or _in_netrc(host):
+    if not host or not port.isdigit():
         return None
     try:
         tls = ssl.create_default_context(cafile=str(ca))
@@ -178,23 +139,29 @@ def in_cluster(account: Path = SERVICE_ACCOUNT) -> LeanConfig | None:
     except (OSError, ValueError, ssl.SSLError):
         return None
     server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-    return LeanConfig(endpoint_at(urlsplit(server), tls), credentials, server)
+    return LeanConfig(endpoint_at(urlsplit(server), tls), credentials, server,
+                      _netrc_basic(host))
 
 
 def _read_token(path: Path) -> str:
     return path.read_text().strip()
 
 
-def _in_netrc(host: str) -> bool:
-    """Whether ``~/.netrc`` (or ``$NETRC``) has an entry for ``host`` (basic auth, which
-    the full client's session sends); an unreadable one counts as having it."""
+def _netrc_basic(host: str) -> str:
+    """``Basic …`` from the ``~/.netrc`` (or ``$NETRC``) entry for ``host``; "" without
+    one (or an unreadable file: said in the log)."""
     path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
     if not os.path.exists(path):
-        return False
+        return ""
     try:
-        return netrc.netrc(path).authenticators(host) is not None
-    except (OSError, netrc.NetrcParseError):
-        return True
+        found = netrc.netrc(path).authenticators(host)
+    except (OSError, netrc.NetrcParseError) as exc:
+        log.warning("%s not read: %s", path, exc)
+        return ""
+    if found is None:
+        return ""
+    login, _, password = found
+    return "Basic " + base64.b64encode(f"{login}:{password or ''}".encode()).decode()
 
 
 def _read_kubeconfig(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -234,7 +201,7 @@ def _current(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | Non
         return None
     cluster = _named(doc, "clusters", str(context.get("cluster") or ""))
     user = _named(doc, "users", str(context.get("user") or "")) or {}
-    if cluster is None or cluster.get("proxy-url"):
+    if cluster is None:
         return None
     if set(user) - {"token", "tokenFile", "client-certificate", "client-certificate-data",
                     "client-key", "client-key-data"}:
@@ -246,7 +213,7 @@ def _config(cluster: dict[str, Any], user: dict[str, Any], path: Path) -> LeanCo
     base = path.parent
     server = str(cluster.get("server") or "")
     url = urlsplit(server)
-    if url.scheme not in ("http", "https") or not url.hostname or _in_netrc(url.hostname):
+    if url.scheme not in ("http", "https") or not url.hostname:
         return None
     tls = None
     if url.scheme == "https":
@@ -260,9 +227,14 @@ def _config(cluster: dict[str, Any], user: dict[str, Any], path: Path) -> LeanCo
             tls.check_hostname = False
             tls.verify_mode = ssl.CERT_NONE
         _client_certificate(tls, user, base)
-    endpoint = endpoint_at(url, tls, str(cluster.get("tls-server-name") or "") or None)
+    proxy = str(cluster.get("proxy-url") or "")
+    if proxy and not proxy.startswith("http://"):
+        return None  # socks5, https: kubernetes-asyncio's loader says what it makes of it
+    endpoint = endpoint_at(url, tls, str(cluster.get("tls-server-name") or "") or None,
+                           proxy_at(proxy) if proxy else None)
     return LeanConfig(endpoint, Credentials(_token_of(user, base), lambda: _reread(path),
-                                            periodic=bool(user.get("tokenFile"))), server)
+                                            periodic=bool(user.get("tokenFile"))), server,
+                      _netrc_basic(url.hostname))
 
 
 def _token_of(user: dict[str, Any], base: Path) -> str:

@@ -1,4 +1,4 @@
-"""We test netctl's own HTTP to the API server (:mod:`netctl.kube.client.wire`) against servers
+"""We test netctl's HTTP client (:mod:`netctl.kube.client.http`) against servers
 scripted here over real TCP on loopback: a connection kept alive and reused; one the
 server closed while idle dropped before use, the request then made on a new one; a GET
 whose reused connection the server drops as it arrives sent again once; an answer in
@@ -25,7 +25,7 @@ from trio.testing import wait_all_tasks_blocked
 
 from netctl.kit.kubefake import FakeKube, pod
 from netctl.kube.client.api import Api, ApiError, KubeSettings
-from netctl.kube.client.wire import Endpoint, Wire, WireError
+from netctl.kube.client.http import Endpoint, Http, HttpError
 
 Handler = Callable[[trio.SocketStream, int], Awaitable[None]]
 
@@ -56,10 +56,10 @@ def answer(body: bytes, status: str = "200 OK", close: bool = False) -> bytes:
             f"Content-Length: {len(body)}\r\n").encode() + extra + b"\r\n" + body
 
 
-async def serving(handler: Handler, test: Callable[[Wire, list[int]], Awaitable[None]]
+async def serving(handler: Handler, test: Callable[[Http, list[int]], Awaitable[None]]
                   ) -> None:
     """Run ``handler`` for each connection to a loopback port (its number in the order
-    accepted) while ``test`` runs with a :class:`Wire` to it."""
+    accepted) while ``test`` runs with a :class:`Http` to it."""
     accepted: list[int] = []
 
     async def one(stream: trio.SocketStream) -> None:
@@ -75,8 +75,8 @@ async def serving(handler: Handler, test: Callable[[Wire, list[int]], Awaitable[
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(partial(trio.serve_tcp, one, 0, host="127.0.0.1"))
         port = listeners[0].socket.getsockname()[1]
-        wire = Wire(Endpoint("127.0.0.1", port, "", f"127.0.0.1:{port}", None,
-                             "127.0.0.1"), lambda: {"Authorization": "Bearer t"})
+        wire = Http(Endpoint("127.0.0.1", port, "", f"127.0.0.1:{port}", None,
+                             "127.0.0.1"), bearer)
         try:
             await test(wire, accepted)
         finally:
@@ -84,7 +84,11 @@ async def serving(handler: Handler, test: Callable[[Wire, list[int]], Awaitable[
             nursery.cancel_scope.cancel()
 
 
-def run(handler: Handler, test: Callable[[Wire, list[int]], Awaitable[None]]) -> None:
+async def bearer() -> dict[str, str]:
+    return {"Authorization": "Bearer t"}
+
+
+def run(handler: Handler, test: Callable[[Http, list[int]], Awaitable[None]]) -> None:
     trio.run(serving, handler, test)
 
 
@@ -97,7 +101,7 @@ async def echo_path(stream: trio.SocketStream, n: int) -> None:
 
 
 def test_a_connection_is_kept_alive_and_reused() -> None:
-    async def test(wire: Wire, accepted: list[int]) -> None:
+    async def test(wire: Http, accepted: list[int]) -> None:
         for i in range(5):
             got = await wire.request("GET", f"/x/{i}", {}, None, 5)
             assert got.status == 200
@@ -117,7 +121,7 @@ def test_one_closed_by_the_server_while_idle_is_dropped_and_a_new_one_made() -> 
         await trio.aclose_forcefully(stream)
         await hung_up_send.send(n)
 
-    async def test(wire: Wire, accepted: list[int]) -> None:
+    async def test(wire: Http, accepted: list[int]) -> None:
         for i in range(3):
             got = await wire.request("PATCH", "/p", {}, b"{}", 5)
             assert json.loads(got.body) == {"conn": i}
@@ -140,7 +144,7 @@ async def drop_the_second_on_the_first(stream: trio.SocketStream, n: int) -> Non
 
 
 def test_a_get_on_a_reused_connection_dropped_as_it_arrives_is_sent_again_once() -> None:
-    async def test(wire: Wire, accepted: list[int]) -> None:
+    async def test(wire: Http, accepted: list[int]) -> None:
         assert json.loads((await wire.request("GET", "/a", {}, None, 5)).body) == {"conn": 0}
         assert json.loads((await wire.request("GET", "/a", {}, None, 5)).body) == {"conn": 1}
         assert wire.opened == 2
@@ -148,9 +152,9 @@ def test_a_get_on_a_reused_connection_dropped_as_it_arrives_is_sent_again_once()
 
 
 def test_a_patch_on_a_connection_dropped_as_it_arrives_is_not_sent_again() -> None:
-    async def test(wire: Wire, accepted: list[int]) -> None:
+    async def test(wire: Http, accepted: list[int]) -> None:
         await wire.request("PATCH", "/p", {}, b"{}", 5)
-        with pytest.raises(WireError):
+        with pytest.raises(HttpError):
             await wire.request("PATCH", "/p", {}, b"{}", 5)
         assert accepted == [0]  # no second connection: the write may have been applied
     run(drop_the_second_on_the_first, test)
@@ -169,7 +173,7 @@ def test_an_answer_in_chunks_is_read_as_it_comes() -> None:
         await resume.wait()
         await stream.send_all(b"0\r\n\r\n")
 
-    async def test(wire: Wire, accepted: list[int]) -> None:
+    async def test(wire: Http, accepted: list[int]) -> None:
         stream = await wire.open_stream("GET", "/w", {}, 5)
         try:
             assert stream.status == 200
@@ -190,23 +194,31 @@ def test_a_server_that_never_answers_times_out() -> None:
         await read_request(stream, bytearray())
         await trio.sleep_forever()
 
-    async def test(wire: Wire, accepted: list[int]) -> None:
+    async def test(wire: Http, accepted: list[int]) -> None:
         with trio.fail_after(5):
-            with pytest.raises(WireError, match="timeout"):
+            with pytest.raises(HttpError, match="timeout"):
                 await wire.request("GET", "/slow", {}, None, 0.3)
     run(silent, test)
 
 
 def test_a_server_that_hangs_up_half_way_through_an_answer() -> None:
     async def half(stream: trio.SocketStream, n: int) -> None:
+        if n:
+            return await echo_path(stream, n)
         await read_request(stream, bytearray())
         await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial\"")
 
-    async def test(wire: Wire, accepted: list[int]) -> None:
-        with pytest.raises(WireError):
+    async def test(wire: Http, accepted: list[int]) -> None:
+        with pytest.raises(HttpError, match=r"reading the answer from 127\.0\.0\.1"):
             await wire.request("GET", "/half", {}, None, 5)
-        assert wire._idle == []  # never kept for reuse
+        await next_on_a_new_connection(wire)
     run(half, test)
+
+
+async def next_on_a_new_connection(wire: Http) -> None:
+    """The next request goes on a new connection: the last one was never kept for reuse."""
+    got = json.loads((await wire.request("GET", "/next", {}, None, 5)).body)
+    assert got == {"path": "/next", "conn": 1} and wire.opened == 2
 
 
 def test_an_informational_answer_then_the_answer_in_the_same_and_in_later_reads() -> None:
@@ -220,7 +232,7 @@ def test_an_informational_answer_then_the_answer_in_the_same_and_in_later_reads(
         await wait_all_tasks_blocked()  # the client has read it and waits for more
         await stream.send_all(answer(b'{"two":2}', status="201 Created"))
 
-    async def test(wire: Wire, accepted: list[int]) -> None:
+    async def test(wire: Http, accepted: list[int]) -> None:
         one = await wire.request("GET", "/1", {}, None, 5)
         assert (one.status, one.reason, one.body) == (200, "OK", b'{"one":1}')
         two = await wire.request("GET", "/2", {}, None, 5)
@@ -231,6 +243,8 @@ def test_an_informational_answer_then_the_answer_in_the_same_and_in_later_reads(
 
 def test_an_answer_whose_body_ends_with_the_connection_is_read_whole() -> None:
     async def until_close(stream: trio.SocketStream, n: int) -> None:
+        if n:
+            return await echo_path(stream, n)
         await read_request(stream, bytearray())
         await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
                               b'{"all":')
@@ -238,24 +252,27 @@ def test_an_answer_whose_body_ends_with_the_connection_is_read_whole() -> None:
         await stream.send_all(b'"of it"}')
         # and hangs up: that ends the body
 
-    async def test(wire: Wire, accepted: list[int]) -> None:
+    async def test(wire: Http, accepted: list[int]) -> None:
         got = await wire.request("GET", "/x", {}, None, 5)
         assert json.loads(got.body) == {"all": "of it"}
-        assert wire._idle == []  # closed: never reused
+        await next_on_a_new_connection(wire)  # closed: never reused
     run(until_close, test)
 
 
 def test_bytes_that_are_not_http_are_a_wire_error() -> None:
     async def garbage(stream: trio.SocketStream, n: int) -> None:
+        if n:
+            return await echo_path(stream, n)
         await read_request(stream, bytearray())
         await stream.send_all(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
         await trio.sleep_forever()
 
-    async def test(wire: Wire, accepted: list[int]) -> None:
+    async def test(wire: Http, accepted: list[int]) -> None:
         with trio.fail_after(5):
-            with pytest.raises(WireError, match=r"not an HTTP/1\.1 answer"):
+            with pytest.raises(HttpError, match=r"waiting for the answer from 127.0.0.1:\d+: "
+                               r"illegal status line"):
                 await wire.request("PATCH", "/p", {}, b"{}", 5)
-        assert wire._idle == []
+        await next_on_a_new_connection(wire)
     run(garbage, test)
 
 
@@ -268,10 +285,11 @@ def test_a_header_or_path_with_a_line_break_is_never_sent() -> None:
             heads.append(head)
             await stream.send_all(answer(b"{}"))
 
-    async def test(wire: Wire, accepted: list[int]) -> None:
+    async def test(wire: Http, accepted: list[int]) -> None:
         for path, headers in (("/p\r\nX-Evil: 1", {}), ("/p", {"X-A": "v\r\nX-Evil: 1"}),
                               ("/p", {"X-A": "v\0"}), ("/p", {"X-A": "vé"})):
-            with pytest.raises(WireError, match=r"line break or a NUL|not ASCII"):
+            with pytest.raises(HttpError, match=r"the request to 127.0.0.1:\d+: "
+                               r"(Illegal|a header or the path is not ASCII)"):
                 await wire.request("PATCH", path, headers, b"{}", 5)
         await wire.request("PATCH", "/p", {"X-A": "v"}, b"{}", 5)
         assert len(heads) == 1 and b"X-Evil" not in heads[0]
@@ -300,7 +318,6 @@ def test_the_fake_api_server_through_api_on_one_kept_connection(tmp_path: Path) 
         kube.create("pods", pod("a", node="n1"))
 
         async def calls(api: Api) -> dict[str, Any]:
-            assert api.wire is not None
             got = json.loads(await api.get("/api/v1/namespaces/default/pods/a"))
             missing = await api.get("/api/v1/namespaces/default/pods/nope")
             listed = json.loads(await api.list("/api/v1/pods",
@@ -310,7 +327,7 @@ def test_the_fake_api_server_through_api_on_one_kept_connection(tmp_path: Path) 
                                   body=json.dumps(pod("a", node="n1")).encode())
             return {"got": got["metadata"]["name"], "missing": missing,
                     "listed": [p["metadata"]["name"] for p in listed["items"]],
-                    "refused": refused.value.status, "opened": api.wire.opened,
+                    "refused": refused.value.status, "opened": api.http.opened,
                     "answers": api.answers}
 
         out = api_run(kube.kubeconfig(tmp_path / "kubeconfig"), calls)
@@ -353,9 +370,9 @@ def test_a_broken_tls_handshake_names_the_address_and_the_step() -> None:
             listeners = await nursery.start(partial(trio.serve_tcp, hang_up, 0,
                                                     host="127.0.0.1"))
             port = listeners[0].socket.getsockname()[1]
-            wire = Wire(Endpoint("127.0.0.1", port, "", f"127.0.0.1:{port}",
-                                 ssl.create_default_context(), "127.0.0.1"), dict)
-            with pytest.raises(WireError) as failed:
+            wire = Http(Endpoint("127.0.0.1", port, "", f"127.0.0.1:{port}",
+                                 ssl.create_default_context(), "127.0.0.1"))
+            with pytest.raises(HttpError) as failed:
                 await wire.request("GET", "/api", {}, None, 5)
             nursery.cancel_scope.cancel()
         message = str(failed.value)
