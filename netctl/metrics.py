@@ -32,7 +32,7 @@ from memory in Prometheus' text format (:func:`text_format`). It runs on the eve
 loop's thread like everything the collector reads, so nothing needs a lock, and a slow
 scraper holds only its own connection (reads and writes have a deadline).
 
-prometheus-client is loaded without its package ``__init__`` (:mod:`netctl.hollow`): that
+prometheus-client is loaded without its package ``__init__`` (:mod:`netctl.partialimport`): that
 imports its exposition module, which brings an HTTP server, ``email`` and ``urllib`` with
 it (2.3 MiB of a daemon's memory) for the one function netctl would take from it, the
 text encoding; :func:`text_format` writes the same bytes (a test compares them).
@@ -44,19 +44,19 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from netctl.hollow import lean
 from netctl.httpserver import HttpServer, Request, Response
+from netctl.partialimport import import_partly
 
 
 def _imports() -> bool:
-    """The lean load of prometheus-client: its metrics, registry and process collector."""
+    """The partial import of prometheus-client: its metrics, registry and process collector."""
     import prometheus_client.metrics
     import prometheus_client.process_collector
     import prometheus_client.utils  # noqa: F401
     return True
 
 
-LEAN = lean(("prometheus_client",), _imports) is not None
+PARTIAL = import_partly(("prometheus_client",), _imports) is not None
 
 # the same names either way: from their own modules
 from prometheus_client.metrics import (  # noqa: E402

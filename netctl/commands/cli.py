@@ -10,7 +10,7 @@ import sqlite3
 import struct
 import sys
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, Protocol
 
 from netctl import (
     DEFAULT_CNI_CONF_DIR,
@@ -23,7 +23,12 @@ from netctl.errors import CNIError
 from netctl.journal.query import PAGE as JOURNAL_LIMIT
 from netctl.journal.query import journal_path
 
-_Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+class Commands(Protocol):
+    """What ``add_subparsers`` returns, as the command groups use it."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
+
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
@@ -504,7 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _plugged_groups() -> list[Callable[[_Commands], None]]:
+def _plugged_groups() -> list[Callable[[Commands], None]]:
     """The command groups installed packages add through the ``netctl.commands`` entry
     points (``netctl bench``, from the kit). A group whose module is absent (a node's image
     ships without the kit) is not offered. Loading one imports only its small parser module."""
@@ -520,7 +525,7 @@ def _plugged_groups() -> list[Callable[[_Commands], None]]:
     return groups
 
 
-def _add_daemon(sub: _Commands) -> None:
+def _add_daemon(sub: Commands) -> None:
     """``netctl daemon``: the per-node daemon, its settings as flags."""
     p = sub.add_parser("daemon", help="run the per-node daemon")
     p.add_argument("--config")
@@ -552,7 +557,7 @@ def _add_daemon(sub: _Commands) -> None:
     p.set_defaults(fn=_cmd_daemon)
 
 
-def _add_install_cni(sub: _Commands) -> None:
+def _add_install_cni(sub: Commands) -> None:
     """``netctl install-cni``: the plugin into a CNI bin dir (or out of it), and the auto-config."""
     p = sub.add_parser("install-cni", help="install the thin plugin into a CNI bin dir (and "
                        "with --auto-config put netctl in front of the node's primary CNI)")
@@ -580,7 +585,7 @@ def _add_install_cni(sub: _Commands) -> None:
     p.set_defaults(fn=_cmd_install_cni)
 
 
-def _add_journal(sub: _Commands) -> None:
+def _add_journal(sub: Commands) -> None:
     """``netctl journal``: what the journal holds, filtered."""
     p = sub.add_parser("journal", help="who held what, when: attachments and operations")
     p.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
@@ -632,7 +637,7 @@ def _journal_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
-def _add_status_doctor(sub: _Commands) -> None:
+def _add_status_doctor(sub: Commands) -> None:
     """``netctl status`` and ``netctl doctor``, both reading the runtime's CNI config dir."""
     conf_dirs = argparse.ArgumentParser(add_help=False)
     conf_dirs.add_argument("--cni-conf-dir", default=DEFAULT_CNI_CONF_DIR, metavar="DIR",
@@ -660,7 +665,7 @@ def _add_status_doctor(sub: _Commands) -> None:
     p.set_defaults(fn=_cmd_doctor)
 
 
-def _add_reconcile(sub: _Commands) -> None:
+def _add_reconcile(sub: Commands) -> None:
     """``netctl reconcile``: clean what nothing owns, or plan it."""
     p = sub.add_parser("reconcile", help="find and clean what nothing owns any more")
     p.add_argument("--socket", default=DEFAULT_SOCKET)
@@ -672,7 +677,7 @@ def _add_reconcile(sub: _Commands) -> None:
     p.set_defaults(fn=_cmd_reconcile)
 
 
-def _add_forget(sub: _Commands) -> None:
+def _add_forget(sub: Commands) -> None:
     """``netctl forget``: a container's stuck attachments ended by hand."""
     p = sub.add_parser("forget", help="end a container's stuck attachments by hand: "
                        "no DEL run, their addresses released, journaled with who and why")
@@ -689,7 +694,7 @@ def _add_forget(sub: _Commands) -> None:
     p.set_defaults(fn=_cmd_forget)
 
 
-def _add_hotplug(sub: _Commands) -> None:
+def _add_hotplug(sub: Commands) -> None:
     """``netctl attach`` and ``netctl detach``: a network plugged into a running container."""
     p = sub.add_parser("attach", help="plug a network into a running container")
     p.add_argument("--container", required=True, metavar="ID",
@@ -714,7 +719,7 @@ def _add_hotplug(sub: _Commands) -> None:
     p.set_defaults(fn=_cmd_hotplug)
 
 
-def _add_ipam(sub: _Commands) -> None:
+def _add_ipam(sub: Commands) -> None:
     """``netctl ipam pools|show|leaks|handback``."""
     p = sub.add_parser("ipam", help="the central IPAM's pools, allocations and leaks")
     isub = p.add_subparsers(dest="ipam", required=True, metavar="WHAT")
@@ -745,7 +750,7 @@ def _add_ipam(sub: _Commands) -> None:
     p.set_defaults(fn=_cmd_ipam)
 
 
-def _add_cluster(sub: _Commands) -> None:
+def _add_cluster(sub: Commands) -> None:
     """``netctl cluster journal|ipam pools|ipam leaks|status`` — ``kubectl netctl …``: the
     node questions asked of every node's daemon, with the user's kubeconfig."""
     p = sub.add_parser("cluster", help="the journal, pools, leaks and status of every node, "
@@ -776,7 +781,7 @@ def _cluster_flags() -> argparse.ArgumentParser:
     return where
 
 
-def _cluster_commands(csub: _Commands) -> None:
+def _cluster_commands(csub: Commands) -> None:
     """The commands of ``netctl cluster`` (and of ``kubectl netctl``)."""
     where = _cluster_flags()
     j = csub.add_parser("journal", parents=[where], help="who held what, when, on any node")

@@ -185,6 +185,7 @@ async def _ipam_store(cfg: DaemonConfig, journal: Journal,
         raise CNIError(INVALID_CONFIG, f"ipam-backend {cfg.ipam_backend!r}: sqlite or "
                        "kubernetes")
     ipam.know_pools(await journal.ipam.pool_sizes())
+    journal.follower = ipam  # told of each committed allocation and release
     return ipam, cluster
 
 

@@ -102,19 +102,19 @@ class Prepared:
 class Run:
     """One attachment's chain as an operation runs it: the attachment as it was journaled
     (never changed here), its parsed IPAM sections, the step begun with the operation
-    (``first``), and how far the chain got — steps started and the latest result, what a
+    (``opening``), and how far the chain got — steps started and the latest result, what a
     DEL of it needs. An ADD starts from nothing; a DEL from what the journal has."""
 
     att: Attachment
     served: Served
-    first: Prepared | None = None
+    opening: Prepared | None = None
     started: int = 0
     result: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, att: Attachment, served: Served, first: Prepared | None = None) -> Run:
+    def resumed(cls, att: Attachment, served: Served, opening: Prepared | None = None) -> Run:
         """A run that goes on from ``att`` as the journal has it (a DEL, a CHECK)."""
-        return cls(att, served, first, att.steps_started, att.result)
+        return cls(att, served, opening, att.steps_started, att.result)
 
     def attachment(self) -> Attachment:
         """The attachment as this run left it."""
@@ -247,7 +247,8 @@ class Served:
         """Whether netctl serves step ``index``'s IPAM (nothing parsed for that)."""
         return served_ipam(self.chain.plugins[index], self.types) is not None
 
-    def at(self, index: int) -> tuple[ranges_mod.IPAMConfig, list[ranges_mod.Range]] | None:
+    def section(self, index: int
+                ) -> tuple[ranges_mod.IPAMConfig, list[ranges_mod.Range]] | None:
         """Step ``index``'s served section parsed (code 7 when it is bad); None: not served."""
         if index not in self._parsed:
             self._parsed[index] = served_config(self.chain.plugins[index], self.types)
@@ -269,7 +270,7 @@ class Chains:
         served = Served(att.chain, self.delegates.ipam_types)
         for index in range(len(att.chain.plugins)):
             try:
-                served.at(index)
+                served.section(index)
             except CNIError as exc:
                 raise CNIError(exc.code, f"network {att.network!r}: {exc.msg}") from None
         return served
@@ -305,7 +306,7 @@ class Chains:
         """The step's stdin, and for a served IPAM the addresses it gets (new ones to
         record with the step, and the planner's decision)."""
         plugin = att.chain.plugins[index]
-        served = ipam.at(index)
+        served = ipam.section(index)
         extra = requests_as_args(plugin, index, att.capability_args, served is not None)
         cni_args = {**extra, **att.cni_args} if extra else att.cni_args
         if served is None:
@@ -353,16 +354,16 @@ class Chains:
         try:
             for run in runs:
                 if verb == "ADD":
-                    run.first = await self.prepare(run, 0, "ADD", None)
+                    run.opening = await self.prepare(run, 0, "ADD", None)
                 elif run.started > 0:
                     with contextlib.suppress(StepError):
-                        run.first = await self.prepare(run, run.started - 1, "DEL",
+                        run.opening = await self.prepare(run, run.started - 1, "DEL",
                                                        run.result)
                 done.append(run)
         except BaseException as exc:
             for run in done:
-                self.ipam.unreserve(run.first.new if run.first else [])
-                run.first = None
+                self.ipam.unreserve(run.opening.new if run.opening else [])
+                run.opening = None
             if isinstance(exc, StepError):
                 return
             raise
@@ -371,18 +372,18 @@ class Chains:
         """Journal ``op`` with its attachments (``adding``, else removing) and the first
         steps :meth:`prepare_first` worked out, with their addresses: one transaction, the
         store told the addresses are recorded, or unreserved when they are not. Returns
-        the operation's id; each run's ``first`` gets its step's id."""
+        the operation's id; each run's ``opening`` gets its step's id."""
         atts = [run.att for run in runs]
-        begun = [run for run in runs if run.first is not None]
-        first = [run.first for run in begun if run.first is not None]
-        new = [a for ready in first for a in ready.new]
+        begun = [run for run in runs if run.opening is not None]
+        opening = [run.opening for run in begun if run.opening is not None]
+        new = [a for ready in opening for a in ready.new]
         op_id, step_ids = await record(self.ipam, new, partial(
             self.journal.begin, op, adding=atts if adding else (),
-            removing=() if adding else atts, first=[ready.start for ready in first],
-            new=new, pools={k: v for ready in first for k, v in (ready.pools or {}).items()}))
+            removing=() if adding else atts, first=[ready.start for ready in opening],
+            new=new, pools={k: v for ready in opening for k, v in (ready.pools or {}).items()}))
         for run, step_id in zip(begun, step_ids, strict=True):
-            assert run.first is not None
-            run.first = replace(run.first, step_id=step_id)
+            assert run.opening is not None
+            run.opening = replace(run.opening, step_id=step_id)
         return op_id
 
     async def _begin_step(self, op_id: int, run: Run, index: int, verb: str,
@@ -397,11 +398,11 @@ class Chains:
 
     async def step(self, op_id: int, run: Run, index: int, verb: str,
                    prev: dict[str, Any] | None) -> dict[str, Any] | None:
-        """Journal step ``index`` (unless it is ``run.first``: begun with the operation),
+        """Journal step ``index`` (unless it is ``run.opening``: begun with the operation),
         run its plugin, journal how it ended (:func:`ended` decides), return its result."""
-        first = run.first
-        ready = first if first is not None and first.start.position == index and \
-            first.start.verb == verb else await self._begin_step(op_id, run, index, verb, prev)
+        opening = run.opening
+        ready = opening if opening is not None and opening.start.position == index and \
+            opening.start.verb == verb else await self._begin_step(op_id, run, index, verb, prev)
         att, d, start = run.att, self.delegates, ready.start
         if verb == "ADD":  # started from here on: a DEL is owed for it
             run.started = max(run.started, index + 1)
@@ -428,7 +429,6 @@ class Chains:
             run.started = min(run.started, index)
         gone = self.ipam.of_attachment(att.id) if how.frees and run.served.has(index) else []
         await self.journal.end_step(how.end, op_id=op_id, gone=gone)
-        self.ipam.released(gone)
         if how.error is not None:
             # the message only: what the plugin printed on stderr is the step's, in the
             # journal, never in the log
@@ -471,7 +471,7 @@ class Chains:
 
     async def check(self, op_id: int, att: Attachment) -> None:
         """CHECK every step in order with the stored final result."""
-        run = Run.of(att, Served(att.chain, self.delegates.ipam_types))
+        run = Run.resumed(att, Served(att.chain, self.delegates.ipam_types))
         with logs.bound(network=att.network):
             for index in range(len(att.chain.plugins)):
                 await self.step(op_id, run, index, "CHECK", att.result)
@@ -479,7 +479,7 @@ class Chains:
     def runs(self, atts: Sequence[Attachment]) -> list[Run]:
         """Runs going on from ``atts`` as the journal has them (each step parses the IPAM
         section it needs: a bad one refuses that step only)."""
-        return [Run.of(att, Served(att.chain, self.delegates.ipam_types)) for att in atts]
+        return [Run.resumed(att, Served(att.chain, self.delegates.ipam_types)) for att in atts]
 
     async def delete_all(self, op_id: int, runs: Sequence[Run],
                          outcome: dict[int, list[StepError]]) -> None:

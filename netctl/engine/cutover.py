@@ -39,6 +39,20 @@ class Cutover:
     results_cache: str = foreign.DEFAULT_RESULTS_CACHE
 
 
+@dataclass(frozen=True)
+class Found:
+    """What ran for a container netctl never saw — (network, interface, chain) each — and
+    where that was read."""
+
+    chains: list[tuple[str, str, Chain]]
+    source: str
+
+    def nothing(self, container_id: str) -> str:
+        """The warning of a DEL with nothing to run."""
+        return f"container {container_id} is unknown to netctl and {self.source}: " \
+            "nothing DELeted"
+
+
 @dataclass
 class ForeignDels:
     """The DEL of a container netctl never saw (module doc), with where its cut-over reads
@@ -49,21 +63,18 @@ class ForeignDels:
     chains: Chains
     networks: Resolver
 
-    async def delete(self, call: Call, origin: str) -> Reply | str:
+    async def delete(self, call: Call, origin: str, found: Found) -> Reply:
         """DEL a container the journal has never seen, as Multus would have: its
-        delegates from Multus' cache (which goes once they are all DELeted), else the
-        cluster network; journaled as one DEL whose attachments are those networks.
+        delegates (``found``: from Multus' cache, which goes once they are all DELeted,
+        else the cluster network); journaled as one DEL whose attachments are those
+        networks.
 
         One try, never an error: a delegate whose DEL fails is journaled with its error
         and named in the warning, and its attachment ends all the same — netctl cannot
         tell a pod that had that network from one that never did (an ADD it refused), so
-        it keeps nothing stuck on its account. When nothing can run, the warning to give
-        (the caller journals a DEL of nothing)."""
+        it keeps nothing stuck on its account."""
         inv = call.inv
-        chains, source = await self._chains(call)
-        if not chains:
-            return f"container {inv.container_id} is unknown to netctl and {source}: " \
-                "nothing DELeted"
+        chains, source = found.chains, found.source
         results = await trio.to_thread.run_sync(lambda: [foreign.cached_result(
             self.where.results_cache, chain.name, inv.container_id, ifname)
             for _, ifname, chain in chains])
@@ -96,11 +107,10 @@ class ForeignDels:
             await trio.to_thread.run_sync(_remove, path)
         return Reply()
 
-    async def _chains(self, call: Call
-                              ) -> tuple[list[tuple[str, str, Chain]], str]:
-        """What ran for a container netctl never saw — (network, interface, chain) each
-        — and where that was read: Multus' cache of it (read in a worker thread), else the
-        cluster network (looked up here, on the loop, like every other lookup)."""
+    async def find(self, call: Call) -> Found:
+        """What ran for a container netctl never saw: Multus' cache of it (read in a
+        worker thread), else the cluster network (looked up here, on the loop, like every
+        other lookup)."""
         inv = call.inv
         path = foreign.cache_path(self.where.multus_cache, inv.container_id)
         why = ""
@@ -116,7 +126,7 @@ class ForeignDels:
                     except CNIError as exc:
                         log.warning("DEL of unknown container %s: %s; skipped",
                                     inv.container_id, exc.msg)
-                return out, source
+                return Found(out, source)
             except FileNotFoundError:
                 pass
             except (OSError, ValueError) as exc:
@@ -129,8 +139,8 @@ class ForeignDels:
                 # where Multus (and Kubernetes mode) look the cluster network up
                 net = self.networks.resolve(conf.clusterNetwork, conf.multusNamespace)
         except CNIError as exc:
-            return [], f"its cluster network cannot be read ({exc.msg}){why}"
-        return [(net.key, inv.ifname, net.chain)], f"its cluster network {net.key}{why}"
+            return Found([], f"its cluster network cannot be read ({exc.msg}){why}")
+        return Found([(net.key, inv.ifname, net.chain)], f"its cluster network {net.key}{why}")
 
 
 def _remove(path: str) -> None:

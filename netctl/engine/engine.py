@@ -342,10 +342,10 @@ class Engine:
         unknown = ""
         if not mine and self.cutover.enabled and \
                 not await self.journal.seen(inv.container_id):
-            reply = await self.foreign.delete(call, origin)
-            if isinstance(reply, Reply):
-                return reply
-            unknown = reply  # nothing could run: journaled as a DEL of nothing, warned
+            found = await self.foreign.find(call)
+            if found.chains:
+                return await self.foreign.delete(call, origin, found)
+            unknown = found.nothing(inv.container_id)  # journaled as a DEL of nothing
         try:
             await self.delete_attachments(inv.container_id, mine, OpStart(
                 verb="DEL", container_id=inv.container_id, netns=inv.netns, ifname=inv.ifname,

@@ -99,7 +99,6 @@ class IpamPlugin:
     async def delete(self, req: _Request) -> Reply:
         gone = self.store.of_owner(req.inv.container_id, req.inv.ifname, req.pools)
         await self.journal.one_transaction(req.op(), gone=gone)
-        self.store.released(gone)
         return Reply()
 
     async def check(self, req: _Request) -> Reply:
@@ -123,7 +122,6 @@ class IpamPlugin:
                  and a.owner.attachment_id is None and a.allocated_at <= young
                  and (a.owner.container_id, a.owner.ifname) not in valid]
         await self.journal.one_transaction(req.op(), gone=stale)
-        self.store.released(stale)
         return Reply()
 
     async def status(self, req: _Request) -> Reply:

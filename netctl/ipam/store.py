@@ -13,10 +13,11 @@ engine, the reconciler and the daemon know a store by this interface only: the n
   used at once, so a concurrent request is never handed the same address.
 - ``record`` happens inside the journal transaction of the step (or plain-IPAM
   request) that uses the addresses: the engine passes the allocations to the
-  journal, which writes them with the step; ``recorded``/``unreserve`` tell the
-  store whether that transaction committed.
-- ``release`` likewise: the journal marks them released in the step's
-  transaction, then ``released`` drops them from the store.
+  journal, which writes them with the step and, once that committed, tells the store
+  (``recorded``: the store is the journal's ``follower``); ``unreserve`` when it did not.
+- a release likewise: the journal marks them released in the step's transaction and
+  then tells the store (``released``). No caller keeps the two in step: the journal's
+  commit does.
 
 :class:`IndexStore` keeps the live allocations in memory, indexed by scope and
 address, by owner and by attachment: every question the planner asks is a dict
@@ -342,12 +343,10 @@ async def allocate(store: Store, cfg: IPAMConfig, ranges: list[Range], owner: Ow
 async def record(store: Store, new: list[Allocation], write: Callable[[], Awaitable[T]]
                  ) -> T:
     """Record ``new`` (reserved by :func:`allocate`) with ``write``, the journal
-    transaction that uses them: ``recorded`` once it committed, ``unreserve`` when it
-    did not."""
+    transaction that uses them: the journal tells the store once it committed
+    (:attr:`~netctl.journal.store.Journal.follower`); ``unreserve`` when it did not."""
     try:
-        out = await write()
+        return await write()
     except BaseException:
         store.unreserve(new)
         raise
-    store.recorded(new)
-    return out

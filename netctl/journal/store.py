@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import trio
 
@@ -66,6 +66,15 @@ from netctl.journal.rows import (
 )
 
 
+class Follower(Protocol):
+    """What follows the live allocations as the journal commits them (the IPAM's store,
+    :mod:`netctl.ipam.store`): told in the step that committed each change."""
+
+    def recorded(self, new: list[Allocation]) -> None: ...
+
+    def released(self, gone: list[Allocation]) -> None: ...
+
+
 class Begun(NamedTuple):
     """An operation begun (:meth:`Journal.begin`): its id, and its first steps' ids."""
 
@@ -85,7 +94,7 @@ class Journal:
     """Typed writes and reads of the journal (see the module's docstring)."""
 
     def __init__(self, db: DatabaseThread, write_deadline: float,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, next_attachment: int = 1) -> None:
         # where the rows' timestamps come from: the wall clock; the retention bench and
         # tests pass a simulated one, to write a week of history in seconds
         self.clock = clock
@@ -93,9 +102,11 @@ class Journal:
         path = db.path
         # the IPAM's rows: allocations, pools, reservations, blocks (allocations.py)
         self.ipam = IpamRecords(self._io, clock)
-        self._next_attachment = 1  # the id :meth:`number` gives next (set when it opens)
+        self._next_attachment = next_attachment  # the id :meth:`number` gives next
         self.path = path
         self.live = LiveIndex()  # where live attachments and allocations are (live.py)
+        # the IPAM's store, told of each committed change of the live allocations
+        self.follower: Follower | None = None
         self._outer: dict[int, logs.Context] = {}  # op id → the log context it was begun in
         # attachment id → the result its row holds, recorded by its last step's end: the
         # operation's close does not write it again (its trigger re-indexes the addresses)
@@ -452,12 +463,19 @@ class Journal:
         """:attr:`live` as the database has it (read when the journal opens)."""
         return await self._io.read(load_live)
 
-    def _allocations_changed(self, new: Iterable[Allocation], gone: Iterable[Allocation]
+    def _allocations_changed(self, new: Sequence[Allocation], gone: Sequence[Allocation]
                              ) -> None:
+        """A committed write's allocations (``new``) and releases (``gone``) into the
+        journal's own index and to :attr:`follower`, in the step that committed them."""
         for alloc in new:
             self.live.allocated((alloc.scope, alloc.address), alloc.owner.container_id,
                                 alloc.owner.netns, alloc.owner.attachment_id)
         self.live.released([(alloc.scope, alloc.address) for alloc in gone])
+        if self.follower is not None:
+            if new:
+                self.follower.recorded(list(new))
+            if gone:
+                self.follower.released(list(gone))
 
 
     # -- retention (netctl/journal/retention.py) -------------------------------------------
@@ -499,10 +517,10 @@ async def open_journal(state_dir: str | Path, write_deadline: float = 30.0,
     db = DatabaseThread(path, PRAGMAS)
     await db.open()
     try:
-        journal = Journal(db, write_deadline, clock)
-        journal.live = await journal.read_live()
-        journal._next_attachment = await journal._io.read(lambda db: int(db.execute(
+        following = await db.call(lambda conn: int(conn.execute(
             "SELECT COALESCE(MAX(id), 0) + 1 FROM attachments").fetchone()[0]))
+        journal = Journal(db, write_deadline, clock, following)
+        journal.live = await journal.read_live()
         yield journal
     finally:
         with trio.CancelScope(shield=True):

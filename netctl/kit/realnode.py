@@ -304,7 +304,7 @@ class _Api(Opened):
     def describe(self) -> str:
         return ""
 
-    def _alive(self) -> bool:
+    def alive(self) -> bool:
         return True
 
     def binary(self, name: str) -> Path:
@@ -362,7 +362,7 @@ class _Api(Opened):
         StatefulSet all its replicas ready and updated (and no others); a DaemonSet every
         scheduled pod ready."""
         try:
-            wait_for(lambda: self._alive() and self.ready(kind, name, namespace), timeout,
+            wait_for(lambda: self.alive() and self.ready(kind, name, namespace), timeout,
                      f"{kind} {namespace}/{name} Ready", interval=0.25)
         except HarnessError as exc:
             raise NodeError(f"{exc}\n{self.kubectl('get', 'pods', '-A', '-o', 'wide')}\n"
@@ -370,7 +370,7 @@ class _Api(Opened):
                             f"{self.describe()}") from exc
 
     def wait_pods_gone(self, namespace: str, selector: str, timeout: float = 120) -> None:
-        wait_for(lambda: self._alive() and not self.kube_list("pods", namespace, selector),
+        wait_for(lambda: self.alive() and not self.kube_list("pods", namespace, selector),
                  timeout, f"pods {selector} in {namespace} gone", interval=0.25)
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
@@ -379,7 +379,7 @@ class _Api(Opened):
 
 def _spawn(procs: dict[str, subprocess.Popen[bytes]], logs: Path, name: str,
            argv: Sequence[str]) -> None:
-    with open(logs / f"{name}.log", "ab") as log, realkube._signals_unblocked():
+    with open(logs / f"{name}.log", "ab") as log, realkube.signals_unblocked():
         procs[name] = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -509,7 +509,7 @@ class ControlPlane(_Api):
     def check_running(self, name: str) -> None:
         _check_running(self._procs, self.logs, name)
 
-    def _alive(self) -> bool:
+    def alive(self) -> bool:
         for name in ("kube-controller-manager", "kube-scheduler"):
             self.check_running(name)
         return True
@@ -636,7 +636,7 @@ class RealNode(_OfControl):
                 errors.append(f"{what}: {exc}")
 
         if self.holder is not None:
-            step("the node's processes", lambda: self._stop_node_processes(graceful=True))
+            step("the node's processes", lambda: self.stop_node_processes(graceful=True))
             step("the node's mounts", self._unmount_node)
             ns = _mnt_ns(self.holder.pid)
             step("the namespace holder", lambda: _stop(self.holder, 5))
@@ -714,7 +714,7 @@ class RealNode(_OfControl):
     def _make_namespace(self) -> None:
         d = self.dir
         self._make_network()
-        with open(self.logs / "holder.log", "wb") as log, realkube._signals_unblocked():
+        with open(self.logs / "holder.log", "wb") as log, realkube.signals_unblocked():
             self.holder = subprocess.Popen(
                 ["nsenter", f"--net=/run/netns/{self.netns}", "--", "unshare", "-m",
                  "--propagation", "private", "--", "sleep", "infinity"],
@@ -865,10 +865,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def _check_running(self, name: str) -> None:
         _check_running(self._procs, self.logs, name)
 
-    def _alive(self) -> bool:
+    def alive(self) -> bool:
         for name in ("kubelet", "containerd"):
             self._check_running(name)
-        return self.control._alive()
+        return self.control.alive()
 
     def wait_node_ready(self, timeout: float = 90) -> None:
         def ready() -> bool:
@@ -1075,7 +1075,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def stop_node(self) -> None:
         """Everything on the node stopped (the control plane goes on), its mounts and its
         ``/run`` gone: the pods' netns with them, as after a reboot."""
-        self._stop_node_processes(graceful=True)
+        self.stop_node_processes(graceful=True)
         self._umount(self._node_mounts("/var/lib/kubelet"))
         self._umount(self._node_mounts("/run"))
         self.in_node("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/run")
@@ -1133,7 +1133,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         proc = self._procs.get("containerd")
         return proc is not None and proc.poll() is None
 
-    def _stop_node_processes(self, *, graceful: bool) -> None:
+    def stop_node_processes(self, *, graceful: bool) -> None:
         """kubelet stopped; every container killed and deleted through ``ctr`` while
         containerd runs; containerd stopped; then whatever is left, by PID."""
         _stop(self._procs.pop("kubelet", None), 15 if graceful else 0.1)
@@ -1234,11 +1234,11 @@ class RealCluster(_OfControl):
         self.nodes: list[RealNode] = []
         self.image = ""  # netctl's, once installed
 
-    def _alive(self) -> bool:
+    def alive(self) -> bool:
         for node in self.nodes:
             if node.node_running:
-                node._alive()
-        return self.control._alive()
+                node.alive()
+        return self.control.alive()
 
     def describe(self) -> str:
         return "\n".join(n.describe() for n in self.nodes)
@@ -1280,7 +1280,7 @@ class RealCluster(_OfControl):
         for node in self.nodes:
             if node.holder is not None:
                 try:
-                    node._stop_node_processes(graceful=True)
+                    node.stop_node_processes(graceful=True)
                 except Exception as exc:
                     errors.append(f"{node.name}: {exc}")
         for node in reversed(self.nodes):

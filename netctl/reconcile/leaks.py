@@ -187,7 +187,6 @@ class Reconciler:
                 verb="RELEASE", container_id=fact.container_id, ifname=fact.ifname,
                 netns=fact.netns, origin=origin, request=reason.encode(), reason=reason),
                 gone=[held])
-            self.ipam.released([held])
         async with trio.open_nursery() as nursery:
             for att_id, container, reason in todo.free:
                 nursery.start_soon(self._free_stuck, container, att_id, reason, origin,
@@ -219,7 +218,6 @@ class Reconciler:
                 verb="RELEASE", container_id=container, ifname=att.ifname, netns=att.netns,
                 pod=att.pod, origin=origin, request=f"attachment {att_id}: {reason}".encode(),
                 reason=reason), gone=held)
-            self.ipam.released(held)
             log.info("released %s of stuck attachment %d (%s as %s): %s",
                      ", ".join(a.address for a in held), att_id, att.network, att.ifname,
                      reason)
@@ -308,7 +306,6 @@ class Reconciler:
                 ifname=ifname, caller_network=network, pod=atts[0].pod, origin="admin",
                 request=request, reason=f"forgotten by {who or 'an operator'}"
                 + (f": {why}" if why else "") + (" (forced)" if alive else "")), atts, gone)
-            self.ipam.released(gone)
             log.warning("forgot %d attachments of container %s at the request of %s (%s)%s: "
                         "released %s", len(atts), container, who or "an operator",
                         why or "no reason given", " with --force" if alive else "",

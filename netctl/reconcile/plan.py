@@ -103,7 +103,7 @@ class Plan:
     stuck: list[AttachmentFact] = field(default_factory=list)  # clean-up failed before
     found: dict[str, int] = field(default_factory=dict)  # reason (REASONS) → items
 
-    def _found(self, reason: str) -> None:
+    def count(self, reason: str) -> None:
         self.found[reason] = self.found.get(reason, 0) + 1
 
     @property
@@ -145,16 +145,16 @@ def plan(facts: Facts, grace: float) -> Plan:
                 out.free.append((att.id, att.container_id, f"netns {att.netns} is gone; "
                                  f"its DEL failed {att.del_failures} times and is retried "
                                  "later"))
-                out._found("stuck-netns-gone")
+                out.count("stuck-netns-gone")
             continue
         if att.state == "attached" and gone:
             out.delete.append((att.id, att.container_id, f"netns {att.netns} is gone"))
-            out._found("netns-gone")
+            out.count("netns-gone")
         elif att.state in ("adding", "removing") and not att.op_running:
             what = "a failed ADD could not undo it" if att.state == "adding" \
                 else "a DEL did not finish"
             out.delete.append((att.id, att.container_id, what))
-            out._found("add-not-undone" if att.state == "adding" else "del-unfinished")
+            out.count("add-not-undone" if att.state == "adding" else "del-unfinished")
     deleting = {a for a, _, _ in out.delete} | {a for a, _, _ in out.free}
     for alloc in facts.allocations:
         if alloc.container_id in facts.busy or alloc.age < grace:
@@ -165,14 +165,14 @@ def plan(facts: Facts, grace: float) -> Plan:
             if alloc.attachment_state is None:
                 out.release.append((alloc.id, alloc.address,
                                     f"attachment {alloc.attachment_id} is not in the journal"))
-                out._found("attachment-missing")
+                out.count("attachment-missing")
             elif alloc.attachment_state == "removed":
                 out.release.append((alloc.id, alloc.address,
                                     f"attachment {alloc.attachment_id} was removed"))
-                out._found("attachment-removed")
+                out.count("attachment-removed")
         elif alloc.netns and not facts.netns_exists.get(alloc.netns, True):
             out.release.append((alloc.id, alloc.address, f"netns {alloc.netns} is gone"))
-            out._found("allocation-netns-gone")
+            out.count("allocation-netns-gone")
     live_names = {name for att in facts.attachments for name, _ in host_interfaces(att.result)}
     for att_id, result in facts.removed_results:
         for name, mac in host_interfaces(result):
@@ -182,7 +182,7 @@ def plan(facts: Facts, grace: float) -> Plan:
             if mac and link.mac.lower() != mac:
                 continue  # the name was reused by something else
             out.unlink.append((name, f"host end of removed attachment {att_id}"))
-            out._found("orphan-link")
+            out.count("orphan-link")
     return out
 
 

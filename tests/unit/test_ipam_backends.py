@@ -3,10 +3,11 @@
 
 - ``memory``: a bare :class:`~netctl.ipam.store.IndexStore` (the in-memory fake);
 - ``journal``: an ``IndexStore`` whose allocations and releases go through a real
-  journal file (``one_transaction`` then ``recorded``/``released``, as the plain IPAM
-  plugin does), and which after every step must equal a second store loaded from the
-  journal alone (``IndexStore.of(*await journal.ipam.live_allocations())``: allocations,
-  owners, pods, netns and round-robin cursors are durable); ``restart`` swaps that
+  journal file (``one_transaction``, as the plain IPAM plugin does: the journal tells the
+  store, its ``follower``, of what it committed), and which after every step must equal
+  a second store loaded from the journal alone
+  (``IndexStore.of(*await journal.ipam.live_allocations())``: allocations, owners, pods,
+  netns and round-robin cursors are durable); ``restart`` swaps that
   reloaded store in.
 
 The rules: unique addresses, never the gateway, idempotent per (container, ifname),
@@ -77,6 +78,8 @@ class Harness:
     def __init__(self, journal: Journal | None) -> None:
         self.journal = journal
         self.store = IndexStore()
+        if journal is not None:
+            journal.follower = self.store
         self.pools: set[str] = set()  # every pool seen, for comparing cursors
 
     async def add(self, p: Pool, cid: str, wanted: list[str] | None = None,
@@ -99,7 +102,8 @@ class Harness:
             except BaseException:
                 self.store.unreserve(decision.new)
                 raise
-        self.store.recorded(decision.new)
+        else:
+            self.store.recorded(decision.new)
         await self.check()
         return decision
 
@@ -109,7 +113,8 @@ class Harness:
         if self.journal is not None:
             await self.journal.one_transaction(
                 OpStart(verb="DEL", container_id=cid, ifname=ifname, origin="ipam"), gone=gone)
-        self.store.released(gone)
+        else:
+            self.store.released(gone)
         await self.check()
         return len(gone)
 
@@ -135,6 +140,7 @@ class Harness:
         """A new daemon: the store as loaded from the journal (the fake keeps its own)."""
         if self.journal is not None:
             self.store = await self.reloaded()
+            self.journal.follower = self.store
 
 
 Scenario = Callable[[Harness], Awaitable[None]]

@@ -1,10 +1,10 @@
 """We test how netctl loads kubernetes-asyncio for its configuration loaders
 (:mod:`netctl.kube.client.session`, :mod:`netctl.kube.client.full`: the kubeconfigs netctl
-does not read itself), each time in a fresh interpreter as a daemon starts: lean
+does not read itself), each time in a fresh interpreter as a daemon starts: partly
 (without the API classes and the models), and the client so loaded lists, gets and is
 refused against the fake API server over HTTP from a kubeconfig, the models still there
 for a caller that asks for them; the real modules when kubernetes-asyncio was imported
-first; and the ordinary import when the lean load fails, here on a copy of the package
+first; and the ordinary import when the partial import fails, here on a copy of the package
 laid out differently (its ``client/api_client.py`` renamed), as a future release might
 be."""
 
@@ -29,7 +29,7 @@ SCRIPT = """
 import json, sys
 {first}
 import netctl.kube.client.api
-from netctl.kube.client import full, session as lean
+from netctl.kube.client import full, session as partly
 import trio, trio_asyncio
 from netctl.kube.client.api import Api, KubeSettings
 
@@ -37,7 +37,7 @@ def kube_modules():
     return sorted(m for m in sys.modules if m.startswith("kubernetes_asyncio"))
 
 before = kube_modules()
-out = {{"lean": lean.LEAN, "modules": before}}
+out = {{"partial": partly.PARTIAL, "modules": before}}
 
 async def main():
     async with trio_asyncio.open_loop():
@@ -88,7 +88,7 @@ def serving(kube: FakeKube) -> FakeKube:
 def test_lean_load_imports_no_api_class_and_no_model_and_works(tmp_path: Path) -> None:
     with FakeKube(token="s3cret") as kube:
         out = run_script(serving(kube), tmp_path)
-        assert out["lean"] is True
+        assert out["partial"] is True
         assert out["modules"] == [
             "kubernetes_asyncio", "kubernetes_asyncio.client",
             "kubernetes_asyncio.client.api_client", "kubernetes_asyncio.client.configuration",
@@ -110,7 +110,7 @@ def test_lean_load_imports_no_api_class_and_no_model_and_works(tmp_path: Path) -
 def test_kubernetes_asyncio_imported_first_is_used_as_it_is(tmp_path: Path) -> None:
     with FakeKube(token="s3cret") as kube:
         out = run_script(serving(kube), tmp_path, first="import kubernetes_asyncio")
-        assert out["lean"] is False
+        assert out["partial"] is False
         assert "kubernetes_asyncio.client.models.v1_pod" in out["modules"]
         assert (out["listed"], out["got"], out["missing"]) == (["a"], "a", None)
         assert out["model"] == ["V1Pod", "n2"]
@@ -144,7 +144,7 @@ def test_a_package_laid_out_otherwise_is_imported_the_ordinary_way(tmp_path: Pat
     site = relaid_copy(tmp_path / "site")
     with FakeKube(token="s3cret") as kube:
         out = run_script(serving(kube), tmp_path, pythonpath=site)
-        assert out["lean"] is False
+        assert out["partial"] is False
         assert "kubernetes_asyncio.client._api_client" in out["modules"]
         assert "kubernetes_asyncio.client.models.v1_pod" in out["modules"]
         assert (out["listed"], out["got"], out["missing"]) == (["a"], "a", None)

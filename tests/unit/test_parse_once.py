@@ -75,12 +75,12 @@ def served_at_planning(att: Attachment, state_dir: Path) -> Served:
 
 def test_planning_parses_every_served_section_once_for_the_steps(tmp_path: Path) -> None:
     served = served_at_planning(chain(BRIDGE, TUNING), tmp_path)
-    parsed = served.at(0)
+    parsed = served.section(0)
     assert parsed is not None
     cfg, ranges = parsed
     assert cfg.type == "netctl-ipam" and [str(r.gateway) for r in ranges] == ["10.9.0.1"]
-    assert served.at(0) is parsed  # the steps get the planning's parse
-    assert served.has(0) and not served.has(1) and served.at(1) is None
+    assert served.section(0) is parsed  # the steps get the planning's parse
+    assert served.has(0) and not served.has(1) and served.section(1) is None
 
 
 def test_planning_refuses_a_bad_section_naming_the_network(tmp_path: Path) -> None:
@@ -92,9 +92,9 @@ def test_planning_refuses_a_bad_section_naming_the_network(tmp_path: Path) -> No
 
 def test_read_back_a_bad_section_fails_its_own_step_only() -> None:
     served = Served(chain(BAD, BRIDGE).chain, SERVED)
-    assert served.at(1) is not None
+    assert served.section(1) is not None
     with pytest.raises(CNIError) as info:
-        served.at(0)
+        served.section(0)
     assert info.value.code == INVALID_CONFIG
 
 

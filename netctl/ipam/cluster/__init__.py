@@ -104,4 +104,6 @@ def cluster_store(api: Api, journal: Journal, settings: ClusterSettings,
         Informer(api, Node, NODES, [], metadata_only=True),
         Informer(api, IPAMBlock, BLOCKS, [], metadata_only=True))
     maintenance = Maintenance(cluster, holdings, claims, gone)
-    return ClusterStore(cluster, holdings, claims, borrows, adoption, whereabouts, maintenance)
+    store = ClusterStore(cluster, holdings, claims, borrows, adoption, whereabouts, maintenance)
+    journal.follower = store  # told of each allocation and release the journal commits
+    return store

@@ -74,8 +74,7 @@ class Adoption:
             return 0
         await self.cluster.journal.one_transaction(
             OpStart(verb="DEL", origin="pod-deleted", container_id=gone[0].owner.container_id),
-            gone=gone)
-        index.released(gone)
+            gone=gone)  # (the journal tells the store: Journal.follower)
         return len(gone)
 
 

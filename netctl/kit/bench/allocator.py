@@ -31,6 +31,7 @@ async def _fill(state_dir: str, count: int, cidr: str) -> dict[str, Any]:
     cpu: list[float] = []
     async with open_journal(state_dir) as journal:
         store = IndexStore.of(*await journal.ipam.live_allocations())
+        journal.follower = store
         started = time.perf_counter()
         for i in range(count):
             t0, c0 = time.perf_counter(), time.process_time()
@@ -39,7 +40,6 @@ async def _fill(state_dir: str, count: int, cidr: str) -> dict[str, Any]:
             await journal.one_transaction(OpStart(verb="ADD", container_id=owner.container_id,
                                                   ifname="eth0", origin="ipam"),
                                           new=decision.new, pools=decision.pools)
-            store.recorded(decision.new)
             seconds.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
         wall = time.perf_counter() - started

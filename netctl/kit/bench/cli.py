@@ -5,9 +5,8 @@ start; the benches themselves are imported when one runs (:func:`run`)."""
 from __future__ import annotations
 
 import argparse
-from typing import TypeAlias
 
-_Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+from netctl.commands.cli import Commands
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,7 +15,7 @@ def run(args: argparse.Namespace) -> int:
     return bench.main(args)
 
 
-def add_parser(sub: _Commands) -> None:
+def add_parser(sub: Commands) -> None:
     """``netctl bench BENCH``: on one node, with an API server, and with podman."""
     p = sub.add_parser("bench", help="benchmarks on real namespaces and real plugins")
     bsub = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
@@ -29,7 +28,7 @@ def add_parser(sub: _Commands) -> None:
     p.set_defaults(fn=run)
 
 
-def _add_node_benches(bsub: _Commands) -> None:
+def _add_node_benches(bsub: Commands) -> None:
     """The benches of one node's daemon: churn, ipam, journal, crash, events."""
     b = bsub.add_parser("churn", help="pod ADD/DEL churn: netctl vs direct sequential exec")
     b.add_argument("--pods", type=int, default=100)
@@ -74,7 +73,7 @@ def _add_node_benches(bsub: _Commands) -> None:
     b.add_argument("--json", action="store_true")
 
 
-def _add_kube_benches(bsub: _Commands) -> None:
+def _add_kube_benches(bsub: Commands) -> None:
     """The benches against an API server: one node's Kubernetes mode, a cluster of nodes."""
     b = bsub.add_parser("kube", help="Kubernetes mode against the fake API server: API "
                         "requests per ADD/DEL, ADD latency vs standalone, memory")

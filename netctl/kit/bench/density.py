@@ -594,7 +594,7 @@ class DensityBench(Bench):
         while not cond():
             if self.stop.is_set():
                 raise HarnessError(f"{what}: interrupted")
-            self.cluster._alive()
+            self.cluster.alive()
             if time.monotonic() > deadline:
                 raise HarnessError(f"{what}: {count()} of {self.pods} after {timeout:g} s")
             if time.monotonic() - said > 10:

@@ -218,7 +218,7 @@ class RealKube(Opened):
         assert etcd is not None
         peer = f"http://127.0.0.1:{self.peer_port}"
         client = f"http://127.0.0.1:{self.etcd_port}"
-        with open(self.dir / "etcd.log", "wb") as log, _signals_unblocked():
+        with open(self.dir / "etcd.log", "wb") as log, signals_unblocked():
             self._etcd = subprocess.Popen(
                 [str(etcd), "--name", "default", "--data-dir", str(self.dir / "etcd"),
                  "--listen-client-urls", client, "--advertise-client-urls", client,
@@ -233,7 +233,7 @@ class RealKube(Opened):
         binary = apiserver_binary(self.kube)
         assert binary is not None
         d = self.dir
-        with open(d / "apiserver.log", "ab") as log, _signals_unblocked():
+        with open(d / "apiserver.log", "ab") as log, signals_unblocked():
             self._apiserver = self._spawn_apiserver(binary, log)
         _wait(lambda: self._status("GET", "/readyz") == 200, 60,
               "kube-apiserver to answer /readyz", self._apiserver, d / "apiserver.log")
@@ -643,7 +643,7 @@ def _received(event: dict[str, Any]) -> datetime.datetime:
 
 
 @contextlib.contextmanager
-def _signals_unblocked() -> Iterator[None]:
+def signals_unblocked() -> Iterator[None]:
     """No signal blocked while a child is spawned (a child inherits the mask, and a caller
     that takes its signals with ``sigwait`` blocks them: the API server would never see
     the SIGTERM that stops it)."""

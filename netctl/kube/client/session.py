@@ -9,16 +9,16 @@ of a daemon's resident memory, for classes netctl never instantiates (its calls 
 body as bytes).
 
 So the packages ``kubernetes_asyncio``, ``kubernetes_asyncio.client`` and
-``kubernetes_asyncio.client.models`` are made hollow (:mod:`netctl.hollow`: in
-``sys.modules``, their ``__init__`` not run, whole again for any caller that asks for
+``kubernetes_asyncio.client.models`` are imported without their ``__init__``
+(:mod:`netctl.partialimport`: in ``sys.modules``, whole again for any caller that asks for
 more), the four client modules imported from their own files, ``ApiClient`` and
 ``Configuration`` (the names ``config`` imports from the client package) set on it,
 then ``config`` imported as it is. ``api_client`` imports the models package but only
 looks into it to build models, which netctl's calls never ask for.
 
 When kubernetes-asyncio is already imported (a test or a tool imported it first), its
-real modules serve. When the lean load fails (a release laid out otherwise), the package
-is imported the ordinary way: heavier, never broken. :data:`LEAN` says which way was
+real modules serve. When the partial import fails (a release laid out otherwise), the package
+is imported the ordinary way: heavier, never broken. :data:`PARTIAL` says which way was
 taken.
 """
 
@@ -28,15 +28,15 @@ import importlib
 import types
 from typing import TYPE_CHECKING
 
-from netctl.hollow import lean
+from netctl.partialimport import import_partly
 
 PACKAGE = "kubernetes_asyncio"
-_HOLLOW = (PACKAGE, f"{PACKAGE}.client", f"{PACKAGE}.client.models")
+_UNEXECUTED = (PACKAGE, f"{PACKAGE}.client", f"{PACKAGE}.client.models")
 # what netctl uses from the client package, imported from their own files
 _CLIENT_MODULES = ("exceptions", "configuration", "rest", "api_client")
 
 
-def _load_lean() -> tuple[types.ModuleType, types.ModuleType]:
+def _load_partly() -> tuple[types.ModuleType, types.ModuleType]:
     client = importlib.import_module(f"{PACKAGE}.client")
     for sub in _CLIENT_MODULES:
         importlib.import_module(f"{PACKAGE}.client.{sub}")
@@ -47,8 +47,8 @@ def _load_lean() -> tuple[types.ModuleType, types.ModuleType]:
 
 def load() -> tuple[types.ModuleType, types.ModuleType, bool]:
     """kubernetes-asyncio's ``client`` and ``config`` modules, and whether they were
-    loaded lean (True) or the ordinary way (False)."""
-    loaded = lean(_HOLLOW, _load_lean)
+    imported partly (True) or the ordinary way (False)."""
+    loaded = import_partly(_UNEXECUTED, _load_partly)
     if loaded is not None:
         return (*loaded, True)
     return (importlib.import_module(f"{PACKAGE}.client"),
@@ -57,8 +57,8 @@ def load() -> tuple[types.ModuleType, types.ModuleType, bool]:
 
 if TYPE_CHECKING:
     from kubernetes_asyncio import client, config
-    LEAN: bool
+    PARTIAL: bool
 else:
-    client, config, LEAN = load()
+    client, config, PARTIAL = load()
 
-__all__ = ["LEAN", "client", "config", "load"]
+__all__ = ["PARTIAL", "client", "config", "load"]

@@ -7,7 +7,7 @@ Some libraries netctl depends on import everything they hold in their package
 (IPDB, NDB, ipset, nl80211, ...: some 4 MiB). netctl uses a handful of their modules
 (:mod:`netctl.kube.client.session`, :mod:`netctl.cni.netlink`).
 
-:func:`hollow` puts such a package into ``sys.modules`` as a module made from its real
+:func:`unexecuted` puts such a package into ``sys.modules`` as a module made from its real
 spec (the same ``__path__``, ``__file__`` and loader) whose ``__init__`` has not run, so
 that ``import package.submodule`` loads the submodule from its real file and nothing
 else. The package stays whole for any other caller: a name it lacks is its submodule of
@@ -36,7 +36,7 @@ T = TypeVar("T")
 log = logging.getLogger("netctl")
 
 
-def hollow(*names: str) -> bool:
+def unexecuted(*names: str) -> bool:
     """Put the packages ``names`` (each the parent of the next, outermost first) into
     ``sys.modules`` unexecuted; False, and nothing done, when the first is imported
     already (then its real modules serve). ImportError when one is not a package."""
@@ -58,17 +58,17 @@ def hollow(*names: str) -> bool:
     return True
 
 
-def lean(names: tuple[str, ...], load: Callable[[], T]) -> T | None:
-    """:func:`hollow` the packages ``names``, then ``load()`` (the imports a caller needs
+def import_partly(names: tuple[str, ...], load: Callable[[], T]) -> T | None:
+    """:func:`unexecuted` the packages ``names``, then ``load()`` (the imports a caller needs
     from them) and its result; None when the first package was imported already, or when
     anything failed — then the packages are forgotten, for the ordinary import."""
     try:
-        if not hollow(*names):
+        if not unexecuted(*names):
             return None
         return load()
     except Exception as exc:  # any failure: the caller imports the ordinary way
         forget(names[0])
-        log.debug("%s imported in full (the lean load failed: %r)", names[0], exc)
+        log.debug("%s imported in full (the partial import failed: %r)", names[0], exc)
         return None
 
 

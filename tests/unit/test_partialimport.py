@@ -1,4 +1,4 @@
-"""We test packages imported without their ``__init__`` (:mod:`netctl.hollow`), each time
+"""We test packages imported without their ``__init__`` (:mod:`netctl.partialimport`), each time
 in a fresh interpreter: pyroute2 as the daemon loads it (:mod:`netctl.cni.netlink`)
 without IPDB, NDB and the other socket families, its IPRoute answering a real dump of
 the host's links, and the whole package still there for a caller that asks (``from
@@ -21,7 +21,7 @@ SCRIPT = """
 import json, sys
 {first}
 from netctl.cni import netlink
-out = {{"lean": netlink.LEAN,
+out = {{"partial": netlink.PARTIAL,
         "loaded": sorted({{m.split(".")[1] for m in sys.modules if m.startswith("pyroute2.")}})}}
 with netlink.IPRoute() as ipr:
     out["links"] = sorted(link.get_attr("IFLA_IFNAME") for link in ipr.get_links())
@@ -46,7 +46,7 @@ def run_script(first: str = "") -> dict[str, Any]:
 
 def test_pyroute2_loaded_without_its_init_and_whole_on_demand() -> None:
     out = run_script()
-    assert out["lean"] is True
+    assert out["partial"] is True
     # what IPRoute needs, and none of the families netctl does not use
     assert {"iproute", "netlink"} <= set(out["loaded"])
     assert not {"ndb", "ipdb", "ipset", "ipvs", "iwutil", "wiset", "plan9"} & set(out["loaded"])
@@ -57,7 +57,7 @@ def test_pyroute2_loaded_without_its_init_and_whole_on_demand() -> None:
 
 def test_pyroute2_imported_first_is_used_as_it_is() -> None:
     out = run_script(first="import pyroute2")
-    assert out["lean"] is False
+    assert out["partial"] is False
     assert "ndb" in out["loaded"]
     assert "lo" in out["links"]
     assert out["refused"] == "module 'pyroute2' has no attribute 'NoSuchThing'"
@@ -69,7 +69,7 @@ import netctl.daemon.run, netctl.kube.mode
 from netctl import metrics
 heavy = ("pyroute2", "aiohttp", "kubernetes_asyncio", "prometheus_client.exposition",
          "wsgiref", "http.server")
-out = {"lean": metrics.LEAN, "loaded": sorted(m for m in heavy if m in sys.modules)}
+out = {"partial": metrics.PARTIAL, "loaded": sorted(m for m in heavy if m in sys.modules)}
 from prometheus_client import generate_latest  # the whole package, for whoever asks
 out["whole"] = generate_latest.__module__
 print(json.dumps(out))
@@ -85,4 +85,4 @@ def test_a_daemon_loads_none_of_what_it_does_not_use() -> None:
                           timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    assert out == {"lean": True, "loaded": [], "whole": "prometheus_client.exposition"}
+    assert out == {"partial": True, "loaded": [], "whole": "prometheus_client.exposition"}
