@@ -135,7 +135,7 @@ class Snapshot:
     journal_commits: int = 0
     watches: Mapping[str, CacheState] | None = None  # resource → its cache
     api_calls: Mapping[tuple[str, str], int] | None = None  # (verb, resource) → count
-    # (verb, resource, code) → count: answers by HTTP status (netctl.kube.client.api.code_label)
+    # (verb, resource, code) → count: answers by HTTP status (netctl.kubeapi.api.code_label)
     api_answers: Mapping[tuple[str, str, str], int] | None = None
 
 

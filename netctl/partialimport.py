@@ -5,7 +5,7 @@ Some libraries netctl depends on import everything they hold in their package
 ``__init__``: kubernetes-asyncio's ``client`` imports every API class and model (about
 850 modules, some 35 MiB of a daemon's resident memory), pyroute2's every socket family
 (IPDB, NDB, ipset, nl80211, ...: some 4 MiB). netctl uses a handful of their modules
-(:mod:`netctl.kube.client.session`, :mod:`netctl.cni.netlink`).
+(:mod:`netctl.kubeapi.session`, :mod:`netctl.cni.netlink`).
 
 :func:`unexecuted` puts such a package into ``sys.modules`` as a module made from its real
 spec (the same ``__path__``, ``__file__`` and loader) whose ``__init__`` has not run, so

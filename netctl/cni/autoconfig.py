@@ -54,8 +54,8 @@ from typing import Any
 from netctl.cni.confdir import ConfFile, capabilities, read_conf_dir
 from netctl.cni.config import parse_chain
 from netctl.cni.install import remove
+from netctl.cni.request import POD_ANNOTATIONS
 from netctl.errors import CNIError
-from netctl.kube.client.objects import RUNTIME_ANNOTATIONS as POD_ANNOTATIONS
 
 CONF_NAME = "00-netctl.conflist"
 NETWORK_NAME = "netctl"

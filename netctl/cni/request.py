@@ -36,7 +36,6 @@ from netctl.errors import DECODE_FAILURE, INVALID_CONFIG, TRY_AGAIN_LATER, CNIEr
 C = TypeVar("C", bound=msgspec.Struct)
 
 # the runtimeConfig capability under which CRI-O and containerd pass the pod's annotations
-# (netctl.kube.client.objects.RUNTIME_ANNOTATIONS, which this layer does not import)
 POD_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
 # A DEL is served up to this size whatever max-request-bytes says (netctl.daemon.server); the
 # plugin's DEL records (netctl.reconcile.pending) are read up to it too.
@@ -81,7 +80,7 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True, order=True):
     """Who a container belongs to (``K8S_POD_*`` in CNI_ARGS; empty for podman's): the one
     shape of a pod's identity from the request to the reconciler. The engine, the journal,
     the reconciler and the Kubernetes layer's writes name a pod with it; the API's pod
-    (:class:`netctl.kube.client.objects.Pod`) gives its own as ``ref``."""
+    (:class:`netctl.kubeapi.objects.Pod`) gives its own as ``ref``."""
 
     namespace: str = ""
     name: str = ""

@@ -204,8 +204,8 @@ def _ipam_handback(args: argparse.Namespace, conn: sqlite3.Connection) -> int:
     import msgspec
 
     from netctl.journal import query
-    from netctl.kube.client.api import ApiError, KubeSettings
-    from netctl.kube.client.handback import Held, run_hand_back
+    from netctl.kubeapi.api import ApiError, KubeSettings
+    from netctl.kubeapi.handback import Held, run_hand_back
     from netctl.reconcile.pending import pending_dir
 
     held = [Held(r["address"], r["pool_range"], r["network_name"],

@@ -139,7 +139,7 @@ def _query_server(cfg: DaemonConfig, client: kube_mode.KubeClient | None,
     the API server: Kubernetes mode only (:func:`run` refuses it otherwise)."""
     if not cfg.query_addr or client is None:
         return None
-    from netctl.kube.client.review import Reviews
+    from netctl.kubeapi.review import Reviews
 
     try:
         tls = tls_context(cfg.query_tls_cert, cfg.query_tls_key) \

@@ -15,7 +15,7 @@ The DRA devices are the containers' ``dynamic_resources`` (``DynamicResource``, 
 which devices of which claim the kubelet prepared for the pod (through the DRA driver's
 ``NodePrepareResources``), for the claims its containers use (``resources.claims``). They
 carry no attributes: which network a device is for is in the driver's ResourceSlice
-(:mod:`netctl.kube.client.dra` reads it, and uses these when it cannot read the claim).
+(:mod:`netctl.kubeapi.dra` reads it, and uses these when it cannot read the claim).
 
 grpcio is imported at the first call only: a daemon whose networks name no resource never
 loads it (its cost in RSS is in ``docs/networks.md``). The call is a blocking grpcio call

@@ -21,7 +21,7 @@ from netctl.cni.confdir import MAX_CONF_BYTES
 from netctl.cni.config import Chain, parse_chain
 from netctl.cni.hostroot import HostRoot
 from netctl.errors import INVALID_CONFIG, CNIError
-from netctl.kube.client.objects import RESOURCE_NAME
+from netctl.kubeapi.objects import RESOURCE_NAME
 
 _SUFFIXES = (".yaml", ".yml", ".json")
 

@@ -24,7 +24,7 @@ from netctl.engine.requests import runtime_requests
 from netctl.errors import CNIError, NotListedYet, Refusal
 from netctl.ipam import sticky
 from netctl.journal.records import Attachment
-from netctl.kube.client.objects import REASON_BAD_ANNOTATION
+from netctl.kubeapi.objects import REASON_BAD_ANNOTATION
 
 
 def plan(conf: NetctlConf, inv: Invocation, choice: Choice,

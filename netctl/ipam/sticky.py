@@ -29,7 +29,7 @@ from typing import Any
 from netctl.cni.request import Pod
 from netctl.errors import INVALID_CONFIG, CNIError
 from netctl.journal.retention import duration_seconds
-from netctl.kube.client.objects import KUBEVIRT_VM, STICKY_KEY
+from netctl.kubeapi.objects import KUBEVIRT_VM, STICKY_KEY
 
 DEFAULT_STICKY_FOR = 3600.0  # 1h
 

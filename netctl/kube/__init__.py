@@ -7,8 +7,6 @@
   endpoint on each node, and ``kubectl netctl`` asking every node;
 - :mod:`~netctl.kube.select` and :mod:`~netctl.kube.nads`: which networks a pod gets (its
   annotations, the NADs) — what the engine is given in this mode;
-- :mod:`netctl.kube.client`: what netctl reads and writes in the API (the client, the
-  informers, the objects, network-status, Events, blocks, claims), below the engine.
-
-The layers (``pyproject.toml``'s contract) keep ``client`` below the engine and the rest
-above it."""
+All of it stands on the engine and the reconciler; what netctl reads and writes in the API
+(the client, the informers, the objects, network-status, Events, blocks, claims) is
+:mod:`netctl.kubeapi`, below the engine (``pyproject.toml``'s layer contract)."""

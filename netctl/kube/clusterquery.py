@@ -1,7 +1,7 @@
 """``kubectl netctl …`` (``netctl cluster …``): the node questions asked of the whole cluster
 from a laptop, with the user's kubeconfig and under the cluster's RBAC.
 
-1. Find the daemons: the DaemonSet's pods (:func:`netctl.kube.client.daemons.find_daemons`).
+1. Find the daemons: the DaemonSet's pods (:func:`netctl.kubeapi.daemons.find_daemons`).
 2. Decide whom to ask (:func:`targets`): every node. An address's history may be in any
    node's journal — its block released and claimed again by another node, a block taken
    over from a gone node, an address borrowed into another node's block — and the API
@@ -31,7 +31,7 @@ from urllib.parse import urlencode, urlsplit
 import trio
 
 from netctl.journal.query import Filters
-from netctl.kube.client.http import Http, HttpError, endpoint_at
+from netctl.kubeapi.http import Http, HttpError, endpoint_at
 
 # what each question merges: the lists of rows, and the key that orders each
 LISTS: dict[str, dict[str, str]] = {
@@ -206,8 +206,8 @@ def query(opts: Options, what: str, path: str, *, ip: str | None = None,
           at: float | None = None, notes: Iterable[str] = ()) -> dict[str, Any]:
     """Ask every node ``path`` and merge the answers as ``what`` (:func:`merge`);
     :class:`ClusterError` when no node could be asked."""
-    from netctl.kube.client.daemons import block_owners, find_daemons, with_api
-    from netctl.kube.client.errors import ApiError, KubeSettings
+    from netctl.kubeapi.daemons import block_owners, find_daemons, with_api
+    from netctl.kubeapi.errors import ApiError, KubeSettings
 
     async def go(api: Any) -> dict[str, Any]:
         found: dict[str, Any] = {}

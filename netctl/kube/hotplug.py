@@ -61,7 +61,8 @@ from netctl.engine.hotplug import Hotplug, addresses, base
 from netctl.engine.selection import Selection
 from netctl.errors import CNIError, Refusal
 from netctl.journal.records import Attachment, OpStart
-from netctl.kube.client.objects import (
+from netctl.kube.select import choose
+from netctl.kubeapi.objects import (
     HOTPLUG_REPLACE,
     NETWORKS,
     REASON_ATTACH_FAILED,
@@ -74,11 +75,10 @@ from netctl.kube.client.objects import (
     PodChosen,
     PodEvent,
 )
-from netctl.kube.select import choose
 
 if TYPE_CHECKING:  # the client is imported in Kubernetes mode only (netctl.kube.mode)
-    from netctl.kube.client.events import EventRecorder
-    from netctl.kube.client.informer import Informer
+    from netctl.kubeapi.events import EventRecorder
+    from netctl.kubeapi.informer import Informer
 
 log = logging.getLogger("netctl.hotplug")
 

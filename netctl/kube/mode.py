@@ -34,22 +34,22 @@ from netctl.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CNIError, Refusal
 from netctl.ipam.store import Loaded
 from netctl.journal.records import Attachment, OpStart
 from netctl.journal.store import Journal
-from netctl.kube.client.netstatus import annotation_value, network_status
+from netctl.kubeapi.netstatus import annotation_value, network_status
 from netctl.metrics import CacheState, Metrics, Snapshot
 from netctl.reconcile.leaks import Reconciler
 from netctl.settings import DaemonConfig
 
 if TYPE_CHECKING:  # the client is imported in Kubernetes mode only
     from netctl.ipam.cluster import ClusterStore
-    from netctl.kube.client.api import Api
-    from netctl.kube.client.devices import PodDevices
-    from netctl.kube.client.events import EventRecorder
-    from netctl.kube.client.informer import Informer
-    from netctl.kube.client.objects import PodEvent
-    from netctl.kube.client.pods import NadSource, PodSource
-    from netctl.kube.client.statuswrites import StatusWrites
-    from netctl.kube.client.thisnode import NodeCheck
     from netctl.kube.hotplug import KubeHotplug
+    from netctl.kubeapi.api import Api
+    from netctl.kubeapi.devices import PodDevices
+    from netctl.kubeapi.events import EventRecorder
+    from netctl.kubeapi.informer import Informer
+    from netctl.kubeapi.objects import PodEvent
+    from netctl.kubeapi.pods import NadSource, PodSource
+    from netctl.kubeapi.statuswrites import StatusWrites
+    from netctl.kubeapi.thisnode import NodeCheck
 
 log = logging.getLogger("netctl.daemon")
 
@@ -86,14 +86,14 @@ async def connect(cfg: DaemonConfig, metrics: Metrics) -> KubeClient:
         raise CNIError(INVALID_CONFIG, "Kubernetes mode needs the node's name: "
                        "--node-name, or NODE_NAME in the environment")
     from netctl.devices.podresources import PodResources
-    from netctl.kube.client.api import Api, ApiError, KubeSettings
-    from netctl.kube.client.devices import PodDevices
-    from netctl.kube.client.dra import ClaimDevices
-    from netctl.kube.client.events import EventRecorder
-    from netctl.kube.client.objects import PodEvent
-    from netctl.kube.client.pods import NadSource, PodSource
-    from netctl.kube.client.statuswrites import StatusWrites
-    from netctl.kube.client.thisnode import NodeCheck
+    from netctl.kubeapi.api import Api, ApiError, KubeSettings
+    from netctl.kubeapi.devices import PodDevices
+    from netctl.kubeapi.dra import ClaimDevices
+    from netctl.kubeapi.events import EventRecorder
+    from netctl.kubeapi.objects import PodEvent
+    from netctl.kubeapi.pods import NadSource, PodSource
+    from netctl.kubeapi.statuswrites import StatusWrites
+    from netctl.kubeapi.thisnode import NodeCheck
 
     try:
         api = await Api.connect(KubeSettings(cfg.kubeconfig, cfg.in_cluster, cfg.api_timeout))
@@ -195,14 +195,14 @@ class NetworkStatus:
     async def after_add(self, inv: Invocation, atts: list[Attachment]) -> str:
         """After a successful ADD: the pod's network-status (guarded by the pod's UID). A
         failure is a warning the engine journals, and the write goes on in the background
-        (:mod:`netctl.kube.client.statuswrites`) until the pod has it, is gone or replaced,
+        (:mod:`netctl.kubeapi.statuswrites`) until the pod has it, is gone or replaced,
         or the attachments are DELeted; with ``network-status-required`` it fails the ADD
         instead (code 11: the engine undoes it and the runtime retries). The hot-plug is
         told the ADD is done: it looks at the pod again (its annotation may have changed
         during the ADD)."""
         if not inv.pod.name:
             return ""
-        from netctl.kube.client.objects import is_static
+        from netctl.kubeapi.objects import is_static
 
         self.client.pods.added(inv.pod, inv.container_id)
         namespace, name = inv.pod.namespace, inv.pod.name
@@ -227,7 +227,7 @@ class NetworkStatus:
         attachments of the container ``annotate`` names (journaled as that done ANNOTATE
         when a background retry writes it, or at once when ``resumed``: a write after a
         failed one); "" or the warning (:meth:`after_add`)."""
-        from netctl.kube.client.statuswrites import Write, patch_status
+        from netctl.kubeapi.statuswrites import Write, patch_status
 
         ids = {a.id for a in atts}
         writes = self.client.writes
@@ -362,9 +362,9 @@ class KubeMode:
                 "api_server": api.host,
                 "pods": c.pods.informer.status(), "nads": c.nads.informer.status(),
                 "credential_reloads": api.credential_reloads,
-                "api_connections": api.http.opened,  # (kube/client/http.py)
-                # who read the configuration: netctl (kube/client/lite.py), or
-                # kubernetes-asyncio (an exec plugin, OIDC, a proxy…: kube/client/full.py)
+                "api_connections": api.http.opened,  # (kubeapi/http.py)
+                # who read the configuration: netctl (kubeapi/lite.py), or
+                # kubernetes-asyncio (an exec plugin, OIDC, a proxy…: kubeapi/full.py)
                 "api_configuration": "kubernetes-asyncio" if api.full else "netctl",
                 "ipam": self.ipam.status() if self.ipam is not None else None,
                 "network_status_required": self.status_writes.required,

@@ -1,4 +1,4 @@
-"""Networks in Kubernetes mode: NetworkAttachmentDefinitions from the kube client's cache.
+"""Networks in Kubernetes mode: NetworkAttachmentDefinitions from the Kubernetes client's cache.
 
 :class:`NadResolver` is the engine's :class:`~netctl.engine.choice.Resolver` over a
 :class:`NadLookup` — the client's NAD cache, which the watch keeps current, so a
@@ -40,14 +40,14 @@ from netctl.cni.config import parse_chain
 from netctl.cni.hostroot import HostRoot
 from netctl.engine.networks import Network, from_file
 from netctl.errors import INVALID_CONFIG, CNIError, Refusal
-from netctl.kube.client.objects import REASON_BAD_NAD, REASON_NOT_FOUND, RESOURCE_NAME, Nad, key
+from netctl.kubeapi.objects import REASON_BAD_NAD, REASON_NOT_FOUND, RESOURCE_NAME, Nad, key
 
 MULTUS_CONF_DIR = "/etc/cni/multus/net.d"  # Multus' default confDir
 
 
 class NadLookup(Protocol):
-    """The kube client's NetworkAttachmentDefinition cache
-    (:class:`netctl.kube.client.pods.NadSource`)."""
+    """The Kubernetes client's NetworkAttachmentDefinition cache
+    (:class:`netctl.kubeapi.pods.NadSource`)."""
 
     def get(self, namespace: str, name: str) -> Nad | None:
         """The cached NAD, or None when the cluster has none of that name. Until the

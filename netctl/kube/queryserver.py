@@ -11,7 +11,7 @@ Served, GET only (anything else: 405), each answer one JSON document
 - ``/v1/ipam/pools`` and ``/v1/ipam/leaks?grace=`` — ``netctl ipam pools|leaks``;
 - ``/v1/status`` — ``netctl status``'s document.
 
-Every request carries ``Authorization: Bearer <token>``; :class:`~netctl.kube.client.review.Reviews`
+Every request carries ``Authorization: Bearer <token>``; :class:`~netctl.kubeapi.review.Reviews`
 checks it with a TokenReview and a SubjectAccessReview (401 without a valid token, 403
 without the permission, 503 when the API server cannot say) before anything is read.
 Errors are ``{"node": NAME, "error": "…"}`` with the status. Nothing served writes: the
@@ -42,7 +42,7 @@ from netctl.journal.query import Filters
 from netctl.reconcile import readonly
 
 if TYPE_CHECKING:  # the client is imported in Kubernetes mode only
-    from netctl.kube.client.review import Verdict
+    from netctl.kubeapi.review import Verdict
 
 log = logging.getLogger("netctl.query")
 

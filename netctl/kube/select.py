@@ -3,7 +3,7 @@
 :class:`KubeSelector` is the engine's :class:`~netctl.engine.choice.Selector` in
 Kubernetes mode. The pod's annotations come from the runtime when it passes them
 (``runtimeConfig["io.kubernetes.cri.pod-annotations"]``: CRI-O, and containerd with the
-capability declared) — then there is no API read at all — else from the kube client's
+capability declared) — then there is no API read at all — else from the Kubernetes client's
 pod cache (:class:`PodLookup`), whose pod must carry the UID the runtime gave
 (:func:`check_pod`). The decision itself is the pure :func:`choose`, which follows
 Multus (``pkg/k8sclient/k8sclient.go``, ``pkg/types/conf.go``):
@@ -47,7 +47,7 @@ from netctl.engine.conf import NetctlConf
 from netctl.engine.requests import requested_ips, requested_mac
 from netctl.errors import INVALID_CONFIG, INVALID_ENVIRONMENT, CNIError, Refusal
 from netctl.ipam import sticky
-from netctl.kube.client.objects import (
+from netctl.kubeapi.objects import (
     DEFAULT_NETWORK,
     NETWORKS,
     REASON_BAD_ANNOTATION,
@@ -61,7 +61,7 @@ _OCTET_RE = re.compile(r"^[0-9A-Fa-f]{2}$")
 
 
 class PodLookup(Protocol):
-    """The kube client's pod cache (:class:`netctl.kube.client.pods.PodSource`)."""
+    """The Kubernetes client's pod cache (:class:`netctl.kubeapi.pods.PodSource`)."""
 
     async def lookup(self, namespace: str, name: str) -> Pod | None:
         """The pod, or None when the API server has no pod of that name: from the cache,

@@ -253,9 +253,9 @@ def test_two_nodes_racing_to_take_over_one_block(kube: FakeKube, tmp_path: Path)
     import trio
     import trio_asyncio
 
-    from netctl.kube.client import blocks as block_objects
-    from netctl.kube.client.api import Api, KubeSettings
-    from netctl.kube.client.objects import BlockSpec
+    from netctl.kubeapi import blocks as block_objects
+    from netctl.kubeapi.api import Api, KubeSettings
+    from netctl.kubeapi.objects import BlockSpec
 
     config = kube.kubeconfig(tmp_path / "kubeconfig")
 

@@ -291,8 +291,8 @@ def test_reviews_keep_allowed_answers_a_while_and_refusals_never(
     import trio
     import trio_asyncio
 
-    from netctl.kube.client.api import Api, KubeSettings
-    from netctl.kube.client.review import Reviews
+    from netctl.kubeapi.api import Api, KubeSettings
+    from netctl.kubeapi.review import Reviews
 
     now = [0.0]
     kube.add_token("token-of-carol", "carol")

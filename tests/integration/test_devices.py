@@ -45,7 +45,7 @@ from netctl.kit.kubefake import (
     resource_slice,
 )
 from netctl.kit.kubefake.objects import claim_ref, extended_claim_status, template_claim_status
-from netctl.kube.client import access
+from netctl.kubeapi import access
 from tests.conftest import Daemon, ipam_bridge, netns_addrs, netns_links, wait_for
 
 pytestmark = [pytest.mark.netns, pytest.mark.servers("fake")]

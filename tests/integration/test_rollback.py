@@ -11,7 +11,7 @@ recorded by the plugin. We check:
 - ``netctl ipam handback`` writes the addresses still held into whereabouts' IPPools (the
   names, ranges, offsets and entries whereabouts writes) and overlapping-range
   reservations, and netctl's own reader of whereabouts' records
-  (:mod:`netctl.kube.client.whereabouts`, used for takeovers) reads every one back, owner and
+  (:mod:`netctl.kubeapi.whereabouts`, used for takeovers) reads every one back, owner and
   interface included;
 - a second run writes nothing (every record ``present``), exit 0;
 - an entry held there by another owner is a ``conflict``, not overwritten, exit 1.
@@ -33,8 +33,8 @@ import pytest
 from netctl.kit import harness
 from netctl.kit.kubefake import IPPOOLS, RESERVATIONS, FakeKube
 from netctl.kit.kubefake.real import RealKube
-from netctl.kube.client.handback import pool_name
-from netctl.kube.client.whereabouts import pool_holds, reservation_holds
+from netctl.kubeapi.handback import pool_name
+from netctl.kubeapi.whereabouts import pool_holds, reservation_holds
 from tests.conftest import NETCTL, Daemon, Kube, ipam_bridge, kube_server
 
 pytestmark = [pytest.mark.netns, pytest.mark.servers("fake", "real")]

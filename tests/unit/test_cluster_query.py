@@ -18,9 +18,9 @@ from netctl.journal.query import Filters
 from netctl.kit.kubefake.reviews import Grant, Reviews
 from netctl.kube import clusterquery as cq
 from netctl.kube import queryserver as qs
-from netctl.kube.client import review
-from netctl.kube.client.daemons import NodeDaemon, daemons_of, owners_at
-from netctl.kube.client.objects import Block, BlockOwner, BlockSpec
+from netctl.kubeapi import review
+from netctl.kubeapi.daemons import NodeDaemon, daemons_of, owners_at
+from netctl.kubeapi.objects import Block, BlockOwner, BlockSpec
 
 
 def alloc(pod: str, since: float, until: float | None = None) -> dict[str, Any]:

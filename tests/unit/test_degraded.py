@@ -23,7 +23,7 @@ from netctl.engine.degraded import (
     reasons,
 )
 from netctl.errors import CNIError
-from netctl.kube.client.api import code_label
+from netctl.kubeapi.api import code_label
 from netctl.settings import load_config
 
 

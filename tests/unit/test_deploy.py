@@ -12,7 +12,7 @@ wherever netctl reads what they say:
   every container but the daemon, whose CPU has a request and no limit (bursts of pod
   starts are not throttled: ``netctl bench node-density``) and whose memory is bounded,
   every figure a quantity with the measurement behind it in a ``# measured:`` comment;
-- RBAC: the ClusterRole is exactly ``netctl.kube.client.access.RULES``, row by row, each reason
+- RBAC: the ClusterRole is exactly ``netctl.kubeapi.access.RULES``, row by row, each reason
   as its comment; the binding ties it to the DaemonSet's ServiceAccount;
 - the NetworkAttachmentDefinition CRD as the API defines it and Multus (v4.3.0) installs
   it, object for object; the example NADs are of it and their configs are networks netctl
@@ -36,7 +36,7 @@ from netctl.cni.config import parse_chain
 from netctl.commands import cli
 from netctl.engine import selection
 from netctl.engine.networks import NAD
-from netctl.kube.client import access
+from netctl.kubeapi import access
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 KUBE = DEPLOY / "kubernetes"
@@ -351,8 +351,8 @@ def test_the_ipamblock_crd_matches_the_code() -> None:
     and its schema has every field netctl writes in a block's spec."""
     import msgspec
 
-    from netctl.kube.client import blocks
-    from netctl.kube.client.objects import BlockSpec
+    from netctl.kubeapi import blocks
+    from netctl.kubeapi.objects import BlockSpec
 
     crd = one(DEPLOY / "crds" / "ipamblocks.yaml", "CustomResourceDefinition")
     spec = crd["spec"]
@@ -367,9 +367,9 @@ def test_the_ipamblock_crd_matches_the_code() -> None:
 
 def test_the_journal_reader_role_grants_what_the_daemons_check() -> None:
     """The ClusterRole's first rule is the SubjectAccessReview the query endpoint asks
-    (netctl/kube/client/review.py); the DaemonSet serves the port kubectl netctl asks by default;
+    (netctl/kubeapi/review.py); the DaemonSet serves the port kubectl netctl asks by default;
     the bindings name the roles of the file."""
-    from netctl.kube.client import daemons, review
+    from netctl.kubeapi import daemons, review
 
     path = KUBE / "journal-reader.yaml"
     role = one(path, "ClusterRole")

@@ -24,7 +24,7 @@ from netctl.devices.podresources import ClaimedDevice, parse_list
 from netctl.engine.devices import assign, cni_file, device_info, give
 from netctl.errors import INVALID_CONFIG, CNIError, Refusal
 from netctl.journal.records import Attachment
-from netctl.kube.client.dra import (
+from netctl.kubeapi.dra import (
     Result,
     by_resource,
     held_in,
@@ -33,8 +33,8 @@ from netctl.kube.client.dra import (
     network_data,
     refusal_note,
 )
-from netctl.kube.client.objects import Pod as KubePod
-from netctl.kube.client.objects import Slice
+from netctl.kubeapi.objects import Pod as KubePod
+from netctl.kubeapi.objects import Slice
 
 RES = "example.com/vf"
 

@@ -1,4 +1,4 @@
-"""whereabouts' names and offsets for a handback (netctl/kube/client/handback.py), as whereabouts
+"""whereabouts' names and offsets for a handback (netctl/kubeapi/handback.py), as whereabouts
 writes them (``IPPoolName``, ``normalizeRange``, ``NormalizeIP``, ``toAllocationMap``), and
 the plan: one pool per range, a reservation per address of an overlapping network."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from netctl.kube.client.handback import (
+from netctl.kubeapi.handback import (
     Held,
     offset,
     plan,

@@ -1,5 +1,5 @@
 """We test how netctl loads kubernetes-asyncio for its configuration loaders
-(:mod:`netctl.kube.client.session`, :mod:`netctl.kube.client.full`: the kubeconfigs netctl
+(:mod:`netctl.kubeapi.session`, :mod:`netctl.kubeapi.full`: the kubeconfigs netctl
 does not read itself), each time in a fresh interpreter as a daemon starts: partly
 (without the API classes and the models), and the client so loaded lists, gets and is
 refused against the fake API server over HTTP from a kubeconfig, the models still there
@@ -28,10 +28,10 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import json, sys
 {first}
-import netctl.kube.client.api
-from netctl.kube.client import full, session as partly
+import netctl.kubeapi.api
+from netctl.kubeapi import full, session as partly
 import trio, trio_asyncio
-from netctl.kube.client.api import Api, KubeSettings
+from netctl.kubeapi.api import Api, KubeSettings
 
 def kube_modules():
     return sorted(m for m in sys.modules if m.startswith("kubernetes_asyncio"))

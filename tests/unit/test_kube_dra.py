@@ -1,4 +1,4 @@
-"""We test :class:`netctl.kube.client.dra.ClaimDevices` against the fake API server through
+"""We test :class:`netctl.kubeapi.dra.ClaimDevices` against the fake API server through
 the real client, as the daemon's ServiceAccount (a token bound to a pod of the node):
 
 - a claim's networkData written once; a second report with nothing new makes no write (the
@@ -24,10 +24,10 @@ from netctl.cni.request import Pod as PodRef
 from netctl.journal.records import Attachment
 from netctl.kit.kubefake import FakeKube, claim_allocation, pod, resource_claim, resource_slice
 from netctl.kit.kubefake.objects import claim_ref
-from netctl.kube.client import access
-from netctl.kube.client.api import Api, KubeSettings
-from netctl.kube.client.dra import ClaimDevices
-from netctl.kube.client.objects import Pod
+from netctl.kubeapi import access
+from netctl.kubeapi.api import Api, KubeSettings
+from netctl.kubeapi.dra import ClaimDevices
+from netctl.kubeapi.objects import Pod
 from netctl.metrics import Metrics
 
 NODE, DRIVER, RES = "node-a", "net.example.com", "example.com/vf"

@@ -1,4 +1,4 @@
-"""We test the proxies and ``.netrc`` of the one HTTP client (:mod:`netctl.kube.client.http`),
+"""We test the proxies and ``.netrc`` of the one HTTP client (:mod:`netctl.kubeapi.http`),
 end to end: the fake API server behind a forwarding HTTP proxy scripted here on loopback.
 A call goes through the proxy the kubeconfig's ``proxy-url`` names, or the environment's
 (``HTTP_PROXY``, its user and password sent as ``Proxy-Authorization``); ``NO_PROXY`` is
@@ -19,7 +19,7 @@ import trio
 import yaml
 
 from netctl.kit.kubefake import FakeKube, pod
-from netctl.kube.client.api import Api, KubeSettings
+from netctl.kubeapi.api import Api, KubeSettings
 
 
 async def forward(seen: list[bytes], client: trio.SocketStream) -> None:

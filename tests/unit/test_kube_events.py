@@ -1,4 +1,4 @@
-"""We test how the Events on refused pods are counted (``netctl/kube/client/events.py``'s pure
+"""We test how the Events on refused pods are counted (``netctl/kubeapi/events.py``'s pure
 :class:`EventLog`), without an API server:
 
 - the first refusal is a new Event named ``<pod>.<hex nanoseconds>``, count 1;
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from netctl.cni.request import Pod
-from netctl.kube.client.events import EventLog, Key, event_name
+from netctl.kubeapi.events import EventLog, Key, event_name
 
 SECOND = 1_000_000_000
 T0 = 1_700_000_000 * SECOND  # 2023-11-14T22:13:20Z

@@ -1,4 +1,4 @@
-"""We test netctl's HTTP client (:mod:`netctl.kube.client.http`) against servers
+"""We test netctl's HTTP client (:mod:`netctl.kubeapi.http`) against servers
 scripted here over real TCP on loopback: a connection kept alive and reused; one the
 server closed while idle dropped before use, the request then made on a new one; a GET
 whose reused connection the server drops as it arrives sent again once; an answer in
@@ -24,8 +24,8 @@ import trio_asyncio
 from trio.testing import wait_all_tasks_blocked
 
 from netctl.kit.kubefake import FakeKube, pod
-from netctl.kube.client.api import Api, ApiError, KubeSettings
-from netctl.kube.client.http import Endpoint, Http, HttpError
+from netctl.kubeapi.api import Api, ApiError, KubeSettings
+from netctl.kubeapi.http import Endpoint, Http, HttpError
 
 Handler = Callable[[trio.SocketStream, int], Awaitable[None]]
 

@@ -17,10 +17,10 @@ import trio_asyncio
 
 from netctl.errors import CNIError, NotListedYet
 from netctl.kit.kubefake import FakeKube, nad, node, pod
-from netctl.kube.client.api import Api, ApiError, KubeSettings
-from netctl.kube.client.informer import Informer, Pod
-from netctl.kube.client.objects import NETWORKS
-from netctl.kube.client.pods import NadSource, PodSource
+from netctl.kubeapi.api import Api, ApiError, KubeSettings
+from netctl.kubeapi.informer import Informer, Pod
+from netctl.kubeapi.objects import NETWORKS
+from netctl.kubeapi.pods import NadSource, PodSource
 
 
 async def _wait(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""The configuration netctl reads itself (:func:`~netctl.kube.client.lite.lean_config`): which
+"""The configuration netctl reads itself (:func:`~netctl.kubeapi.lite.lean_config`): which
 kubeconfigs and in-cluster accounts it reads (no kubernetes-asyncio, no aiohttp), what it
 takes from them (a proxy too), which it leaves to kubernetes-asyncio's loaders; its token
 read again on a 401 and by age; and a daemon's connection that loads neither library for
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from netctl.kube.client.errors import KubeSettings
-from netctl.kube.client.lite import TOKEN_REREAD, in_cluster, lean_config
+from netctl.kubeapi.errors import KubeSettings
+from netctl.kubeapi.lite import TOKEN_REREAD, in_cluster, lean_config
 
 
 def kubeconfig(tmp_path: Path, user: dict[str, Any], cluster: dict[str, Any] | None = None,
@@ -148,7 +148,7 @@ def test_a_kubeconfigs_new_token_is_read_on_reload(tmp_path: Path) -> None:
 
 CONNECT = """
 import json, sys, trio, trio_asyncio
-from netctl.kube.client.api import Api, KubeSettings
+from netctl.kubeapi.api import Api, KubeSettings
 
 async def main():
     async with trio_asyncio.open_loop():

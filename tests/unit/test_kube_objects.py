@@ -15,7 +15,7 @@ import json
 import msgspec
 
 from netctl.errors import INVALID_CONFIG, CNIError, Refusal
-from netctl.kube.client.objects import CONFIG_SOURCE, NETWORKS, Meta, Nad, Pod, is_static, key
+from netctl.kubeapi.objects import CONFIG_SOURCE, NETWORKS, Meta, Nad, Pod, is_static, key
 
 
 def test_pod_as_the_api_serves_it() -> None:
@@ -71,8 +71,8 @@ def test_refusal_names_its_pod_once() -> None:
 def test_a_block_body_carries_its_api_version_and_kind() -> None:
     """The claim's and the update's body: a custom resource without apiVersion and kind is
     refused by the real API server, and omit_defaults would drop their default values."""
-    from netctl.kube.client import blocks
-    from netctl.kube.client.objects import Block, BlockSpec, Meta
+    from netctl.kubeapi import blocks
+    from netctl.kubeapi.objects import Block, BlockSpec, Meta
 
     body = msgspec.json.decode(blocks._body(Block(metadata=Meta(name="b"),
                                                   spec=BlockSpec(node="n1"))))

@@ -8,11 +8,11 @@ import pytest
 
 from netctl.engine.readiness import daemon_reasons
 from netctl.errors import INVALID_CONFIG, Refusal
-from netctl.kube.client.api import ApiError
-from netctl.kube.client.netstatus import patch_body
-from netctl.kube.client.objects import Meta, Pod, PodSpec
-from netctl.kube.client.pods import check_node
-from netctl.kube.client.statuswrites import outcome_of, retry_delay
+from netctl.kubeapi.api import ApiError
+from netctl.kubeapi.netstatus import patch_body
+from netctl.kubeapi.objects import Meta, Pod, PodSpec
+from netctl.kubeapi.pods import check_node
+from netctl.kubeapi.statuswrites import outcome_of, retry_delay
 
 
 def test_a_patch_answer_decides_the_retry() -> None:

@@ -26,9 +26,9 @@ import trio
 import trio_asyncio
 
 from netctl.kit.kubefake import FakeKube, crd, pod
-from netctl.kube.client import access
-from netctl.kube.client.api import Api, ApiError, KubeSettings
-from netctl.kube.client.whereabouts import (
+from netctl.kubeapi import access
+from netctl.kubeapi.api import Api, ApiError, KubeSettings
+from netctl.kubeapi.whereabouts import (
     Hold,
     by_address,
     live_holds,

@@ -46,7 +46,9 @@ from netctl.errors import (
     Refusal,
 )
 from netctl.journal.records import Attachment
-from netctl.kube.client.objects import (
+from netctl.kube.nads import NadLookup, NadResolver
+from netctl.kube.select import KubeSelector, PodLookup, check_pod, choose
+from netctl.kubeapi.objects import (
     CONFIG_SOURCE,
     DEFAULT_NETWORK,
     NETWORKS,
@@ -56,9 +58,7 @@ from netctl.kube.client.objects import (
     NadSpec,
     Pod,
 )
-from netctl.kube.client.pods import NadSource, PodSource
-from netctl.kube.nads import NadLookup, NadResolver
-from netctl.kube.select import KubeSelector, PodLookup, check_pod, choose
+from netctl.kubeapi.pods import NadSource, PodSource
 
 NETNS = "/run/netns/pod"
 

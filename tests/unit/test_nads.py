@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from netctl.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CNIError, Refusal
-from netctl.kube.client.objects import Meta, Nad, NadSpec, key
 from netctl.kube.nads import MULTUS_CONF_DIR, NadResolver
+from netctl.kubeapi.objects import Meta, Nad, NadSpec, key
 
 
 def config(name: str | None, ptype: str = "bridge") -> str:

@@ -10,7 +10,7 @@
 - results with several sandbox interfaces (addresses by index, unindexed ones to the
   last entry, ``default`` where the gateway is), with one host-side interface, with none;
 - ``dns``, ``mtu`` and ``device-info``; Go's escapes; the merge patch body;
-- reading it back (:func:`~netctl.kube.client.netstatus.addresses`): what the writer wrote, from
+- reading it back (:func:`~netctl.kubeapi.netstatus.addresses`): what the writer wrote, from
   a pod listed with its network-status (``PodWithStatus``); none without the annotation;
   a malformed one said apart from an empty one;
 - an address's text read by the IPv4 fast path as the ipaddress module reads it
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from netctl.cni.config import parse_chain
 from netctl.cni.versions import convert_result
 from netctl.journal.records import Attachment
-from netctl.kube.client.netstatus import (
+from netctl.kubeapi.netstatus import (
     _address,
     _ip_text,
     addresses,
@@ -40,7 +40,7 @@ from netctl.kube.client.netstatus import (
     patch_body,
     status_name,
 )
-from netctl.kube.client.objects import NETWORK_STATUS, Pod, PodWithStatus
+from netctl.kubeapi.objects import NETWORK_STATUS, Pod, PodWithStatus
 
 NETNS = "/run/netns/cni-1234"
 

@@ -63,12 +63,12 @@ from netctl.ipam.cluster.store import ClusterStore
 from netctl.ipam.cluster.takeover import WhereaboutsHolds
 from netctl.ipam.store import IndexStore, Loaded
 from netctl.journal.store import Journal
-from netctl.kube.client.api import Api
-from netctl.kube.client.blocks import BLOCKS, LENDER_LABEL, NODE_LABEL, NODES
-from netctl.kube.client.informer import Informer
-from netctl.kube.client.leases import LeaseHold
-from netctl.kube.client.objects import Block as IPAMBlock
-from netctl.kube.client.objects import Node
+from netctl.kubeapi.api import Api
+from netctl.kubeapi.blocks import BLOCKS, LENDER_LABEL, NODE_LABEL, NODES
+from netctl.kubeapi.informer import Informer
+from netctl.kubeapi.leases import LeaseHold
+from netctl.kubeapi.objects import Block as IPAMBlock
+from netctl.kubeapi.objects import Node
 
 __all__ = ["ClusterSettings", "ClusterStore", "cluster_store"]
 

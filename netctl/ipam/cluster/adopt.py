@@ -17,10 +17,10 @@ from netctl.ipam.cluster.blocks import Block, parse_address
 from netctl.ipam.cluster.claims import Claims, block_of
 from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.journal.records import Allocation, BlockRecord, OpStart, Owner, PoolInfo
-from netctl.kube.client.netstatus import addresses
-from netctl.kube.client.objects import Block as IPAMBlock
-from netctl.kube.client.objects import Pod
-from netctl.kube.client.pods import pods_on
+from netctl.kubeapi.netstatus import addresses
+from netctl.kubeapi.objects import Block as IPAMBlock
+from netctl.kubeapi.objects import Pod
+from netctl.kubeapi.pods import pods_on
 
 log = logging.getLogger("netctl.ipam")
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from netctl.ipam.ranges import Range, merge_intervals
-from netctl.kube.client.blocks import scope_digest
+from netctl.kubeapi.blocks import scope_digest
 
 DEFAULT_PREFIX = {4: 26, 6: 122}
 MIN_BLOCKS = 16  # a default block size is shrunk until the pool holds this many

@@ -34,10 +34,10 @@ from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.ipam.planner import pool_key, scope_of
 from netctl.ipam.ranges import IPAMConfig, Range, requested
 from netctl.journal.records import BlockRecord, Reservation
-from netctl.kube.client import blocks as block_objects
-from netctl.kube.client.api import ApiError
-from netctl.kube.client.objects import Block as IPAMBlock
-from netctl.kube.client.objects import TransferAsk
+from netctl.kubeapi import blocks as block_objects
+from netctl.kubeapi.api import ApiError
+from netctl.kubeapi.objects import Block as IPAMBlock
+from netctl.kubeapi.objects import TransferAsk
 
 log = logging.getLogger("netctl.ipam")
 

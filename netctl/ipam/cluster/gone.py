@@ -4,7 +4,7 @@ Every daemon watching every Node would cost each of them every node's status upd
 kubelet reports at least every 5 minutes, and on every change): O(N) events per node,
 O(N²) for the cluster. Only one daemon needs to know which nodes are gone, so one does:
 the holder of the Lease ``kube-system/netctl-ipam-gone-nodes``
-(:class:`~netctl.kube.client.leases.LeaseHold`). While it holds it, it watches the Nodes
+(:class:`~netctl.kubeapi.leases.LeaseHold`). While it holds it, it watches the Nodes
 and the blocks — their metadata only: a block's node is its label — and, in each
 maintenance round, hands over to itself the blocks
 of a node whose Node has been gone for ``node-gone-grace`` seconds and that has no pod
@@ -24,13 +24,13 @@ import trio
 from netctl.ipam.cluster.claims import Claims
 from netctl.ipam.cluster.state import Cluster
 from netctl.journal.records import BlockRecord
-from netctl.kube.client import blocks as block_objects
-from netctl.kube.client.blocks import LENDER_LABEL, NODE_LABEL
-from netctl.kube.client.informer import Informer
-from netctl.kube.client.leases import LeaseHold
-from netctl.kube.client.objects import Block as IPAMBlock
-from netctl.kube.client.objects import Node
-from netctl.kube.client.pods import pods_on
+from netctl.kubeapi import blocks as block_objects
+from netctl.kubeapi.blocks import LENDER_LABEL, NODE_LABEL
+from netctl.kubeapi.informer import Informer
+from netctl.kubeapi.leases import LeaseHold
+from netctl.kubeapi.objects import Block as IPAMBlock
+from netctl.kubeapi.objects import Node
+from netctl.kubeapi.pods import pods_on
 
 log = logging.getLogger("netctl.ipam")
 

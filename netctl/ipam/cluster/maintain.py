@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from netctl.ipam.cluster.claims import Claims
 from netctl.ipam.cluster.gone import GoneNodes
 from netctl.ipam.cluster.state import Cluster, Held, Holdings
-from netctl.kube.client import blocks as block_objects
-from netctl.kube.client.api import ApiError
+from netctl.kubeapi import blocks as block_objects
+from netctl.kubeapi.api import ApiError
 
 log = logging.getLogger("netctl.ipam")
 

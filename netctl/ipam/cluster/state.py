@@ -3,7 +3,7 @@ with the caches of blocks and nodes (:class:`Cluster`), and what this node holds
 (:class:`Holdings`: its allocations, its blocks, and the addresses that count as used
 besides). Built once by :func:`netctl.ipam.cluster.cluster_store`.
 
-A block has one shape per layer: the API object (:class:`~netctl.kube.client.objects.Block`,
+A block has one shape per layer: the API object (:class:`~netctl.kubeapi.objects.Block`,
 imported here as ``IPAMBlock``), the journal's record
 (:class:`~netctl.journal.records.BlockRecord`), and the numbers the arithmetic works on
 (:class:`netctl.ipam.cluster.blocks.Block`); :class:`Held` ties the three of a block this
@@ -23,10 +23,10 @@ from netctl.ipam.planner import SetUnion
 from netctl.ipam.store import IndexStore
 from netctl.journal.records import BlockRecord
 from netctl.journal.store import Journal
-from netctl.kube.client import blocks as block_objects
-from netctl.kube.client.api import Api
-from netctl.kube.client.informer import Informer
-from netctl.kube.client.objects import Block as IPAMBlock
+from netctl.kubeapi import blocks as block_objects
+from netctl.kubeapi.api import Api
+from netctl.kubeapi.informer import Informer
+from netctl.kubeapi.objects import Block as IPAMBlock
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,11 @@ from netctl.ipam.planner import Decision, address_family, plan, pool_key, scope_
 from netctl.ipam.ranges import IPAMConfig, Range, next_free, sticky_for
 from netctl.ipam.store import Store
 from netctl.journal.records import Allocation, Owner, PoolInfo, Reservation
-from netctl.kube.client import blocks as block_objects
-from netctl.kube.client.api import ApiError
-from netctl.kube.client.informer import Informer
-from netctl.kube.client.objects import Block as IPAMBlock
-from netctl.kube.client.objects import Node, StickyEntry
+from netctl.kubeapi import blocks as block_objects
+from netctl.kubeapi.api import ApiError
+from netctl.kubeapi.informer import Informer
+from netctl.kubeapi.objects import Block as IPAMBlock
+from netctl.kubeapi.objects import Node, StickyEntry
 
 log = logging.getLogger("netctl.ipam")
 

@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 
 from netctl.ipam.cluster.state import Holdings
-from netctl.kube.client import whereabouts
-from netctl.kube.client.api import Api
+from netctl.kubeapi import whereabouts
+from netctl.kubeapi.api import Api
 
 WHEREABOUTS_REFRESH = 60.0
 

@@ -45,7 +45,7 @@ from netctl.kit.bench.common import (
 from netctl.kit.bench.kube import CLUSTER_NAMESPACE
 from netctl.kit.devices import PodResourcesServer, device_veths, remove_device_veths
 from netctl.kit.kubefake import FakeKube, nad, node, pod
-from netctl.kube.client.objects import NETWORKS
+from netctl.kubeapi.objects import NETWORKS
 
 NODE = "bench-node"
 RESOURCE = "netctl.bench/vf"

@@ -58,7 +58,7 @@ from netctl.kit.bench.common import (
 )
 from netctl.kit.bench.kube import CLUSTER_NAMESPACE, made
 from netctl.kit.kubefake import FakeKube, nad, node, pod
-from netctl.kube.client.objects import NETWORK_STATUS, NETWORKS
+from netctl.kubeapi.objects import NETWORK_STATUS, NETWORKS
 
 NODE = "bench-node"
 POD = "hotplug"

@@ -101,7 +101,7 @@ from netctl.kit.bench.common import (
 from netctl.kit.bench.render import steps
 from netctl.kit.harness import SYSTEM_CNI, CNIResult
 from netctl.kit.kubefake import FakeKube, nad, node, pod
-from netctl.kube.client.objects import NETWORK_STATUS, NETWORKS
+from netctl.kubeapi.objects import NETWORK_STATUS, NETWORKS
 from netctl.settings import DaemonConfig
 
 NODE = "bench-node"

@@ -11,7 +11,7 @@ the baseline the larger ones are compared with):
    ``--status-every``/N seconds — every node once per ``--status-every`` (a real kubelet
    reports at least every 5 minutes, and on every condition or image change).
 2. **A simulated netctl per node**, all in this process (so that 1,000 fit on 2 cores): its
-   own journal (a state dir on tmpfs), its own :class:`~netctl.kube.client.api.Api` under
+   own journal (a state dir on tmpfs), its own :class:`~netctl.kubeapi.api.Api` under
    netctl's ServiceAccount token, and the **daemon's own cluster IPAM**:
    :func:`netctl.ipam.cluster.cluster_store`, run by :meth:`ClusterStore.run` with its
    informers and maintenance rounds (``--block-check``), allocations served by
@@ -115,7 +115,7 @@ class SimNode:
     """One simulated node: netctl's cluster IPAM as the daemon runs it, and its pods."""
 
     name: str
-    api: Any  # netctl.kube.client.api.Api
+    api: Any  # netctl.kubeapi.api.Api
     journal: Any  # netctl.journal.store.Journal
     store: Any  # netctl.ipam.cluster.ClusterStore
     plugin: Any  # netctl.engine.ipam_plugin.IpamPlugin
@@ -323,7 +323,7 @@ class ScaleBench(Bench):
         from netctl.engine.ipam_plugin import IpamPlugin
         from netctl.ipam.cluster import ClusterSettings, cluster_store
         from netctl.journal.store import open_journal
-        from netctl.kube.client.api import Api, KubeSettings
+        from netctl.kubeapi.api import Api, KubeSettings
 
         state = Path("/dev/shm") / f"netctl-scale-{self.prefix}" / name
         async with open_journal(state) as journal:

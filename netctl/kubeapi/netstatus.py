@@ -23,7 +23,7 @@ cniVersion netctl serves (0.3.x and 0.4.0 carry the same fields as 1.x here):
 
 :func:`annotation_value` prints each entry as Go's ``json.MarshalIndent(entry, "",
 "    ")`` does, joined by ``,`` inside ``[…]``; :func:`patch_body` wraps the value in the
-JSON merge patch the kube client sends (``application/merge-patch+json``), with the pod's
+JSON merge patch the Kubernetes client sends (``application/merge-patch+json``), with the pod's
 UID as a precondition when it is known.
 
 :func:`addresses` reads the annotation back: every address a pod's network-status names,
@@ -42,7 +42,7 @@ from typing import Any
 import msgspec
 
 from netctl.journal.records import Attachment
-from netctl.kube.client.objects import NETWORK_STATUS, Pod
+from netctl.kubeapi.objects import NETWORK_STATUS, Pod
 
 _GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
                "\u2028": "\\u2028", "\u2029": "\\u2029"}

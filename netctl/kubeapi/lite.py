@@ -15,11 +15,11 @@ not loaded for them.
   and ``client-key(-data)`` (a token file read again once a minute; the kubeconfig read
   again when the server answers 401).
 
-A proxy in the environment is honoured (:func:`~netctl.kube.client.http.environment_proxy`),
+A proxy in the environment is honoured (:func:`~netctl.kubeapi.http.environment_proxy`),
 and a ``~/.netrc`` entry for the server gives basic auth where the user has no token.
 Anything else — an ``exec`` credential plugin, an ``auth-provider``, a username and
 password, several files in ``$KUBECONFIG`` — is None: the caller loads the configuration
-with kubernetes-asyncio (:mod:`netctl.kube.client.full`). Paths in the kubeconfig are
+with kubernetes-asyncio (:mod:`netctl.kubeapi.full`). Paths in the kubeconfig are
 relative to its directory, as kubectl reads them.
 """
 
@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from netctl.kube.client.errors import KubeSettings
-from netctl.kube.client.http import Endpoint, Headers, endpoint_at, proxy_at
+from netctl.kubeapi.errors import KubeSettings
+from netctl.kubeapi.http import Endpoint, Headers, endpoint_at, proxy_at
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REREAD = 60.0  # seconds: a token file is read again at most this old
@@ -84,7 +84,7 @@ class Credentials:
 @dataclass
 class LeanConfig:
     """Where the API server is and who we are to it, read without kubernetes-asyncio
-    (an :class:`~netctl.kube.client.api.Access`)."""
+    (an :class:`~netctl.kubeapi.api.Access`)."""
 
     endpoint: Endpoint
     credentials: Credentials

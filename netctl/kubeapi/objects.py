@@ -34,7 +34,7 @@ CONFIG_SOURCE = "kubernetes.io/config.source"  # "api", or "file"/"http" for sta
 # a pod's opt-in to an attached network's attributes changed by detach + attach (hot-plug)
 HOTPLUG_REPLACE = "netctl.dev/hotplug-replace"
 # the runtimeConfig capability under which CRI-O and containerd pass a pod's annotations
-RUNTIME_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
+RUNTIME_ANNOTATIONS = request.POD_ANNOTATIONS
 # sticky addresses (netctl/ipam/sticky.py): the identity a pod names, and a KubeVirt
 # virt-launcher pod's label naming its VM
 STICKY_KEY = "netctl.dev/sticky-key"
@@ -53,7 +53,7 @@ REASON_DETACHED = "NetworkDetached"
 REASON_ATTACH_FAILED = "NetworkAttachFailed"
 REASON_DETACH_FAILED = "NetworkDetachFailed"
 REASON_HOTPLUG_REFUSED = "NetworkChangeRefused"  # hostNetwork, an attribute change …
-# DRA (netctl/kube/client/dra.py): a claim's networkData the API server did not take
+# DRA (netctl/kubeapi/dra.py): a claim's networkData the API server did not take
 REASON_NETWORK_DATA_REFUSED = "NetworkDataNotWritten"
 
 # The only annotations kept in memory: a pod's other annotations (often kilobytes:
@@ -196,7 +196,7 @@ class Pod(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
 
 class PodWithStatus(Pod):
     """A pod as listed for the addresses it holds: its network-status annotation kept
-    (:func:`netctl.kube.client.netstatus.addresses` reads it)."""
+    (:func:`netctl.kubeapi.netstatus.addresses` reads it)."""
 
     metadata: MetaWithStatus = msgspec.field(default_factory=MetaWithStatus)
 

@@ -31,8 +31,8 @@ from typing import Literal
 import trio
 
 from netctl.cni.request import Pod
-from netctl.kube.client.api import PATCH_MERGE, Api, ApiError
-from netctl.kube.client.netstatus import patch_body
+from netctl.kubeapi.api import PATCH_MERGE, Api, ApiError
+from netctl.kubeapi.netstatus import patch_body
 
 log = logging.getLogger("netctl.kube")
 

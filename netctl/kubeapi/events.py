@@ -31,7 +31,7 @@ import msgspec
 
 from netctl.cni.request import Pod
 from netctl.errors import EVENT_NOTE_MAX
-from netctl.kube.client.api import PATCH_MERGE, Api, ApiError
+from netctl.kubeapi.api import PATCH_MERGE, Api, ApiError
 
 log = logging.getLogger("netctl.kube")
 

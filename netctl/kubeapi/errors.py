@@ -1,6 +1,6 @@
 """What every caller of the API server shares, without its clients: the error of a call
 and the client's settings (the commands' one-shot questions import these without
-loading kubernetes-asyncio or aiohttp: :mod:`netctl.kube.client.lite`)."""
+loading kubernetes-asyncio or aiohttp: :mod:`netctl.kubeapi.lite`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from netctl.kube.client.objects import Status
+from netctl.kubeapi.objects import Status
 
 Query = list[tuple[str, str]]
 JSON = "application/json"  # what every call asks for, unless it asks for less

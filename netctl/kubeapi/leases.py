@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import msgspec
 
-from netctl.kube.client.api import Api, ApiError
-from netctl.kube.client.objects import Meta
+from netctl.kubeapi.api import Api, ApiError
+from netctl.kubeapi.objects import Meta
 
 log = logging.getLogger("netctl.kube")
 

@@ -5,7 +5,7 @@ httpcore (on h11, with its trio backend) carries the bytes: its pool keeps conne
 alive (:data:`IDLE_KEPT` of them, each :data:`IDLE_FOR` seconds at most), drops one the
 server closed while it was idle, and tunnels through an HTTP proxy (``CONNECT`` for an
 https server). Which server, TLS, proxy and credentials an :class:`Endpoint` names is read
-elsewhere (:mod:`netctl.kube.client.lite`, :mod:`netctl.kube.client.full`); the proxy the
+elsewhere (:mod:`netctl.kubeapi.lite`, :mod:`netctl.kubeapi.full`); the proxy the
 environment names (``HTTPS_PROXY``, ``NO_PROXY``, …) is found here (:func:`environment_proxy`).
 
 Added here: an idempotent GET whose connection broke before any answer is sent once more

@@ -2,10 +2,10 @@
 
 Where the API server is and who netctl is to it (an :class:`Access`) is read by netctl
 itself for an in-cluster service account and the common kubeconfigs
-(:func:`netctl.kube.client.lite.lean_config`), else by kubernetes-asyncio's loaders
+(:func:`netctl.kubeapi.lite.lean_config`), else by kubernetes-asyncio's loaders
 (an exec credential plugin, OIDC, a username and password, several kubeconfig files:
-:mod:`netctl.kube.client.full`, through trio-asyncio). Either way every call goes over
-:class:`~netctl.kube.client.http.Http` (proxies included), and no model layer: every
+:mod:`netctl.kubeapi.full`, through trio-asyncio). Either way every call goes over
+:class:`~netctl.kubeapi.http.Http` (proxies included), and no model layer: every
 call's body stays bytes, which the callers decode with msgspec into the few fields netctl
 keeps. A 401 reads the credentials again and retries once (a rotated service-account
 token).
@@ -30,13 +30,13 @@ from urllib.parse import urlencode
 
 import trio
 
-from netctl.kube.client.errors import JSON as JSON
-from netctl.kube.client.errors import ApiError as ApiError  # (where they were)
-from netctl.kube.client.errors import KubeSettings as KubeSettings
-from netctl.kube.client.errors import Query as Query
-from netctl.kube.client.errors import reason_of
-from netctl.kube.client.http import Endpoint, Headers, Http, HttpError, Stream
-from netctl.kube.client.lite import lean_config
+from netctl.kubeapi.errors import JSON as JSON
+from netctl.kubeapi.errors import ApiError as ApiError  # (where they were)
+from netctl.kubeapi.errors import KubeSettings as KubeSettings
+from netctl.kubeapi.errors import Query as Query
+from netctl.kubeapi.errors import reason_of
+from netctl.kubeapi.http import Endpoint, Headers, Http, HttpError, Stream
+from netctl.kubeapi.lite import lean_config
 
 log = logging.getLogger("netctl.kube")
 PATCH_MERGE = "application/merge-patch+json"
@@ -97,10 +97,10 @@ class Api:
     @classmethod
     async def connect(cls, settings: KubeSettings) -> Api:
         """The configuration netctl reads itself, else kubernetes-asyncio's loaders' (they
-        run on the asyncio loop trio-asyncio opened: :mod:`netctl.kube.client.full`)."""
+        run on the asyncio loop trio-asyncio opened: :mod:`netctl.kubeapi.full`)."""
         access: Access | None = lean_config(settings)
         if access is None:
-            from netctl.kube.client import full
+            from netctl.kubeapi import full
 
             access = await full.configuration(settings)
         return cls(access, settings)
@@ -124,7 +124,7 @@ class Api:
 
     def _not_reachable(self, why: object) -> str:
         """The words for a call that did not reach the server: its address, the step and
-        the cause (:mod:`netctl.kube.client.http`), and in-cluster where the address came
+        the cause (:mod:`netctl.kubeapi.http`), and in-cluster where the address came
         from."""
         hint = IN_CLUSTER_HINT if self.settings.in_cluster else ""
         return f"API server {self.host} not reachable: {why}{hint}"

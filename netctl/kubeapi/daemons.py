@@ -22,16 +22,16 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 import trio
 
-from netctl.kube.client.api import Api
-from netctl.kube.client.blocks import BLOCKS
-from netctl.kube.client.errors import ApiError, KubeSettings, Query
-from netctl.kube.client.lite import lean_config
-from netctl.kube.client.objects import Block
+from netctl.kubeapi.api import Api
+from netctl.kubeapi.blocks import BLOCKS
+from netctl.kubeapi.errors import ApiError, KubeSettings, Query
+from netctl.kubeapi.lite import lean_config
+from netctl.kubeapi.objects import Block
 
 
 class Lister(Protocol):
     """What the questions here ask of a client: a list (an
-    :class:`~netctl.kube.client.api.Api`, or a test's stand-in)."""
+    :class:`~netctl.kubeapi.api.Api`, or a test's stand-in)."""
 
     async def list(self, path: str, query: Query) -> bytes: ...
 
@@ -140,7 +140,7 @@ async def block_owners(api: Lister, ip: str, at: float | None) -> list[dict[str,
 def with_api(settings: KubeSettings, fn: Callable[[Api], Awaitable[T]]) -> T:
     """``fn(api)`` from synchronous code (the CLI): its own trio run and API client, with
     the asyncio loop kubernetes-asyncio's loaders need only when the configuration is one
-    netctl does not read itself (:mod:`netctl.kube.client.full`)."""
+    netctl does not read itself (:mod:`netctl.kubeapi.full`)."""
     async def call() -> T:
         api = await Api.connect(settings)
         try:

@@ -3,15 +3,15 @@
 :class:`PodDevices` is the engine's :class:`~netctl.engine.devices.DeviceSource` here. For
 the resources an ADD's device networks name, it asks:
 
-1. the pod's ResourceClaims (:class:`~netctl.kube.client.dra.ClaimDevices`: each read with
+1. the pod's ResourceClaims (:class:`~netctl.kubeapi.dra.ClaimDevices`: each read with
    a GET, its devices matched to networks through the node's ResourceSlices), when the pod
-   has any (:attr:`~netctl.kube.client.objects.Pod.claims`, from the pod cache) — DRA;
+   has any (:attr:`~netctl.kubeapi.objects.Pod.claims`, from the pod cache) — DRA;
 2. the kubelet's PodResources API (:class:`~netctl.devices.podresources.PodResources`, one
    ``List``) for the resources the claims did not cover: its device plugins' devices, then
    the DRA devices it prepared for the pod that the pod's claims as read did not give (a
    claim the pod object does not show yet), matched through the same slices.
 
-A claim that cannot be read (:class:`~netctl.kube.client.dra.ClaimUnread`: refused, or the
+A claim that cannot be read (:class:`~netctl.kubeapi.dra.ClaimUnread`: refused, or the
 API server not answering) does not fail the ADD while the kubelet can say what it prepared:
 the kubelet's answer stands in for every claim of the pod (its DRA devices through the
 slices, which the daemon watches). The claims, as the API has them, come first because the
@@ -31,12 +31,12 @@ from typing import Protocol
 from netctl.cni.request import Pod as PodRef
 from netctl.devices.podresources import Allocated, PodResources
 from netctl.errors import CNIError
-from netctl.kube.client.dra import ClaimDevices, ClaimUnread
-from netctl.kube.client.objects import Pod
+from netctl.kubeapi.dra import ClaimDevices, ClaimUnread
+from netctl.kubeapi.objects import Pod
 
 
 class Cached(Protocol):
-    """The pod cache (:class:`netctl.kube.client.pods.PodSource`) as seen here."""
+    """The pod cache (:class:`netctl.kubeapi.pods.PodSource`) as seen here."""
 
     def cached(self, namespace: str, name: str) -> Pod | None: ...
 

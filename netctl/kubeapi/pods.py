@@ -12,7 +12,7 @@ reached makes the lookup fail with code 11 (try again later), naming the server 
 ADD that needs the pod cannot go on, while a DEL never needs it. The wait is skipped, or
 ends, as soon as the server is known unreachable: the pods' watch is backing off after a
 failed list or renewal, or a call to the API (the watch's renewal, any request) has
-failed to reach it since the last one that did (:attr:`~netctl.kube.client.api.Api.unreachable`);
+failed to reach it since the last one that did (:attr:`~netctl.kubeapi.api.Api.unreachable`);
 the GET then says so. Deleted pods are passed to ``on_deleted`` (the daemon DELetes their
 attachments after a grace period, matching by UID, never by name).
 
@@ -34,9 +34,9 @@ import msgspec
 
 from netctl.cni import request
 from netctl.errors import TRY_AGAIN_LATER, CNIError, NotListedYet, Refusal
-from netctl.kube.client.api import Api, ApiError
-from netctl.kube.client.informer import Informer
-from netctl.kube.client.objects import (
+from netctl.kubeapi.api import Api, ApiError
+from netctl.kubeapi.informer import Informer
+from netctl.kubeapi.objects import (
     REASON_OTHER_NODE,
     Nad,
     Pod,

@@ -14,7 +14,7 @@ outcome the API server decides, so that nodes racing for a block end with one ow
   identity that comes back on a third node: that node asks the borrower for the borrow
   object, which hands it over (or refuses).
 
-The caches of blocks and nodes are :class:`~netctl.kube.client.informer.Informer`\\ s over
+The caches of blocks and nodes are :class:`~netctl.kubeapi.informer.Informer`\\ s over
 :data:`BLOCKS` and :data:`NODES`.
 """
 
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from netctl.kube.client.errors import ApiError
-from netctl.kube.client.objects import (
+from netctl.kubeapi.errors import ApiError
+from netctl.kubeapi.objects import (
     BLOCK_API_VERSION,
     BLOCK_GROUP,
     BLOCK_KIND,
@@ -43,7 +43,7 @@ from netctl.kube.client.objects import (
 )
 
 if TYPE_CHECKING:  # the client itself: its callers have it (a command may not load it)
-    from netctl.kube.client.api import Api
+    from netctl.kubeapi.api import Api
 
 GROUP = BLOCK_GROUP
 BLOCKS = f"/apis/{GROUP}/v1/ipamblocks"

@@ -2,7 +2,7 @@
 
 netctl uses four modules of kubernetes-asyncio's client (``configuration``,
 ``api_client``, ``rest``, ``exceptions``) and its ``config`` package (kubeconfig,
-in-cluster, exec credential providers, token refresh); see :mod:`netctl.kube.client.api`. But
+in-cluster, exec credential providers, token refresh); see :mod:`netctl.kubeapi.api`. But
 the package ``__init__`` of ``kubernetes_asyncio`` imports ``client``, whose
 ``__init__`` imports every API class and every model: about 850 modules and some 35 MiB
 of a daemon's resident memory, for classes netctl never instantiates (its calls keep the

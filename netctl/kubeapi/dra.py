@@ -1,7 +1,7 @@
 """DRA: a pod's network devices from its ResourceClaims, and the network data written back.
 
 With Dynamic Resource Allocation (``resource.k8s.io/v1``, Kubernetes 1.34 and later) a
-pod has ResourceClaims (:func:`netctl.kube.client.objects.pod_claims`: those its spec names
+pod has ResourceClaims (:func:`netctl.kubeapi.objects.pod_claims`: those its spec names
 directly, those made from its templates, the one made for its extended resources); the
 scheduler allocates devices a DRA driver publishes in ResourceSlices. A device meant for a
 CNI network carries, in its slice, the attributes Multus reads (v4.3):
@@ -21,7 +21,7 @@ some and a network that names a resource — no daemon watches every claim of th
 each allocated device looked up in the node's slices, which are watched (list, then watch,
 ``fieldSelector=spec.nodeName=<node>``: this node's only), from the first pod with claims
 on. A claim that cannot be read (refused, the API server not answering) is
-:class:`ClaimUnread`: :class:`netctl.kube.client.devices.PodDevices` then takes the pod's
+:class:`ClaimUnread`: :class:`netctl.kubeapi.devices.PodDevices` then takes the pod's
 DRA devices from the kubelet's PodResources answer instead (which devices of which claim it
 prepared, :meth:`~ClaimDevices.prepared`), matched to networks through the same slices.
 
@@ -58,10 +58,10 @@ import trio
 from netctl.devices.podresources import ClaimedDevice
 from netctl.errors import TRY_AGAIN_LATER, CNIError
 from netctl.journal.records import Attachment
-from netctl.kube.client.api import PATCH_MERGE, Api, ApiError
-from netctl.kube.client.events import EventRecorder
-from netctl.kube.client.informer import Informer
-from netctl.kube.client.objects import REASON_NETWORK_DATA_REFUSED, Meta, Pod, Slice
+from netctl.kubeapi.api import PATCH_MERGE, Api, ApiError
+from netctl.kubeapi.events import EventRecorder
+from netctl.kubeapi.informer import Informer
+from netctl.kubeapi.objects import REASON_NETWORK_DATA_REFUSED, Meta, Pod, Slice
 
 log = logging.getLogger("netctl.kube")
 

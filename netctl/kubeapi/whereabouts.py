@@ -24,7 +24,7 @@ Each address becomes a :class:`Hold`. An entry that cannot be read (an offset th
 a decimal number or falls outside its range, a range that is not a CIDR, a name that is
 no address) is skipped with a warning naming the object and the entry; the rest is kept.
 A resource that is not served (404: whereabouts' CRDs not installed) holds nothing; an
-API server that cannot be reached, or refuses, is an :class:`~netctl.kube.client.api.ApiError`
+API server that cannot be reached, or refuses, is an :class:`~netctl.kubeapi.api.ApiError`
 (status 0 too for a list that is not JSON: nothing was read).
 
 :func:`live_holds` keeps the holds whose pod still exists: one GET per distinct podref,
@@ -46,8 +46,8 @@ from collections.abc import Iterable, Sequence
 import msgspec
 import trio
 
-from netctl.kube.client.api import Api, ApiError
-from netctl.kube.client.pods import pod_path
+from netctl.kubeapi.api import Api, ApiError
+from netctl.kubeapi.pods import pod_path
 
 log = logging.getLogger("netctl.kube")
 

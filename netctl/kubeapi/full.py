@@ -1,16 +1,16 @@
 """The configurations netctl does not read itself, read by kubernetes-asyncio's loaders.
 
-Most daemons and commands never load this module: :func:`netctl.kube.client.lite.lean_config`
+Most daemons and commands never load this module: :func:`netctl.kubeapi.lite.lean_config`
 reads an in-cluster service account and the common kubeconfigs itself. What is left comes
 here, at the loaders' cost (kubernetes-asyncio's configuration and, through it, aiohttp and
 the asyncio bridge: some 11 MiB of a daemon's memory): an ``exec`` credential plugin, an
 ``auth-provider`` (OIDC), a username and password, several files in ``$KUBECONFIG``, a
 ``proxy-url`` other than http. The loaders fill a ``Configuration`` (never a client
 session): :class:`FullConfig` gives the calls' endpoint and credentials from it, and the
-calls go over :class:`~netctl.kube.client.http.Http` as every other call does.
+calls go over :class:`~netctl.kubeapi.http.Http` as every other call does.
 
 The loaders and the credentials' refresh hooks are asyncio code: they run on the loop
-trio-asyncio opened (the caller opens it: :func:`netctl.kube.client.daemons.with_api`, the
+trio-asyncio opened (the caller opens it: :func:`netctl.kubeapi.daemons.with_api`, the
 daemon's main).
 """
 
@@ -25,10 +25,10 @@ from urllib.parse import urlsplit
 
 import trio_asyncio
 
-from netctl.kube.client.errors import ApiError, KubeSettings
-from netctl.kube.client.http import Endpoint, Headers, endpoint_at, proxy_at
-from netctl.kube.client.session import client as kclient
-from netctl.kube.client.session import config as kconfig
+from netctl.kubeapi.errors import ApiError, KubeSettings
+from netctl.kubeapi.http import Endpoint, Headers, endpoint_at, proxy_at
+from netctl.kubeapi.session import client as kclient
+from netctl.kubeapi.session import config as kconfig
 
 log = logging.getLogger("netctl.kube")
 T = TypeVar("T")
@@ -82,7 +82,7 @@ def endpoint_of(conf: Any) -> Endpoint:
 
 @dataclass
 class FullConfig:
-    """An :class:`~netctl.kube.client.api.Access` on a kubernetes-asyncio
+    """An :class:`~netctl.kubeapi.api.Access` on a kubernetes-asyncio
     ``Configuration``: its token refreshed by its own hooks (an exec plugin's, OIDC's)."""
 
     conf: Any

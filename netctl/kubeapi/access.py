@@ -2,7 +2,7 @@
 
 The DaemonSet's ClusterRole (``deploy/kubernetes/rbac.yaml``) grants exactly these rules,
 one ClusterRole rule per row with its reason as the comment above it; a test holds the
-manifest to the table. The kube client's calls are to be checked against the same table
+manifest to the table. The Kubernetes client's calls are to be checked against the same table
 (:func:`allowed`), so a call the role does not grant fails in the tests, not on a node
 with a 403. Least privilege: nothing is granted that no code path needs, and each row
 says which path needs it.

@@ -7,7 +7,7 @@ they are deleted. whereabouts knows nothing of the addresses netctl-ipam gave th
 when netctl served whereabouts' NADs through ``ipam-takeover``): they are in netctl's
 journal only. :func:`plan` turns the journal's live allocations (:class:`Held`) into
 whereabouts' records, as whereabouts writes them (read from its source,
-``pkg/storage/kubernetes/ipam.go``; the reader in :mod:`netctl.kube.client.whereabouts` reads
+``pkg/storage/kubernetes/ipam.go``; the reader in :mod:`netctl.kubeapi.whereabouts` reads
 the same):
 
 - one ``IPPool`` per range, named ``[<network_name>-]<range>`` with ``/`` and ``:`` as
@@ -38,8 +38,8 @@ import msgspec
 import trio
 import trio_asyncio
 
-from netctl.kube.client.api import Api, ApiError, KubeSettings
-from netctl.kube.client.whereabouts import GROUP
+from netctl.kubeapi.api import Api, ApiError, KubeSettings
+from netctl.kubeapi.whereabouts import GROUP
 
 log = logging.getLogger("netctl.kube")
 

@@ -6,7 +6,7 @@ name — the short hostname where kubelet registered the FQDN, the usual mistake
 no pod and says nothing: every ADD then waits ``pod-wait`` for a pod that never comes,
 and a pod deleted through the API is never cleaned. So the daemon watches its own Node:
 
-- one :class:`~netctl.kube.client.informer.Informer` over ``/api/v1/nodes`` with the field
+- one :class:`~netctl.kubeapi.informer.Informer` over ``/api/v1/nodes`` with the field
   selector ``metadata.name=<node>`` — one LIST, then one watch that the API server
   answers only when that Node changes: no polling, no other node's object ever read;
 - :attr:`NodeCheck.exists` is None until the first list, then whether the Node is
@@ -24,10 +24,10 @@ import logging
 
 import trio
 
-from netctl.kube.client.api import Api
-from netctl.kube.client.blocks import NODES
-from netctl.kube.client.informer import Informer
-from netctl.kube.client.objects import Node
+from netctl.kubeapi.api import Api
+from netctl.kubeapi.blocks import NODES
+from netctl.kubeapi.informer import Informer
+from netctl.kubeapi.objects import Node
 
 log = logging.getLogger("netctl.kube")
 

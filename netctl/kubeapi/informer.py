@@ -1,8 +1,8 @@
 """A watched cache of one kind of object: list, then watch from the list's resourceVersion.
 
 :class:`Informer` keeps only the fields netctl needs (msgspec structs decoded straight
-from the API's JSON: :class:`~netctl.kube.client.objects.Pod`,
-:class:`~netctl.kube.client.objects.Nad`),
+from the API's JSON: :class:`~netctl.kubeapi.objects.Pod`,
+:class:`~netctl.kubeapi.objects.Nad`),
 keyed by (namespace, name):
 
 - it lists (with its selector), replaces the cache with the list — a key missing from
@@ -34,7 +34,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 import trio
 
-from netctl.kube.client.api import (
+from netctl.kubeapi.api import (
     JSON,
     METADATA_LIST,
     METADATA_WATCH,
@@ -42,7 +42,7 @@ from netctl.kube.client.api import (
     ApiError,
     sleep_backoff,
 )
-from netctl.kube.client.objects import Block, Nad, Node, Pod, Slice, Status
+from netctl.kubeapi.objects import Block, Nad, Node, Pod, Slice, Status
 
 log = logging.getLogger("netctl.kube")
 
