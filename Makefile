@@ -101,6 +101,10 @@ lint: setup
 	$(BIN)/ruff check netctl tests
 	$(BIN)/mypy netctl
 	$(BIN)/lint-imports
+	@# SQL only in the journal (netctl/journal/) and the kit's one reader (netctl/kit/journaldb.py)
+	@if grep -rnE --include='*.py' "[\"'](SELECT|INSERT INTO|UPDATE [a-z_]+ SET|DELETE FROM|PRAGMA|CREATE (TABLE|INDEX))\b" netctl \
+	    | grep -v '^netctl/journal/\|^netctl/kit/journaldb.py'; then \
+	  echo "lint: SQL outside netctl/journal/ and netctl/kit/journaldb.py (above)"; exit 1; fi
 	@# the plugin: its build's warnings, implicit conversions, and GCC's static analyzer
 	for src in plugin/*.c; do \
 	  $(PLUGIN_CC) $(PLUGIN_CFLAGS) -Wconversion -fanalyzer -c -o /dev/null $$src || exit 1; \

@@ -65,8 +65,9 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 @dataclass
 class HttpServer:
-    """``handler``'s answers on ``addr`` (``setting`` names it in errors and the log),
-    served in the daemon's nursery until :meth:`stop`."""
+    """``handler``'s answers on ``addr`` (``setting`` names it in errors), served in the
+    daemon's nursery until :meth:`stop`; ``name`` and ``path`` say in ``logger``'s log
+    where (``metrics at http://127.0.0.1:9090/metrics``)."""
 
     addr: str
     setting: str
@@ -74,6 +75,9 @@ class HttpServer:
     tls: ssl.SSLContext | None = None
     timeout: float = 10.0
     max_head: int = 16384
+    name: str = ""
+    path: str = ""
+    logger: logging.Logger = log
     served: int = 0  # requests answered
     port: int = 0  # the bound port (addr may say 0)
     _scope: trio.CancelScope = field(default_factory=trio.CancelScope)
@@ -87,7 +91,8 @@ class HttpServer:
         listeners: list[Any] = ([trio.SSLListener(t, self.tls, https_compatible=True)
                                  for t in tcp] if self.tls else tcp)
         scheme = "https" if self.tls else "http"
-        log.info("%s at %s", self.setting, ", ".join(url_of(scheme, h, p) for h, p in bound))
+        self.logger.info("%s at %s", self.name or self.setting,
+                         ", ".join(url_of(scheme, h, p, self.path) for h, p in bound))
         with self._scope:
             async with trio.open_nursery() as nursery:
                 await nursery.start(trio.serve_listeners, self._connection, listeners)

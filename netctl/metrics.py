@@ -384,4 +384,5 @@ def metrics_server(metrics: Metrics, addr: str) -> HttpServer:
     async def handle(request: Request) -> Response:
         return respond(request, metrics.render, metrics.ready)
 
-    return HttpServer(addr, "metrics-addr", handle, max_head=8192)
+    return HttpServer(addr, "metrics-addr", handle, max_head=8192, name="metrics",
+                      path="/metrics", logger=log)

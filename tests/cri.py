@@ -49,8 +49,17 @@ PROTOCOLS = {"TCP": 0, "UDP": 1, "SCTP": 2}
 
 Fields = proto.Fields
 encode, decode = proto.encode, proto.decode
-_str, _int, _msgs, _map, _read_map = (proto.text, proto.integer, proto.messages,
-                                      proto.map_entries, proto.read_map)
+_str, _int, _msgs = proto.text, proto.integer, proto.messages
+
+
+def _map(entries: dict[str, str]) -> list[Fields]:
+    """A ``map<string, string>``'s entries, each its own message (key 1, value 2)."""
+    return [[(1, k), (2, v)] for k, v in sorted(entries.items())]
+
+
+def _read_map(msg: proto.Message, num: int) -> dict[str, str]:
+    """A ``map<string, string>`` field."""
+    return {_str(kv, 1): _str(kv, 2) for kv in _msgs(msg, num)}
 
 
 # --- CRI ----------------------------------------------------------------------------

@@ -47,11 +47,6 @@ def supports_check(version: str) -> bool:
     return parse(version) >= (0, 4, 0)
 
 
-def supports_gc(version: str) -> bool:
-    """GC and STATUS exist from 1.1.0 on."""
-    return parse(version) >= (1, 1, 0)
-
-
 def convert_result(result: dict[str, Any], to_version: str) -> dict[str, Any]:
     """Return ``result`` rewritten for ``to_version`` (a new dict; the input is kept)."""
     check_supported(to_version)

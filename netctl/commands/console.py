@@ -35,14 +35,6 @@ def table(columns: Row, rows: Iterable[Row], title: str = "") -> RenderableType:
     return Group(Text(title, style="bold"), out) if title else out
 
 
-def show(blocks: Iterable[RenderableType], file: IO[str] | None = None) -> None:
-    out = file or sys.stdout
-    console = Console(file=out, width=None if out.isatty() else WIDTH, markup=False,
-                      highlight=False)
-    for block in blocks:
-        console.print(block)
-
-
 @contextlib.contextmanager
 def waiting(what: str, file: IO[str] | None = None) -> Iterator[None]:
     """A spinner saying ``what`` while one long call runs, on a terminal; nothing

@@ -9,8 +9,6 @@ are kept by number and never fail a decode: a newer kubelet's answer still reads
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 Fields = list[tuple[int, "int | bool | str | bytes | Fields"]]
 Message = dict[int, list[int | bytes]]
 
@@ -107,11 +105,3 @@ def messages(msg: Message, num: int) -> list[Message]:
     return [decode(raw) for raw in msg.get(num, []) if isinstance(raw, bytes)]
 
 
-def map_entries(entries: Mapping[str, str]) -> list[Fields]:
-    """A ``map<string, string>``'s entries, each its own message (key 1, value 2)."""
-    return [[(1, k), (2, v)] for k, v in sorted(entries.items())]
-
-
-def read_map(msg: Message, num: int) -> dict[str, str]:
-    """A ``map<string, string>`` field."""
-    return {text(kv, 1): text(kv, 2) for kv in messages(msg, num)}

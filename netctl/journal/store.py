@@ -494,16 +494,6 @@ class Journal:
         """The file, its WAL, its pages and free pages (for status)."""
         return await self._io.read(partial(journal_size, path=self.path))
 
-    async def set_retry(self, attachments: Sequence[Attachment],
-                        retry_at: Callable[[int], float]) -> None:
-        """Count one more failed clean-up on ``attachments`` without an operation."""
-        def fn(db: sqlite3.Connection) -> None:
-            db.executemany("UPDATE attachments SET del_failures=del_failures+1, retry_at=?"
-                           " WHERE id=?",
-                           [(retry_at(a.del_failures + 1), a.id) for a in attachments])
-
-        await self._io.write(fn)
-
 
 @asynccontextmanager
 async def open_journal(state_dir: str | Path, write_deadline: float = 30.0,

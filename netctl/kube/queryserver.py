@@ -129,7 +129,8 @@ class QueryServer:
     http: HttpServer = field(init=False)
 
     def __post_init__(self) -> None:
-        self.http = HttpServer(self.addr, "query-addr", self.respond, self.tls, self.timeout)
+        self.http = HttpServer(self.addr, "query-addr", self.respond, self.tls, self.timeout,
+                               name="query endpoint", path="/v1/", logger=log)
 
     @property
     def port(self) -> int:

@@ -120,4 +120,3 @@ def test_parse_and_supported() -> None:
 
 def test_verbs_by_version() -> None:
     assert [versions.supports_check(v) for v in VERSIONS] == [False, True, True, True]
-    assert [versions.supports_gc(v) for v in VERSIONS] == [False, False, False, True]

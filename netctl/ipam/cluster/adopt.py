@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from netctl.cni.request import Pod as PodRef
 from netctl.ipam.cluster.blocks import Block, parse_address
-from netctl.ipam.cluster.claims import Claims, block_of
+from netctl.ipam.cluster.claims import Claims
+from netctl.ipam.cluster.lifecycle import CLAIMING, block_of
 from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.journal.records import Allocation, BlockRecord, OpStart, Owner, PoolInfo
 from netctl.kubeapi.netstatus import addresses
@@ -51,10 +52,9 @@ class Adoption:
                 new=[alloc], pools={alloc.pool: info})
             index.take([alloc])
         for obj, _ in found:
-            rec = BlockRecord(name=obj.metadata.name, pool=obj.spec.pool,
-                              scope=obj.spec.scope, cidr=obj.spec.cidr, node=node,
-                              state="claiming")
-            rec.id = await journal.ipam.open_block(rec)
+            rec = await self.claims.life.open(BlockRecord(
+                name=obj.metadata.name, pool=obj.spec.pool, scope=obj.spec.scope,
+                cidr=obj.spec.cidr, node=node, state=CLAIMING))
             await self.claims.hold(rec, obj)
             log.warning("block %s (pool %s) is this node's in the API but not in its journal: "
                         "adopted", obj.spec.cidr, obj.spec.pool)

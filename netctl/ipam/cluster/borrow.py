@@ -30,6 +30,7 @@ from netctl.ipam.cluster.blocks import (
     parse_address,
 )
 from netctl.ipam.cluster.claims import Claims
+from netctl.ipam.cluster.lifecycle import CLAIMING
 from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.ipam.planner import pool_key, scope_of
 from netctl.ipam.ranges import IPAMConfig, Range, requested
@@ -65,7 +66,7 @@ class Borrows:
         for sticky ``identity`` on ``ifname`` when given (its reserved address there).
         Code 7 when refused or already borrowed, 11 when the owner does not answer in
         time."""
-        api, journal = self.cluster.api, self.cluster.journal
+        api = self.cluster.api
         wait = self.cluster.settings.ready_wait
         scope = scope_of(cfg, key)
         single = Block(rng.version, ip, BITS[rng.version])
@@ -92,7 +93,8 @@ class Borrows:
             log.info("borrowed %s of pool %s from node %s", text, key, owner)
             return
         done = await block_objects.release(api, found) if found is not None else True
-        await journal.ipam.set_block(rec.id, "taken" if done else "claiming", ended=done)
+        if done:  # else still claiming: settled by a maintenance round
+            await self.claims.life.move(rec, "refused")
         if answer == "refused":
             raise CNIError(INVALID_CONFIG, f"requested address {text} in pool {key} is in "
                            f"use: node {owner}, whose block {parent.spec.cidr} holds it, "
@@ -211,7 +213,7 @@ class Borrows:
         with self.claims.aside(h.record.id):
             if granted and res is not None:
                 index.end_reservations([res], "taken_back")  # before any await
-                del self.holdings.held[obj.metadata.name]  # nothing lands in it from here on
+                self.claims.life.withdraw(obj.metadata.name)  # nothing lands in it now
             try:
                 done = await block_objects.answer_transfer(self.cluster.api, obj, granted)
             except ApiError:
@@ -219,7 +221,7 @@ class Borrows:
             if done is None:
                 if granted and res is not None:
                     index.restore_reservation(res, "taken_back")
-                    self.holdings.held[obj.metadata.name] = h
+                    self.claims.life.restore(h)
                 return
             log.info("%s borrowed address %s to node %s for %s",
                      "handed over" if granted else "refused", obj.spec.cidr, ask.node,
@@ -228,7 +230,7 @@ class Borrows:
                 journal = self.cluster.journal
                 await journal.ipam.end_reservations([res], "taken back",
                                                f"taken back by node {ask.node}")
-                await journal.ipam.set_block(h.record.id, "released", ended=True)
+                await self.claims.life.move(h.record, "released")
                 self.cluster.blocks.cache[("", done.metadata.name)] = done
 
     async def take(self, cfg: IPAMConfig, rng: Range, key: str, obj: IPAMBlock,
@@ -236,12 +238,12 @@ class Borrows:
         """Ask another node for its borrow object ``obj``, whose address is reserved there
         for ``identity`` (see :meth:`answer_transfer`); held here once handed over. Code 7
         when refused, 11 when that node does not answer in time."""
-        journal, node = self.cluster.journal, self.cluster.settings.node
+        node = self.cluster.settings.node
         wait = self.cluster.settings.ready_wait
         holder = obj.spec.node
-        rec = BlockRecord(name=obj.metadata.name, pool=key, scope=scope_of(cfg, key),
-                          cidr=obj.spec.cidr, node=node, state="claiming")
-        rec.id = await journal.ipam.open_block(rec)
+        rec = await self.claims.life.open(BlockRecord(
+            name=obj.metadata.name, pool=key, scope=scope_of(cfg, key), cidr=obj.spec.cidr,
+            node=node, state=CLAIMING))
         with self.claims.aside(rec.id):  # settled here, not by a maintenance round
             asked, found = await self._ask(obj, TransferAsk(node=node, identity=identity,
                                                             ifname=ifname))
@@ -254,7 +256,7 @@ class Borrows:
                 log.info("took over borrowed address %s of pool %s from node %s for %s",
                          obj.spec.cidr, key, holder, identity)
                 return
-            await journal.ipam.set_block(rec.id, "taken", ended=True)
+            await self.claims.life.move(rec, "refused")
             if asked is None or found is None or found.spec.transfer is None \
                     or found.spec.transfer.refused:
                 raise CNIError(INVALID_CONFIG, f"address {obj.spec.cidr} of pool {key}, reserved "

@@ -13,12 +13,12 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import msgspec
 import trio
 
 from netctl.errors import POOL_EXHAUSTED, TRY_AGAIN_LATER, CNIError
-from netctl.ipam.cluster.blocks import Block, block_name, block_prefix, candidates, parse_block
-from netctl.ipam.cluster.state import Cluster, Held, Holdings
+from netctl.ipam.cluster.blocks import Block, block_name, block_prefix, candidates
+from netctl.ipam.cluster.lifecycle import CLAIMING, HELD, Lifecycle
+from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.ipam.planner import pool_key, scope_of
 from netctl.ipam.ranges import IPAMConfig, Range
 from netctl.journal.records import BlockRecord
@@ -28,19 +28,6 @@ from netctl.kubeapi.objects import Block as IPAMBlock
 from netctl.kubeapi.objects import BlockSpec
 
 log = logging.getLogger("netctl.ipam")
-
-
-class _BlockList(msgspec.Struct, forbid_unknown_fields=False):
-    items: list[IPAMBlock] = []
-
-
-def block_of(obj: IPAMBlock) -> Block | None:
-    """The numbers of a block object (None, warned, when its CIDR does not parse)."""
-    blk = parse_block(obj.spec.cidr)
-    if blk is None:
-        log.warning("block %s has a malformed cidr %r: ignored", obj.metadata.name,
-                    obj.spec.cidr)
-    return blk
 
 
 FRESH_FOR = 5.0  # seconds a read of a scope's blocks is used again by the next claim
@@ -70,6 +57,10 @@ class Claims:
     pending: dict[str, BlockRecord] = field(default_factory=dict)
     _locks: dict[str, trio.Lock] = field(default_factory=dict)
     _claiming: set[int] = field(default_factory=set)  # records of claims in flight
+    life: Lifecycle = field(init=False)  # the blocks' records and holdings (lifecycle.py)
+
+    def __post_init__(self) -> None:
+        self.life = Lifecycle(self.cluster, self.holdings)
 
     async def next_block(self, cfg: IPAMConfig, rng: Range) -> Block | None:
         """The block of ``rng`` :meth:`claim_for` tries first, as the scope's blocks were
@@ -143,11 +134,10 @@ class Claims:
         with ``parent``, is held only once granted: its record waits in ``pending``, and
         ``lender``, the parent's node, is named in its label, so that node's watch brings
         it; with ``identity``, it asks for that sticky identity's reserved address)."""
-        api, journal, node = self.cluster.api, self.cluster.journal, self.cluster.settings.node
+        api, node = self.cluster.api, self.cluster.settings.node
         name = block_name(scope, blk)
-        rec = BlockRecord(name=name, pool=pool, scope=scope, cidr=blk.cidr, node=node,
-                          state="claiming")
-        rec.id = await journal.ipam.open_block(rec)
+        rec = await self.life.open(BlockRecord(name=name, pool=pool, scope=scope,
+                                               cidr=blk.cidr, node=node, state=CLAIMING))
         spec = BlockSpec(pool=pool, scope=scope, range=rng.key, networkName=cfg.network_name,
                          poolSize=rng.size, prefix=rng.cidr.prefixlen, cidr=blk.cidr,
                          node=node, claimedAt=block_objects.now_rfc3339(), parent=parent,
@@ -162,7 +152,7 @@ class Claims:
                            f"({exc}); try again later") from None
         try:
             if obj is None:
-                await journal.ipam.set_block(rec.id, "taken", ended=True)
+                await self.life.move(rec, "refused")
                 return None
             if parent:
                 self.pending[obj.metadata.name] = rec
@@ -174,15 +164,10 @@ class Claims:
         log.info("claimed block %s of pool %s", blk.cidr, pool)
         return obj
 
-    async def hold(self, rec: BlockRecord, obj: IPAMBlock, journaled: bool = False,
-                   taken_over: bool = False) -> None:
-        self.cluster.blocks.cache[("", obj.metadata.name)] = obj
-        if not journaled:
-            await self.cluster.journal.ipam.set_block(rec.id, "held")
-        rec.state = "held"
-        blk = block_of(obj)
-        if blk is not None:
-            self.holdings.held[rec.name] = Held(rec, blk, obj, taken_over=taken_over)
+    async def hold(self, rec: BlockRecord, obj: IPAMBlock, taken_over: bool = False) -> None:
+        """``rec``'s block is this node's (``obj``): held."""
+        await self.life.move(rec, "settled" if rec.state == HELD else "granted", obj,
+                             taken_over=taken_over)
 
     @contextlib.contextmanager
     def aside(self, rec_id: int) -> Iterator[None]:
@@ -213,18 +198,17 @@ class Claims:
             if obj is not None and obj.spec.parent and obj.spec.grant != "granted" \
                     and rec.name not in self.pending:  # a borrow asked before a crash
                 if await block_objects.release(api, obj):
-                    await journal.ipam.set_block(rec.id, "taken", ended=True)
+                    await self.lose(rec, obj)
                 continue
             if obj is not None and obj.spec.node == node:
                 if rec.name not in self.holdings.held:
-                    await self.hold(rec, obj, journaled=rec.state == "held")
+                    await self.hold(rec, obj)
             else:
                 await self.lose(rec, obj)
 
     async def lose(self, rec: BlockRecord, obj: IPAMBlock | None) -> None:
-        state = "taken" if rec.state == "claiming" else "lost"
-        if rec.state == "held":
+        """``rec``'s block is not this node's: a claim's ``refused``, a held block ``lost``."""
+        if rec.state == HELD:
             who = f"node {obj.spec.node}'s" if obj is not None else "gone"
             log.warning("block %s (pool %s) is %s now, not this node's", rec.cidr, rec.pool, who)
-        await self.cluster.journal.ipam.set_block(rec.id, state, ended=True)
-        self.holdings.held.pop(rec.name, None)
+        await self.life.move(rec, "refused" if rec.state == CLAIMING else "lost")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import trio
 
 from netctl.ipam.cluster.claims import Claims
+from netctl.ipam.cluster.lifecycle import CLAIMING
 from netctl.ipam.cluster.state import Cluster
 from netctl.journal.records import BlockRecord
 from netctl.kubeapi import blocks as block_objects
@@ -78,7 +79,7 @@ class GoneNodes:
         nodes = self.nodes
         if not self.lease.held or not nodes.synced.is_set() or not self.owners.synced.is_set():
             return 0
-        api, journal, me = self.cluster.api, self.cluster.journal, self.cluster.settings.node
+        api, me = self.cluster.api, self.cluster.settings.node
         names = {name for _, name in nodes.cache}
         of_node: dict[str, list[str]] = {}
         for b in self.owners.cache.values():
@@ -101,13 +102,12 @@ class GoneNodes:
                 obj = await block_objects.get(api, name)  # the whole object, as it is now
                 if obj is None or obj.spec.node != node:
                     continue
-                rec = BlockRecord(name=obj.metadata.name, pool=obj.spec.pool,
-                                  scope=obj.spec.scope, cidr=obj.spec.cidr, node=me,
-                                  state="claiming")
-                rec.id = await journal.ipam.open_block(rec)
+                rec = await self.claims.life.open(BlockRecord(
+                    name=obj.metadata.name, pool=obj.spec.pool, scope=obj.spec.scope,
+                    cidr=obj.spec.cidr, node=me, state=CLAIMING))
                 new = await block_objects.hand_over(api, obj, me)
                 if new is None:
-                    await journal.ipam.set_block(rec.id, "taken", ended=True)
+                    await self.claims.life.move(rec, "refused")
                     continue
                 await self.claims.hold(rec, new, taken_over=True)
                 self.handovers += 1

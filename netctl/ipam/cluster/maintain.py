@@ -61,7 +61,7 @@ class Maintenance:
         return any(entry.until > wall for entry in obj.spec.reserved)
 
     async def _release_idle(self, now: float) -> int:
-        api, journal, held = self.cluster.api, self.cluster.journal, self.holdings.held
+        api, held = self.cluster.api, self.holdings.held
         released = 0
         for name, h in list(held.items()):
             if self._in_use(h):
@@ -79,18 +79,18 @@ class Maintenance:
                     [b for b in held.values() if b.record.pool == h.record.pool
                      and not b.obj.spec.parent]) <= 1:
                 continue  # keep one block per pool (a borrowed address is given back)
-            del held[name]  # no allocation lands in it from here on
+            self.claims.life.withdraw(name)  # no allocation lands in it from here on
             try:
                 done = await block_objects.release(api, self.cluster.cached(name) or h.obj)
             except ApiError as exc:
                 log.warning("block %s not released: %s", h.record.cidr, exc)
-                held[name] = h
+                self.claims.life.restore(h)
                 continue
             if not done:  # it changed meanwhile: read it again next round
                 await self.claims.lose(h.record, await block_objects.get(api, name))
                 continue
             self.cluster.blocks.cache.pop(("", name), None)
-            await journal.ipam.set_block(h.record.id, "released", ended=True)
+            await self.claims.life.move(h.record, "released")
             self.releases += 1
             released += 1
             log.info("released block %s of pool %s (%s)", h.record.cidr, h.record.pool,

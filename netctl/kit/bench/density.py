@@ -617,8 +617,7 @@ class DensityBench(Bench):
                 left += [f"port {p} on {bridge}{at}" for p in node.bridge_ports(bridge)]
             if nads is not None:
                 with self.journal(node) as conn:
-                    live = conn.execute("SELECT count(*) FROM ipam_allocations"
-                                        " WHERE released_at IS NULL").fetchone()[0]
+                    live = journaldb.live_counts(conn)[1]
                 if live:
                     left.append(f"{live} live allocations in the journal{at}")
         return left

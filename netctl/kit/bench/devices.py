@@ -31,7 +31,7 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from netctl.kit import harness
+from netctl.kit import harness, journaldb
 from netctl.kit.bench import render
 from netctl.kit.bench.common import (
     POD_NAMESPACE,
@@ -131,15 +131,7 @@ class DevicesBench(Bench):
         extra: list[float] = []
         slowest: list[float] = []
         with self.daemon.read_only() as conn:
-            ops = conn.execute(
-                "SELECT id FROM operations WHERE verb='ADD' AND state='done' AND pod_name "
-                "LIKE ? ORDER BY id", (f"{network}-%",)).fetchall()
-            for (op_id,) in ops:
-                rows = conn.execute(
-                    "SELECT a.network, sum(s.seconds) FROM steps s JOIN attachments a ON "
-                    "a.id=s.attachment_id WHERE s.operation_id=? GROUP BY a.id",
-                    (op_id,)).fetchall()
-                per = {net: float(t or 0) for net, t in rows}
+            for per in journaldb.add_chain_seconds(conn, f"{network}-"):
                 extra.append(sum(t for net, t in per.items() if net.endswith(f"/{network}")))
                 slowest.append(max(per.values(), default=0.0))
         return {"extra": extra, "slowest": slowest}

@@ -457,47 +457,15 @@ class Simulation:
 
 
 def write(path: str, week: Week) -> None:
-    """The rows into the migrated journal at ``path``: one transaction, executemany,
-    without a rollback journal (the rows written once, not into the WAL and then the
-    file: 2 to 3 times faster); the file is in WAL mode again after, as the daemon keeps
-    it."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode=OFF")
-        conn.execute("PRAGMA synchronous=OFF")
-        conn.execute("PRAGMA cache_size=-400000")  # KiB: the indexes' pages stay in memory
-        conn.execute("BEGIN")
-        conn.executemany("INSERT INTO operations (id, verb, container_id, netns, ifname,"
-                         " caller_network, caller_version, pod_namespace, pod_name, pod_uid,"
-                         " request, origin, state, code, error, started_at, finished_at)"
-                         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                         (op.row() for op in week.ops))
-        conn.executemany("INSERT INTO attachments (id, container_id, ifname, network,"
-                         " network_name, is_default, caller_network, caller_ifname, netns,"
-                         " pod_namespace, pod_name, pod_uid, cni_version, chain,"
-                         " capability_args, cni_args, steps_started, result, state, add_op,"
-                         " del_op, error, created_at, removed_at)"
-                         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                         (att.row() for att in week.atts))
-        conn.executemany("INSERT INTO steps (id, operation_id, attachment_id, position, verb,"
-                         " plugin_type, config, netns, ifname, state, result, code, error,"
-                         " stderr, started_at, finished_at, seconds)"
-                         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                         (s.row() for s in week.steps))
-        conn.executemany("INSERT INTO ipam_pools (key, network_name, range, family, size,"
-                         " cursor, created_at) VALUES (?,?,?,?,?,?,?)",
-                         ((p.key, p.network_name, p.rng.key, p.rng.version, str(p.rng.size),
-                           None if p.cursor is None else str(p.cursor), week.start)
-                          for p in week.pools))
-        conn.executemany("INSERT INTO ipam_allocations (id, pool, scope, address, prefix,"
-                         " container_id, ifname, netns, pod_namespace, pod_name, pod_uid,"
-                         " attachment_id, allocated_op, released_op, allocated_at, released_at)"
-                         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                         (a.row() for a in week.allocs))
-        conn.execute("COMMIT")
-        conn.execute("PRAGMA journal_mode=WAL")
-    finally:
-        conn.close()
+    """The week's rows into the migrated journal at ``path`` (:func:`journaldb.write_history`)."""
+    journaldb.write_history(path, {
+        "operations": (op.row() for op in week.ops),
+        "attachments": (att.row() for att in week.atts),
+        "steps": (s.row() for s in week.steps),
+        "ipam_pools": ((p.key, p.network_name, p.rng.key, p.rng.version, str(p.rng.size),
+                        None if p.cursor is None else str(p.cursor), week.start)
+                       for p in week.pools),
+        "ipam_allocations": (a.row() for a in week.allocs)})
 
 
 # -- the queries, their targets and the checks ----------------------------------------------
@@ -610,7 +578,7 @@ def _plan_leaks(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     from netctl.reconcile.facts import gather
     from netctl.reconcile.plan import leaks, plan
 
-    path = conn.execute("PRAGMA database_list").fetchone()[2]
+    path = journaldb.file_of(conn)
     facts = gather(path, links={})
     return [row for row in leaks(facts, plan(facts, 0.0))
             if row["attachment"] is None or row["reason"] in ("attachment-removed",

@@ -2,7 +2,7 @@
 
 A bench turns its report (the dict ``--json`` prints) into a list of blocks: lines of
 text and tables built by :func:`~netctl.commands.console.table`, printed by
-:func:`~netctl.commands.console.show` (the product's command line prints with the same helpers).
+:func:`show` (the product's command line prints with the same helpers).
 Long work shows its progress the same way (:func:`steps`, :func:`~netctl.commands.console.waiting`):
 a bar or a spinner on a terminal, plain lines elsewhere.
 The helpers below build the rows and lines several benches share (netctl beside its
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any
 
 from rich.console import Console, RenderableType
@@ -31,9 +31,19 @@ from rich.text import Text
 # the product's table and spinner, which the benches use through this module
 from netctl.commands.console import WIDTH as WIDTH
 from netctl.commands.console import Row as Row
-from netctl.commands.console import show as show
 from netctl.commands.console import table as table
 from netctl.commands.console import waiting as waiting
+
+
+def show(blocks: Iterable[RenderableType], file: IO[str] | None = None) -> None:
+    """Print ``blocks`` (tables, text) as the product's console does: plain text at most
+    :data:`WIDTH` columns wide on a pipe or a file."""
+    out = file or sys.stdout
+    console = Console(file=out, width=None if out.isatty() else WIDTH, markup=False,
+                      highlight=False)
+    for block in blocks:
+        console.print(block)
+
 
 # -- progress on long work --------------------------------------------------------------------
 
