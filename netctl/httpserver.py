@@ -16,11 +16,13 @@ import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-import h11
 import trio
+
+if TYPE_CHECKING:
+    import h11
 
 log = logging.getLogger("netctl.http")
 
@@ -102,6 +104,8 @@ class HttpServer:
         self._scope.cancel()
 
     async def _connection(self, stream: trio.abc.Stream) -> None:
+        import h11  # (here, not at the top: a daemon that serves no HTTP never loads it)
+
         try:
             async with stream:
                 with trio.move_on_after(self.timeout):
@@ -111,6 +115,8 @@ class HttpServer:
             log.debug("%s: connection dropped: %s", self.setting, exc)
 
     async def _exchange(self, stream: trio.abc.Stream, conn: h11.Connection) -> None:
+        import h11
+
         try:
             event = conn.next_event()
             while event is h11.NEED_DATA:
@@ -131,9 +137,10 @@ class HttpServer:
         self.served += 1
         await self._send(stream, conn, response, head_only=request.method == "HEAD")
 
-    @staticmethod
-    async def _send(stream: trio.abc.Stream, conn: h11.Connection, response: Response,
+    async def _send(self, stream: trio.abc.Stream, conn: h11.Connection, response: Response,
                     head_only: bool) -> None:
+        import h11
+
         headers = [("Content-Type", response.content_type),
                    ("Content-Length", str(len(response.body))), ("Connection", "close")]
         reason = HTTPStatus(response.status).phrase.encode()

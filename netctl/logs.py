@@ -25,8 +25,8 @@ event's fields instead of the context: every one in ``json`` (``null`` when empt
 not empty in ``logfmt`` and ``text``.
 
 Levels: ``--log-level LEVEL[,LOGGER=LEVEL…]``. ``LEVEL`` is netctl's own loggers'
-(``netctl.*``); every other logger (pyroute2's, asyncio, aiohttp, the Kubernetes
-client) stays at WARNING unless named:
+(``netctl.*``); every other logger (pyroute2's, asyncio, httpcore's, the Kubernetes
+client's loaders) stays at WARNING unless named:
 ``--log-level debug,pyroute2=debug``.
 """
 
