@@ -10,14 +10,14 @@
 # `netctl detach`), removes every pod and checks that nothing is left behind (no interface, no
 # live allocation), asks the allocation history who held pod2's address while it was
 # up, then stops the daemon with SIGTERM. A last act runs Kubernetes mode: a fake API
-# server (netctl/kit/kubefake, as a process: `python -m netctl.kit.kubefake`) and two
+# server (netctl/kit/kubefake, as a process: `python -m netctl_kit.kubefake`) and two
 # daemons as two nodes, pods whose networks are named in their annotations (both forms), the
 # network-status each node writes back, a running pod's annotation changed (its node
 # plugs and unplugs networks in its netns), a pod deleted through the API whose attachments
 # its node DELetes, and an API outage (ADD code 11, DEL completes). Every check that
 # fails stops the demo with a message and exit 1.
 # What a user types and sees is here; the waits, the requests to the API server and the
-# checks are the kit's (`python -m netctl.kit.demo STEP`, netctl/kit/demo.py).
+# checks are the kit's (`python -m netctl_kit.demo STEP`, netctl/kit/demo.py).
 # Every question about the journal goes to netctl's commands (`netctl journal`, `netctl
 # ipam`, `netctl status`, `netctl reconcile`, with --json), never to its database.
 # A trap removes everything the demo made (daemon, netns, links, temp dir) on any
@@ -94,7 +94,7 @@ fail() {
 
 # kit STEP ARGS…: a wait, a request or a check of the kit (netctl/kit/demo.py); one that
 # fails has said why, and stops the demo
-kit() { "$PYTHON" -m netctl.kit.demo "$@" || fail "$1"; }
+kit() { "$PYTHON" -m netctl_kit.demo "$@" || fail "$1"; }
 
 netns_of() { echo "ndemo-$1"; }
 
@@ -122,7 +122,7 @@ cleanup() {
     local rc=$? pid
     trap - EXIT INT TERM
     for pid in "$DAEMON_PID" "${KUBE_PID[@]}" "$FAKE_PID"; do stop_hard "$pid"; done
-    "$PYTHON" -m netctl.kit.demo remove ndemo- || true   # netns and links (a veth's peer too)
+    "$PYTHON" -m netctl_kit.demo remove ndemo- || true   # netns and links (a veth's peer too)
     [[ -n "$TMP" ]] && rm -rf "$TMP"
     exit "$rc"
 }
@@ -421,11 +421,11 @@ start_fake_api() {
     local real=()
     [[ "$DEMO_API_SERVER" == real ]] && real=(--real)
     mkdir -p "$TMP/kube"
-    "$PYTHON" -m netctl.kit.kubefake "${real[@]}" "$TMP/kube/kubeconfig" >"$TMP/kube/fake.log" 2>&1 &
+    "$PYTHON" -m netctl_kit.kubefake "${real[@]}" "$TMP/kube/kubeconfig" >"$TMP/kube/fake.log" 2>&1 &
     FAKE_PID=$!
     KUBE_ADMIN=$TMP/kube/kubeconfig.admin
     kit wait-file "$TMP/kube/kubeconfig"
-    echo "    python -m netctl.kit.kubefake ${real[*]} $TMP/kube/kubeconfig (pid $FAKE_PID)"
+    echo "    python -m netctl_kit.kubefake ${real[*]} $TMP/kube/kubeconfig (pid $FAKE_PID)"
     sed 's/^/    | /' "$TMP/kube/fake.log"
 }
 
@@ -555,7 +555,7 @@ delete_pod_through_api() {
 api_outage() {
     local started ms node answer
     kit outage "$TMP/kube/fake.log" --pid "$FAKE_PID"
-    echo "    the API server is down (SIGUSR1 to python -m netctl.kit.kubefake: no listener, connections cut)"
+    echo "    the API server is down (SIGUSR1 to python -m netctl_kit.kubefake: no listener, connections cut)"
     started=$(date +%s%N)
     if kube_cni ADD late; then
         fail "the ADD of late succeeded with the API server down"
@@ -599,7 +599,7 @@ main() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
     check_prerequisites
-    "$PYTHON" -m netctl.kit.demo remove ndemo- || fail "leftovers of an earlier run"
+    "$PYTHON" -m netctl_kit.demo remove ndemo- || fail "leftovers of an earlier run"
 
     step "Set-up: temp dir, networks, macvlan parent, thin plugin, the runtime's conf"
     make_tmp

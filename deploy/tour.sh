@@ -13,7 +13,7 @@
 # `netctl forget` ends the stuck attachment. Each command is printed with `$ ` before its
 # output and its exit status after it. A trap removes everything the tour made (daemon, netns,
 # bridge, temp dir) on any exit. Host names start with "ntour-". The waits and the rest of
-# the scaffolding are the kit's (`python -m netctl.kit.demo STEP`, netctl/kit/demo.py).
+# the scaffolding are the kit's (`python -m netctl_kit.demo STEP`, netctl/kit/demo.py).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,7 +30,7 @@ METRICS=""                  # 127.0.0.1 and a free port
 TMP=""
 DAEMON_PID=""
 
-kit() { "$PYTHON" -m netctl.kit.demo "$@"; }
+kit() { "$PYTHON" -m netctl_kit.demo "$@"; }
 
 cleanup() {
     if [[ -n "$DAEMON_PID" ]] && kill -0 "$DAEMON_PID" 2>/dev/null; then

@@ -1,4 +1,4 @@
-"""Shared fixtures over :mod:`netctl.kit.harness`: real network namespaces, a real daemon
+"""Shared fixtures over :mod:`netctl_kit.harness`: real network namespaces, a real daemon
 process, the installed plugin; and the journal reads the tests assert on.
 
 Every name a test creates on the host starts with ``nct`` plus a per-run or per-test tag,
@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from netctl.kit import harness, realnode
-from netctl.kit.harness import (  # noqa: F401  (the helpers the test modules import from here)
+from netctl_kit import harness, realnode
+from netctl_kit.harness import (  # noqa: F401  (the helpers the test modules import from here)
     SYSTEM_CNI,
     CNIResult,
     bridge_ports,
@@ -37,9 +36,9 @@ from netctl.kit.harness import (  # noqa: F401  (the helpers the test modules im
     netns_links,
     wait_for,
 )
-from netctl.kit.kubefake import FakeKube
-from netctl.kit.kubefake import real as realkube
-from netctl.kit.kubefake.real import RealKube, free_port  # noqa: F401  (for the test modules)
+from netctl_kit.kubefake import FakeKube
+from netctl_kit.kubefake import real as realkube
+from netctl_kit.kubefake.real import RealKube, free_port  # noqa: F401  (for the test modules)
 
 NETCTL = str(Path(sys.executable).parent / "netctl")
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,7 +121,7 @@ def real_kube() -> Iterator[RealKube]:
 
 
 class RealNodes:
-    """Real clusters (:class:`netctl.kit.realnode.RealCluster`) shared by the real-node
+    """Real clusters (:class:`netctl_kit.realnode.RealCluster`) shared by the real-node
     modules of the session that can share one: one per Kubernetes version, opened by the
     first module that asks for that version, with netctl installed as docs/kubernetes.md
     says. A module of one node (``test_realnode.py``, ``test_realnode_dra.py``) gets the
@@ -130,7 +129,7 @@ class RealNodes:
     grows the cluster to what it asks and gets every node schedulable. A module that
     needs a cluster of its own (Multus installed first, a bench) calls :meth:`release`
     first: one real cluster runs on a machine at a time
-    (:data:`netctl.kit.realnode.LOCK`). The modules that share are named so that they run
+    (:data:`netctl_kit.realnode.LOCK`). The modules that share are named so that they run
     one after the other, the single-node ones first; each takes back what it made."""
 
     def __init__(self) -> None:

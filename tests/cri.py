@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netctl.devices import proto
-from netctl.kit.harness_podman import (  # noqa: F401  (tests call cri.write_image_tar)
+from netctl_kit.harness_podman import (  # noqa: F401  (tests call cri.write_image_tar)
     BUSYBOX,
     write_image_tar,
 )
+
+from netctl.devices import proto
 
 CONTAINERD = shutil.which("containerd") or "/usr/bin/containerd"
 CTR = shutil.which("ctr") or "/usr/bin/ctr"

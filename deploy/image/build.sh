@@ -75,8 +75,8 @@ find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
 "$PY" -m pip install --quiet --disable-pip-version-check --target "$ctx/app" --no-deps \
   --no-compile "$work/src"
 # Not on a node: the kit (netctl/kit: benches, the fake API server, the harness, the
-# demo's scaffolding). `netctl` then does not offer `netctl bench` (its entry point's
-# module is absent: cli.build_parser).
+# demo's scaffolding) is a distribution of its own (netctl-kit), not in netctl's wheel;
+# nothing of it is left in the image. `netctl` offers no `netctl bench` there.
 rm -rf "$ctx/app/bin" "$ctx/app/netctl/kit"
 # the console scripts of [project.scripts], for the image's /usr/bin/python3
 "$PY" - "$ctx/bin" <<'EOF'

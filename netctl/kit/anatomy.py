@@ -1,4 +1,4 @@
-"""The shape of the product, measured: ``python -m netctl.kit.anatomy``.
+"""The shape of the product, measured: ``python -m netctl_kit.anatomy``.
 
 ``sizes``: lines of the product (``netctl/`` without the kit) and of the kit, the longest
 functions and the biggest classes of the product (by source lines, from the AST).
@@ -160,12 +160,12 @@ def summarize(edges: list[list[str]], layers: list[list[str]]) -> dict[str, Any]
 
 
 def path(plugin: str | None = None) -> dict[str, Any]:
-    from netctl.kit import harness as h
+    from netctl_kit import harness as h
 
     work = Path(tempfile.mkdtemp(prefix="netctl-anatomy-"))
     out = work / "trace.json"
     daemon = h.Daemon(root=work, prefix="nanat",
-                      launcher=[sys.executable, "-m", "netctl.kit.anatomy", "_profile", str(out),
+                      launcher=[sys.executable, "-m", "netctl_kit.anatomy", "_profile", str(out),
                                 "--"])
     daemon.install_plugin(plugin)
     ns = daemon.name("ns")
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["_profile"]:
         rest = args[args.index("--") + 1:]
         return _profile(args[1], rest[rest.index("daemon"):])
-    p = argparse.ArgumentParser(prog="python -m netctl.kit.anatomy", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m netctl_kit.anatomy", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["sizes", "path"])
     p.add_argument("--plugin-binary", help="the thin plugin (default: the build's)")

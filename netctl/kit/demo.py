@@ -1,4 +1,4 @@
-"""``python -m netctl.kit.demo STEP ARGS…``: the scaffolding and the checks of
+"""``python -m netctl_kit.demo STEP ARGS…``: the scaffolding and the checks of
 ``deploy/demo.sh`` and ``deploy/tour.sh``, so that the scripts keep only what a user types
 and sees (netctl's commands, the plugin exec'd as a runtime execs it, ``ip``).
 
@@ -8,7 +8,7 @@ what the demo shows (addresses against the central allocator, nothing left, the
 allocation history). A check prints its ``ok:`` lines; when it fails it prints why
 (``demo: …``) on stderr and exits 1, and the script stops. It asks netctl only through
 its commands (``--json``), never its database, and the host through ``ip``
-(:mod:`netctl.kit.harness`).
+(:mod:`netctl_kit.harness`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from datetime import datetime
 from typing import Any
 
 import yaml
-
-from netctl.kit import harness
+from netctl_kit import harness
 
 
 class Failed(Exception):
@@ -510,7 +509,7 @@ def remove(a: argparse.Namespace) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m netctl.kit.demo")
+    p = argparse.ArgumentParser(prog="python -m netctl_kit.demo")
     sub = p.add_subparsers(dest="step", required=True)
 
     def step(fn: Callable[[argparse.Namespace], None], *args: str,

@@ -62,9 +62,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc  # in the dev extra (tests/cri.py drives containerd with it too)
+from netctl_kit.harness import HarnessError, host_links, ip
 
 from netctl.devices import proto
-from netctl.kit.harness import HarnessError, host_links, ip
 
 API_VERSION = "v1beta1"  # the device-plugin API version the kubelet (v1.24) supports
 HEALTHY = "Healthy"
@@ -509,7 +509,7 @@ def remove_device_veths(prefix: str, netns: str | None = None) -> list[str]:
 def temporary_device_veths(prefix: str, count: int,
                            netns: str | None = None) -> Iterator[list[str]]:
     """:func:`device_veths` for the ``with`` block; removed after it, also on a failure
-    (:class:`~netctl.kit.harness.HarnessError` when some cannot be)."""
+    (:class:`~netctl_kit.harness.HarnessError` when some cannot be)."""
     devices = device_veths(prefix, count, netns)
     try:
         yield devices

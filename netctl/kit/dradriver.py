@@ -6,7 +6,7 @@ publishes in the API (ResourceSlices: the devices of a node, with attributes), a
 kubelet plugin the kubelet calls before a pod's containers start. :class:`DraDriver` is
 both, written from the kubelet's APIs (no generated code; the messages are encoded and
 decoded by field number, :mod:`netctl.devices.proto`, and served through grpcio with
-identity serializers, as :mod:`netctl.kit.devices` serves the device-plugin API):
+identity serializers, as :mod:`netctl_kit.devices` serves the device-plugin API):
 
 - **Registration** (``pluginregistration`` v1, the kubelet's plugin watcher): a socket in
   the kubelet's ``plugins_registry`` directory, ``<driver>-reg.sock``, serving
@@ -36,8 +36,8 @@ identity serializers, as :mod:`netctl.kit.devices` serves the device-plugin API)
   the registration (a kubelet wipes a node's slices of drivers it does not know), removed
   on the way out.
 
-The API calls go through ``api`` — the tests' :class:`~netctl.kit.kubefake.FakeKube` or
-:class:`~netctl.kit.kubefake.real.RealKube` (``create``, ``get``, ``delete``), as the
+The API calls go through ``api`` — the tests' :class:`~netctl_kit.kubefake.FakeKube` or
+:class:`~netctl_kit.kubefake.real.RealKube` (``create``, ``get``, ``delete``), as the
 cluster's admin. Builders for what a test applies beside it: :func:`device_class` (with an
 ``extendedResourceName`` for extended resources backed by DRA), :func:`claim_template`,
 :func:`resource_claim`.
@@ -51,10 +51,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import grpc  # in the dev extra, as for netctl.kit.devices
+import grpc  # in the dev extra, as for netctl_kit.devices
+from netctl_kit.devices import SUN_PATH_MAX, stop_server, unix_server
 
 from netctl.devices import proto
-from netctl.kit.devices import SUN_PATH_MAX, stop_server, unix_server
 
 PLUGIN_TYPE = "DRAPlugin"
 REGISTRATION_SERVICE = "pluginregistration.Registration"

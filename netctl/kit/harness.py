@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from netctl_kit import journaldb
+
 from netctl.commands.cli import HEALTH_UNREACHABLE, admin_request, down_health
 from netctl.journal import query
-from netctl.kit import journaldb
 
 T = TypeVar("T")
 

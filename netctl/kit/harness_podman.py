@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netctl.kit import harness
-from netctl.kit.harness import PATH, HarnessError, wait_for
+from netctl_kit import harness
+from netctl_kit.harness import PATH, HarnessError, wait_for
 
 IMAGE = "localhost/netctl-busybox:latest"
 BUSYBOX = "/bin/busybox"  # Debian's busybox-static: runs in an empty rootfs

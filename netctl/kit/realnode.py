@@ -3,7 +3,7 @@ plane and one node (:class:`RealNode` alone) or several (:class:`RealCluster`), 
 ``../shared/kube/README.md`` says it works here.
 
 - The control plane (:class:`ControlPlane`), on the machine: etcd and kube-apiserver
-  (:class:`~netctl.kit.kubefake.real.RealKube`, the ServiceAccount admission plugin on)
+  (:class:`~netctl_kit.kubefake.real.RealKube`, the ServiceAccount admission plugin on)
   listening on the node network's gateway (:data:`GATEWAY`), kube-controller-manager
   (service-account tokens, the root CA, certificate signing) and kube-scheduler, each with a
   kubeconfig holding the admin token. The node network: a bridge on the machine
@@ -159,7 +159,7 @@ def build_image() -> str:
 
 def versions() -> list[KubeVersion | None]:
     """The Kubernetes versions a real-node test module runs on, oldest first: those
-    :func:`netctl.kit.kubebins.selected` has with every node binary; ``[None]`` when there
+    :func:`netctl_kit.kubebins.selected` has with every node binary; ``[None]`` when there
     are none (the module's fixture then skips with :func:`unavailable`'s line)."""
     found = [v for v in kubebins.selected() if not v.lacks()]
     return list(found) if found else [None]
@@ -168,7 +168,7 @@ def versions() -> list[KubeVersion | None]:
 def unavailable(image: str | None = None, kube: KubeVersion | None = None) -> str | None:
     """Why a real node cannot run here, in one line (None when it can): no Kubernetes
     version (``kube``, else any selected one) with every binary
-    (:mod:`netctl.kit.kubebins`), no etcd, no containerd…; with ``image``, also when
+    (:mod:`netctl_kit.kubebins`), no etcd, no containerd…; with ``image``, also when
     podman's store lacks that image."""
     if os.geteuid() != 0:
         return "a real node needs root"
@@ -563,7 +563,7 @@ class RealNode(_OfControl):
                  kube: KubeVersion | None = None, control: ControlPlane | None = None,
                  index: int = 0, preload: Sequence[Path] = ()) -> None:
         """``kube``: the Kubernetes version (by default the newest selected one,
-        :func:`netctl.kit.kubebins.pick`; a ``control`` plane's when given); ``max_pods``:
+        :func:`netctl_kit.kubebins.pick`; a ``control`` plane's when given); ``max_pods``:
         kubelet's maxPods (its default 110; the DaemonSet's pod counts); ``index``: the
         node's number in its cluster (its addresses: ``NODE_NETWORK[10 + index]``, pods
         ``10.217.<index>.0/24``); ``preload``: image tars imported before kubelet starts."""

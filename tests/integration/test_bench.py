@@ -257,7 +257,7 @@ def test_events_small_json() -> None:
 def test_podman_small_json() -> None:
     """`podman run --rm` on a netctl network, on podman's own network and without one: every
     run has its network's address; podman, its storage and its networks are gone after."""
-    from netctl.kit import harness_podman
+    from netctl_kit import harness_podman
 
     why = harness_podman.preflight()
     if why:
@@ -486,7 +486,7 @@ def test_node_density_small_json(real_nodes: RealNodes) -> None:
     both ways, both daemons' cgroups measured, netctl's ADDs journaled on the nodes, its
     API requests and block claims counted from the audit log, nothing held after each
     run, the cluster gone."""
-    from netctl.kit import realnode
+    from netctl_kit import realnode
 
     reason = realnode.unavailable()
     if reason:
@@ -530,7 +530,7 @@ def test_scale_small_json() -> None:
     block events do not grow with the cluster; a sticky pod keeps its address on another
     node; a stopped node's blocks are taken over; after the API server's restart every
     cache watches again; nothing left."""
-    from netctl.kit.kubefake.real import unavailable
+    from netctl_kit.kubefake.real import unavailable
 
     reason = unavailable()
     if reason:

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import harness
+from netctl_kit.harness import CNIResult
+from netctl_kit.kubefake import IPAMBLOCKS, IPPOOLS, RESERVATIONS, FakeKube, node, pod
 
-from netctl.kit import harness
-from netctl.kit.harness import CNIResult
-from netctl.kit.kubefake import IPAMBLOCKS, IPPOOLS, RESERVATIONS, FakeKube, node, pod
 from tests.conftest import (
     SYSTEM_CNI,
     TEST_PLUGINS,

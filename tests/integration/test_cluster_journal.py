@@ -33,12 +33,12 @@ from typing import Any
 
 import pytest
 import yaml
+from netctl_kit import harness
+from netctl_kit.harness import CNIResult
+from netctl_kit.kubefake import IPAMBLOCKS, FakeKube, node, pod
+from netctl_kit.kubefake.real import ApiFailure, RealKube, free_port
 
 from netctl.commands.journalview import ALLOCATION_COLUMNS
-from netctl.kit import harness
-from netctl.kit.harness import CNIResult
-from netctl.kit.kubefake import IPAMBLOCKS, FakeKube, node, pod
-from netctl.kit.kubefake.real import ApiFailure, RealKube, free_port
 from tests.conftest import SYSTEM_CNI, TEST_PLUGINS, TEST_SETTINGS, Daemon, wait_for
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.servers("fake")]

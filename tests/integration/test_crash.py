@@ -1,5 +1,5 @@
 """We test these aspects: the daemon dying or stopping in the middle of an ADD, with the
-crash scenario's steps (:mod:`netctl.kit.bench.crash`, the one ``netctl bench crash`` runs).
+crash scenario's steps (:mod:`netctl_kit.bench.crash`, the one ``netctl bench crash`` runs).
 
 - SIGKILL while one network (bridge) is done and another (``hang``) still runs:
   the journal has that ADD running, the caller gets code 11, the bridge half is left
@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import harness
+from netctl_kit.bench import crash
 
-from netctl.kit import harness
-from netctl.kit.bench import crash
 from tests.conftest import (
     SYSTEM_CNI,
     Daemon,

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from netctl_kit.harness import bridge_conf, exec_plugin, host_local, host_local_leases
 
-from netctl.kit.harness import bridge_conf, exec_plugin, host_local, host_local_leases
 from tests.conftest import Daemon, netns_links
 
 pytestmark = pytest.mark.netns

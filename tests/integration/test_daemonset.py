@@ -37,10 +37,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from netctl_kit import harness, realnode
+from netctl_kit.harness_podman import HostSnapshot
+from netctl_kit.kubefake import FakeKube, nad, node, pod
 
-from netctl.kit import harness, realnode
-from netctl.kit.harness_podman import HostSnapshot
-from netctl.kit.kubefake import FakeKube, nad, node, pod
 from tests import cri
 from tests.conftest import ROOT, bridge_ports, netns_addrs, netns_links
 from tests.fakehost import MARKER, PRIMARY, FakeHost, furnish

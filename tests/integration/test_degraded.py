@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import harness
+from netctl_kit.harness import CNIResult, netctl_argv
+from netctl_kit.kubefake import nad, node
 
 from netctl import __version__
-from netctl.kit import harness
-from netctl.kit.harness import CNIResult, netctl_argv
-from netctl.kit.kubefake import nad, node
 from tests.conftest import Daemon, Kube, free_port, ipam_bridge, wait_for
 from tests.integration.test_metrics import scrape, value
 

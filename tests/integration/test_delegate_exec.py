@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from netctl_kit.harness import wait_for
 
 from netctl.cni.invoke import (
     MAX_STDERR,
@@ -32,7 +33,6 @@ from netctl.cni.invoke import (
     run_plugin,
 )
 from netctl.errors import DELEGATE_BAD_OUTPUT, DELEGATE_TIMEOUT, INVALID_CONFIG, CNIError
-from netctl.kit.harness import wait_for
 
 RESULT = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
           "ips": [{"address": "10.1.2.3/24", "interface": 0}]}

@@ -32,10 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from netctl.devices import devinfo
-from netctl.kit.devices import PodResourcesServer, Prepared, temporary_device_veths
-from netctl.kit.kubefake import (
+from netctl_kit.devices import PodResourcesServer, Prepared, temporary_device_veths
+from netctl_kit.kubefake import (
     FakeKube,
     claim_allocation,
     nad,
@@ -44,7 +42,9 @@ from netctl.kit.kubefake import (
     resource_claim,
     resource_slice,
 )
-from netctl.kit.kubefake.objects import claim_ref, extended_claim_status, template_claim_status
+from netctl_kit.kubefake.objects import claim_ref, extended_claim_status, template_claim_status
+
+from netctl.devices import devinfo
 from netctl.kubeapi import access
 from tests.conftest import Daemon, ipam_bridge, netns_addrs, netns_links, wait_for
 

@@ -4,20 +4,20 @@ delegate (``tests/plugins/devmove``), on real parts.
 We test these aspects:
 
 - devmove, exec'd as a runtime execs it with Debian's ``static`` IPAM, moves a host veth end
-  (:func:`~netctl.kit.devices.device_veths`) into a real netns as CNI_IFNAME, up, with the
+  (:func:`~netctl_kit.devices.device_veths`) into a real netns as CNI_IFNAME, up, with the
   IPAM's address and route, and returns it (name, MAC, sandbox, ips on interface 0) in each
   cniVersion static speaks; it records what it was given; an ADD again answers the same;
   DEL puts the device back on the host under its name, up, and removes the record; a DEL
   again succeeds. ``runtimeConfig.deviceID`` alone works (cniVersion 1.1.0, no IPAM).
 - devmove's refusals: no deviceID (code 7), a device that is nowhere (code 7 naming it),
   an IPAM failure passed on with the device back on the host.
-- :func:`~netctl.kit.devices.remove_device_veths` removes a pair whose device end is in a
+- :func:`~netctl_kit.devices.remove_device_veths` removes a pair whose device end is in a
   netns (by its host peer).
-- :class:`~netctl.kit.devices.PodResourcesServer` answers ``v1.PodResourcesLister/List``
+- :class:`~netctl_kit.devices.PodResourcesServer` answers ``v1.PodResourcesLister/List``
   as the kubelet's proto lays it out (read here by field number with
   :mod:`netctl.devices.proto` through a plain grpcio call, not the kit's code), follows
   edits of its mapping, fails with ``UNAVAILABLE`` when set so, and removes its socket.
-- :class:`~netctl.kit.devices.DevicePlugin` against a Registration recorder (here, no
+- :class:`~netctl_kit.devices.DevicePlugin` against a Registration recorder (here, no
   kubelet): what it registers, its device list, Allocate, GetPreferredAllocation and
   PreStartContainer answers, its device-info files; all gone when it closes; a refused
   registration; registering again on a new socket.
@@ -39,17 +39,17 @@ from typing import Any
 
 import grpc
 import pytest
-
-from netctl.devices import proto
-from netctl.kit import devices as kit
-from netctl.kit.devices import (
+from netctl_kit import devices as kit
+from netctl_kit.devices import (
     DevicePlugin,
     PodResourcesServer,
     device_veths,
     remove_device_veths,
     temporary_device_veths,
 )
-from netctl.kit.harness import NETNS_DIR, CNIResult, exec_plugin
+from netctl_kit.harness import NETNS_DIR, CNIResult, exec_plugin
+
+from netctl.devices import proto
 from tests.conftest import (
     RUN_TAG,
     SYSTEM_CNI,

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import harness
+from netctl_kit.harness import SYSTEM_CNI
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID
 
-from netctl.kit import harness
-from netctl.kit.harness import SYSTEM_CNI
 from netctl.reconcile.events import AF_BRIDGE, netlink_hints
 from netctl.reconcile.watch import open_netlink
 from tests.conftest import Daemon, bridge_ports, ip, live, step_states, wait_for

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from netctl_kit import harness
 
-from netctl.kit import harness
 from tests.conftest import NETCTL, Daemon, netns_addrs
 from tests.fakehost import MARKER, PRIMARY, FakeHost, furnish
 

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from netctl_kit.harness import netctl_argv, netns_del, run
 
-from netctl.kit.harness import netctl_argv, netns_del, run
 from tests.conftest import (
     Daemon,
     bridge_conf,

@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit.bench.journal import Simulation, write
+from netctl_kit.harness import netctl_argv
 
 from netctl.commands import cli
 from netctl.journal.events import FIELDS
 from netctl.journal.migrate import migrate
 from netctl.journal.query import journal_path
-from netctl.kit.bench.journal import Simulation, write
-from netctl.kit.harness import netctl_argv
 from tests.conftest import Daemon
 
 POOL = "10.143.0.0/27"

@@ -28,9 +28,9 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from netctl_kit.harness import netns_del
 
 from netctl.commands import cli
-from netctl.kit.harness import netns_del
 from tests.conftest import Daemon, wait_for
 
 pytestmark = pytest.mark.netns

@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import harness
+from netctl_kit.harness_podman import HostSnapshot
+from netctl_kit.kubefake import FakeKube, nad, node, pod
 
-from netctl.kit import harness
-from netctl.kit.harness_podman import HostSnapshot
-from netctl.kit.kubefake import FakeKube, nad, node, pod
 from tests import cri
 from tests.conftest import (
     SYSTEM_CNI,

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit.harness import netctl_argv, run
+from netctl_kit.kubefake import FakeKube, nad
 
-from netctl.kit.harness import netctl_argv, run
-from netctl.kit.kubefake import FakeKube, nad
 from tests.conftest import (
     Background,
     Daemon,

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit.kubefake import FakeKube, nad, node, pod
+from netctl_kit.kubefake.real import RealKube
 
-from netctl.kit.kubefake import FakeKube, nad, node, pod
-from netctl.kit.kubefake.real import RealKube
 from tests.conftest import (
     Background,
     Daemon,

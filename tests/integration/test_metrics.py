@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit.harness import SYSTEM_CNI, exec_plugin, netctl_argv
+from netctl_kit.kubefake import nad, node
 from prometheus_client.parser import text_string_to_metric_families
 
-from netctl.kit.harness import SYSTEM_CNI, exec_plugin, netctl_argv
-from netctl.kit.kubefake import nad, node
 from tests.conftest import Daemon, Kube, free_port, ipam_bridge, wait_for
 
 pytestmark = pytest.mark.netns

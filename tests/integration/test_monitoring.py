@@ -37,10 +37,10 @@ from typing import Any
 
 import pytest
 import yaml
+from netctl_kit import harness
+from netctl_kit.kubefake import IPAMBLOCKS, IPPOOLS, RESERVATIONS, FakeKube, nad, node, pod
 from prometheus_client.parser import text_string_to_metric_families
 
-from netctl.kit import harness
-from netctl.kit.kubefake import IPAMBLOCKS, IPPOOLS, RESERVATIONS, FakeKube, nad, node, pod
 from tests.conftest import (
     ROOT,
     RUN_TAG,

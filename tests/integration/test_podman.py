@@ -9,7 +9,7 @@ removed while the daemon is down, finished by the next start's replay before it 
 ten containers at once, unique addresses, nothing left.
 
 Each test has its own daemon (``daemon`` fixture) and its own podman
-(:class:`netctl.kit.harness_podman.Podman`: temporary config and storage, a busybox image
+(:class:`netctl_kit.harness_podman.Podman`: temporary config and storage, a busybox image
 imported from a tar); both are removed after the test, and so is what podman leaves on the
 host. Skipped with the reason when podman cannot run here.
 """
@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import harness, harness_podman
+from netctl_kit.harness_podman import IMAGE, Podman, netctl_conflist
 
-from netctl.kit import harness, harness_podman
-from netctl.kit.harness_podman import IMAGE, Podman, netctl_conflist
 from tests.conftest import SYSTEM_CNI, Daemon, bridge_ports, free_port, http_get, wait_for
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]

@@ -1,7 +1,7 @@
-"""netctl on a real single-node Kubernetes cluster (:class:`netctl.kit.realnode.RealNode`):
+"""netctl on a real single-node Kubernetes cluster (:class:`netctl_kit.realnode.RealNode`):
 the control plane, kubelet and Debian's containerd, netctl's image built by ``make image``
 and installed as docs/kubernetes.md says (the CRD, rbac.yaml, daemonset.yaml). One node
-serves the module, once per Kubernetes version selected (:mod:`netctl.kit.kubebins`: the
+serves the module, once per Kubernetes version selected (:mod:`netctl_kit.kubebins`: the
 newest found by default; v1.24.0 and v1.36.2 pass); each test makes its own workload and
 takes it back.
 
@@ -20,9 +20,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from netctl.kit import devices, realnode
-from netctl.kit.realnode import (
+from netctl_kit import devices, realnode
+from netctl_kit.realnode import (
     BUSYBOX_IMAGE,
     NETWORKS,
     PRIMARY_SUBNET,
@@ -30,6 +29,7 @@ from netctl.kit.realnode import (
     is_ready,
     wait_for,
 )
+
 from tests.conftest import RealNodes
 
 pytestmark = [pytest.mark.realnode, pytest.mark.netns, pytest.mark.slow]

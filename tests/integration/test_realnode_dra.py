@@ -1,8 +1,8 @@
-"""DRA end to end on a real node (:class:`netctl.kit.realnode.RealNode`, Kubernetes v1.34 or
-later: the newest version :mod:`netctl.kit.kubebins` finds; v1.36.2 where it was tried):
+"""DRA end to end on a real node (:class:`netctl_kit.realnode.RealNode`, Kubernetes v1.34 or
+later: the newest version :mod:`netctl_kit.kubebins` finds; v1.36.2 where it was tried):
 the real API server, scheduler, controller-manager and kubelet, netctl installed as
 docs/kubernetes.md says (its ``rbac.yaml`` unchanged), and the kit's own DRA driver
-(:mod:`netctl.kit.dradriver`) registered with the kubelet through its plugin watcher,
+(:mod:`netctl_kit.dradriver`) registered with the kubelet through its plugin watcher,
 publishing host veths as network devices.
 
 We test these aspects:
@@ -33,9 +33,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from netctl_kit import devices, dradriver, kubebins
+from netctl_kit.realnode import BUSYBOX_IMAGE, DEVMOVE_RECORD, NETWORKS, RealNode, wait_for
 
-from netctl.kit import devices, dradriver, kubebins
-from netctl.kit.realnode import BUSYBOX_IMAGE, DEVMOVE_RECORD, NETWORKS, RealNode, wait_for
 from tests.conftest import RealNodes
 
 pytestmark = [pytest.mark.realnode, pytest.mark.netns, pytest.mark.slow]

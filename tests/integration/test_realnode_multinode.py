@@ -1,4 +1,4 @@
-"""netctl on three real nodes of one cluster (:class:`netctl.kit.realnode.RealCluster`, the
+"""netctl on three real nodes of one cluster (:class:`netctl_kit.realnode.RealCluster`, the
 session's shared cluster grown to three: tests/conftest.py ``real_nodes``), each node its
 own kubelet, containerd, mount and network namespaces, its ``eth0`` on a node network (a
 bridge on the machine); the cluster IPAM on (``ipam-backend: kubernetes``) as
@@ -35,9 +35,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from netctl.kit import realnode
-from netctl.kit.realnode import (
+from netctl_kit import realnode
+from netctl_kit.realnode import (
     BUSYBOX_IMAGE,
     NETWORKS,
     PRIMARY_SUBNET,
@@ -45,6 +44,7 @@ from netctl.kit.realnode import (
     is_ready,
     wait_for,
 )
+
 from tests.conftest import ROOT, RealNodes
 
 pytestmark = [pytest.mark.realnode, pytest.mark.netns, pytest.mark.slow]

@@ -1,7 +1,7 @@
 """A node switched from Multus thick to netctl, on a real single-node cluster
-(:class:`netctl.kit.realnode.RealNode`), as docs/migrating.md says to switch — once from
+(:class:`netctl_kit.realnode.RealNode`), as docs/migrating.md says to switch — once from
 Multus v4.1.4 and once from v4.3.0 on each Kubernetes version found
-(:func:`netctl.kit.realnode.versions`): the module's node is parametrized by both (Multus
+(:func:`netctl_kit.realnode.versions`): the module's node is parametrized by both (Multus
 v4.3.0 caches a conflist cluster network differently, see :mod:`netctl.engine.foreign`).
 
 1. Multus thick (``multus-daemon`` and ``multus-shim`` of that version, in an image built
@@ -16,7 +16,7 @@ v4.3.0 caches a conflist cluster network differently, see :mod:`netctl.engine.fo
 2. The switch, docs/migrating.md's steps 1 and 2 in the order that leaves no gap: netctl's
    daemon config with ``ipam-takeover: [whereabouts]`` and ``ipam-backend: kubernetes``,
    netctl installed as docs/kubernetes.md says
-   (:meth:`~netctl.kit.realnode.RealNode.install_netctl`) with ``--replace-multus`` added to
+   (:meth:`~netctl_kit.realnode.RealNode.install_netctl`) with ``--replace-multus`` added to
    the init container's ``install-cni --auto-config`` **while Multus still runs** (its
    ``00-multus.conf`` renamed behind ``00-netctl.conflist``, Multus' daemon still Ready),
    pods created then get their networks from netctl; then Multus' DaemonSet deleted (its
@@ -62,11 +62,10 @@ from typing import Any
 
 import pytest
 import yaml
-
-from netctl.kit import realnode
-from netctl.kit.harness import wait_for
-from netctl.kit.kubebins import KubeVersion
-from netctl.kit.realnode import (
+from netctl_kit import realnode
+from netctl_kit.harness import wait_for
+from netctl_kit.kubebins import KubeVersion
+from netctl_kit.realnode import (
     BUSYBOX_IMAGE,
     CRDS,
     MANIFESTS,
@@ -75,6 +74,7 @@ from netctl.kit.realnode import (
     NodeError,
     RealNode,
 )
+
 from tests.conftest import RealNodes
 
 pytestmark = [pytest.mark.realnode, pytest.mark.netns, pytest.mark.slow]

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from netctl_kit import harness
 
-from netctl.kit import harness
 from tests.conftest import Daemon, bridge_conf, bridge_ports, ipam_held, netns_links, wait_for
 
 pytestmark = pytest.mark.netns

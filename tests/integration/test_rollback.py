@@ -29,10 +29,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from netctl_kit import harness
+from netctl_kit.kubefake import IPPOOLS, RESERVATIONS, FakeKube
+from netctl_kit.kubefake.real import RealKube
 
-from netctl.kit import harness
-from netctl.kit.kubefake import IPPOOLS, RESERVATIONS, FakeKube
-from netctl.kit.kubefake.real import RealKube
 from netctl.kubeapi.handback import pool_name
 from netctl.kubeapi.whereabouts import pool_holds, reservation_holds
 from tests.conftest import NETCTL, Daemon, Kube, ipam_bridge, kube_server

@@ -13,10 +13,10 @@ import sys
 from collections.abc import Callable
 
 import pytest
+from netctl_kit.harness import ip
 
 from netctl.cni import rtnl
 from netctl.cni.netns import in_netns
-from netctl.kit.harness import ip
 
 
 def ip_links(ns: str) -> dict[str, tuple[str, str]]:

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
+from netctl_kit.harness import netctl_json, wait_for
 
-from netctl.kit.harness import netctl_json, wait_for
 from tests.conftest import Daemon, ipam_bridge
 
 pytestmark = pytest.mark.netns

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit.harness import netctl_argv
+from netctl_kit.kubefake import FakeKube, nad, node, pod
 
-from netctl.kit.harness import netctl_argv
-from netctl.kit.kubefake import FakeKube, nad, node, pod
 from tests.conftest import (
     CNIResult,
     Daemon,

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from netctl_kit.harness import netctl_argv, netns_del, run
 
-from netctl.kit.harness import netctl_argv, netns_del, run
 from tests.conftest import Daemon, netns_addrs, wait_for
 
 pytestmark = pytest.mark.netns

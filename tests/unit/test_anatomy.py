@@ -1,6 +1,6 @@
 """The kit's anatomy: what it counts of a request's path and of the product's size."""
 
-from netctl.kit import anatomy
+from netctl_kit import anatomy
 
 LAYERS = [["netctl.commands.cli"], ["netctl.daemon.run"], ["netctl.daemon.server"],
           ["netctl.engine"], ["netctl.journal", "netctl.cni"], ["netctl.logs"]]

@@ -13,8 +13,8 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 
-from netctl.kit.bench import whereabouts as wb
-from netctl.kit.bench.cluster import (
+from netctl_kit.bench import whereabouts as wb
+from netctl_kit.bench.cluster import (
     IPPOOLS,
     Alloc,
     blocks_report,
@@ -22,7 +22,7 @@ from netctl.kit.bench.cluster import (
     duplicates,
     requests_report,
 )
-from netctl.kit.kubefake import FakeKube
+from netctl_kit.kubefake import FakeKube
 
 POOL = ipaddress.ip_network("10.96.0.0/28")
 

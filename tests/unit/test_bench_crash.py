@@ -1,5 +1,5 @@
 """We test these aspects of `netctl bench crash`'s own logic, without a daemon: the check
-after each restart (:func:`netctl.kit.bench.crash.violations`) passes a sound state and names
+after each restart (:func:`netctl_kit.bench.crash.violations`) passes a sound state and names
 each kind of violation (a journal that fails its integrity check, an address allocated
 twice, an allocation whose attachment is not live, an attachment of a deleted or unknown
 pod, an acknowledged pod with nothing attached, a bridge port too many, a netns left, a
@@ -16,9 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-from netctl.kit.bench import crash
-from netctl.kit.bench.crash import FAULTS, Facts, violations
+from netctl_kit.bench import crash
+from netctl_kit.bench.crash import FAULTS, Facts, violations
 
 NET = "default/ncb-1"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 from collections import Counter
 
-from netctl.kit.bench.hotplug import IFF_UP, Change, link_flags, status_names, summarize
+from netctl_kit.bench.hotplug import IFF_UP, Change, link_flags, status_names, summarize
 
 
 def test_the_summary_of_the_changes() -> None:

@@ -10,8 +10,7 @@ from collections import defaultdict
 from itertools import pairwise
 
 import pytest
-
-from netctl.kit.bench.journal import Simulation, Week
+from netctl_kit.bench.journal import Simulation, Week
 
 
 def _rows(week: Week) -> list[tuple[str, str, float, float | None]]:

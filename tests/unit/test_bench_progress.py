@@ -1,4 +1,4 @@
-"""We test these aspects of the progress of long work (``netctl.kit.bench.render.steps``,
+"""We test these aspects of the progress of long work (``netctl_kit.bench.render.steps``,
 ``waiting``): to a pipe or a file only the lines, plain, one each, and nothing for
 steps without one (as the benches always printed); on a terminal a rich bar that
 counts the steps, with the lines above it and work started inside as a row of the
@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import threading
 
-from netctl.kit.bench import render
+from netctl_kit.bench import render
 
 
 class Terminal(io.StringIO):

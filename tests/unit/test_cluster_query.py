@@ -11,11 +11,11 @@ from typing import Any
 
 import msgspec
 import pytest
+from netctl_kit.kubefake.reviews import Grant, Reviews
 
 from netctl.commands.journalview import render
 from netctl.httpserver import request_of
 from netctl.journal.query import Filters
-from netctl.kit.kubefake.reviews import Grant, Reviews
 from netctl.kube import clusterquery as cq
 from netctl.kube import queryserver as qs
 from netctl.kubeapi import review

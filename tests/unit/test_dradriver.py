@@ -20,10 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from netctl.devices import proto
-from netctl.kit.devices import unix_call
-from netctl.kit.dradriver import (
+from netctl_kit.devices import unix_call
+from netctl_kit.dradriver import (
     DRA_SERVICE,
     REGISTRATION_SERVICE,
     DraDriver,
@@ -31,8 +29,10 @@ from netctl.kit.dradriver import (
     claims_request,
     read_prepare_answer,
 )
-from netctl.kit.harness import wait_for
-from netctl.kit.kubefake import FakeKube, claim_allocation, resource_claim
+from netctl_kit.harness import wait_for
+from netctl_kit.kubefake import FakeKube, claim_allocation, resource_claim
+
+from netctl.devices import proto
 
 DRIVER, NODE = "vf.netctl.test", "node-a"
 DEVICES = {"vf0": ("netctl.test/vf", "hostvf0"), "vf1": ("netctl.test/vf", "hostvf1")}

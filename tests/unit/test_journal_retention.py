@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import trio
 import trio.lowlevel
+from netctl_kit.bench.retention import POOL, POOL_INFO, PodLife, SimClock, add_pod, del_pod
 
 from netctl.cni.request import Pod
 from netctl.errors import CNIError
@@ -44,7 +45,6 @@ from netctl.journal.retention import (
     show_duration,
 )
 from netctl.journal.store import Journal, open_journal
-from netctl.kit.bench.retention import POOL, POOL_INFO, PodLife, SimClock, add_pod, del_pod
 from netctl.reconcile.facts import gather
 from netctl.reconcile.plan import Link
 from netctl.settings import load_config

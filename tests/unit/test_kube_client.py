@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from netctl.kit.kubefake import FakeKube, pod
+from netctl_kit.kubefake import FakeKube, pod
 
 REPO = Path(__file__).resolve().parents[2]
 

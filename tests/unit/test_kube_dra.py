@@ -18,12 +18,12 @@ from typing import Any, TypeVar
 import msgspec
 import trio
 import trio_asyncio
+from netctl_kit.kubefake import FakeKube, claim_allocation, pod, resource_claim, resource_slice
+from netctl_kit.kubefake.objects import claim_ref
 
 from netctl.cni.config import parse_chain
 from netctl.cni.request import Pod as PodRef
 from netctl.journal.records import Attachment
-from netctl.kit.kubefake import FakeKube, claim_allocation, pod, resource_claim, resource_slice
-from netctl.kit.kubefake.objects import claim_ref
 from netctl.kubeapi import access
 from netctl.kubeapi.api import Api, KubeSettings
 from netctl.kubeapi.dra import ClaimDevices

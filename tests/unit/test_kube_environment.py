@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import trio
 import yaml
+from netctl_kit.kubefake import FakeKube, pod
 
-from netctl.kit.kubefake import FakeKube, pod
 from netctl.kubeapi.api import Api, KubeSettings
 
 

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import trio
 import trio_asyncio
+from netctl_kit.kubefake import FakeKube, pod
 from trio.testing import wait_all_tasks_blocked
 
-from netctl.kit.kubefake import FakeKube, pod
 from netctl.kubeapi.api import Api, ApiError, KubeSettings
 from netctl.kubeapi.http import Endpoint, Http, HttpError
 

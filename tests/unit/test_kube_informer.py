@@ -14,9 +14,9 @@ import pytest
 import trio
 import trio.testing
 import trio_asyncio
+from netctl_kit.kubefake import FakeKube, nad, node, pod
 
 from netctl.errors import CNIError, NotListedYet
-from netctl.kit.kubefake import FakeKube, nad, node, pod
 from netctl.kubeapi.api import Api, ApiError, KubeSettings
 from netctl.kubeapi.informer import Informer, Pod
 from netctl.kubeapi.objects import NETWORKS

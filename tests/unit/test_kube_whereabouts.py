@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 import pytest
 import trio
 import trio_asyncio
+from netctl_kit.kubefake import FakeKube, crd, pod
 
-from netctl.kit.kubefake import FakeKube, crd, pod
 from netctl.kubeapi import access
 from netctl.kubeapi.api import Api, ApiError, KubeSettings
 from netctl.kubeapi.whereabouts import (

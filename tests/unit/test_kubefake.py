@@ -37,9 +37,8 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
-
-from netctl.kit.kubefake import IPAMBLOCKS, ApiError, FakeKube, nad, node, patching, pod, selectors
-from netctl.kit.kubefake.resources import PODS
+from netctl_kit.kubefake import IPAMBLOCKS, ApiError, FakeKube, nad, node, patching, pod, selectors
+from netctl_kit.kubefake.resources import PODS
 
 T = TypeVar("T")
 BLOCK = ("ipam.netctl.dev", "v1", "ipamblocks")

@@ -26,9 +26,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from netctl.kit.kubefake import ApiError, FakeKube, claim_allocation, pod, resource_claim
-from netctl.kit.kubefake.objects import (
+from netctl_kit.kubefake import ApiError, FakeKube, claim_allocation, pod, resource_claim
+from netctl_kit.kubefake.objects import (
     claim_ref,
     extended_claim_status,
     template_claim_status,

@@ -1,5 +1,5 @@
-"""The real API server's launcher (:mod:`netctl.kit.kubefake.real`) and the finder of the real
-binaries (:mod:`netctl.kit.kubebins`) say what is missing and where they looked, so a machine
+"""The real API server's launcher (:mod:`netctl_kit.kubefake.real`) and the finder of the real
+binaries (:mod:`netctl_kit.kubebins`) say what is missing and where they looked, so a machine
 without them skips the real-server and real-node runs with that line; the versions found are
 told apart and chosen as ``NETCTL_KUBE_VERSIONS`` says."""
 
@@ -9,9 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-
-from netctl.kit import kubebins, realnode
-from netctl.kit.kubefake import real
+from netctl_kit import kubebins, realnode
+from netctl_kit.kubefake import real
 
 
 def fake_version(root: Path, version: str, names: tuple[str, ...] = kubebins.NODE_BINARIES

@@ -32,11 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.console import RenderableType
-
-from netctl.kit import harness, journaldb
-from netctl.kit.bench import render
-from netctl.kit.bench.common import (
+from netctl_kit import harness, journaldb
+from netctl_kit.bench import render
+from netctl_kit.bench.common import (
     Bench,
     Measured,
     PodRun,
@@ -53,7 +51,8 @@ from netctl.kit.bench.common import (
     summary_ms,
     timed_operations,
 )
-from netctl.kit.harness import CNIResult
+from netctl_kit.harness import CNIResult
+from rich.console import RenderableType
 
 
 class Churn(Bench):

@@ -10,7 +10,7 @@ from netctl.commands.cli import Commands
 
 
 def run(args: argparse.Namespace) -> int:
-    from netctl.kit import bench
+    from netctl_kit import bench
 
     return bench.main(args)
 

@@ -2,7 +2,7 @@
 ``--nodes`` nodes allocate from one shared pool, netctl's cluster IPAM beside whereabouts'
 protocol, on the same fake API server with the same latency.
 
-The API server is :class:`netctl.kit.kubefake.FakeKube` (real HTTP; requests counted per verb
+The API server is :class:`netctl_kit.kubefake.FakeKube` (real HTTP; requests counted per verb
 and resource; ``--api-latency-ms`` added to each), serving the ``ipamblocks`` CRD
 (``ipam.netctl.dev/v1``, cluster-scoped), whereabouts' ``ippools`` and the built-in
 ``leases``, with one Node object per simulated node.
@@ -23,7 +23,7 @@ phases give the API requests per pod, by verb and resource.
    main plugin execs it, with a config whose ``ipam`` is ``{"type": "netctl-ipam",
    "range": POOL}`` and the node's socket. At the end the ``ipamblocks`` are listed: the
    blocks claimed, per node. The daemons are then stopped.
-3. **the baseline, whereabouts' protocol** (:mod:`netctl.kit.bench.whereabouts`): the same round
+3. **the baseline, whereabouts' protocol** (:mod:`netctl_kit.bench.whereabouts`): the same round
    on the same fake, each node simulated by ``--concurrency`` threads of this process, each
    invocation its own HTTP client: the cluster-wide Lease, the IPPool read and written back.
 
@@ -51,11 +51,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
-from rich.console import RenderableType
-
-from netctl.kit import harness
-from netctl.kit.bench import render
-from netctl.kit.bench.common import (
+from netctl_kit import harness
+from netctl_kit.bench import render
+from netctl_kit.bench.common import (
     DELEGATE_VERSION,
     POD_NAMESPACE,
     Bench,
@@ -66,12 +64,13 @@ from netctl.kit.bench.common import (
     progress,
     summary_ms,
 )
-from netctl.kit.bench.kube import READS, WRITES, made
-from netctl.kit.bench.render import steps
-from netctl.kit.bench.whereabouts import NAMESPACE, Endpoint, Tally, Whereabouts, pool_name
-from netctl.kit.kubefake import IPAMBLOCKS, IPPOOLS, FakeKube, node
-from netctl.kit.kubefake.real import RealKube
-from netctl.kit.kubefake.real import unavailable as real_unavailable
+from netctl_kit.bench.kube import READS, WRITES, made
+from netctl_kit.bench.render import steps
+from netctl_kit.bench.whereabouts import NAMESPACE, Endpoint, Tally, Whereabouts, pool_name
+from netctl_kit.kubefake import IPAMBLOCKS, IPPOOLS, FakeKube, node
+from netctl_kit.kubefake.real import RealKube
+from netctl_kit.kubefake.real import unavailable as real_unavailable
+from rich.console import RenderableType
 
 Kube = FakeKube | RealKube
 
@@ -230,7 +229,7 @@ class NetctlIpam:
 
 @dataclass
 class WhereaboutsIpam:
-    """whereabouts' protocol, one :class:`~netctl.kit.bench.whereabouts.Whereabouts` per
+    """whereabouts' protocol, one :class:`~netctl_kit.bench.whereabouts.Whereabouts` per
     invocation (its identity the pod, as whereabouts' is)."""
 
     api: Endpoint

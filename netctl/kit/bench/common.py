@@ -1,8 +1,8 @@
-"""What every ``netctl bench`` shares: the :class:`Bench` base over :mod:`netctl.kit.harness`
+"""What every ``netctl bench`` shares: the :class:`Bench` base over :mod:`netctl_kit.harness`
 (one prefix for everything a bench makes on the host, a temporary dir, the daemon and its
 installed plugin, bridge networks, a pool of workers, the clean-up), the timings, readers
 of the journal's timestamps, and the driver (:func:`drive`: SIGTERM and Ctrl-C become a
-clean-up; then the report, JSON or the tables of :mod:`netctl.kit.bench.render`, and the exit
+clean-up; then the report, JSON or the tables of :mod:`netctl_kit.bench.render`, and the exit
 status, 1 when anything went wrong).
 """
 
@@ -28,13 +28,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from netctl_kit import harness, journaldb
+from netctl_kit.bench.render import ratio, say, show, steps
+from netctl_kit.harness import EXEC_TIMEOUT, SYSTEM_CNI, CNIResult
 from rich.console import RenderableType
 
 from netctl.cni.config import Chain, parse_chain, plugin_config
 from netctl.journal import query
-from netctl.kit import harness, journaldb
-from netctl.kit.bench.render import ratio, say, show, steps
-from netctl.kit.harness import EXEC_TIMEOUT, SYSTEM_CNI, CNIResult
 
 BENCH_RANGE = ipaddress.IPv4Network("10.200.0.0/16")
 DELEGATE_VERSION = "1.0.0"  # the newest the system plugins (v1.1.1) speak
@@ -225,7 +225,7 @@ class Measured:
 
 class Bench:
     """What every bench has: one prefix for what it makes on the host, a temporary dir,
-    a :class:`netctl.kit.harness.Daemon` there (not started) with ``settings``, bridge
+    a :class:`netctl_kit.harness.Daemon` there (not started) with ``settings``, bridge
     networks, a pool of workers, and the clean-up."""
 
     def __init__(self, concurrency: int, settings: dict[str, Any] | None = None) -> None:
@@ -513,7 +513,7 @@ def timed_operations(ops: Operations, runs: list[PodRun], verb: str) -> list[OpT
 
 
 def steps_by_operation(conn: sqlite3.Connection) -> dict[int, list[sqlite3.Row]]:
-    """Every step's times (:func:`netctl.kit.journaldb.step_times`) by its operation."""
+    """Every step's times (:func:`netctl_kit.journaldb.step_times`) by its operation."""
     steps: dict[int, list[sqlite3.Row]] = {}
     for r in journaldb.step_times(conn):
         steps.setdefault(r["operation_id"], []).append(r)

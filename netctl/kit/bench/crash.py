@@ -1,7 +1,7 @@
 """The crash scenario, written once: SIGKILL the daemon in the middle of a churn, restart
 it, replay, reconcile, and count what is left; nothing may be. ``netctl bench crash`` runs
 it N times; ``tests/integration/test_crash.py`` runs an iteration, and its steps
-(:func:`kill`, :func:`recover`, :func:`netctl.kit.harness.leftovers`) around a deterministic
+(:func:`kill`, :func:`recover`, :func:`netctl_kit.harness.leftovers`) around a deterministic
 kill.
 
 One temporary state dir and one daemon config for the whole run: a bridge network with
@@ -65,7 +65,7 @@ answered and for the GC to finish, and the pods past the kill's count wait for t
    attachments and allocations unchanged;
 8. DEL every pod the runtime still knows through the plugin (as kubelet retries); each must
    exit 0; then delete its netns;
-9. look for leftovers (:func:`netctl.kit.harness.leftovers`: operations still running,
+9. look for leftovers (:func:`netctl_kit.harness.leftovers`: operations still running,
    attachments not removed, live IPAM allocations, host-local leases, ports on the bridges,
    host veths named in the journal's results that still exist (those ``netctl reconcile
    --dry-run`` would delete), delegate processes carrying the ``NETCTL_OWNER`` marker,
@@ -97,10 +97,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import RenderableType
-
-from netctl.kit import harness, journaldb
-from netctl.kit.bench.common import (
+from netctl_kit import harness, journaldb
+from netctl_kit.bench.common import (
     POD_NAMESPACE,
     Bench,
     Measured,
@@ -113,8 +111,9 @@ from netctl.kit.bench.common import (
     progress,
     summary_ms,
 )
-from netctl.kit.bench.render import num, steps, table, verdict
-from netctl.kit.harness import LEFTOVERS, CNIResult, Daemon, HarnessError, wait_for
+from netctl_kit.bench.render import num, steps, table, verdict
+from netctl_kit.harness import LEFTOVERS, CNIResult, Daemon, HarnessError, wait_for
+from rich.console import RenderableType
 
 PODS = 30  # churned per iteration
 RESIDENTS = 5  # attached before the churn, kept through it (≤ 3 vanish or DELed while down)

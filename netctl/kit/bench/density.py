@@ -2,11 +2,11 @@
 the primary CNI alone (the floor) and with netctl in front of it at 0, 1 and 3 NADs — the
 shape of kube-burner's node-density-cni that Multus runs on every change.
 
-The cluster is :class:`netctl.kit.realnode.RealCluster`: a control plane and ``--nodes``
+The cluster is :class:`netctl_kit.realnode.RealCluster`: a control plane and ``--nodes``
 real nodes (one by default) of the Kubernetes version ``--kube`` names
-(:mod:`netctl.kit.kubebins`; the newest found by default) (kubelet, Debian's containerd
+(:mod:`netctl_kit.kubebins`; the newest found by default) (kubelet, Debian's containerd
 1.6, runc) on this machine, each in its own network namespace, its primary CNI a bridge
-with host-local (a /24 of :data:`~netctl.kit.realnode.PRIMARY_SUBNET` a node), kubelet's
+with host-local (a /24 of :data:`~netctl_kit.realnode.PRIMARY_SUBNET` a node), kubelet's
 ``maxPods`` raised to hold the pods and the DaemonSet's; the pods go where the scheduler
 puts them. With ``--ipam-backend kubernetes`` netctl's daemon config says so (the NADs'
 pools shared by the nodes, blocks claimed through the API). The order of one run:
@@ -74,12 +74,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import RenderableType
-
-from netctl.journal import query
-from netctl.kit import journaldb, kubebins, realnode
-from netctl.kit.bench import render
-from netctl.kit.bench.common import (
+from netctl_kit import journaldb, kubebins, realnode
+from netctl_kit.bench import render
+from netctl_kit.bench.common import (
     Bench,
     Measured,
     _signals_ignored,
@@ -88,10 +85,13 @@ from netctl.kit.bench.common import (
     progress,
     summary_ms,
 )
-from netctl.kit.harness import HarnessError, host_local_leases, wait_for
-from netctl.kit.kubebins import KubeVersion
-from netctl.kit.kubefake.real import RealKube
-from netctl.kit.realnode import BUSYBOX_IMAGE, NETWORKS, PRIMARY_SUBNET, RealCluster, RealNode
+from netctl_kit.harness import HarnessError, host_local_leases, wait_for
+from netctl_kit.kubebins import KubeVersion
+from netctl_kit.kubefake.real import RealKube
+from netctl_kit.realnode import BUSYBOX_IMAGE, NETWORKS, PRIMARY_SUBNET, RealCluster, RealNode
+from rich.console import RenderableType
+
+from netctl.journal import query
 
 NAMESPACE = "default"
 LABEL = "netctl-bench"  # every pod of the bench carries LABEL=node-density

@@ -1,12 +1,12 @@
 """``netctl bench devices``: what a device network costs beside a veth network, and what the
 gRPC client costs the daemon.
 
-The cluster is :class:`netctl.kit.kubefake.FakeKube` with three NADs: the cluster network
+The cluster is :class:`netctl_kit.kubefake.FakeKube` with three NADs: the cluster network
 and ``veth`` (bridges, netctl-ipam), and ``vf`` — a device network
 (``k8s.v1.cni.cncf.io/resourceName``) whose delegate is ``tests/plugins/devmove``, the
 SR-IOV-like test delegate that moves the device named by ``deviceID`` (a host veth standing
 in for a VF) into the pod. The kubelet's PodResources API is the kit's stand-in on a real
-gRPC socket (:class:`netctl.kit.devices.PodResourcesServer`), answering one device per pod.
+gRPC socket (:class:`netctl_kit.devices.PodResourcesServer`), answering one device per pod.
 A Kubernetes-mode daemon (every setting its default) runs against it.
 
 ``--pods`` pods select ``veth``, one at a time (ADD, then the next); then ``--pods`` pods
@@ -29,11 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import RenderableType
-
-from netctl.kit import harness, journaldb
-from netctl.kit.bench import render
-from netctl.kit.bench.common import (
+from netctl_kit import harness, journaldb
+from netctl_kit.bench import render
+from netctl_kit.bench.common import (
     POD_NAMESPACE,
     Bench,
     Measured,
@@ -42,9 +40,11 @@ from netctl.kit.bench.common import (
     progress,
     summary_ms,
 )
-from netctl.kit.bench.kube import CLUSTER_NAMESPACE
-from netctl.kit.devices import PodResourcesServer, device_veths, remove_device_veths
-from netctl.kit.kubefake import FakeKube, nad, node, pod
+from netctl_kit.bench.kube import CLUSTER_NAMESPACE
+from netctl_kit.devices import PodResourcesServer, device_veths, remove_device_veths
+from netctl_kit.kubefake import FakeKube, nad, node, pod
+from rich.console import RenderableType
+
 from netctl.kubeapi.objects import NETWORKS
 
 NODE = "bench-node"

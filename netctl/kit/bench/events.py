@@ -41,11 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import RenderableType
-
-from netctl.kit import harness, journaldb
-from netctl.kit.bench import render
-from netctl.kit.bench.common import (
+from netctl_kit import harness, journaldb
+from netctl_kit.bench import render
+from netctl_kit.bench.common import (
     DELEGATE_VERSION,
     POD_NAMESPACE,
     Bench,
@@ -58,7 +56,8 @@ from netctl.kit.bench.common import (
     progress,
     summary_ms,
 )
-from netctl.kit.bench.render import steps
+from netctl_kit.bench.render import steps
+from rich.console import RenderableType
 
 ROUND_TIMEOUT = 30.0  # seconds a vanished sandbox may take to be released
 POLL = 0.01

@@ -1,7 +1,7 @@
 """``netctl bench hotplug``: how fast Kubernetes mode follows a running pod's networks
 annotation, and what each hot-plug costs in API requests.
 
-The cluster is :class:`netctl.kit.kubefake.FakeKube` (real HTTP; requests counted per verb and
+The cluster is :class:`netctl_kit.kubefake.FakeKube` (real HTTP; requests counted per verb and
 resource; ``--api-latency`` added to each request) holding two bridge networks with
 netctl-ipam as NADs — the cluster network (``kube-system``, the conf's ``clusterNetwork``)
 and ``net2`` (the pod's namespace, ``bench``) — and one pod of this node. A Kubernetes-mode
@@ -42,11 +42,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import RenderableType
-
-from netctl.kit import harness, journaldb
-from netctl.kit.bench import render
-from netctl.kit.bench.common import (
+from netctl_kit import harness, journaldb
+from netctl_kit.bench import render
+from netctl_kit.bench.common import (
     POD_NAMESPACE,
     Bench,
     Measured,
@@ -56,8 +54,10 @@ from netctl.kit.bench.common import (
     progress,
     summary_ms,
 )
-from netctl.kit.bench.kube import CLUSTER_NAMESPACE, made
-from netctl.kit.kubefake import FakeKube, nad, node, pod
+from netctl_kit.bench.kube import CLUSTER_NAMESPACE, made
+from netctl_kit.kubefake import FakeKube, nad, node, pod
+from rich.console import RenderableType
+
 from netctl.kubeapi.objects import NETWORK_STATUS, NETWORKS
 
 NODE = "bench-node"

@@ -20,12 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.console import RenderableType
-
-from netctl.ipam.ranges import parse_config as parse_ipam
-from netctl.kit import harness, journaldb
-from netctl.kit.bench import allocator, render
-from netctl.kit.bench.common import (
+from netctl_kit import harness, journaldb
+from netctl_kit.bench import allocator, render
+from netctl_kit.bench.common import (
     DELEGATE_VERSION,
     POD_NAMESPACE,
     Bench,
@@ -41,7 +38,10 @@ from netctl.kit.bench.common import (
     summary_ms,
     timed_operations,
 )
-from netctl.kit.harness import SYSTEM_CNI, CNIResult, tail
+from netctl_kit.harness import SYSTEM_CNI, CNIResult, tail
+from rich.console import RenderableType
+
+from netctl.ipam.ranges import parse_config as parse_ipam
 
 IPAM_SIDES = ("netctl", "host_local")
 IPAM_LABELS = {"netctl": "netctl-ipam", "host_local": "host-local"}

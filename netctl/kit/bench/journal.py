@@ -47,6 +47,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from netctl_kit import journaldb
+from netctl_kit.bench.common import Bench, Measured, drive, progress, summary_ms
+from netctl_kit.bench.render import num, steps, table, verdict
+from netctl_kit.harness import netctl_argv, run, tail
 from rich.console import RenderableType
 
 from netctl.ipam.planner import pool_key, scope_of
@@ -54,10 +58,6 @@ from netctl.ipam.ranges import Range, next_free
 from netctl.ipam.ranges import parse_config as parse_ipam
 from netctl.journal import query
 from netctl.journal.migrate import migrate
-from netctl.kit import journaldb
-from netctl.kit.bench.common import Bench, Measured, drive, progress, summary_ms
-from netctl.kit.bench.render import num, steps, table, verdict
-from netctl.kit.harness import netctl_argv, run, tail
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 ADD latency beside standalone mode, the daemon's memory with full caches and in a burst of
 ADDs — the figures behind the DaemonSet's resources.
 
-The cluster is :class:`netctl.kit.kubefake.FakeKube` (real HTTP; requests counted per verb and
+The cluster is :class:`netctl_kit.kubefake.FakeKube` (real HTTP; requests counted per verb and
 resource; ``--api-latency`` added to each request) holding:
 
 - bridge networks with netctl-ipam, as NADs: the cluster network (``kube-system``, the
@@ -42,7 +42,7 @@ In order:
 3. **cache misses**: ``--misses`` new pods, each created in the fake just before its ADD
    (kubelet has the pod before it runs the sandbox): with the watch healthy (the daemon's
    cache has the pod when the request arrives, or the daemon waits for the watch), then
-   with the watch lagging (:meth:`~netctl.kit.kubefake.FakeKube.watches_held`: the daemon
+   with the watch lagging (:meth:`~netctl_kit.kubefake.FakeKube.watches_held`: the daemon
    waits ``pod-wait`` for it, then reads it with one GET).
 4. **a burst**: ``--burst`` pods of the cache ADDed at the same moment (the daemon runs
    ``max-concurrent`` at once; the rest wait their turn), then DELed. The daemon's peak
@@ -74,13 +74,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import RenderableType
-
-from netctl.cni.config import parse_chain
-from netctl.kit import harness
-from netctl.kit.bench import render
-from netctl.kit.bench.churn import side_report
-from netctl.kit.bench.common import (
+from netctl_kit import harness
+from netctl_kit.bench import render
+from netctl_kit.bench.churn import side_report
+from netctl_kit.bench.common import (
     DELEGATE_VERSION,
     POD_NAMESPACE,
     Bench,
@@ -98,9 +95,12 @@ from netctl.kit.bench.common import (
     ratios,
     summary_ms,
 )
-from netctl.kit.bench.render import steps
-from netctl.kit.harness import SYSTEM_CNI, CNIResult
-from netctl.kit.kubefake import FakeKube, nad, node, pod
+from netctl_kit.bench.render import steps
+from netctl_kit.harness import SYSTEM_CNI, CNIResult
+from netctl_kit.kubefake import FakeKube, nad, node, pod
+from rich.console import RenderableType
+
+from netctl.cni.config import parse_chain
 from netctl.kubeapi.objects import NETWORK_STATUS, NETWORKS
 from netctl.settings import DaemonConfig
 

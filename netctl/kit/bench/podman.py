@@ -2,7 +2,7 @@
 backend) on a netctl network beside podman's own bridge network, the same image and command,
 in the same run; and with ``--network none`` as the floor (podman without any CNI).
 
-The podman is :class:`netctl.kit.harness_podman.Podman` (temporary config and storage, runc, the
+The podman is :class:`netctl_kit.harness_podman.Podman` (temporary config and storage, runc, the
 vfs driver, a busybox image imported from a tar). The sides:
 
 - ``podman``: a network made by ``podman network create --subnet``, podman's own conflist
@@ -32,14 +32,13 @@ import sys
 import time
 from typing import Any
 
+from netctl_kit import harness
+from netctl_kit.bench import render
+from netctl_kit.bench.common import Bench, Measured, Side, drive, pick_subnets, summary_ms
+from netctl_kit.bench.render import steps
+from netctl_kit.harness import SYSTEM_CNI
+from netctl_kit.harness_podman import CNI_STATE, IMAGE, Podman, netctl_conflist, preflight
 from rich.console import RenderableType
-
-from netctl.kit import harness
-from netctl.kit.bench import render
-from netctl.kit.bench.common import Bench, Measured, Side, drive, pick_subnets, summary_ms
-from netctl.kit.bench.render import steps
-from netctl.kit.harness import SYSTEM_CNI
-from netctl.kit.harness_podman import CNI_STATE, IMAGE, Podman, netctl_conflist, preflight
 
 SIDES = ("netctl", "podman", "none")
 COMMAND = ("ip", "-4", "-o", "addr", "show", "scope", "global")

@@ -1,7 +1,7 @@
 """``netctl bench query``: the latency of a cluster-wide ``kubectl netctl journal --ip ADDR
 --at T`` over ``--nodes`` simulated nodes, beside one node's local ``netctl journal``.
 
-The cluster: :class:`~netctl.kit.kubefake.FakeKube` (``--api-latency-ms`` added to each
+The cluster: :class:`~netctl_kit.kubefake.FakeKube` (``--api-latency-ms`` added to each
 request) with the ``ipamblocks`` CRD, a reader's token and its ``nodes/netctl-journal``
 grant, and ``--nodes`` real ``netctl daemon`` processes in Kubernetes mode (cluster IPAM),
 each serving ``query-addr`` on a loopback port that its DaemonSet pod's
@@ -37,10 +37,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from netctl.kit import harness
-from netctl.kit.bench.common import progress, summary_ms
-from netctl.kit.kubefake import IPAMBLOCKS, FakeKube, node, pod
-from netctl.kit.kubefake.real import free_port
+from netctl_kit import harness
+from netctl_kit.bench.common import progress, summary_ms
+from netctl_kit.kubefake import IPAMBLOCKS, FakeKube, node, pod
+from netctl_kit.kubefake.real import free_port
 
 POOL = "10.187.0.0/16"
 TOKEN = "bench-reader-token"

@@ -30,6 +30,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import trio
+from netctl_kit import journaldb
+from netctl_kit.bench.common import Bench, Measured, drive, progress, summary_ms
+from netctl_kit.bench.render import num, table, verdict
 from rich.console import RenderableType
 
 from netctl.cni.config import Chain, parse_chain
@@ -48,9 +51,6 @@ from netctl.journal.records import (
 )
 from netctl.journal.retention import REMOVED_KEPT, Retention, parse_duration, show_duration
 from netctl.journal.store import Journal, open_journal
-from netctl.kit import journaldb
-from netctl.kit.bench.common import Bench, Measured, drive, progress, summary_ms
-from netctl.kit.bench.render import num, table, verdict
 
 RANGE = ipaddress.IPv4Network("10.128.0.0/16")
 POOL = str(RANGE)

@@ -1,7 +1,7 @@
 """``netctl bench scale``: what the cluster pays as it grows — N nodes on one real API server.
 
 The API server is the real kube-apiserver of ``../shared/kube`` with one etcd
-(:class:`netctl.kit.kubefake.real.RealKube`: the project's CRDs and RBAC, an audit log). For
+(:class:`netctl_kit.kubefake.real.RealKube`: the project's CRDs and RBAC, an audit log). For
 each size of ``--nodes`` (``100,300`` runs both, the smallest first: its per-node rates are
 the baseline the larger ones are compared with):
 
@@ -55,12 +55,11 @@ from typing import Any
 
 import msgspec
 import trio
+from netctl_kit.bench.common import Bench, Interrupted, Measured, drive, proc_cpu, progress
+from netctl_kit.bench.render import num, table
+from netctl_kit.kubefake.real import RealKube
+from netctl_kit.kubefake.real import unavailable as real_unavailable
 from rich.console import RenderableType
-
-from netctl.kit.bench.common import Bench, Interrupted, Measured, drive, proc_cpu, progress
-from netctl.kit.bench.render import num, table
-from netctl.kit.kubefake.real import RealKube
-from netctl.kit.kubefake.real import unavailable as real_unavailable
 
 POOL = "10.64.0.0/12"  # 1M addresses: 16,384 blocks of /26
 STICKY_POOL = "10.80.0.0/16"  # the sticky pod's

@@ -3,7 +3,7 @@ and recreated, waits for its address back — on the same node, on another node,
 third one — beside the first ADD of a new pod, with the cluster IPAM.
 
 Three ``netctl daemon`` processes in Kubernetes mode with ``ipam-backend: kubernetes``
-(:meth:`~netctl.kit.bench.cluster.ClusterBench.start_daemons`: node-1…3, one fake API
+(:meth:`~netctl_kit.bench.cluster.ClusterBench.start_daemons`: node-1…3, one fake API
 server with the ``ipamblocks`` CRD). An allocation is ``netctl-ipam`` exec'd as a plain IPAM
 plugin with ``{"range": POOL, "sticky": true, "sticky_for": "1h"}`` and the node's socket;
 the pod's identity is its namespace and name (``K8S_POD_NAMESPACE``/``K8S_POD_NAME``, as a
@@ -34,13 +34,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from netctl_kit import harness
+from netctl_kit.bench import render
+from netctl_kit.bench.cluster import ClusterBench
+from netctl_kit.bench.common import DELEGATE_VERSION, Measured, drive, progress, summary_ms
+from netctl_kit.kubefake import IPAMBLOCKS, IPPOOLS, FakeKube
 from rich.console import RenderableType
-
-from netctl.kit import harness
-from netctl.kit.bench import render
-from netctl.kit.bench.cluster import ClusterBench
-from netctl.kit.bench.common import DELEGATE_VERSION, Measured, drive, progress, summary_ms
-from netctl.kit.kubefake import IPAMBLOCKS, IPPOOLS, FakeKube
 
 NAMESPACE = "apps"
 KINDS = ("first", "same_node", "other_node", "third_node")

@@ -3,7 +3,7 @@ netctl depends on, spoken over real HTTP so that the real kubernetes-asyncio cli
 netctl daemons in other processes, through a kubeconfig) can drive it. It lives in the
 package so that the bench can run it from an installed netctl; nothing that runs on a
 node imports it (``lint-imports`` holds it), and it imports nothing of netctl but
-:mod:`netctl.kit.kubebins` (where the real servers' binaries are, for :mod:`.real`).
+:mod:`netctl_kit.kubebins` (where the real servers' binaries are, for :mod:`.real`).
 
 - :mod:`.server`: :class:`FakeKube`, the server on its own thread and loop, and the
   controls a test holds (outage, compaction, dropped watches, request counts, latency).

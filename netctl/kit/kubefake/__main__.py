@@ -1,4 +1,4 @@
-"""``python -m netctl.kit.kubefake [--real] KUBECONFIG``: the fake API server as a process of its
+"""``python -m netctl_kit.kubefake [--real] KUBECONFIG``: the fake API server as a process of its
 own, for ``make demo`` (``deploy/demo.sh``) and anyone who wants to point a daemon at it by
 hand; with ``--real``, a real kube-apiserver and etcd instead (:mod:`.real`), whose
 kubeconfig carries netctl's ServiceAccount token, and ``KUBECONFIG.admin`` an
@@ -30,10 +30,10 @@ def main(argv: list[str]) -> int:
     real = argv[:1] == ["--real"]
     argv = argv[1:] if real else argv
     if len(argv) != 1:
-        print("usage: python -m netctl.kit.kubefake [--real] KUBECONFIG", file=sys.stderr)
+        print("usage: python -m netctl_kit.kubefake [--real] KUBECONFIG", file=sys.stderr)
         return 2
     if real and (reason := unavailable()):
-        print(f"python -m netctl.kit.kubefake --real: {reason}", file=sys.stderr)
+        print(f"python -m netctl_kit.kubefake --real: {reason}", file=sys.stderr)
         return 2
     target = Path(argv[0])
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # before the server's thread starts

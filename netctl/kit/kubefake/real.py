@@ -4,7 +4,7 @@ starts one: etcd and kube-apiserver as child processes on free loopback ports, i
 temporary directory (on tmpfs), with a CA, a serving certificate and service-account keys
 made by ``openssl``, an admin token, an audit log, the project's CRDs and RBAC applied.
 
-:class:`RealKube` has the test-facing methods of :class:`netctl.kit.kubefake.FakeKube`
+:class:`RealKube` has the test-facing methods of :class:`netctl_kit.kubefake.FakeKube`
 (``create``, ``get``, ``list``, ``update``, ``patch``, ``delete``, ``kubeconfig``,
 ``count``, ``reset_counts``, ``wait_watches``, ``stop``, ``start``, ``restart``), so one
 test body runs against both servers. netctl runs under a TokenRequest token of its
@@ -14,7 +14,7 @@ test's own requests, made with the admin token, are not counted — as the fake 
 only what comes over HTTP).
 
 Where the binaries are: ``NETCTL_KUBE_APISERVER`` (a kube-apiserver; by default the newest
-version :mod:`netctl.kit.kubebins` finds, built outside the repository) and ``NETCTL_ETCD``
+version :mod:`netctl_kit.kubebins` finds, built outside the repository) and ``NETCTL_ETCD``
 (default ``build/kube/etcd``, which ``make setup`` extracts from Debian's etcd-server,
 else ``etcd`` on PATH). When one is missing, :func:`unavailable` says which and how to
 provide it, and the real-server runs are skipped with that line.
@@ -47,9 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from netctl.kit import kubebins
-from netctl.kit.lifecycle import Opened
+from netctl_kit import kubebins
+from netctl_kit.lifecycle import Opened
 
 from .resources import BUILTIN, IPAMBLOCKS, IPPOOLS, RESERVATIONS, Registry, Resource
 
@@ -88,7 +87,7 @@ class ApiFailure(Exception):
 
 def apiserver_binary(kube: kubebins.KubeVersion | None = None) -> Path | None:
     """``NETCTL_KUBE_APISERVER`` when set, else ``kube``'s (by default the newest selected
-    version's: :func:`netctl.kit.kubebins.pick`) kube-apiserver."""
+    version's: :func:`netctl_kit.kubebins.pick`) kube-apiserver."""
     given = os.environ.get("NETCTL_KUBE_APISERVER")
     if given:
         return Path(given) if os.access(given, os.X_OK) else None
@@ -168,7 +167,7 @@ class RealKube(Opened):
         """``kube``: the Kubernetes version whose kube-apiserver runs (by default
         :func:`apiserver_binary`'s); ``service_accounts``: the ServiceAccount admission plugin on (a
         controller-manager must then make the default ServiceAccounts: a real node's
-        cluster, :mod:`netctl.kit.realnode`); ``apiserver_args``: more kube-apiserver flags;
+        cluster, :mod:`netctl_kit.realnode`); ``apiserver_args``: more kube-apiserver flags;
         ``address``: where kube-apiserver listens (and its certificate names): a real
         node's cluster gives its node network's gateway, which the nodes reach from their
         own network namespaces; it reaches the kubelets by their InternalIP."""

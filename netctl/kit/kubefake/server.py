@@ -160,7 +160,7 @@ class FakeKube:
 
         with FakeKube(crds=[crd("ipam.netctl.dev", "v1", "ipamblocks", "IPAMBlock")]) as kube:
             kube.kubeconfig(tmp_path / "kubeconfig")
-            kube.create("pods", pod("a", node="n1"))  # netctl.kit.kubefake.pod: a valid pod
+            kube.create("pods", pod("a", node="n1"))  # netctl_kit.kubefake.pod: a valid pod
             ...                                           # a daemon runs, ADDs pod a
             assert kube.count("get", "pods") == 0
     """
