@@ -75,12 +75,12 @@ async def serving(handler: Handler, test: Callable[[Http, list[int]], Awaitable[
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(partial(trio.serve_tcp, one, 0, host="127.0.0.1"))
         port = listeners[0].socket.getsockname()[1]
-        wire = Http(Endpoint("127.0.0.1", port, "", f"127.0.0.1:{port}", None,
+        client = Http(Endpoint("127.0.0.1", port, "", f"127.0.0.1:{port}", None,
                              "127.0.0.1"), bearer)
         try:
-            await test(wire, accepted)
+            await test(client, accepted)
         finally:
-            await wire.aclose()
+            await client.aclose()
             nursery.cancel_scope.cancel()
 
 
@@ -101,12 +101,12 @@ async def echo_path(stream: trio.SocketStream, n: int) -> None:
 
 
 def test_a_connection_is_kept_alive_and_reused() -> None:
-    async def test(wire: Http, accepted: list[int]) -> None:
+    async def test(client: Http, accepted: list[int]) -> None:
         for i in range(5):
-            got = await wire.request("GET", f"/x/{i}", {}, None, 5)
+            got = await client.request("GET", f"/x/{i}", {}, None, 5)
             assert got.status == 200
             assert json.loads(got.body) == {"path": f"/x/{i}", "conn": 0}
-        assert wire.opened == 1 and accepted == [0]
+        assert client.opened == 1 and accepted == [0]
     run(echo_path, test)
 
 
@@ -121,12 +121,12 @@ def test_one_closed_by_the_server_while_idle_is_dropped_and_a_new_one_made() -> 
         await trio.aclose_forcefully(stream)
         await hung_up_send.send(n)
 
-    async def test(wire: Http, accepted: list[int]) -> None:
+    async def test(client: Http, accepted: list[int]) -> None:
         for i in range(3):
-            got = await wire.request("PATCH", "/p", {}, b"{}", 5)
+            got = await client.request("PATCH", "/p", {}, b"{}", 5)
             assert json.loads(got.body) == {"conn": i}
             assert await hung_up.receive() == i  # closed while the connection idles
-        assert wire.opened == 3
+        assert client.opened == 3
     run(close_after_one, test)
 
 
@@ -144,18 +144,18 @@ async def drop_the_second_on_the_first(stream: trio.SocketStream, n: int) -> Non
 
 
 def test_a_get_on_a_reused_connection_dropped_as_it_arrives_is_sent_again_once() -> None:
-    async def test(wire: Http, accepted: list[int]) -> None:
-        assert json.loads((await wire.request("GET", "/a", {}, None, 5)).body) == {"conn": 0}
-        assert json.loads((await wire.request("GET", "/a", {}, None, 5)).body) == {"conn": 1}
-        assert wire.opened == 2
+    async def test(client: Http, accepted: list[int]) -> None:
+        assert json.loads((await client.request("GET", "/a", {}, None, 5)).body) == {"conn": 0}
+        assert json.loads((await client.request("GET", "/a", {}, None, 5)).body) == {"conn": 1}
+        assert client.opened == 2
     run(drop_the_second_on_the_first, test)
 
 
 def test_a_patch_on_a_connection_dropped_as_it_arrives_is_not_sent_again() -> None:
-    async def test(wire: Http, accepted: list[int]) -> None:
-        await wire.request("PATCH", "/p", {}, b"{}", 5)
+    async def test(client: Http, accepted: list[int]) -> None:
+        await client.request("PATCH", "/p", {}, b"{}", 5)
         with pytest.raises(HttpError):
-            await wire.request("PATCH", "/p", {}, b"{}", 5)
+            await client.request("PATCH", "/p", {}, b"{}", 5)
         assert accepted == [0]  # no second connection: the write may have been applied
     run(drop_the_second_on_the_first, test)
 
@@ -173,8 +173,8 @@ def test_an_answer_in_chunks_is_read_as_it_comes() -> None:
         await resume.wait()
         await stream.send_all(b"0\r\n\r\n")
 
-    async def test(wire: Http, accepted: list[int]) -> None:
-        stream = await wire.open_stream("GET", "/w", {}, 5)
+    async def test(client: Http, accepted: list[int]) -> None:
+        stream = await client.open_stream("GET", "/w", {}, 5)
         try:
             assert stream.status == 200
             got = b""
@@ -194,10 +194,10 @@ def test_a_server_that_never_answers_times_out() -> None:
         await read_request(stream, bytearray())
         await trio.sleep_forever()
 
-    async def test(wire: Http, accepted: list[int]) -> None:
+    async def test(client: Http, accepted: list[int]) -> None:
         with trio.fail_after(5):
             with pytest.raises(HttpError, match="timeout"):
-                await wire.request("GET", "/slow", {}, None, 0.3)
+                await client.request("GET", "/slow", {}, None, 0.3)
     run(silent, test)
 
 
@@ -208,17 +208,17 @@ def test_a_server_that_hangs_up_half_way_through_an_answer() -> None:
         await read_request(stream, bytearray())
         await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial\"")
 
-    async def test(wire: Http, accepted: list[int]) -> None:
+    async def test(client: Http, accepted: list[int]) -> None:
         with pytest.raises(HttpError, match=r"reading the answer from 127\.0\.0\.1"):
-            await wire.request("GET", "/half", {}, None, 5)
-        await next_on_a_new_connection(wire)
+            await client.request("GET", "/half", {}, None, 5)
+        await next_on_a_new_connection(client)
     run(half, test)
 
 
-async def next_on_a_new_connection(wire: Http) -> None:
+async def next_on_a_new_connection(client: Http) -> None:
     """The next request goes on a new connection: the last one was never kept for reuse."""
-    got = json.loads((await wire.request("GET", "/next", {}, None, 5)).body)
-    assert got == {"path": "/next", "conn": 1} and wire.opened == 2
+    got = json.loads((await client.request("GET", "/next", {}, None, 5)).body)
+    assert got == {"path": "/next", "conn": 1} and client.opened == 2
 
 
 def test_an_informational_answer_then_the_answer_in_the_same_and_in_later_reads() -> None:
@@ -232,12 +232,12 @@ def test_an_informational_answer_then_the_answer_in_the_same_and_in_later_reads(
         await wait_all_tasks_blocked()  # the client has read it and waits for more
         await stream.send_all(answer(b'{"two":2}', status="201 Created"))
 
-    async def test(wire: Http, accepted: list[int]) -> None:
-        one = await wire.request("GET", "/1", {}, None, 5)
+    async def test(client: Http, accepted: list[int]) -> None:
+        one = await client.request("GET", "/1", {}, None, 5)
         assert (one.status, one.reason, one.body) == (200, "OK", b'{"one":1}')
-        two = await wire.request("GET", "/2", {}, None, 5)
+        two = await client.request("GET", "/2", {}, None, 5)
         assert (two.status, two.reason, two.body) == (201, "Created", b'{"two":2}')
-        assert wire.opened == 1  # kept alive across both
+        assert client.opened == 1  # kept alive across both
     run(early_hints, test)
 
 
@@ -252,10 +252,10 @@ def test_an_answer_whose_body_ends_with_the_connection_is_read_whole() -> None:
         await stream.send_all(b'"of it"}')
         # and hangs up: that ends the body
 
-    async def test(wire: Http, accepted: list[int]) -> None:
-        got = await wire.request("GET", "/x", {}, None, 5)
+    async def test(client: Http, accepted: list[int]) -> None:
+        got = await client.request("GET", "/x", {}, None, 5)
         assert json.loads(got.body) == {"all": "of it"}
-        await next_on_a_new_connection(wire)  # closed: never reused
+        await next_on_a_new_connection(client)  # closed: never reused
     run(until_close, test)
 
 
@@ -267,12 +267,12 @@ def test_bytes_that_are_not_http_are_a_wire_error() -> None:
         await stream.send_all(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
         await trio.sleep_forever()
 
-    async def test(wire: Http, accepted: list[int]) -> None:
+    async def test(client: Http, accepted: list[int]) -> None:
         with trio.fail_after(5):
             with pytest.raises(HttpError, match=r"waiting for the answer from 127.0.0.1:\d+: "
                                r"illegal status line"):
-                await wire.request("PATCH", "/p", {}, b"{}", 5)
-        await next_on_a_new_connection(wire)
+                await client.request("PATCH", "/p", {}, b"{}", 5)
+        await next_on_a_new_connection(client)
     run(garbage, test)
 
 
@@ -285,13 +285,13 @@ def test_a_header_or_path_with_a_line_break_is_never_sent() -> None:
             heads.append(head)
             await stream.send_all(answer(b"{}"))
 
-    async def test(wire: Http, accepted: list[int]) -> None:
+    async def test(client: Http, accepted: list[int]) -> None:
         for path, headers in (("/p\r\nX-Evil: 1", {}), ("/p", {"X-A": "v\r\nX-Evil: 1"}),
                               ("/p", {"X-A": "v\0"}), ("/p", {"X-A": "vé"})):
             with pytest.raises(HttpError, match=r"the request to 127.0.0.1:\d+: "
                                r"(Illegal|a header or the path is not ASCII)"):
-                await wire.request("PATCH", path, headers, b"{}", 5)
-        await wire.request("PATCH", "/p", {"X-A": "v"}, b"{}", 5)
+                await client.request("PATCH", path, headers, b"{}", 5)
+        await client.request("PATCH", "/p", {"X-A": "v"}, b"{}", 5)
         assert len(heads) == 1 and b"X-Evil" not in heads[0]
         assert heads[0].startswith(b"PATCH /p HTTP/1.1\r\n") and b"\r\nX-A: v" in heads[0]
     run(record, test)
@@ -370,10 +370,10 @@ def test_a_broken_tls_handshake_names_the_address_and_the_step() -> None:
             listeners = await nursery.start(partial(trio.serve_tcp, hang_up, 0,
                                                     host="127.0.0.1"))
             port = listeners[0].socket.getsockname()[1]
-            wire = Http(Endpoint("127.0.0.1", port, "", f"127.0.0.1:{port}",
+            client = Http(Endpoint("127.0.0.1", port, "", f"127.0.0.1:{port}",
                                  ssl.create_default_context(), "127.0.0.1"))
             with pytest.raises(HttpError) as failed:
-                await wire.request("GET", "/api", {}, None, 5)
+                await client.request("GET", "/api", {}, None, 5)
             nursery.cancel_scope.cancel()
         message = str(failed.value)
         assert message.startswith(f"TLS handshake with 127.0.0.1:{port}: "), message
