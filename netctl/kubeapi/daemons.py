@@ -141,14 +141,16 @@ def with_api(settings: KubeSettings, fn: Callable[[Api], Awaitable[T]]) -> T:
     """``fn(api)`` from synchronous code (the CLI): its own trio run and API client, with
     the asyncio loop kubernetes-asyncio's loaders need only when the configuration is one
     netctl does not read itself (:mod:`netctl.kubeapi.full`)."""
+    lean = lean_config(settings)  # read once: the kubeconfig, its CA and key
+
     async def call() -> T:
-        api = await Api.connect(settings)
+        api = Api(lean, settings) if lean is not None else await Api.connect(settings)
         try:
             return await fn(api)
         finally:
             await api.close()
 
-    if lean_config(settings) is not None:
+    if lean is not None:
         return trio.run(call)
 
     import trio_asyncio
