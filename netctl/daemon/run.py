@@ -184,8 +184,8 @@ async def _ipam_store(cfg: DaemonConfig, journal: Journal,
     else:
         raise CNIError(INVALID_CONFIG, f"ipam-backend {cfg.ipam_backend!r}: sqlite or "
                        "kubernetes")
-    ipam.know_pools(await journal.ipam.pool_sizes())
-    journal.follower = ipam  # told of each committed allocation and release
+    ipam.index.know_pools(await journal.ipam.pool_sizes())
+    journal.ipam.follower = ipam  # told of each committed allocation and release
     return ipam, cluster
 
 

@@ -55,7 +55,7 @@ class Health:
             ready=not self.not_ready(),
             degraded=bool(self.mounts) or is_degraded(stuck, self.ipam.pool_fill(),
                                                       self.pool_degraded_at),
-            stuck=stuck, pools=self.ipam.pool_usage(),
+            stuck=stuck, pools=self.ipam.index.pool_usage(),
             journal_bytes=size, journal_writes=journal.writes,
             journal_commits=journal.commits)
         return local if self.kube is None else self.kube.snapshot(local)
@@ -88,7 +88,7 @@ class StatusDocument:
             "degraded": bool(degraded), "degraded_reasons": degraded,
             "pools": [p.to_json() for p in pool_fills(fill)],
             "pool_degraded_at": health.pool_degraded_at,
-            "sticky": health.ipam.sticky_status(),
+            "sticky": health.ipam.index.sticky_status(),
             "version": __version__, "pid": os.getpid(),
             "networks_dir": self.networks_dir,
             "in_flight": health.admission.in_flight, "queued": health.admission.queued,

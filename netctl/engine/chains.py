@@ -54,7 +54,7 @@ from netctl.engine.devices import remove_device_info
 from netctl.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError
 from netctl.ipam import ranges as ranges_mod
 from netctl.ipam.planner import Lease, pool_key, static_ipam
-from netctl.ipam.store import Store, allocate, record
+from netctl.ipam.store import Store, record
 from netctl.journal.records import (
     Allocation,
     Attachment,
@@ -316,13 +316,13 @@ class Chains:
         if verb == "ADD":
             owner = Owner(att.container_id, att.ifname, netns, att.pod, att.id, att.identity)
             wanted: list[str] = att.capability_args.get("ips") or []  # checked when planned
-            decision = await allocate(self.ipam, cfg, ranges, owner, wanted, time.time())
+            decision = await self.ipam.allocate(cfg, ranges, owner, wanted, time.time())
             leases, new = decision.leases, decision.new
         else:
             gateways = {pool_key(cfg, rng): rng.gateway for rng in ranges}
             decision = None
             leases = [Lease(a.pool, a.cidr, gateways.get(a.pool))
-                      for a in self.ipam.of_attachment(att.id)]
+                      for a in self.ipam.index.of_attachment(att.id)]
             new = []
         return plugin_config(att.chain, index, prev, att.capability_args, cni_args,
                              ipam=static_ipam(cfg, leases), device=att.device), new, decision
@@ -427,7 +427,7 @@ class Chains:
         how = ended(ready, att, out, d.cancel_grace)
         if verb == "ADD" and not how.started:
             run.started = min(run.started, index)
-        gone = self.ipam.of_attachment(att.id) if how.frees and run.served.has(index) else []
+        gone = self.ipam.index.of_attachment(att.id) if how.frees and run.served.has(index) else []
         await self.journal.end_step(how.end, op_id=op_id, gone=gone)
         if how.error is not None:
             # the message only: what the plugin printed on stderr is the step's, in the

@@ -24,7 +24,7 @@ from netctl.errors import INVALID_CONFIG, UNKNOWN_CONTAINER, CNIError
 from netctl.ipam import sticky
 from netctl.ipam.planner import ipam_result, pool_key
 from netctl.ipam.ranges import IPAMConfig, Range
-from netctl.ipam.store import Store, allocate, record
+from netctl.ipam.store import Store, record
 from netctl.journal.records import OpStart, Owner
 from netctl.journal.store import Journal
 
@@ -86,7 +86,7 @@ class IpamPlugin:
         owner = Owner(inv.container_id, inv.ifname, inv.netns, inv.pod, None,
                       sticky.identity(inv.pod))
         try:
-            decision = await allocate(self.store, req.cfg, req.ranges, owner, wanted,
+            decision = await self.store.allocate(req.cfg, req.ranges, owner, wanted,
                                       time.time())
         except CNIError as exc:
             await self.journal.one_transaction(req.op(), failure=exc)
@@ -97,12 +97,12 @@ class IpamPlugin:
         return Reply(versions.convert_result(result, req.conf.cniVersion))
 
     async def delete(self, req: _Request) -> Reply:
-        gone = self.store.of_owner(req.inv.container_id, req.inv.ifname, req.pools)
+        gone = self.store.index.of_owner(req.inv.container_id, req.inv.ifname, req.pools)
         await self.journal.one_transaction(req.op(), gone=gone)
         return Reply()
 
     async def check(self, req: _Request) -> Reply:
-        if not self.store.of_owner(req.inv.container_id, req.inv.ifname, req.pools):
+        if not self.store.index.of_owner(req.inv.container_id, req.inv.ifname, req.pools):
             exc = CNIError(UNKNOWN_CONTAINER, f"netctl-ipam: container {req.inv.container_id} "
                            f"ifname {req.inv.ifname} holds no address in "
                            f"{', '.join(sorted(req.pools))}")
@@ -118,7 +118,7 @@ class IpamPlugin:
             return Reply(warning="netctl-ipam GC carried no cni.dev/valid-attachments list: "
                          "nothing collected")
         young = time.time() - self.gc_grace
-        stale = [a for a in self.store.live() if a.pool in req.pools
+        stale = [a for a in self.store.index.live() if a.pool in req.pools
                  and a.owner.attachment_id is None and a.allocated_at <= young
                  and (a.owner.container_id, a.owner.ifname) not in valid]
         await self.journal.one_transaction(req.op(), gone=stale)

@@ -5,19 +5,17 @@ engine, the reconciler and the daemon know a store by this interface only: the n
 :class:`IndexStore` (``ipam-backend: sqlite``) and the cluster store
 (:mod:`netctl.ipam.cluster`, ``ipam-backend: kubernetes``) are its implementations.
 
-- ``allocate`` plans (:func:`allocate`) and takes the new allocations as used.
-
-- ``reserve`` takes the planner's new allocations before anything is written:
-  it may do I/O (the cluster store claims there the blocks it planned in and
-  does not hold yet, its intent journaled first) and must make them count as
-  used at once, so a concurrent request is never handed the same address.
-- ``record`` happens inside the journal transaction of the step (or plain-IPAM
-  request) that uses the addresses: the engine passes the allocations to the
-  journal, which writes them with the step and, once that committed, tells the store
-  (``recorded``: the store is the journal's ``follower``); ``unreserve`` when it did not.
-- a release likewise: the journal marks them released in the step's transaction and
-  then tells the store (``released``). No caller keeps the two in step: the journal's
-  commit does.
+- ``allocate`` plans and counts the new allocations as used at once, before any await,
+  so a concurrent request is never handed the same address (the cluster store also
+  claims there the blocks it planned in and does not hold yet, its intent journaled
+  first).
+- The journal writes them with the step (or plain-IPAM request) that uses them and,
+  once that committed, tells the store (``recorded``: the store is the journal's
+  ``ipam.follower``); the caller says ``unreserve`` when it did not commit
+  (:func:`record`). Releases and ended sticky reservations likewise (``released``,
+  ``ended``): no caller keeps the two in step.
+- Every read goes through ``index``, the :class:`IndexStore` below (on a node in the
+  cluster IPAM, the one that indexes this node's blocks).
 
 :class:`IndexStore` keeps the live allocations in memory, indexed by scope and
 address, by owner and by attachment: every question the planner asks is a dict
@@ -35,8 +33,9 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self, TypeVar
 
-from netctl.ipam.planner import Decision, SetUnion, View, plan
+from netctl.ipam.planner import Decision, SetUnion, plan
 from netctl.ipam.ranges import IPAMConfig, Range
+from netctl.journal.allocations import Ended, Follower
 from netctl.journal.records import Allocation, Owner, Reservation
 
 T = TypeVar("T")
@@ -45,64 +44,28 @@ T = TypeVar("T")
 Loaded = tuple[list[Allocation], dict[str, int], list[Reservation]]
 
 
-class Store(View, Protocol):
-    async def allocate(self, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
-                       wanted: list[str], now: float) -> Decision:
-        """Plan and reserve: the addresses of ``owner``'s leases, ``new`` counted as used."""
+class Store(Follower, Protocol):
+    """An IPAM store as the engine, the reconciler and the daemon use it; the journal
+    tells it what committed (:class:`~netctl.journal.allocations.Follower`)."""
+
+    @property
+    def index(self) -> IndexStore:
+        """The read view: the live allocations and sticky reservations, the pools."""
         ...
 
-    async def reserve(self, new: list[Allocation]) -> None:
-        """Hold ``new`` (already counted as used) until recorded or unreserved."""
+    async def allocate(self, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
+                       wanted: list[str], now: float) -> Decision:
+        """Plan and reserve: the addresses of ``owner``'s leases, ``new`` counted as used
+        until the journal records them or :meth:`unreserve` gives them back."""
         ...
 
     def unreserve(self, new: list[Allocation]) -> None:
         """The transaction that was to record ``new`` did not commit."""
         ...
 
-    def recorded(self, new: list[Allocation]) -> None:
-        """``new`` is now in the journal."""
-        ...
-
-    def released(self, gone: Iterable[Allocation]) -> None:
-        """``gone`` was released in the journal."""
-        ...
-
-    def of_attachment(self, attachment_id: int) -> list[Allocation]: ...
-
-    def of_owner(self, container_id: str, ifname: str,
-                 pools: AbstractSet[str] | None = None) -> list[Allocation]: ...
-
-    def live(self) -> list[Allocation]: ...
-
-    def know_pools(self, sizes: dict[str, int]) -> None:
-        """The sizes of pools planned before (the journal's ``ipam_pools``)."""
-        ...
-
-    def pool_usage(self) -> dict[str, tuple[int | None, int]]:
-        """Every known pool's size (None: not planned since the start) and live count."""
-        ...
-
     def pool_fill(self) -> dict[str, tuple[int | None, int]]:
         """Every known pool's size and how many of its addresses this node can no longer
         hand out (``pool-degraded-at``, netctl/engine/degraded.py)."""
-        ...
-
-    def reservations(self) -> list[Reservation]:
-        """The sticky reservations held now."""
-        ...
-
-    def expired(self, now: float) -> list[Reservation]:
-        """The sticky reservations whose time ended by ``now``."""
-        ...
-
-    def end_reservations(self, ended: Iterable[Reservation], how: str = "expired") -> None:
-        """``ended`` was recorded as ended in the journal (``how``: ``expired``, or
-        ``taken_back`` by another node): the addresses are no longer reserved."""
-        ...
-
-    def sticky_status(self) -> dict[str, Any]:
-        """The sticky reservations now (count per pool, each with its identity and end)
-        and how many ended since the start (taken back, expired)."""
         ...
 
 
@@ -172,13 +135,19 @@ class IndexStore:
     def expired(self, now: float) -> list[Reservation]:
         return [r for r in self._reservations.values() if r.until <= now]
 
-    def end_reservations(self, ended: Iterable[Reservation], how: str = "expired") -> None:
+    @property
+    def index(self) -> IndexStore:
+        return self
+
+    def ended(self, ended: Iterable[Reservation], how: Ended = "expired") -> None:
+        """``ended`` is no longer reserved (``how``: its time ran out, or another node
+        took it back)."""
         for res in ended:
             if self._reservations.get(res.key) is res:
                 self._sticky_ended[how] += 1
             self._unreserve_sticky(res)
 
-    def restore_reservation(self, res: Reservation, how: str) -> None:
+    def restore_reservation(self, res: Reservation, how: Ended) -> None:
         """``res``, ended ``how`` in memory only, reserved again (its end was not
         written)."""
         self._sticky_ended[how] -= 1
@@ -231,9 +200,6 @@ class IndexStore:
                 for pool, (size, used) in self.pool_usage().items()}
 
     # -- Store -------------------------------------------------------------------
-
-    async def reserve(self, new: list[Allocation]) -> None:
-        return None  # counted as used by allocate(), before any await
 
     def unreserve(self, new: list[Allocation]) -> None:
         self._drop(new)
@@ -311,11 +277,6 @@ class IndexStore:
         for key, info in decision.pools.items():
             self._sizes[key] = info.size
         self.take(decision.new)
-        try:
-            await self.reserve(decision.new)
-        except BaseException:
-            self.unreserve(decision.new)
-            raise
         return decision
 
     def take(self, new: list[Allocation]) -> None:
@@ -332,12 +293,6 @@ class IndexStore:
 
 
 _CHECK: Store = IndexStore()  # mypy: the index implements the interface
-
-
-async def allocate(store: Store, cfg: IPAMConfig, ranges: list[Range], owner: Owner,
-                   wanted: list[str], now: float) -> Decision:
-    """Plan and reserve on ``store`` (:meth:`IndexStore.allocate`, or the cluster store's)."""
-    return await store.allocate(cfg, ranges, owner, wanted, now)
 
 
 async def record(store: Store, new: list[Allocation], write: Callable[[], Awaitable[T]]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from typing import Literal, Protocol
 
 from netctl.journal.commit import Committer
 from netctl.journal.records import Allocation, BlockRecord, OpStart, Reservation
@@ -24,6 +25,21 @@ from netctl.journal.rows import (
     reservation_of,
 )
 
+# how a sticky reservation ended: its time ran out, or another node took it back
+Ended = Literal["expired", "taken_back"]
+
+
+class Follower(Protocol):
+    """What follows the live allocations and reservations as the journal commits them
+    (the IPAM's store, :mod:`netctl.ipam.store`): told in the step that committed each
+    change, so no caller keeps the two in step."""
+
+    def recorded(self, new: list[Allocation]) -> None: ...
+
+    def released(self, gone: list[Allocation]) -> None: ...
+
+    def ended(self, ended: list[Reservation], how: Ended) -> None: ...
+
 
 class IpamRecords:
     """The IPAM's rows of one journal (module doc)."""
@@ -31,6 +47,7 @@ class IpamRecords:
     def __init__(self, io: Committer, clock: Callable[[], float] = time.time) -> None:
         self._io = io
         self.clock = clock
+        self.follower: Follower | None = None  # the IPAM's store, set where it is made
 
     async def live_allocations(self) -> tuple[list[Allocation], dict[str, int],
                                               list[Reservation]]:
@@ -48,12 +65,14 @@ class IpamRecords:
 
         return await self._io.read(fn)
 
-    async def end_reservations(self, ended: Sequence[Reservation], end: str = "expired",
+    async def end_reservations(self, ended: Sequence[Reservation], how: Ended = "expired",
                                why: str = "expired") -> None:
-        """Sticky reservations ended in one transaction (``end``: ``expired``, or ``taken
-        back`` by another node): a RELEASE operation (origin ``sticky``) for each, its
-        reason naming the address, the identity and ``why``, so the journal shows when and
-        how the address stopped being reserved."""
+        """Sticky reservations ended in one transaction (``how``), then the follower told:
+        a RELEASE operation (origin ``sticky``) for each, its reason naming the address,
+        the identity and ``why``, so the journal shows when and how the address stopped
+        being reserved (its ``reservation_end``: ``expired`` or ``taken back``)."""
+        end = "taken back" if how == "taken_back" else how
+
         def fn(db: sqlite3.Connection) -> None:
             now = self.clock()
             for res in ended:
@@ -69,6 +88,8 @@ class IpamRecords:
                 close_operation(db, op_id, "done", None, None, now)
 
         await self._io.write(fn)
+        if self.follower is not None and ended:
+            self.follower.ended(list(ended), how)
 
     async def pool_sizes(self) -> dict[str, int]:
         """Every pool's size (``ipam_pools``, kept as text: an IPv6 pool's size passes

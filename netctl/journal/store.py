@@ -29,7 +29,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import trio
 
@@ -66,15 +66,6 @@ from netctl.journal.rows import (
 )
 
 
-class Follower(Protocol):
-    """What follows the live allocations as the journal commits them (the IPAM's store,
-    :mod:`netctl.ipam.store`): told in the step that committed each change."""
-
-    def recorded(self, new: list[Allocation]) -> None: ...
-
-    def released(self, gone: list[Allocation]) -> None: ...
-
-
 class Begun(NamedTuple):
     """An operation begun (:meth:`Journal.begin`): its id, and its first steps' ids."""
 
@@ -105,8 +96,6 @@ class Journal:
         self._next_attachment = next_attachment  # the id :meth:`number` gives next
         self.path = path
         self.live = LiveIndex()  # where live attachments and allocations are (live.py)
-        # the IPAM's store, told of each committed change of the live allocations
-        self.follower: Follower | None = None
         self._outer: dict[int, logs.Context] = {}  # op id → the log context it was begun in
         # attachment id → the result its row holds, recorded by its last step's end: the
         # operation's close does not write it again (its trigger re-indexes the addresses)
@@ -466,16 +455,17 @@ class Journal:
     def _allocations_changed(self, new: Sequence[Allocation], gone: Sequence[Allocation]
                              ) -> None:
         """A committed write's allocations (``new``) and releases (``gone``) into the
-        journal's own index and to :attr:`follower`, in the step that committed them."""
+        journal's own index and to the IPAM's store (:attr:`IpamRecords.follower`), in the
+        step that committed them."""
         for alloc in new:
             self.live.allocated((alloc.scope, alloc.address), alloc.owner.container_id,
                                 alloc.owner.netns, alloc.owner.attachment_id)
         self.live.released([(alloc.scope, alloc.address) for alloc in gone])
-        if self.follower is not None:
+        if (follower := self.ipam.follower) is not None:
             if new:
-                self.follower.recorded(list(new))
+                follower.recorded(list(new))
             if gone:
-                self.follower.released(list(gone))
+                follower.released(list(gone))
 
 
     # -- retention (netctl/journal/retention.py) -------------------------------------------

@@ -92,11 +92,10 @@ class Reconciler:
         """End the sticky reservations whose time is up (journaled first: a RELEASE of
         origin ``sticky`` each, its reason naming the address and the identity); their
         addresses are free again. How many ended."""
-        ended = self.ipam.expired(time.time() if now is None else now)
+        ended = self.ipam.index.expired(time.time() if now is None else now)
         if not ended:
             return 0
-        await self.journal.ipam.end_reservations(ended)
-        self.ipam.end_reservations(ended)
+        await self.journal.ipam.end_reservations(ended)  # the store is told by the journal
         log.info("sticky reservations expired: %s", ", ".join(
             f"{r.address} ({r.identity})" for r in ended))
         return len(ended)
@@ -179,7 +178,7 @@ class Reconciler:
         for alloc_id, _, reason in todo.release:
             fact = allocs[alloc_id]
             addr = ipaddress.ip_address(fact.address)
-            held = self.ipam.holder(fact.scope, addr.version, int(addr))
+            held = self.ipam.index.holder(fact.scope, addr.version, int(addr))
             if held is None or (held.owner.container_id, held.owner.ifname) != (
                     fact.container_id, fact.ifname):
                 continue  # released (or taken again) since the facts were read
@@ -211,7 +210,7 @@ class Reconciler:
                         if a.id == att_id), None)
             if att is None or await trio.to_thread.run_sync(is_netns, att.netns):
                 return
-            held = self.ipam.of_attachment(att_id)
+            held = self.ipam.index.of_attachment(att_id)
             if not held:
                 return
             await self.journal.one_transaction(OpStart(
@@ -293,7 +292,7 @@ class Reconciler:
                                f"({', '.join(alive)}) still exists: its interfaces may be in "
                                "use, so netctl will not forget them; delete the pod (or its "
                                "netns) first, or pass --force")
-            gone = [alloc for a in atts for alloc in self.ipam.of_attachment(a.id)]
+            gone = [alloc for a in atts for alloc in self.ipam.index.of_attachment(a.id)]
             rows = [{"attachment": a.id, "network": a.network, "ifname": a.ifname,
                      "state": a.state, "failures": a.del_failures, "error": a.error,
                      "netns": a.netns, "netns_exists": exists.get(a.netns, False),

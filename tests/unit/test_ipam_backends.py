@@ -40,7 +40,7 @@ from netctl.engine.ipam_plugin import IpamPlugin
 from netctl.errors import INVALID_CONFIG, POOL_EXHAUSTED, CNIError
 from netctl.ipam.planner import Decision, pool_key, scope_of
 from netctl.ipam.ranges import IPAMConfig, Range, parse_config
-from netctl.ipam.store import IndexStore, allocate
+from netctl.ipam.store import IndexStore
 from netctl.journal.records import Allocation, Attachment, OpStart, Owner
 from netctl.journal.store import Journal, open_journal
 
@@ -69,7 +69,7 @@ def addresses(decision: Decision) -> list[str]:
 
 
 def snapshot(store: IndexStore) -> list[Allocation]:
-    return sorted(store.live(), key=lambda a: (a.scope, a.version, a.ip))
+    return sorted(store.index.live(), key=lambda a: (a.scope, a.version, a.ip))
 
 
 class Harness:
@@ -79,7 +79,7 @@ class Harness:
         self.journal = journal
         self.store = IndexStore()
         if journal is not None:
-            journal.follower = self.store
+            journal.ipam.follower = self.store
         self.pools: set[str] = set()  # every pool seen, for comparing cursors
 
     async def add(self, p: Pool, cid: str, wanted: list[str] | None = None,
@@ -88,7 +88,7 @@ class Harness:
         op = OpStart(verb="ADD", container_id=cid, ifname=ifname, netns=who.netns,
                      pod=who.pod, origin="ipam")
         try:
-            decision = await allocate(self.store, p.cfg, p.ranges, who, wanted or [],
+            decision = await self.store.allocate(p.cfg, p.ranges, who, wanted or [],
                                       time.time())
         except CNIError as exc:
             if self.journal is not None:
@@ -109,7 +109,7 @@ class Harness:
 
     async def delete(self, cid: str, ifname: str = "eth0",
                      pools: AbstractSet[str] | None = None) -> int:
-        gone = self.store.of_owner(cid, ifname, pools)
+        gone = self.store.index.of_owner(cid, ifname, pools)
         if self.journal is not None:
             await self.journal.one_transaction(
                 OpStart(verb="DEL", container_id=cid, ifname=ifname, origin="ipam"), gone=gone)
@@ -119,7 +119,7 @@ class Harness:
         return len(gone)
 
     def held(self, cid: str, ifname: str = "eth0") -> list[str]:
-        return sorted(a.cidr for a in self.store.of_owner(cid, ifname))
+        return sorted(a.cidr for a in self.store.index.of_owner(cid, ifname))
 
     async def reloaded(self) -> IndexStore:
         assert self.journal is not None
@@ -140,7 +140,7 @@ class Harness:
         """A new daemon: the store as loaded from the journal (the fake keeps its own)."""
         if self.journal is not None:
             self.store = await self.reloaded()
-            self.journal.follower = self.store
+            self.journal.ipam.follower = self.store
 
 
 Scenario = Callable[[Harness], Awaitable[None]]
@@ -339,7 +339,7 @@ def test_concurrent_requests_never_share_an_address(run: Callable[[Scenario], No
             for i in range(20):
                 nursery.start_soon(one, f"c{i}")
         assert len(got) == 20 and len(set(got.values())) == 20
-        assert {a.cidr for a in h.store.live()} == set(got.values())
+        assert {a.cidr for a in h.store.index.live()} == set(got.values())
 
     run(scenario)
 
@@ -386,7 +386,7 @@ def test_gc_releases_only_stale_plain_allocations(tmp_path: Path) -> None:
             att = Attachment(container_id="att", ifname="eth0", network="default/blue",
                              chain=chain)
             await journal.begin(OpStart(verb="ADD", container_id="att"), adding=[att])
-            decision = await allocate(h.store, p.cfg, p.ranges,
+            decision = await h.store.allocate(p.cfg, p.ranges,
                                       Owner("att", "eth0", attachment_id=att.id), [],
                                       time.time())
             await journal.one_transaction(OpStart(verb="ADD", container_id="att"),
@@ -395,7 +395,7 @@ def test_gc_releases_only_stale_plain_allocations(tmp_path: Path) -> None:
 
             reply = await plugin.handle(gc(None))  # no list: nothing collected
             assert "nothing collected" in reply.warning
-            assert len(h.store.live()) == 4
+            assert len(h.store.index.live()) == 4
 
             await plugin.handle(gc([{"containerID": "keep", "ifname": "eth0"}]))
             assert h.held("keep") == ["10.9.7.1/24"]
@@ -459,7 +459,7 @@ def test_allocation_cost_stays_flat_as_a_slash_17_fills() -> None:
     async def main() -> None:
         for i in range(size):
             before = (store.counts.probes, store.counts.enumerations, store.counts.used_calls)
-            decision = await allocate(store, p.cfg, p.ranges, Owner(f"c{i}", "eth0"), [], 0.0)
+            decision = await store.allocate(p.cfg, p.ranges, Owner(f"c{i}", "eth0"), [], 0.0)
             store.recorded(decision.new)
             per_call.append((store.counts.probes - before[0],
                              store.counts.enumerations - before[1],
@@ -467,12 +467,12 @@ def test_allocation_cost_stays_flat_as_a_slash_17_fills() -> None:
             # fail fast: a cost that grows with the fill would take minutes to finish
             assert per_call[-1][0] <= 64, f"allocation {i} probed {per_call[-1][0]} addresses"
         with pytest.raises(CNIError) as full:
-            await allocate(store, p.cfg, p.ranges, Owner("one-more", "eth0"), [], 0.0)
+            await store.allocate(p.cfg, p.ranges, Owner("one-more", "eth0"), [], 0.0)
         assert full.value.code == POOL_EXHAUSTED and f"{size} addresses" in full.value.msg
 
     trio.run(main)
-    assert len(store.live()) == size
-    assert len({a.ip for a in store.live()}) == size
+    assert len(store.index.live()) == size
+    assert len({a.ip for a in store.index.live()}) == size
     tenth = size // 10
     first, last = set(per_call[:tenth]), set(per_call[-tenth:])
     assert first == last, (first, last)

@@ -25,7 +25,7 @@ import trio
 from netctl.cni.config import parse_chain
 from netctl.ipam.planner import Decision
 from netctl.ipam.ranges import parse_config
-from netctl.ipam.store import IndexStore, allocate
+from netctl.ipam.store import IndexStore
 from netctl.journal.live import LiveAllocation, LiveAttachment
 from netctl.journal.records import Allocation, Attachment, OpEnd, OpStart, Owner, StepEnd, StepStart
 from netctl.journal.store import Journal, open_journal
@@ -52,7 +52,7 @@ async def same_as_read(journal: Journal) -> None:
 
 async def allocated(store: IndexStore, att_id: int | None, cid: str) -> Decision:
     cfg, ranges = parse_config(IPAM)
-    return await allocate(store, cfg, ranges, Owner(cid, "eth0", NETNS, attachment_id=att_id),
+    return await store.allocate(cfg, ranges, Owner(cid, "eth0", NETNS, attachment_id=att_id),
                           [], time.time())
 
 

@@ -49,7 +49,7 @@ def pod(name: str, uid: str) -> Pod:
 
 def reconciler(journal: Journal, tmp_path: Path) -> Reconciler:
     store = IndexStore()
-    journal.follower = store
+    journal.ipam.follower = store
     admission = Admission()
     engine = Engine(journal, Chains(journal, Delegates([]), store), HostRoot(),
                     NetworkDir(str(tmp_path)), ArgsSelector(), admission)

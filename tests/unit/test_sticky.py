@@ -15,7 +15,7 @@ from netctl.cni.request import Pod
 from netctl.errors import CNIError
 from netctl.ipam.ranges import parse_config
 from netctl.ipam.sticky import DEFAULT_STICKY_FOR, identity, parse_sticky_for, sticky_seconds
-from netctl.ipam.store import IndexStore, allocate
+from netctl.ipam.store import IndexStore
 from netctl.journal.records import Owner
 
 
@@ -77,7 +77,7 @@ def owner(cid: str, ident: str, ifname: str = "eth0") -> Owner:
 
 
 def get(store: IndexStore, own: Owner, wanted: list[str] | None = None) -> str:
-    decision = trio.run(allocate, store, CFG, RANGES, own, wanted or [], 0.0)
+    decision = trio.run(store.allocate, CFG, RANGES, own, wanted or [], 0.0)
     store.recorded(decision.new)
     return decision.leases[0].address
 
@@ -103,7 +103,7 @@ def test_store_reserves_hands_back_and_expires() -> None:
     # a pod without identity (no pod name) is no exception
     assert get(store, owner("c4", "")) == "10.9.0.4/29"
     # the identity gets it back; not recorded (the transaction failed): reserved again
-    decision = trio.run(allocate, store, CFG, RANGES, owner("c5", "pod:apps/db-0"), [], 0.0)
+    decision = trio.run(store.allocate, CFG, RANGES, owner("c5", "pod:apps/db-0"), [], 0.0)
     assert decision.leases[0].address == a and store.reservations() == []
     store.unreserve(decision.new)
     assert [r.address for r in store.reservations()] == ["10.9.0.1"]
@@ -112,7 +112,7 @@ def test_store_reserves_hands_back_and_expires() -> None:
     clock.now = 2000.0
     ended = store.expired(1060.0)
     assert [r.address for r in ended] == ["10.9.0.1"]
-    store.end_reservations(ended)
+    store.ended(ended)
     assert store.reservations() == [] and store.sticky_status()["ended"]["expired"] == 1
     assert get(store, owner("c6", "pod:apps/web-2")) == "10.9.0.1/29"
 
@@ -135,7 +135,7 @@ def test_not_sticky_config_ignores_identity() -> None:
     cfg, ranges = parse_config({"type": "netctl-ipam", "range": "10.9.0.0/29",
                                 "allocation_order": "lowest"})
     store = IndexStore()
-    d = trio.run(allocate, store, cfg, ranges, owner("c1", "pod:a/b"), [], 0.0)
+    d = trio.run(store.allocate, cfg, ranges, owner("c1", "pod:a/b"), [], 0.0)
     assert d.new[0].sticky == ""
     store.released(d.new)
     assert store.reservations() == []

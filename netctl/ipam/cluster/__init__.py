@@ -10,7 +10,7 @@ The API is called only when:
 - a range has no free address in this node's blocks: the address is planned in the
   next block nobody holds (:func:`.blocks.candidates`, from the node's own starting
   point), which the node **claims** as it reserves the address
-  (:meth:`.ClusterStore.reserve`): journaling the intent first (``ipam_blocks`` state
+  (:meth:`.ClusterStore.allocate`): journaling the intent first (``ipam_blocks`` state
   ``claiming``), then creating the block object — create is the claim, AlreadyExists
   means another node has it — then recording it ``held``. A claim whose outcome was not
   recorded (a crash, an API server that did not answer) is settled by
@@ -105,5 +105,5 @@ def cluster_store(api: Api, journal: Journal, settings: ClusterSettings,
         Informer(api, IPAMBlock, BLOCKS, [], metadata_only=True))
     maintenance = Maintenance(cluster, holdings, claims, gone)
     store = ClusterStore(cluster, holdings, claims, borrows, adoption, whereabouts, maintenance)
-    journal.follower = store  # told of each allocation and release the journal commits
+    journal.ipam.follower = store  # told of each allocation and release the journal commits
     return store

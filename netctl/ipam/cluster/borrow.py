@@ -174,7 +174,7 @@ class Borrows:
                     and obj.spec.identity and index.holder(scope, version, ip) is None \
                     and (res.identity, res.ifname) == (obj.spec.identity, obj.spec.ifname):
                 grant = "granted"
-                index.end_reservations([res], "taken_back")  # before any await
+                index.ended([res], "taken_back")  # before any await
             else:
                 res = None
             if grant == "granted":
@@ -192,8 +192,7 @@ class Borrows:
                      h.record.cidr if h else obj.spec.parent, obj.spec.node)
             if res is not None:
                 await self.cluster.journal.ipam.end_reservations(
-                    [res], "taken back", f"taken back by node {obj.spec.node}")
-                self.holdings.sticky_changed.set()
+                    [res], "taken_back", f"taken back by node {obj.spec.node}")
 
     async def answer_transfer(self, obj: IPAMBlock) -> None:
         """Another node asks for this node's borrow object ``obj``: handed over when its
@@ -212,7 +211,7 @@ class Borrows:
             and (res.identity, res.ifname) == (ask.identity, ask.ifname)
         with self.claims.aside(h.record.id):
             if granted and res is not None:
-                index.end_reservations([res], "taken_back")  # before any await
+                index.ended([res], "taken_back")  # before any await
                 self.claims.life.withdraw(obj.metadata.name)  # nothing lands in it now
             try:
                 done = await block_objects.answer_transfer(self.cluster.api, obj, granted)
@@ -228,7 +227,7 @@ class Borrows:
                      ask.identity)
             if granted and res is not None:
                 journal = self.cluster.journal
-                await journal.ipam.end_reservations([res], "taken back",
+                await journal.ipam.end_reservations([res], "taken_back",
                                                f"taken back by node {ask.node}")
                 await self.claims.life.move(h.record, "released")
                 self.cluster.blocks.cache[("", done.metadata.name)] = done

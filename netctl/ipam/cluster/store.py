@@ -4,8 +4,7 @@ first (its block claimed when nobody holds it, borrowed when another node does),
 plans with the same pure planner as every store, on each range narrowed to this node's
 blocks of it (:func:`~netctl.ipam.cluster.blocks.narrow`). When the node's blocks of a
 range are full, it plans in the block it would claim next (:meth:`.Claims.next_block`),
-and :meth:`ClusterStore.reserve` claims that block before anything is recorded — as the
-:class:`~netctl.ipam.store.Store` protocol says; when the claim lands on another block
+claims that block before anything is recorded; when the claim lands on another block
 (another node took that one, or a request of this node claimed one meanwhile), the
 allocation is planned again. The live allocations are an
 :class:`~netctl.ipam.store.IndexStore`'s; the other questions go to the parts the factory
@@ -39,7 +38,8 @@ from netctl.ipam.cluster.state import Cluster, Holdings
 from netctl.ipam.cluster.takeover import WhereaboutsHolds
 from netctl.ipam.planner import Decision, address_family, plan, pool_key, scope_of
 from netctl.ipam.ranges import IPAMConfig, Range, next_free, sticky_for
-from netctl.ipam.store import Store
+from netctl.ipam.store import IndexStore, Store
+from netctl.journal.allocations import Ended
 from netctl.journal.records import Allocation, Owner, PoolInfo, Reservation
 from netctl.kubeapi import blocks as block_objects
 from netctl.kubeapi.api import ApiError
@@ -52,7 +52,7 @@ log = logging.getLogger("netctl.ipam")
 
 @dataclass(frozen=True)
 class _Claim:
-    """A block planned in that this node does not hold yet: :meth:`ClusterStore.reserve`
+    """A block planned in that this node does not hold yet: :meth:`ClusterStore.allocate`
     claims it. ``before``: how many blocks of the pool the node held when it found them
     full."""
 
@@ -114,26 +114,16 @@ class ClusterStore:
     def sticky_holder(self, pool: str, identity: str, ifname: str) -> Allocation | None:
         return self.holdings.index.sticky_holder(pool, identity, ifname)
 
-    def reservations(self) -> list[Reservation]:
-        return self.holdings.index.reservations()
-
-    def expired(self, now: float) -> list[Reservation]:
-        return self.holdings.index.expired(now)
-
-    def end_reservations(self, ended: Iterable[Reservation], how: str = "expired") -> None:
-        self.holdings.index.end_reservations(ended, how)
-        self.holdings.sticky_changed.set()
-
-    def sticky_status(self) -> dict[str, Any]:
-        return self.holdings.index.sticky_status()
-
     # -- the Store: the index's ------------------------------------------------------------
 
-    async def reserve(self, new: list[Allocation]) -> None:
+    @property
+    def index(self) -> IndexStore:
+        return self.holdings.index
+
+    async def _claim_planned(self, new: list[Allocation]) -> None:
         """Claim the blocks ``new`` was planned in that this node does not hold yet (its
         intent journaled first: :meth:`.Claims.claim`); :class:`_Replan` when a claim
         lands on another block."""
-        await self.holdings.index.reserve(new)
         due = [c for a in new if (c := self._to_claim.pop((a.pool, a.ip), None))]
         for claim in due:
             if claim.block in self.holdings.of_pool(pool_key(claim.cfg, claim.rng)):
@@ -154,26 +144,14 @@ class ClusterStore:
         self.holdings.index.released(gone)
         self._sticky(gone)
 
+    def ended(self, ended: Iterable[Reservation], how: Ended = "expired") -> None:
+        self.holdings.index.ended(ended, how)
+        self.holdings.sticky_changed.set()
+
     def _sticky(self, allocs: Iterable[Allocation]) -> None:
         """Sticky allocations came or went: the published reservations may be stale."""
         if any(a.sticky for a in allocs):
             self.holdings.sticky_changed.set()
-
-    def of_attachment(self, attachment_id: int) -> list[Allocation]:
-        return self.holdings.index.of_attachment(attachment_id)
-
-    def of_owner(self, container_id: str, ifname: str,
-                 pools: AbstractSet[str] | None = None) -> list[Allocation]:
-        return self.holdings.index.of_owner(container_id, ifname, pools)
-
-    def live(self) -> list[Allocation]:
-        return self.holdings.index.live()
-
-    def know_pools(self, sizes: dict[str, int]) -> None:
-        self.holdings.index.know_pools(sizes)
-
-    def pool_usage(self) -> dict[str, tuple[int | None, int]]:
-        return self.holdings.index.pool_usage()
 
     # -- allocation ------------------------------------------------------------------------
 
@@ -182,7 +160,7 @@ class ClusterStore:
         await self._wait_ready()
         pools = {pool_key(cfg, r): PoolInfo(cfg.network_name, r.key, r.version, r.size)
                  for r in ranges}
-        self.know_pools({key: info.size for key, info in pools.items()})
+        self.index.know_pools({key: info.size for key, info in pools.items()})
         ident = owner.identity if sticky_for(cfg) is not None else ""
         await self.borrows.place(cfg, ranges, wanted, ident, owner.ifname)
         if ident:
@@ -197,7 +175,7 @@ class ClusterStore:
             self._to_claim.update(((a.pool, a.ip), to_claim[a.pool]) for a in decision.new
                                   if a.pool in to_claim and to_claim[a.pool].block.contains(a.ip))
             try:
-                await self.reserve(decision.new)
+                await self._claim_planned(decision.new)
             except _Replan:
                 self.unreserve(decision.new)
                 continue
@@ -318,7 +296,7 @@ class ClusterStore:
         that differs, under the resourceVersion read. How many blocks were written."""
         node = self.cluster.settings.node
         want: dict[str, list[StickyEntry]] = {}
-        for res in self.holdings.index.reservations():
+        for res in self.index.reservations():
             name = self._block_of(res.scope, res.version, res.ip)
             if name is not None:
                 want.setdefault(name, []).append(StickyEntry(

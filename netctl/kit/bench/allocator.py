@@ -18,7 +18,7 @@ import trio
 
 from netctl.cni.request import Pod
 from netctl.ipam.ranges import parse_config
-from netctl.ipam.store import IndexStore, allocate
+from netctl.ipam.store import IndexStore
 from netctl.journal.records import OpStart, Owner
 from netctl.journal.store import open_journal
 
@@ -31,12 +31,12 @@ async def _fill(state_dir: str, count: int, cidr: str) -> dict[str, Any]:
     cpu: list[float] = []
     async with open_journal(state_dir) as journal:
         store = IndexStore.of(*await journal.ipam.live_allocations())
-        journal.follower = store
+        journal.ipam.follower = store
         started = time.perf_counter()
         for i in range(count):
             t0, c0 = time.perf_counter(), time.process_time()
             owner = Owner(f"bench{i}", "eth0", "", Pod(), None)
-            decision = await allocate(store, cfg, ranges, owner, [], time.time())
+            decision = await store.allocate(cfg, ranges, owner, [], time.time())
             await journal.one_transaction(OpStart(verb="ADD", container_id=owner.container_id,
                                                   ifname="eth0", origin="ipam"),
                                           new=decision.new, pools=decision.pools)

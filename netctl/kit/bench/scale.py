@@ -592,7 +592,7 @@ def _duplicates(sims: list[SimNode]) -> dict[str, Any]:
     """Addresses live on more than one node, from every node's store."""
     holders: dict[str, set[str]] = defaultdict(set)
     for sim in sims:
-        for alloc in sim.store.live():
+        for alloc in sim.store.index.live():
             holders[alloc.address].add(sim.name)
     twice = {a: sorted(n) for a, n in holders.items() if len(n) > 1}
     return {"addresses": len(twice), "live": len(holders), "examples": dict(list(
