@@ -108,3 +108,25 @@ class Refusal(CNIError):
 
     def __repr__(self) -> str:
         return f"Refusal({self.code}, {self.reason}, {self.msg!r})"
+
+
+def first_error(exc: BaseException) -> CNIError | None:
+    """The CNI error a failure is: itself, or the first one a group of concurrent failures
+    holds (the chains of a pod's networks run in one nursery)."""
+    if isinstance(exc, CNIError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := first_error(inner)) is not None:
+                return found
+    return None
+
+
+def describe(exc: BaseException) -> str:
+    """A failure in words, for a runtime, a log line or the journal: its type and message
+    (a group's parts, each so), never a repr."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(dict.fromkeys(describe(inner) for inner in exc.exceptions))
+    if isinstance(exc, CNIError):
+        return exc.msg
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -21,6 +21,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import trio
 
+from netctl.errors import describe
+
 if TYPE_CHECKING:
     import h11
 
@@ -133,7 +135,7 @@ class HttpServer:
             response = await self.handler(request)
         except Exception as exc:  # a bug: answered, logged, the server goes on
             log.exception("%s: %s %s failed", self.setting, request.method, request.path)
-            response = Response(500, f"netctl internal error: {exc!r}\n".encode())
+            response = Response(500, f"netctl internal error: {describe(exc)}\n".encode())
         self.served += 1
         await self._send(stream, conn, response, head_only=request.method == "HEAD")
 

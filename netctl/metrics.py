@@ -133,6 +133,8 @@ class Snapshot:
     journal_bytes: int = 0
     journal_writes: int = 0
     journal_commits: int = 0
+    journal_writable: bool = True  # its disk took the last batch
+    journal_refused: int = 0  # writes its disk refused (full, read-only, I/O error)
     watches: Mapping[str, CacheState] | None = None  # resource → its cache
     api_calls: Mapping[tuple[str, str], int] | None = None  # (verb, resource) → count
     # (verb, resource, code) → count: answers by HTTP status (netctl.kubeapi.api.code_label)
@@ -158,7 +160,8 @@ class _State(Collector):
         yield GaugeMetricFamily("netctl_ready", "1 while the daemon can serve ADDs "
                                 "(netctl status exits 0 or 3)", value=1.0 if s.ready else 0.0)
         yield GaugeMetricFamily("netctl_degraded", "1 while the daemon is degraded: ready, "
-                                "but attachments are stuck or a pool is filled to "
+                                "but the journal's disk refuses writes, attachments are "
+                                "stuck or a pool is filled to "
                                 "pool-degraded-at (netctl status names them)",
                                 value=1.0 if s.degraded else 0.0)
         yield GaugeMetricFamily("netctl_stuck_attachments", "Live attachments whose clean-up "
@@ -186,6 +189,12 @@ class _State(Collector):
                                   value=s.journal_writes)
         yield CounterMetricFamily("netctl_journal_commits", "Journal transactions committed "
                                   "(fewer than writes: group commit)", value=s.journal_commits)
+        yield GaugeMetricFamily("netctl_journal_writable", "0 while the journal's disk refuses "
+                                "its writes (full, read-only, I/O errors): ADDs fail, DELs are "
+                                "kept aside (netctl status names the cause)",
+                                value=1.0 if s.journal_writable else 0.0)
+        yield CounterMetricFamily("netctl_journal_writes_refused", "Journal writes the disk "
+                                  "refused", value=s.journal_refused)
         if s.watches is not None:
             up = GaugeMetricFamily("netctl_kube_watch_up", "1 while the cache of the resource "
                                    "is watching the API server", labels=["resource"])

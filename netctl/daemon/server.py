@@ -61,7 +61,11 @@ from netctl.errors import (
     PERMISSION_DENIED,
     REQUEST_TOO_LARGE,
     CNIError,
+    describe,
+    first_error,
 )
+from netctl.journal.commit import JournalUnwritable
+from netctl.reconcile.pending import keep, pending_dir
 
 log = logging.getLogger("netctl.server")
 
@@ -220,16 +224,20 @@ class Server:
                          "refused for its size", size, self.config.max_request_bytes)
             inv = decode(req)
             version = inv.caller_version
-            return await self._serve(inv)
+            return await self._serve(inv, body)
         except CNIError as exc:
             if exc.code >= 100 or exc.code in (IO_FAILURE,):
                 log.info("request failed: %s (code %d)", exc.msg, exc.code)
             return Response(status=1, output=msgspec.json.encode(exc.to_json(version)).decode())
         except (EOFError, trio.BrokenResourceError, trio.TooSlowError):
             raise
-        except Exception as exc:  # a bug: answer, log, keep serving
-            log.exception("internal error")
-            err = CNIError(IO_FAILURE, f"netctl internal error: {exc!r}")
+        except Exception as exc:
+            err = first_error(exc)
+            if err is None:  # a bug: answer, log, keep serving
+                log.exception("internal error")
+                err = CNIError(IO_FAILURE, f"netctl internal error: {describe(exc)}")
+            else:  # concurrent parts failed: the first CNI error answers for them
+                log.info("request failed: %s", describe(exc))
             return Response(status=1, output=msgspec.json.encode(err.to_json(version)).decode())
         except BaseException as exc:
             if _only_cancelled(exc):
@@ -251,8 +259,10 @@ class Server:
             await _read_until(stream, buf, HEADER.size + size)
         return size, bytes(buf[HEADER.size:HEADER.size + size])
 
-    async def _serve(self, inv: Invocation) -> Response:
-        """A CNI request to its plugin's handler, every log line of it saying whose."""
+    async def _serve(self, inv: Invocation, frame: bytes) -> Response:
+        """A CNI request to its plugin's handler, every log line of it saying whose. A DEL
+        the journal's disk refused is kept (``frame`` recorded beside the socket) and
+        answered 0: :meth:`_keep`."""
         logs.bind(verb=inv.verb, container=inv.container_id,
                   pod=logs.pod_name(inv.pod.namespace, inv.pod.name),
                   network=inv.conf_name if inv.plugin == "netctl-ipam" else None)
@@ -260,10 +270,20 @@ class Server:
             inv.verb != "VERSION" else self.handlers.cni
         began, code = time.monotonic(), IO_FAILURE  # a bug: answered with code 5
         try:
-            reply = await handler(inv)
+            try:
+                reply = await handler(inv)
+            except Exception as exc:
+                refused = first_error(exc)
+                if not (isinstance(refused, JournalUnwritable) and inv.verb == "DEL"
+                        and inv.plugin == "netctl-cni"):
+                    raise
+                reply = await self._keep(frame, refused, exc)
             code = 0
         except CNIError as exc:
             code = exc.code
+            raise
+        except Exception as exc:
+            code = err.code if (err := first_error(exc)) else IO_FAILURE
             raise
         except trio.Cancelled:
             code = CANCELLED
@@ -294,6 +314,21 @@ class Server:
                    "uptime_seconds": round(time.time() - self.started_at, 3),
                    "socket": self.config.socket_path}
         return doc
+
+    async def _keep(self, frame: bytes, refused: JournalUnwritable, exc: Exception) -> Reply:
+        """A DEL the journal could not record: kept as the plugin keeps one while the daemon
+        is down (``pending-del/``, carried out by the next reconcile round that can
+        write), and answered 0 with a warning; when there is no room there either, the
+        journal's error goes back (the runtime tries again)."""
+        directory = pending_dir(self.config.socket_path)
+        try:
+            path = await trio.to_thread.run_sync(keep, directory, frame)
+        except OSError as err:
+            log.error("a DEL could not be kept in %s either: %s", directory, err)
+            raise exc from None
+        log.warning("DEL kept in %s: %s", path, refused.reason)
+        return Reply(None, f"{refused.reason}; the DEL is kept in {directory} and carried "
+                     "out once the journal can be written")
 
     def _check_peer(self, stream: trio.SocketStream) -> tuple[int, int]:
         """The peer's (pid, uid); refused (code 104) unless its uid is allowed."""

@@ -53,8 +53,9 @@ class Health:
         local = Snapshot(
             in_flight=self.admission.in_flight, queued=self.admission.queued,
             ready=not self.not_ready(),
-            degraded=bool(self.mounts) or is_degraded(stuck, self.ipam.pool_fill(),
-                                                      self.pool_degraded_at),
+            degraded=bool(self.mounts) or journal.trouble is not None
+            or is_degraded(stuck, self.ipam.pool_fill(), self.pool_degraded_at),
+            journal_writable=journal.trouble is None, journal_refused=journal.refused,
             stuck=stuck, pools=self.ipam.index.pool_usage(),
             journal_bytes=size, journal_writes=journal.writes,
             journal_commits=journal.commits)
@@ -81,7 +82,8 @@ class StatusDocument:
         stuck = await journal.stuck_attachments()
         fill = health.ipam.pool_fill()
         full = full_pools(fill, health.pool_degraded_at)
-        degraded = health.mounts + degraded_reasons(stuck, full, health.pool_degraded_at)
+        degraded = [*health.mounts, *([journal.trouble] if journal.trouble else []),
+                    *degraded_reasons(stuck, full, health.pool_degraded_at)]
         return {
             "ready": not reasons, "reasons": reasons,
             "state": "not ready" if reasons else "degraded" if degraded else "ready",

@@ -22,7 +22,7 @@ from netctl.engine.choice import Resolver
 from netctl.engine.conf import Call
 from netctl.engine.networks import inline
 from netctl.engine.verbs import Reply
-from netctl.errors import CANCELLED, DEL_INCOMPLETE, CNIError
+from netctl.errors import CANCELLED, DEL_INCOMPLETE, CNIError, describe
 from netctl.journal.records import Attachment, OpEnd, OpStart
 from netctl.journal.store import Journal
 
@@ -91,7 +91,7 @@ class ForeignDels:
             reason=reason), adding=atts)
         outcome: dict[int, list[StepError]] = {}
         async with self.journal.running(op_id, lambda exc: del_end(
-                "failed", CANCELLED, repr(exc), atts, outcome), retry_at) as closing:
+                "failed", CANCELLED, describe(exc), atts, outcome), retry_at) as closing:
             await self.chains.delete_all(op_id, self.chains.runs(atts), outcome)
             failures = [e.msg for errs in outcome.values() for e in errs]
             closing.end = OpEnd(state="failed" if failures else "done",

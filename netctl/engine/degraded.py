@@ -3,6 +3,8 @@
 *Ready* says whether the daemon can serve ADDs (:mod:`netctl.engine.readiness`). A ready
 daemon is **degraded** while:
 
+- the journal's disk refuses its writes (full, read-only, failing: the status names the
+  journal's error): ADDs fail, DELs are kept aside (:mod:`netctl.reconcile.pending`);
 - an attachment is **stuck**: its clean-up (a DEL: the runtime's, the reconciler's, a
   compensation's) failed and the reconciler retries it with back-off; what it holds may
   stay held until a DEL succeeds;

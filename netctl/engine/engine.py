@@ -61,6 +61,8 @@ from netctl.errors import (
     CNIError,
     NotListedYet,
     Refusal,
+    describe,
+    first_error,
 )
 from netctl.journal.records import Attachment, OpEnd, OpStart
 from netctl.journal.store import Journal
@@ -89,18 +91,6 @@ class DelIncomplete(CNIError):
         self.kept, self.permanent = kept, permanent
 
 
-def first_error(exc: BaseException) -> CNIError | None:
-    """The first CNIError inside an exception (group), if any."""
-    if isinstance(exc, CNIError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = first_error(inner)
-            if found is not None:
-                return found
-    return None
-
-
 def failed_end(exc: BaseException) -> OpEnd:
     """An operation's end when it raised ``exc``: failed, with its first CNI error's code
     and message, or cancelled."""
@@ -112,8 +102,9 @@ def failed_end(exc: BaseException) -> OpEnd:
 def interrupted_del(op: OpStart, atts: list[Attachment], outcome: dict[int, list[StepError]],
                     exc: BaseException) -> OpEnd:
     """A DEL's end when ``exc`` interrupted it: what finished removed, the rest kept."""
-    log.warning("DEL (%s) interrupted: %r", op.origin, exc)
-    return del_end("failed", CANCELLED, repr(exc), atts, outcome)
+    log.warning("DEL (%s) interrupted: %s", op.origin, describe(exc))
+    cause = first_error(exc)
+    return del_end("failed", cause.code if cause else CANCELLED, describe(exc), atts, outcome)
 
 
 AfterAdd = Callable[[Invocation, list[Attachment]], Awaitable[str]]

@@ -22,6 +22,7 @@ business; this module only moves functions to the thread and answers back.
 
 from __future__ import annotations
 
+import logging
 import queue
 import sqlite3
 import threading
@@ -33,6 +34,8 @@ import outcome
 import trio
 
 from netctl.errors import IO_FAILURE, CNIError
+
+log = logging.getLogger("netctl.journal")
 
 T = TypeVar("T")
 Sync = Callable[[sqlite3.Connection], T]
@@ -53,6 +56,36 @@ class _Write:
         self.result: Any = None
         self.error: BaseException | None = None
         self.task: trio.lowlevel.Task | None = None
+
+
+class JournalUnwritable(CNIError):
+    """The journal's disk refused a write (full, read-only, an I/O error): nothing that
+    write was to record happened. The daemon says so (degraded, with :attr:`reason`),
+    keeps a DEL aside (:func:`netctl.reconcile.pending.keep`) and answers an ADD with
+    this error."""
+
+    def __init__(self, path: str, exc: sqlite3.Error) -> None:
+        self.reason = unwritable_reason(path, exc)
+        super().__init__(IO_FAILURE, self.reason)
+
+
+# SQLite's primary result codes of a disk that refuses a write (sqlite3.h): the journal
+# is fine, the filesystem under it is not
+_DISK_CODES = {8: "read-only", 10: "an I/O error", 13: "full", 14: "cannot be opened"}
+
+
+def disk_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite saying the disk refused a write."""
+    return isinstance(exc, sqlite3.Error) and \
+        (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _DISK_CODES
+
+
+def unwritable_reason(path: str, exc: sqlite3.Error) -> str:
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    what = "the disk holding it is full" if code == 13 else \
+        f"its disk is {_DISK_CODES[code]}" if code == 8 else \
+        f"its disk reported {_DISK_CODES.get(code, 'an error')}"
+    return f"journal {path} cannot be written: {what} ({exc})"
 
 
 def _no_abort(_: object) -> trio.lowlevel.Abort:
@@ -203,6 +236,9 @@ class Committer:
         self.commits = 0  # transactions committed (batches)
         self.writes = 0  # writes committed
         self.trips = 0  # calls run on the database thread (reads and batches)
+        # why the last batch did not commit when its disk refused it; None once one does
+        self.trouble: str | None = None
+        self.refused = 0  # writes the disk refused (netctl_journal_writes_refused_total)
 
     async def _on_thread(self, fn: Sync[T]) -> T:
         """Run ``fn(connection)`` on the database thread: one trip to it and back."""
@@ -231,6 +267,8 @@ class Committer:
         if item.error is not None:
             if isinstance(item.error, CNIError):
                 raise item.error
+            if isinstance(item.error, sqlite3.Error) and disk_refused(item.error):
+                raise JournalUnwritable(self.path, item.error) from item.error
             raise CNIError(IO_FAILURE, f"journal {self.path}: {item.error}") from item.error
         return cast(T, item.result)
 
@@ -250,12 +288,18 @@ class Committer:
                     await self._on_thread(partial(_run_batch, batch))
                     committed = True
                     self.commits += 1
+                    refused = next((e for e in (o.error for o in batch)
+                                    if isinstance(e, sqlite3.Error) and disk_refused(e)), None)
+                    self._disk(refused, sum(disk_refused(o.error) for o in batch
+                                            if o.error is not None))
                     for other in batch:
                         if other.error is None and other.indexed is not None:
                             other.indexed(other.result)
                 except Exception as exc:
                     for other in batch:
                         other.error = other.error or exc
+                    if isinstance(exc, sqlite3.Error) and disk_refused(exc):
+                        self._disk(exc, len(batch))
         finally:
             if not committed:  # past the deadline (or interrupted): no writer goes on as if
                 cause = CNIError(IO_FAILURE, f"journal {self.path}: a write did not finish "
@@ -273,6 +317,20 @@ class Committer:
                 trio.lowlevel.reschedule(task)
             else:
                 self._committing = False
+
+    def _disk(self, refused: sqlite3.Error | None, count: int) -> None:
+        """A batch's end: its disk refused ``count`` of its writes (``refused``: why), or
+        none — then the journal is writable again."""
+        if refused is None:
+            if self.trouble is not None:
+                log.warning("journal %s is written again", self.path)
+            self.trouble = None
+            return
+        self.refused += count
+        if self.trouble is None:
+            log.error("%s: ADDs fail, DELs are kept aside until it can be written",
+                      unwritable_reason(self.path, refused))
+        self.trouble = unwritable_reason(self.path, refused)
 
     async def read(self, fn: Sync[T]) -> T:
         """A read runs alone on the database thread, between write batches."""

@@ -35,9 +35,9 @@ import trio
 
 from netctl import logs
 from netctl.cni.request import Pod
-from netctl.errors import CNIError
+from netctl.errors import IO_FAILURE, CNIError, describe
 from netctl.journal.allocations import IpamRecords
-from netctl.journal.commit import Committer, DatabaseThread
+from netctl.journal.commit import Committer, DatabaseThread, JournalUnwritable
 from netctl.journal.events import Event, EventLog, of_operations
 from netctl.journal.live import LiveIndex
 from netctl.journal.migrate import PRAGMAS, migrate
@@ -64,6 +64,13 @@ from netctl.journal.rows import (
     release_allocations,
     to_json,
 )
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether the journal's disk refusing a write is (among) what ``exc`` is."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_refused(inner) for inner in exc.exceptions)
+    return isinstance(exc, JournalUnwritable)
 
 
 class Begun(NamedTuple):
@@ -97,6 +104,8 @@ class Journal:
         self.path = path
         self.live = LiveIndex()  # where live attachments and allocations are (live.py)
         self._outer: dict[int, logs.Context] = {}  # op id → the log context it was begun in
+        # op id → how it ended, when the disk refused that record (:meth:`write_unwritten`)
+        self._unwritten: dict[int, tuple[OpEnd, Callable[[int], float] | None]] = {}
         # attachment id → the result its row holds, recorded by its last step's end: the
         # operation's close does not write it again (its trigger re-indexes the addresses)
         self._recorded: dict[int, dict[str, Any]] = {}
@@ -124,6 +133,17 @@ class Journal:
     def trips(self) -> int:
         """Calls run on the database thread (reads and batches)."""
         return self._io.trips
+
+    @property
+    def trouble(self) -> str | None:
+        """Why the journal cannot be written now (its disk refused the last batch: full,
+        read-only, an I/O error), or None."""
+        return self._io.trouble
+
+    @property
+    def refused(self) -> int:
+        """Writes the disk refused since the start."""
+        return self._io.refused
 
     def _events(self, db: sqlite3.Connection, op_ids: Sequence[int]) -> list[Event]:
         """On the database thread, in the transaction that closes ``op_ids``: their events
@@ -217,19 +237,44 @@ class Journal:
         ends. Its body sets ``closing.end`` (and ``retry_at``); left unset, the operation
         ends done, or — when the body raises — ``failed(exc)``: None leaves it running, for
         the replay at the next start to finish (an ADD whose compensation was itself
-        interrupted). ``retry_at``: when the attachments an operation that raised keeps
-        may be tried again. The record is finished (the write shielded from cancellation
-        and bounded by ``write_deadline``) before the body's exception goes on."""
+        interrupted) — unless the journal's disk refused a write of it: then it ends
+        ``compensate_failed`` once the journal can be written (:meth:`write_unwritten`),
+        and the reconciler removes what it left. ``retry_at``: when the attachments an
+        operation that raised keeps may be tried again. The record is finished (the write
+        shielded from cancellation and bounded by ``write_deadline``) before the body's
+        exception goes on."""
         closing = Closing()
         try:
             yield closing
         except BaseException as exc:
             end = closing.end or failed(exc)
-            if end is not None:
+            if end is None and _refused(exc):  # its compensation could not be journaled
+                end = OpEnd(state="compensate_failed", code=IO_FAILURE, error=describe(exc))
+                self._unwritten[op_id] = (end, closing.retry_at or retry_at)
+            elif end is not None:
                 with trio.CancelScope(shield=True):
-                    await self.finish(op_id, end, retry_at=closing.retry_at or retry_at)
+                    try:
+                        await self.finish(op_id, end, retry_at=closing.retry_at or retry_at)
+                    except JournalUnwritable:
+                        self._unwritten[op_id] = (end, closing.retry_at or retry_at)
             raise
-        await self.finish(op_id, closing.end or OpEnd(state="done"), retry_at=closing.retry_at)
+        end = closing.end or OpEnd(state="done")
+        try:
+            await self.finish(op_id, end, retry_at=closing.retry_at)
+        except JournalUnwritable:
+            self._unwritten[op_id] = (end, closing.retry_at)
+            raise
+
+    async def write_unwritten(self) -> int:
+        """Write the ends of the operations whose end the disk refused (:meth:`running`:
+        their work ended, their record still says running): each as it ended. How many
+        were written; the rest wait for the next call (the reconciler's rounds)."""
+        written = 0
+        for op_id, (end, retry_at) in list(self._unwritten.items()):
+            await self.finish(op_id, end, retry_at=retry_at)
+            del self._unwritten[op_id]
+            written += 1
+        return written
 
     async def finish(self, op_id: int, end: OpEnd, *, retry_at: Callable[[int], float] | None
                      = None) -> None:

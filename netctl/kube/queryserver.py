@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from netctl.errors import describe
 from netctl.httpserver import HttpServer, Request, Response
 from netctl.journal.query import Filters
 from netctl.reconcile import readonly
@@ -160,7 +161,8 @@ class QueryServer:
             return answer(400, {"node": self.node, "error": str(exc)})
         except Exception as exc:  # a bug: answered, logged, the endpoint goes on
             log.exception("query %s failed", req.path)
-            return answer(500, {"node": self.node, "error": f"netctl internal error: {exc!r}"})
+            return answer(500, {"node": self.node,
+                                "error": f"netctl internal error: {describe(exc)}"})
 
     async def _ask(self, ask: Ask) -> dict[str, Any]:
         if ask.what == "status":

@@ -33,7 +33,7 @@ from netctl.cni.netns import is_netns
 from netctl.cni.request import Pod
 from netctl.engine.admission import Admission
 from netctl.engine.engine import Engine
-from netctl.errors import INVALID_CONFIG, CNIError
+from netctl.errors import INVALID_CONFIG, CNIError, describe
 from netctl.ipam.store import Store
 from netctl.journal.records import OpEnd, OpStart
 from netctl.journal.store import Journal
@@ -74,8 +74,10 @@ class Reconciler:
     metrics: Metrics = field(default_factory=Metrics)  # what the rounds found, by reason
 
     async def run(self, *, dry_run: bool) -> dict[str, Any]:
-        """A whole round: the plugin's recorded DELs, then every leak the plan finds, and
-        the sweep of leftover host veths."""
+        """A whole round: the ends of operations the journal's disk refused, the recorded
+        DELs, then every leak the plan finds, and the sweep of leftover host veths."""
+        if not dry_run and (written := await self.journal.write_unwritten()):
+            log.info("reconcile: the ends of %d operations written, refused before", written)
         if self.pending and not dry_run:
             recorded = await finish_pending(self.engine, self.admission, self.pending)
             if recorded.finished or recorded.failed:
@@ -135,7 +137,7 @@ class Reconciler:
         errors: list[str] = []
         deferred: set[str] = set()
         async with self.journal.running(op_id, lambda exc: OpEnd(
-                state="failed", error="; ".join(errors) or repr(exc))) as closing:
+                state="failed", error="; ".join(errors) or describe(exc))) as closing:
             await self._carry_out(todo, facts.allocations, origin, errors, deferred)
             closing.end = OpEnd(state="failed" if errors else "done",
                                 error="; ".join(errors) or None)

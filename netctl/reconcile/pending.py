@@ -22,6 +22,10 @@ an upgraded plugin that this older daemon refused, during a rolling upgrade — 
 neither carried out nor removed, and counted as failed: the upgraded daemon's start-up
 replay finishes it.
 
+The daemon keeps a DEL there too when its journal's disk refuses the DEL's first write
+(full, read-only: :func:`keep`): it answers the runtime 0 with a warning, and the next
+reconcile round that can write finishes it.
+
 On a tmpfs ``/run`` the records do not outlive a node reboot, and need not: a reboot
 takes every pod's netns with it, and the first reconcile releases those.
 """
@@ -104,6 +108,29 @@ def _read(path: str, name: str) -> Record:
     if req.command != "DEL":
         return Record(path, written, None, f"command {req.command[:20]!r}, not DEL")
     return Record(path, written, req)
+
+
+def keep(directory: str, frame: bytes) -> str:
+    """Record a DEL the daemon could not journal (its disk refused the write) as the plugin
+    records one while the daemon is down: ``frame`` written to a hidden name, fsynced,
+    renamed into ``directory``. The record's path; OSError when there is no room there
+    either."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    name = f"{time.time_ns()}-{os.getpid()}.del"
+    tmp = os.path.join(directory, f".{name}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        view = memoryview(frame)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _remove(tmp)
+        raise
+    os.close(fd)
+    os.rename(tmp, os.path.join(directory, name))
+    return os.path.join(directory, name)
 
 
 def _remove(path: str) -> None:

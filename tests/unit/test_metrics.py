@@ -187,7 +187,7 @@ def test_a_handler_that_fails_is_answered_500_and_the_server_goes_on() -> None:
                          b"GET /bug HTTP/1.1\r\nHost: a\r\n\r\n",
                          b"GET /ok HTTP/1.1\r\nHost: a\r\n\r\n")
     assert bug.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
-    assert bug.endswith(b"netctl internal error: RuntimeError('a bug')\n")
+    assert bug.endswith(b"netctl internal error: RuntimeError: a bug\n")
     assert fine.startswith(b"HTTP/1.1 200 OK\r\n") and fine.endswith(b"\r\n\r\nfine")
     assert calls == ["/bug", "/ok"]
 
