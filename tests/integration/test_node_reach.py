@@ -174,6 +174,9 @@ def test_a_pod_bound_token_names_the_pods_node(real: RealKube,
 
 def test_a_daemons_own_writes_pass(real: RealKube, tokens: dict[str, str],
                                    tmp_path: Path) -> None:
+    """Node A claims a block, publishes a reservation on it, releases it; writes its pod's
+    network-status; takes the gone-nodes Lease; labels a block without labels (any
+    node's, as after an upgrade from a netctl whose blocks had none)."""
     write = status_write(real, "node-a")
 
     async def main() -> None:
@@ -189,6 +192,23 @@ def test_a_daemons_own_writes_pass(real: RealKube, tokens: dict[str, str],
 
     trio.run(main)
     assert real.get("ipamblocks", None, "b-own") is None
+
+    # a block made before blocks carried labels, of another node: labelled by the first
+    # daemon to start after the upgrade (its spec unchanged)
+    unlabelled = block_doc("b-old", "node-b")
+    del unlabelled["metadata"]["labels"]
+    real.create("ipamblocks", unlabelled)
+
+    async def label() -> None:
+        async with connected(real, tmp_path / "a", tokens["node-a"]) as a:
+            old = await blocks.get(a, "b-old")
+            assert old is not None
+            assert await blocks.label(a, old) is not None
+
+    trio.run(label)
+    labelled = real.get("ipamblocks", None, "b-old")
+    assert labelled is not None
+    assert labelled["metadata"]["labels"][blocks.NODE_LABEL] == "node-b"
     lease = real.request("GET", LEASE)
     assert lease["spec"]["holderIdentity"] == "node-a"
 
@@ -285,7 +305,8 @@ def test_borrows_are_answered_and_transferred_by_their_nodes_only(
         real: RealKube, tokens: dict[str, str], tmp_path: Path) -> None:
     """B borrows an address of A's block; only A answers. C asks B for the borrow object
     (a sticky identity's address came back on C), withdraws, asks again; A may not ask in
-    C's name; B hands it over to C, and then may no longer delete it."""
+    C's name; B refuses, C asks again, B hands it over to C, and then may no longer delete
+    it."""
     async def main() -> None:
         async with connected(real, tmp_path / "a", tokens["node-a"]) as a, \
                 connected(real, tmp_path / "b", tokens["node-b"]) as b, \
@@ -315,6 +336,10 @@ def test_borrows_are_answered_and_transferred_by_their_nodes_only(
                           "netctl on node node-a may not change IPAMBlock b-borrow of node "
                           "node-b (spec transfer)")
             asked = await blocks.ask_transfer(c, withdrawn, wanted)
+            assert asked is not None
+            no = await blocks.answer_transfer(b, asked, False)
+            assert no is not None and no.spec.transfer is not None and no.spec.transfer.refused
+            asked = await blocks.ask_transfer(c, no, wanted)  # over the refusal
             assert asked is not None
             await refused(blocks.answer_transfer(c, asked, True),
                           "may not move IPAMBlock b-borrow from node node-b to node node-c")
