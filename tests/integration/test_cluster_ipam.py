@@ -173,6 +173,40 @@ def test_a_crash_between_the_claim_and_its_record(
         ("after",)]
 
 
+@pytest.mark.servers("fake")  # an answer held back: answers_held()
+def test_a_borrow_lost_in_a_crash_is_never_another_nodes(
+        nodes: Callable[..., Daemon], kube: FakeKube) -> None:
+    """Node A asks node B for an address (a borrow object) and is SIGKILLed before it hears
+    whether the object was made; meanwhile node C's borrow of that address is the object of
+    that name, not answered yet (B is down). At A's restart the claim is settled: it ended
+    (the object is another node's), and C's borrow is left alone — a node deletes its own
+    objects only (deploy/kubernetes/node-reach.yaml refuses it any other)."""
+    pool = "10.185.48.0/24"  # blocks of /28
+    a, b = nodes("node-a"), nodes("node-b")
+    address(ipam(b, "ADD", "on-b", pool))
+    (b_block,) = [x["cidr"] for x in blocks(kube)]
+    lent = str(ipaddress.ip_network(b_block)[-2])
+    b.kill()
+    with kube.answers_held("create", "ipamblocks"), \
+            concurrent.futures.ThreadPoolExecutor(1) as worker:
+        pending = worker.submit(ipam, a, "ADD", "borrower", pool, args=f"IP={lent}")
+        wait_for(lambda: kube.held_answers == 1, 20, "the borrow made, its answer held")
+        a.kill()
+        assert pending.result(60).rc != 0
+    (asked,) = [x for x in kube.list("ipamblocks") if x["spec"].get("parent")]
+    kube.delete("ipamblocks", None, asked["metadata"]["name"])
+    theirs = kube.create("ipamblocks", {
+        "metadata": {"name": asked["metadata"]["name"], "labels": {
+            **asked["metadata"]["labels"], "ipam.netctl.dev/node": "node-c"}},
+        "spec": {**asked["spec"], "node": "node-c"}})
+    a.start()
+    wait_for(lambda: a.status()["kubernetes"]["ipam"]["ready"], 20, "ready again")
+    assert a.db("SELECT state FROM ipam_blocks WHERE cidr = ?", (f"{lent}/32",)) == [
+        ("taken",)]
+    kept = kube.get("ipamblocks", None, asked["metadata"]["name"])
+    assert kept is not None and kept["metadata"]["uid"] == theirs["metadata"]["uid"]
+
+
 def test_a_pool_exhausted_across_nodes_then_freed_blocks_reused(
         nodes: Callable[..., Daemon], kube: FakeKube) -> None:
     """A /26 cut into sixteen /30 blocks (62 addresses in all) shared by two nodes: the 63rd

@@ -14,6 +14,9 @@ wherever netctl reads what they say:
   every figure a quantity with the measurement behind it in a ``# measured:`` comment;
 - RBAC: the ClusterRole is exactly ``netctl.kubeapi.access.RULES``, row by row, each reason
   as its comment; the binding ties it to the DaemonSet's ServiceAccount;
+- the admission policies that keep each daemon to its own node (``node-reach.yaml``): for
+  that ServiceAccount only, every write the table grants on pods and IPAMBlocks looked at,
+  the labels and the Lease netctl writes named as netctl names them;
 - the NetworkAttachmentDefinition CRD as the API defines it and Multus (v4.3.0) installs
   it, object for object; the example NADs are of it and their configs are networks netctl
   runs, the example pods' annotations parse (both forms).
@@ -405,3 +408,43 @@ def test_the_api_servers_address_can_be_given_without_editing_the_manifest() -> 
                      ("KUBERNETES_SERVICE_PORT", "k8sServicePort")):
         assert env[var]["valueFrom"]["configMapKeyRef"] == {
             "name": "netctl-api-server", "key": key, "optional": True}
+
+
+def test_the_node_reach_policies_look_at_every_write_netctl_may_make_there() -> None:
+    """``node-reach.yaml``: two policies, each bound with Deny, for netctl's ServiceAccount
+    (rbac.yaml's) only; they look at every write the access table grants on IPAMBlocks and
+    pods (a patch is an UPDATE to admission) and at the gone-nodes Lease, read the labels
+    netctl writes, and take that Lease as the gone-nodes policy's parameter."""
+    from netctl.ipam.cluster.gone import LEASE_NAME, LEASE_NAMESPACE
+    from netctl.kubeapi.objects import BLOCK_LENDER_LABEL, BLOCK_NODE_LABEL
+
+    path = KUBE / "node-reach.yaml"
+    found = docs(path)
+    policies = {d["metadata"]["name"]: d for d in found
+                if d["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = {d["spec"]["policyName"]: d for d in found
+                if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    assert set(policies) == set(bindings) == {"netctl-node-reach", "netctl-node-reach-gone-nodes"}
+    sa = one(KUBE / "rbac.yaml", "ServiceAccount")["metadata"]
+    user = f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
+    for name, policy in policies.items():
+        assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        assert policy["spec"]["matchConditions"][0] == {
+            "name": "netctl", "expression": f"request.userInfo.username == '{user}'"}
+        assert bindings[name]["spec"]["validationActions"] == ["Deny"]
+
+    operation = {"create": "CREATE", "update": "UPDATE", "patch": "UPDATE", "delete": "DELETE"}
+    rules = policies["netctl-node-reach"]["spec"]["matchConstraints"]["resourceRules"]
+    looked_at = {(g, r, op) for rule in rules for g in rule["apiGroups"]
+                 for r in rule["resources"] for op in rule["operations"]}
+    writes = {(r.api_group, r.resource, operation[v]) for r in access.RULES for v in r.verbs
+              if r.resource in ("pods", "ipamblocks") and v in operation}
+    assert writes == looked_at - {("coordination.k8s.io", "leases", op)
+                                  for op in ("CREATE", "UPDATE")}
+    (lease,) = [rule for rule in rules if rule["resources"] == ["leases"]]
+    assert lease["resourceNames"] == [LEASE_NAME]
+    param = bindings["netctl-node-reach-gone-nodes"]["spec"]["paramRef"]
+    assert (param["namespace"], param["name"]) == (LEASE_NAMESPACE, LEASE_NAME)
+    text = path.read_text()
+    assert f"'{BLOCK_NODE_LABEL}'" in text and f"'{BLOCK_LENDER_LABEL}'" in text

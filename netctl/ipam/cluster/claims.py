@@ -195,7 +195,8 @@ class Claims:
                 if rec.state == "claiming" and obj is not None and obj.spec.node == node:
                     log.info("the claim of block %s (pool %s) had succeeded", rec.cidr,
                              rec.pool)
-            if obj is not None and obj.spec.parent and obj.spec.grant != "granted" \
+            if obj is not None and obj.spec.node == node and obj.spec.parent \
+                    and obj.spec.grant != "granted" \
                     and rec.name not in self.pending:  # a borrow asked before a crash
                 if await block_objects.release(api, obj):
                     await self.lose(rec, obj)

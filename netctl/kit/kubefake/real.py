@@ -74,6 +74,10 @@ _MANIFEST_KINDS = {
     "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "ValidatingAdmissionPolicy": ("/apis/admissionregistration.k8s.io/v1",
+                                  "validatingadmissionpolicies", False),
+    "ValidatingAdmissionPolicyBinding": ("/apis/admissionregistration.k8s.io/v1",
+                                         "validatingadmissionpolicybindings", False),
 }
 _WHEREABOUTS_CRDS = (IPPOOLS, RESERVATIONS)  # their real CRDs are not the project's
 
@@ -296,16 +300,19 @@ class RealKube(Opened):
     # -- credentials -----------------------------------------------------------------------
 
     def token_for(self, namespace: str, account: str, *, seconds: int = 3600,
-                  bound_secret: str | None = None) -> str:
-        """A TokenRequest token of a ServiceAccount; bound to a Secret when given (deleting
-        that Secret revokes it)."""
+                  bound_secret: str | None = None, bound_pod: str | None = None) -> str:
+        """A TokenRequest token of a ServiceAccount; bound to a Secret or a Pod of
+        ``namespace`` when given (deleting it revokes the token). A Pod's token is a
+        DaemonSet pod's: its user info names the pod's node (``spec.nodeName``) in extra
+        ``authentication.kubernetes.io/node-name`` (Kubernetes 1.30 and later)."""
         spec: dict[str, Any] = {"audiences": [ISSUER], "expirationSeconds": seconds}
-        if bound_secret is not None:
-            secret = self.request("GET", f"/api/v1/namespaces/{namespace}/secrets/"
-                                  f"{bound_secret}")
-            spec["boundObjectRef"] = {"kind": "Secret", "apiVersion": "v1",
-                                      "name": bound_secret,
-                                      "uid": secret["metadata"]["uid"]}
+        bound = ("Secret", "secrets", bound_secret) if bound_secret is not None else \
+            ("Pod", "pods", bound_pod) if bound_pod is not None else None
+        if bound is not None:
+            kind, plural, name = bound
+            found = self.request("GET", f"/api/v1/namespaces/{namespace}/{plural}/{name}")
+            spec["boundObjectRef"] = {"kind": kind, "apiVersion": "v1", "name": name,
+                                      "uid": found["metadata"]["uid"]}
         answer = self.request(
             "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
@@ -335,8 +342,11 @@ class RealKube(Opened):
     # -- the cluster, with the admin token ---------------------------------------------------
 
     def request(self, method: str, path: str, body: Any = None, *,
-                content_type: str = "application/json", ok_missing: bool = False) -> Any:
-        status, data = self._raw(method, path, body, content_type)
+                content_type: str = "application/json", ok_missing: bool = False,
+                token: str | None = None) -> Any:
+        """One request, the admin's unless ``token``: its JSON answer; a status of 300 and
+        more raises :class:`ApiFailure` (404 gives None with ``ok_missing``)."""
+        status, data = self._raw(method, path, body, content_type, token)
         if status == 404 and ok_missing:
             return None
         if status >= 300:
@@ -582,10 +592,15 @@ class RealKube(Opened):
     def _apply_manifests(self) -> None:
         docs: builtins.list[dict[str, Any]] = []
         for crd_file in sorted((ROOT / "deploy" / "crds").glob("*.yaml")):
-            docs += [d for d in yaml.safe_load_all(crd_file.read_text()) if d]
+            docs += manifest(crd_file)
         docs += [_crd_manifest(r) for r in _WHEREABOUTS_CRDS]
-        docs += [d for d in yaml.safe_load_all(
-            (ROOT / "deploy" / "kubernetes" / "rbac.yaml").read_text()) if d]
+        docs += manifest(ROOT / "deploy" / "kubernetes" / "rbac.yaml")
+        self.apply(docs)
+
+    def apply(self, docs: Iterable[dict[str, Any]]) -> None:
+        """Create the objects of a manifest (:func:`manifest`; the kinds of
+        ``_MANIFEST_KINDS``), as the admin; a CRD is waited for until it is served."""
+        docs = builtins.list(docs)
         for doc in docs:
             prefix, plural, namespaced = _MANIFEST_KINDS[doc["kind"]]
             ns = doc["metadata"].get("namespace", "default") if namespaced else None
@@ -617,6 +632,11 @@ class RealKube(Opened):
             return self._raw("GET", "/api/v1/nodes", token=self.sa_token)[0] == 200
         _wait(allowed, 30, "netctl's ServiceAccount to be allowed to list nodes")
         self._rbac_since = datetime.datetime.now(datetime.UTC)
+
+
+def manifest(path: Path) -> builtins.list[dict[str, Any]]:
+    """The objects of a YAML manifest (``deploy/``), empty documents left out."""
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
 def _crd_manifest(res: Resource) -> dict[str, Any]:
