@@ -21,10 +21,10 @@ import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import pytest
-from netctl_kit import harness, realnode
+from netctl_kit import harness, journaldb, realnode
 from netctl_kit.harness import (  # noqa: F401  (the helpers the test modules import from here)
     SYSTEM_CNI,
     CNIResult,
@@ -40,6 +40,8 @@ from netctl_kit.kubefake import FakeKube
 from netctl_kit.kubefake import real as realkube
 from netctl_kit.kubefake.real import RealKube, free_port  # noqa: F401  (for the test modules)
 
+from netctl.journal import query
+
 NETCTL = str(Path(sys.executable).parent / "netctl")
 ROOT = Path(__file__).resolve().parent.parent
 TEST_PLUGINS = ROOT / "tests" / "plugins"
@@ -47,6 +49,8 @@ PLUGIN_BINARY = ROOT / "build" / "plugin" / "netctl-cni"  # `make plugin` (the M
 RUN_TAG = secrets.token_hex(2)
 TEST_SETTINGS = {"log-level": "debug", "plugin-timeout": 5, "compensate-timeout": 20,
                  "drain-timeout": 10, "reconcile-interval": 0}
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -225,14 +229,14 @@ def kube_server(request: pytest.FixtureRequest, **fake: Any) -> Iterator[Kube]:
 
 
 class Daemon(harness.Daemon):
-    """The harness's daemon, and the journal's database for assertions."""
+    """The harness's daemon, and its journal read for assertions."""
 
-    def db(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        conn = sqlite3.connect(self.journal_path)
-        try:
-            return list(conn.execute(sql, params))
-        finally:
-            conn.close()
+    def read(self, reader: Callable[Concatenate[sqlite3.Connection, P], T],
+             *args: P.args, **kwargs: P.kwargs) -> T:
+        """What ``reader`` — a function of :mod:`netctl_kit.journaldb` or of
+        :mod:`netctl.journal.query` — reads on a read-only connection to the journal."""
+        with self.read_only() as conn:
+            return reader(conn, *args, **kwargs)
 
 
 @pytest.fixture(scope="session")
@@ -399,11 +403,15 @@ def owned_processes(daemon: Daemon) -> list[int]:
     return daemon.delegates()
 
 
-def journal_results(daemon: Daemon, container: str) -> list[dict[str, Any]]:
-    """Every delegate result the journal holds for ``container`` (live or removed)."""
-    rows = daemon.db("SELECT result FROM attachments WHERE container_id=? AND result IS NOT NULL"
-                     " ORDER BY id", (container,))
-    return [json.loads(row[0]) for row in rows]
+def journal_results(daemon: Daemon, container: str | None = None) -> list[dict[str, Any]]:
+    """Every delegate result the journal holds (for ``container``), live or removed."""
+    return [json.loads(a["result"]) for a in daemon.read(
+        journaldb.attachment_rows, container=container) if a["result"] is not None]
+
+
+def attachment_states(daemon: Daemon) -> dict[str, str]:
+    """container → the state of its attachment (its newest, when it has several)."""
+    return {a["container"]: a["state"] for a in daemon.read(query.attachments)}
 
 
 def host_veths(results: list[dict[str, Any]]) -> list[str]:
@@ -452,10 +460,10 @@ def background(daemon: Daemon) -> Iterator[Background]:
 
 def step_states(daemon: Daemon, container: str) -> dict[str, str]:
     """plugin type → state of its ADD step, for the container's ADD operation."""
-    rows = daemon.db("SELECT s.plugin_type, s.state FROM steps s JOIN operations o"
-                     " ON o.id = s.operation_id WHERE o.verb='ADD' AND o.container_id=?"
-                     " AND s.verb='ADD'", (container,))
-    return dict(rows)
+    adds = {o["id"] for o in daemon.read(journaldb.operation_rows, container=container,
+                                         verb="ADD")}
+    return {s["plugin_type"]: s["state"] for s in daemon.read(
+        journaldb.step_rows, container=container, verb="ADD") if s["operation_id"] in adds}
 
 
 def add_hanging(daemon: Daemon, netns: Callable[[], str], background: Background,
@@ -488,8 +496,8 @@ def hang_sleeps(daemon: Daemon) -> list[int]:
 
 def live(daemon: Daemon) -> list[tuple[str, str, str]]:
     """(container, ifname, address) of every allocation the journal has not released."""
-    return daemon.db("SELECT container_id, ifname, address FROM ipam_allocations"
-                     " WHERE released_at IS NULL ORDER BY id")
+    return [(a["container_id"], a["ifname"], a["address"])
+            for a in daemon.read(query.live_allocations)]
 
 
 def eth0_addr(ns: str) -> str:

@@ -17,8 +17,10 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 from pyroute2 import NetNS
 
+from netctl.journal import query
 from tests.conftest import (
     Daemon,
     bridge_conf,
@@ -91,8 +93,8 @@ def assert_gone(daemon: Daemon, ns: str, container: str, bridges: list[str]) -> 
     assert veths, "expected the journal to name the host-side veths"
     assert not set(veths) & set(host_links("veth"))
     assert ipam_held(daemon.ipam_dir) == []
-    states = daemon.db("SELECT state FROM attachments WHERE container_id=?", (container,))
-    assert states and {s for (s,) in states} == {"removed"}
+    states = [a["state"] for a in daemon.read(query.attachments, container=container)]
+    assert states and set(states) == {"removed"}
 
 
 CASES = [(v, n, "1.0.0") for v in ("0.3.1", "0.4.0", "1.0.0", "1.1.0") for n in (1, 2, 3)]
@@ -129,9 +131,8 @@ def test_add_check_del(daemon: Daemon, netns, veth_parent: str, version: str, co
     assert again.rc == 0, again.stdout + again.stderr
     assert again.out == res.out
     assert pyroute_view(ns) == view
-    adds = daemon.db("SELECT COUNT(*) FROM operations WHERE verb='ADD' AND container_id=?",
-                     (container,))
-    assert adds == [(1,)]
+    adds = daemon.read(journaldb.operation_rows, verb="ADD", container=container)
+    assert len(adds) == 1
 
     check = daemon.cni("CHECK", container, ns, conf)
     if version == "0.3.1":
@@ -140,8 +141,8 @@ def test_add_check_del(daemon: Daemon, netns, veth_parent: str, version: str, co
         assert check.out["cniVersion"] == "0.3.1"
     else:
         assert check.rc == 0, check.stdout + check.stderr
-        checked = daemon.db("SELECT COUNT(*), SUM(state='ok') FROM steps WHERE verb='CHECK'")
-        assert checked == [(count, count)]
+        checked = [s["state"] for s in daemon.read(journaldb.step_rows, verb="CHECK")]
+        assert (len(checked), checked.count("ok")) == (count, count)
 
     dele = daemon.cni("DEL", container, ns, conf)
     assert dele.rc == 0, dele.stdout + dele.stderr

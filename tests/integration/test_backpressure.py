@@ -9,6 +9,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from netctl_kit import journaldb
 
 from tests.conftest import NETCTL, Daemon, wait_for
 
@@ -48,7 +49,8 @@ def test_full_queue_refuses_add_with_code_11(daemon: Daemon, netns) -> None:
         assert second.result().rc == 0, second.result().stdout
         assert late_del.result().rc == 0, late_del.result().stdout
 
-    ops = daemon.db("SELECT container_id, verb, state FROM operations ORDER BY id")
+    ops = [(o["container_id"], o["verb"], o["state"])
+           for o in daemon.read(journaldb.operation_rows)]
     assert ("bp-a", "ADD", "done") in ops and ("bp-b", "ADD", "done") in ops
     assert ("bp-never-seen", "DEL", "done") in ops
     assert not any(cid == "bp-c" for cid, _, _ in ops), "a refused ADD must not be journaled"

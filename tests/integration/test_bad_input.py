@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 
 from tests.conftest import NETCTL, CNIResult, Daemon, bridge_conf, bridge_ports, netns_links
 
@@ -66,8 +67,8 @@ def assert_error(res: CNIResult, code: int, *fragments: str) -> str:
 
 
 def nothing_ran(daemon: Daemon) -> None:
-    assert daemon.db("SELECT COUNT(*) FROM operations") == [(0,)]
-    assert daemon.db("SELECT COUNT(*) FROM steps") == [(0,)]
+    assert daemon.read(journaldb.row_counts, ("operations", "steps")) == {
+        "operations": 0, "steps": 0}
 
 
 # -- the CNI_* environment ---------------------------------------------------------------

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from netctl_kit import harness
+from netctl_kit import harness, journaldb
 from netctl_kit.harness import CNIResult
 from netctl_kit.kubefake import IPAMBLOCKS, IPPOOLS, RESERVATIONS, FakeKube, node, pod
 
+from netctl.journal import query
 from tests.conftest import (
     SYSTEM_CNI,
     TEST_PLUGINS,
@@ -162,15 +163,15 @@ def test_a_crash_between_the_claim_and_its_record(
         assert pending.result(60).rc != 0  # the runtime saw the ADD fail
     claimed = blocks(kube)
     assert [b["node"] for b in claimed] == ["node-a"]
-    assert d.db("SELECT state FROM ipam_blocks") == [("claiming",)]
+    assert [b["state"] for b in d.read(journaldb.block_rows)] == ["claiming"]
     d.start()
     wait_for(lambda: d.status()["kubernetes"]["ipam"]["ready"], 20, "ready again")
-    assert d.db("SELECT state, until IS NULL FROM ipam_blocks") == [("held", 1)]
+    assert [(b["state"], b["until"] is None) for b in d.read(journaldb.block_rows)] == [
+        ("held", True)]
     got = address(ipam(d, "ADD", "after", pool))
     assert ipaddress.ip_address(got) in ipaddress.ip_network(claimed[0]["cidr"])
     assert kube.count("create", "ipamblocks") == 1 and len(blocks(kube)) == 1
-    assert d.db("SELECT container_id FROM ipam_allocations WHERE released_at IS NULL") == [
-        ("after",)]
+    assert [a["container_id"] for a in d.read(query.live_allocations)] == ["after"]
 
 
 @pytest.mark.servers("fake")  # an answer held back: answers_held()
@@ -201,8 +202,7 @@ def test_a_borrow_lost_in_a_crash_is_never_another_nodes(
         "spec": {**asked["spec"], "node": "node-c"}})
     a.start()
     wait_for(lambda: a.status()["kubernetes"]["ipam"]["ready"], 20, "ready again")
-    assert a.db("SELECT state FROM ipam_blocks WHERE cidr = ?", (f"{lent}/32",)) == [
-        ("taken",)]
+    assert [r["state"] for r in a.read(journaldb.block_rows, cidr=f"{lent}/32")] == ["taken"]
     kept = kube.get("ipamblocks", None, asked["metadata"]["name"])
     assert kept is not None and kept["metadata"]["uid"] == theirs["metadata"]["uid"]
 
@@ -272,9 +272,9 @@ def test_a_deleted_nodes_blocks_are_taken_over_once_its_pods_are_gone(
              "node-b's blocks taken over and released")
     handovers = sum(d.status()["kubernetes"]["ipam"]["handovers"] for d in (a, c))
     assert handovers == len(b_blocks)  # each block handed over once, whoever won
-    released = [r for d in (a, c) for r in d.db(
-        "SELECT cidr FROM ipam_blocks WHERE state = 'released'")]
-    assert sorted(cidr for cidr, in released) == b_blocks
+    released = [r["cidr"] for d in (a, c) for r in d.read(journaldb.block_rows,
+                                                          state="released")]
+    assert sorted(released) == b_blocks
     freed = {str(h) for cidr in b_blocks for h in ipaddress.ip_network(cidr)
              if h not in (net.network_address, net.broadcast_address)}
     after = fill(a, pool, "after")
@@ -338,13 +338,13 @@ def test_a_wiped_state_dir_hands_out_no_address_a_live_pod_holds(
     shutil.rmtree(a.state_dir)
     a.start()
     wait_for(lambda: a.status()["kubernetes"]["ipam"]["ready"], 20, "ready again")
-    adopted = a.db("SELECT container_id FROM ipam_allocations WHERE released_at IS NULL")
-    assert len(adopted) == 4 and all(c.startswith("pod:") for c, in adopted)
+    adopted = [x["container_id"] for x in a.read(query.live_allocations)]
+    assert len(adopted) == 4 and all(c.startswith("pod:") for c in adopted)
     fresh = fill(a, pool, "new")
     assert len(fresh) == 14 - 4 and not set(fresh) & set(held)
     kube.delete("pods", "default", "p0")
-    wait_for(lambda: len(a.db("SELECT 1 FROM ipam_allocations WHERE released_at IS NULL"
-                              " AND container_id LIKE 'pod:%'")) == 3, 30,
+    wait_for(lambda: len([x for x in a.read(query.live_allocations)
+                          if x["container_id"].startswith("pod:")]) == 3, 30,
              "the deleted pod's adopted address released")
     assert address(ipam(a, "ADD", "last", pool)) == held[0]
 
@@ -378,10 +378,10 @@ def test_a_borrowed_address_inside_a_block_taken_over_is_adopted_once(
     before = len(a.log())
     a.start()
     wait_for(lambda: a.status()["kubernetes"]["ipam"]["ready"], 20, "ready again")
-    assert a.db("SELECT address, container_id FROM ipam_allocations") == [
+    assert [(x["address"], x["container_id"]) for x in a.read(journaldb.allocation_rows)] == [
         (lent, f"pod:{uid}")]
-    assert sorted(a.db("SELECT cidr FROM ipam_blocks WHERE state = 'held'")) == sorted([
-        (f"{lent}/32",), (b_block,)])
+    assert sorted(x["cidr"] for x in a.read(journaldb.block_rows, state="held")) == sorted([
+        f"{lent}/32", b_block])
     # in the first round: no journal write refused, no "cluster IPAM: …; retrying"
     assert not [line for line in a.log()[before:].splitlines()
                 if "UNIQUE constraint" in line or "cluster IPAM:" in line], a.log()[before:]
@@ -475,7 +475,7 @@ def test_each_node_names_its_own_blocks_and_journals_no_other_nodes(
     for d, held in ((a, {"node-a": 1}), (b, {"node-b": 2})):
         pools = harness.netctl_json("ipam", "pools", "--state-dir", str(d.state_dir))["pools"]
         assert [p["blocks"] for p in pools if p["key"] == pool] == [held]
-    assert not a.db("SELECT 1 FROM ipam_blocks WHERE node != 'node-a'")
+    assert not [x for x in a.read(journaldb.block_rows) if x["node"] != "node-a"]
     held_at = f"{time.time():.3f}"
     assert ipam(b, "DEL", "on-b", pool).rc == 0  # its block empties, and is released
     wait_for(lambda: named(b) == [], 30, "the released block no longer named")
@@ -555,12 +555,12 @@ def test_a_sticky_pod_gets_its_address_back_on_the_same_and_on_another_node(
     borrow = [x for x in blocks(kube) if x.get("parent")]
     assert [(x["node"], x["cidr"], x["grant"], x["identity"]) for x in borrow] == [
         ("node-b", f"{mine}/32", "granted", "pod:apps/db-0")]
-    assert b.db("SELECT sticky_key FROM ipam_allocations WHERE container_id='db0-3'"
-                " AND released_at IS NULL") == [("pod:apps/db-0",)]
-    assert a.db("SELECT reservation_end FROM ipam_allocations WHERE container_id='db0-2'"
-                ) == [("taken back",)]
-    assert a.db("SELECT reason FROM operations WHERE origin='sticky'") == [
-        (f"sticky reservation of {mine} for pod:apps/db-0 (eth0) taken back by node node-b",)]
+    assert [x["sticky_key"] for x in b.read(journaldb.allocation_rows, container="db0-3")
+            if x["released_at"] is None] == ["pod:apps/db-0"]
+    assert [x["reservation_end"] for x in a.read(journaldb.allocation_rows,
+                                                 container="db0-2")] == ["taken back"]
+    assert [o["reason"] for o in a.read(journaldb.operation_rows, origin="sticky")] == [
+        f"sticky reservation of {mine} for pod:apps/db-0 (eth0) taken back by node node-b"]
     wait_for(lambda: published(kube, "node-a") == [], 10, "node-a's entry removed")
     assert a.status()["sticky"]["ended"]["taken_back"] == 2  # on node-a, then by node-b
 
@@ -583,10 +583,10 @@ def test_a_sticky_pod_gets_its_address_back_on_the_same_and_on_another_node(
     borrow = [x for x in blocks(kube) if x.get("parent")]
     assert [(x["node"], x["cidr"], [h["node"] for h in x["history"]], x.get("reserved"))
             for x in borrow] == [("node-c", f"{mine}/32", ["node-b"], None)]
-    assert b.db("SELECT reason FROM operations WHERE origin='sticky'") == [
-        (f"sticky reservation of {mine} for pod:apps/db-0 (eth0) taken back by node node-c",)]
-    assert b.db("SELECT state FROM ipam_blocks WHERE cidr=? AND node='node-b'",
-                (f"{mine}/32",)) == [("released",)]
+    assert [o["reason"] for o in b.read(journaldb.operation_rows, origin="sticky")] == [
+        f"sticky reservation of {mine} for pod:apps/db-0 (eth0) taken back by node node-c"]
+    assert [x["state"] for x in b.read(journaldb.block_rows, cidr=f"{mine}/32",
+                                       node="node-b")] == ["released"]
     # and back to the block's own node: node-c hands it over to node-a
     assert ipam(c, "DEL", "db0-5", pool, args=pod_args(*db0, "u5"), **sticky).rc == 0
     wait_for(lambda: published(kube, "node-c") == [(mine, "pod:apps/db-0")], 10,

@@ -11,13 +11,16 @@ Subnets: 10.102.1-3.0/24.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 
+from netctl.journal import query
 from tests.conftest import (
     CNIResult,
     Daemon,
@@ -45,17 +48,16 @@ def slow_conf(name: str, bridge: str, subnet: str, sleep: float, ipam_dir: str) 
             "ipam": {"type": "host-local", "subnet": subnet, "dataDir": ipam_dir}}
 
 
-def running_steps(daemon: Daemon, plugin: str, container: str) -> list[tuple[Any, ...]]:
-    return daemon.db(
-        "SELECT s.id FROM steps s JOIN operations o ON o.id=s.operation_id WHERE"
-        " s.plugin_type=? AND s.verb='ADD' AND s.state='running' AND o.container_id=?",
-        (plugin, container))
+def running_steps(daemon: Daemon, plugin: str, container: str) -> list[int]:
+    return [s["id"] for s in daemon.read(journaldb.step_rows, plugin=plugin, verb="ADD",
+                                         state="running", container=container)]
 
 
 def ops(daemon: Daemon, container: str) -> list[tuple[Any, ...]]:
     """(id, verb, ifname, state, code, started_at, finished_at) per operation, in order."""
-    return daemon.db("SELECT id, verb, ifname, state, code, started_at, finished_at"
-                     " FROM operations WHERE container_id=? ORDER BY id", (container,))
+    return [(o["id"], o["verb"], o["ifname"], o["state"], o["code"], o["started_at"],
+             o["finished_at"])
+            for o in daemon.read(journaldb.operation_rows, container=container)]
 
 
 def assert_nothing_left(daemon: Daemon, namespaces: list[str], bridges: list[str],
@@ -67,8 +69,8 @@ def assert_nothing_left(daemon: Daemon, namespaces: list[str], bridges: list[str
     veths = {v for c in containers for v in host_veths(journal_results(daemon, c))}
     assert not veths & set(host_links("veth"))
     assert ipam_held(daemon.ipam_dir) == []
-    assert daemon.db("SELECT COUNT(*) FROM attachments WHERE state != 'removed'") == [(0,)]
-    assert daemon.db("SELECT COUNT(*) FROM operations WHERE state='running'") == [(0,)]
+    assert daemon.live_counts()[0] == 0  # attachments not removed
+    assert daemon.read(query.running_operations) == []
 
 
 @pytest.mark.slow
@@ -101,8 +103,9 @@ def test_fifty_pods_add_then_del_in_parallel(daemon: Daemon, netns) -> None:
         addresses.append(ip)
     assert len(set(addresses)) == PODS
     containers = [o[0] for o in outcomes]
-    assert daemon.db("SELECT verb, state, COUNT(*) FROM operations GROUP BY verb, state"
-                     " ORDER BY verb") == [("ADD", "done", PODS), ("DEL", "done", PODS)]
+    ends = Counter((verb, state) for verb, _, state in daemon.read(journaldb.operation_states))
+    assert sorted((verb, state, n) for (verb, state), n in ends.items()) == [
+        ("ADD", "done", PODS), ("DEL", "done", PODS)]
     assert_nothing_left(daemon, namespaces, [br], containers)
 
 
@@ -157,19 +160,20 @@ def test_two_identical_adds_at_once_give_one_result(daemon: Daemon, netns) -> No
     (add,) = ops(daemon, "twin")
     assert add[1:5] == ("ADD", "eth0", "done", None)
     assert launched < add[6]  # the second ADD was sent while the first was running
-    assert daemon.db("SELECT COUNT(*) FROM steps WHERE verb='ADD'") == [(1,)]
+    assert len(daemon.read(journaldb.step_rows, verb="ADD")) == 1
     assert daemon.cni("DEL", "twin", ns, conf).rc == 0
     assert_nothing_left(daemon, [ns], [br], ["twin"])
 
 
 def assert_disjoint(daemon: Daemon, op_a: int, op_b: int) -> None:
     """Operation ``op_b`` began after ``op_a`` ended, and so did each of its steps."""
-    (a_end,) = daemon.db("SELECT finished_at FROM operations WHERE id=?", (op_a,))[0]
-    (b_start,) = daemon.db("SELECT started_at FROM operations WHERE id=?", (op_b,))[0]
+    a_end = daemon.read(journaldb.operation_rows, op_id=op_a)[0]["finished_at"]
+    b_start = daemon.read(journaldb.operation_rows, op_id=op_b)[0]["started_at"]
     assert a_end is not None and b_start >= a_end
-    (last_a,) = daemon.db("SELECT MAX(finished_at) FROM steps WHERE operation_id=?", (op_a,))[0]
-    (first_b,) = daemon.db("SELECT MIN(started_at) FROM steps WHERE operation_id=?",
-                           (op_b,))[0]
+    last_a = max((s["finished_at"] for s in daemon.read(journaldb.step_rows, operation=op_a)
+                  if s["finished_at"] is not None), default=None)
+    first_b = min((s["started_at"] for s in daemon.read(journaldb.step_rows, operation=op_b)),
+                  default=None)
     assert last_a is not None and first_b is not None and first_b >= last_a
 
 
@@ -200,7 +204,7 @@ def test_requests_for_one_container_do_not_overlap(daemon: Daemon, netns) -> Non
     del_a, del_b = ops(daemon, "pair")[2:]
     assert {del_a[1], del_b[1]} == {"DEL"} and {del_a[2], del_b[2]} == {"eth0", "eth1"}
     assert_disjoint(daemon, del_a[0], del_b[0])
-    assert daemon.db("SELECT COUNT(*) FROM steps WHERE verb='DEL' AND state='ok'") == [(2,)]
+    assert len(daemon.read(journaldb.step_rows, verb="DEL", state="ok")) == 2
     assert_nothing_left(daemon, [ns], [br], ["pair"])
 
 
@@ -219,8 +223,8 @@ def test_del_during_add_cancels_it(daemon: Daemon, netns) -> None:
         add = pool.submit(daemon.cni, "ADD", "victim", ns, conf, networks="slow")
         wait_for(lambda: running_steps(daemon, "slow", "victim"), what="the slow ADD to run")
         # The cluster network attaches meanwhile: there is something to undo.
-        wait_for(lambda: daemon.db("SELECT 1 FROM steps WHERE plugin_type='bridge' AND"
-                                   " verb='ADD' AND state='ok'"), what="the bridge ADD")
+        wait_for(lambda: daemon.read(journaldb.step_rows, plugin="bridge", verb="ADD",
+                                     state="ok"), what="the bridge ADD")
         assert "eth0" in netns_links(ns) and len(bridge_ports(br)) == 1
         wait_for(lambda: sleeping("37.25"), what="the slow plugin's sleep to start")
         dele = daemon.cni("DEL", "victim", ns, conf)
@@ -235,13 +239,14 @@ def test_del_during_add_cancels_it(daemon: Daemon, netns) -> None:
     assert add_op[1:5] == ("ADD", "eth0", "compensated", 106)
     assert del_op[1:4] == ("DEL", "eth0", "done")
     assert del_op[5] >= add_op[6]  # the DEL ran once the ADD had undone its work
-    steps = daemon.db("SELECT plugin_type, verb, state, error FROM steps WHERE operation_id=?"
-                      " ORDER BY plugin_type, verb", (add_op[0],))
+    steps = sorted(((s["plugin_type"], s["verb"], s["state"], s["error"])
+                    for s in daemon.read(journaldb.step_rows, operation=add_op[0])),
+                   key=lambda s: (s[0], s[1]))
     assert steps == [("bridge", "ADD", "ok", None), ("bridge", "DEL", "ok", None),
                      ("slow", "ADD", "failed",
                       "cancelled; still running after 0.5s of grace, killed"),
                      ("slow", "DEL", "ok", None)]
-    assert daemon.db("SELECT COUNT(*) FROM steps WHERE operation_id=?", (del_op[0],)) == [(0,)]
+    assert daemon.read(journaldb.step_rows, operation=del_op[0]) == []
     # The slow plugin and its sleep were killed, not left behind.
     wait_for(lambda: not sleeping("37.25"), what="the slow plugin's sleep to be killed")
     assert_nothing_left(daemon, [ns], [br, slow_br], ["victim"])

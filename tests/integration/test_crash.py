@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from netctl_kit import harness
+from netctl_kit import harness, journaldb
 from netctl_kit.bench import crash
 
 from tests.conftest import (
@@ -57,8 +57,8 @@ pytestmark = pytest.mark.netns
 
 
 def add_op(daemon: Daemon, container: str) -> tuple[int, str, int | None]:
-    rows = daemon.db("SELECT id, state, code FROM operations WHERE verb='ADD'"
-                     " AND container_id=?", (container,))
+    rows = [(o["id"], o["state"], o["code"])
+            for o in daemon.read(journaldb.operation_rows, verb="ADD", container=container)]
     assert len(rows) == 1, rows
     op_id, state, code = rows[0]
     return op_id, state, code
@@ -66,11 +66,8 @@ def add_op(daemon: Daemon, container: str) -> tuple[int, str, int | None]:
 
 def undone_steps(daemon: Daemon, op_id: int) -> list[tuple[Any, ...]]:
     """Started ADD steps of the operation with no ok DEL step (in any operation) after them."""
-    return daemon.db(
-        "SELECT a.attachment_id, a.position, a.plugin_type FROM steps a WHERE a.operation_id=?"
-        " AND a.verb='ADD' AND NOT EXISTS (SELECT 1 FROM steps d WHERE d.verb='DEL'"
-        " AND d.state='ok' AND d.attachment_id=a.attachment_id AND d.position=a.position"
-        " AND d.id > a.id)", (op_id,))
+    return [(s["attachment_id"], s["position"], s["plugin_type"])
+            for s in daemon.read(journaldb.add_steps_not_undone, op_id)]
 
 
 def socket_refuses(path: str) -> bool:
@@ -111,10 +108,10 @@ def test_sigkill_mid_add_is_compensated_at_restart(daemon: Daemon, netns, backgr
     assert owned_processes(daemon) == [], "the restarted daemon left the orphan running"
     assert add_op(daemon, "crash1")[1:] == ("compensated", None)
     assert undone_steps(daemon, op_id) == []
-    assert daemon.db("SELECT state FROM attachments WHERE add_op=?", (op_id,)) == [
-        ("removed",), ("removed",)]
-    assert daemon.db("SELECT verb, state FROM operations WHERE origin='replay'") == [
-        ("DEL", "done")]
+    assert [a["state"] for a in daemon.read(journaldb.attachment_rows, add_op=op_id)] == [
+        "removed", "removed"]
+    assert [(o["verb"], o["state"])
+            for o in daemon.read(journaldb.operation_rows, origin="replay")] == [("DEL", "done")]
     assert bridge_ports(br) == []
     assert netns_links(ns) == ["lo"]
     assert ipam_held(daemon.ipam_dir) == []
@@ -238,7 +235,7 @@ def test_sigterm_drains_an_inflight_add(daemon: Daemon, netns, background) -> No
 
     # The next daemon has nothing to replay and DELs the drained pod normally.
     daemon.start()
-    assert daemon.db("SELECT COUNT(*) FROM operations WHERE origin='replay'") == [(0,)]
+    assert daemon.read(journaldb.operation_rows, origin="replay") == []
     res = daemon.cni("DEL", "drain1", ns, conf)
     assert res.rc == 0, res.stdout + res.stderr
     assert bridge_ports(br) == []

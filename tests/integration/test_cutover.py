@@ -21,8 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 from netctl_kit.harness import bridge_conf, exec_plugin, host_local, host_local_leases
 
+from netctl.journal import query
 from tests.conftest import Daemon, netns_links
 
 pytestmark = pytest.mark.netns
@@ -93,9 +95,8 @@ def as_multus(daemon: Daemon, container: str, ns: str, cluster: dict[str, Any],
 
 
 def dels_of(daemon: Daemon, container: str) -> list[tuple[str, str, str]]:
-    return [(v, s, r or "") for v, s, r in daemon.db(
-        "SELECT verb, state, reason FROM operations WHERE container_id = ? ORDER BY id",
-        (container,))]
+    return [(o["verb"], o["state"], o["reason"] or "")
+            for o in daemon.read(journaldb.operation_rows, container=container)]
 
 
 @pytest.mark.parametrize("multus", ["v4.1.4", "v4.3.0"])
@@ -117,18 +118,16 @@ def test_a_pod_from_before_the_switch_releases_everything(
     ops = dels_of(daemon, cid)
     assert len(ops) == 1 and ops[0][:2] == ("DEL", "done"), ops
     assert "never saw" in ops[0][2] and "Multus' cache" in ops[0][2]
-    steps = daemon.db("SELECT s.plugin_type, s.ifname, s.state FROM steps s JOIN operations o"
-                      " ON o.id = s.operation_id WHERE o.container_id = ? ORDER BY s.id",
-                      (cid,))
-    assert sorted(steps) == [("bridge", "eth0", "ok"), ("macvlan", "net1", "ok")]
-    assert daemon.db("SELECT network, ifname, state FROM attachments WHERE container_id = ?"
-                     " ORDER BY id", (cid,)) == [("cluster", "eth0", "removed"),
-                                                  ("blue", "net1", "removed")]
+    steps = daemon.read(journaldb.step_rows, container=cid)
+    assert sorted((s["plugin_type"], s["ifname"], s["state"]) for s in steps) == [
+        ("bridge", "eth0", "ok"), ("macvlan", "net1", "ok")]
+    assert [(a["network"], a["ifname"], a["state"])
+            for a in daemon.read(query.attachments, container=cid)] == [
+        ("cluster", "eth0", "removed"), ("blue", "net1", "removed")]
     # containerd's second DEL (RemovePodSandbox): known now, nothing runs again
     assert daemon.cni("DEL", cid, "", conf, pod="default/old").rc == 0
     assert len(dels_of(daemon, cid)) == 2
-    assert len(daemon.db("SELECT 1 FROM steps s JOIN operations o ON o.id = s.operation_id"
-                         " WHERE o.container_id = ?", (cid,))) == 2
+    assert len(daemon.read(journaldb.step_rows, container=cid)) == 2
 
 
 def test_without_a_multus_cache_the_cluster_network_is_deleted(
@@ -198,7 +197,7 @@ def test_a_delegate_that_fails_is_tried_once_and_warned(
     assert res.rc == 0, res.describe()
     assert "tried once" in res.stderr and "no-such-plugin" in res.stderr, res.stderr
     assert host_local_leases(daemon.ipam_dir) == []  # the cluster network went
-    assert daemon.db("SELECT state FROM operations WHERE container_id = ?", (cid,)) == [
-        ("failed",)]
-    assert daemon.db("SELECT COUNT(*) FROM attachments WHERE state != 'removed'") == [(0,)]
+    assert [o["state"] for o in daemon.read(journaldb.operation_rows, container=cid)] == [
+        "failed"]
+    assert daemon.live_counts()[0] == 0  # attachments not removed
     assert path.exists()

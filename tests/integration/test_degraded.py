@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from netctl_kit import harness
+from netctl_kit import harness, journaldb
 from netctl_kit.harness import CNIResult, netctl_argv
 from netctl_kit.kubefake import nad, node
 
@@ -68,8 +68,8 @@ def test_a_stuck_attachment_is_degraded_and_still_ready(
     assert daemon.cni("ADD", "stuck-c1", ns, conf, networks="fd").rc == 0
     res = daemon.cni("DEL", "stuck-c1", ns, conf)  # refused for good: left stuck
     assert res.rc == 0, res.describe()
-    (att,) = [a for (a,) in daemon.db(
-        "SELECT id FROM attachments WHERE network='default/fd' AND del_failures > 0")]
+    (att,) = [a["id"] for a in daemon.read(journaldb.attachment_rows, network="default/fd")
+              if a["del_failures"] > 0]
 
     rc, doc = status_json(daemon)
     assert rc == 3, doc

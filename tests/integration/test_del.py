@@ -16,7 +16,9 @@ import subprocess
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 
+from netctl.journal import query
 from tests.conftest import (
     CNIResult,
     Daemon,
@@ -57,18 +59,20 @@ def add_pod(daemon: Daemon, container: str, ns: str) -> list[str]:
 
 def del_ops(daemon: Daemon, container: str) -> list[tuple[Any, ...]]:
     """(state, code, number of DEL steps, of which ok) of each DEL operation, in order."""
-    return daemon.db(
-        "SELECT o.state, o.code, COUNT(s.id), COALESCE(SUM(s.state='ok'), 0) FROM operations o"
-        " LEFT JOIN steps s ON s.operation_id=o.id WHERE o.verb='DEL' AND o.container_id=?"
-        " GROUP BY o.id ORDER BY o.id", (container,))
+    out: list[tuple[Any, ...]] = []
+    with daemon.read_only() as conn:
+        for op in journaldb.operation_rows(conn, verb="DEL", container=container):
+            steps = [s["state"] for s in journaldb.step_rows(conn, operation=op["id"])]
+            out.append((op["state"], op["code"], len(steps), steps.count("ok")))
+    return out
 
 
 def assert_released(daemon: Daemon, container: str, br: str, veths: list[str]) -> None:
     assert bridge_ports(br) == []
     assert not set(veths) & set(host_links("veth"))
     assert ipam_held(daemon.ipam_dir) == []
-    states = daemon.db("SELECT ifname, state FROM attachments WHERE container_id=?"
-                       " ORDER BY ifname", (container,))
+    states = sorted((a["ifname"], a["state"])
+                    for a in daemon.read(query.attachments, container=container))
     assert states == [("eth0", "removed"), ("net1", "removed")]
 
 
@@ -104,7 +108,7 @@ def test_del_unknown_container(daemon: Daemon, netns) -> None:
     # nothing is journaled
     assert del_ops(daemon, "never-seen") == [("done", None, 1, 1)]
     assert del_ops(daemon, "never-seen-2") == [("done", None, 0, 0)]
-    assert daemon.db("SELECT state FROM attachments") == [("removed",)]
+    assert [a["state"] for a in daemon.read(query.attachments)] == ["removed"]
     assert netns_links(ns) == ["lo"]
     # the runtime's second DEL finds it known: nothing runs again
     assert daemon.cni("DEL", "never-seen", ns, conf).rc == 0

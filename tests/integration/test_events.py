@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from netctl_kit import harness
+from netctl_kit import harness, journaldb
 from netctl_kit.harness import SYSTEM_CNI
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID
 
 from netctl.reconcile.events import AF_BRIDGE, netlink_hints
 from netctl.reconcile.watch import open_netlink
-from tests.conftest import Daemon, bridge_ports, ip, live, step_states, wait_for
+from tests.conftest import Daemon, attachment_states, bridge_ports, ip, live, step_states, wait_for
 
 pytestmark = pytest.mark.netns
 
@@ -48,18 +48,14 @@ def ipam_net(name: str, plugin: dict[str, Any], subnet: str) -> dict[str, Any]:
         {**plugin, "ipam": {"type": "netctl-ipam", "range": subnet}}]}
 
 
-def states(daemon: Daemon) -> dict[str, str]:
-    return dict(daemon.db("SELECT container_id, state FROM attachments"))
-
-
 def held(daemon: Daemon) -> list[str]:
     """Containers holding a live allocation."""
     return [container for container, _, _ in live(daemon)]
 
 
 def event_ops(daemon: Daemon) -> list[tuple[str, str, str]]:
-    return daemon.db("SELECT verb, container_id, state FROM operations WHERE origin='event'"
-                     " ORDER BY id")
+    return [(o["verb"], o["container_id"], o["state"])
+            for o in daemon.read(journaldb.operation_rows, origin="event")]
 
 
 def events_status(daemon: Daemon) -> dict[str, Any]:
@@ -78,11 +74,11 @@ def assert_vanished_pod_released(daemon: Daemon, netns: Callable[[], str], clust
 
     wait_for(lambda: held(daemon) == ["ev-keep"], RELEASED_WITHIN,
              "the vanished pod's address to be released on events")
-    wait_for(lambda: states(daemon) == {"ev-keep": "attached", "ev-gone": "removed"},
+    wait_for(lambda: attachment_states(daemon) == {"ev-keep": "attached", "ev-gone": "removed"},
              RELEASED_WITHIN, "the vanished pod's attachment removed")
     wait_for(lambda: event_ops(daemon) == [("RECONCILE", "", "done"), ("DEL", "ev-gone", "done")],
              what="the run on events to be journaled as done")
-    assert daemon.db("SELECT COUNT(*) FROM operations WHERE origin='reconcile'") == [(0,)]
+    assert daemon.read(journaldb.operation_rows, origin="reconcile") == []
     assert daemon.cni("DEL", "ev-keep", keep, conf).rc == 0
     assert held(daemon) == []
 
@@ -150,7 +146,7 @@ def test_an_event_for_a_container_in_flight_waits_for_its_request(
                      "the event to be looked at, and left alone")
             # untouched: the ADD still runs, its attachments are its own, nothing DEL'd
             assert not add.done()
-            assert set(states(daemon).values()) == {"adding"}
+            assert set(attachment_states(daemon).values()) == {"adding"}
             assert held(daemon) == ["ev-busy"] and event_ops(daemon) == []
         finally:
             gate.touch()
@@ -158,7 +154,7 @@ def test_an_event_for_a_container_in_flight_waits_for_its_request(
     assert res.rc == 0, res.stdout + res.stderr  # the delegate finished: the ADD succeeded
     # ... of a sandbox that is gone: released right after, without being asked
     wait_for(lambda: held(daemon) == [], RELEASED_WITHIN, "the release once the ADD is over")
-    wait_for(lambda: set(states(daemon).values()) == {"removed"}, RELEASED_WITHIN,
+    wait_for(lambda: set(attachment_states(daemon).values()) == {"removed"}, RELEASED_WITHIN,
              "the attachments removed (the DEL's end comes after the step's release)")
     wait_for(lambda: event_ops(daemon) == [("RECONCILE", "", "done"), ("DEL", "ev-busy", "done")],
              what="the run on events to be journaled as done")
@@ -213,7 +209,7 @@ def test_the_events_of_a_del_in_flight_are_left_to_it(daemon: Daemon, netns) -> 
         finally:
             gate.touch()
         assert deleting.result(timeout=60).rc == 0
-    assert states(daemon) == {"ev-del": "removed"} and held(daemon) == []
+    assert attachment_states(daemon) == {"ev-del": "removed"} and held(daemon) == []
     flushed()
     assert event_ops(daemon) == [] and events_status(daemon)["deferred"] == 0
 
@@ -250,19 +246,17 @@ def test_a_burst_of_vanished_sandboxes_is_released_while_requests_are_served(
         served += 1
         assert served < 500, f"still held: {held(daemon)[:5]}"
 
-    wait_for(lambda: set(states(daemon).values()) == {"removed"}, RELEASED_WITHIN,
+    wait_for(lambda: set(attachment_states(daemon).values()) == {"removed"}, RELEASED_WITHIN,
              "every attachment removed")
-    dels = daemon.db("SELECT started_at, finished_at, state FROM operations"
-                     " WHERE origin='event' AND verb='DEL'")
-    assert len(dels) == BURST and {state for _, _, state in dels} == {"done"}
-    runs = daemon.db("SELECT COUNT(*) FROM operations WHERE origin='event'"
-                     " AND verb='RECONCILE'")[0][0]
+    dels = daemon.read(journaldb.operation_rows, origin="event", verb="DEL")
+    assert len(dels) == BURST and {d["state"] for d in dels} == {"done"}
+    runs = len(daemon.read(journaldb.operation_rows, origin="event", verb="RECONCILE"))
     assert runs < BURST // 4  # coalesced: a few runs, not one per sandbox
     # the runtime's requests were answered in the middle of the release, not after it
-    first, last = min(d[0] for d in dels), max(d[1] for d in dels)
-    probes = daemon.db("SELECT COUNT(*) FROM operations WHERE origin='runtime' AND verb='ADD'"
-                       " AND container_id LIKE 'ev-probe-%' AND finished_at BETWEEN ? AND ?",
-                       (first, last))[0][0]
+    first, last = min(d["started_at"] for d in dels), max(d["finished_at"] for d in dels)
+    probes = len([o for o in daemon.read(journaldb.operation_rows, origin="runtime", verb="ADD")
+                  if o["container_id"].lower().startswith("ev-probe-")
+                  and o["finished_at"] is not None and first <= o["finished_at"] <= last])
     assert served >= 1 and probes >= 1
     wait_for(lambda: bridge_ports(br) == [], 60, "the kernel to remove the host veths")
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from netctl_kit import journaldb
 
 from tests.conftest import (
     Daemon,
@@ -51,20 +52,17 @@ def faulty_conf(name: str, plugin: str) -> dict[str, object]:
 
 def add_steps_undone(daemon: Daemon, op_id: int) -> list[tuple[object, ...]]:
     """(attachment, position, plugin) of every started ADD step lacking an ok DEL step."""
-    return daemon.db(
-        "SELECT a.attachment_id, a.position, a.plugin_type FROM steps a WHERE a.operation_id=?"
-        " AND a.verb='ADD' AND NOT EXISTS (SELECT 1 FROM steps d WHERE d.operation_id=?"
-        " AND d.verb='DEL' AND d.state='ok' AND d.attachment_id=a.attachment_id"
-        " AND d.position=a.position)", (op_id, op_id))
+    return [(s["attachment_id"], s["position"], s["plugin_type"])
+            for s in daemon.read(journaldb.add_steps_not_undone, op_id, undone_in=op_id)]
 
 
 def host_side_links(daemon: Daemon, op_id: int) -> list[str]:
     """Host interfaces (no ``sandbox``) that the operation's ADD steps reported creating."""
     names = []
-    for (raw,) in daemon.db("SELECT result FROM steps WHERE operation_id=? AND verb='ADD'"
-                            " AND result IS NOT NULL", (op_id,)):
-        names += [i["name"] for i in json.loads(raw).get("interfaces", [])
-                  if not i.get("sandbox")]
+    for step in daemon.read(journaldb.step_rows, operation=op_id, verb="ADD"):
+        if step["result"] is not None:
+            names += [i["name"] for i in json.loads(step["result"]).get("interfaces", [])
+                      if not i.get("sandbox")]
     return names
 
 
@@ -100,39 +98,37 @@ def test_faulty_second_network_is_compensated(daemon: Daemon, netns, veth_parent
     assert set(host_links(daemon.name(""))) - mine_before <= {br}
     assert ipam_held(daemon.ipam_dir) == []
     # The journal: compensated, with a DEL for every ADD step that started.
-    ops = daemon.db("SELECT id, state, code FROM operations WHERE verb='ADD'"
-                    " AND container_id='fault1'")
+    ops = daemon.read(journaldb.operation_rows, verb="ADD", container="fault1")
     assert len(ops) == 1
-    op_id, state, op_code = ops[0]
+    op_id, state, op_code = ops[0]["id"], ops[0]["state"], ops[0]["code"]
     assert (state, op_code) == ("compensated", code)
-    started = daemon.db("SELECT plugin_type FROM steps WHERE operation_id=? AND verb='ADD'",
-                        (op_id,))
-    assert (plugin,) in started
+    adds = daemon.read(journaldb.step_rows, operation=op_id, verb="ADD")
+    assert plugin in [s["plugin_type"] for s in adds]
     assert add_steps_undone(daemon, op_id) == []
-    atts = daemon.db("SELECT network, state FROM attachments WHERE add_op=?", (op_id,))
+    atts = [(a["network"], a["state"])
+            for a in daemon.read(journaldb.attachment_rows, add_op=op_id)]
     assert ("default/faulty", "removed") in atts
     assert all(s == "removed" for _, s in atts), atts
-    failed = daemon.db("SELECT plugin_type, code FROM steps WHERE operation_id=? AND verb='ADD'"
-                       " AND state='failed' AND error NOT LIKE 'cancelled%'", (op_id,))
+    failed = [(s["plugin_type"], s["code"]) for s in adds if s["state"] == "failed"
+              and s["error"] is not None and not s["error"].lower().startswith("cancelled")]
     assert failed == [(plugin, code)]
     # No sibling step was killed half-way: each that had its config finished (within the
     # cancel grace); one cancelled before it had its config was killed before doing anything.
-    siblings = daemon.db("SELECT plugin_type, state, error FROM steps WHERE operation_id=?"
-                         " AND verb='ADD' AND plugin_type != ?", (op_id, plugin))
+    siblings = [(s["plugin_type"], s["state"], s["error"]) for s in adds
+                if s["plugin_type"] != plugin]
     assert all(state == "ok" or error == "cancelled before the plugin had its config; killed"
                for _, state, error in siblings), siblings
     leftovers = set(host_side_links(daemon, op_id)) & set(host_links())
     assert leftovers <= {br}, leftovers
     if plugin == "hang":
         # The siblings finished long before the timeout: compensation undid real work.
-        done = daemon.db("SELECT plugin_type FROM steps WHERE operation_id=? AND verb='ADD'"
-                         " AND state='ok' ORDER BY plugin_type", (op_id,))
-        assert done == [("bridge",), ("macvlan",)]
+        done = sorted(s["plugin_type"] for s in adds if s["state"] == "ok")
+        assert done == ["bridge", "macvlan"]
         assert any(n.startswith("veth") for n in host_side_links(daemon, op_id))
 
     # The runtime's DEL after a failed ADD finds nothing left to do.
     res = daemon.cni("DEL", "fault1", ns, conf, networks=f"{FAULTY},mv", pod="default/fault1")
     assert res.rc == 0, res.stdout + res.stderr
-    assert daemon.db("SELECT COUNT(*) FROM steps WHERE operation_id != ?", (op_id,)) == [(0,)]
+    assert [s for s in daemon.read(journaldb.step_rows) if s["operation_id"] != op_id] == []
 
     assert_still_serves(daemon, netns(), "br", br)

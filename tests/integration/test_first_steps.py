@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from netctl_kit import journaldb
 
 from tests.conftest import Daemon, ipam_bridge, netns_links
 
@@ -28,13 +29,11 @@ def began(daemon: Daemon, container: str, verb: str
     """The container's ``verb`` operation's id, and per step (network, position, plugin):
     whether it began in the operation's transaction, whether it began at all after it,
     and its state."""
-    (op_id, op_at), = daemon.db("SELECT id, started_at FROM operations WHERE"
-                                " container_id=? AND verb=?", (container, verb))
-    rows = daemon.db(
-        "SELECT a.network_name, s.position, s.plugin_type, s.started_at, s.state FROM steps s"
-        " JOIN attachments a ON a.id = s.attachment_id WHERE s.operation_id=?", (op_id,))
-    return op_id, {(net, pos, plugin): (at == op_at, at >= op_at, state)
-                   for net, pos, plugin, at, state in rows}
+    (op,) = daemon.read(journaldb.operation_rows, container=container, verb=verb)
+    op_id, op_at = op["id"], op["started_at"]
+    return op_id, {(s["network_name"], s["position"], s["plugin_type"]):
+                   (s["started_at"] == op_at, s["started_at"] >= op_at, s["state"])
+                   for s in daemon.read(journaldb.step_rows, operation=op_id)}
 
 
 def test_each_chains_first_step_begins_with_its_operation(
@@ -55,8 +54,8 @@ def test_each_chains_first_step_begins_with_its_operation(
         ("green", 0, "bridge"): (True, True, "ok"),
         ("red", 0, "bridge"): (True, True, "ok"),
     }
-    given = daemon.db("SELECT allocated_op, released_at FROM ipam_allocations"
-                      " WHERE container_id='fs-1'")
+    given = [(a["allocated_op"], a["released_at"])
+             for a in daemon.read(journaldb.allocation_rows, container="fs-1")]
     assert given == [(add_id, None)] * 3  # recorded by the operation's first transaction
 
     daemon.cni("DEL", "fs-1", ns, daemon.conf("red"), networks="green,blue")
@@ -67,8 +66,8 @@ def test_each_chains_first_step_begins_with_its_operation(
         ("green", 0, "bridge"): (True, True, "ok"),
         ("red", 0, "bridge"): (True, True, "ok"),
     }
-    assert daemon.db("SELECT released_op FROM ipam_allocations WHERE container_id='fs-1'"
-                     " AND released_at IS NOT NULL") == [(del_id,)] * 3
-    assert daemon.db("SELECT state FROM operations WHERE container_id='fs-1'"
-                     " ORDER BY id") == [("done",), ("done",)]
+    assert [a["released_op"] for a in daemon.read(journaldb.allocation_rows, container="fs-1")
+            if a["released_at"] is not None] == [del_id] * 3
+    assert [o["state"] for o in daemon.read(journaldb.operation_rows, container="fs-1")] == [
+        "done", "done"]
     assert netns_links(ns) == ["lo"]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from netctl_kit import journaldb
 
 from tests.conftest import Daemon, bridge_conf, bridge_ports, ipam_held, wait_for
 
@@ -112,7 +113,7 @@ def test_a_full_disk_refuses_adds_keeps_dels_and_recovers(
     for container in ("up1", "up2", "late"):
         assert daemon.cni("DEL", container, pods.get(container, late), conf).rc == 0
     assert bridge_ports(br) == [] and ipam_held(daemon.ipam_dir) == []
-    assert daemon.db("SELECT COUNT(*) FROM operations WHERE state='running'") == [(0,)]
+    assert daemon.read(journaldb.operation_rows, state="running") == []
 
 
 def test_a_disk_filled_during_a_churn_loses_no_del_and_strands_nothing(
@@ -156,9 +157,7 @@ def test_a_disk_filled_during_a_churn_loses_no_del_and_strands_nothing(
     daemon.reconcile()
     pending = Path(daemon.socket).parent / "pending-del"
     assert not pending.exists() or os.listdir(pending) == []
-    assert daemon.db("SELECT COUNT(*) FROM operations WHERE state='running'") == [(0,)]
-    assert daemon.db("SELECT COUNT(*) FROM attachments WHERE state!='removed'") == [(0,)]
-    assert daemon.db("SELECT COUNT(*) FROM ipam_allocations WHERE released_at IS NULL"
-                     ) == [(0,)]
+    assert daemon.read(journaldb.operation_rows, state="running") == []
+    assert daemon.read(journaldb.live_counts) == (0, 0)  # attachments, allocations
     assert bridge_ports(br) == [] and ipam_held(daemon.ipam_dir) == []
     assert daemon.status()["degraded"] is False

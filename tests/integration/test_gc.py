@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 
-from tests.conftest import Daemon, bridge_conf, bridge_ports, netns_links
+from tests.conftest import Daemon, attachment_states, bridge_conf, bridge_ports, netns_links
 
 pytestmark = pytest.mark.netns
 
@@ -39,9 +40,9 @@ def test_gc_removes_only_attachments_not_listed(daemon: Daemon, netns: Any, key:
     assert "eth0" in netns_links(keep)
     assert netns_links(drop) == ["lo"]
     assert len(bridge_ports(br)) == 1
-    states = dict(daemon.db("SELECT container_id, state FROM attachments"))
-    assert states == {"gc-keep": "attached", "gc-drop": "removed"}
-    origins = daemon.db("SELECT origin, state FROM operations WHERE verb='DEL'")
+    assert attachment_states(daemon) == {"gc-keep": "attached", "gc-drop": "removed"}
+    origins = [(o["origin"], o["state"]) for o in daemon.read(journaldb.operation_rows,
+                                                               verb="DEL")]
     assert origins == [("gc", "done")]
 
 
@@ -52,14 +53,14 @@ def test_gc_without_a_list_removes_nothing_and_an_empty_list_everything(
     assert res.rc == 0, res.stdout + res.stderr
     assert "nothing collected" in res.stderr
     assert len(bridge_ports(br)) == 2
-    assert daemon.db("SELECT COUNT(*) FROM attachments WHERE state='attached'") == [(2,)]
+    assert len(daemon.read(journaldb.attachment_rows, state="attached")) == 2
 
     res = daemon.cni("GC", "", None, dict(conf, **{"cni.dev/valid-attachments": []}),
                      ifname="")
     assert res.rc == 0, res.stdout + res.stderr
     assert bridge_ports(br) == []
     assert netns_links(keep) == ["lo"] and netns_links(drop) == ["lo"]
-    assert daemon.db("SELECT COUNT(*) FROM attachments WHERE state!='removed'") == [(0,)]
+    assert daemon.live_counts()[0] == 0  # attachments not removed
 
 
 def test_gc_never_collects_attachments_younger_than_the_grace(
@@ -70,7 +71,7 @@ def test_gc_never_collects_attachments_younger_than_the_grace(
     assert res.rc == 0, res.stdout + res.stderr
     assert len(bridge_ports(br)) == 2
     assert "eth0" in netns_links(keep) and "eth0" in netns_links(drop)
-    assert daemon.db("SELECT COUNT(*) FROM operations WHERE verb='DEL'") == [(0,)]
+    assert daemon.read(journaldb.operation_rows, verb="DEL") == []
 
 
 def test_gc_and_status_need_cni_1_1(daemon: Daemon) -> None:

@@ -81,8 +81,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
+from netctl_kit import journaldb
 
 from netctl.cni.request import DEL_CEILING
+from netctl.journal import query
 from tests.conftest import (
     RUN_TAG,
     Daemon,
@@ -91,6 +93,7 @@ from tests.conftest import (
     host_links,
     ip,
     ipam_held,
+    journal_results,
     netns_links,
     owned_processes,
     wait_for,
@@ -626,15 +629,12 @@ class Run:
     # -- the journal, scoped to this example -------------------------------------------
 
     def ops(self, cid: str) -> int:
-        return int(self.daemon.db("SELECT COUNT(*) FROM operations WHERE container_id=?",
-                                  (cid,))[0][0])
+        return len(self.daemon.read(journaldb.operation_rows, container=cid))
 
     def attachments(self) -> list[tuple[str, str, str, str, str, str]]:
-        marks = ",".join("?" * len(self.mine))
-        return self.daemon.db(
-            "SELECT container_id, caller_ifname, caller_network, state, network, netns"
-            f" FROM attachments WHERE container_id IN ({marks}) ORDER BY id",
-            tuple(self.mine))
+        return [(a["container_id"], a["caller_ifname"], a["caller_network"], a["state"],
+                 a["network"], a["netns"])
+                for a in self.daemon.read(journaldb.attachment_rows, containers=self.mine)]
 
     # -- one example ------------------------------------------------------------------
 
@@ -845,11 +845,10 @@ class Run:
                                f"IPAM DEL of {cid}/{ifname}: {ans.output[:600]}")
 
     def leftovers(self) -> None:
-        marks = ",".join("?" * len(self.mine))
-        mine = tuple(self.mine)
-        db = self.daemon.db
-        running = db(f"SELECT id, verb, container_id FROM operations WHERE state='running'"
-                     f" AND container_id IN ({marks})", mine)
+        mine = self.mine
+        read = self.daemon.read
+        running = [(o["id"], o["verb"], o["container_id"])
+                   for o in read(journaldb.operation_rows, containers=mine, state="running")]
         if running:
             self.found("operation left running", f"{running}")
         left = [a for a in self.attachments() if a[3] != "removed"]
@@ -857,17 +856,17 @@ class Run:
             rows = "; ".join(f"{c[:20]}/{i} on {net} netns {ns!r}: {s}"
                              for c, i, _, s, net, ns in left)
             self.found("attachment left", f"not removed after the runtime's DELs: {rows}")
-        held = db(f"SELECT substr(container_id, 1, 24), ifname, address FROM ipam_allocations"
-                  f" WHERE released_at IS NULL AND container_id IN ({marks})", mine)
+        held = [(a["container_id"][:24], a["ifname"], a["address"])
+                for a in read(query.live_allocations, mine)]
         if held:
             self.found("address held", f"netctl-ipam still holds {held}")
         leases = [lease for lease in ipam_held(self.daemon.ipam_dir)
                   if _lease_owner(self.daemon.ipam_dir, lease) in mine]
         if leases:
             self.found("host-local lease held", f"{leases}")
-        results = db(f"SELECT result FROM attachments WHERE container_id IN ({marks})"
-                     " AND result IS NOT NULL", mine)
-        veths = [i["name"] for (r,) in results for i in (json.loads(r).get("interfaces") or [])
+        results = [a["result"] for a in read(journaldb.attachment_rows, containers=mine)
+                   if a["result"] is not None]
+        veths = [i["name"] for r in results for i in (json.loads(r).get("interfaces") or [])
                  if not i.get("sandbox") and str(i.get("name", "")).startswith("veth")]
         still = [v for v in veths if os.path.exists(f"/sys/class/net/{v}")]
         if still:
@@ -965,23 +964,23 @@ def netns_names() -> set[str]:
 
 
 def journal_problems(daemon: Daemon) -> list[str]:
-    db = daemon.db
     problems = []
-    integrity = db("PRAGMA integrity_check")
-    if integrity != [("ok",)]:
+    integrity = daemon.integrity()
+    if integrity != ["ok"]:
         problems.append(f"integrity_check: {integrity}")
-    running = db("SELECT id, verb, container_id FROM operations WHERE state='running'")
+    running = [(o["id"], o["verb"], o["container_id"])
+               for o in daemon.read(query.running_operations)]
     if running:
         problems.append(f"operations left running: {running}")
-    held = db("SELECT substr(container_id, 1, 24), ifname, address FROM ipam_allocations"
-              " WHERE released_at IS NULL")
+    held = [(a["container_id"][:24], a["ifname"], a["address"])
+            for a in daemon.read(query.live_allocations)]
     if held:
         problems.append(f"{len(held)} addresses held: {held[:10]}")
-    left = db("SELECT container_id, caller_ifname, network, netns, state FROM attachments"
-              " WHERE state != 'removed' ORDER BY id")
+    left = [(a["network"], a["netns"], a["state"])
+            for a in daemon.read(query.unremoved_attachments)]
     if left:
         by_kind: dict[str, int] = {}
-        for _, _, network, netns, state in left:
+        for network, netns, state in left:
             key = f"{network} netns={netns[:60]!r} {state}"
             by_kind[key] = by_kind.get(key, 0) + 1
         problems.append(f"{len(left)} attachments not removed: " + "; ".join(
@@ -1068,9 +1067,8 @@ def test_hostile_requests_leave_the_daemon_serving_and_nothing_behind(
     ports = {b: bridge_ports(b) for b in bridges if bridge_ports(b)}
     if ports:
         problems.append(f"bridge ports left: {ports}")
-    veths = {i["name"] for (r,) in daemon.db("SELECT result FROM attachments WHERE result"
-                                              " IS NOT NULL")
-             for i in (json.loads(r).get("interfaces") or []) if not i.get("sandbox")}
+    veths = {i["name"] for r in journal_results(daemon)
+             for i in r.get("interfaces") or [] if not i.get("sandbox")}
     new_links = (set(host_links(daemon.prefix)) | (veths & set(host_links()))) \
         - set(bridges)
     if new_links:
@@ -1161,7 +1159,7 @@ def test_a_network_path_naming_a_fifo_is_refused_without_stopping_the_daemon(
     add = answers["add"]
     assert add.rc == 1 and add.out is not None and add.out["code"] in (6, 7), add.stdout
     assert str(fifo) in add.out["msg"], add.out
-    assert daemon.db("SELECT COUNT(*) FROM operations") == [(0,)]
+    assert daemon.read(journaldb.row_counts, ("operations",)) == {"operations": 0}
 
 
 def _vm(pid: int, key: str) -> int:
@@ -1203,4 +1201,4 @@ def test_a_network_path_naming_an_endless_device_is_refused_without_reading_it(
     assert res.out["code"] in (6, 7) and "/dev/zero" in res.out["msg"], (
         f"after {seconds:.1f}s, with the daemon's peak RSS up {grown >> 20} MiB: {res.out}")
     assert grown < 64 << 20, f"the daemon's peak RSS grew {grown >> 20} MiB reading /dev/zero"
-    assert daemon.db("SELECT COUNT(*) FROM operations") == [(0,)]
+    assert daemon.read(journaldb.row_counts, ("operations",)) == {"operations": 0}

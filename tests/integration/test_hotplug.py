@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from netctl_kit.harness import netctl_argv, netns_del, run
 
+from netctl.journal import query
 from tests.conftest import (
     Daemon,
     bridge_conf,
@@ -161,9 +162,8 @@ def test_attach_then_detach_and_the_runtime_del_removes_everything(
     assert ipam_held(daemon.ipam_dir) == []
     for br in bridges:
         assert bridge_ports(br) == [], br
-    states = daemon.db("SELECT DISTINCT state FROM attachments WHERE container_id=?",
-                       ("hotplug-0001",))
-    assert states == [("removed",)]
+    states = {a["state"] for a in daemon.read(query.attachments, container="hotplug-0001")}
+    assert states == {"removed"}
 
 
 def test_attach_refusals(daemon: Daemon, netns: Callable[[], str]) -> None:

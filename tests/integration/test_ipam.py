@@ -12,6 +12,7 @@ import subprocess
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 
 from tests.conftest import (
     SYSTEM_CNI,
@@ -54,8 +55,8 @@ def test_allocates_unique_addresses_and_releases_on_del(daemon: Daemon, netns) -
     assert daemon.cni("DEL", "ip1", pods[1], conf).rc == 0
     assert netns_links(pods[1]) == ["lo"]
     assert [a for _, _, a in live(daemon)] == ["10.131.0.2", "10.131.0.4"]
-    released = daemon.db("SELECT released_at FROM ipam_allocations WHERE address='10.131.0.3'")
-    assert released[0][0] is not None  # kept, with its release time: history
+    released = daemon.read(journaldb.allocation_rows, address="10.131.0.3")
+    assert released[0]["released_at"] is not None  # kept, with its release time: history
 
     # round-robin: the next pod gets .5, not the just-released .3
     res = daemon.cni("ADD", "ip3", pods[1], conf)
@@ -83,8 +84,8 @@ def test_exhausted_pool_is_code_100_and_loses_nothing(daemon: Daemon, netns) -> 
     assert "10.131.1.10-10.131.1.11" in res.out["msg"] or "10.131.1.0/24" in res.out["msg"]
     assert "2 addresses" in res.out["msg"], res.out["msg"]
     assert netns_links(c) == ["lo"]
-    ops = daemon.db("SELECT state, code FROM operations WHERE container_id='t3'")
-    assert ops == [("compensated", 100)]
+    ops = daemon.read(journaldb.operation_rows, container="t3")
+    assert [(o["state"], o["code"]) for o in ops] == [("compensated", 100)]
     assert len(live(daemon)) == 2
     assert len(bridge_ports(br)) == 2
     # the daemon still serves: free one, the next ADD gets it
@@ -134,8 +135,9 @@ def test_compensation_releases_the_allocation(daemon: Daemon, netns) -> None:
     res = daemon.cni("ADD", "comp1", ns, daemon.conf("good"), networks="bad")
     assert res.rc == 1, res.stdout
     assert live(daemon) == []
-    rows = daemon.db("SELECT address, released_at IS NOT NULL FROM ipam_allocations")
-    assert rows == [("10.131.4.1", 1)]  # no gateway set: .1 is assignable
+    rows = daemon.read(journaldb.allocation_rows)
+    assert [(a["address"], a["released_at"] is not None) for a in rows] == [
+        ("10.131.4.1", True)]  # no gateway set: .1 is assignable
     assert netns_links(ns) == ["lo"]
 
 
@@ -195,5 +197,5 @@ def test_netctl_ipam_as_a_plain_ipam_plugin(daemon: Daemon, netns) -> None:
     assert check.rc == 0, check.stdout + check.stderr
     assert bridge("DEL").rc == 0
     assert live(daemon) == []
-    assert daemon.db("SELECT verb, origin, state FROM operations ORDER BY id") == [
+    assert daemon.read(journaldb.operation_states) == [
         ("ADD", "ipam", "done"), ("CHECK", "ipam", "done"), ("DEL", "ipam", "done")]

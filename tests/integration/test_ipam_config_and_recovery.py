@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 
 from tests.conftest import (
     SYSTEM_CNI,
@@ -66,8 +67,8 @@ def test_sigkill_mid_add_releases_the_allocation_at_restart(daemon: Daemon, netn
         "type": "netctl-ipam", "range": "10.151.0.0/24"}))
     call, ns = add_hanging(daemon, netns, background, "kbr", "ikill1", pod="default/ikill1")
     hang_sleeps(daemon)
-    allocs = daemon.db("SELECT id, address, released_at FROM ipam_allocations"
-                       " WHERE container_id='ikill1'")
+    allocs = [(a["id"], a["address"], a["released_at"])
+              for a in daemon.read(journaldb.allocation_rows, container="ikill1")]
     assert len(allocs) == 1 and allocs[0][2] is None, allocs
     alloc_id, address = allocs[0][0], allocs[0][1]
     assert address == "10.151.0.1"  # no gateway: .1 is assignable
@@ -78,26 +79,26 @@ def test_sigkill_mid_add_releases_the_allocation_at_restart(daemon: Daemon, netn
     res = call.result(timeout=30)
     assert refused(res, 11)
     # Dead mid-ADD: the address is still allocated and in use in the pod.
-    assert daemon.db("SELECT released_at FROM ipam_allocations WHERE id=?",
-                     (alloc_id,)) == [(None,)]
+    assert [a["released_at"] for a in daemon.read(journaldb.allocation_rows,
+                                                  alloc_id=alloc_id)] == [None]
     assert "eth0" in netns_links(ns)
 
     daemon.start()  # the same state dir; the replay has run once the socket accepts
 
-    replay = daemon.db("SELECT id, state FROM operations WHERE origin='replay' AND verb='DEL'")
+    replay = [(o["id"], o["state"])
+              for o in daemon.read(journaldb.operation_rows, origin="replay", verb="DEL")]
     assert len(replay) == 1 and replay[0][1] == "done", replay
-    released_at, released_op = daemon.db(
-        "SELECT released_at, released_op FROM ipam_allocations WHERE id=?", (alloc_id,))[0]
-    assert released_at is not None
-    assert released_op == replay[0][0]
+    alloc = daemon.read(journaldb.allocation_rows, alloc_id=alloc_id)[0]
+    assert alloc["released_at"] is not None
+    assert alloc["released_op"] == replay[0][0]
     # The replay's bridge DEL was handed the address it had to remove (static IPAM).
-    del_conf = daemon.db("SELECT s.config FROM steps s WHERE s.operation_id=? AND"
-                         " s.plugin_type='bridge' AND s.verb='DEL'", (replay[0][0],))
+    del_conf = [s["config"] for s in daemon.read(journaldb.step_rows, operation=replay[0][0],
+                                                 plugin="bridge", verb="DEL")]
     assert len(del_conf) == 1
-    assert json.loads(del_conf[0][0])["ipam"] == {
+    assert json.loads(del_conf[0])["ipam"] == {
         "type": "static", "addresses": [{"address": "10.151.0.1/24"}]}
-    assert daemon.db("SELECT state FROM operations WHERE verb='ADD' AND container_id='ikill1'"
-                     ) == [("compensated",)]
+    assert [o["state"] for o in daemon.read(journaldb.operation_rows, verb="ADD",
+                                            container="ikill1")] == ["compensated"]
     assert netns_links(ns) == ["lo"]
     assert bridge_ports(br) == []
     assert live(daemon) == []
@@ -164,7 +165,7 @@ def test_overlapping_ranges_disabled_may_share_an_address(
     assert eth0_addr(a) == "10.151.1.10/24"
     assert eth0_addr(b) == "10.151.1.10/25"
     assert live(daemon) == [("ovx1", "eth0", "10.151.1.10"), ("ovx2", "eth0", "10.151.1.10")]
-    scopes = daemon.db("SELECT DISTINCT scope FROM ipam_allocations")
+    scopes = {a["scope"] for a in daemon.read(journaldb.allocation_rows)}
     assert len(scopes) == 2, scopes
     ok(daemon.cni("DEL", "ovx1", a, daemon.conf("ova")))
     ok(daemon.cni("DEL", "ovx2", b, daemon.conf("ovb")))
@@ -201,8 +202,8 @@ def test_allocation_order_lowest_reuses_the_freed_address(
     assert sorted(a for _, _, a in live(daemon)) == [
         "10.151.3.2", "10.151.3.3", "10.151.3.4", "10.151.3.5"]
     # the released allocations stay as history
-    assert daemon.db("SELECT container_id, address FROM ipam_allocations WHERE released_at IS"
-                     " NOT NULL ORDER BY id") == [("lw0", "10.151.3.2"), ("lw1", "10.151.3.3")]
+    assert [(a["container_id"], a["address"]) for a in daemon.read(journaldb.allocation_rows)
+            if a["released_at"] is not None] == [("lw0", "10.151.3.2"), ("lw1", "10.151.3.3")]
     for cid, ns in (("lw2", pods["lw2"]), ("lw3", pods["lw0"]), ("lw4", pods["lw1"]),
                     ("lw5", ns5)):
         ok(daemon.cni("DEL", cid, ns, conf))
@@ -250,10 +251,11 @@ def test_gc_releases_plain_plugin_allocations_not_listed(
 
     assert sorted(live(daemon)) == sorted([("gcp1", "eth0", addrs["gcp1"]),
                                            ("gcatt", "eth0", attached)])
-    gc_ops = daemon.db("SELECT id, state FROM operations WHERE verb='GC' AND origin='ipam'")
+    gc_ops = [(o["id"], o["state"])
+              for o in daemon.read(journaldb.operation_rows, verb="GC", origin="ipam")]
     assert len(gc_ops) == 1 and gc_ops[0][1] == "done", gc_ops
-    assert daemon.db("SELECT container_id, released_op FROM ipam_allocations WHERE"
-                     " released_at IS NOT NULL") == [("gcp2", gc_ops[0][0])]
+    assert [(a["container_id"], a["released_op"]) for a in daemon.read(journaldb.allocation_rows)
+            if a["released_at"] is not None] == [("gcp2", gc_ops[0][0])]
 
     # The released address is free again (requested explicitly: round-robin would not
     # pick it next), and the plain DELs still work, the GC'd one included.
@@ -307,9 +309,8 @@ def test_bad_ipam_config_is_code_7_naming_the_key(daemon: Daemon, netns: NetnsFa
         for word in words:
             assert word in msg, (word, msg)
     # Refused before anything ran: no attachment, no step, no allocation, no link.
-    assert daemon.db("SELECT COUNT(*) FROM attachments") == [(0,)]
-    assert daemon.db("SELECT COUNT(*) FROM steps") == [(0,)]
-    assert daemon.db("SELECT COUNT(*) FROM ipam_allocations") == [(0,)]
+    assert daemon.read(journaldb.row_counts, ("attachments", "steps", "ipam_allocations")) == {
+        "attachments": 0, "steps": 0, "ipam_allocations": 0}
     assert netns_links(ns) == ["lo"]
     assert bridge_ports(br) == [] and bridge_ports(brbad) == []
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 from netctl_kit.bench.journal import Simulation, write
 from netctl_kit.harness import netctl_argv
 
@@ -78,41 +79,42 @@ def jsonl(text: str) -> list[dict[str, Any]]:
 def expected(daemon: Daemon) -> list[dict[str, Any]]:
     """The events the journal's rows say happened, built from the tables themselves."""
     out: list[tuple[float, int, int, dict[str, Any]]] = []
-    ops = {r[0]: r for r in daemon.db(
-        "SELECT id, verb, container_id, ifname, caller_network, pod_namespace, pod_name,"
-        " pod_uid, origin, state, code, error, reason, started_at, finished_at"
-        " FROM operations")}
-    for (op_id, verb, container, ifname, caller, ns, name, uid, origin, state, code, error,
-         reason, started, finished) in ops.values():
-        atts = daemon.db("SELECT id, network FROM attachments WHERE add_op=? OR del_op=?"
-                         " ORDER BY id", (op_id, op_id))
-        addrs = [a for att_id, _ in atts for (a,) in daemon.db(
-            "SELECT address FROM attachment_addresses WHERE attachment_id=?", (att_id,))]
-        networks = list(dict.fromkeys(n for _, n in atts))
-        out.append((started, 0, op_id, {
-            "node": NODE, "at": utc(started), "event": "operation", "op": op_id,
-            "verb": verb, "pod": f"{ns}/{name}" if name else None, "uid": uid or None,
-            "container": container or None, "ifname": ifname or None,
-            "network": ",".join(networks) or caller or None,
-            "address": ",".join(addrs) or None, "pool": None, "origin": origin,
-            "state": state, "code": code, "error": error, "reason": reason,
-            "finished": utc(finished)}))
-    for (al_id, pool, address, container, ifname, ns, name, uid, att, a_op, r_op, a_at,
-         r_at) in daemon.db(
-            "SELECT id, pool, address, container_id, ifname, pod_namespace, pod_name, pod_uid,"
-            " attachment_id, allocated_op, released_op, allocated_at, released_at"
-            " FROM ipam_allocations"):
-        network = daemon.db("SELECT network FROM attachments WHERE id=?", (att,))[0][0]
-        for rank, kind, op_id, at in ((1, "allocated", a_op, a_at), (2, "released", r_op, r_at)):
+    with daemon.read_only() as conn:
+        ops = {o["id"]: o for o in journaldb.operation_rows(conn)}
+        atts = journaldb.attachment_rows(conn)
+        addresses = {a["id"]: journaldb.indexed_addresses(conn, a["id"]) for a in atts}
+        allocations = journaldb.allocation_rows(conn)
+    network_of = {a["id"]: a["network"] for a in atts}
+    for op_id, op in ops.items():
+        touched = [a for a in atts if op_id in (a["add_op"], a["del_op"])]
+        addrs = [addr for a in touched for addr in addresses[a["id"]]]
+        networks = list(dict.fromkeys(a["network"] for a in touched))
+        name = op["pod_name"]
+        out.append((op["started_at"], 0, op_id, {
+            "node": NODE, "at": utc(op["started_at"]), "event": "operation", "op": op_id,
+            "verb": op["verb"], "pod": f"{op['pod_namespace']}/{name}" if name else None,
+            "uid": op["pod_uid"] or None, "container": op["container_id"] or None,
+            "ifname": op["ifname"] or None,
+            "network": ",".join(networks) or op["caller_network"] or None,
+            "address": ",".join(addrs) or None, "pool": None, "origin": op["origin"],
+            "state": op["state"], "code": op["code"], "error": op["error"],
+            "reason": op["reason"], "finished": utc(op["finished_at"])}))
+    for al in allocations:
+        network = network_of[al["attachment_id"]]
+        name = al["pod_name"]
+        for rank, kind, op_id, at in ((1, "allocated", al["allocated_op"], al["allocated_at"]),
+                                      (2, "released", al["released_op"], al["released_at"])):
             if at is None:
                 continue
-            out.append((at, rank, al_id, {
+            out.append((at, rank, al["id"], {
                 "node": NODE, "at": utc(at), "event": kind, "op": op_id,
-                "verb": ops[op_id][1], "pod": f"{ns}/{name}" if name else None,
-                "uid": uid or None, "container": container, "ifname": ifname,
-                "network": network, "address": address, "pool": pool,
-                "origin": ops[op_id][8], "state": None, "code": None, "error": None,
-                "reason": ops[op_id][12], "finished": None}))
+                "verb": ops[op_id]["verb"],
+                "pod": f"{al['pod_namespace']}/{name}" if name else None,
+                "uid": al["pod_uid"] or None, "container": al["container_id"],
+                "ifname": al["ifname"], "network": network, "address": al["address"],
+                "pool": al["pool"], "origin": ops[op_id]["origin"], "state": None,
+                "code": None, "error": None, "reason": ops[op_id]["reason"],
+                "finished": None}))
     out.sort(key=lambda e: e[:3])
     return [e[3] for e in out]
 
@@ -139,7 +141,7 @@ def test_export_holds_every_operation_and_allocation_change_and_the_log_does_too
     assert daemon.cni("ADD", "xquiet-1", spaces["quiet"], blue, pod="shop/quiet-1").rc == 0
     daemon.stop()
     assert event_lines(daemon) == []
-    quiet_ops = {r[0] for r in daemon.db("SELECT id FROM operations")}
+    quiet_ops = {o["id"] for o in daemon.read(journaldb.operation_rows)}
 
     monkeypatch.setenv("NODE_NAME", NODE)  # the daemon's node, without Kubernetes mode
     daemon.settings["journal-log"] = True

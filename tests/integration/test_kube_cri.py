@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from netctl_kit import harness
+from netctl_kit import harness, journaldb
 from netctl_kit.harness_podman import HostSnapshot
 from netctl_kit.kubefake import FakeKube, nad, node, pod
 
@@ -221,8 +221,8 @@ def test_containerd_runs_a_pod_sandbox_on_kubernetes_mode(
     prev = stop_del["stdin"]["prevResult"]
     assert {i["name"] for i in prev["interfaces"] if i.get("sandbox")} == {"eth0"}
     assert [ip["address"] for ip in prev["ips"]] == addrs["eth0"]
-    assert daemon.db("SELECT verb, origin, state, pod_uid FROM operations WHERE container_id=? "
-                     "ORDER BY id", (sandbox_id,)) == [
+    assert [(o["verb"], o["origin"], o["state"], o["pod_uid"]) for o in daemon.read(
+        journaldb.operation_rows, container=sandbox_id)] == [
         (verb, "runtime", "done", meta["uid"]) for verb in ("ADD", "DEL", "DEL")]
 
     # the API calls of the whole pod's life: no read, one write
@@ -254,8 +254,9 @@ def test_containerd_sandbox_follows_its_pods_networks_annotation(
     sandbox = cri.SandboxConfig("app", "default", meta["uid"], annotations=annotations)
 
     def hotplugged() -> list[tuple[str, str]]:
-        return daemon.db("SELECT verb, state FROM operations WHERE container_id=? AND "
-                         "origin='hotplug' AND verb != 'ANNOTATE' ORDER BY id", (sandbox_id,))
+        return [(o["verb"], o["state"]) for o in daemon.read(
+            journaldb.operation_rows, container=sandbox_id, origin="hotplug")
+            if o["verb"] != "ANNOTATE"]
 
     def status_names() -> dict[str, str]:
         got = kube.get("pods", "default", "app") or {}

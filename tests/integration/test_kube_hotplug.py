@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 from netctl_kit.harness import netctl_argv, run
 from netctl_kit.kubefake import FakeKube, nad
 
+from netctl.journal import query
 from tests.conftest import (
     Background,
     Daemon,
@@ -230,7 +232,7 @@ def test_a_host_network_pod_is_refused(
                       "the refusal's Event")
     assert "hostNetwork" in warned[0]
     uid = obj["metadata"]["uid"]
-    assert daemon.db("SELECT count(*) FROM operations WHERE pod_uid=?", (uid,)) == [(0,)]
+    assert daemon.read(journaldb.operation_rows, pod_uid=uid) == []
 
 
 def test_a_stale_or_wrong_network_status_does_not_cause_a_double_attach(
@@ -375,8 +377,7 @@ def test_a_hotplug_cut_by_a_daemon_crash_is_undone_then_done_at_the_restart(
     assert len(ops) == 2 and ops[0][0] == "ADD" and ops[0][1] not in ("done", "running"), ops
     assert set(netns_links(ns)) == {"lo", "eth0", "net1"}
     assert len(bridge_ports(daemon.name("k5"))) == 1
-    assert daemon.db("SELECT network, state FROM attachments WHERE container_id='cp10'"
-                     " AND ifname='net1' AND state != 'removed'") == [("default/held",
-                                                                      "attached")]
+    assert [(a["network"], a["state"]) for a in daemon.read(query.attachments, container="cp10")
+            if a["ifname"] == "net1" and a["state"] != "removed"] == [("default/held", "attached")]
     assert cni(daemon, "DEL", "cp10", ns, "p10", uid).rc == 0
     assert netns_links(ns) == ["lo"] and bridge_ports(daemon.name("k5")) == []

@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 from netctl_kit.kubefake import FakeKube, nad, node, pod
 from netctl_kit.kubefake.real import RealKube
 
+from netctl.journal import query
 from tests.conftest import (
     Background,
     Daemon,
@@ -200,8 +202,7 @@ def test_a_pod_deleted_through_the_api_has_its_attachments_deleted(
              "the deleted pod's attachments DELeted")
     assert netns_links(ns) == ["lo"]
     assert daemon.live_attachments_of(["ckept"]) == 1
-    assert daemon.db("SELECT DISTINCT origin FROM operations WHERE container_id='cgone'"
-                     " AND verb='DEL'") == [("pod-deleted",)]
+    assert dels_origins(daemon, "cgone") == {"pod-deleted"}
     assert cni(daemon, "DEL", "ckept", keep_ns, "kept", keep_uid).rc == 0
 
 
@@ -320,10 +321,9 @@ def test_a_network_status_the_api_refuses(daemon: Daemon, kube: FakeKube,
         assert res.rc == 0, res.describe()
         assert "network-status" in res.stderr and "403" in res.stderr
         assert set(netns_links(ns)) == {"lo", "eth0", "net1"}
-    ops = daemon.db("SELECT verb, state, code, error FROM operations WHERE container_id='cp'"
-                    " AND verb='ANNOTATE'")
-    assert [(verb, state, code) for verb, state, code, _ in ops] == [("ANNOTATE", "failed", 11)]
-    assert "403" in ops[0][3]
+    ops = daemon.read(journaldb.operation_rows, container="cp", verb="ANNOTATE")
+    assert [(o["verb"], o["state"], o["code"]) for o in ops] == [("ANNOTATE", "failed", 11)]
+    assert "403" in ops[0]["error"]
     kstatus = daemon.status()["kubernetes"]
     assert kstatus["network_status_failures"] == 1 and kstatus["network_status_required"] \
         is required
@@ -355,8 +355,7 @@ def test_an_api_server_back_with_a_new_history_loses_no_deletion(
              "the attachments of the pod deleted during the outage DELeted")
     assert netns_links(ns) == ["lo"]
     assert daemon.live_attachments_of(["cstays"]) == 1
-    assert daemon.db("SELECT DISTINCT origin FROM operations WHERE container_id='cleft'"
-                     " AND verb='DEL'") == [("pod-deleted",)]
+    assert dels_origins(daemon, "cleft") == {"pod-deleted"}
     assert cni(daemon, "DEL", "cstays", keep_ns, "stays", keep_uid).rc == 0
 
 
@@ -483,8 +482,8 @@ def test_an_add_for_a_pod_of_another_node_is_refused_naming_both_nodes(
     assert "default/far" in res.out["msg"] and repr(other) in res.out["msg"] \
         and repr(NODE) in res.out["msg"], res.out["msg"]
     assert netns_links(ns) == ["lo"]
-    assert daemon.db("SELECT count(*) FROM attachments WHERE container_id='cfar'") == [(0,)]
-    assert daemon.db("SELECT count(*) FROM operations WHERE container_id='cfar'") == [(0,)]
+    assert daemon.read(query.attachments, container="cfar") == []
+    assert daemon.read(journaldb.operation_rows, container="cfar") == []
     assert STATUS not in kube.get("pods", "default", "far")["metadata"].get("annotations", {})
     assert kube.count("patch", "pods") == 0
     events = wait_for(lambda: [e for e in kube.list("events", "default")
@@ -507,9 +506,14 @@ def _metric(port: int, name: str) -> float:
 
 
 def annotate_ops(daemon: Daemon, container: str) -> list[tuple[str, int | None]]:
-    return [(state, code) for state, code in daemon.db(
-        "SELECT state, code FROM operations WHERE container_id=? AND verb='ANNOTATE' "
-        "ORDER BY id", (container,))]
+    return [(o["state"], o["code"]) for o in daemon.read(
+        journaldb.operation_rows, container=container, verb="ANNOTATE")]
+
+
+def dels_origins(daemon: Daemon, container: str) -> set[str]:
+    """Who began the container's DELs."""
+    return {o["origin"]
+            for o in daemon.read(journaldb.operation_rows, container=container, verb="DEL")}
 
 
 @pytest.mark.servers("fake")  # a refused patch on demand: forbid()
@@ -574,8 +578,7 @@ def test_a_network_status_left_unwritten_by_a_killed_daemon_is_written_by_the_ne
         "annotations", {}).get(STATUS), 30, "the network-status written by the next daemon")
     status = json.loads(annotations)
     assert {e["interface"] for e in status} == {"eth0", "net1"}
-    live = {r[0] for r in daemon.db("SELECT json_extract(result, '$.ips[0].address') FROM "
-                                    "attachments WHERE container_id='clost'")}
+    live = {a["addresses"][0] for a in daemon.read(query.attachments, container="clost")}
     assert {ip for e in status for ip in e["ips"]} == {a.split("/")[0] for a in live}
     wait_for(lambda: annotate_ops(daemon, "clost") == [("failed", 11), ("done", None)], 10,
              "the write journaled after the failure")

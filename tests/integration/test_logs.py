@@ -15,7 +15,9 @@ import json
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 
+from netctl.journal import query
 from tests.conftest import Daemon, bridge_conf, parse_logfmt
 
 pytestmark = pytest.mark.netns
@@ -36,9 +38,8 @@ def log_lines(daemon: Daemon, fmt: str) -> list[dict[str, str]]:
 
 
 def op_of(daemon: Daemon, verb: str, container: str) -> str:
-    (row,) = daemon.db("SELECT id FROM operations WHERE verb=? AND container_id=?",
-                       (verb, container))
-    return str(row[0])
+    (op,) = daemon.read(journaldb.operation_rows, verb=verb, container=container)
+    return str(op["id"])
 
 
 @pytest.mark.parametrize("fmt", ["json", "logfmt"])
@@ -68,8 +69,8 @@ def test_the_lines_of_an_add_carry_its_operation(daemon: Daemon, netns: Any, fmt
         assert all(line["time"].endswith("Z") for line in lines)
 
     # the two chains ran at once, each in its own task: each step line names its network
-    network_of = dict(daemon.db("SELECT ifname, network FROM attachments WHERE "
-                                "container_id='logs1'"))
+    network_of = {a["ifname"]: a["network"]
+                  for a in daemon.read(query.attachments, container="logs1")}
     assert sorted(network_of.values()) == ["default/br", "default/br2"]
     steps = [line for line in of_add + of_del if line["msg"].startswith("bridge ")]
     assert len(steps) == 4, steps  # ADD and DEL, on each network
@@ -93,9 +94,10 @@ def test_a_delegates_stderr_goes_to_the_journal_not_the_log(daemon: Daemon,
     assert res.rc == 1 and res.out is not None and res.out["code"] == 107, res.describe()
 
     said = "netctl-test-faildel: crashed on purpose"
-    (stderr,) = daemon.db("SELECT s.stderr FROM steps s JOIN operations o ON o.id = "
-                          "s.operation_id WHERE o.verb='DEL' AND s.plugin_type='faildel'")
-    assert said in bytes(stderr[0]).decode()
+    dels = {o["id"] for o in daemon.read(journaldb.operation_rows, verb="DEL")}
+    (stderr,) = [s["stderr"] for s in daemon.read(journaldb.step_rows, plugin="faildel")
+                 if s["operation_id"] in dels]
+    assert said in bytes(stderr).decode()
     assert said in res.out.get("details", ""), res.out  # the runtime is told too
     lines = log_lines(daemon, "json")
     failed = [line for line in lines if line["msg"].startswith("DEL (runtime) failed")]

@@ -11,8 +11,10 @@ import subprocess
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 
-from tests.conftest import NETCTL, Daemon, bridge_ports, ip, wait_for
+from netctl.journal import query
+from tests.conftest import NETCTL, Daemon, attachment_states, bridge_ports, ip, wait_for
 
 pytestmark = pytest.mark.netns
 
@@ -41,8 +43,7 @@ def setup_vanished_pod(daemon: Daemon, netns) -> tuple[str, str]:
 
 
 def live_allocations(daemon: Daemon) -> list[str]:
-    return [r[0] for r in daemon.db("SELECT container_id FROM ipam_allocations"
-                                    " WHERE released_at IS NULL ORDER BY id")]
+    return [a["container_id"] for a in daemon.read(query.live_allocations)]
 
 
 def test_reconcile_finds_and_cleans_a_vanished_pod(daemon: Daemon, netns) -> None:
@@ -56,12 +57,11 @@ def test_reconcile_finds_and_cleans_a_vanished_pod(daemon: Daemon, netns) -> Non
 
     rc, done = reconcile(daemon)
     assert rc == 0 and done["dry_run"] is False and done["errors"] == []
-    states = dict(daemon.db("SELECT container_id, state FROM attachments"))
-    assert states == {"rc-keep": "attached", "rc-gone": "removed"}
+    assert attachment_states(daemon) == {"rc-keep": "attached", "rc-gone": "removed"}
     assert live_allocations(daemon) == ["rc-keep"]
     assert len(bridge_ports(br)) == 1
-    ops = daemon.db("SELECT verb, container_id, origin, state FROM operations"
-                    " WHERE origin='reconcile' ORDER BY id")
+    ops = [(o["verb"], o["container_id"], o["origin"], o["state"])
+           for o in daemon.read(journaldb.operation_rows, origin="reconcile")]
     assert ops == [("RECONCILE", "", "reconcile", "done"),
                    ("DEL", "rc-gone", "reconcile", "done")]
     rc, again = reconcile(daemon)
@@ -82,11 +82,10 @@ def test_dry_run_plans_offline_with_the_daemon_down(daemon: Daemon, netns) -> No
 def test_periodic_reconcile_cleans_without_being_asked(daemon: Daemon, netns) -> None:
     daemon.settings.update({"reconcile-interval": 0.2, "reconcile-grace": 0})
     _, keep = setup_vanished_pod(daemon, netns)
-    wait_for(lambda: dict(daemon.db("SELECT container_id, state FROM attachments"))
-             .get("rc-gone") == "removed", 20, "the periodic reconcile to DEL the pod")
+    wait_for(lambda: attachment_states(daemon).get("rc-gone") == "removed", 20,
+             "the periodic reconcile to DEL the pod")
     assert live_allocations(daemon) == ["rc-keep"]
-    assert "attached" == dict(daemon.db("SELECT container_id, state FROM attachments"))[
-        "rc-keep"]
+    assert "attached" == attachment_states(daemon)["rc-keep"]
     assert daemon.cni("DEL", "rc-keep", keep, daemon.conf("recon")).rc == 0
 
 

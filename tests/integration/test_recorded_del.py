@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from netctl_kit import harness
+from netctl_kit import harness, journaldb
 
 from tests.conftest import Daemon, bridge_conf, bridge_ports, ipam_held, netns_links, wait_for
 
@@ -69,9 +69,9 @@ def test_a_del_while_the_daemon_is_down_is_finished_before_the_restart_serves(
     assert _records(daemon) == []
     assert daemon.status()["replay"]["recorded_dels"] == {
         "finished": 1, "dropped": 0, "corrupt": 0, "failed": []}
-    assert daemon.db("SELECT verb, origin, state FROM operations WHERE container_id='down1'"
-                     " ORDER BY id") == [("ADD", "runtime", "done"),
-                                         ("DEL", "plugin-record", "done")]
+    assert [(o["verb"], o["origin"], o["state"]) for o in daemon.read(
+        journaldb.operation_rows, container="down1")] == [("ADD", "runtime", "done"),
+                                                          ("DEL", "plugin-record", "done")]
     assert daemon.cni("DEL", "up1", kept, conf).rc == 0
 
 
@@ -97,8 +97,8 @@ def test_records_unknown_corrupt_foreign_or_half_written_do_not_trip_the_daemon(
     assert daemon.status()["replay"]["recorded_dels"] == {
         "finished": 0, "dropped": 1, "corrupt": 4, "failed": []}
     assert _records(daemon) == [fresh.name]  # a plugin may still be writing that one
-    assert daemon.db("SELECT COUNT(*) FROM operations WHERE container_id IN "
-                     "('never-seen', 'x', 'sneaky')") == [(0,)]
+    assert daemon.read(journaldb.operation_rows,
+                       containers=("never-seen", "x", "sneaky")) == []
     log = daemon.log()
     assert "not-a-record.del" in log and "not DEL" in log
     ns = netns()
@@ -142,8 +142,8 @@ def test_a_sandbox_that_vanished_while_down_is_released_by_the_first_round(
     # the round right after the replay DELs it; on a loaded machine the kernel may destroy
     # the netns (and the host veth) only after the daemon started, and then the netlink
     # event's round can be first: either way one DEL, and no periodic round
-    ops = daemon.db("SELECT verb, origin, state FROM operations WHERE origin IN "
-                    "('reconcile', 'event') ORDER BY id")
+    ops = [op for op in daemon.read(journaldb.operation_states)
+           if op[1] in ("reconcile", "event")]
     assert ("RECONCILE", "reconcile", "done") in ops
     assert [op for op in ops if op[0] == "DEL"] in ([("DEL", "reconcile", "done")],
                                                    [("DEL", "event", "done")]), ops

@@ -21,17 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 
+from netctl.journal import query
 from tests.conftest import NETCTL, Daemon, bridge_conf
 
 pytestmark = pytest.mark.netns
 
 
 def counts(daemon: Daemon) -> tuple[int, int, int]:
-    ((ops, atts, allocs),) = daemon.db(
-        "SELECT (SELECT COUNT(*) FROM operations), (SELECT COUNT(*) FROM attachments),"
-        " (SELECT COUNT(*) FROM ipam_allocations)")
-    return ops, atts, allocs
+    n = daemon.read(journaldb.row_counts, ("operations", "attachments", "ipam_allocations"))
+    return n["operations"], n["attachments"], n["ipam_allocations"]
 
 
 def ipam_net(daemon: Daemon, name: str, version: str = "1.0.0") -> dict[str, Any]:
@@ -93,18 +93,18 @@ def test_a_del_refused_for_good_succeeds_at_once_and_the_attachment_is_stuck(
     res = daemon.cni("DEL", "stuck1", ns, conf)
     assert res.rc == 0, res.stdout + res.stderr
     assert "left to the reconciler" in res.stderr
-    states = dict(daemon.db("SELECT network, state FROM attachments"))
+    states = {a["network"]: a["state"] for a in daemon.read(query.attachments)}
     assert states == {"default/br": "removed", "default/fd": "removing"}
     status = netctl_json(daemon, "status", "--socket", daemon.socket, rc=3)  # degraded
     assert [(s["network"], s["failures"]) for s in status["stuck"]] == [("default/fd", 1)]
 
     # the reconciler leaves it alone until its back-off passes: no new DEL is journaled
-    before = daemon.db("SELECT COUNT(*) FROM operations WHERE verb='DEL'")
+    before = len(daemon.read(journaldb.operation_rows, verb="DEL"))
     for _ in range(2):
         report = netctl_json(daemon, "reconcile", "--socket", daemon.socket)
         assert report["plan"]["attachments"] == [], report
         assert [s["network"] for s in report["plan"]["stuck"]] == ["default/fd"]
-    assert daemon.db("SELECT COUNT(*) FROM operations WHERE verb='DEL'") == before
+    assert len(daemon.read(journaldb.operation_rows, verb="DEL")) == before
 
 
 def test_a_del_that_keeps_failing_stops_failing_after_three_tries(
@@ -119,5 +119,5 @@ def test_a_del_that_keeps_failing_stops_failing_after_three_tries(
         assert res.rc == 1 and res.out is not None and res.out["code"] == 107, (attempt, res)
     res = daemon.cni("DEL", "stuck2", ns, conf)
     assert res.rc == 0 and "left to the reconciler" in res.stderr, res.stdout + res.stderr
-    assert daemon.db("SELECT del_failures FROM attachments WHERE network='default/fd'") \
-        == [(3,)]
+    assert [a["del_failures"] for a in daemon.read(journaldb.attachment_rows,
+                                                   network="default/fd")] == [3]

@@ -25,6 +25,7 @@ import struct
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 
 from tests.conftest import Daemon, bridge_conf, bridge_ports, netns_links, wait_for
 
@@ -68,8 +69,8 @@ def assert_gone(daemon: Daemon, ns: str, br: str) -> None:
 
 
 def journaled_dels(daemon: Daemon) -> list[bytes]:
-    return [bytes(r) for (r,) in daemon.db(
-        "SELECT request FROM operations WHERE verb = 'DEL' AND state = 'done'")]
+    return [bytes(o["request"])
+            for o in daemon.read(journaldb.operation_rows, verb="DEL", state="done")]
 
 
 def old_frame(command: str, container: str, ns: str, stdin: bytes) -> bytes:
@@ -161,4 +162,4 @@ def test_an_add_over_the_limit_names_the_setting(daemon: Daemon, netns) -> None:
                      "max-request-bytes"):
         assert fragment in res.out["msg"], res.out
     assert netns_links(ns) == ["lo"]
-    assert daemon.db("SELECT COUNT(*) FROM operations") == [(0,)]
+    assert daemon.read(journaldb.row_counts, ("operations",)) == {"operations": 0}

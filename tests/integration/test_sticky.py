@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 from netctl_kit.harness import netctl_argv
 from netctl_kit.kubefake import FakeKube, nad, node, pod
 
@@ -55,6 +56,12 @@ def add(daemon: Daemon, container: str, ns: str, podname: str, uid: str,
         verb: str = "ADD", **kw: Any) -> CNIResult:
     return daemon.cni(verb, container, ns, daemon.conf("sticky"), pod=podname,
                       args=("IgnoreUnknown=1", f"K8S_POD_UID={uid}"), **kw)
+
+
+def reservations_ended(daemon: Daemon, container: str | None = None) -> list[str | None]:
+    """How the reservation of each allocation (of ``container``) ended; None: open or none."""
+    return [a["reservation_end"]
+            for a in daemon.read(journaldb.allocation_rows, container=container)]
 
 
 def cli(*args: str) -> dict[str, Any]:
@@ -101,8 +108,7 @@ def test_a_recreated_pod_gets_its_address_back_and_no_one_else_does(
     res = add(daemon, "db0-b", again, "apps/db-0", "uid-b")
     assert res.rc == 0, res.describe()
     assert eth0_addr(again) == mine
-    assert daemon.db("SELECT reservation_end FROM ipam_allocations WHERE container_id="
-                     "'db0-a'") == [("taken back",)]
+    assert reservations_ended(daemon, container="db0-a") == ["taken back"]
     assert daemon.status()["sticky"]["ended"]["taken_back"] == 1
 
     # journal --ip: each holder with its identity, the first one's reservation taken back
@@ -173,12 +179,12 @@ def test_the_reservation_expires_and_the_address_is_free_again(
     assert add(daemon, "db0", a, "apps/db-0", "u1").rc == 0
     mine = eth0_addr(a)
     assert add(daemon, "db0", a, "apps/db-0", "u1", "DEL").rc == 0
-    assert daemon.db("SELECT reservation_end FROM ipam_allocations") == [(None,)]
+    assert reservations_ended(daemon) == [None]
 
-    wait_for(lambda: daemon.db("SELECT reservation_end FROM ipam_allocations") ==
-             [("expired",)], 15, "the reservation to expire")
-    [(origin, reason)] = daemon.db("SELECT origin, reason FROM operations WHERE verb="
-                                   "'RELEASE'")
+    wait_for(lambda: reservations_ended(daemon) == ["expired"], 15,
+             "the reservation to expire")
+    [(origin, reason)] = [(o["origin"], o["reason"])
+                          for o in daemon.read(journaldb.operation_rows, verb="RELEASE")]
     assert origin == "sticky"
     assert reason == f"sticky reservation of {mine.split('/')[0]} for pod:apps/db-0 " \
         "(eth0) expired"
@@ -260,14 +266,14 @@ def test_kubernetes_identities_a_vm_name_and_a_sticky_key(
         res = kube_cni(daemon, "ADD", f"{after}-c", ns2, after, uid2)
         assert res.rc == 0, res.describe()
         assert eth0_addr(ns2) == mine, identity
-        rows = daemon.db("SELECT container_id, sticky_key FROM ipam_allocations WHERE"
-                         " address=? ORDER BY id", (mine.split("/")[0],))
-        assert rows == [(f"{before}-c", identity), (f"{after}-c", identity)]
+        rows = daemon.read(journaldb.allocation_rows, address=mine.split("/")[0])
+        assert [(a["container_id"], a["sticky_key"]) for a in rows] == [
+            (f"{before}-c", identity), (f"{after}-c", identity)]
         assert kube_cni(daemon, "DEL", f"{after}-c", ns2, after, uid2).rc == 0
     # a plain pod: its namespace/name
     ns = netns()
     uid = recreate(kube, "plain-0")
     assert kube_cni(daemon, "ADD", "plain-c", ns, "plain-0", uid).rc == 0
-    assert daemon.db("SELECT sticky_key FROM ipam_allocations WHERE container_id="
-                     "'plain-c'") == [("pod:default/plain-0",)]
+    assert [a["sticky_key"] for a in daemon.read(journaldb.allocation_rows,
+                                                 container="plain-c")] == ["pod:default/plain-0"]
     assert kube_cni(daemon, "DEL", "plain-c", ns, "plain-0", uid).rc == 0

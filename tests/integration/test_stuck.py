@@ -17,8 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 from netctl_kit.harness import netctl_argv, netns_del, run
 
+from netctl.journal import query
 from tests.conftest import Daemon, netns_addrs, wait_for
 
 pytestmark = pytest.mark.netns
@@ -33,15 +35,14 @@ def macvlan(name: str, master: str) -> dict[str, Any]:
 
 def held(daemon: Daemon, container: str = "") -> list[str]:
     """Live addresses of the pool (of one container), read from the journal."""
-    rows = daemon.db("SELECT address FROM ipam_allocations WHERE released_at IS NULL"
-                     " AND (? = '' OR container_id = ?) ORDER BY id", (container, container))
-    return [r[0] for r in rows]
+    return [a["address"] for a in daemon.read(query.live_allocations,
+                                              [container] if container else None)]
 
 
 def stuck(daemon: Daemon) -> list[str]:
     """Containers of the attachments the journal keeps with a failed clean-up."""
-    return [r[0] for r in daemon.db("SELECT container_id FROM attachments WHERE"
-                                    " state != 'removed' AND del_failures > 0 ORDER BY id")]
+    return [a["container_id"] for a in daemon.read(query.unremoved_attachments)
+            if a["del_failures"] > 0]
 
 
 def setup(daemon: Daemon, veth_parent: str) -> None:
@@ -74,10 +75,13 @@ def test_kubelet_retries_of_a_broken_nad_do_not_exhaust_the_pool(
     assert netns_addrs(ns)["eth0"][0].startswith("10.236.0."), netns_addrs(ns)
     assert len(held(daemon)) == 1
     # the releases are in the journal, from the DELs that failed with the netns gone
-    released_by = daemon.db(
-        "SELECT DISTINCT s.verb, s.state, s.netns FROM ipam_allocations a JOIN steps s"
-        " ON s.operation_id = a.released_op AND s.attachment_id = a.attachment_id"
-        " WHERE a.container_id LIKE 'typo%'")
+    with daemon.read_only() as conn:
+        released_by = list(dict.fromkeys(
+            (s["verb"], s["state"], s["netns"]) for a in journaldb.allocation_rows(conn)
+            if a["container_id"].lower().startswith("typo")
+            and a["released_op"] is not None and a["attachment_id"] is not None
+            for s in journaldb.step_rows(conn, operation=a["released_op"],
+                                         attachment=a["attachment_id"])))
     assert released_by == [("DEL", "failed", "")], released_by
 
 
@@ -100,8 +104,11 @@ def test_netns_gone_without_a_del_frees_the_address_not_the_attachment(
              "netns deletion event")
     assert stuck(daemon) == ["lonely"]
     assert daemon.status()["stuck"], "the attachment stays visible as stuck"
-    rel = daemon.db("SELECT o.verb, o.origin FROM ipam_allocations a JOIN operations o"
-                    " ON o.id = a.released_op WHERE a.container_id = 'lonely'")
+    with daemon.read_only() as conn:
+        rel = [(o["verb"], o["origin"])
+               for a in journaldb.allocation_rows(conn, container="lonely")
+               if a["released_op"] is not None
+               for o in journaldb.operation_rows(conn, op_id=a["released_op"])]
     assert rel == [("RELEASE", "event")], rel
 
 
@@ -138,14 +145,12 @@ def test_forget_ends_a_stuck_attachment_by_hand(
     assert [r["addresses"] for r in report["forgotten"]] == [address]
     assert stuck(daemon) == [] and held(daemon, "cafe0001") == []
     assert daemon.status()["stuck"] == []
-    ops = daemon.db("SELECT verb, origin, state, request FROM operations WHERE"
-                    " id = ?", (report["operation"],))
-    assert [(v, o, s) for v, o, s, _ in ops] == [("FORGET", "admin", "done")]
-    request = json.loads(ops[0][3])
+    ops = daemon.read(journaldb.operation_rows, op_id=report["operation"])
+    assert [(o["verb"], o["origin"], o["state"]) for o in ops] == [("FORGET", "admin", "done")]
+    request = json.loads(ops[0]["request"])
     assert request["why"] == "typo in NAD typo" and "uid 0" in request["who"]
     # forgotten, not DELeted: no DEL step ran for it; a later DEL of it is a no-op
-    assert daemon.db("SELECT COUNT(*) FROM steps WHERE operation_id = ?",
-                     (report["operation"],)) == [(0,)]
+    assert daemon.read(journaldb.step_rows, operation=report["operation"]) == []
     res = daemon.cni("DEL", "cafe0001", ns, conf, pod="default/stuck")
     assert res.rc == 0, res.describe()
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 
 from netctl.cni.request import PROTO
 from tests.conftest import Daemon, bridge_conf, bridge_ports, netns_links
@@ -72,7 +73,7 @@ def test_a_frame_of_a_newer_protocol_is_refused_naming_both(
                          "try again later"):
             assert fragment in err["msg"], err
     assert netns_links(ns) == ["lo"] and bridge_ports(br) == []
-    assert daemon.db("SELECT COUNT(*) FROM operations") == [(0,)]
+    assert daemon.read(journaldb.row_counts, ("operations",)) == {"operations": 0}
     assert "frame of protocol 3" in daemon.log()
     # and it serves the plugin it speaks with
     assert daemon.cni("ADD", "new1", ns, conf).rc == 0 and len(bridge_ports(br)) == 1
@@ -128,9 +129,9 @@ def test_a_del_an_older_daemon_refuses_is_recorded_and_finished_after_the_upgrad
     assert bridge_ports(br) == [] and netns_links(ns) == ["lo"]
     assert list(pending.iterdir()) == []
     assert daemon.status()["replay"]["recorded_dels"]["finished"] == 1
-    assert daemon.db("SELECT verb, origin, state FROM operations WHERE container_id='skew1'"
-                     " ORDER BY id") == [("ADD", "runtime", "done"),
-                                         ("DEL", "plugin-record", "done")]
+    assert [(o["verb"], o["origin"], o["state"]) for o in daemon.read(
+        journaldb.operation_rows, container="skew1")] == [("ADD", "runtime", "done"),
+                                                          ("DEL", "plugin-record", "done")]
 
 
 def test_a_recorded_del_of_a_newer_protocol_waits_for_the_upgraded_daemon(

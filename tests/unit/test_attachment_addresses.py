@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 
 from netctl.journal import migrate, query
 
@@ -35,18 +36,13 @@ def result(*addresses: str) -> bytes:
 
 def add(conn: sqlite3.Connection, container: str, res: bytes | None, *,
         created: float = T0, removed: float | None = None) -> int:
-    cur = conn.execute(
-        "INSERT INTO attachments (container_id, ifname, network, network_name, cni_version,"
-        " chain, capability_args, cni_args, result, state, created_at, removed_at)"
-        " VALUES (?, 'eth0', 'default/blue', 'blue', '1.0.0', '{}', '{}', '{}', ?, ?, ?, ?)",
-        (container, res, "removed" if removed else "attached", created, removed))
-    assert cur.lastrowid is not None
-    return cur.lastrowid
+    return journaldb.write_attachment(conn, container_id=container, result=res,
+                                      state="removed" if removed else "attached",
+                                      created_at=created, removed_at=removed)
 
 
 def indexed(conn: sqlite3.Connection, att_id: int) -> list[str]:
-    return sorted(r[0] for r in conn.execute(
-        "SELECT address FROM attachment_addresses WHERE attachment_id=?", (att_id,)))
+    return sorted(journaldb.indexed_addresses(conn, att_id))
 
 
 @pytest.fixture
@@ -61,16 +57,15 @@ def db(tmp_path: Path) -> Any:
 
 
 def read(conn: sqlite3.Connection) -> sqlite3.Connection:
-    path = conn.execute("PRAGMA database_list").fetchone()[2]
-    return query.connect(Path(path).parent)
+    return query.connect(Path(journaldb.file_of(conn)).parent)
 
 
 def test_triggers_keep_the_addresses(db: sqlite3.Connection) -> None:
     a = add(db, "c1", result("10.1.0.5/24", "FD00::5/64"))
     assert indexed(db, a) == ["10.1.0.5", "fd00::5"]
-    db.execute("UPDATE attachments SET result=? WHERE id=?", (result("10.1.0.9/24"), a))
+    journaldb.rewrite_result(db, a, result("10.1.0.9/24"))
     assert indexed(db, a) == ["10.1.0.9"]
-    db.execute("UPDATE attachments SET result=NULL WHERE id=?", (a,))
+    journaldb.rewrite_result(db, a, None)
     assert indexed(db, a) == []
     assert indexed(db, add(db, "c2", None)) == []
     assert indexed(db, add(db, "c3", result("10.1.0.7"))) == ["10.1.0.7"]  # no prefix length
@@ -83,17 +78,14 @@ def test_triggers_keep_the_addresses(db: sqlite3.Connection) -> None:
 def test_odd_results_add_nothing_and_never_fail(db: sqlite3.Connection, bad: bytes) -> None:
     a = add(db, "odd", bad)
     assert indexed(db, a) == []
-    db.execute("UPDATE attachments SET result=? WHERE id=?", (bad, a))
+    journaldb.rewrite_result(db, a, bad)
     assert indexed(db, a) == []
 
 
 def test_migration_fills_the_index_from_a_version_2_journal(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
     conn = migrate.connect(path)
-    migrate.applied(conn)
-    for version, name, sql in migrate.available()[:2]:
-        conn.executescript(f"BEGIN;\n{sql}\nINSERT INTO schema_migrations VALUES"
-                           f" ({version}, '{name}', 0);\nCOMMIT;")
+    journaldb.simulate_schema(conn, 2)
     a = add(conn, "old1", result("10.2.0.5/16"))
     b = add(conn, "old2", result("10.2.0.6/16", "fd00::6/64"), removed=T0 + 10)
     conn.close()
@@ -135,9 +127,7 @@ def test_attachments_by_ip(db: sqlite3.Connection) -> None:
 
 def test_a_journal_without_the_index_is_still_searched(db: sqlite3.Connection) -> None:
     a = add(db, "c1", result("10.3.0.5/24"))
-    for trigger in ("insert", "update", "delete"):
-        db.execute(f"DROP TRIGGER attachment_addresses_{trigger}")
-    db.execute("DROP TABLE attachment_addresses")
+    journaldb.simulate_no_address_index(db)
     conn = read(db)
     try:
         assert [x["attachment"] for x in query.attachments(conn, ip="10.3.0.5")] == [a]

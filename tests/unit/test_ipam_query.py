@@ -1,5 +1,5 @@
 """We test these aspects of the IPAM read queries (``netctl ipam …``, ``netctl journal --ip``)
-on a real journal file made by the migrations runner, with rows written by SQL:
+on a real journal file made by the migrations runner, with rows written by hand:
 
 - ``pools``: size as an exact int (an IPv6 /64 passes 2**63), live allocations counted,
   released ones not, free = size - in use, a pool with nothing allocated;
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netctl_kit import journaldb
 
 from netctl.journal import query
 from netctl.journal.migrate import migrate
@@ -46,39 +47,27 @@ class Journal:
         self.conn = sqlite3.connect(self.path, isolation_level=None)
 
     def pool(self, key: str, rng: str, size: int, family: int = 4, network: str = "") -> None:
-        self.conn.execute("INSERT INTO ipam_pools (key, network_name, range, family, size,"
-                          " created_at) VALUES (?,?,?,?,?,?)",
-                          (key, network, rng, family, str(size), T0))
+        journaldb.write_pool(self.conn, key=key, pool_range=rng, size=size, created_at=T0,
+                             family=family, network_name=network)
 
     def attachment(self, container: str, state: str, removed_at: float | None = None,
                    del_op: int | None = None) -> int:
-        cur = self.conn.execute(
-            "INSERT INTO attachments (container_id, ifname, network, network_name, cni_version,"
-            " chain, capability_args, cni_args, state, created_at, removed_at, del_op)"
-            " VALUES (?, 'eth0', 'default/blue', 'blue', '1.0.0', '{}', '{}', '{}', ?, ?, ?, ?)",
-            (container, state, T0, removed_at, del_op))
-        assert cur.lastrowid is not None
-        return cur.lastrowid
+        return journaldb.write_attachment(self.conn, container_id=container, state=state,
+                                          created_at=T0, removed_at=removed_at, del_op=del_op)
 
     def operation(self, verb: str, container: str, state: str = "running") -> int:
-        cur = self.conn.execute(
-            "INSERT INTO operations (verb, container_id, state, started_at) VALUES (?,?,?,?)",
-            (verb, container, state, T0))
-        assert cur.lastrowid is not None
-        return cur.lastrowid
+        return journaldb.write_operation(self.conn, verb=verb, container_id=container,
+                                         state=state, started_at=T0)
 
     def alloc(self, pool: str, address: str, container: str, *, prefix: int = 24,
               pod: str = "", attachment: int | None = None, netns: str = "",
               at: float = T0, released: float | None = None, ifname: str = "eth0") -> int:
         ns, _, name = pod.partition("/")
-        cur = self.conn.execute(
-            "INSERT INTO ipam_allocations (pool, scope, address, prefix, container_id, ifname,"
-            " netns, pod_namespace, pod_name, pod_uid, attachment_id, allocated_at,"
-            " released_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (pool, f"pool:{pool}", address, prefix, container, ifname, netns, ns, name,
-             f"uid-{container}" if pod else "", attachment, at, released))
-        assert cur.lastrowid is not None
-        return cur.lastrowid
+        return journaldb.write_allocation(
+            self.conn, pool=pool, address=address, prefix=prefix, container_id=container,
+            allocated_at=at, ifname=ifname, netns=netns, pod_namespace=ns, pod_name=name,
+            pod_uid=f"uid-{container}" if pod else "", attachment_id=attachment,
+            released_at=released)
 
 
 @pytest.fixture
@@ -214,7 +203,7 @@ def test_leaks_and_their_reasons(journal: Journal, tmp_path: Path) -> None:
     assert [x["container"] for x in journal_leaks(journal)] == ["removed", "missing"]
 
     # the DEL that was removing it is no longer running: its address is reported too
-    journal.conn.execute("UPDATE operations SET state='failed' WHERE id=?", (del_running,))
+    journaldb.simulate_operation_ended(journal.conn, del_running, "failed")
     assert [(x["container"], x["address"], x["reason"]) for x in journal_leaks(journal)] == [
         ("removing", "10.1.0.3/24", "unfinished-del"),
         ("removed", "10.1.0.4/24", "attachment-removed"),

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from netctl.cni.config import parse_chain
 from netctl.ipam.planner import Decision
 from netctl.ipam.ranges import parse_config
 from netctl.ipam.store import IndexStore
+from netctl.journal import query
 from netctl.journal.live import LiveAllocation, LiveAttachment
 from netctl.journal.records import Allocation, Attachment, OpEnd, OpStart, Owner, StepEnd, StepStart
 from netctl.journal.store import Journal, open_journal
@@ -146,11 +146,10 @@ def test_a_write_is_in_the_index_when_it_commits(tmp_path: Path) -> None:
     resume. Checked with a plain read of the file, no checkpoint in between."""
     async def main() -> None:
         async with open_journal(tmp_path) as journal:
-            read = sqlite3.connect(f"file:{journal.path}?mode=ro", uri=True)
+            read = query.open_read_only(journal.path)
 
             def committed() -> set[str]:
-                return {c for (c,) in read.execute(
-                    "SELECT container_id FROM attachments WHERE state != 'removed'")}
+                return {a["container_id"] for a in query.unremoved_attachments(read)}
 
             async def add(cid: str) -> None:
                 att = Attachment(container_id=cid, ifname="eth0", network="default/blue",

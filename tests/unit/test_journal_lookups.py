@@ -1,5 +1,5 @@
 """We test how the read commands find what a person names, on a real journal file made by
-the migrations runner, with rows written by SQL, and through ``netctl.commands.cli.main``:
+the migrations runner, with rows written by hand, and through ``netctl.commands.cli.main``:
 
 - ``--container``: the full id; a unique prefix (runtimes print 12 of 64 characters); an
   id that is itself a prefix of another still means itself; an ambiguous prefix is an
@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from netctl_kit import journaldb
 
 from netctl.commands import cli
 from netctl.journal import query
@@ -45,37 +46,32 @@ class Rows:
     def attach(self, container: str, *, pod: str = "", network: str = "default/blue",
                chain: str = "blue", pool: str = "", address: str = "") -> None:
         ns, _, name = pod.rpartition("/")
-        op = self.conn.execute(
-            "INSERT INTO operations (verb, container_id, caller_network, pod_namespace,"
-            " pod_name, state, started_at) VALUES ('ADD', ?, 'netctl', ?, ?, 'done', ?)",
-            (container, ns, name, T0)).lastrowid
-        att = self.conn.execute(
-            "INSERT INTO attachments (container_id, ifname, network, network_name, cni_version,"
-            " chain, capability_args, cni_args, state, created_at, add_op, pod_namespace,"
-            " pod_name) VALUES (?, 'eth0', ?, ?, '1.0.0', '{}', '{}', '{}', 'attached', ?, ?,"
-            " ?, ?)", (container, network, chain, T0, op, ns, name)).lastrowid
+        op = journaldb.write_operation(self.conn, verb="ADD", container_id=container,
+                                       state="done", started_at=T0, caller_network="netctl",
+                                       pod_namespace=ns, pod_name=name)
+        att = journaldb.write_attachment(self.conn, container_id=container, state="attached",
+                                         created_at=T0, network=network, network_name=chain,
+                                         add_op=op, pod_namespace=ns, pod_name=name)
         if pool:
             self.alloc(pool, address, container, ns, name, att, op)
 
     def plain(self, container: str, caller: str, pool: str, address: str) -> None:
         """A plain-plugin allocation: an operation with the conf's name, no attachment."""
-        op = self.conn.execute(
-            "INSERT INTO operations (verb, container_id, caller_network, state, started_at,"
-            " origin) VALUES ('ADD', ?, ?, 'done', ?, 'ipam')", (container, caller, T0)).lastrowid
+        op = journaldb.write_operation(self.conn, verb="ADD", container_id=container,
+                                       state="done", started_at=T0, caller_network=caller,
+                                       origin="ipam")
         self.alloc(pool, address, container, "", "", None, op)
 
     def pool(self, key: str, rng: str, network_name: str = "", family: int = 4) -> None:
-        self.conn.execute("INSERT INTO ipam_pools (key, network_name, range, family, size,"
-                          " created_at) VALUES (?,?,?,?,'253',?)",
-                          (key, network_name, rng, family, T0))
+        journaldb.write_pool(self.conn, key=key, pool_range=rng, size=253, created_at=T0,
+                             family=family, network_name=network_name)
 
     def alloc(self, pool: str, address: str, container: str, ns: str, name: str,
               att: int | None, op: int | None) -> None:
-        self.conn.execute(
-            "INSERT INTO ipam_allocations (pool, scope, address, prefix, container_id, ifname,"
-            " netns, pod_namespace, pod_name, attachment_id, allocated_op, allocated_at)"
-            " VALUES (?,?,?,24,?,'eth0','',?,?,?,?,?)",
-            (pool, f"pool:{pool}", address, container, ns, name, att, op, T0))
+        journaldb.write_allocation(self.conn, pool=pool, address=address, prefix=24,
+                                   container_id=container, allocated_at=T0, netns="",
+                                   pod_namespace=ns, pod_name=name, attachment_id=att,
+                                   allocated_op=op)
 
 
 @pytest.fixture
@@ -197,9 +193,7 @@ def test_journal_pod_shows_the_newest_attachments(rows: Rows, tmp_path: Path,
     rows.attach("other", pod="shop/db-1")
     newest = [a["container"] for a in query.attachments(read, pod="shop/db-0", limit=5)]
     assert newest == ["c125", "c126", "c127", "c128", "c129"]
-    plan = " ".join(str(r[-1]) for r in read.execute(
-        "EXPLAIN QUERY PLAN SELECT * FROM attachments WHERE pod_namespace=? AND pod_name=?"
-        " ORDER BY id DESC LIMIT 5", ("shop", "db-0")))
+    plan = journaldb.pod_attachments_plan(read, "shop", "db-0", 5)
     assert "attachments_pod" in plan and "TEMP B-TREE" not in plan, plan
     code, out, err = run(tmp_path, capsys, "journal", "--pod", "shop/db-0", "--json")
     doc = json.loads(out)
@@ -252,7 +246,7 @@ def test_a_journal_without_the_reason_column(tmp_path: Path,
     """A journal an older daemon still writes (schema 6): no reason, nothing fails."""
     rows = Rows(tmp_path)
     rows.attach("c1", pod="shop/web")
-    rows.conn.execute("ALTER TABLE operations DROP COLUMN reason")
+    journaldb.simulate_no_reason(rows.conn)
     rows.conn.close()
     code, out, _ = run(tmp_path, capsys, "journal", "--container", "c1", "--json")
     assert code == 0

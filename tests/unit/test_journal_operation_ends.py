@@ -5,22 +5,23 @@ replay), and finished even when the body is cancelled."""
 
 from __future__ import annotations
 
-import sqlite3
+import contextlib
 from pathlib import Path
 
 import pytest
 import trio
+from netctl_kit import journaldb
 
 from netctl.errors import CNIError
-from netctl.journal.query import journal_path
+from netctl.journal import query
 from netctl.journal.records import OpEnd, OpStart
 from netctl.journal.store import open_journal
 
 
 def states(tmp_path: Path) -> dict[str, tuple[str, str | None]]:
-    with sqlite3.connect(journal_path(tmp_path)) as db:
-        return {c: (s, e) for c, s, e in db.execute(
-            "SELECT container_id, state, error FROM operations")}
+    with contextlib.closing(query.connect(tmp_path)) as conn:
+        return {o["container_id"]: (o["state"], o["error"])
+                for o in journaldb.operation_rows(conn)}
 
 
 def test_every_way_an_operation_ends(tmp_path: Path) -> None:

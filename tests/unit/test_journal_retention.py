@@ -20,15 +20,17 @@ pruner's documented clock parameter standing in for the passing days:
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
-import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import trio
 import trio.lowlevel
+from netctl_kit import journaldb
 from netctl_kit.bench.retention import POOL, POOL_INFO, PodLife, SimClock, add_pod, del_pod
 
 from netctl.cni.request import Pod
@@ -49,6 +51,7 @@ from netctl.reconcile.facts import gather
 from netctl.reconcile.plan import Link
 from netctl.settings import load_config
 
+T = TypeVar("T")
 T0 = 1_790_000_000.0
 SETTINGS = Retention(7 * DAY, 90 * DAY)
 
@@ -101,16 +104,18 @@ def test_cutoffs_keep_the_reconcilers_window() -> None:
 # -- what a prune takes and keeps ---------------------------------------------------------------
 
 
-def rows(path: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return [tuple(r) for r in conn.execute(sql, args)]
-    finally:
-        conn.close()
+def read(path: str, reader: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """What ``reader`` (of :mod:`netctl_kit.journaldb`) reads of the journal at ``path``."""
+    with contextlib.closing(query.open_read_only(path)) as conn:
+        return reader(conn, *args, **kwargs)
+
+
+ROWS = {"operations": journaldb.operation_rows, "attachments": journaldb.attachment_rows,
+        "steps": journaldb.step_rows, "ipam_allocations": journaldb.allocation_rows}
 
 
 def ids(path: str, table: str) -> set[int]:
-    return {r[0] for r in rows(path, f"SELECT id FROM {table}")}
+    return {r["id"] for r in read(path, ROWS[table])}
 
 
 def plain(n: int) -> Allocation:
@@ -188,10 +193,11 @@ def test_prune_takes_exactly_what_is_old(tmp_path: Path) -> None:
             all_ops, all_atts = ids(path, "operations"), ids(path, "attachments")
             old: PodLife = h["old"]
             kept_pods = [h[k] for k in ("live", "stuck", "running", "leak", "recent")]
-            steps_of_kept = set(ids(path, "steps")) - {r[0] for r in rows(
-                path, "SELECT id FROM steps WHERE attachment_id=?", old.att.id)} - {
-                    r[0] for r in rows(path, "SELECT id FROM steps WHERE operation_id IN"
-                                       " (SELECT id FROM operations WHERE origin='ipam')")}
+            ipam_ops = {o["id"] for o in read(path, journaldb.operation_rows, origin="ipam")}
+            steps_of_kept = set(ids(path, "steps")) - {s["id"] for s in read(
+                path, journaldb.step_rows, attachment=old.att.id)} - {
+                    s["id"] for s in read(path, journaldb.step_rows)
+                    if s["operation_id"] in ipam_ops}
 
             pruner = Pruner(journal, SETTINGS, clock=clock, batch=2, pause=0, keep_free=0)
             got = await pruner.prune_once()
@@ -203,22 +209,21 @@ def test_prune_takes_exactly_what_is_old(tmp_path: Path) -> None:
             assert ids(path, "operations") == all_ops - {old.att.add_op, old.att.del_op,
                                                          *h["gone_ops"]}
             assert ids(path, "steps") == steps_of_kept
-            assert rows(path, "SELECT * FROM attachment_addresses WHERE attachment_id=?",
-                        old.att.id) == []
+            assert read(path, journaldb.indexed_addresses, old.att.id) == []
             # kept, whatever their age: live, stuck, running, leaked, recent; their ops
             for life in kept_pods:
                 assert life.att.id in ids(path, "attachments")
                 assert life.att.add_op in ids(path, "operations")
-                assert rows(path, "SELECT count(*) FROM steps WHERE operation_id=?",
-                            life.att.add_op) == [(2,)]
+                assert len(read(path, journaldb.step_rows, operation=life.att.add_op)) == 2
             assert {h["stuck_del"], h["running_op"], h["held_op"]} <= ids(path, "operations")
-            assert rows(path, "SELECT del_failures, error FROM attachments WHERE id=?",
-                        h["stuck"].att.id) == [(1, "bridge: busy")]
+            assert [(a["del_failures"], a["error"]) for a in read(
+                path, journaldb.attachment_rows, att_id=h["stuck"].att.id)] == [
+                (1, "bridge: busy")]
             # allocation history stays (90 days), references to pruned rows cleared
             assert len(ids(path, "ipam_allocations")) == 8  # pods 1-6, plain 1-2
-            assert rows(path, "SELECT attachment_id, allocated_op, released_op, pod_name"
-                        " FROM ipam_allocations WHERE address=?", old.alloc.address) == [
-                (None, None, None, "pod-1")]
+            assert [(a["attachment_id"], a["allocated_op"], a["released_op"], a["pod_name"])
+                    for a in read(path, journaldb.allocation_rows,
+                                  address=old.alloc.address)] == [(None, None, None, "pod-1")]
             # …so "who had this address a week ago" is still answered, from IPAM's rows
             conn = query.connect(tmp_path)
             try:
@@ -241,12 +246,11 @@ def test_prune_takes_exactly_what_is_old(tmp_path: Path) -> None:
             got = await pruner.prune_once()
             assert got.allocations == 3 and got.blocks == 1  # old's, plain 2's, recent's
             assert got.attachments == 1  # the recent one is old now
-            live_addresses = {r[0] for r in rows(
-                path, "SELECT address FROM ipam_allocations")}
+            live_addresses = {a["address"] for a in read(path, journaldb.allocation_rows)}
             assert live_addresses == {h[k].alloc.address for k in
                                       ("live", "stuck", "running", "leak")} | {
                 plain(1).address}
-            assert rows(path, "SELECT count(*) FROM ipam_blocks") == [(0,)]
+            assert read(path, journaldb.block_rows) == []
             for key in ("live", "stuck", "running", "leak"):
                 assert h[key].att.id in ids(path, "attachments")
 
@@ -320,17 +324,17 @@ def test_pruning_beside_requests_fails_and_delays_none(tmp_path: Path) -> None:
             assert pruner.batches > 10  # it did run beside the writers, in many batches
             await pruner.prune_once()
             path = journal.path
-            assert rows(path, "SELECT count(*) FROM attachments WHERE created_at < ?",
-                        T0 + DAY) == [(0,)]
-            assert rows(path, "SELECT count(*) FROM operations WHERE started_at < ?",
-                        T0 + DAY) == [(0,)]
-            assert rows(path, "SELECT count(*) FROM steps WHERE started_at < ?",
-                        T0 + DAY) == [(0,)]
+            assert [a for a in read(path, journaldb.attachment_rows)
+                    if a["created_at"] < T0 + DAY] == []
+            assert [o for o in read(path, journaldb.operation_rows)
+                    if o["started_at"] < T0 + DAY] == []
+            assert [s for s in read(path, journaldb.step_rows)
+                    if s["started_at"] < T0 + DAY] == []
             assert len(ids(path, "attachments")) == 8 * 25  # new ones: removed too recently
-            live = {r[0] for r in rows(path, "SELECT id FROM attachments"
-                                       " WHERE state='attached'")}
+            live = {a["id"] for a in read(path, journaldb.attachment_rows, state="attached")}
             assert live == {life.att.id for life in new}
-            assert rows(path, "SELECT count(*) FROM ipam_allocations") == [(400 + 200,)]
+            assert read(path, journaldb.row_counts, ("ipam_allocations",)) == {
+                "ipam_allocations": 400 + 200}
 
     trio.run(main)
 
@@ -361,25 +365,18 @@ def test_pruned_pages_go_back_to_the_file_system(tmp_path: Path) -> None:
 
 def test_an_old_journal_is_converted_once(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE older (x)")  # a file made before auto_vacuum was set
-    conn.commit()
-    conn.close()
+    journaldb.simulate_file_before_auto_vacuum(path)
     conn = migrate.connect(path)
     try:
-        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+        assert journaldb.settings(conn)["auto_vacuum"] == 0
         assert ensure_incremental_vacuum(conn) is True
-        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+        assert journaldb.settings(conn)["auto_vacuum"] == 2
         assert ensure_incremental_vacuum(conn) is False
     finally:
         conn.close()
     fresh = tmp_path / "fresh.db"
     migrate.migrate(fresh)
-    conn = sqlite3.connect(fresh)
-    try:
-        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
-    finally:
-        conn.close()
+    assert read(str(fresh), journaldb.settings)["auto_vacuum"] == 2
 
 
 def test_the_sweep_reads_only_the_removed_attachments_naming_a_veth_on_the_host(

@@ -1,5 +1,5 @@
 """We test these aspects of ``netctl journal --running`` (what is in flight, or what a crash
-cut short) on a real journal file made by the migrations runner, with rows written by SQL:
+cut short) on a real journal file made by the migrations runner, with rows written by hand:
 every running operation is listed, however many operations came after it (the plain
 listing keeps only the last 200), none that finished; the attachments listed are those a
 running operation adds or removes; and ``query.running_operations`` gives the same rows."""
@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from netctl_kit import journaldb
 
 from netctl.commands.cli import main
 from netctl.journal import query
@@ -20,21 +21,14 @@ T0 = 1_700_000_000.0
 
 
 def operation(conn: sqlite3.Connection, verb: str, container: str, state: str) -> int:
-    cur = conn.execute("INSERT INTO operations (verb, container_id, state, started_at)"
-                       " VALUES (?,?,?,?)", (verb, container, state, T0))
-    assert cur.lastrowid is not None
-    return cur.lastrowid
+    return journaldb.write_operation(conn, verb=verb, container_id=container, state=state,
+                                     started_at=T0)
 
 
 def attachment(conn: sqlite3.Connection, container: str, state: str, add_op: int,
                del_op: int | None = None) -> int:
-    cur = conn.execute(
-        "INSERT INTO attachments (container_id, ifname, network, network_name, cni_version,"
-        " chain, capability_args, cni_args, state, add_op, del_op, created_at)"
-        " VALUES (?, 'eth0', 'default/blue', 'blue', '1.0.0', '{}', '{}', '{}', ?, ?, ?, ?)",
-        (container, state, add_op, del_op, T0))
-    assert cur.lastrowid is not None
-    return cur.lastrowid
+    return journaldb.write_attachment(conn, container_id=container, state=state,
+                                      created_at=T0, add_op=add_op, del_op=del_op)
 
 
 def test_running_lists_every_running_operation_and_what_it_touches(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from netctl_kit import journaldb
 
 from netctl.errors import IO_FAILURE, CNIError
 from netctl.journal.records import OpEnd, OpStart
@@ -65,8 +66,8 @@ def test_a_write_that_fails_in_a_batch_loses_only_itself(tmp_path: Path) -> None
             ops: dict[str, int] = {}
 
             def half_then_fail(db: sqlite3.Connection) -> None:
-                db.execute("INSERT INTO operations (verb, container_id, state, started_at)"
-                           " VALUES ('ADD', 'half', 'running', 0)")
+                journaldb.write_operation(db, verb="ADD", container_id="half", state="running",
+                                          started_at=0)
                 raise sqlite3.IntegrityError("the second statement of this write failed")
 
             async def begin(name: str) -> None:

@@ -7,29 +7,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
 import pytest
+from netctl_kit import journaldb
 
 from netctl.errors import IO_FAILURE
 from netctl.journal import migrate
 
 
 def tables(path: Path) -> set[str]:
-    conn = sqlite3.connect(path)
-    try:
-        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    finally:
-        conn.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return journaldb.table_names(conn)
+
+
+def applied(path: Path) -> list[tuple[int, str, float]]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return journaldb.applied_migrations(conn)
 
 
 def recorded(path: Path) -> list[tuple[int, str]]:
-    conn = sqlite3.connect(path)
-    try:
-        return list(conn.execute("SELECT version, name FROM schema_migrations ORDER BY 1"))
-    finally:
-        conn.close()
+    return [(version, name) for version, name, _ in applied(path)]
 
 
 def test_available_migrations_are_numbered_in_order() -> None:
@@ -47,8 +47,8 @@ def test_fresh_file(tmp_path: Path) -> None:
     assert recorded(path) == [(v, n) for v, n, _ in known]
     conn = migrate.connect(path)
     try:
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        got = journaldb.settings(conn)
+        assert (got["journal_mode"], got["foreign_keys"]) == ("wal", 1)
     finally:
         conn.close()
 
@@ -56,25 +56,17 @@ def test_fresh_file(tmp_path: Path) -> None:
 def test_migrate_twice_is_a_no_op(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
     migrate.migrate(path)
-    before = (tables(path), recorded(path))
-    conn = sqlite3.connect(path)
-    applied_at = conn.execute("SELECT applied_at FROM schema_migrations").fetchall()
-    conn.close()
+    before = (tables(path), applied(path))
     assert migrate.migrate(path) == []
-    assert (tables(path), recorded(path)) == before
-    conn = sqlite3.connect(path)
-    assert conn.execute("SELECT applied_at FROM schema_migrations").fetchall() == applied_at
-    conn.close()
+    assert (tables(path), applied(path)) == before  # the times they were applied too
 
 
 def test_schema_too_new_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
     migrate.migrate(path)
     newest = migrate.available()[-1][0]
-    conn = sqlite3.connect(path)
-    conn.execute("INSERT INTO schema_migrations VALUES (?, 'from_the_future', 0)", (newest + 7,))
-    conn.commit()
-    conn.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        journaldb.simulate_newer_schema(conn, newest + 7, "from_the_future")
     with pytest.raises(migrate.SchemaTooNew) as info:
         migrate.migrate(path)
     assert info.value.code == IO_FAILURE == 5
@@ -86,12 +78,7 @@ def test_schema_too_new_is_refused(tmp_path: Path) -> None:
 
 def test_schema_too_new_on_an_otherwise_empty_file(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
-                 " applied_at REAL NOT NULL)")
-    conn.execute("INSERT INTO schema_migrations VALUES (9999, 'x', 0)")
-    conn.commit()
-    conn.close()
+    journaldb.simulate_newer_empty_journal(path, 9999)
     with pytest.raises(migrate.SchemaTooNew):
         migrate.migrate(path)
     assert tables(path) == {"schema_migrations"}, "a refused journal must not be written"
