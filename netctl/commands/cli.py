@@ -142,6 +142,41 @@ def _cmd_journal(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_journal_rebuild(args: argparse.Namespace) -> int:
+    """``netctl journal rebuild``: a broken journal kept aside, a new one built from its
+    readable rows (netctl/journal/rebuild.py); refused while a process has it open."""
+    import json
+
+    from netctl.journal import query, rebuild
+
+    path = str(query.journal_path(args.state_dir))
+    users = rebuild.holders(path)
+    if users:
+        print(f"netctl: journal {path} is open in process {', '.join(map(str, users))} "
+              "(a running daemon): stop it first", file=sys.stderr)
+        return 1
+    report = rebuild.rebuild(path, force=args.force)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    elif not report.kept_aside:
+        print(f"journal {path}: " + ("no such file" if not os.path.exists(path) else
+                                     "passes its integrity check; nothing to rebuild "
+                                     "(--force rebuilds it all the same)"))
+    else:
+        print(f"journal {path} rebuilt; the old one is kept as {report.kept_aside[0]}")
+        for problem in report.problems[:5]:
+            print(f"  found: {problem}")
+        for table, n in report.copied.items():
+            lost = report.lost.get(table, 0)
+            print(f"  {table}: {n} rows copied" + (f", {lost} row ids unreadable" if lost
+                                                   else ""))
+        for table in report.unreadable:
+            print(f"  {table}: not readable at all")
+        print("start netctl: its replay and first reconcile round settle the rest from what "
+              "the node holds")
+    return 0
+
+
 def _cmd_journal_export(args: argparse.Namespace) -> int:
     """``netctl journal export``: the events of a time window (netctl/journal/events.py),
     written as they are read, one JSON object or CSV row each."""
@@ -591,7 +626,7 @@ def _add_journal(sub: Commands) -> None:
     p.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     _journal_flags(p)
     p.set_defaults(fn=_cmd_journal)
-    jsub = p.add_subparsers(dest="journal_cmd", metavar="export")
+    jsub = p.add_subparsers(dest="journal_cmd", metavar="export|rebuild")
     e = jsub.add_parser("export", help="every operation and allocation change of a time "
                         "window, one self-contained line each (JSON lines or CSV), streamed")
     e.add_argument("--state-dir", default=argparse.SUPPRESS, help="as for `netctl journal`")
@@ -606,6 +641,14 @@ def _add_journal(sub: Commands) -> None:
     e.add_argument("--node", metavar="NAME", help="the node named in every line (default: "
                    "$NODE_NAME, else this host's name)")
     e.set_defaults(fn=_cmd_journal_export)
+    r = jsub.add_parser("rebuild", help="a journal that fails its integrity check kept "
+                        "aside, and a new one built from what can be read of it (the daemon "
+                        "stopped)")
+    r.add_argument("--state-dir", default=argparse.SUPPRESS, help="as for `netctl journal`")
+    r.add_argument("--force", action="store_true", help="rebuild a journal that passes its "
+                   "check too")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(fn=_cmd_journal_rebuild)
 
 
 def _journal_flags(p: argparse.ArgumentParser) -> None:

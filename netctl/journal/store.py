@@ -42,6 +42,7 @@ from netctl.journal.events import Event, EventLog, of_operations
 from netctl.journal.live import LiveIndex
 from netctl.journal.migrate import PRAGMAS, migrate
 from netctl.journal.query import journal_path
+from netctl.journal.rebuild import ensure_sound
 from netctl.journal.records import (
     Allocation,
     Attachment,
@@ -538,6 +539,7 @@ async def open_journal(state_dir: str | Path, write_deadline: float = 30.0,
     directory = Path(state_dir)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # noqa: ASYNC240 - start-up
     path = str(journal_path(directory))
+    ensure_sound(path)  # a broken journal is never written over (rebuild.py)
     migrate(path)
     db = DatabaseThread(path, PRAGMAS)
     await db.open()

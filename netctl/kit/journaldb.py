@@ -435,3 +435,19 @@ def write_history(path: str, rows: dict[str, Iterable[tuple[object, ...]]]) -> N
         conn.execute("PRAGMA journal_mode=WAL")
     finally:
         conn.close()
+
+
+# -- the file's pages (the broken-journal test overwrites some) -------------------------------
+
+
+def page_size(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA page_size").fetchone()[0])
+
+
+def leaf_pages(conn: sqlite3.Connection, table: str) -> list[int]:
+    """The page numbers of ``table``'s leaf pages, in row order (SQLite's dbstat)."""
+    if table not in TABLES:
+        raise ValueError(f"{table!r} is not one of the journal's tables {TABLES}")
+    return [int(r[0]) for r in conn.execute(
+        "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path",
+        (table,))]

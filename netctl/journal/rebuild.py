@@ -1,0 +1,219 @@
+"""A broken journal: found at start, never written over, rebuilt by a command.
+
+:func:`check` runs SQLite's ``quick_check`` on a read-only connection before the daemon
+migrates or opens the journal (:func:`netctl.journal.store.open_journal`): a file that
+fails it (pages overwritten, as a bad block or a lying ``fsync`` leaves them) is
+:class:`JournalBroken`, and the daemon stops, naming it and the command below. Nothing
+writes to it.
+
+:func:`rebuild` (``netctl journal rebuild``, the daemon stopped) moves the broken file aside
+(``journal.db.broken-<time>``, with its ``-wal`` and ``-shm``: history kept, not lost),
+makes a new journal, and copies into it every row of the broken one that can still be
+read — its operations, attachments, steps, pools, allocations and blocks, read in
+ranges of row ids, each range that fails read again in halves down to the single row, so
+that only the rows on broken pages are lost. What the node holds then settles the rest
+when the daemon starts: its replay closes what was running and undoes half-done ADDs;
+the DELs recorded beside the socket are carried out; its first reconcile round releases
+what a vanished sandbox held; the cluster IPAM adopts this node's blocks from the API
+server. A live pod whose rows survived keeps its networks and addresses; the report says
+how many rows of each table were lost.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from netctl.errors import IO_FAILURE, CNIError
+from netctl.journal.migrate import migrate
+
+# the tables the journal's writes fill, parents first; the others (the address index) are
+# filled by their triggers as the rows come in
+TABLES = ("operations", "attachments", "steps", "ipam_pools", "ipam_allocations",
+          "ipam_blocks")
+CHUNK = 512  # rows read at once while the pages hold
+
+
+class JournalBroken(CNIError):
+    """The journal fails its integrity check: not opened, not written."""
+
+    def __init__(self, path: str, problems: list[str]) -> None:
+        self.problems = problems
+        shown = "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)"
+                                            if len(problems) > 3 else "")
+        super().__init__(IO_FAILURE, (
+            f"journal {path} fails its integrity check ({shown}): it is neither opened nor "
+            f"written; stop netctl and run `netctl journal rebuild --state-dir "
+            f"{os.path.dirname(path) or '.'}`, which keeps it aside and builds a new one "
+            "from what can be read and what the node holds (docs/operating.md, "
+            "\"A broken journal\")"))
+
+
+def _read_only(path: str) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+
+
+def check(path: str) -> list[str]:
+    """What SQLite's ``quick_check`` finds wrong with the journal at ``path`` ([]: sound, or
+    no file yet), read-only."""
+    if not os.path.exists(path):
+        return []
+    try:
+        conn = _read_only(path)
+        try:
+            rows = [str(row[0]) for row in conn.execute("PRAGMA quick_check")]
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        return [str(exc)]
+    return [] if rows == ["ok"] else rows
+
+
+def ensure_sound(path: str) -> None:
+    """:class:`JournalBroken` when the journal at ``path`` fails :func:`check`."""
+    problems = check(path)
+    if problems:
+        raise JournalBroken(path, problems)
+
+
+@dataclass
+class RebuildReport:
+    journal: str
+    kept_aside: list[str] = field(default_factory=list)  # the broken files, moved
+    problems: list[str] = field(default_factory=list)  # what the check found
+    copied: dict[str, int] = field(default_factory=dict)  # rows per table
+    lost: dict[str, int] = field(default_factory=dict)  # rows that could not be read
+    unreadable: list[str] = field(default_factory=list)  # tables not read at all
+
+    def to_json(self) -> dict[str, Any]:
+        return {"journal": self.journal, "kept_aside": self.kept_aside,
+                "problems": self.problems, "copied": self.copied, "lost": self.lost,
+                "unreadable_tables": self.unreadable}
+
+
+def rebuild(path: str, *, force: bool = False) -> RebuildReport:
+    """Keep the journal at ``path`` aside and build a new one from its readable rows (see
+    the module's docstring). A sound journal is left as it is unless ``force``."""
+    report = RebuildReport(path, problems=check(path))
+    if not os.path.exists(path) or (not report.problems and not force):
+        return report
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = f"{path}.broken-{stamp}"
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.rename(path + suffix, aside + suffix)
+            report.kept_aside.append(aside + suffix)
+    migrate(path)
+    old = _read_only(aside)
+    new = sqlite3.connect(path, isolation_level=None)
+    try:
+        new.execute("PRAGMA foreign_keys=OFF")  # a parent on a broken page keeps its rows
+        new.execute("BEGIN IMMEDIATE")
+        for table in TABLES:
+            _copy(old, new, table, report)
+        new.execute("COMMIT")
+    finally:
+        old.close()
+        new.close()
+    return report
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def _copy(old: sqlite3.Connection, new: sqlite3.Connection, table: str,
+          report: RebuildReport) -> None:
+    """Every readable row of ``table`` from ``old`` into ``new`` (the columns both have):
+    read in row-id order; where a broken page stops the read, the first row id after it
+    that reads is found (:func:`_past`) and the read goes on from there."""
+    try:
+        columns = [c for c in _columns(old, table) if c in set(_columns(new, table))]
+    except sqlite3.DatabaseError:
+        report.unreadable.append(table)
+        return
+    names = ", ".join(columns)
+    select = f"SELECT rowid, {names} FROM {table} WHERE rowid > ? ORDER BY rowid"
+    insert = f"INSERT OR IGNORE INTO {table} ({names}) VALUES " \
+             f"({', '.join('?' * len(columns))})"
+    copied = lost = 0
+    last = 0
+    while True:
+        try:
+            for row in old.execute(select, (last,)):
+                new.execute(insert, row[1:])
+                last = int(row[0])
+                copied += 1
+            break
+        except sqlite3.DatabaseError:
+            after = _past(old, table, last)
+            if after is None:  # nothing readable after the broken page
+                lost += 1
+                break
+            lost += after - last - 1
+            try:  # that row alone, so that every turn moves on by one row id at least
+                row = old.execute(f"SELECT rowid, {names} FROM {table} WHERE rowid = ?",
+                                  (after,)).fetchone()
+                new.execute(insert, row[1:])
+                copied += 1
+            except (sqlite3.DatabaseError, TypeError):
+                lost += 1
+            last = after
+    report.copied[table] = copied
+    if lost:
+        report.lost[table] = lost
+
+
+def _past(conn: sqlite3.Connection, table: str, last: int) -> int | None:
+    """The first row id above ``last`` that a read starting there reaches without error
+    (None: none does): found by doubling the jump past ``last``, then by halving back."""
+    probe = f"SELECT rowid FROM {table} WHERE rowid >= ? ORDER BY rowid LIMIT 1"
+
+    def reads(start: int) -> tuple[bool, int | None]:
+        try:
+            row = conn.execute(probe, (start,)).fetchone()
+        except sqlite3.DatabaseError:
+            return False, None
+        return True, None if row is None else int(row[0])
+
+    bad, step = last, 1
+    while True:
+        ok, found = reads(last + step)
+        if ok:
+            break
+        bad = last + step
+        step *= 2
+        if step > 1 << 48:
+            return None
+    good = last + step
+    while good - bad > 1:  # the lowest start that reads lies in (bad, good]
+        mid = (bad + good) // 2
+        ok, at = reads(mid)
+        if ok:
+            good, found = mid, at
+        else:
+            bad = mid
+    return found
+
+
+def holders(path: str) -> list[int]:
+    """The processes that have the journal at ``path`` open (from ``/proc``): a running
+    daemon; a rebuild does not start under one."""
+    target = os.path.realpath(path)
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    found.append(int(pid))
+                    break
+            except OSError:
+                continue
+    return found
