@@ -172,6 +172,11 @@ def _cni_chains(rules: Iterable[str]) -> set[str]:
     return {line.split()[1] for line in rules if line.startswith("-N CNI-")}
 
 
+def cni_chains(table: str) -> set[str]:
+    """The CNI chains of iptables' ``table`` now."""
+    return _cni_chains(_iptables_rules(table))
+
+
 @dataclass(frozen=True)
 class HostSnapshot:
     """The host state podman's CNI backend changes, before a run."""
@@ -188,11 +193,13 @@ class HostSnapshot:
             frozenset(h for h in _cgroup_hierarchies() if (h / CGROUP_PARENT).is_dir()))
 
     def restore(self, host_local_networks: Iterable[str] = ()) -> list[str]:
-        """Remove what appeared since: host-local's dirs of ``host_local_networks``,
-        libcni's dirs, the CNI chains nothing uses any more, empty ``libpod_parent``
+        """Remove what the run left: host-local's dirs of ``host_local_networks`` (the run's
+        networks), libcni's dirs, the CNI chains of those networks and the shared chains
+        nothing uses any more (:func:`_remove_new_chains`), empty ``libpod_parent``
         cgroups. Returns what could not be removed."""
         problems: list[str] = []
-        for net in host_local_networks:
+        networks = list(host_local_networks)
+        for net in networks:
             shutil.rmtree(CNI_STATE / "networks" / net, ignore_errors=True)
         for d in sorted(set(CNI_STATE_DIRS) - self.cni_dirs, key=lambda p: -len(p.parts)):
             try:
@@ -202,29 +209,44 @@ class HostSnapshot:
             except OSError as exc:
                 problems.append(f"{d}: {exc.strerror}")
         for table in IPTABLES_TABLES:
-            problems += _remove_new_chains(table, {c for t, c in self.chains if t == table})
+            problems += _remove_new_chains(table, {c for t, c in self.chains if t == table},
+                                           networks)
         for hierarchy in set(_cgroup_hierarchies()) - self.cgroups:
             problems += _remove_empty_cgroups(hierarchy / CGROUP_PARENT)
         return problems
 
 
-def _remove_new_chains(table: str, before: set[str]) -> list[str]:
-    """Delete the CNI chains of ``table`` not in ``before`` (and the rules jumping to them)
-    once no container uses them; what failed."""
+def _remove_new_chains(table: str, before: set[str], networks: Iterable[str]) -> list[str]:
+    """Delete what this run left in ``table``: the CNI chains not in ``before`` whose rules
+    name one of ``networks`` (portmap's and firewall's comments carry the network's name),
+    the rules jumping to them, and the shared chains that appeared with the run once no
+    other container's rule is left in them. Chains another runtime made meanwhile are not
+    this run's: left alone. What failed."""
     rules = _iptables_rules(table)
     new = _cni_chains(rules) - before
-    if not new:
-        return []
-    in_use = [line for line in rules if line.startswith("-N CNI-")
-              and line.split()[1] not in SHARED_CHAINS]
-    in_use += [line for line in rules if line.startswith("-A CNI-")
-               and line.split()[1] in SHARED_CHAINS and not STANDING_RULE.search(line)]
-    if in_use:
-        return [f"iptables {table}: left {', '.join(sorted(new))}, still in use: {in_use[0]}"]
+    marks = [f'name: \\"{net}\\"' for net in networks]
+
+    def chain_of(line: str) -> str:
+        return line.split()[1]
+
+    ours = {c for c in new - SHARED_CHAINS
+            if any(chain_of(line) == c and any(m in line for m in marks)
+                   for line in rules if line.startswith("-A "))}
+
+    def leads_to_ours(line: str) -> bool:
+        return any(line.endswith(f"-j {c}") for c in ours)
+
+    idle = {c for c in new & SHARED_CHAINS
+            if not any(line.startswith(f"-A {c} ") and not STANDING_RULE.search(line)
+                       and not leads_to_ours(line) for line in rules)}
+    if idle:  # only idle once nothing jumps to them either
+        idle -= {chain_of(line) for line in rules if line.startswith("-A ")
+                 and chain_of(line) not in idle and any(line.endswith(f"-j {c}") for c in idle)}
+    gone = ours | idle
     steps = [["-D", *shlex.split(line)[1:]] for line in rules
-             if line.startswith("-A ") and line.split()[1] not in new
-             and any(line.endswith(f"-j {c}") for c in new)]
-    steps += [["-F", c] for c in sorted(new)] + [["-X", c] for c in sorted(new)]
+             if line.startswith("-A ") and chain_of(line) not in gone
+             and any(line.endswith(f"-j {c}") for c in gone)]
+    steps += [["-F", c] for c in sorted(gone)] + [["-X", c] for c in sorted(gone)]
     problems = []
     for step in steps:
         proc = subprocess.run(["iptables", "-w", "5", "-t", table, *step], capture_output=True,
