@@ -17,6 +17,7 @@ import concurrent.futures
 import ipaddress
 import json
 import shutil
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -454,6 +455,32 @@ def test_requested_addresses_across_the_cluster(
     assert ipam(a, "DEL", "borrower", pool).rc == 0
     wait_for(lambda: not [x for x in blocks(kube) if x.get("parent")], 30,
              "the borrowed address given back")
+
+
+def test_a_borrow_answered_late_is_not_withdrawn_by_the_borrowers_own_rounds(
+        nodes: Callable[..., Daemon], kube: FakeKube) -> None:
+    """The lender answers a borrow only after several of the borrower's maintenance rounds
+    (``block-check`` 0.2 s; the lender stopped for a second): the borrower's rounds leave
+    its ask alone while it waits, and the address is granted (the rounds took the ask for
+    one left by a crash and deleted it, and the ADD failed as refused)."""
+    pool = "10.185.144.0/24"
+    a, b = nodes("node-a"), nodes("node-b")
+    address(ipam(b, "ADD", "on-b", pool))
+    b_block = next(x for x in blocks(kube) if x["node"] == "node-b")
+    lent = str(ipaddress.ip_network(b_block["cidr"])[-2])
+    assert b.proc is not None
+    b.proc.send_signal(signal.SIGSTOP)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as worker:
+            asked = worker.submit(ipam, a, "ADD", "borrower", pool, args=f"IP={lent}")
+            wait_for(lambda: [x for x in blocks(kube) if x.get("parent")], 20, "the ask")
+            time.sleep(1.0)  # the lender's silence: five of the borrower's rounds
+            b.proc.send_signal(signal.SIGCONT)
+            assert address(asked.result(timeout=60)) == lent
+    finally:
+        b.proc.send_signal(signal.SIGCONT)
+    assert [(x["node"], x["grant"]) for x in blocks(kube) if x.get("parent")] == [
+        ("node-a", "granted")]
 
 
 def test_each_node_names_its_own_blocks_and_journals_no_other_nodes(

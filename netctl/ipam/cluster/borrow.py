@@ -78,23 +78,28 @@ class Borrows:
             who = f"node {other.spec.node}" if other is not None else "another node"
             raise CNIError(INVALID_CONFIG, f"requested address {text} in pool {key} is "
                            f"already claimed by {who}")
-        rec = self.claims.pending.pop(obj.metadata.name)
-        answer = ""
-        with trio.move_on_after(wait):
-            while True:
-                found = await block_objects.get(api, obj.metadata.name)
-                answer = found.spec.grant if found is not None else "refused"
-                if answer:
-                    break
-                await trio.sleep(0.05)
-        if answer == "granted" and found is not None:
-            await self.claims.hold(rec, found)
-            self.borrows += 1
-            log.info("borrowed %s of pool %s from node %s", text, key, owner)
-            return
-        done = await block_objects.release(api, found) if found is not None else True
-        if done:  # else still claiming: settled by a maintenance round
-            await self.claims.life.move(rec, "refused")
+        # the record stays pending while the answer is awaited, so that a maintenance
+        # round meanwhile does not take the ask for one left by a crash (Claims.settle)
+        rec = self.claims.pending[obj.metadata.name]
+        try:
+            answer = ""
+            with trio.move_on_after(wait):
+                while True:
+                    found = await block_objects.get(api, obj.metadata.name)
+                    answer = found.spec.grant if found is not None else "refused"
+                    if answer:
+                        break
+                    await trio.sleep(0.05)
+            if answer == "granted" and found is not None:
+                await self.claims.hold(rec, found)
+                self.borrows += 1
+                log.info("borrowed %s of pool %s from node %s", text, key, owner)
+                return
+            done = await block_objects.release(api, found) if found is not None else True
+            if done:  # else still claiming: settled by a maintenance round
+                await self.claims.life.move(rec, "refused")
+        finally:
+            self.claims.pending.pop(obj.metadata.name, None)
         if answer == "refused":
             raise CNIError(INVALID_CONFIG, f"requested address {text} in pool {key} is in "
                            f"use: node {owner}, whose block {parent.spec.cidr} holds it, "
