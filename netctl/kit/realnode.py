@@ -1184,8 +1184,8 @@ def install_netctl(nodes: Sequence[RealNode], *, build: bool = True,
     unless not ``build``, the image saved by podman and imported into each node's
     containerd with ``ctr -n k8s.io images import``, the ``netctl-api-server`` ConfigMap
     (the `kubernetes` Service's address is not routed here: the API server's own), the
-    CRDs, ``rbac.yaml`` and ``daemonset.yaml`` (or ``daemonset``: these documents instead,
-    an edited copy of it); returns the image's name once the DaemonSet is Ready."""
+    CRDs, ``rbac.yaml``, ``node-reach.yaml`` from v1.30 and ``daemonset.yaml`` (or
+    ``daemonset``: these documents instead, an edited copy of it); returns the image's name once the DaemonSet is Ready."""
     first = nodes[0]
     kube = first.kube
     assert kube is not None
@@ -1204,11 +1204,15 @@ def install_netctl(nodes: Sequence[RealNode], *, build: bool = True,
     first.kubectl("-n", "kube-system", "create", "configmap", "netctl-api-server",
                   f"--from-literal=k8sServiceHost={kube.address}",
                   f"--from-literal=k8sServicePort={kube.port}")
+    # one node's reach (node-reach.yaml) where the API server has admission policies
+    # (v1.30+): every daemon's writes in the real-node tests go through them
+    reach = ["-f", str(MANIFESTS / "node-reach.yaml")] \
+        if first.kube_version.minor >= 30 else []
     if daemonset is None:
-        first.kubectl("apply", "-f", f"{CRDS}/", "-f", str(MANIFESTS / "rbac.yaml"),
+        first.kubectl("apply", "-f", f"{CRDS}/", "-f", str(MANIFESTS / "rbac.yaml"), *reach,
                       "-f", str(MANIFESTS / "daemonset.yaml"))
     else:
-        first.kubectl("apply", "-f", f"{CRDS}/", "-f", str(MANIFESTS / "rbac.yaml"))
+        first.kubectl("apply", "-f", f"{CRDS}/", "-f", str(MANIFESTS / "rbac.yaml"), *reach)
         first.apply(daemonset)
     first.wait_ready("daemonset", "netctl", "kube-system", timeout=300)
     first.timings["daemonset ready"] = time.monotonic() - t2
