@@ -86,17 +86,21 @@ $(PLUGIN): $(PLUGIN_SRC)
 
 # The plugin with AddressSanitizer and UndefinedBehaviorSanitizer, for its tests
 # (`make test-sanitized`: NETCTL_PLUGIN_SANITIZED=1 makes them exec it, tests/conftest.py):
-# linked dynamically (the sanitizers' runtimes are shared libraries), never installed on a
-# node. tests/sanitizer_options.c gives its defaults: a report aborts it and is written to
-# build/plugin-asan/reports/report.<pid>, which the tests look at after each test.
+# linked dynamically (against the shared libc), never installed on a node; built by clang,
+# whose one runtime for both sanitizers writes every report where log_path says (GCC's
+# libubsan writes its own to stderr whatever the options). tests/sanitizer_options.c gives
+# its defaults: a report aborts it and is written to build/plugin-asan/reports/report.<pid>,
+# which the tests look at after each test.
 PLUGIN_ASAN := build/plugin-asan/netctl-cni
 SANITIZE := -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 
 plugin-sanitized: $(PLUGIN_ASAN)
 
 $(PLUGIN_ASAN): $(PLUGIN_SRC) tests/sanitizer_options.c
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make: no $(FUZZ_CC): make system-packages \
+	  installs Debian's clang-14 and libclang-rt-14-dev" >&2; exit 1; }
 	@mkdir -p $(dir $@)reports
-	$(PLUGIN_CC) $(PLUGIN_CFLAGS) $(SANITIZE) \
+	$(FUZZ_CC) $(PLUGIN_CFLAGS) $(SANITIZE) \
 	  -DNETCTL_SANITIZER_LOG='"$(abspath $(dir $@))/reports/report"' -o $@ $(filter %.c,$^)
 
 # libFuzzer targets (tests/fuzz/fuzz_*.c) over the plugin's JSON scanner, the reply parser

@@ -11,9 +11,9 @@
  * fail.
  *
  * Leaks are not looked for here: the plugin frees nothing by design (one short exec, the
- * exit frees it: main.c, buf.h), so at exit every buffer it used would be reported. The
- * fuzz targets look for leaks instead, where each input's calls must give back what they
- * took (tests/fuzz/arena.c). */
+ * exit frees it: main.c, buf.h), so at exit every buffer it used would be reported. What
+ * such a process must keep instead, memory in proportion to its input, the fuzz targets
+ * check (tests/fuzz/arena.c). */
 
 #ifndef NETCTL_SANITIZER_LOG
 #error "NETCTL_SANITIZER_LOG: the path prefix of the reports (the Makefile gives it)"

@@ -56,7 +56,7 @@ from netctl.cni.request import (
     decode,
 )
 from netctl.daemon.server import admitted, readable
-from tests.conftest import PLUGIN_BINARY
+from tests.conftest import PLUGIN_BINARY, SANITIZED
 from tests.framerecorder import FrameRecorder, exec_plugin
 
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
@@ -214,7 +214,9 @@ JSON_VALUES = st.recursive(
     max_leaves=20)
 
 
-@settings(max_examples=300, deadline=None,
+# through the sanitized build (make test-sanitized), 50 of them, to keep that pass short: the
+# fuzz targets search this space by the million (tests/fuzz/fuzz_frame.c)
+@settings(max_examples=50 if SANITIZED else 300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(conf=st.dictionaries(st.text(), JSON_VALUES, max_size=6), go=st.booleans(),
        spaced=st.booleans(), verb=st.sampled_from(["ADD", "DEL", "CHECK"]))
@@ -308,6 +310,7 @@ def test_a_del_that_cannot_be_recorded_is_code_11(tmp_path: Path) -> None:
     assert "could not be recorded" in res.out["msg"] and "try again later" in res.out["msg"]
 
 
+@pytest.mark.skipif(SANITIZED, reason="the sanitized build is linked dynamically")
 def test_the_executable_is_static() -> None:
     """No ELF interpreter (PT_INTERP) and no dynamic section (PT_DYNAMIC): it runs on a
     host without libc."""
