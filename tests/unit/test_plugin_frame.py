@@ -7,7 +7,7 @@ and passing that to the daemon's decoder, as the socket would:
   daemon decodes exactly the config the runtime wrote — any JSON object (generated);
 - a DEL leaves the pod's annotations out, every other byte of the config as written
   (in the plugin, and again in the daemon for an older plugin's frame, so the journal
-  never holds them);
+  never holds them), empty keys too;
 - a stdin that is not a JSON object, or holds a ``\\ud…`` escape the daemon's decoder
   refuses, goes as the ``stdin`` string of the older frame, which the daemon still reads;
 - the frame says its protocol (``proto``); the socket comes from the config (its
@@ -128,6 +128,20 @@ def test_a_del_leaves_the_pods_annotations_out(recorder: FrameRecorder) -> None:
     assert POD_ANNOTATIONS.encode() not in bytes(req.config)
     # nothing else re-encoded: the members as written, in their order
     assert bytes(req.config) == go_json(expected)
+
+
+def test_a_del_with_empty_keys(recorder: FrameRecorder) -> None:
+    """Found by fuzzing (tests/fuzz/corpus/frame/regress-empty-key-quoted-in-a-del): an
+    empty key is an empty buffer, whose null pointer the DEL's re-encoding offset (undefined
+    behaviour, which the sanitized build aborts on)."""
+    stdin = ('{"":1,"socket":"' + recorder.path + '","runtimeConfig":{"' + POD_ANNOTATIONS
+             + '":{"a":"b"},"":2}}').encode()
+    _, req, inv = through(recorder, "DEL", stdin)
+    assert bytes(req.config) == ('{"":1,"socket":"' + recorder.path
+                                 + '","runtimeConfig":{"":2}}').encode()
+    assert inv.conf == {"": 1, "socket": recorder.path, "runtimeConfig": {"": 2}}
+    _, req, _ = through(recorder, "ADD", stdin)
+    assert bytes(req.config) == stdin
 
 
 def test_the_daemon_drops_them_from_an_older_plugins_del() -> None:

@@ -1,7 +1,12 @@
-"""We test these aspects of the plugin's fuzz targets (tests/fuzz/, ``make fuzz``): each
-builds, and a short run of each — its seed corpus first, then mutations of it — ends with
-exit 0 and leaves no crash, leak, timeout or out-of-memory input; and the committed seed
-corpus holds every seed tests/fuzz/corpus.py makes from the plugin tests' current inputs.
+"""We test these aspects of the plugin's fuzz targets (tests/fuzz/, ``make fuzz``):
+
+- each builds;
+- each input kept as a regression test (``regress-…`` in its corpus: an input that made it
+  report, kept once the plugin was fixed) runs clean through it;
+- a short run of each — its seed corpus first, then mutations of it — ends with exit 0 and
+  leaves no crash, leak, timeout or out-of-memory input;
+- the committed seed corpus holds every seed tests/fuzz/corpus.py makes from the plugin
+  tests' current inputs.
 
 The long runs (millions of inputs each) are ``make fuzz-run``'s (docs/testing.md). The
 targets need clang-14 and libclang-rt-14-dev (``make setup`` installs them): without
@@ -42,6 +47,19 @@ def built() -> Path:
 
 def test_the_corpus_holds_the_tests_inputs() -> None:
     assert corpus.missing() == []
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_inputs_kept_as_regression_tests_run_clean(built: Path, target: str) -> None:
+    """Each ``regress-…`` input of the corpus (one that made the target report, kept when
+    the plugin was fixed) through the target alone."""
+    inputs = sorted(str(p) for p in (corpus.CORPUS / target).glob("regress-*"))
+    if not inputs:
+        return
+    proc = subprocess.run([str(built / f"fuzz_{target}"), *inputs], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stderr.count("Executed ") == len(inputs), proc.stderr[-4000:]
 
 
 @pytest.mark.parametrize("target", TARGETS)
