@@ -19,7 +19,8 @@ BASE_IMAGE ?= localhost/netctl-base:bookworm
 # ../shared/kube/kube-apiserver.gz, or NETCTL_KUBE_APISERVER)
 KUBE_ETCD := build/kube/etcd
 
-.PHONY: setup system-packages plugin demo tour test lint unit clean image image-base
+.PHONY: setup system-packages plugin plugin-sanitized fuzz fuzz-run test-sanitized demo tour \
+	test lint unit clean image image-base
 
 setup: system-packages $(BIN)/netctl $(BIN)/netctl-cni $(KUBE_ETCD)
 
@@ -29,7 +30,9 @@ setup: system-packages $(BIN)/netctl $(BIN)/netctl-cni $(KUBE_ETCD)
 # busybox-static (its test image) and iptables (portmap) for tests/integration/test_podman.py
 # and `netctl bench podman`; gcc and libc6-dev (glibc's static libc.a) build the plugin;
 # prometheus for its promtool (tests/integration/test_monitoring.py checks
-# deploy/monitoring/ with it; the server the package installs is stopped and disabled).
+# deploy/monitoring/ with it; the server the package installs is stopped and disabled);
+# clang with its compiler-rt (libclang-rt: libFuzzer and the sanitizers' runtimes) builds
+# the fuzz targets (`make fuzz`).
 system-packages:
 	@if [ ! -x $(CNI_BIN)/bridge ] || ! command -v ip >/dev/null || ! command -v ping >/dev/null \
 	    || ! command -v containerd >/dev/null || ! command -v openssl >/dev/null; then \
@@ -55,6 +58,11 @@ system-packages:
 	  && { systemctl disable --now prometheus >/dev/null 2>&1 \
 	       || service prometheus stop >/dev/null 2>&1 || true; pkill -x prometheus || true; }; \
 	fi
+	@if ! command -v $(FUZZ_CC) >/dev/null || ! ls $(FUZZ_RT) >/dev/null 2>&1; then \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang-14 \
+	    libclang-rt-14-dev; \
+	fi
 
 # Debian's etcd-server, taken from its package without installing it (installing starts a
 # system service). Without it the real-server tests are skipped, saying how to provide it.
@@ -75,6 +83,60 @@ $(PLUGIN): $(PLUGIN_SRC)
 	  system-packages installs Debian's gcc and libc6-dev" >&2; exit 1; }
 	@mkdir -p $(dir $@)
 	$(PLUGIN_CC) $(PLUGIN_CFLAGS) -static -s -o $@ $(filter %.c,$^)
+
+# The plugin with AddressSanitizer and UndefinedBehaviorSanitizer, for its tests
+# (`make test-sanitized`: NETCTL_PLUGIN_SANITIZED=1 makes them exec it, tests/conftest.py):
+# linked dynamically (against the shared libc), never installed on a node; built by clang,
+# whose one runtime for both sanitizers writes every report where log_path says (GCC's
+# libubsan writes its own to stderr whatever the options). tests/sanitizer_options.c gives
+# its defaults: a report aborts it and is written to build/plugin-asan/reports/report.<pid>,
+# which the tests look at after each test.
+PLUGIN_ASAN := build/plugin-asan/netctl-cni
+SANITIZE := -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+
+plugin-sanitized: $(PLUGIN_ASAN)
+
+$(PLUGIN_ASAN): $(PLUGIN_SRC) tests/sanitizer_options.c
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make: no $(FUZZ_CC): make system-packages \
+	  installs Debian's clang-14 and libclang-rt-14-dev" >&2; exit 1; }
+	@mkdir -p $(dir $@)reports
+	$(FUZZ_CC) $(PLUGIN_CFLAGS) $(SANITIZE) \
+	  -DNETCTL_SANITIZER_LOG='"$(abspath $(dir $@))/reports/report"' -o $@ $(filter %.c,$^)
+
+# libFuzzer targets (tests/fuzz/fuzz_*.c) over the plugin's JSON scanner, the reply parser
+# and the frame, with AddressSanitizer and UndefinedBehaviorSanitizer; the plugin's sources
+# are compiled in with tests/fuzz/arena.h (their allocations released after each input).
+# `make fuzz-run` runs each in turn over its corpus (tests/fuzz/corpus/<target>/, read only;
+# what it finds goes to build/fuzz/corpus/<target>/), FUZZ_RUNS inputs each, one process at a
+# time and niced; a finding is left in build/fuzz/artifacts/.
+FUZZ_CC ?= clang-14
+FUZZ_RT := /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a
+FUZZ_TARGETS := json reply frame
+FUZZ_BINS := $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iplugin
+FUZZ_PLUGIN := plugin/buf.c plugin/json.c plugin/frame.c
+FUZZ_RUNS ?= 10000000
+
+fuzz: $(FUZZ_BINS)
+
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/arena.c tests/fuzz/arena.h tests/fuzz/check.h \
+		$(PLUGIN_SRC)
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make: no $(FUZZ_CC): make system-packages \
+	  installs Debian's clang-14 and libclang-rt-14-dev" >&2; exit 1; }
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -include tests/fuzz/arena.h -o $@ $< tests/fuzz/arena.c \
+	  $(FUZZ_PLUGIN)
+
+fuzz-run: $(FUZZ_BINS)
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build/fuzz/corpus/$$t build/fuzz/artifacts && \
+	  echo "== fuzz_$$t: $(FUZZ_RUNS) runs" && start=$$(date +%s) && \
+	  nice -n 19 build/fuzz/fuzz_$$t -runs=$(FUZZ_RUNS) -print_final_stats=1 \
+	    -dict=tests/fuzz/json.dict -artifact_prefix=build/fuzz/artifacts/$$t- \
+	    build/fuzz/corpus/$$t tests/fuzz/corpus/$$t || exit 1; \
+	  echo "== fuzz_$$t: done in $$(( $$(date +%s) - start )) s"; \
+	done
 
 # .venv/bin/netctl-cni and netctl-ipam, installed as install-cni installs them anywhere
 $(BIN)/netctl-cni: $(PLUGIN) $(BIN)/netctl
@@ -118,9 +180,16 @@ lint: setup
 	  $(PLUGIN_CC) $(PLUGIN_CFLAGS) -Wconversion -fanalyzer -c -o /dev/null $$src || exit 1; \
 	done
 
-# the 25 slowest tests are printed: the suite stays well under 15 minutes
+# the 25 slowest tests are printed: the suite stays well under 15 minutes; then the plugin's
+# own tests again, through the sanitized build
 test: setup lint
 	$(BIN)/pytest -q -m "not soak" --durations=25
+	$(MAKE) --no-print-directory test-sanitized
+
+# The plugin's own tests (SANITIZED_TESTS) exec'ing build/plugin-asan/netctl-cni
+SANITIZED_TESTS := tests/unit/test_plugin_frame.py
+test-sanitized: setup $(PLUGIN_ASAN)
+	NETCTL_PLUGIN_SANITIZED=1 $(BIN)/pytest -q $(SANITIZED_TESTS)
 
 unit: setup
 	$(BIN)/pytest -q tests/unit

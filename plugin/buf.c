@@ -74,7 +74,9 @@ const char *buf_str(struct buf *b)
 
 struct bytes buf_bytes(const struct buf *b)
 {
-	return (struct bytes){b->p, b->len};
+	/* never a null pointer, which an empty buffer has: one may not be offset, nor given
+	 * to memcmp, even for 0 bytes (the fuzz targets found both: tests/fuzz/corpus/) */
+	return (struct bytes){b->p != NULL ? b->p : "", b->len};
 }
 
 struct bytes cbytes(const char *s)

@@ -45,7 +45,12 @@ from netctl.journal import query
 NETCTL = str(Path(sys.executable).parent / "netctl")
 ROOT = Path(__file__).resolve().parent.parent
 TEST_PLUGINS = ROOT / "tests" / "plugins"
-PLUGIN_BINARY = ROOT / "build" / "plugin" / "netctl-cni"  # `make plugin` (the Makefile)
+# The plugin binary the tests exec and install: `make plugin`'s, or with
+# NETCTL_PLUGIN_SANITIZED=1 (`make test-sanitized`) `make plugin-sanitized`'s, built with
+# ASan and UBSan, whose reports (tests/sanitizer_options.c) fail the test that caused them.
+SANITIZED = os.environ.get("NETCTL_PLUGIN_SANITIZED", "") not in ("", "0")
+PLUGIN_BINARY = ROOT / "build" / ("plugin-asan" if SANITIZED else "plugin") / "netctl-cni"
+SANITIZER_REPORTS = ROOT / "build" / "plugin-asan" / "reports"
 RUN_TAG = secrets.token_hex(2)
 TEST_SETTINGS = {"log-level": "debug", "plugin-timeout": 5, "compensate-timeout": 20,
                  "drain-timeout": 10, "reconcile-interval": 0}
@@ -58,12 +63,18 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     plugin`` rebuilds it when a source is newer (and does nothing otherwise). netctl's
     modules are compiled once here: the daemons and commands the tests start (hundreds)
     then load its bytecode, also where ``PYTHONDONTWRITEBYTECODE`` keeps Python from
-    writing it on import (each would compile the modules it imports again: 0.1 to 0.3 s)."""
-    proc = subprocess.run(["make", "-s", "-C", str(ROOT), "plugin"], capture_output=True,
+    writing it on import (each would compile the modules it imports again: 0.1 to 0.3 s).
+    With :data:`SANITIZED`, ``make plugin-sanitized`` too, and its old reports are
+    removed."""
+    targets = ["plugin", "plugin-sanitized"] if SANITIZED else ["plugin"]
+    proc = subprocess.run(["make", "-s", "-C", str(ROOT), *targets], capture_output=True,
                           text=True)
     if proc.returncode != 0:
-        pytest.exit(f"make plugin failed (the tests run the plugin binary it builds):\n"
-                    f"{proc.stdout}{proc.stderr}", returncode=1)
+        pytest.exit(f"make {' '.join(targets)} failed (the tests run the plugin binary it "
+                    f"builds):\n{proc.stdout}{proc.stderr}", returncode=1)
+    if SANITIZED:
+        for report in SANITIZER_REPORTS.iterdir():
+            report.unlink()
     for package in ("netctl", "migrations"):
         compileall.compile_dir(ROOT / package, quiet=1)
 
@@ -241,11 +252,25 @@ class Daemon(harness.Daemon):
 
 @pytest.fixture(scope="session")
 def installed_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A bin dir with the plugin installed by ``netctl install-cni`` (once a session: the
-    command is tested on its own; each daemon's bin dir gets a copy of these files)."""
+    """A bin dir with the plugin (:data:`PLUGIN_BINARY`) installed by ``netctl
+    install-cni`` (once a session: the command is tested on its own; each daemon's bin dir
+    gets a copy of these files)."""
     d = Daemon(tmp_path_factory.mktemp("installed"), "nct")
-    d.install_plugin()
+    d.install_plugin(str(PLUGIN_BINARY))
     return Path(d.plugin).parent
+
+
+@pytest.fixture(autouse=SANITIZED)
+def no_sanitizer_report() -> Iterator[None]:
+    """With the sanitized plugin, a test fails on any report its execs left (an abort ends
+    the plugin at the first; its exit alone may look like a failure the test expected)."""
+    yield
+    reports = sorted(SANITIZER_REPORTS.iterdir())
+    texts = [f"{r}:\n{r.read_text(errors='replace')}" for r in reports]
+    for report in reports:
+        report.unlink()
+    if texts:
+        pytest.fail("the sanitized plugin reported:\n" + "\n".join(texts), pytrace=False)
 
 
 @pytest.fixture
