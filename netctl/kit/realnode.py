@@ -1185,7 +1185,8 @@ def install_netctl(nodes: Sequence[RealNode], *, build: bool = True,
     containerd with ``ctr -n k8s.io images import``, the ``netctl-api-server`` ConfigMap
     (the `kubernetes` Service's address is not routed here: the API server's own), the
     CRDs, ``rbac.yaml``, ``node-reach.yaml`` from v1.30 and ``daemonset.yaml`` (or
-    ``daemonset``: these documents instead, an edited copy of it); returns the image's name once the DaemonSet is Ready."""
+    ``daemonset``: these documents instead, an edited copy of it); returns the image's
+    name once the DaemonSet is Ready."""
     first = nodes[0]
     kube = first.kube
     assert kube is not None
