@@ -114,6 +114,11 @@ def blocks(kube: FakeKube) -> list[dict[str, Any]]:
     return [b["spec"] for b in kube.list("ipamblocks")]
 
 
+def rounds(daemon: Daemon) -> int:
+    """The maintenance rounds the node's cluster IPAM completed."""
+    return int(daemon.status()["kubernetes"]["ipam"]["maintenance_rounds"])
+
+
 def api_writes(kube: FakeKube) -> int:
     return sum(kube.count(verb, "ipamblocks") for verb in WRITES)
 
@@ -460,7 +465,7 @@ def test_requested_addresses_across_the_cluster(
 def test_a_borrow_answered_late_is_not_withdrawn_by_the_borrowers_own_rounds(
         nodes: Callable[..., Daemon], kube: FakeKube) -> None:
     """The lender answers a borrow only after several of the borrower's maintenance rounds
-    (``block-check`` 0.2 s; the lender stopped for a second): the borrower's rounds leave
+    (``block-check`` 0.2 s; the lender stopped for three of them): the borrower's rounds leave
     its ask alone while it waits, and the address is granted (the rounds took the ask for
     one left by a crash and deleted it, and the ADD failed as refused)."""
     pool = "10.185.144.0/24"
@@ -474,7 +479,9 @@ def test_a_borrow_answered_late_is_not_withdrawn_by_the_borrowers_own_rounds(
         with concurrent.futures.ThreadPoolExecutor(1) as worker:
             asked = worker.submit(ipam, a, "ADD", "borrower", pool, args=f"IP={lent}")
             wait_for(lambda: [x for x in blocks(kube) if x.get("parent")], 20, "the ask")
-            time.sleep(1.0)  # the lender's silence: five of the borrower's rounds
+            since = rounds(a)
+            wait_for(lambda: rounds(a) >= since + 3, 20,
+                     "three of the borrower's rounds while the lender is silent")
             b.proc.send_signal(signal.SIGCONT)
             assert address(asked.result(timeout=60)) == lent
     finally:

@@ -80,6 +80,7 @@ class ClusterStore:
     ready: trio.Event = field(default_factory=trio.Event)
     # the blocks to claim in reserve, by the (pool, address) planned in them
     _to_claim: dict[tuple[str, int], _Claim] = field(default_factory=dict)
+    rounds: int = 0  # maintenance rounds completed (the status's maintenance_rounds)
 
     @property
     def blocks(self) -> Informer[IPAMBlock]:
@@ -389,7 +390,9 @@ class ClusterStore:
             # the pools' fill: other nodes' blocks, read now and then (not watched)
             await self.cluster.scope_blocks(scope, fresh_for=self.cluster.settings.fill_read)
         done = await self.maintenance.round(now)
-        return {**done, "adopted_freed": await self.adoption.release_gone()}
+        freed = await self.adoption.release_gone()
+        self.rounds += 1
+        return {**done, "adopted_freed": freed}
 
     # -- for the metrics and the status ----------------------------------------------------
 
@@ -418,7 +421,7 @@ class ClusterStore:
                 "blocks_held": sorted(f"{h.record.pool} {h.record.cidr}"
                                       for h in self.holdings.held.values()),
                 "blocks_by_node": self.blocks_by_node(), "claims": self.claims.claims,
-                "releases": self.maintenance.releases,
+                "releases": self.maintenance.releases, "maintenance_rounds": self.rounds,
                 "handovers": self.maintenance.gone.handovers,
                 "whereabouts_holds": self.whereabouts.holds,
                 "borrowed": self.borrows.borrows,
