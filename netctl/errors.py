@@ -8,7 +8,7 @@ docs/cni.md ("Error codes").
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 # The CNI spec's well-known codes.
 INCOMPATIBLE_VERSION = 1
@@ -110,16 +110,24 @@ class Refusal(CNIError):
         return f"Refusal({self.code}, {self.reason}, {self.msg!r})"
 
 
-def first_error(exc: BaseException) -> CNIError | None:
-    """The CNI error a failure is: itself, or the first one a group of concurrent failures
-    holds (the chains of a pod's networks run in one nursery)."""
-    if isinstance(exc, CNIError):
+E = TypeVar("E", bound=BaseException)
+
+
+def first_of(exc: BaseException, kind: type[E]) -> E | None:
+    """The first ``kind`` a failure is: itself, or the first one a group of concurrent
+    failures holds (the chains of a pod's networks run in one nursery)."""
+    if isinstance(exc, kind):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            if (found := first_error(inner)) is not None:
+            if (found := first_of(inner, kind)) is not None:
                 return found
     return None
+
+
+def first_error(exc: BaseException) -> CNIError | None:
+    """The CNI error a failure is (:func:`first_of`)."""
+    return first_of(exc, CNIError)
 
 
 def describe(exc: BaseException) -> str:

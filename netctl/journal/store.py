@@ -35,7 +35,7 @@ import trio
 
 from netctl import logs
 from netctl.cni.request import Pod
-from netctl.errors import IO_FAILURE, CNIError, describe
+from netctl.errors import IO_FAILURE, CNIError, describe, first_of
 from netctl.journal.allocations import IpamRecords
 from netctl.journal.commit import Committer, DatabaseThread, JournalUnwritable
 from netctl.journal.events import Event, EventLog, of_operations
@@ -65,13 +65,6 @@ from netctl.journal.rows import (
     release_allocations,
     to_json,
 )
-
-
-def _refused(exc: BaseException) -> bool:
-    """Whether the journal's disk refusing a write is (among) what ``exc`` is."""
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_refused(inner) for inner in exc.exceptions)
-    return isinstance(exc, JournalUnwritable)
 
 
 class Begun(NamedTuple):
@@ -249,7 +242,8 @@ class Journal:
             yield closing
         except BaseException as exc:
             end = closing.end or failed(exc)
-            if end is None and _refused(exc):  # its compensation could not be journaled
+            # its compensation could not be journaled: ended once the journal takes writes
+            if end is None and first_of(exc, JournalUnwritable) is not None:
                 end = OpEnd(state="compensate_failed", code=IO_FAILURE, error=describe(exc))
                 self._unwritten[op_id] = (end, closing.retry_at or retry_at)
             elif end is not None:
