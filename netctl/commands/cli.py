@@ -147,15 +147,24 @@ def _cmd_journal_rebuild(args: argparse.Namespace) -> int:
     readable rows (netctl/journal/rebuild.py); refused while a process has it open."""
     import json
 
+    from netctl.cni.hostroot import resolve
     from netctl.journal import query, rebuild
+    from netctl.settings import load_config
 
-    path = str(query.journal_path(args.state_dir))
+    cfg = load_config(args.config, {})  # where the runtimes keep their netns and results
+    state_dir = cfg.state_dir if args.config and args.state_dir == DEFAULT_STATE_DIR \
+        else args.state_dir
+    path = str(query.journal_path(state_dir))
     users = rebuild.holders(path)
     if users:
         print(f"netctl: journal {path} is open in process {', '.join(map(str, users))} "
               "(a running daemon): stop it first", file=sys.stderr)
         return 1
-    report = rebuild.rebuild(path, force=args.force)
+    # as the daemon reads them: the netns dirs mounted as they are or under host-root,
+    # libcni's results under host-root
+    netns_dirs = (*cfg.netns_dirs, *(resolve(cfg.host_root, d) for d in cfg.netns_dirs))
+    report = rebuild.rebuild(path, force=args.force, netns_dirs=netns_dirs,
+                             results_dir=resolve(cfg.host_root, cfg.cni_results_dir))
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     elif not report.kept_aside:
@@ -172,6 +181,11 @@ def _cmd_journal_rebuild(args: argparse.Namespace) -> int:
                                                    else ""))
         for table in report.unreadable:
             print(f"  {table}: not readable at all")
+        for item in report.recovered:
+            print(f"  {item['address']} in {item['netns']}: " + (
+                f"held again for container {item['container'] or '(unknown)'} on "
+                f"{item['ifname']} (named by {item['named_by']})"
+                if item["kind"] == "recovered" else item["why"]))
         print("start netctl: its replay and first reconcile round settle the rest from what "
               "the node holds")
     return 0
@@ -645,6 +659,9 @@ def _add_journal(sub: Commands) -> None:
                         "aside, and a new one built from what can be read of it (the daemon "
                         "stopped)")
     r.add_argument("--state-dir", default=argparse.SUPPRESS, help="as for `netctl journal`")
+    r.add_argument("--config", metavar="FILE", help="the daemon's config file: its state-dir "
+                   "(unless --state-dir is given), netns-dirs and cni-results-dir, where the "
+                   "live pods' addresses are read back from")
     r.add_argument("--force", action="store_true", help="rebuild a journal that passes its "
                    "check too")
     r.add_argument("--json", action="store_true")

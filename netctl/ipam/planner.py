@@ -175,7 +175,9 @@ def _refuse_requested(view: View, scope: str, rng: Range, ip: int, text: str, ke
             raise CNIError(INVALID_CONFIG, f"requested address {text} in pool {key} is "
                            f"reserved for {res.identity} ({res.ifname}) for another "
                            f"{max(0.0, res.until - now):.0f} s (sticky)")
-    who = f"container {holder.owner.container_id}" if holder else "this request"
+    who = "this request" if holder is None else \
+        f"container {holder.owner.container_id}" if holder.owner.container_id else \
+        f"an unknown container in netns {holder.owner.netns}"
     raise CNIError(INVALID_CONFIG, f"requested address {text} in pool {key} is "
                    f"already allocated to {who}")
 

@@ -9,14 +9,14 @@ writes to it.
 :func:`rebuild` (``netctl journal rebuild``, the daemon stopped) moves the broken file aside
 (``journal.db.broken-<time>``, with its ``-wal`` and ``-shm``: history kept, not lost),
 makes a new journal, and copies into it every row of the broken one that can still be
-read — its operations, attachments, steps, pools, allocations and blocks, read in
-ranges of row ids, each range that fails read again in halves down to the single row, so
-that only the rows on broken pages are lost. What the node holds then settles the rest
-when the daemon starts: its replay closes what was running and undoes half-done ADDs;
-the DELs recorded beside the socket are carried out; its first reconcile round releases
-what a vanished sandbox held; the cluster IPAM adopts this node's blocks from the API
-server. A live pod whose rows survived keeps its networks and addresses; the report says
-how many rows of each table were lost.
+read — its operations, attachments, steps, pools, allocations and blocks, in row-id
+order; where a broken page stops a read, the copy goes on from the first row id after it
+that reads, so that only the rows on broken pages are lost. The live network namespaces
+then settle the addresses those rows held (:mod:`netctl.journal.recover`). The rest is
+settled when the daemon starts: its replay closes what was running and undoes half-done
+ADDs; the DELs recorded beside the socket are carried out; its first reconcile round
+releases what a vanished sandbox held; the cluster IPAM adopts this node's blocks from the
+API server. The report says how many rows of each table were lost and what was recovered.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any
 
 from netctl.errors import IO_FAILURE, CNIError
 from netctl.journal.migrate import migrate
+from netctl.journal.recover import recover
 
 # the tables the journal's writes fill, parents first; the others (the address index) are
 # filled by their triggers as the rows come in
@@ -87,16 +88,20 @@ class RebuildReport:
     copied: dict[str, int] = field(default_factory=dict)  # rows per table
     lost: dict[str, int] = field(default_factory=dict)  # rows that could not be read
     unreadable: list[str] = field(default_factory=list)  # tables not read at all
+    recovered: list[dict[str, Any]] = field(default_factory=list)  # from the live netns
 
     def to_json(self) -> dict[str, Any]:
         return {"journal": self.journal, "kept_aside": self.kept_aside,
                 "problems": self.problems, "copied": self.copied, "lost": self.lost,
-                "unreadable_tables": self.unreadable}
+                "unreadable_tables": self.unreadable,
+                "recovered": self.recovered}
 
 
-def rebuild(path: str, *, force: bool = False) -> RebuildReport:
-    """Keep the journal at ``path`` aside and build a new one from its readable rows (see
-    the module's docstring). A sound journal is left as it is unless ``force``."""
+def rebuild(path: str, *, force: bool = False, netns_dirs: tuple[str, ...] = (),
+            results_dir: str = "") -> RebuildReport:
+    """Keep the journal at ``path`` aside and build a new one from its readable rows, then
+    from what the live netns of ``netns_dirs`` hold (see the module's docstring). A sound
+    journal is left as it is unless ``force``."""
     report = RebuildReport(path, problems=check(path))
     if not os.path.exists(path) or (not report.problems and not force):
         return report
@@ -114,6 +119,7 @@ def rebuild(path: str, *, force: bool = False) -> RebuildReport:
         new.execute("BEGIN IMMEDIATE")
         for table in TABLES:
             _copy(old, new, table, report)
+        report.recovered = recover(new, netns_dirs, results_dir)
         new.execute("COMMIT")
     finally:
         old.close()

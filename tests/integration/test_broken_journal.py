@@ -93,3 +93,71 @@ def test_a_broken_journal_is_kept_aside_and_rebuilt_and_live_pods_keep_everythin
     assert daemon.stop() == 0
     done = harness.run(rebuild)  # the new journal passes its check: nothing to rebuild
     assert done.returncode == 0 and json.loads(done.stdout)["kept_aside"] == []
+
+
+@pytest.mark.parametrize("broken", [("attachments",),
+                                    ("attachments", "ipam_allocations", "operations")],
+                         ids=["attachments-lost", "allocations-lost"])
+def test_live_pods_whose_rows_were_lost_keep_their_addresses(
+        daemon: Daemon, netns: Callable[[], str], broken: tuple[str, ...]) -> None:
+    """The rows of live pods on broken pages: the rebuild reads their addresses back from
+    their netns, so no other pod is given them, and they are released once the netns go."""
+    br = daemon.name("j1")
+    daemon.settings["reconcile-grace"] = 0
+    ipam = {"type": "netctl-ipam", "range": "10.187.1.0/24"}
+    if "ipam_allocations" in broken:  # a pool whose key is first-last/prefix
+        ipam |= {"range_start": "10.187.1.20", "range_end": "10.187.1.90"}
+    daemon.add_network("bk", ipam_bridge("bk", br, ipam))
+    daemon.start()
+    conf = daemon.conf("bk", "1.0.0")
+    live = {f"pod{i}": netns() for i in range(3)}
+    results = {c: daemon.cni("ADD", c, ns, conf) for c, ns in live.items()}
+    held = {c: address(res).split("/")[0] for c, res in results.items()}
+    # the runtime's cached ADD result of one of them, as libcni writes it
+    cache = daemon.root / "cni-results"
+    cache.mkdir(exist_ok=True)
+    (cache / "netctl-pod0-eth0").write_text(json.dumps({
+        "kind": "cniCacheV1", "containerId": "pod0", "ifName": "eth0",
+        "networkName": "netctl", "cniArgs": [["K8S_POD_NAMESPACE", "default"],
+                                             ["K8S_POD_NAME", "web-0"]],
+        "result": results["pod0"].out}))
+    assert daemon.stop() == 0
+
+    pages = [page for table in broken for page in daemon.read(journaldb.leaf_pages, table)]
+    size = daemon.read(journaldb.page_size)
+    with open(daemon.journal_path, "r+b") as fh:
+        for page in pages:
+            fh.seek((page - 1) * size + 8)
+            fh.write(os.urandom(size - 8))
+    report = harness.netctl_json("journal", "rebuild", "--config",
+                                 str(daemon.root / "daemon.json"))
+    assert report["problems"], report
+    found = {item["address"]: item for item in report["recovered"]}
+    assert set(found) == set(held.values()), report["recovered"]
+    if "ipam_allocations" in broken:  # held again, for the container the node names
+        assert all(item["kind"] == "recovered" for item in found.values())
+        pod0 = found[held["pod0"]]
+        assert (pod0["container"], pod0["named_by"], pod0["ifname"]) == \
+            ("pod0", "runtime cache", "eth0")
+        assert {found[held[c]]["named_by"] for c in ("pod1", "pod2")} == {"nothing"}
+    else:  # the allocations survived their attachments: kept, not released as orphans
+        assert all(item["kind"] == "kept" for item in found.values())
+
+    daemon.start()
+    daemon.reconcile()  # a round: nothing of the live pods is touched
+    assert len(bridge_ports(br)) == 3
+    assert daemon.read(journaldb.live_counts) == (0, 3)
+    fresh = netns()
+    taken = daemon.cni("ADD", "fresh", fresh, conf, args=[f"IP={held['pod1']}"])
+    assert taken.out is not None and taken.out["code"] == 7, taken.describe()
+    assert f"already allocated to an unknown container in netns /run/netns/{live['pod1']}" \
+        in taken.out["msg"] if "ipam_allocations" in broken else \
+        "already allocated to container pod1" in taken.out["msg"], taken.describe()
+    assert address(daemon.cni("ADD", "fresh", fresh, conf)).split("/")[0] \
+        not in held.values()
+    for container, ns in [*live.items(), ("fresh", fresh)]:  # the runtime's DELs, netns gone
+        assert daemon.cni("DEL", container, ns, conf).rc == 0
+        harness.netns_del(ns)
+    daemon.reconcile()
+    assert daemon.read(journaldb.live_counts) == (0, 0)
+    assert bridge_ports(br) == []
