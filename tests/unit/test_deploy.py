@@ -89,6 +89,7 @@ def test_every_yaml_file_parses_and_every_object_is_named() -> None:
     assert {p.relative_to(DEPLOY).as_posix() for p in files} >= {
         "daemon.yaml", "pod-net.yaml", "crds/network-attachment-definitions.yaml",
         "kubernetes/rbac.yaml", "kubernetes/daemonset.yaml", "kubernetes/uninstall.yaml",
+        "kubernetes/journal-rebuild.yaml",
         "examples/networks.yaml", "examples/pods.yaml"}
     for path in files:
         if path.name == "daemon.yaml" and path.parent == DEPLOY:
@@ -190,6 +191,32 @@ def test_the_commands_are_netctls_and_agree_on_the_socket(tmp_path: Path) -> Non
         if path != "/etc/netctl"}
     assert replay["securityContext"] == {"privileged": True}
     assert uninstall["hostNetwork"] is True and uninstall["hostPID"] is True
+
+
+def test_the_journal_rebuild_pod_reads_what_the_daemon_reads() -> None:
+    """``journal-rebuild.yaml``: one pod on the named node, the daemon's config, state dir,
+    netns mounts and host root, its processes seen (a running daemon refuses it), allowed
+    into the pods' netns; run once, its resources measured."""
+    pod = one(KUBE / "journal-rebuild.yaml", "Pod")
+    spec = pod["spec"]
+    (rebuild,) = spec["containers"]
+    args = parsed(rebuild["command"])
+    daemon = pod_spec()
+    main = container(daemon, "netctl")
+    (config,) = [a.split("=", 1)[1] for a in main["command"] if a.startswith("--config=")]
+    assert (args.cmd, args.journal_cmd, args.config, args.force) == (
+        "journal", "rebuild", config, False)
+    assert rebuild["image"] == main["image"]
+    assert mounts(spec, rebuild) == mounts(daemon, main)
+    assert {v["name"]: v.get("configMap") for v in spec["volumes"]}["config"] == \
+        {v["name"]: v.get("configMap") for v in daemon["volumes"]}["config"]
+    assert rebuild["securityContext"] == {"privileged": True} and spec["hostPID"] is True
+    assert (spec["nodeName"], spec["restartPolicy"]) == ("NODE_NAME", "Never")
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    res = rebuild["resources"]
+    assert res["requests"] == res["limits"] and set(res["limits"]) == {"cpu", "memory"}
+    text = (KUBE / "journal-rebuild.yaml").read_text()
+    assert "# measured:" in text.split("resources:", 1)[1].split("requests:", 1)[0]
 
 
 @pytest.mark.parametrize("name", ["daemonset.yaml", "uninstall.yaml"])
