@@ -5,6 +5,8 @@ JSON, the flags' names as keys), then the flags given on the command line."""
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -97,13 +99,14 @@ class DaemonConfig:
 
 
 def _normalize(key: str) -> str:
-    out = []
-    for ch in key.replace("-", "_"):
-        if ch.isupper():
-            out.append("_" + ch.lower())
-        else:
-            out.append(ch)
-    return "".join(out)
+    """``state-dir``, ``stateDir``, ``state_dir`` → ``state_dir``."""
+    return re.sub("[A-Z]", lambda m: "_" + m[0].lower(), key.replace("-", "_"))
+
+
+# the settings whose config-file value is parsed before it is converted
+_PARSED: dict[str, Callable[[Any], float]] = {
+    "journal_retention": parse_duration, "allocation_retention": parse_duration,
+    "pool_degraded_at": parse_threshold}
 
 
 def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
@@ -126,22 +129,13 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
                 raise CNIError(INVALID_CONFIG, f"daemon config {path}: unknown key {key!r}")
             values[name] = value
     values.update({k: v for k, v in overrides.items() if v is not None})
-    if "allowed_uids" in values:
-        values["allowed_uids"] = tuple(int(u) for u in values["allowed_uids"])
-    if "ipam_takeover" in values:
-        values["ipam_takeover"] = tuple(str(t) for t in values["ipam_takeover"])
-    for name in ("journal_retention", "allocation_retention"):
+    for name, parse in _PARSED.items():
         if name in values:
             try:
-                values[name] = parse_duration(values[name])
+                values[name] = parse(values[name])
             except (ValueError, TypeError) as exc:
                 raise CNIError(INVALID_CONFIG, f"daemon config: {name.replace('_', '-')}: "
                                f"{exc}") from exc
-    if "pool_degraded_at" in values:
-        try:
-            values["pool_degraded_at"] = parse_threshold(values["pool_degraded_at"])
-        except ValueError as exc:
-            raise CNIError(INVALID_CONFIG, f"daemon config: pool-degraded-at: {exc}") from exc
     try:
         cfg = msgspec.convert(values, DaemonConfig, strict=False)
         if cfg.metrics_addr:
