@@ -31,6 +31,7 @@ from urllib.parse import urlencode, urlsplit
 import trio
 
 from netctl.journal.query import Filters
+from netctl.kube.queryserver import PATHS as PATHS
 from netctl.kubeapi.http import Http, HttpError, endpoint_at
 
 # what each question merges: the lists of rows, and the key that orders each
@@ -44,8 +45,6 @@ LISTS: dict[str, dict[str, str]] = {
 # the key naming the node that answered a row: ``node``, but a block's row has its owner
 # there already (the node whose journal saw it is ``seen_by``)
 ORIGIN = {"blocks": "seen_by"}
-PATHS = {"journal": "/v1/journal", "pools": "/v1/ipam/pools", "leaks": "/v1/ipam/leaks",
-         "status": "/v1/status"}
 
 
 @dataclass(frozen=True)

@@ -47,14 +47,16 @@ if TYPE_CHECKING:  # the client is imported in Kubernetes mode only
 
 log = logging.getLogger("netctl.query")
 
-PATHS = ("/v1/journal", "/v1/ipam/pools", "/v1/ipam/leaks", "/v1/status")
+PATHS = {"journal": "/v1/journal", "pools": "/v1/ipam/pools", "leaks": "/v1/ipam/leaks",
+         "status": "/v1/status"}  # what is asked → its path
+_ASKED = {path: what for what, path in PATHS.items()}
 
 
 @dataclass(frozen=True)
 class Ask:
     """What a request asks: one of :data:`PATHS` and its parameters, checked."""
 
-    what: str  # journal, pools, leaks, status
+    what: str  # a key of PATHS
     filters: Filters | None = None
     grace: float = 0.0
 
@@ -82,17 +84,16 @@ def _number(query: dict[str, str], name: str) -> float | None:
 
 def route(req: Request) -> Ask:
     """What ``req`` asks, or :class:`Refused` (404, 405, 400). Pure."""
-    if req.path not in PATHS:
-        raise Refused(404, f"no {req.path}: one of {', '.join(PATHS)}")
+    what = _ASKED.get(req.path)
+    if what is None:
+        raise Refused(404, f"no {req.path}: one of {', '.join(PATHS.values())}")
     if req.method not in ("GET", "HEAD"):
         raise Refused(405, "read-only: GET only")
     q = req.query
-    if req.path == "/v1/ipam/pools":
-        return Ask("pools")
-    if req.path == "/v1/ipam/leaks":
+    if what == "leaks":
         return Ask("leaks", grace=_number(q, "grace") or 0.0)
-    if req.path == "/v1/status":
-        return Ask("status")
+    if what != "journal":
+        return Ask(what)
     limit = _number(q, "limit")
     return Ask("journal", Filters(
         pod=q.get("pod") or None, container=q.get("container") or None,
