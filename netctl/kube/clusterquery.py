@@ -205,7 +205,8 @@ def query(opts: Options, what: str, path: str, *, ip: str | None = None,
           at: float | None = None, notes: Iterable[str] = ()) -> dict[str, Any]:
     """Ask every node ``path`` and merge the answers as ``what`` (:func:`merge`);
     :class:`ClusterError` when no node could be asked."""
-    from netctl.kubeapi.daemons import block_owners, find_daemons, with_api
+    from netctl.kubeapi.api import with_api
+    from netctl.kubeapi.daemons import block_owners, find_daemons
     from netctl.kubeapi.errors import ApiError, KubeSettings
 
     async def go(api: Any) -> dict[str, Any]:

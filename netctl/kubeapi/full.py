@@ -10,7 +10,7 @@ session): :class:`FullConfig` gives the calls' endpoint and credentials from it,
 calls go over :class:`~netctl.kubeapi.http.Http` as every other call does.
 
 The loaders and the credentials' refresh hooks are asyncio code: they run on the loop
-trio-asyncio opened (the caller opens it: :func:`netctl.kubeapi.daemons.with_api`, the
+trio-asyncio opened (the caller opens it: :func:`netctl.kubeapi.api.with_api`, the
 daemon's main).
 """
 

@@ -12,7 +12,7 @@ kube-rbac-proxy does it, for the daemon's query endpoint (:mod:`netctl.kube.quer
 The ``netctl-journal-reader`` ClusterRole (``deploy/kubernetes/journal-reader.yaml``)
 grants exactly that; a RoleBinding cannot (nodes are cluster-scoped), and ``resourceNames``
 in a rule limit a reader to some nodes. The daemon's own ClusterRole needs ``create`` on
-both reviews (:mod:`netctl.kubeapi.access`).
+both reviews (``deploy/kubernetes/rbac.yaml``).
 
 An allowed answer is kept :data:`ALLOWED_FOR` seconds per token — by its SHA-256, never
 the token itself — so that a cluster-wide query costs the API server two reviews per node
