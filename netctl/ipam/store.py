@@ -1,28 +1,19 @@
 """Where allocations live, behind a small interface, and the allocator over it.
 
-A :class:`Store` only stores; the rules are :func:`netctl.ipam.planner.plan`'s. The
-engine, the reconciler and the daemon know a store by this interface only: the node's
-:class:`IndexStore` (``ipam-backend: sqlite``) and the cluster store
-(:mod:`netctl.ipam.cluster`, ``ipam-backend: kubernetes``) are its implementations.
+A :class:`Store` only stores; the rules are :func:`netctl.ipam.planner.plan`'s. Its
+implementations are the node's :class:`IndexStore` (``ipam-backend: sqlite``) and the
+cluster store (:mod:`netctl.ipam.cluster`, ``ipam-backend: kubernetes``).
 
-- ``allocate`` plans and counts the new allocations as used at once, before any await,
-  so a concurrent request is never handed the same address (the cluster store also
-  claims there the blocks it planned in and does not hold yet, its intent journaled
-  first).
-- The journal writes them with the step (or plain-IPAM request) that uses them and,
-  once that committed, tells the store (``recorded``: the store is the journal's
-  ``ipam.follower``); the caller says ``unreserve`` when it did not commit
-  (:func:`record`). Releases and ended sticky reservations likewise (``released``,
-  ``ended``): no caller keeps the two in step.
-- Every read goes through ``index``, the :class:`IndexStore` below (on a node in the
-  cluster IPAM, the one that indexes this node's blocks).
-
-:class:`IndexStore` keeps the live allocations in memory, indexed by scope and
-address, by owner and by attachment: every question the planner asks is a dict
-lookup, so allocation costs the same whatever the pool's fill. On a node it is
-the store (loaded from the journal's live allocations at start, durable through
-the journal's records); alone, without a journal, it is the in-memory fake the
-contract tests run beside it.
+- ``allocate`` plans and counts the new allocations as used before any await, so a
+  concurrent request is never handed the same address.
+- The journal writes them with the step that uses them and, once committed, tells the
+  store (``recorded``, ``released``, ``ended``: the store is the journal's follower); the
+  caller says ``unreserve`` when it did not commit (:func:`record`). No caller keeps the
+  two in step.
+- Every read goes through ``index``, an :class:`IndexStore`: the live allocations in
+  memory, indexed by scope and address, by owner and by attachment, so every question the
+  planner asks is a dict lookup whatever the pool's fill. Alone, without a journal, it is
+  the in-memory fake the contract tests run.
 """
 
 from __future__ import annotations

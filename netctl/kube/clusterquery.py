@@ -1,21 +1,13 @@
 """``kubectl netctl …`` (``netctl cluster …``): the node questions asked of the whole cluster
 from a laptop, with the user's kubeconfig and under the cluster's RBAC.
 
-1. Find the daemons: the DaemonSet's pods (:func:`netctl.kubeapi.daemons.find_daemons`).
-2. Decide whom to ask (:func:`targets`): every node. An address's history may be in any
-   node's journal — its block released and claimed again by another node, a block taken
-   over from a gone node, an address borrowed into another node's block — and the API
-   keeps none of that once the block object is gone; so for ``--ip`` the IPAMBlocks only
-   name the node whose block holds the address (``block_owners``, at ``--at``), which is
-   then flagged when it does not answer.
-3. Ask them concurrently (:func:`ask_all`), each over HTTP(S) to its query endpoint
-   (:mod:`netctl.kube.queryserver`) with the user's own bearer token: each daemon checks it with
-   the API server (401, 403).
-4. Merge (:func:`merge`, pure): every row of every answer, with its ``node``, in time
-   order; the nodes that answered; the nodes that did not, each with why — never left out.
-
-The documents are those of the local commands, with ``node`` on each row and ``nodes`` /
-``unanswered`` beside them; the tables are the local ones with a NODE column first.
+The daemons are found as the DaemonSet's pods (:mod:`netctl.kubeapi.daemons`) and every node
+is asked: an address's history may be in any node's journal (a block released and claimed
+again, taken over, borrowed), and the API keeps none of it once the block object is gone;
+for ``--ip`` the IPAMBlocks only name the node whose block holds the address, flagged when
+it does not answer. They are asked concurrently (:func:`ask_all`) with the user's own
+bearer token, and the answers merged (:func:`merge`, pure): every row with its ``node``, in
+time order, and the nodes that did not answer, each with why — never left out.
 """
 
 from __future__ import annotations
