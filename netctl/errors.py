@@ -32,27 +32,6 @@ REQUEST_TOO_LARGE = 105
 CANCELLED = 106
 DEL_INCOMPLETE = 107
 
-CODE_NAMES: dict[int, str] = {
-    INCOMPATIBLE_VERSION: "incompatible CNI version",
-    UNSUPPORTED_FIELD: "unsupported field",
-    UNKNOWN_CONTAINER: "unknown container",
-    INVALID_ENVIRONMENT: "invalid environment variables",
-    IO_FAILURE: "I/O failure",
-    DECODE_FAILURE: "failed to decode content",
-    INVALID_CONFIG: "invalid network config",
-    TRY_AGAIN_LATER: "try again later",
-    NOT_AVAILABLE: "plugin not available",
-    NOT_AVAILABLE_LIMITED: "plugin not available, existing networks may be limited",
-    POOL_EXHAUSTED: "address pool exhausted",
-    DELEGATE_TIMEOUT: "delegate plugin timed out",
-    DELEGATE_CRASHED: "delegate plugin failed without a CNI error",
-    DELEGATE_BAD_OUTPUT: "delegate plugin printed malformed output",
-    PERMISSION_DENIED: "caller not allowed",
-    REQUEST_TOO_LARGE: "request too large",
-    CANCELLED: "operation cancelled",
-    DEL_INCOMPLETE: "DEL could not remove everything",
-}
-
 
 class CNIError(Exception):
     """A failure with a CNI error code, a message naming what failed, and details."""

@@ -1,33 +1,15 @@
-"""The daemon's log lines: one per event, in text, JSON or logfmt, with the context of
-the operation they belong to.
+"""The daemon's log lines: one per event, in text, JSON or logfmt (docs/operating.md,
+"Logs"), with the context of the operation they belong to.
 
-Context: :data:`FIELDS` — ``op`` (the journal's operation id, once begun), ``verb``,
-``container``, ``pod`` (``namespace/name``) and ``network`` — live in one
-:class:`~contextvars.ContextVar`. The server binds the request's fields when it has
-decoded one, the journal binds the operation's when it begins it (and puts the outer
-ones back when it finishes it), a chain binds its network. trio gives every task a
-copy of the context of the task that started it, so the concurrent chains of one
-pod each carry their own ``network`` and all share the pod's ``op``. Every line
-logged meanwhile carries the bound fields (only those known: an empty one is left
-out); the formatters read them, nothing else needs to pass them.
+Context: :data:`FIELDS` live in one :class:`~contextvars.ContextVar`. The server binds the
+request's fields, the journal an operation's (putting the outer ones back when it finishes
+it), a chain its network. trio gives every task a copy of its starter's context, so the
+concurrent chains of one pod each carry their own ``network`` and share the pod's ``op``.
+The formatters read the bound fields (an empty one is left out); nothing else passes them.
+A journal event's line (``journal-log: true``) carries the event's fields instead.
 
-Formats (:func:`configure`):
-
-- ``text``: ``2026-11-23 07:28:19,123 INFO netctl.engine: ADD done … op=12 verb=ADD``
-  — what the daemon always printed, the context appended;
-- ``json``: one object per line: ``time`` (RFC 3339, UTC, milliseconds), ``level``,
-  ``logger``, ``msg``, the context, and ``exc`` (the traceback) when there is one;
-- ``logfmt``: the same keys as ``key=value`` pairs, a value quoted (``"`` and ``\\``
-  escaped, newlines as ``\\n``) when it is empty or holds a space, ``=`` or ``"``.
-
-A journal event's line (``journal-log: true``, :mod:`netctl.journal.events`) carries the
-event's fields instead of the context: every one in ``json`` (``null`` when empty), those
-not empty in ``logfmt`` and ``text``.
-
-Levels: ``--log-level LEVEL[,LOGGER=LEVEL…]``. ``LEVEL`` is netctl's own loggers'
-(``netctl.*``); every other logger (pyroute2's, asyncio, httpcore's, the Kubernetes
-client's loaders) stays at WARNING unless named:
-``--log-level debug,pyroute2=debug``.
+Levels: ``--log-level LEVEL[,LOGGER=LEVEL…]``: ``LEVEL`` is for ``netctl.*``; every other
+logger stays at WARNING unless named.
 """
 
 from __future__ import annotations

@@ -1,41 +1,15 @@
-"""Prometheus metrics: what netctl's parts count, what is read at scrape time, and the
-``/metrics`` endpoint (``--metrics-addr HOST:PORT``).
+"""Prometheus metrics and the ``/metrics``, ``/livez`` and ``/readyz`` endpoint
+(``--metrics-addr``); every series and label is listed in docs/operating.md ("Metrics").
 
-Two kinds of numbers, one registry (a dedicated :class:`CollectorRegistry`, never the
-process-global one):
+One registry of netctl's own. **Events** are counted as they happen through the methods of
+:class:`Metrics` (the only importer of prometheus_client). **State** is not copied into
+gauges: at scrape time :class:`_State` reads a :class:`Snapshot` from the daemon's parts'
+in-memory counters (never the journal). Labels are bounded (:class:`Capped`): no container
+id, pod or address is ever one.
 
-- **Events** are counted as they happen, through the few methods of :class:`Metrics`:
-  a request answered (:meth:`~Metrics.request`), a delegate plugin run
-  (:meth:`~Metrics.plugin_exec`), an ADD compensated (:meth:`~Metrics.compensation`),
-  what the start-up replay and the reconcile rounds found (:meth:`~Metrics.replayed`,
-  :meth:`~Metrics.reconciled`), a network-status write the API server did not take
-  (:meth:`~Metrics.network_status_write_failed`), a DRA claim's networkData write it did
-  not take (:meth:`~Metrics.network_data_write_failed`). The daemon makes one :class:`Metrics`
-  and hands it to the engine, the chains, the reconciler and Kubernetes mode; nothing else
-  imports prometheus_client.
-- **State** — ready and degraded, requests in flight and queued, stuck attachments,
-  pools, blocks, the journal's counters and size, the Kubernetes caches and API calls and
-  answers — is not copied into
-  gauges as it changes: at scrape time a collector asks the daemon's ``snapshot``
-  callable for a :class:`Snapshot`, built from the parts' in-memory counters (no
-  journal read). Beside them: prometheus-client's process collector (``process_*``, read
-  from ``/proc``) and ``netctl_build_info{version=…}``.
-
-Labels are bounded whatever the callers send: verbs are the CNI verbs or ``other``; a
-code is the CNI error code (``0``: success), at most :data:`MAX_CODES` distinct; plugin
-types come from configs, so the first :data:`MAX_PLUGIN_TYPES` distinct ones keep their
-name and later ones count as ``other``. No container id, pod or address is ever a label.
-
-The endpoint is the daemon's HTTP server (:func:`metrics_server`,
-:class:`~netctl.httpserver.HttpServer`) in its nursery: one GET per connection, answered
-from memory in Prometheus' text format (:func:`text_format`). It runs on the event
-loop's thread like everything the collector reads, so nothing needs a lock, and a slow
-scraper holds only its own connection (reads and writes have a deadline).
-
-prometheus-client is loaded without its package ``__init__`` (:mod:`netctl.partialimport`): that
-imports its exposition module, which brings an HTTP server, ``email`` and ``urllib`` with
-it (2.3 MiB of a daemon's memory) for the one function netctl would take from it, the
-text encoding; :func:`text_format` writes the same bytes (a test compares them).
+prometheus-client is loaded without its package ``__init__`` (:mod:`netctl.partialimport`),
+which would import an HTTP server, ``email`` and ``urllib`` (2.3 MiB) for the text encoding
+alone; :func:`text_format` writes the same bytes (a test compares them).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Packages imported without their ``__init__``: a few of their modules for a fraction of
 the memory.
 
-Some libraries netctl depends on import everything they hold in their package
-``__init__``: kubernetes-asyncio's ``client`` imports every API class and model (about
-850 modules, some 35 MiB of a daemon's resident memory), pyroute2's every socket family
-(IPDB, NDB, ipset, nl80211, ...: some 4 MiB). netctl uses a handful of their modules
-(:mod:`netctl.kubeapi.session`, :mod:`netctl.cni.netlink`).
+Some libraries import everything in their package ``__init__`` (kubernetes-asyncio's
+``client`` every API class and model, some 35 MiB; pyroute2 every socket family, some 4 MiB)
+where netctl uses a handful of their modules (:mod:`netctl.kubeapi.session`,
+:mod:`netctl.cni.netlink`).
 
 :func:`unexecuted` puts such a package into ``sys.modules`` as a module made from its real
 spec (the same ``__path__``, ``__file__`` and loader) whose ``__init__`` has not run, so
@@ -80,9 +79,7 @@ def forget(package: str) -> None:
 
 def _complete_on_demand(module: types.ModuleType, spec: importlib.machinery.ModuleSpec
                         ) -> None:
-    """Give ``module`` a module ``__getattr__``: a name it lacks is its submodule of that
-    name if one exists, else found by running the package's real ``__init__`` in it,
-    once."""
+    """Give ``module`` the module ``__getattr__`` described above."""
     lock = threading.RLock()
     ran = False
 

@@ -5,6 +5,8 @@ JSON, the flags' names as keys), then the flags given on the command line."""
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,8 +28,9 @@ from netctl.journal.retention import DEFAULT_ALLOCATIONS, DEFAULT_JOURNAL, parse
 
 @dataclass
 class DaemonConfig:
-    """Every daemon setting; ``--config`` files use the same keys as the flags
-    (``state-dir``, ``stateDir`` and ``state_dir`` are all accepted)."""
+    """Every daemon setting, each documented in docs/configuration.md; ``--config`` files use
+    the same keys as the flags (``state-dir``, ``stateDir`` and ``state_dir`` are all
+    accepted)."""
 
     state_dir: str = DEFAULT_STATE_DIR
     socket: str = DEFAULT_SOCKET
@@ -37,16 +40,12 @@ class DaemonConfig:
     in_cluster: bool = False
     node_name: str | None = None
     metrics_addr: str | None = None
-    # Kubernetes mode: the read-only query endpoint kubectl netctl asks (kube/queryserver.py),
-    # callers checked with TokenReview + SubjectAccessReview; HTTPS with a cert and key
-    query_addr: str | None = None
+    query_addr: str | None = None  # kubectl netctl's read-only queries (Kubernetes mode)
     query_tls_cert: str | None = None
     query_tls_key: str | None = None
     log_level: str = "info"  # LEVEL[,LOGGER=LEVEL…]: netctl's, then other loggers' (logs.py)
     log_format: Literal["text", "json", "logfmt"] = "text"
-    # every operation and allocation change also logged, one line each, as it commits
-    # (the fields of `netctl journal export`: netctl/journal/events.py)
-    journal_log: bool = False
+    journal_log: bool = False  # every journal change also logged as it commits
     plugin_timeout: float = 60.0
     max_concurrent: int = 32
     max_queue: int = 256
@@ -60,14 +59,10 @@ class DaemonConfig:
     reconcile_grace: float = 30.0  # allocations younger than this are never released
     reconcile_events: bool = True  # reconcile on kernel and netns-dir events (watch.py)
     netns_dirs: tuple[str, ...] = ("/run/netns", "/var/run/netns")  # watched for deletions
-    # a DEL for a container netctl never saw (a pod from before the switch) runs what ran
-    # for it: Multus' cache of it, else the cluster network (netctl/engine/foreign.py)
-    cutover_dels: bool = True
+    cutover_dels: bool = True  # a DEL of a container from before the switch: what ran for it
     multus_cache_dir: str = DEFAULT_MULTUS_CACHE  # Multus' cniDir
     cni_results_dir: str = DEFAULT_RESULTS_CACHE  # libcni's cached ADD results
-    # where the host's / is mounted when the daemon runs in a container ("" : run as is):
-    # delegates run chrooted into it, host files are read there (netctl/cni/hostroot.py)
-    host_root: str = ""
+    host_root: str = ""  # where the host's / is mounted ("": run as is)
     exit_after_replay: bool = False  # the start-up replay, then exit without serving
     # Kubernetes mode
     api_timeout: float = 10.0  # one API request (watches are renewed every 5 min)
@@ -77,19 +72,13 @@ class DaemonConfig:
     readiness_wait: float = 45.0  # an ADD waits this long for readinessindicatorfile
     network_status_required: bool = False  # a network-status not written fails the ADD
     ipam_backend: str = "sqlite"  # sqlite: pools per node; kubernetes: blocks per node
-    # device networks (netctl/engine/devices.py): the kubelet's PodResources socket, a host
-    # path (reached in host-root)
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     block_idle: float = 600.0  # a block empty this long is released (one per pool kept)
     node_gone_grace: float = 300.0  # a deleted Node's blocks are taken over after this
     block_check: float = 10.0  # seconds between rounds of block maintenance
-    # what the journal forgets (netctl/journal/retention.py): seconds, 0 keeps all; the
-    # config file takes durations (7d, 12h, 30m, 90s), plain seconds, 0 or off
-    journal_retention: float = DEFAULT_JOURNAL
+    journal_retention: float = DEFAULT_JOURNAL  # seconds; 0 keeps all
     allocation_retention: float = DEFAULT_ALLOCATIONS
-    # `netctl status` says degraded once a pool is this full (netctl/engine/degraded.py): a
-    # fraction of its assignable addresses, 0 (off) to 1 (full); the config file takes 90%
-    pool_degraded_at: float = DEFAULT_POOL_DEGRADED_AT
+    pool_degraded_at: float = DEFAULT_POOL_DEGRADED_AT  # netctl status: degraded this full
 
     @property
     def bin_dirs(self) -> list[str]:
@@ -97,13 +86,14 @@ class DaemonConfig:
 
 
 def _normalize(key: str) -> str:
-    out = []
-    for ch in key.replace("-", "_"):
-        if ch.isupper():
-            out.append("_" + ch.lower())
-        else:
-            out.append(ch)
-    return "".join(out)
+    """``state-dir``, ``stateDir``, ``state_dir`` → ``state_dir``."""
+    return re.sub("[A-Z]", lambda m: "_" + m[0].lower(), key.replace("-", "_"))
+
+
+# the settings whose config-file value is parsed before it is converted
+_PARSED: dict[str, Callable[[Any], float]] = {
+    "journal_retention": parse_duration, "allocation_retention": parse_duration,
+    "pool_degraded_at": parse_threshold}
 
 
 def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
@@ -126,22 +116,13 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
                 raise CNIError(INVALID_CONFIG, f"daemon config {path}: unknown key {key!r}")
             values[name] = value
     values.update({k: v for k, v in overrides.items() if v is not None})
-    if "allowed_uids" in values:
-        values["allowed_uids"] = tuple(int(u) for u in values["allowed_uids"])
-    if "ipam_takeover" in values:
-        values["ipam_takeover"] = tuple(str(t) for t in values["ipam_takeover"])
-    for name in ("journal_retention", "allocation_retention"):
+    for name, parse in _PARSED.items():
         if name in values:
             try:
-                values[name] = parse_duration(values[name])
+                values[name] = parse(values[name])
             except (ValueError, TypeError) as exc:
                 raise CNIError(INVALID_CONFIG, f"daemon config: {name.replace('_', '-')}: "
                                f"{exc}") from exc
-    if "pool_degraded_at" in values:
-        try:
-            values["pool_degraded_at"] = parse_threshold(values["pool_degraded_at"])
-        except ValueError as exc:
-            raise CNIError(INVALID_CONFIG, f"daemon config: pool-degraded-at: {exc}") from exc
     try:
         cfg = msgspec.convert(values, DaemonConfig, strict=False)
         if cfg.metrics_addr:

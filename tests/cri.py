@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from netctl_kit import protoencode
 from netctl_kit.harness_podman import (  # noqa: F401  (tests call cri.write_image_tar)
     BUSYBOX,
     write_image_tar,
@@ -48,9 +49,9 @@ RUNC = shutil.which("runc") or "/usr/sbin/runc"
 K8S_NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin works in
 PROTOCOLS = {"TCP": 0, "UDP": 1, "SCTP": 2}
 
-Fields = proto.Fields
-encode, decode = proto.encode, proto.decode
-_str, _int, _msgs = proto.text, proto.integer, proto.messages
+Fields = protoencode.Fields
+encode, decode = protoencode.encode, proto.decode
+_str, _int, _msgs = proto.text, protoencode.integer, proto.messages
 
 
 def _map(entries: dict[str, str]) -> list[Fields]:

@@ -1,42 +1,21 @@
-"""``netctl install-cni --auto-config``: put netctl in front of the node's primary CNI.
-
-As Multus' ``multusConfigFile: auto`` does, netctl writes ``00-netctl.conflist`` into the
-runtime's CNI conf dir, so the runtime, which uses the first file of the dir, execs
-netctl for every pod, and netctl runs the node's own network (calico, flannel, cilium,
-…) as the cluster network from its unchanged file.
+"""``netctl install-cni --auto-config``: put netctl in front of the node's primary CNI, as
+Multus' ``multusConfigFile: auto`` does (docs/kubernetes.md, "What the init container
+does", has the rules).
 
 The decision is pure (:func:`decide` over the dir's files as
-:func:`netctl.cni.confdir.read_conf_dir` gives them; :func:`render` the bytes):
+:func:`netctl.cni.confdir.read_conf_dir` gives them; :func:`render` the bytes): the
+primary is the first file in the runtime's load order that is not netctl's; a file not
+(yet) a JSON object there means wait; a loaded file that sorts before
+``00-netctl.conflist`` is refused — unless it is Multus' and ``replace_multus`` says to
+take its place: then netctl's file is written first and Multus' renamed away after it
+(:func:`take_place`: one rename, so some meta-plugin's config is in front at every
+moment), from where ``--uninstall`` puts it back (:func:`restore_replaced`).
 
-- the **primary** is the first file in the runtime's load order (byte order of the
-  names; ``*.conf``, ``*.conflist``, ``*.json``; hidden files too, as libcni lists them)
-  that is not netctl's own ``00-netctl.conflist`` and has no ``netctl-cni`` entry (a
-  netctl conf cannot be netctl's cluster network); a file that is not (yet) a JSON
-  object there means **wait**: the primary CNI may be half-way through writing it;
-- it must come after ``00-netctl.conflist``: a loaded file that sorts before it is
-  **refused** (the runtime would load that one and never netctl: Multus'
-  ``00-multus.conf`` is one) — unless it is Multus' and ``replace_multus`` says to take
-  its place: then netctl's file is written first and Multus' renamed away after it
-  (:func:`take_place`: one rename, so some meta-plugin's config is in front at every
-  moment), to a name no runtime loads, from which ``--uninstall`` puts it back
-  (:func:`restore_replaced`) before it removes netctl's; and so is a primary netctl
-  could not run (no ``cniVersion`` netctl serves, no ``name``, a bad plugin
-  ``type``): the same check the daemon makes when it reads the file as ``clusterNetwork``;
-- the generated conflist: ``cniVersion`` the primary's (the runtime accepts it), one
-  ``netctl-cni`` entry with ``socket``, ``clusterNetwork`` = the primary's **path** (the
-  daemon reads it at that path: mount the conf dir at the same path), and the union of
-  the capabilities the primary's plugins declare (so ``portMappings``, ``bandwidth`` …
-  still reach them: a runtime passes only declared ones) plus
-  ``io.kubernetes.cri.pod-annotations``, where Kubernetes mode reads a pod's networks.
-
-The I/O is thin. The file is written only when its bytes change, under a temporary name
-**inside** the conf dir that no runtime loads (``.00-netctl.conflist.<pid>.tmp``), fsynced,
-then renamed over the target: containerd 1.6 reloads its conf dir on write, remove and
-rename events in the dir only (a file renamed in from elsewhere is a create event, which
-it ignores). :func:`run` waits for a primary (inotify on the dir, with a periodic rescan
-as the back-stop), and with ``watch`` keeps regenerating when the dir changes. Nothing
-here removes the file but :func:`remove_conf` (``--uninstall``): not a daemon restart,
-not an upgrade, not SIGTERM — while the daemon is down, ADD answers code 11 and the
+The I/O is thin: the file is written only when its bytes change, renamed in from a hidden
+name inside the conf dir (containerd 1.6 reloads on events in the dir only; a file renamed
+in from elsewhere goes unnoticed). :func:`run` waits for a primary (inotify, with a rescan
+as the back-stop) and with ``watch`` keeps the file in step. Only :func:`remove_conf`
+(``--uninstall``) removes it: while the daemon is down, ADD answers code 11 and the
 runtime retries, where a removed file would let pods come up on the primary alone.
 """
 
@@ -47,13 +26,13 @@ import json
 import os
 import select
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from netctl.cni.confdir import ConfFile, capabilities, read_conf_dir
 from netctl.cni.config import parse_chain
-from netctl.cni.install import remove
+from netctl.cni.install import holds, remove, replace_file
 from netctl.cni.request import POD_ANNOTATIONS
 from netctl.errors import CNIError
 
@@ -92,16 +71,11 @@ class Refused:
 Decision = Generated | Waiting | Refused
 
 
-def _has_netctl_entry(conf: dict[str, Any]) -> bool:
-    plugins = conf.get("plugins") if "plugins" in conf else [conf]
-    return isinstance(plugins, list) and any(
-        isinstance(p, dict) and p.get("type") == PLUGIN_TYPE for p in plugins)
-
-
-def _is_multus(conf: dict[str, Any] | None) -> bool:
+def _has_type(conf: dict[str, Any] | None, types: Collection[str]) -> bool:
+    """Whether a plugin of the conf (or conflist) is of one of ``types``."""
     plugins = conf.get("plugins") if conf and "plugins" in conf else [conf]
     return isinstance(plugins, list) and any(
-        isinstance(p, dict) and p.get("type") in MULTUS_TYPES for p in plugins)
+        isinstance(p, dict) and p.get("type") in types for p in plugins)
 
 
 def decide(files: Sequence[ConfFile], socket: str, replace_multus: bool = False) -> Decision:
@@ -114,7 +88,7 @@ def decide(files: Sequence[ConfFile], socket: str, replace_multus: bool = False)
         if name == CONF_NAME:
             continue
         if name < CONF_NAME:
-            if _is_multus(f.conf):
+            if _has_type(f.conf, MULTUS_TYPES):
                 if replace_multus:
                     replaces.append(f.path)
                     continue
@@ -129,7 +103,7 @@ def decide(files: Sequence[ConfFile], socket: str, replace_multus: bool = False)
                            "first, or --replace-multus)")
         if f.conf is None:
             return Waiting(f"{f.path} {f.error}: waiting for it to be complete")
-        if _has_netctl_entry(f.conf):
+        if _has_type(f.conf, (PLUGIN_TYPE,)):
             skipped.append((f.path, "a netctl config (netctl cannot be its own cluster "
                                     "network)"))
             continue
@@ -168,32 +142,11 @@ def tmp_name(pid: int) -> str:
 
 def write_conf(conf_dir: str, data: bytes) -> bool:
     """Put ``data`` at ``00-netctl.conflist`` unless it is there already (no event for
-    the runtime then); True when written. Renamed in from inside the dir, see above."""
+    the runtime then); True when written."""
     target = conf_path(conf_dir)
-    try:
-        with open(target, "rb") as fh:
-            if fh.read(len(data) + 1) == data:
-                return False
-    except FileNotFoundError:
-        pass
-    tmp = os.path.join(conf_dir, tmp_name(os.getpid()))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            os.fchmod(fd, 0o644)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    if holds(target, data):
+        return False
+    replace_file(target, data, 0o644, os.path.join(conf_dir, tmp_name(os.getpid())))
     _fsync_dir(conf_dir)
     return True
 

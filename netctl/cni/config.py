@@ -113,19 +113,14 @@ def plugin_config(
     if prev_result is not None:
         conf["prevResult"] = versions.convert_result(prev_result, chain.cni_version)
     caps = conf.get("capabilities")
-    runtime: dict[str, Any] = {}
-    if isinstance(caps, dict):
-        for key, enabled in caps.items():
-            if enabled and key in capability_args:
-                runtime[key] = capability_args[key]
+    runtime = {key: capability_args[key] for key, enabled in caps.items()
+               if enabled and key in capability_args} if isinstance(caps, dict) else {}
     if runtime:
         conf["runtimeConfig"] = runtime
     else:
         conf.pop("runtimeConfig", None)
     if cni_args:
         args = dict(conf.get("args") or {})
-        merged = dict(args.get("cni") or {})
-        merged.update(cni_args)
-        args["cni"] = merged
+        args["cni"] = {**(args.get("cni") or {}), **cni_args}
         conf["args"] = args
     return msgspec.json.encode(conf)

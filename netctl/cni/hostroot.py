@@ -1,26 +1,14 @@
-"""The host's context, for a daemon that runs in a container.
+"""The host's context, for a daemon that runs in a container (``host-root``;
+docs/kubernetes.md, "Delegates in the host's context").
 
-A runtime execs CNI plugins on the host: with the host's root, ``/run``, ``/var/lib``,
-iptables and the plugins' own state (flannel's ``/run/flannel/subnet.env``, calico's
-and cilium's files, the dhcp plugin's socket under ``/run/cni``, host-local's leases).
-netctl's daemon execs them instead, and in the DaemonSet it runs in a container whose
-root is its image. So, with ``host-root`` set to where the host's ``/`` is mounted (the
-DaemonSet mounts it at ``/host``, with HostToContainer propagation so pods' netns
-mounts appear in it):
-
-- delegates run **chrooted into the host's root** (coreutils' ``chroot``, one exec of
-  about 0.6 ms more per delegate): every path they see is the host's, the binaries they
-  exec (iptables, nft) are the host's, and what they write lands on the host;
-- delegate binaries are found in the bin dirs **as the host sees them**
-  (``cni-bin-dir`` names host paths; symlinks are followed inside the host's root, as
-  the kernel follows them for the chrooted exec), and ``CNI_PATH`` carries those paths;
-- the files the daemon reads on the host's behalf are read there too: the
-  ``readinessindicatorfile``, a ``clusterNetwork`` given as a path, the conf dir of
-  NADs with an empty ``spec.config`` (``multus-conf-dir``), Multus' cache and libcni's
-  results for cut-over DELs.
-
-``host-root`` empty (the default: a daemon run directly on a host) runs everything as
-is. The functions here are pure but for ``stat``/``readlink``.
+A runtime execs CNI plugins on the host, with the host's root, ``/run``, iptables and the
+plugins' own state; netctl's daemon execs them from a container whose root is its image.
+With ``host-root`` set to where the host's ``/`` is mounted, delegates run chrooted into
+it (:meth:`HostRoot.argv`), their binaries are found in the bin dirs as the host sees
+them (:func:`resolve`: symlinks followed inside the root, as the kernel follows them for
+the chrooted exec), and the files the daemon reads on the host's behalf are read there
+(:meth:`HostRoot.host`). Empty (a daemon run on the host), everything runs as is. Pure
+but for ``stat``/``readlink``.
 """
 
 from __future__ import annotations

@@ -87,30 +87,40 @@ def install(bin_dir: str, binary: str | None = None) -> list[str]:
     written = []
     for name in PLUGIN_NAMES:
         target = os.path.join(bin_dir, name)
-        if _same(target, data):
-            written.append(target)  # a restarted init container rewrites nothing
-            continue
-        tmp = f"{target}.tmp.{os.getpid()}"
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, target)  # atomic: a runtime never execs a half-written file
-        except BaseException:
-            remove(bin_dir, [os.path.basename(tmp)])
-            raise
+        if not (holds(target, data) and os.access(target, os.X_OK)):
+            # (a restarted init container rewrites nothing; a runtime never execs a
+            # half-written file)
+            replace_file(target, data, 0o755, f"{target}.tmp.{os.getpid()}")
         written.append(target)
     return written
 
 
-def _same(path: str, data: bytes) -> bool:
+def holds(path: str, data: bytes) -> bool:
+    """Whether the file at ``path`` holds exactly ``data``."""
     try:
         with open(path, "rb") as fh:
-            return fh.read(len(data) + 1) == data and os.access(path, os.X_OK)
+            return fh.read(len(data) + 1) == data
     except OSError:
         return False
+
+
+def replace_file(target: str, data: bytes, mode: int, tmp: str) -> None:
+    """``data`` at ``target``, whole or not at all: written to ``tmp`` (in the same dir),
+    fsynced, renamed over ``target``; ``tmp`` removed when anything fails."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        remove(os.path.dirname(tmp), [os.path.basename(tmp)])
+        raise
 
 
 def remove(directory: str, names: Iterable[str]) -> list[str]:

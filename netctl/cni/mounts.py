@@ -1,21 +1,12 @@
 """Does a pod's network namespace, mounted on the host after the daemon started, reach
 the daemon? The mount propagation of the netns directories, read from
-``/proc/self/mountinfo``. Pure but for reading that file and ``realpath``.
+``/proc/self/mountinfo`` (docs/kubernetes.md). Pure but for reading that file.
 
-A runtime mounts each sandbox's netns on the host (``/run/netns/cni-…``, bind-mounted
-nsfs files). A daemon in a container sees those mounts only when the directories it
-reads them from were mounted into it from a **shared** host mount with
-HostToContainer (``rslave``) propagation: then each new mount on the host propagates
-into the container. From a *private* host mount (``/`` is private where PID 1 is not
-systemd, in some minimal images and nested setups) nothing propagates: every pod
-created after the daemon started fails its ADD with "CNI_NETNS … does not exist", and
-its delegates, chrooted into the host's root, would not find it either.
-
-:func:`check` looks, for each directory given, at the mount that holds it (the last one
-mounted on the longest matching mount point, as the kernel stacks them) and reports each
-that is neither shared (``shared:N``) nor a slave (``master:N``), with what to change.
-Only a daemon whose host is elsewhere (``host-root`` set: the DaemonSet) needs the
-check; one run on the host itself sees the host's mounts as they are.
+A daemon in a container sees the runtime's later netns mounts only when the directories
+come from a shared host mount with HostToContainer propagation; from a private one (``/``
+where PID 1 is not systemd) every new pod's ADD fails with "CNI_NETNS … does not exist".
+:func:`check` reports each directory whose mount (the last one mounted on the longest
+matching mount point) is neither shared nor a slave, with what to change.
 """
 
 from __future__ import annotations

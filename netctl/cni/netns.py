@@ -1,26 +1,12 @@
 """Is this path a network namespace? Decided without side effects on other files.
 
-``CNI_NETNS`` names the sandbox's network namespace: a bind-mounted nsfs file
-(``/var/run/netns/NAME``) or a ``/proc/PID/ns/net`` link. A path that exists
-but is something else (a regular file, a directory, a device, the UTS
-namespace) must be refused before anything is journaled or run, so this module
-tells the three cases apart:
-
-1. ``stat`` (following symlinks, as a runtime's path may be one). A missing
-   path is ``"missing"``. An nsfs file stats as an empty regular file, so
-   anything that is not a regular file of size 0 (directories, character and
-   block devices, FIFOs, sockets, files with content) is ``"not-netns"``
-   without being opened: opening a FIFO or a device can block or act.
-2. Open it ``O_RDONLY|O_NONBLOCK|O_CLOEXEC``, check with ``fstat`` that the
-   opened file is still a regular file (the path may have been swapped), and
-   ask the kernel its namespace type with the ``NS_GET_NSTYPE`` ioctl; only
-   ``CLONE_NEWNET`` is ``"ok"``. An ordinary empty file answers ``ENOTTY``.
-
-Any ``OSError`` on the way (permissions, a path too long, a race) makes it
-``"not-netns"`` — except ``ENOENT``/``ENOTDIR`` at the ``stat``, which mean
-``"missing"``. A path holding a NUL byte cannot name a file: ``"missing"``.
-Plain functions, no trio: a ``stat``, an ``open`` and an ``ioctl`` on a local
-path never wait for anything once the FIFOs and devices are sorted out.
+A ``CNI_NETNS`` that exists but is something else (a regular file, a directory, a device,
+the UTS namespace) must be refused before anything is journaled or run. An nsfs file stats
+as an empty regular file, so anything else is ``"not-netns"`` without being opened (opening
+a FIFO or a device can block or act); the rest is opened non-blocking, checked again with
+``fstat`` (the path may have been swapped), and asked its namespace type
+(``NS_GET_NSTYPE``): only ``CLONE_NEWNET`` is ``"ok"``. Any ``OSError`` on the way is
+``"not-netns"``, except ``ENOENT``/``ENOTDIR`` at the ``stat``: ``"missing"``.
 """
 
 from __future__ import annotations

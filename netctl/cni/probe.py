@@ -1,29 +1,17 @@
 """Which CNI versions a delegate binary supports: asked once, remembered.
 
-A delegate refuses a config whose ``cniVersion`` it does not know (Debian's
-bridge 1.1.1 stops at 1.0.0), and it refuses the DEL that would undo it the
-same way. So the version is checked while planning, before anything is
-journaled or run: :func:`check_delegate_version` raises code 1 naming the
-plugin, its path, the version asked for and the versions it supports.
+A delegate refuses a config whose ``cniVersion`` it does not know (Debian's bridge 1.1.1
+stops at 1.0.0), and it refuses the DEL that would undo it the same way. So the version is
+checked while planning, before anything is journaled or run
+(:func:`check_delegate_version`, code 1).
 
-How the versions are learnt, the way libcni's ``GetVersionInfo`` does it:
-
-- exec the binary with ``CNI_COMMAND=VERSION`` and stdin
-  ``{"cniVersion": "<latest>"}``, in a clean environment (``CNI_COMMAND`` and a
-  fixed ``PATH``; no netns, no container), in its own session, with a short
-  timeout after which its process group is killed, stdout capped;
-- parse ``supportedVersions`` (:func:`parse_supported`, pure);
-- remember the answer per binary, keyed by ``(realpath, mtime_ns, size)``:
-  each binary is exec'd once per daemon life while it is unchanged, and again
-  after an upgrade replaces it. Concurrent askers of the same binary share one
-  exec.
-
-A binary whose VERSION fails — a non-zero exit, a timeout, output that is not
-a JSON object with a list of version strings, or no exec at all — is
-**unknown**, and unknown is the empty set: :func:`check_delegate_version` then
-refuses nothing and leaves the verdict to the real call. Unknown answers are
-remembered like the others (a broken binary stays broken until it changes); a
-binary that cannot be stat'ed is not remembered.
+The versions are learnt as libcni's ``GetVersionInfo`` does: the binary exec'd with
+``CNI_COMMAND=VERSION`` (:func:`exec_version`), its ``supportedVersions`` parsed
+(:func:`parse_supported`), the answer remembered per ``(realpath, mtime_ns, size)``: once
+per daemon life while the binary is unchanged, concurrent askers sharing one exec. A binary
+whose VERSION fails is **unknown**, the empty set, which refuses nothing and leaves the
+verdict to the real call; it is remembered too (a broken binary stays broken until it
+changes).
 """
 
 from __future__ import annotations

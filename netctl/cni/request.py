@@ -1,26 +1,17 @@
 """The socket's messages, and one CNI invocation decoded once at the edge.
 
-On the wire a frame is a :class:`Request` (what the thin plugin read from its
-environment and stdin, unchanged but for the netns path) or an admin call
-(:class:`netctl.daemon.admin.AdminRequest`: ``netctl status``, ``reconcile`` …), told
-apart by ``kind`` (:class:`Envelope`). The server turns a ``Request`` into an
-:class:`Invocation` exactly once — CNI_ARGS split, the pod named, stdin decoded —
-and nothing deeper parses them again.
+A frame is a :class:`Request` (what the thin plugin read from its environment and stdin,
+unchanged but for the netns path) or an admin call, told apart by ``kind``
+(:class:`Envelope`). The server turns a ``Request`` into an :class:`Invocation` exactly once
+— CNI_ARGS split, the pod named, stdin decoded — and nothing deeper parses them again. A
+stdin that is a JSON object comes verbatim as ``config``, anything else as the string
+``stdin``. A DEL's config loses ``runtimeConfig[POD_ANNOTATIONS]`` before anything journals
+it: a DEL reads nothing from it, and a pod's annotations can be megabytes.
 
-A stdin that is a JSON object comes verbatim as the raw JSON value ``config``, so
-the frame is no larger than stdin; any other stdin (and every stdin of a plugin
-older than ``config``) as the string ``stdin``. A DEL's config loses
-``runtimeConfig[POD_ANNOTATIONS]`` here, before anything journals it: a DEL reads
-nothing from it (its targets and chains come from the journal), and the pod's
-annotations can be megabytes.
-
-Protocol versions (:data:`PROTO`): the plugin binary on the host and the daemon are
-replaced at different moments of a rolling upgrade, so a frame says which protocol it
-speaks (``proto``; none is version 1, the Python plugin's frame) and every answer says
-the daemon's. A frame of a protocol newer than the daemon's is refused (code 11, naming
-both: :func:`protocol_refusal`); the plugin then records a DEL as when the daemon is down,
-and the start-up replay keeps such a record for the upgraded daemon
-(netctl.reconcile.pending). A frame of any older protocol is served as it always was.
+The plugin and the daemon are replaced at different moments of a rolling upgrade, so a
+frame says its protocol (``proto``) and every answer the daemon's (:data:`PROTO`). A newer
+frame is refused with code 11 (:func:`protocol_refusal`): the plugin then records a DEL as
+when the daemon is down (:mod:`netctl.reconcile.pending`). Any older one is served.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
-"""Device-info files, as the Network Plumbing WG's device-info spec lays them out.
+"""Device-info files, as the Network Plumbing WG's device-info spec lays them out
+(docs/networks.md, "Device-info"): the device plugin's file for a device copied for the CNI
+under the name Multus gives it, passed to the delegates (``runtimeConfig.CNIDeviceInfoFile``),
+read back into the pod's network-status and removed at DEL. A device plugin that writes no
+file is not a fault.
 
-A device plugin writes, for each device it advertises, a JSON file describing it (its
-type — ``pci``, ``vdpa``, ``vhost-user``, ``memif`` — and what a workload needs to
-reach it: a PCI address, a vhost socket …) under ``/var/run/k8s.cni.cncf.io/devinfo/dp/``,
-named ``<resource>-<device id>-device.json`` with every ``/`` made ``-``. For an
-attachment that holds a device, the daemon copies that file for the CNI under
-``…/devinfo/cni/<network name>-<container id>_<ifname>`` (the name Multus gives it),
-passes that path to the delegates (``runtimeConfig.CNIDeviceInfoFile``: a delegate may
-add to it), reads it back after the ADD into the pod's network-status (``device-info``)
-and removes it at DEL. A device plugin that writes no file is not a fault: the network
-simply has no ``device-info``.
-
-Paths here are the host's; the daemon reads and writes them through its
-:class:`~netctl.cni.hostroot.HostRoot`, symlinks followed inside the host's root (on most
-hosts ``/var/run`` is a link to ``/run``, which in the daemon's container is its own). The
-file contents are JSON objects of at most :data:`MAX_BYTES`; anything else is ignored as
-"no device-info", with the reason.
+Paths here are the host's, reached through a :class:`~netctl.cni.hostroot.HostRoot`
+(``/var/run`` is a link to ``/run`` on most hosts). The contents are JSON objects of at most
+:data:`MAX_BYTES`; anything else is "no device-info", with the reason.
 """
 
 from __future__ import annotations

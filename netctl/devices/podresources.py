@@ -1,29 +1,13 @@
-"""The kubelet's PodResources API: which devices the kubelet allocated to a pod.
+"""The kubelet's PodResources API: which devices the kubelet allocated to a pod
+(docs/networks.md, "Which devices").
 
-A device plugin (SR-IOV's, an RDMA plugin, …) advertises devices of a resource
-(``vendor/name``); the kubelet allocates some to a pod that requests the resource and
-answers, on its PodResources socket (``/var/lib/kubelet/pod-resources/kubelet.sock``),
-``v1.PodResourcesLister/List``: every pod of the node, each container's devices by
-resource. :class:`PodResources` asks it — once per ADD that has a device network, never
-otherwise — and keeps the pod's :class:`Allocated`: its device plugins' devices
-(:data:`Devices`: resource → device ids, the pod's containers' in container order, each id
-once) and its DRA devices (:class:`ClaimedDevice`).
-
-The DRA devices are the containers' ``dynamic_resources`` (``DynamicResource``, field 5 of
-``ContainerResources``: claim_name 2, claim_namespace 3, claim_resources 4; each
-``ClaimResource``: cdi_devices 1, driver_name 2, pool_name 3, device_name 4, share_id 5):
-which devices of which claim the kubelet prepared for the pod (through the DRA driver's
-``NodePrepareResources``), for the claims its containers use (``resources.claims``). They
-carry no attributes: which network a device is for is in the driver's ResourceSlice
-(:mod:`netctl.kubeapi.dra` reads it, and uses these when it cannot read the claim).
-
-grpcio is imported at the first call only: a daemon whose networks name no resource never
-loads it (its cost in RSS is in ``docs/networks.md``). The call is a blocking grpcio call
-run on a worker thread; the messages are decoded by field number
-(:mod:`netctl.devices.proto`). A kubelet that does not answer — no socket, refused, a
-deadline, a garbled answer — is :class:`~netctl.errors.CNIError` code 11 (try again
-later) naming the socket: the kubelet retries the sandbox, as for an API server that does
-not answer. DEL never asks: the journal holds the device each attachment had.
+:class:`PodResources` asks ``v1.PodResourcesLister/List`` — once per ADD that has a device
+network, never otherwise; DEL never asks (the journal holds each attachment's device) — and
+keeps the pod's :class:`Allocated`: its device plugins' devices by resource, and the DRA
+devices the kubelet prepared for it (its containers' ``dynamic_resources``, which carry no
+attributes: :mod:`netctl.kubeapi.dra` matches them through the slices). grpcio is imported
+at the first call only; the messages are decoded by field number (:mod:`netctl.devices.proto`).
+A kubelet that does not answer is code 11 naming the socket: the kubelet retries the sandbox.
 """
 
 from __future__ import annotations

@@ -1,44 +1,14 @@
 """Protobuf's wire format, the little the kubelet's gRPC APIs need: no generated code.
 
-The kubelet's PodResources answer (and, in the kit, the device-plugin API and the CRI
-calls the tests make) are a handful of messages; they are encoded and decoded here by
-field number (:func:`encode`, :func:`decode`), nested messages decoded on demand
-(:func:`messages`), and sent through grpcio with identity serializers. Unknown fields
-are kept by number and never fail a decode: a newer kubelet's answer still reads.
+The kubelet's PodResources answer is a handful of messages, decoded here by field number
+(:func:`decode`, nested messages on demand: :func:`messages`) and received through grpcio
+with identity serializers; the kit encodes its fakes' (``netctl_kit.protoencode``). Unknown
+fields are kept by number and never fail a decode: a newer kubelet's answer still reads.
 """
 
 from __future__ import annotations
 
-Fields = list[tuple[int, "int | bool | str | bytes | Fields"]]
 Message = dict[int, list[int | bytes]]
-
-
-def _varint(n: int) -> bytes:
-    if n < 0:
-        n += 1 << 64  # int64 as protobuf encodes it: two's complement, ten bytes
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def encode(fields: Fields) -> bytes:
-    """Fields in order: ints and bools as varints, str/bytes/nested lists
-    length-delimited."""
-    out = bytearray()
-    for num, value in fields:
-        if isinstance(value, bool | int):
-            out += _varint(num << 3) + _varint(int(value))
-        else:
-            raw = value.encode() if isinstance(value, str) else \
-                value if isinstance(value, bytes) else encode(value)
-            out += _varint(num << 3 | 2) + _varint(len(raw)) + raw
-    return bytes(out)
 
 
 def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
@@ -92,12 +62,6 @@ def text(msg: Message, num: int) -> str:
 def texts(msg: Message, num: int) -> list[str]:
     """A ``repeated string`` field."""
     return [_text(v) for v in msg.get(num, [])]
-
-
-def integer(msg: Message, num: int) -> int:
-    """Field ``num`` as an integer (0 when absent)."""
-    value = msg.get(num, [0])[0]
-    return value if isinstance(value, int) else 0
 
 
 def messages(msg: Message, num: int) -> list[Message]:

@@ -198,12 +198,15 @@ def merge_intervals(intervals: list[tuple[int, int]]) -> tuple[tuple[int, int], 
     return tuple(out)
 
 
-def _build_range(*, where: str, range_text: str, range_start: str | None, range_end: str | None,
-                 exclude: list[str], gateway: IPAddress | None, gateway_key: str,
-                 top_gateway: IPAddress | None, default_gateway: bool = False) -> Range:
-    """One :class:`Range`; ``where`` prefixes key names (``""`` or ``"ipRanges[1]."``)."""
+def _build_range(where: str, spec: _RangeSpec, top_gateway: IPAddress | None,
+                 default_gateway: bool) -> Range:
+    """One :class:`Range`; ``where`` prefixes key names (``""`` or ``"ipRanges[1]."``).
+    An empty string is "not set", as whereabouts reads it."""
     k_range, k_start, k_end = f"{where}range", f"{where}range_start", f"{where}range_end"
-    k_exclude = f"{where}exclude"
+    k_exclude, gateway_key = f"{where}exclude", f"{where}gateway"
+    range_text = spec.range
+    range_start, range_end = spec.range_start or None, spec.range_end or None
+    gateway = _parse_ip(spec.gateway, gateway_key) if spec.gateway else None
     start_ip: IPAddress | None = None
     end_ip: IPAddress | None = None
     if "-" in range_text:
@@ -226,11 +229,14 @@ def _build_range(*, where: str, range_text: str, range_start: str | None, range_
         net = _parse_cidr(range_text, k_range).network
     family = _family(net.version)
 
+    def same_family(key: str, value: object, version: int) -> None:
+        if version != net.version:
+            raise _invalid(f"{key} {value} is {_family(version)} but {k_range} "
+                           f"{range_text!r} is {family}")
+
     def inside(text: str, key: str) -> IPAddress:
         ip = _parse_ip(text, key)
-        if ip.version != net.version:
-            raise _invalid(f"{key} {ip} is {_family(ip.version)} but {k_range} "
-                           f"{range_text!r} is {family}")
+        same_family(key, ip, ip.version)
         if ip not in net:
             raise _invalid(f"{key} {ip} is outside {k_range} {range_text!r} ({net})")
         return ip
@@ -254,7 +260,7 @@ def _build_range(*, where: str, range_text: str, range_start: str | None, range_
         key = f"{_address(net.version, first)}-{_address(net.version, last)}/{net.prefixlen}"
 
     intervals: list[tuple[int, int]] = []
-    for i, text in enumerate(exclude):
+    for i, text in enumerate(spec.exclude):
         item = f"{k_exclude}[{i}]"
         value = text.strip()
         try:
@@ -263,9 +269,7 @@ def _build_range(*, where: str, range_text: str, range_start: str | None, range_
             ex = ipaddress.ip_network(value, strict=False)
         except ValueError:
             raise _invalid(f"{item} {text!r} is not a valid CIDR") from None
-        if ex.version != net.version:
-            raise _invalid(f"{item} {text!r} is {_family(ex.version)} but {k_range} "
-                           f"{range_text!r} is {family}")
+        same_family(item, repr(text), ex.version)
         ex_lo, ex_hi = max(first, int(ex.network_address)), min(last, int(ex.broadcast_address))
         if ex_lo <= ex_hi:
             intervals.append((ex_lo, ex_hi))
@@ -274,9 +278,8 @@ def _build_range(*, where: str, range_text: str, range_start: str | None, range_
         raise _invalid(f"{k_exclude} covers every address of {k_range} {key}")
 
     gw = gateway
-    if gw is not None and gw.version != net.version:
-        raise _invalid(f"{gateway_key} {gw} is {_family(gw.version)} but {k_range} "
-                       f"{range_text!r} is {family}")
+    if gw is not None:
+        same_family(gateway_key, gw, gw.version)
     if gw is None and top_gateway is not None and top_gateway.version == net.version:
         gw = top_gateway
     defaulted = ""
@@ -308,11 +311,6 @@ def _check_order(order: str) -> None:
     if order not in ALLOCATION_ORDERS:
         raise _invalid(f"allocation_order {order!r} is not one of "
                        f"{', '.join(repr(o) for o in ALLOCATION_ORDERS)}")
-
-
-def _blank(value: str | None) -> str | None:
-    """whereabouts treats an empty string as "not set"."""
-    return value if value else None
 
 
 def takes_gateway(plugin: Mapping[str, Any]) -> bool:
@@ -362,21 +360,16 @@ def _parse_config(ipam: dict[str, Any], default_gateway: bool
     if cfg.block_size is not None and not 1 <= cfg.block_size <= 128:
         raise _invalid(f"block_size {cfg.block_size} is not a prefix length (1 to 32 for "
                        "IPv4, to 128 for IPv6)")
-    top_gateway = None
-    if _blank(cfg.gateway) is not None:
-        assert cfg.gateway is not None
-        top_gateway = _parse_ip(cfg.gateway, "gateway")
+    top_gateway = _parse_ip(cfg.gateway, "gateway") if cfg.gateway else None
 
     ranges: list[Range] = []
-    if _blank(cfg.range) is not None:
-        assert cfg.range is not None
-        ranges.append(_build_range(
-            where="", range_text=cfg.range, range_start=_blank(cfg.range_start),
-            range_end=_blank(cfg.range_end), exclude=cfg.exclude, gateway=None,
-            gateway_key="gateway", top_gateway=top_gateway, default_gateway=default_gateway))
+    if cfg.range:
+        ranges.append(_build_range("", _RangeSpec(
+            range=cfg.range, range_start=cfg.range_start, range_end=cfg.range_end,
+            exclude=cfg.exclude), top_gateway, default_gateway))
     else:
-        for key, value in (("range_start", _blank(cfg.range_start)),
-                           ("range_end", _blank(cfg.range_end)),
+        for key, value in (("range_start", cfg.range_start or None),
+                           ("range_end", cfg.range_end or None),
                            ("exclude", cfg.exclude or None)):
             if value is not None:
                 raise _invalid(f"{key} {value} is given without range (inside ipRanges, give "
@@ -389,15 +382,7 @@ def _parse_config(ipam: dict[str, Any], default_gateway: bool
             raise _validation(exc, f"ipRanges[{i}]") from None
         if not spec.range:
             raise _invalid(f"{where}range is empty")
-        entry_gateway = None
-        if _blank(spec.gateway) is not None:
-            assert spec.gateway is not None
-            entry_gateway = _parse_ip(spec.gateway, f"{where}gateway")
-        ranges.append(_build_range(
-            where=where, range_text=spec.range, range_start=_blank(spec.range_start),
-            range_end=_blank(spec.range_end), exclude=spec.exclude, gateway=entry_gateway,
-            gateway_key=f"{where}gateway", top_gateway=top_gateway,
-            default_gateway=default_gateway))
+        ranges.append(_build_range(where, spec, top_gateway, default_gateway))
 
     if not ranges:
         raise _invalid("neither range nor ipRanges is set: no address to allocate from")

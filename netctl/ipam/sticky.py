@@ -1,24 +1,11 @@
 """Sticky addresses: an address owned by a workload's stable identity, kept reserved for
 it after its pod goes and handed back when it comes again. Pure: no I/O.
 
-Opt-in per ``ipam`` section: ``sticky: true``, with ``sticky_for`` (a duration: ``90s``,
-``10m``, ``24h``, ``7d``, or seconds; default :data:`DEFAULT_STICKY_FOR`) the time an
-address stays reserved after its holder released it (:func:`sticky_seconds`).
-
-The identity (:func:`identity`), first found of:
-
-- the pod's annotation ``netctl.dev/sticky-key`` (:data:`STICKY_KEY`): ``key:<value>``,
-  any workload that names the same key shares the address over time;
-- a KubeVirt virt-launcher pod's ``vm.kubevirt.io/name`` label (:data:`KUBEVIRT_VM`):
-  ``vm:<namespace>/<name>``, so a VM keeps its address across its pods (a migration's
-  target pod included, once the source has released it);
-- the pod's namespace/name (``pod:<namespace>/<name>``, a StatefulSet pod's stable name;
-  from ``K8S_POD_NAMESPACE``/``K8S_POD_NAME``, so standalone mode has it too).
-
-A container without a pod name has no identity and no sticky behaviour. An identity
-owns one address per (pool, interface name): a pod attaching one network twice keeps
-both. The rules the planner applies (:func:`netctl.ipam.planner.plan`) are in the
-docs/ipam.md, "Sticky addresses".
+Opt-in per ``ipam`` section (``sticky: true``, ``sticky_for``: :func:`sticky_seconds`).
+The identity (:func:`identity`) is the first found of the pod's ``netctl.dev/sticky-key``
+annotation, a KubeVirt virt-launcher pod's VM name, the pod's namespace/name; a container
+without a pod name has none. An identity owns one address per (pool, interface name). The
+rules the planner applies are in docs/ipam.md, "Sticky addresses".
 """
 
 from __future__ import annotations
@@ -28,7 +15,7 @@ from typing import Any
 
 from netctl.cni.request import Pod
 from netctl.errors import INVALID_CONFIG, CNIError
-from netctl.journal.retention import duration_seconds
+from netctl.journal.retention import parse_duration
 from netctl.kubeapi.objects import KUBEVIRT_VM, STICKY_KEY
 
 DEFAULT_STICKY_FOR = 3600.0  # 1h
@@ -36,22 +23,13 @@ DEFAULT_STICKY_FOR = 3600.0  # 1h
 
 def parse_sticky_for(value: Any) -> float:
     """``sticky_for`` → seconds (> 0): a duration (``90s``, ``10m``, ``24h``, ``7d``) or a
-    number of seconds; code 7 naming the key otherwise."""
-    seconds: float | None
-    if isinstance(value, bool):
-        seconds = None
-    elif isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        seconds = duration_seconds(value.strip().lower())
-        if seconds is None:
-            try:
-                seconds = float(value.strip())
-            except ValueError:
-                seconds = None
-    else:
-        seconds = None
-    if seconds is None or not 0 < seconds < float("inf"):
+    number of seconds, as :func:`~netctl.journal.retention.parse_duration` reads them;
+    code 7 naming the key otherwise."""
+    try:
+        seconds = parse_duration(value)
+    except (ValueError, AttributeError):  # (AttributeError: neither a number nor a string)
+        seconds = 0.0
+    if seconds <= 0:
         raise CNIError(INVALID_CONFIG, f"ipam: sticky_for {value!r} is not a duration "
                        "greater than 0 (90s, 10m, 24h, 7d, or seconds)")
     return seconds

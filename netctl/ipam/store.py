@@ -1,33 +1,25 @@
 """Where allocations live, behind a small interface, and the allocator over it.
 
-A :class:`Store` only stores; the rules are :func:`netctl.ipam.planner.plan`'s. The
-engine, the reconciler and the daemon know a store by this interface only: the node's
-:class:`IndexStore` (``ipam-backend: sqlite``) and the cluster store
-(:mod:`netctl.ipam.cluster`, ``ipam-backend: kubernetes``) are its implementations.
+A :class:`Store` only stores; the rules are :func:`netctl.ipam.planner.plan`'s. Its
+implementations are the node's :class:`IndexStore` (``ipam-backend: sqlite``) and the
+cluster store (:mod:`netctl.ipam.cluster`, ``ipam-backend: kubernetes``).
 
-- ``allocate`` plans and counts the new allocations as used at once, before any await,
-  so a concurrent request is never handed the same address (the cluster store also
-  claims there the blocks it planned in and does not hold yet, its intent journaled
-  first).
-- The journal writes them with the step (or plain-IPAM request) that uses them and,
-  once that committed, tells the store (``recorded``: the store is the journal's
-  ``ipam.follower``); the caller says ``unreserve`` when it did not commit
-  (:func:`record`). Releases and ended sticky reservations likewise (``released``,
-  ``ended``): no caller keeps the two in step.
-- Every read goes through ``index``, the :class:`IndexStore` below (on a node in the
-  cluster IPAM, the one that indexes this node's blocks).
-
-:class:`IndexStore` keeps the live allocations in memory, indexed by scope and
-address, by owner and by attachment: every question the planner asks is a dict
-lookup, so allocation costs the same whatever the pool's fill. On a node it is
-the store (loaded from the journal's live allocations at start, durable through
-the journal's records); alone, without a journal, it is the in-memory fake the
-contract tests run beside it.
+- ``allocate`` plans and counts the new allocations as used before any await, so a
+  concurrent request is never handed the same address.
+- The journal writes them with the step that uses them and, once committed, tells the
+  store (``recorded``, ``released``, ``ended``: the store is the journal's follower); the
+  caller says ``unreserve`` when it did not commit (:func:`record`). No caller keeps the
+  two in step.
+- Every read goes through ``index``, an :class:`IndexStore`: the live allocations in
+  memory, indexed by scope and address, by owner and by attachment, so every question the
+  planner asks is a dict lookup whatever the pool's fill. Alone, without a journal, it is
+  the in-memory fake the contract tests run.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -153,11 +145,11 @@ class IndexStore:
         self._sticky_ended[how] -= 1
         self._reserve(res)
 
+    def _reserved_by_pool(self) -> Counter[str]:
+        return Counter(res.pool for res in self._reservations.values())
+
     def sticky_status(self) -> dict[str, Any]:
-        by_pool: dict[str, int] = {}
-        for res in self._reservations.values():
-            by_pool[res.pool] = by_pool.get(res.pool, 0) + 1
-        return {"reserved": by_pool, "ended": dict(self._sticky_ended),
+        return {"reserved": dict(self._reserved_by_pool()), "ended": dict(self._sticky_ended),
                 "reservations": [
                     {"pool": r.pool, "address": r.address, "identity": r.identity,
                      "ifname": r.ifname, "until": r.until, "container": r.container_id}
@@ -193,10 +185,8 @@ class IndexStore:
         """Every known pool's size and how many of its addresses this node can no longer
         hand out (``pool-degraded-at``, netctl/engine/degraded.py): here its live ones and
         its sticky reservations."""
-        reserved: dict[str, int] = {}
-        for res in self._reservations.values():
-            reserved[res.pool] = reserved.get(res.pool, 0) + 1
-        return {pool: (size, used + reserved.get(pool, 0))
+        reserved = self._reserved_by_pool()
+        return {pool: (size, used + reserved[pool])
                 for pool, (size, used) in self.pool_usage().items()}
 
     # -- Store -------------------------------------------------------------------
@@ -234,19 +224,9 @@ class IndexStore:
             if scope.get(alloc.ip) is alloc:
                 del scope[alloc.ip]
                 self._used[alloc.pool] = self._used.get(alloc.pool, 1) - 1
-            key = (alloc.owner.container_id, alloc.owner.ifname)
-            owned = [a for a in self._by_owner.get(key, []) if a is not alloc]
-            if owned:
-                self._by_owner[key] = owned
-            else:
-                self._by_owner.pop(key, None)
+            _without(self._by_owner, (alloc.owner.container_id, alloc.owner.ifname), alloc)
             if alloc.owner.attachment_id is not None:
-                att = [a for a in self._by_attachment.get(alloc.owner.attachment_id, [])
-                       if a is not alloc]
-                if att:
-                    self._by_attachment[alloc.owner.attachment_id] = att
-                else:
-                    self._by_attachment.pop(alloc.owner.attachment_id, None)
+                _without(self._by_attachment, alloc.owner.attachment_id, alloc)
 
     def of_attachment(self, attachment_id: int) -> list[Allocation]:
         return list(self._by_attachment.get(attachment_id, ()))
@@ -293,6 +273,16 @@ class IndexStore:
 
 
 _CHECK: Store = IndexStore()  # mypy: the index implements the interface
+K = TypeVar("K")
+
+
+def _without(index: dict[K, list[Allocation]], key: K, alloc: Allocation) -> None:
+    """``alloc`` out of ``index[key]``, the key gone with its last one."""
+    kept = [a for a in index.get(key, []) if a is not alloc]
+    if kept:
+        index[key] = kept
+    else:
+        index.pop(key, None)
 
 
 async def record(store: Store, new: list[Allocation], write: Callable[[], Awaitable[T]]

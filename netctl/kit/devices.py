@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc  # in the dev extra (tests/cri.py drives containerd with it too)
+from netctl_kit import protoencode
 from netctl_kit.harness import HarnessError, host_links, ip
 
 from netctl.devices import proto
@@ -106,21 +107,21 @@ def device_info(pci: str) -> dict[str, Any]:
     return {"type": "pci", "version": DEVINFO_VERSION, "pci": {"pci-address": pci}}
 
 
-def plugin_options(*, preferred_allocation: bool, pre_start: bool) -> proto.Fields:
+def plugin_options(*, preferred_allocation: bool, pre_start: bool) -> protoencode.Fields:
     """``DevicePluginOptions``: pre_start_required (1), get_preferred_allocation_available
     (2)."""
     return [(1, pre_start), (2, preferred_allocation)]
 
 
-def register_request(resource: str, endpoint: str, options: proto.Fields) -> bytes:
+def register_request(resource: str, endpoint: str, options: protoencode.Fields) -> bytes:
     """``RegisterRequest``: version (1), endpoint (2: the socket's file name, in the plugin
     dir), resource_name (3), options (4)."""
-    return proto.encode([(1, API_VERSION), (2, endpoint), (3, resource), (4, options)])
+    return protoencode.encode([(1, API_VERSION), (2, endpoint), (3, resource), (4, options)])
 
 
 def device_list(devices: Iterable[str]) -> bytes:
     """``ListAndWatchResponse``: repeated Device (1), each ID (1) and health (2)."""
-    return proto.encode([(1, [(1, device), (2, HEALTHY)]) for device in devices])
+    return protoencode.encode([(1, [(1, device), (2, HEALTHY)]) for device in devices])
 
 
 def allocate_requests(request: bytes) -> list[list[str]]:
@@ -130,23 +131,23 @@ def allocate_requests(request: bytes) -> list[list[str]]:
 
 def allocate_response(containers: int) -> bytes:
     """``AllocateResponse``: one empty ``ContainerAllocateResponse`` (1) a container."""
-    return proto.encode([(1, []) for _ in range(containers)])
+    return protoencode.encode([(1, []) for _ in range(containers)])
 
 
 def preferred_allocation(request: bytes) -> bytes:
     """``PreferredAllocationResponse`` for a ``PreferredAllocationRequest``: for each
     container request (1: available_deviceIDs 1, must_include_deviceIDs 2, allocation_size
     3), the ids it must include, then available ones in order, up to the size."""
-    answers: proto.Fields = []
+    answers: protoencode.Fields = []
     for want in proto.messages(proto.decode(request), 1):
         chosen = proto.texts(want, 2)
         for device in proto.texts(want, 1):
-            if len(chosen) >= proto.integer(want, 3):
+            if len(chosen) >= protoencode.integer(want, 3):
                 break
             if device not in chosen:
                 chosen.append(device)
         answers.append((1, [(1, device) for device in chosen]))
-    return proto.encode(answers)
+    return protoencode.encode(answers)
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ def pod_resources(pods: Mapping[tuple[str, str], Mapping[str, Sequence[str]]], *
     proto also allows); its ``claims`` as DynamicResource (claim_name 2, claim_namespace 3,
     claim_resources 4), one a claim, each device a ClaimResource (driver_name 2, pool_name
     3, device_name 4; no CDI devices)."""
-    out: proto.Fields = []
+    out: protoencode.Fields = []
     claims = claims or {}
     for namespace, name in sorted({*pods, *claims}):
         resources = pods.get((namespace, name), {})
@@ -179,18 +180,18 @@ def pod_resources(pods: Mapping[tuple[str, str], Mapping[str, Sequence[str]]], *
             groups = [(r, [device]) for r, ids in sorted(resources.items()) for device in ids]
         else:
             groups = [(r, list(ids)) for r, ids in sorted(resources.items())]
-        devices: proto.Fields = [
+        devices: protoencode.Fields = [
             (2, [(1, resource), *((2, device) for device in ids)]) for resource, ids in groups]
         by_claim: dict[tuple[str, str], list[Prepared]] = {}
         for p in claims.get((namespace, name), ()):
             by_claim.setdefault((p.namespace, p.claim), []).append(p)
-        dynamic: proto.Fields = []
+        dynamic: protoencode.Fields = []
         for (ns, claim), prepared in by_claim.items():
-            resources_: proto.Fields = [(4, [(2, p.driver), (3, p.pool), (4, p.device)])
+            resources_: protoencode.Fields = [(4, [(2, p.driver), (3, p.pool), (4, p.device)])
                                         for p in prepared]
             dynamic.append((5, [(2, claim), (3, ns), *resources_]))
         out.append((1, [(1, name), (2, namespace), (3, [(1, CONTAINER), *devices, *dynamic])]))
-    return proto.encode(out)
+    return protoencode.encode(out)
 
 
 # -- gRPC ------------------------------------------------------------------------------------
@@ -373,7 +374,7 @@ class DevicePlugin:
 
     def _options(self, request: bytes, context: Any) -> bytes:
         self._called("GetDevicePluginOptions")
-        return proto.encode(self.options)
+        return protoencode.encode(self.options)
 
     def _list_and_watch(self, request: bytes, context: Any) -> Iterator[bytes]:
         self._called("ListAndWatch")

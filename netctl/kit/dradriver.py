@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import grpc  # in the dev extra, as for netctl_kit.devices
+from netctl_kit import protoencode
 from netctl_kit.devices import SUN_PATH_MAX, stop_server, unix_server
 
 from netctl.devices import proto
@@ -85,14 +86,14 @@ class DraDriverError(RuntimeError):
 
 def plugin_info(driver: str, endpoint: str) -> bytes:
     """``PluginInfo``: type 1, name 2, endpoint 3, supported_versions 4."""
-    return proto.encode([(1, PLUGIN_TYPE), (2, driver), (3, endpoint),
+    return protoencode.encode([(1, PLUGIN_TYPE), (2, driver), (3, endpoint),
                          *((4, v) for v in SUPPORTED)])
 
 
 def registration_status(request: bytes) -> tuple[bool, str]:
     """A ``RegistrationStatus``: plugin_registered 1, error 2."""
     msg = proto.decode(request)
-    return bool(proto.integer(msg, 1)), proto.text(msg, 2)
+    return bool(protoencode.integer(msg, 1)), proto.text(msg, 2)
 
 
 def claims_of(request: bytes) -> list[tuple[str, str, str]]:
@@ -113,17 +114,17 @@ def allocated_devices(claim: Mapping[str, Any], driver: str) -> list[tuple[str, 
 def prepare_answer(answers: Mapping[str, Sequence[tuple[str, str, str]] | str]) -> bytes:
     """``NodePrepareResourcesResponse``: for each claim uid, its devices (request_names 1,
     pool_name 2, device_name 3, no cdi_device_ids) or an error (2)."""
-    entries: proto.Fields = []
+    entries: protoencode.Fields = []
     for uid, answer in answers.items():
-        value: proto.Fields = [(2, answer)] if isinstance(answer, str) else [
+        value: protoencode.Fields = [(2, answer)] if isinstance(answer, str) else [
             (1, [(1, request), (2, pool), (3, device)]) for request, pool, device in answer]
         entries.append((1, [(1, uid), (2, value)]))
-    return proto.encode(entries)
+    return protoencode.encode(entries)
 
 
 def unprepare_answer(uids: Sequence[str]) -> bytes:
     """``NodeUnprepareResourcesResponse``: each claim uid with an empty answer (no error)."""
-    return proto.encode([(1, [(1, uid), (2, [])]) for uid in uids])
+    return protoencode.encode([(1, [(1, uid), (2, [])]) for uid in uids])
 
 
 def read_prepare_answer(answer: bytes) -> dict[str, list[tuple[str, str, str]] | str]:
@@ -141,7 +142,7 @@ def read_prepare_answer(answer: bytes) -> dict[str, list[tuple[str, str, str]] |
 
 def claims_request(claims: Sequence[tuple[str, str, str]]) -> bytes:
     """A ``NodePrepareResourcesRequest`` (or unprepare): (namespace, uid, name) each."""
-    return proto.encode([(1, [(1, ns), (2, uid), (3, name)]) for ns, uid, name in claims])
+    return protoencode.encode([(1, [(1, ns), (2, uid), (3, name)]) for ns, uid, name in claims])
 
 
 # -- the API objects ---------------------------------------------------------------------------

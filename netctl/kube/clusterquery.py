@@ -1,21 +1,13 @@
 """``kubectl netctl …`` (``netctl cluster …``): the node questions asked of the whole cluster
 from a laptop, with the user's kubeconfig and under the cluster's RBAC.
 
-1. Find the daemons: the DaemonSet's pods (:func:`netctl.kubeapi.daemons.find_daemons`).
-2. Decide whom to ask (:func:`targets`): every node. An address's history may be in any
-   node's journal — its block released and claimed again by another node, a block taken
-   over from a gone node, an address borrowed into another node's block — and the API
-   keeps none of that once the block object is gone; so for ``--ip`` the IPAMBlocks only
-   name the node whose block holds the address (``block_owners``, at ``--at``), which is
-   then flagged when it does not answer.
-3. Ask them concurrently (:func:`ask_all`), each over HTTP(S) to its query endpoint
-   (:mod:`netctl.kube.queryserver`) with the user's own bearer token: each daemon checks it with
-   the API server (401, 403).
-4. Merge (:func:`merge`, pure): every row of every answer, with its ``node``, in time
-   order; the nodes that answered; the nodes that did not, each with why — never left out.
-
-The documents are those of the local commands, with ``node`` on each row and ``nodes`` /
-``unanswered`` beside them; the tables are the local ones with a NODE column first.
+The daemons are found as the DaemonSet's pods (:mod:`netctl.kubeapi.daemons`) and every node
+is asked: an address's history may be in any node's journal (a block released and claimed
+again, taken over, borrowed), and the API keeps none of it once the block object is gone;
+for ``--ip`` the IPAMBlocks only name the node whose block holds the address, flagged when
+it does not answer. They are asked concurrently (:func:`ask_all`) with the user's own
+bearer token, and the answers merged (:func:`merge`, pure): every row with its ``node``, in
+time order, and the nodes that did not answer, each with why — never left out.
 """
 
 from __future__ import annotations
@@ -31,6 +23,7 @@ from urllib.parse import urlencode, urlsplit
 import trio
 
 from netctl.journal.query import Filters
+from netctl.kube.queryserver import PATHS as PATHS
 from netctl.kubeapi.http import Http, HttpError, endpoint_at
 
 # what each question merges: the lists of rows, and the key that orders each
@@ -44,8 +37,6 @@ LISTS: dict[str, dict[str, str]] = {
 # the key naming the node that answered a row: ``node``, but a block's row has its owner
 # there already (the node whose journal saw it is ``seen_by``)
 ORIGIN = {"blocks": "seen_by"}
-PATHS = {"journal": "/v1/journal", "pools": "/v1/ipam/pools", "leaks": "/v1/ipam/leaks",
-         "status": "/v1/status"}
 
 
 @dataclass(frozen=True)
@@ -206,7 +197,8 @@ def query(opts: Options, what: str, path: str, *, ip: str | None = None,
           at: float | None = None, notes: Iterable[str] = ()) -> dict[str, Any]:
     """Ask every node ``path`` and merge the answers as ``what`` (:func:`merge`);
     :class:`ClusterError` when no node could be asked."""
-    from netctl.kubeapi.daemons import block_owners, find_daemons, with_api
+    from netctl.kubeapi.api import with_api
+    from netctl.kubeapi.daemons import block_owners, find_daemons
     from netctl.kubeapi.errors import ApiError, KubeSettings
 
     async def go(api: Any) -> dict[str, Any]:

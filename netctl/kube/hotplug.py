@@ -1,46 +1,22 @@
 """Kubernetes mode's hot-plug: a running pod's ``k8s.v1.cni.cncf.io/networks`` annotation
-changed, the networks added are attached and those removed detached, in the pod's
-sandbox netns as the journal knows it.
+followed in its sandbox. What it does for a user is in docs/networks.md ("Hot-plug in
+Kubernetes mode"); here, how.
 
-- **What is there** is the journal's, never network-status (which may be stale or lost):
-  the live attachments of the pod's current sandbox (its container's, the pod UID
-  matching; of several, the one whose cluster network was attached last). The cluster
-  network and the config's ``defaultNetworks`` (or ``delegates`` after the first) are
-  not the annotation's and are never touched.
-- **What is wanted** is the annotation parsed and checked as at ADD
-  (:func:`~netctl.kube.select.choose`, with the netctl conf of the sandbox's ADD
-  from the journal: ``namespaceIsolation`` refuses as at ADD, with its Event).
-- **The diff** (:func:`changes`, pure): a selection with an interface matches the
-  attachment of its network on that interface, one without an interface the first
-  unmatched attachment of its network. Unmatched selections are attached (on their
-  interface, else the first free ``netN``), unmatched attachments detached — so a network
-  is unplugged by removing it, with or without an interface name. A matched attachment
-  whose ``ips``, ``mac``, ``cni-args`` … differ from the selection's is detached and
-  attached again only when the pod opts in (annotation ``netctl.dev/hotplug-replace:
-  "true"``); otherwise the change is refused with a Warning Event.
-- **How**: in the container's turn as an ADD (:meth:`Hotplug.in_turn
-  <netctl.engine.hotplug.Hotplug.in_turn>`): after the sandbox's ADD has finished (a
-  sandbox with nothing attached yet gets nothing), cancelled by the runtime's DEL (what it
-  plugged is compensated). Detaches first (freeing interface names), then attaches, each
-  journaled with origin ``hotplug``; then the pod's network-status is written from the
-  container's live attachments; an Event on the pod for each change (Normal) and each
-  failure or refusal (Warning).
-- **When**: every change of a cached pod whose annotations (or ``hostNetwork``) differ
-  from what was last looked at; every pod after the pods' first list (the daemon's
-  start-up replay has run by then: changes made while the daemon was down are caught);
-  a pod again after a runtime ADD of its sandbox (the annotation may have changed while
-  the ADD ran). One task per pod at a time (a change meanwhile runs it once more), at
-  most :data:`PARALLEL` pods in their container's turn at once: a start that looks at
-  every pod never fills the admission's queue. Whether there is anything to do is
-  decided first outside the turn, from the journal (no API request): a pod whose
-  sandbox has what its annotation asks costs no turn at all.
-- **No retry loop**: an attach that fails is compensated by the engine and not tried
-  again until the annotation changes (its value at the failure is remembered per pod UID,
-  in memory: a daemon restart tries once more). A back-off would keep re-running a
-  delegate that fails for a reason only the pod's owner can fix (a wrong address, a
-  network that does not exist), each time with a Warning Event.
-- Refused with a Warning Event, nothing attached: a pod with ``hostNetwork`` (no netns of
-  its own), a malformed annotation, networks the pod's namespace may not use.
+- What is there is the journal's live attachments (:meth:`KubeHotplug._sandbox`), never
+  network-status; what is wanted is the annotation as :func:`~netctl.kube.select.choose`
+  reads it at ADD, with the conf of the sandbox's ADD from the journal; :func:`changes`
+  is the pure diff. It is carried out in the container's turn
+  (:meth:`~netctl.engine.hotplug.Hotplug.in_turn`), through the same path as
+  ``netctl attach``/``detach``.
+- When: a cached pod whose :func:`fingerprint` differs from the one last looked at; every
+  pod after the pods' first list; a pod again after its sandbox's ADD, unless the ADD
+  chose from the same fingerprint. One task per pod (a change meanwhile runs it once
+  more), at most :data:`PARALLEL` pods in their turn at once. Whether there is anything to
+  do is decided first outside the turn, from the journal, so a pod already as its
+  annotation says costs no turn and no API request.
+- No retry loop: an attach that failed is not tried again until the annotation changes
+  (remembered per pod UID, in memory): a back-off would re-run, and warn about, a delegate
+  that fails for a reason only the pod's owner can fix.
 """
 
 from __future__ import annotations
@@ -122,7 +98,12 @@ class Changes:
 
 def changes(desired: list[Selection], live: list[Attachment], replace: bool) -> Changes:
     """The diff of the annotation's selections (``desired``) against the annotation's live
-    attachments of the sandbox (``live``), as the module's docstring says. Pure."""
+    attachments of the sandbox (``live``). Pure.
+
+    A selection with an interface matches the attachment of its network on that interface,
+    one without the first unmatched attachment of its network; unmatched selections are
+    attached, unmatched attachments detached. A matched attachment whose attributes differ
+    is replaced when ``replace`` (the pod's opt-in), else the change is refused."""
     free = list(live)
 
     def take(sel: Selection) -> Attachment | None:

@@ -193,13 +193,9 @@ class NetworkStatus:
     last_failure: str = ""
 
     async def after_add(self, inv: Invocation, atts: list[Attachment]) -> str:
-        """After a successful ADD: the pod's network-status (guarded by the pod's UID). A
-        failure is a warning the engine journals, and the write goes on in the background
-        (:mod:`netctl.kubeapi.statuswrites`) until the pod has it, is gone or replaced,
-        or the attachments are DELeted; with ``network-status-required`` it fails the ADD
-        instead (code 11: the engine undoes it and the runtime retries). The hot-plug is
-        told the ADD is done: it looks at the pod again (its annotation may have changed
-        during the ADD)."""
+        """After a successful ADD: the pod's network-status (:meth:`write_pod_status`) and
+        its claims' ``networkData``; the hot-plug is told the ADD is done (the annotation
+        may have changed during it). "" or the warning the engine journals."""
         if not inv.pod.name:
             return ""
         from netctl.kubeapi.objects import is_static
@@ -224,17 +220,19 @@ class NetworkStatus:
     async def write_pod_status(self, pod: Pod, annotate: OpStart, atts: list[Attachment],
                                required: bool = False, resumed: bool = False) -> str:
         """The network-status of ``pod`` (its UID the precondition) from ``atts``, all live
-        attachments of the container ``annotate`` names (journaled as that done ANNOTATE
-        when a background retry writes it, or at once when ``resumed``: a write after a
-        failed one); "" or the warning (:meth:`after_add`)."""
+        attachments of the container ``annotate`` names; "" or the warning.
+
+        A failed write goes on in the background (:mod:`netctl.kubeapi.statuswrites`) until
+        the pod has it, is gone or replaced, or the attachments are DELeted; ``required``
+        fails the ADD instead (code 11: undone, and the runtime retries). ``annotate`` is
+        journaled when a background retry writes it, or at once when ``resumed``."""
         from netctl.kubeapi.statuswrites import Write, patch_status
 
         ids = {a.id for a in atts}
         writes = self.client.writes
 
         async def current() -> bool:
-            """The attachments are all still live (no DEL, no newer ADD meanwhile): the
-            journal's index, no read."""
+            """No DEL and no newer ADD meanwhile (the journal's index, no read)."""
             return ids <= self.journal.live.of_container(annotate.container_id)
 
         async def written() -> None:
@@ -282,12 +280,7 @@ async def tell_refused(events: EventRecorder, timeout: float, inv: Invocation,
 
 @dataclass
 class KubeMode:
-    """Kubernetes mode's parts, finished, and what runs them.
-
-    :meth:`run` carries the watches and the deletions until :meth:`stop` (SIGTERM), which
-    cancels them first — a deletion the API server sends meanwhile is dropped with them
-    (the next start's relist finds the pod gone) — and lets the network-status writes
-    still pending make their last attempt."""
+    """Kubernetes mode's parts, finished, and what runs them."""
 
     client: KubeClient
     journal: Journal
@@ -305,9 +298,7 @@ class KubeMode:
     async def run(self, reconciler: Reconciler, grace: float,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The watches, and a deleted pod's attachments DELeted ``grace`` seconds later
-        (kubelet's own DEL normally comes first). Ends when :meth:`stop` is called (the
-        daemon stops): the watches and the deletions still waiting out their grace are
-        cancelled (the next start's relist finds those pods gone)."""
+        (kubelet's own DEL normally comes first), until :meth:`stop`."""
         c = self.client
         async with trio.open_nursery() as outer:
             await outer.start(c.writes.run)  # until stop(), then their last attempts
@@ -328,7 +319,6 @@ class KubeMode:
                         nursery.start_soon(self._delete_later, reconciler, grace, pod)
 
     async def _delete_later(self, reconciler: Reconciler, grace: float, pod: Pod) -> None:
-        """A deleted pod's attachments DELeted ``grace`` seconds later."""
         await trio.sleep(grace)
         done = await reconciler.pod_deleted(pod)
         if done:
@@ -350,9 +340,8 @@ class KubeMode:
 
     def stop(self) -> None:
         """End :meth:`run`: the watches and the deletions waiting out their grace are
-        cancelled at once (a deletion the informer is handing over right now is dropped,
-        not an error; the next start's relist finds that pod gone), and the network-status
-        writes still pending try once more."""
+        cancelled at once (the next start's relist finds those pods gone); the
+        network-status writes still pending try once more."""
         self.watching.cancel()
         self.client.writes.stop()
 

@@ -1,32 +1,16 @@
 """Networks in Kubernetes mode: NetworkAttachmentDefinitions from the Kubernetes client's cache.
 
 :class:`NadResolver` is the engine's :class:`~netctl.engine.choice.Resolver` over a
-:class:`NadLookup` — the client's NAD cache, which the watch keeps current, so a
-lookup is a dict read and never an API request. A reference is, as in Multus
-(``pkg/k8sclient/k8sclient.go``: ``getKubernetesDelegate``, ``getNetDelegate``):
-
-- ``ns/name``: that NAD, and nothing else. A pod's selections arrive in this form,
-  their namespace filled in by :mod:`netctl.kube.select`;
-- a bare name (``clusterNetwork``, ``defaultNetworks``; looked up in
-  ``multusNamespace``): the NAD of that name there, else the CNI config in the conf
-  dir whose network ``name`` it is;
-- an absolute path: that conf or conflist file (what ``install-cni --auto-config``
-  writes as ``clusterNetwork``). Multus also takes a directory (its first file);
-  netctl refuses one: name the file.
-
-A NAD annotated ``k8s.v1.cni.cncf.io/resourceName`` is a device network: its network
-carries the resource (:mod:`netctl.engine.devices` gives each of its attachments a device
-the pod was allocated).
-
-A NAD whose ``spec.config`` is empty stands for the CNI config of the NAD's name in the
-conf dir (the Network Plumbing WG spec; Multus' ``GetCNIConfig``); a ``spec.config``
-without a ``name`` gets the NAD's (as Multus' thick plugin does). The conf dir is the
-daemon's setting — Multus' ``confDir``, whose default ``/etc/cni/multus/net.d`` it keeps
-— not the network config's: one node, one dir. Files are read at each lookup (like a
-``clusterNetwork`` path); a NAD's ``spec.config`` is parsed once per resourceVersion.
-
-Faults are :class:`~netctl.errors.Refusal`: the plan names the pod they refuse, and
-the pod gets an Event saying the same.
+:class:`NadLookup`, the NAD cache the watch keeps current: a lookup is a dict read, never
+an API request. A reference is, as in Multus (``getKubernetesDelegate``,
+``getNetDelegate``): ``ns/name``, that NAD alone (a pod's selections, their namespace
+filled in by :mod:`netctl.kube.select`); a bare name (``clusterNetwork``,
+``defaultNetworks``, in ``multusNamespace``), the NAD of that name, else the conf dir's
+CNI config of that network name; an absolute path, that conf or conflist file (a
+directory is refused). An empty ``spec.config`` stands for the conf dir's config of the
+NAD's name; docs/networks.md has the rest. Files are read at each lookup; a NAD's
+``spec.config`` is parsed once per resourceVersion. Faults are
+:class:`~netctl.errors.Refusal`.
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
 """The daemon's read-only query endpoint (``--query-addr HOST:PORT``, Kubernetes mode): what
-``kubectl netctl`` asks each node, over HTTP, under the cluster's RBAC.
+``kubectl netctl`` asks each node, over HTTP(S), under the cluster's RBAC.
 
-Served, GET only (anything else: 405), each answer one JSON document
-``{"node": NAME, "answer": {…}}`` built by the same code as the local command
-(:mod:`netctl.reconcile.readonly`, the admin socket's status):
-
-- ``/v1/journal?ip=&at=&since=&pod=&container=&network=&running=&limit=`` — ``netctl
-  journal`` (``pod`` a selector: ``NS/NAME``, ``NAME``, ``NS/*`` for a namespace; ``at``
-  and ``since`` UNIX seconds: the caller reads the times it was given);
-- ``/v1/ipam/pools`` and ``/v1/ipam/leaks?grace=`` — ``netctl ipam pools|leaks``;
-- ``/v1/status`` — ``netctl status``'s document.
-
-Every request carries ``Authorization: Bearer <token>``; :class:`~netctl.kubeapi.review.Reviews`
-checks it with a TokenReview and a SubjectAccessReview (401 without a valid token, 403
-without the permission, 503 when the API server cannot say) before anything is read.
-Errors are ``{"node": NAME, "error": "…"}`` with the status. Nothing served writes: the
-journal is opened read-only, and no route reaches the engine or the reconciler.
-
-TLS: with ``query-tls-cert`` and ``query-tls-key`` (PEM files, e.g. a Secret mounted
-into the pod) the endpoint speaks HTTPS; without them plain HTTP — the bearer token then
-crosses the network in clear, so do that on loopback or a trusted network only.
-
-Routing (:func:`route`) is pure; :class:`QueryServer` answers a request, on the daemon's
-HTTP server (:class:`~netctl.httpserver.HttpServer`: one request per connection, reads
-and writes under a deadline).
+GET only; :data:`PATHS` are ``netctl journal`` (its filters as query parameters, times as
+UNIX seconds), ``netctl ipam pools|leaks`` and ``netctl status``, each answered
+``{"node": NAME, "answer": {…}}`` by the local commands' own code
+(:mod:`netctl.reconcile.readonly`), an error as ``{"node": NAME, "error": "…"}``. Every
+request's bearer token is checked first (:class:`~netctl.kubeapi.review.Reviews`: 401,
+403, 503). Nothing served writes: the journal is opened read-only. Without
+``query-tls-cert``/``query-tls-key`` the token crosses the network in clear: loopback or a
+trusted network only. Routing (:func:`route`) is pure.
 """
 
 from __future__ import annotations
@@ -47,14 +32,16 @@ if TYPE_CHECKING:  # the client is imported in Kubernetes mode only
 
 log = logging.getLogger("netctl.query")
 
-PATHS = ("/v1/journal", "/v1/ipam/pools", "/v1/ipam/leaks", "/v1/status")
+PATHS = {"journal": "/v1/journal", "pools": "/v1/ipam/pools", "leaks": "/v1/ipam/leaks",
+         "status": "/v1/status"}  # what is asked → its path
+_ASKED = {path: what for what, path in PATHS.items()}
 
 
 @dataclass(frozen=True)
 class Ask:
     """What a request asks: one of :data:`PATHS` and its parameters, checked."""
 
-    what: str  # journal, pools, leaks, status
+    what: str  # a key of PATHS
     filters: Filters | None = None
     grace: float = 0.0
 
@@ -82,17 +69,16 @@ def _number(query: dict[str, str], name: str) -> float | None:
 
 def route(req: Request) -> Ask:
     """What ``req`` asks, or :class:`Refused` (404, 405, 400). Pure."""
-    if req.path not in PATHS:
-        raise Refused(404, f"no {req.path}: one of {', '.join(PATHS)}")
+    what = _ASKED.get(req.path)
+    if what is None:
+        raise Refused(404, f"no {req.path}: one of {', '.join(PATHS.values())}")
     if req.method not in ("GET", "HEAD"):
         raise Refused(405, "read-only: GET only")
     q = req.query
-    if req.path == "/v1/ipam/pools":
-        return Ask("pools")
-    if req.path == "/v1/ipam/leaks":
+    if what == "leaks":
         return Ask("leaks", grace=_number(q, "grace") or 0.0)
-    if req.path == "/v1/status":
-        return Ask("status")
+    if what != "journal":
+        return Ask(what)
     limit = _number(q, "limit")
     return Ask("journal", Filters(
         pod=q.get("pod") or None, container=q.get("container") or None,

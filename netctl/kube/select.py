@@ -1,32 +1,12 @@
-"""Kubernetes mode: which networks a pod gets, read from its annotations as Multus reads them.
+"""Kubernetes mode: which networks a pod gets, read from its annotations as Multus reads them
+(``pkg/k8sclient/k8sclient.go``, ``pkg/types/conf.go``); the rules are in docs/networks.md
+("Kubernetes mode").
 
-:class:`KubeSelector` is the engine's :class:`~netctl.engine.choice.Selector` in
-Kubernetes mode. The pod's annotations come from the runtime when it passes them
-(``runtimeConfig["io.kubernetes.cri.pod-annotations"]``: CRI-O, and containerd with the
-capability declared) — then there is no API read at all — else from the Kubernetes client's
-pod cache (:class:`PodLookup`), whose pod must carry the UID the runtime gave
-(:func:`check_pod`). The decision itself is the pure :func:`choose`, which follows
-Multus (``pkg/k8sclient/k8sclient.go``, ``pkg/types/conf.go``):
-
-- ``k8s.v1.cni.cncf.io/networks``, both forms, adds the pod's networks. A name without
-  a namespace is in the pod's namespace (Multus does not fall back to ``default``, as
-  standalone mode does). Every field is checked before anything runs: names (DNS-1123),
-  interface names, ``ips``, ``mac``, ``infiniband-guid``, ``default-route`` (addresses;
-  at most one IPv4 and one IPv6 gateway across the pod: Multus refuses ECMP).
-- ``v1.multus-cni.io/default-network``, one reference in either form, replaces the
-  cluster network (or the first of ``delegates``); its namespace defaults to
-  ``multusNamespace``. Its ``cni-args`` reach the cluster network; its ``ips``,
-  ``mac`` … are ignored, as Multus ignores them for the cluster network; an
-  ``interface`` other than CNI_IFNAME is refused (the runtime reads the result there).
-- ``namespaceIsolation``: a pod's networks only from its own namespace or one of
-  ``globalNamespaces`` (``default`` when that is not set). Multus does not check the
-  default-network annotation at all; netctl does, allowing ``multusNamespace`` too,
-  where cluster networks live.
-- ``systemNamespaces``: their pods get no ``defaultNetworks``; ``clusterNetwork`` and
-  ``defaultNetworks`` are looked up in ``multusNamespace``.
-
-A malformed annotation or a forbidden reference is a :class:`~netctl.errors.Refusal`
-(code 7) naming the pod and the bad part, with the Event the client posts on the pod.
+:class:`KubeSelector` is the engine's :class:`~netctl.engine.choice.Selector` in this mode.
+The pod's annotations come from the runtime when it passes them (then no API read at all),
+else from the pod cache (:class:`PodLookup`), whose pod must carry the runtime's UID
+(:func:`check_pod`). The decision is the pure :func:`choose`; what it refuses is a
+:class:`~netctl.errors.Refusal` (code 7) naming the pod and the bad part.
 """
 
 from __future__ import annotations
@@ -135,7 +115,7 @@ def check_pod(verb: str, pod: PodRef, found: Pod | None) -> str:
 
 def choose(conf: NetctlConf, pod: PodRef, annotations: Mapping[str, Any],
            ifname: str) -> Choice:
-    """The pod's :class:`~netctl.engine.choice.Choice` from its annotations (module doc)."""
+    """The pod's :class:`~netctl.engine.choice.Choice` from its annotations."""
     ref = pod.key
     home = conf.multusNamespace
     networks: list[selection.Selection] = []

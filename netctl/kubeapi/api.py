@@ -1,37 +1,30 @@
 """The Kubernetes API as netctl calls it: raw JSON from trio.
 
 Where the API server is and who netctl is to it (an :class:`Access`) is read by netctl
-itself for an in-cluster service account and the common kubeconfigs
-(:func:`netctl.kubeapi.lite.lean_config`), else by kubernetes-asyncio's loaders
-(an exec credential plugin, OIDC, a username and password, several kubeconfig files:
-:mod:`netctl.kubeapi.full`, through trio-asyncio). Either way every call goes over
-:class:`~netctl.kubeapi.http.Http` (proxies included), and no model layer: every
-call's body stays bytes, which the callers decode with msgspec into the few fields netctl
-keeps. A 401 reads the credentials again and retries once (a rotated service-account
-token).
+itself (:func:`netctl.kubeapi.lite.lean_config`), else by kubernetes-asyncio's loaders
+(:mod:`netctl.kubeapi.full`). Every call goes over :class:`~netctl.kubeapi.http.Http`,
+with no model layer: bodies stay bytes, which the callers decode with msgspec. A 401
+reads the credentials again and retries once (a rotated service-account token).
 
-Every call has a timeout (``api-timeout``, a setting: slow control planes exist), and
-a failure is one :class:`ApiError`: ``status`` the HTTP status, 0 when the server
-could not be reached or did not answer in time. :attr:`Api.unreachable` says why the
-last call failed so (a request, or the opening of a watch; empty once one is answered),
-and the callbacks given to :meth:`Api.on_unreachable` are called at each such failure:
-a caller waiting for a watch to bring something stops waiting for a server known gone.
-A watch the server ends, or whose stream drops, is not such a failure: its renewal is
-the call that tells.
+Every call has a timeout (``api-timeout``), and a failure is one :class:`ApiError`:
+``status`` the HTTP status, 0 when the server could not be reached or did not answer in
+time; then :attr:`Api.unreachable` says why and the :meth:`Api.on_unreachable` callbacks
+are called (a caller waiting for a watch stops waiting for a server known gone). A watch
+the server ends, or whose stream drops, is not such a failure: its renewal tells.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import AsyncGenerator, Callable
-from typing import Protocol
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Protocol, TypeVar
 from urllib.parse import urlencode
 
 import trio
 
 from netctl.kubeapi.errors import JSON as JSON
-from netctl.kubeapi.errors import ApiError as ApiError  # (where they were)
+from netctl.kubeapi.errors import ApiError as ApiError
 from netctl.kubeapi.errors import KubeSettings as KubeSettings
 from netctl.kubeapi.errors import Query as Query
 from netctl.kubeapi.errors import reason_of
@@ -39,8 +32,8 @@ from netctl.kubeapi.http import Endpoint, Headers, Http, HttpError, Stream
 from netctl.kubeapi.lite import lean_config
 
 log = logging.getLogger("netctl.kube")
+T = TypeVar("T")
 PATCH_MERGE = "application/merge-patch+json"
-PATCH_JSON = "application/json-patch+json"
 
 
 class Access(Protocol):
@@ -241,10 +234,33 @@ class Api:
         raise AssertionError("unreachable")
 
 
+def with_api(settings: KubeSettings, fn: Callable[[Api], Awaitable[T]]) -> T:
+    """``fn(api)`` from synchronous code (the CLI): its own trio run and API client, with
+    the asyncio loop kubernetes-asyncio's loaders need only when the configuration is one
+    netctl does not read itself (:mod:`netctl.kubeapi.full`)."""
+    lean = lean_config(settings)  # read once: the kubeconfig, its CA and key
+
+    async def call() -> T:
+        api = Api(lean, settings) if lean is not None else await Api.connect(settings)
+        try:
+            return await fn(api)
+        finally:
+            await api.close()
+
+    if lean is not None:
+        return trio.run(call)
+
+    import trio_asyncio
+
+    async def on_loop() -> T:
+        async with trio_asyncio.open_loop():
+            return await call()
+
+    return trio.run(on_loop)
+
+
 def _target(path: str, query: Query | None) -> str:
     return f"{path}?{urlencode(query)}" if query else path
-
-
 
 
 # HTTP statuses an API server answers that a metric names by number; others by class

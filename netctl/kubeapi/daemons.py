@@ -14,18 +14,14 @@ named as not answering, never left out.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import msgspec
-import trio
 
-from netctl.kubeapi.api import Api
 from netctl.kubeapi.blocks import BLOCKS
-from netctl.kubeapi.errors import ApiError, KubeSettings, Query
-from netctl.kubeapi.lite import lean_config
+from netctl.kubeapi.errors import ApiError, Query
 from netctl.kubeapi.objects import Block
 
 
@@ -35,7 +31,6 @@ class Lister(Protocol):
 
     async def list(self, path: str, query: Query) -> bytes: ...
 
-T = TypeVar("T")
 NAMESPACE = "kube-system"
 SELECTOR = "app.kubernetes.io/name=netctl"
 PORT = 9470
@@ -135,28 +130,3 @@ async def block_owners(api: Lister, ip: str, at: float | None) -> list[dict[str,
         raise
     items = msgspec.json.decode(data).get("items") or []
     return owners_at([msgspec.convert(i, Block) for i in items], ip, at)
-
-
-def with_api(settings: KubeSettings, fn: Callable[[Api], Awaitable[T]]) -> T:
-    """``fn(api)`` from synchronous code (the CLI): its own trio run and API client, with
-    the asyncio loop kubernetes-asyncio's loaders need only when the configuration is one
-    netctl does not read itself (:mod:`netctl.kubeapi.full`)."""
-    lean = lean_config(settings)  # read once: the kubeconfig, its CA and key
-
-    async def call() -> T:
-        api = Api(lean, settings) if lean is not None else await Api.connect(settings)
-        try:
-            return await fn(api)
-        finally:
-            await api.close()
-
-    if lean is not None:
-        return trio.run(call)
-
-    import trio_asyncio
-
-    async def on_loop() -> T:
-        async with trio_asyncio.open_loop():
-            return await call()
-
-    return trio.run(on_loop)

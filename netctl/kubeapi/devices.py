@@ -1,25 +1,13 @@
 """A pod's allocated devices in Kubernetes mode: its claims', then the kubelet's.
 
 :class:`PodDevices` is the engine's :class:`~netctl.engine.devices.DeviceSource` here. For
-the resources an ADD's device networks name, it asks:
-
-1. the pod's ResourceClaims (:class:`~netctl.kubeapi.dra.ClaimDevices`: each read with
-   a GET, its devices matched to networks through the node's ResourceSlices), when the pod
-   has any (:attr:`~netctl.kubeapi.objects.Pod.claims`, from the pod cache) — DRA;
-2. the kubelet's PodResources API (:class:`~netctl.devices.podresources.PodResources`, one
-   ``List``) for the resources the claims did not cover: its device plugins' devices, then
-   the DRA devices it prepared for the pod that the pod's claims as read did not give (a
-   claim the pod object does not show yet), matched through the same slices.
-
-A claim that cannot be read (:class:`~netctl.kubeapi.dra.ClaimUnread`: refused, or the
-API server not answering) does not fail the ADD while the kubelet can say what it prepared:
-the kubelet's answer stands in for every claim of the pod (its DRA devices through the
-slices, which the daemon watches). The claims, as the API has them, come first because the
-claim is what the networkData is written to and what the scheduler decided; the kubelet
-lists only the claims its containers use (``resources.claims``).
-
-So a pod whose devices all come through its claims never needs the PodResources socket,
-and a node without DRA never reads a claim. Both sources failing is code 11.
+the resources an ADD's device networks name, it asks the pod's ResourceClaims
+(:class:`~netctl.kubeapi.dra.ClaimDevices`) when the pod has any — the claim is what the
+scheduler decided and where networkData is written — then the kubelet's PodResources API
+(:class:`~netctl.devices.podresources.PodResources`) for the resources the claims did not
+cover: its device plugins' devices, then the DRA devices it prepared. A claim that cannot
+be read (:class:`~netctl.kubeapi.dra.ClaimUnread`) does not fail the ADD while the kubelet
+can stand in for it; both failing is code 11. docs/networks.md has the whole story.
 """
 
 from __future__ import annotations

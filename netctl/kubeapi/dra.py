@@ -1,47 +1,18 @@
-"""DRA: a pod's network devices from its ResourceClaims, and the network data written back.
+"""DRA: a pod's network devices from its ResourceClaims, and the network data written back
+(``resource.k8s.io/v1``; what it does, and the RBAC it needs, is in docs/networks.md, "DRA").
 
-With Dynamic Resource Allocation (``resource.k8s.io/v1``, Kubernetes 1.34 and later) a
-pod has ResourceClaims (:func:`netctl.kubeapi.objects.pod_claims`: those its spec names
-directly, those made from its templates, the one made for its extended resources); the
-scheduler allocates devices a DRA driver publishes in ResourceSlices. A device meant for a
-CNI network carries, in its slice, the attributes Multus reads (v4.3):
+A device meant for a CNI network carries, in its ResourceSlice, Multus v4.3's attributes
+:data:`RESOURCE_ATTR` (matched to a NAD's ``resourceName``) and :data:`DEVICE_ATTR` (the id
+its delegate gets); a device without them is no network's, except in the pod's
+extended-resource claim, where it is the extended resource its request serves.
 
-- ``k8s.cni.cncf.io/resourceName``: the resource a NAD's
-  ``k8s.v1.cni.cncf.io/resourceName`` names — how a device is matched to a network;
-- ``k8s.cni.cncf.io/deviceID``: the id its delegate gets (a PCI address for SR-IOV).
-
-A device without them (a GPU in the same claim) is no network's and is left alone, except
-in the claim made for the pod's extended resources: there a device without a resourceName
-attribute is the extended resource its request serves
-(``status.extendedResourceClaimStatus.requestMappings``).
-
-:class:`ClaimDevices` answers :meth:`~ClaimDevices.allocated` for an ADD: each claim of the
-pod read with one GET (a pod's claims are its own: few, and read only for a pod that has
-some and a network that names a resource — no daemon watches every claim of the cluster),
-each allocated device looked up in the node's slices, which are watched (list, then watch,
-``fieldSelector=spec.nodeName=<node>``: this node's only), from the first pod with claims
-on. A claim that cannot be read (refused, the API server not answering) is
-:class:`ClaimUnread`: :class:`netctl.kubeapi.devices.PodDevices` then takes the pod's
-DRA devices from the kubelet's PodResources answer instead (which devices of which claim it
-prepared, :meth:`~ClaimDevices.prepared`), matched to networks through the same slices.
-
-After the ADD, :meth:`~ClaimDevices.report` writes, for each attached device, the claim's
-``status.devices[]`` entry (KEP-4817): ``networkData`` (interface name, addresses, hardware
-address) and a ``Ready`` condition, other entries — a driver's own — kept
-(:func:`merged`; an entry is written only for a device the claim's allocation holds, as
-the API server requires, and not at all when nothing would change); a merge patch of the
-``status`` subresource with the claim's resourceVersion as its precondition, read again
-and retried on a conflict. A write the API server does not take is a warning of the ADD
-(which stands), a Warning Event ``NetworkDataNotWritten`` on the pod saying why, and one
-count of the ``on_failure`` metric.
-
-The RBAC it needs: ``get`` on resourceclaims, ``patch`` on resourceclaims/status,
-``list`` and ``watch`` on resourceslices — and, from Kubernetes 1.36
-(``DRAResourceClaimGranularStatusAuthorization``), for changing ``status.devices``, the
-verb ``associated-node:patch`` on the synthetic ``resourceclaims/driver`` (its resource name
-the device's driver): the API server checks it for a ServiceAccount token bound to a pod of
-the node the claim is allocated on (the DaemonSet's token is), ``arbitrary-node:patch``
-otherwise.
+:class:`ClaimDevices` reads each claim of the pod with one GET (no daemon watches every
+claim of the cluster) and looks each allocated device up in the node's slices, watched from
+the first pod with claims on. A claim that cannot be read is :class:`ClaimUnread`:
+:class:`netctl.kubeapi.devices.PodDevices` then takes the kubelet's answer instead
+(:meth:`~ClaimDevices.prepared`). After the ADD, :meth:`~ClaimDevices.report` writes each
+attached device's ``status.devices[]`` entry (KEP-4817, :func:`merged`) with the claim's
+resourceVersion as precondition, retried on a conflict.
 """
 
 from __future__ import annotations
@@ -59,7 +30,7 @@ from netctl.devices.podresources import ClaimedDevice
 from netctl.errors import TRY_AGAIN_LATER, CNIError
 from netctl.journal.records import Attachment
 from netctl.kubeapi.api import PATCH_MERGE, Api, ApiError
-from netctl.kubeapi.events import EventRecorder
+from netctl.kubeapi.events import EventRecorder, timestamp
 from netctl.kubeapi.informer import Informer
 from netctl.kubeapi.objects import REASON_NETWORK_DATA_REFUSED, Meta, Pod, Slice
 
@@ -131,7 +102,7 @@ class Held(msgspec.Struct, frozen=True):
 
 class ClaimUnread(CNIError):
     """A claim of the pod that could not be read (code 11): the kubelet's answer may
-    stand in for it (module doc)."""
+    stand in for it."""
 
 
 # -- pure ------------------------------------------------------------------------------------
@@ -243,17 +214,12 @@ def refusal_note(namespace: str, name: str, reason: str) -> str:
     return note
 
 
-def _rfc3339(wall: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
-
-
 # -- the API ---------------------------------------------------------------------------------
 
 
 class ClaimDevices:
-    """A pod's network devices from its claims; their status written back (module doc).
-    ``events``: where the Event of a write not taken goes (by default a recorder of its
-    own); ``on_failure``: counted at each such write (the metric)."""
+    """A pod's network devices from its claims; their status written back. ``events``:
+    where the Event of a write not taken goes; ``on_failure``: counted at each such write."""
 
     def __init__(self, api: Api, node: str, wait: float = 2.0, *,
                  events: EventRecorder | None = None,
@@ -265,7 +231,6 @@ class ClaimDevices:
                                                 [("fieldSelector", f"spec.nodeName={node}")])
         self._nursery: trio.Nursery | None = None
         self._watching = False
-        self.writes = self.conflicts = self.unchanged = self.failures = 0
 
     async def run(self) -> None:
         """Hold the nursery the slices' watch starts in (when first needed)."""
@@ -340,7 +305,6 @@ class ClaimDevices:
             except (ApiError, CNIError) as exc:
                 reason = exc.reason if isinstance(exc, ApiError) else exc.msg
                 failures.append(f"ResourceClaim {namespace}/{name}: {reason}")
-                self.failures += 1
                 if self.on_failure is not None:
                     self.on_failure()
                 with trio.move_on_after(self.api.settings.api_timeout):
@@ -363,9 +327,8 @@ class ClaimDevices:
                 if h.device_id in devices}
             if not entries:
                 return
-            new = merged(claim.status.devices, entries, _rfc3339(time.time()))
+            new = merged(claim.status.devices, entries, timestamp(time.time()))
             if new == claim.status.devices:
-                self.unchanged += 1
                 return
             body = {"metadata": {"resourceVersion": claim.metadata.resourceVersion},
                     "status": {"devices": new}}
@@ -375,10 +338,8 @@ class ClaimDevices:
                                        content_type=PATCH_MERGE)
             except ApiError as exc:
                 if exc.status == 409:
-                    self.conflicts += 1
                     continue
                 raise
-            self.writes += 1
             return
         raise CNIError(TRY_AGAIN_LATER, f"ResourceClaim {namespace}/{name}: the status kept "
                        f"changing ({CONFLICT_TRIES} conflicts)")

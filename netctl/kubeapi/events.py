@@ -3,21 +3,14 @@ hot-plugged — a repeat counted on the Event already posted, as kubelet's event
 (client-go's correlator) counts one: a sandbox the runtime ADDs again every few seconds
 leaves one Event whose ``count`` grows, not one object in etcd per try.
 
-- **The same Event**: one pod (namespace, name and UID), one type, reason and message. Another
-  message is another Event (the owner fixed one part of the annotation, another is still
-  wrong: the message is what they read).
-- :class:`EventLog` (pure) remembers, per Event, the name it gave it and its count: at
-  most ``size`` Events (the least recently seen forgotten first), each until ``ttl``
-  seconds (10 minutes) pass without a repeat; then a repeat starts a new Event.
-  :meth:`EventLog.observe` decides what to write: a new Event named
-  ``<pod>.<hex nanoseconds>`` (kubelet's names) with count 1, or the Event it knows, its
-  count one higher.
-- :class:`EventRecorder` writes it: a create; for an Event known to be in the API a
-  merge patch of ``count`` and ``lastTimestamp``. A patch answered 404 (the Event
-  expired, the API server keeps Events an hour after their last write, or it was
-  deleted) creates it again under its name, with its count and ``firstTimestamp``, as
-  client-go does; a create answered 409 (the Event is there: an earlier create's answer
-  was lost) patches it. Best effort: a failure is logged and never fails the ADD.
+The same Event is one pod (namespace, name and UID), type, reason and message
+(:class:`Key`). :class:`EventLog` (pure) decides what to write: a new Event named as
+kubelet names its own, or the one it knows with its count one higher (at most ``size``
+remembered, each for ``ttl`` seconds after its last repeat). :class:`EventRecorder`
+writes it: a create, or a merge patch of ``count`` and ``lastTimestamp``; a patch
+answered 404 (the Event expired) creates it again, a create answered 409 (an earlier
+create's answer was lost) patches it, as client-go does. Best effort: a failure is
+logged, never fails the ADD.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""The configurations netctl does not read itself, read by kubernetes-asyncio's loaders.
-
-Most daemons and commands never load this module: :func:`netctl.kubeapi.lite.lean_config`
-reads an in-cluster service account and the common kubeconfigs itself. What is left comes
-here, at the loaders' cost (kubernetes-asyncio's configuration and, through it, aiohttp and
-the asyncio bridge: some 11 MiB of a daemon's memory): an ``exec`` credential plugin, an
-``auth-provider`` (OIDC), a username and password, several files in ``$KUBECONFIG``, a
-``proxy-url`` other than http. The loaders fill a ``Configuration`` (never a client
-session): :class:`FullConfig` gives the calls' endpoint and credentials from it, and the
-calls go over :class:`~netctl.kubeapi.http.Http` as every other call does.
-
-The loaders and the credentials' refresh hooks are asyncio code: they run on the loop
-trio-asyncio opened (the caller opens it: :func:`netctl.kubeapi.daemons.with_api`, the
-daemon's main).
+"""The configurations netctl does not read itself, read by kubernetes-asyncio's loaders: an
+``exec`` credential plugin, an ``auth-provider``, a username and password, several files
+in ``$KUBECONFIG``, a ``proxy-url`` other than http (:mod:`netctl.kubeapi.lite` reads the
+rest). Only then are the loaders (and aiohttp, some 11 MiB) loaded. They fill a
+``Configuration`` (never a client session) from which :class:`FullConfig` gives the
+endpoint and credentials; the calls go over :class:`~netctl.kubeapi.http.Http` as every
+other. The loaders and their refresh hooks are asyncio code, run on the loop trio-asyncio
+opened (:func:`netctl.kubeapi.api.with_api`, the daemon's main).
 """
 
 from __future__ import annotations

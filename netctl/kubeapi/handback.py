@@ -1,30 +1,16 @@
-"""Handing addresses back to whereabouts, for a rollback: what netctl holds on a node,
-written where whereabouts looks, so that whereabouts never hands a running pod's address
-out again and releases it itself when the pod's DEL reaches it.
+"""Handing addresses back to whereabouts, for a rollback (``netctl ipam handback``,
+docs/migrating.md): what netctl holds on a node, written where whereabouts looks, so that
+whereabouts never hands a running pod's address out again and releases it itself when the
+pod's DEL reaches it.
 
-After an uninstall, pods started under netctl keep their interfaces and addresses until
-they are deleted. whereabouts knows nothing of the addresses netctl-ipam gave them (also
-when netctl served whereabouts' NADs through ``ipam-takeover``): they are in netctl's
-journal only. :func:`plan` turns the journal's live allocations (:class:`Held`) into
-whereabouts' records, as whereabouts writes them (read from its source,
-``pkg/storage/kubernetes/ipam.go``; the reader in :mod:`netctl.kubeapi.whereabouts` reads
-the same):
-
-- one ``IPPool`` per range, named ``[<network_name>-]<range>`` with ``/`` and ``:`` as
-  ``-`` (``IPPoolName``, ``normalizeRange``), its ``spec.range`` the range's network as a
-  CIDR (whereabouts' ``ipNet.String()``), each address an entry of ``spec.allocations``
-  keyed by its offset from that network address, ``{"id": container id, "podref":
-  "ns/name", "ifname": …}`` — the container id and interface whereabouts' DEL matches;
-- with overlapping ranges (whereabouts' default, and netctl's: the journal's allocation
-  scope ``network:…``) one ``OverlappingRangeIPReservation`` per address, named by
-  ``NormalizeIP`` (``[<network_name>-]<address>``, ``:`` as ``-``), ``spec.podref`` and
-  ``spec.ifname``, which whereabouts' DEL deletes.
-
-:func:`hand_back` writes them: a pool that does not exist is created whole; an existing
-one gets a JSON patch that tests its resourceVersion and adds only the missing entries
-(retried on a conflict, as whereabouts retries). An entry already there for the same
-container and interface is ``present`` (a second run changes nothing); one there for
-another owner is a ``conflict``, never overwritten. Nothing is deleted.
+:func:`plan` (pure) turns the journal's live allocations (:class:`Held`) into whereabouts'
+records as whereabouts writes them (``pkg/storage/kubernetes/ipam.go``; the formats are in
+:mod:`netctl.kubeapi.whereabouts`, which reads them): an ``IPPool`` entry per address and,
+for overlapping ranges, an ``OverlappingRangeIPReservation``. :func:`hand_back` writes
+them: a missing pool created whole, an existing one patched with a resourceVersion test and
+only the missing entries (retried on a conflict). An entry there for the same container
+and interface is ``present``; one for another owner a ``conflict``, never overwritten.
+Nothing is deleted.
 """
 
 from __future__ import annotations
@@ -33,12 +19,11 @@ import ipaddress
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 import msgspec
-import trio
-import trio_asyncio
 
-from netctl.kubeapi.api import Api, ApiError, KubeSettings
+from netctl.kubeapi.api import Api, ApiError, KubeSettings, with_api
 from netctl.kubeapi.whereabouts import GROUP
 
 log = logging.getLogger("netctl.kube")
@@ -280,14 +265,6 @@ async def hand_back(api: Api, held: Iterable[Held], *, namespace: str = NAMESPAC
 
 def run_hand_back(settings: KubeSettings, held: list[Held], *, namespace: str = NAMESPACE,
                   dry_run: bool = False) -> list[Outcome]:
-    """:func:`hand_back` from synchronous code (the CLI): its own trio run and API client."""
-
-    async def go() -> list[Outcome]:
-        async with trio_asyncio.open_loop():
-            api = await Api.connect(settings)
-            try:
-                return await hand_back(api, held, namespace=namespace, dry_run=dry_run)
-            finally:
-                await api.close()
-
-    return trio.run(go)
+    """:func:`hand_back` from synchronous code (the CLI)."""
+    return with_api(settings, partial(hand_back, held=held, namespace=namespace,
+                                      dry_run=dry_run))

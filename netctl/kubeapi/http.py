@@ -149,19 +149,10 @@ class _Counted(httpcore.AsyncNetworkBackend):
         try:
             stream = await self._trio.connect_tcp(host, port, timeout, local_address,
                                                   socket_options)
-        except httpcore.ConnectError as exc:
-            raise httpcore.ConnectError(
-                f"connecting to {host}:{port}: {describe(exc, timeout)}") from exc
-        except httpcore.ConnectTimeout as exc:
-            raise httpcore.ConnectTimeout(
-                f"connecting to {host}:{port}: {describe(exc, timeout)}") from exc
+        except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+            raise type(exc)(f"connecting to {host}:{port}: {describe(exc, timeout)}") from exc
         self.opened += 1
         return _Tls(stream, f"{host}:{port}")
-
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: typing.Iterable[httpcore.SOCKET_OPTION]
-                                  | None = None) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("netctl speaks HTTP over TCP only")  # (never asked)
 
     async def sleep(self, seconds: float) -> None:
         await self._trio.sleep(seconds)
@@ -317,9 +308,8 @@ def describe(exc: BaseException, timeout: float | None) -> str:
     if isinstance(found, OSError) and found.errno:
         name = errno.errorcode.get(found.errno, str(found.errno))
         return f"{name} ({os.strerror(found.errno)})"
-    if isinstance(exc, httpcore.RemoteProtocolError) and "disconnected" in str(exc):
-        return "the connection was closed by the other end"
-    if _closed(exc):
+    if _closed(exc) or (isinstance(exc, httpcore.RemoteProtocolError)
+                        and "disconnected" in str(exc)):
         return "the connection was closed by the other end"
     return str(exc) or type(exc).__name__
 

@@ -1,9 +1,7 @@
 """A watched cache of one kind of object: list, then watch from the list's resourceVersion.
 
-:class:`Informer` keeps only the fields netctl needs (msgspec structs decoded straight
-from the API's JSON: :class:`~netctl.kubeapi.objects.Pod`,
-:class:`~netctl.kubeapi.objects.Nad`),
-keyed by (namespace, name):
+:class:`Informer` keeps only the fields netctl needs (msgspec structs of
+:mod:`netctl.kubeapi.objects`), keyed by (namespace, name):
 
 - it lists (with its selector), replaces the cache with the list — a key missing from
   a relist is a deletion, reported like one — and watches from the list's
@@ -12,15 +10,10 @@ keyed by (namespace, name):
   resourceVersion seen, without a relist; a watch whose resourceVersion is too old (410
   Gone, as an ERROR event or an HTTP status) relists; an unreachable API server is
   retried with a capped back-off (0.5 s doubling to 30 s), the cache kept meanwhile;
-- ``synced`` is set after the first list; ``state``, the time of the last list or event
-  (:meth:`age`) and counts of lists, watches and events are what ``netctl status``
-  shows; ``on_delete`` is called for every deletion (the daemon's pod deletions feed
-  the reconciler); :meth:`wait_for` lets a caller wait for a key the watch has not
-  delivered yet (kubelet often runs a sandbox before the watch brings its pod), and
-  :meth:`wait_synced` for the first list; :meth:`wake_waiters` ends every such wait at
-  once (the key or the list not there): the informer calls it when a list or the
-  renewal of its watch fails, as no event comes while it backs off; its owner also when
-  another call finds the API server unreachable.
+- ``synced`` is set after the first list; :meth:`wait_for` waits for a key the watch has
+  not delivered yet (kubelet often runs a sandbox before the watch brings its pod);
+  :meth:`wake_waiters` ends every wait at once when nothing will come (a failed list or
+  watch renewal, or its owner finding the API server unreachable).
 """
 
 from __future__ import annotations
@@ -89,7 +82,6 @@ class Informer(Generic[T]):
         self.synced = trio.Event()
         self.state = "starting"
         self.last_seen = 0.0  # monotonic time of the last list or event
-        self.last_list = 0.0  # monotonic time of the last list
         self.lists = self.watches = self.events = 0
         self.event_bytes = 0  # the watch events' bytes, as received
         self.list_bytes = self.list_objects = 0  # what the lists brought
@@ -191,7 +183,7 @@ class Informer(Generic[T]):
         for obj in fresh.values():
             self._put(obj)
         self.resource_version = listed.metadata.resourceVersion
-        self.last_seen = self.last_list = time.monotonic()
+        self.last_seen = time.monotonic()
         self.synced.set()
         waiter = self._waiters.pop(None, None)
         if waiter is not None:

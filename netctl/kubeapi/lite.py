@@ -1,26 +1,13 @@
 """The API server's address and credentials, read by netctl itself: kubernetes-asyncio is
-not loaded for them.
+not loaded for them (docs/kubernetes.md, "How the daemon talks to the API server").
 
-:func:`lean_config` reads
-
-- in-cluster (the daemon in its DaemonSet): ``KUBERNETES_SERVICE_HOST`` and
-  ``KUBERNETES_SERVICE_PORT``, the service account's token and CA
-  (``/var/run/secrets/kubernetes.io/serviceaccount``), the token read again once a
-  minute (bound tokens rotate) and at once when the server answers 401;
-- a kubeconfig: ``--kubeconfig``, else ``$KUBECONFIG`` (one file), else
-  ``~/.kube/config``; its ``current-context``, that context's cluster and user;
-  the cluster: ``server`` (http or https), ``certificate-authority`` or
-  ``certificate-authority-data``, ``insecure-skip-tls-verify``, ``tls-server-name``,
-  ``proxy-url`` (http); the user: ``token`` or ``tokenFile``, ``client-certificate(-data)``
-  and ``client-key(-data)`` (a token file read again once a minute; the kubeconfig read
-  again when the server answers 401).
-
-A proxy in the environment is honoured (:func:`~netctl.kubeapi.http.environment_proxy`),
-and a ``~/.netrc`` entry for the server gives basic auth where the user has no token.
-Anything else — an ``exec`` credential plugin, an ``auth-provider``, a username and
-password, several files in ``$KUBECONFIG`` — is None: the caller loads the configuration
-with kubernetes-asyncio (:mod:`netctl.kubeapi.full`). Paths in the kubeconfig are
-relative to its directory, as kubectl reads them.
+:func:`lean_config` reads in-cluster (the service account's token and CA, the token read
+again once a minute and after a 401) and a kubeconfig (``--kubeconfig``, else a single
+``$KUBECONFIG`` file, else ``~/.kube/config``: its current context's cluster — ``server``,
+its CA, ``insecure-skip-tls-verify``, ``tls-server-name``, an http ``proxy-url`` — and user
+— a token, a token file, a client certificate); paths relative to the kubeconfig's
+directory, as kubectl reads them. A ``~/.netrc`` entry gives basic auth where the user has
+no token. Anything else is None: the caller loads it with :mod:`netctl.kubeapi.full`.
 """
 
 from __future__ import annotations

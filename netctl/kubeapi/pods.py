@@ -1,29 +1,17 @@
 """The node's pods and the cluster's NetworkAttachmentDefinitions, as Kubernetes mode reads
 them: watched caches, and a pod lookup that costs no API read in steady state.
 
-:class:`PodSource` watches the pods of one node (field selector ``spec.nodeName``).
-:meth:`PodSource.lookup` answers from the cache; a pod the watch has not delivered yet
+:class:`PodSource` watches the pods of one node; a pod the watch has not delivered yet
 (kubelet often runs the sandbox before the watch brings its pod) is waited for up to
-``pod-wait`` seconds, then read with at most one GET. A pod bound to another node
-(``spec.nodeName``: the GET finds any pod, the cache only this node's) is refused with
-code 7 naming both nodes (:func:`check_node`): its network-status is not this node's to
-write, and its deletion would never reach this node's watch. An API server that cannot be
-reached makes the lookup fail with code 11 (try again later), naming the server — an
-ADD that needs the pod cannot go on, while a DEL never needs it. The wait is skipped, or
-ends, as soon as the server is known unreachable: the pods' watch is backing off after a
-failed list or renewal, or a call to the API (the watch's renewal, any request) has
-failed to reach it since the last one that did (:attr:`~netctl.kubeapi.api.Api.unreachable`);
-the GET then says so. Deleted pods are passed to ``on_deleted`` (the daemon DELetes their
-attachments after a grace period, matching by UID, never by name).
+``pod-wait`` seconds, then read with at most one GET. A pod bound to another node is
+refused (:func:`check_node`): its network-status is not this node's to write, and its
+deletion would never reach this node's watch. An API server that cannot be reached is code
+11 for an ADD that needs the pod (a DEL never does), and no wait happens while it is known
+unreachable (:attr:`~netctl.kubeapi.api.Api.unreachable`, the watch backing off).
 
-:class:`NadSource` watches every NetworkAttachmentDefinition. A lookup before its first
-list raises :class:`~netctl.errors.NotListedYet` (code 11); the engine then waits for
-that list (:meth:`NadSource.wait_listed`) up to ``pod-wait`` seconds, as for a pod — not
-at all while the API server is known unreachable — and looks again.
-
-:func:`pods_on` lists the pods of a node with one LIST, each with its network-status
-(the cluster IPAM reads who holds which address of a block it adopts, and whether a node
-that is gone still has pods).
+:class:`NadSource` watches every NetworkAttachmentDefinition; a lookup before its first
+list raises :class:`~netctl.errors.NotListedYet`, and the engine waits for that list as
+for a pod.
 """
 
 from __future__ import annotations
@@ -60,13 +48,12 @@ class _PodList(msgspec.Struct, forbid_unknown_fields=False):
 
 
 async def pods_on(api: Api, node: str, limit: int | None = None) -> list[PodWithStatus]:
-    """The pods bound to ``node`` (at most ``limit``), from one LIST."""
+    """The pods bound to ``node`` (at most ``limit``), with their network-status, from one
+    LIST (the cluster IPAM's: who holds a block's addresses, whether a gone node has pods)."""
     params = [("fieldSelector", f"spec.nodeName={node}")]
     if limit is not None:
         params.append(("limit", str(limit)))
     return msgspec.json.decode(await api.list(PODS, params), type=_PodList).items
-
-
 
 
 class PodSource:
@@ -99,8 +86,7 @@ class PodSource:
     async def lookup(self, namespace: str, name: str) -> Pod | None:
         """The pod, from the cache, or after a short wait for the watch, or from one GET;
         None when the API server says it does not exist. No wait while the server is known
-        unreachable (see the module's docstring): the GET says why at once."""
-        # else no event will come: ask at once
+        unreachable: no event would come, and the GET says why at once."""
         live = self.informer.state == "watching" and not self.api.unreachable
         found = await self.informer.wait_for((namespace, name), self.wait if live else 0)
         if found is not None:
@@ -119,7 +105,6 @@ class PodSource:
         found = msgspec.json.decode(data, type=Pod)
         check_node(found, self.node)
         return found
-
 
     def cached(self, namespace: str, name: str) -> Pod | None:
         """The pod as the cache has it now, or None (no wait, no request)."""

@@ -1,26 +1,13 @@
 """Who is asking, and may they: a caller's bearer token checked by the API server, as
 kube-rbac-proxy does it, for the daemon's query endpoint (:mod:`netctl.kube.queryserver`).
 
-1. A ``TokenReview`` (``POST /apis/authentication.k8s.io/v1/tokenreviews``): the API
-   server says whether the token is valid and whose it is (user name and groups). Not
-   authenticated: **401**.
-2. A ``SubjectAccessReview`` (``POST /apis/authorization.k8s.io/v1/subjectaccessreviews``)
-   for that user and those groups, verb ``get`` on :data:`RESOURCE`
-   (``nodes/netctl-journal``, the node's name as the resource name): the cluster's RBAC
-   says whether they may read this node's journal. Not allowed: **403**.
-
-The ``netctl-journal-reader`` ClusterRole (``deploy/kubernetes/journal-reader.yaml``)
-grants exactly that; a RoleBinding cannot (nodes are cluster-scoped), and ``resourceNames``
-in a rule limit a reader to some nodes. The daemon's own ClusterRole needs ``create`` on
-both reviews (:mod:`netctl.kubeapi.access`).
-
-An allowed answer is kept :data:`ALLOWED_FOR` seconds per token — by its SHA-256, never
-the token itself — so that a cluster-wide query costs the API server two reviews per node
-once a minute, not per request; refusals are not kept (a binding just created works at
-once). The API server unreachable is neither: **503**, fail closed.
-
-:func:`token_review`, :func:`access_review` and :func:`verdict` are pure (the bodies and
-the decision); :class:`Reviews` does the two calls and the caching.
+A ``TokenReview`` says whether the token is valid and whose it is (not: **401**); a
+``SubjectAccessReview`` whether that user may ``get`` ``nodes/netctl-journal`` of this node
+(not: **403**; ``deploy/kubernetes/journal-reader.yaml`` grants it). An allowed answer is
+kept :data:`ALLOWED_FOR` seconds per token hash (two reviews per node a minute, not per
+request); refusals are not kept (a binding just created works at once). An API server that
+cannot be asked is **503**: fail closed. :func:`token_review`, :func:`access_review` and
+:func:`verdict` are pure; :class:`Reviews` makes the calls.
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """kubernetes-asyncio's ``client`` and ``config``, loaded without its API classes and models.
 
-netctl uses four modules of kubernetes-asyncio's client (``configuration``,
-``api_client``, ``rest``, ``exceptions``) and its ``config`` package (kubeconfig,
-in-cluster, exec credential providers, token refresh); see :mod:`netctl.kubeapi.api`. But
-the package ``__init__`` of ``kubernetes_asyncio`` imports ``client``, whose
-``__init__`` imports every API class and every model: about 850 modules and some 35 MiB
-of a daemon's resident memory, for classes netctl never instantiates (its calls keep the
-body as bytes).
-
-So the packages ``kubernetes_asyncio``, ``kubernetes_asyncio.client`` and
-``kubernetes_asyncio.client.models`` are imported without their ``__init__``
-(:mod:`netctl.partialimport`: in ``sys.modules``, whole again for any caller that asks for
-more), the four client modules imported from their own files, ``ApiClient`` and
-``Configuration`` (the names ``config`` imports from the client package) set on it,
-then ``config`` imported as it is. ``api_client`` imports the models package but only
-looks into it to build models, which netctl's calls never ask for.
-
-When kubernetes-asyncio is already imported (a test or a tool imported it first), its
-real modules serve. When the partial import fails (a release laid out otherwise), the package
-is imported the ordinary way: heavier, never broken. :data:`PARTIAL` says which way was
-taken.
+netctl uses four modules of the client (:data:`_CLIENT_MODULES`) and the ``config``
+package (:mod:`netctl.kubeapi.full`); the client package's ``__init__`` imports every API
+class and model (about 850 modules, some 35 MiB) that netctl never instantiates. So
+``kubernetes_asyncio``, its ``client`` and ``client.models`` are imported without their
+``__init__`` (:mod:`netctl.partialimport`), the four modules from their own files,
+``ApiClient`` and ``Configuration`` (what ``config`` imports from the client package) set
+on it, then ``config`` imported as it is. :data:`PARTIAL` says whether that way was taken
+(else kubernetes-asyncio was imported already, or the partial import failed).
 """
 
 from __future__ import annotations

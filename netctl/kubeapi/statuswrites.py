@@ -2,30 +2,25 @@
 the API server does not take it (slow, overloaded, refusing) — again in the background
 until it does, so that a slow control plane delays the annotation instead of losing it.
 
-- :func:`patch_status` is one attempt: a JSON merge patch of the annotation with the
-  pod's UID as a precondition (a pod replaced under the same name answers 409, never gets
-  another pod's status). :func:`outcome_of` reads the answer: ``written``; ``gone``
-  (404: the pod was deleted); ``replaced`` (409: another UID); or ``failed``, which is
-  worth another try. Pure, like :func:`retry_delay`: 1 s doubling to a cap of 60 s.
-- The ADD makes the first attempt itself and answers at once with its warning when it
-  fails (or fails with code 11 with ``network-status-required``, and nothing is retried:
-  the runtime retries the whole ADD). Otherwise :meth:`StatusWrites.retry` takes the
-  write over: one task per pod (a newer write for the same pod supersedes an older one),
-  which before each attempt asks the write's ``current()`` whether the container's
-  attachments are still live — a DEL meanwhile ends the retries without writing a stale
-  status — and stops when the pod is written, gone or replaced. The eventual success is
-  passed to the write's ``on_written()`` (the daemon journals it as a done ANNOTATE
-  operation of the container, after the failed one the ADD journaled).
-- Shutdown (:meth:`StatusWrites.stop`): every pending write makes one last attempt at
-  once, within ``last_try`` seconds; what is still unwritten then is logged by pod and
-  dropped (the journal keeps the failed ANNOTATE), and :meth:`StatusWrites.run` returns.
+- :func:`patch_status` is one attempt: a JSON merge patch with the pod's UID as a
+  precondition (a pod replaced under the same name answers 409, never gets another pod's
+  status); :func:`outcome_of` reads the answer.
+- The ADD makes the first attempt itself (kube/mode.py). :meth:`StatusWrites.retry` takes
+  a failed write over: one task per pod (a newer write supersedes an older one), which
+  before each attempt asks the write's ``current()`` whether the container's attachments
+  are still live — a DEL meanwhile ends the retries without writing a stale status — and
+  stops when the pod is written, gone or replaced; a success is passed to
+  ``on_written()`` (the daemon journals the done ANNOTATE).
+- Shutdown (:meth:`StatusWrites.stop`): every pending write makes one last attempt within
+  ``last_try`` seconds; what is still unwritten is logged and dropped (the journal keeps
+  the failed ANNOTATE).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import trio
@@ -33,6 +28,7 @@ import trio
 from netctl.cni.request import Pod
 from netctl.kubeapi.api import PATCH_MERGE, Api, ApiError
 from netctl.kubeapi.netstatus import patch_body
+from netctl.kubeapi.pods import pod_path
 
 log = logging.getLogger("netctl.kube")
 
@@ -77,7 +73,7 @@ class Write:
     on_written: Callable[[], Awaitable[None]] = _nothing
     attempts: int = 0
     error: str = ""  # the last failure
-    retries: int = field(default=0)  # background attempts made
+    retries: int = 0  # background attempts made
 
     @property
     def key(self) -> tuple[str, str]:
@@ -95,9 +91,8 @@ async def patch_status(api: Api, write: Write) -> Outcome:
     write.attempts += 1
     error = None
     try:
-        await api.request("patch", "PATCH", f"/api/v1/namespaces/{write.pod.namespace}/pods/"
-                          f"{write.pod.name}", body=patch_body(write.value, write.pod.uid),
-                          content_type=PATCH_MERGE)
+        await api.request("patch", "PATCH", pod_path(write.pod.namespace, write.pod.name),
+                          body=patch_body(write.value, write.pod.uid), content_type=PATCH_MERGE)
     except ApiError as exc:
         error = exc
         write.error = str(exc)

@@ -1,21 +1,11 @@
 """Whether the API server has a Node of the daemon's name (``--node-name``).
 
-The node's name selects everything in Kubernetes mode: the pods watched (field selector
-``spec.nodeName``), the pods an ADD may serve, the blocks of the cluster IPAM. A wrong
-name — the short hostname where kubelet registered the FQDN, the usual mistake — watches
-no pod and says nothing: every ADD then waits ``pod-wait`` for a pod that never comes,
-and a pod deleted through the API is never cleaned. So the daemon watches its own Node:
-
-- one :class:`~netctl.kubeapi.informer.Informer` over ``/api/v1/nodes`` with the field
-  selector ``metadata.name=<node>`` — one LIST, then one watch that the API server
-  answers only when that Node changes: no polling, no other node's object ever read;
-- :attr:`NodeCheck.exists` is None until the first list, then whether the Node is
-  there; the daemon is not ready (``netctl status``, the STATUS verb's code 50) while it
-  is not (:func:`netctl.engine.readiness.daemon_reasons` says why);
-- the first list without the Node logs a warning naming the setting to fix; the Node
-  appearing later (the name fixed by recreating it, or kubelet registering late) logs
-  that the daemon is ready for it, and the Node deleted while the daemon runs logs a
-  warning (and makes the daemon not ready again).
+A wrong name — the short hostname where kubelet registered the FQDN, the usual mistake —
+watches no pod and says nothing: every ADD would wait ``pod-wait`` for a pod that never
+comes. So the daemon watches its own Node (field selector ``metadata.name=<node>``: one
+LIST, then a watch answered only when that Node changes), is not ready while it is missing
+(:func:`netctl.engine.readiness.daemon_reasons`), and logs when it is missing, appears or
+is deleted.
 """
 
 from __future__ import annotations

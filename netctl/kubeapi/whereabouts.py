@@ -20,21 +20,11 @@ namespace, usually kube-system), which are listed here cluster-wide:
   ``net-1``, or ``1:fd00::5`` of ``net``): a name is read as every address a suffix of it
   can be, narrowed to those inside a pool's range when any is; what is left is held.
 
-Each address becomes a :class:`Hold`. An entry that cannot be read (an offset that is not
-a decimal number or falls outside its range, a range that is not a CIDR, a name that is
-no address) is skipped with a warning naming the object and the entry; the rest is kept.
-A resource that is not served (404: whereabouts' CRDs not installed) holds nothing; an
-API server that cannot be reached, or refuses, is an :class:`~netctl.kubeapi.api.ApiError`
-(status 0 too for a list that is not JSON: nothing was read).
-
-:func:`live_holds` keeps the holds whose pod still exists: one GET per distinct podref,
-at most :data:`GET_CONCURRENCY` at a time. That is the cost of each call — at start, and
-at each refresh the caller decides — so a cluster of 5,000 whereabouts pods costs 5,000
-GETs per call; the caller calls it rarely (holds only shrink as pods go). A pod that
-exists in any state (terminating, completed) holds its addresses: whereabouts released
-nothing yet. A podref names a pod, not a pod's UID, so a pod re-created under the same
-name (a StatefulSet's) keeps holding the address — taken is the safe side. A hold without
-a usable podref has an unknown owner and is kept.
+Each address becomes a :class:`Hold`. An entry that cannot be read is skipped with a
+warning naming the object and the entry; the rest is kept. A resource that is not served
+(404: whereabouts' CRDs not installed) holds nothing; an API server that cannot be reached,
+or refuses, is an :class:`~netctl.kubeapi.api.ApiError` (status 0 too for a list that is
+not JSON).
 """
 
 from __future__ import annotations
@@ -264,9 +254,11 @@ async def read_holds(api: Api) -> list[Hold]:
 
 
 async def live_holds(api: Api, holds: list[Hold]) -> list[Hold]:
-    """The holds whose pod still exists (or whose owner is unknown): one GET per distinct
-    podref, at most :data:`GET_CONCURRENCY` at once. A failed GET other than 404 raises
-    its :class:`ApiError`: a pod that could not be asked about is not known to be gone."""
+    """The holds whose pod still exists, in any state (or whose owner is unknown): one GET
+    per distinct podref, at most :data:`GET_CONCURRENCY` at once, so the caller calls it
+    rarely (holds only shrink). A podref names no UID: a pod re-created under the same name
+    keeps the address (taken is the safe side). A failed GET other than 404 raises its
+    :class:`ApiError`: a pod that could not be asked about is not known to be gone."""
     refs = sorted({h.podref for h in holds if h.podref is not None})
     alive: dict[tuple[str, str], bool] = {}
     failed: list[ApiError] = []

@@ -45,7 +45,7 @@ from netctl_kit.kubefake import (
 from netctl_kit.kubefake.objects import claim_ref, extended_claim_status, template_claim_status
 
 from netctl.devices import devinfo
-from netctl.kubeapi import access
+from tests import access
 from tests.conftest import Daemon, ipam_bridge, netns_addrs, netns_links, wait_for
 
 pytestmark = [pytest.mark.netns, pytest.mark.servers("fake")]

@@ -40,6 +40,7 @@ from typing import Any
 import grpc
 import pytest
 from netctl_kit import devices as kit
+from netctl_kit import protoencode
 from netctl_kit.devices import (
     DevicePlugin,
     PodResourcesServer,
@@ -293,7 +294,7 @@ class Registrations:
         msg = proto.decode(request)
         (opts,) = proto.messages(msg, 4)
         self.requests.append((proto.text(msg, 1), proto.text(msg, 2), proto.text(msg, 3),
-                              (proto.integer(opts, 1), proto.integer(opts, 2))))
+                              (protoencode.integer(opts, 1), protoencode.integer(opts, 2))))
         if self.refuse:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "refused by the recorder")
         return b""
@@ -325,24 +326,24 @@ def test_device_plugin_served(short_dir: Path) -> None:
                     return bytes(fn(request, timeout=10))
 
                 options = proto.decode(call("GetDevicePluginOptions", b""))
-                assert (proto.integer(options, 1), proto.integer(options, 2)) == (1, 1)
+                assert (protoencode.integer(options, 1), protoencode.integer(options, 2)) == (1, 1)
                 stream = channel.unary_stream("/v1beta1.DevicePlugin/ListAndWatch")(b"")
                 first = proto.decode(next(stream))
                 assert [(proto.text(d, 1), proto.text(d, 2)) for d in proto.messages(first, 1)] \
                     == [("v0", "Healthy"), ("pci/1", "Healthy")]
                 plugin.wait_watched(10)
 
-                want = proto.encode([(1, [(1, "v0"), (1, "pci/1"), (2, "pci/1"), (3, 2)]),
+                want = protoencode.encode([(1, [(1, "v0"), (1, "pci/1"), (2, "pci/1"), (3, 2)]),
                                      (1, [(1, "v0"), (1, "pci/1"), (3, 1)])])
                 preferred = proto.decode(call("GetPreferredAllocation", want))
                 assert [proto.texts(c, 1) for c in proto.messages(preferred, 1)] == \
                     [["pci/1", "v0"], ["v0"]]
 
-                request = proto.encode([(1, [(1, "pci/1")]), (1, [(1, "v0")])])
+                request = protoencode.encode([(1, [(1, "pci/1")]), (1, [(1, "v0")])])
                 answer = proto.decode(call("Allocate", request))
                 assert answer.get(1) == [b"", b""]  # two empty ContainerAllocateResponses
                 assert plugin.allocated == [["pci/1", "v0"]]
-                assert call("PreStartContainer", proto.encode([(1, "v0")])) == b""
+                assert call("PreStartContainer", protoencode.encode([(1, "v0")])) == b""
                 assert plugin.prestarted == [["v0"]]
 
                 ended = threading.Event()  # the stream ends when the plugin closes
@@ -386,7 +387,7 @@ def test_device_plugin_registers_again(short_dir: Path) -> None:
             assert [r[1] for r in kubelet.requests] == [first.name, plugin.socket.name]
             options = kit.unix_call(plugin.socket, "/v1beta1.DevicePlugin/"
                                     "GetDevicePluginOptions", b"")
-            assert proto.integer(proto.decode(options), 2) == 1
+            assert protoencode.integer(proto.decode(options), 2) == 1
         assert sorted(p.name for p in plugin_dir.iterdir()) == ["kubelet.sock"]
     finally:
         kubelet.close()

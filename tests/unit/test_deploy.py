@@ -12,7 +12,7 @@ wherever netctl reads what they say:
   every container but the daemon, whose CPU has a request and no limit (bursts of pod
   starts are not throttled: ``netctl bench node-density``) and whose memory is bounded,
   every figure a quantity with the measurement behind it in a ``# measured:`` comment;
-- RBAC: the ClusterRole is exactly ``netctl.kubeapi.access.RULES``, row by row, each reason
+- RBAC: the ClusterRole is exactly ``tests.access.RULES``, row by row, each reason
   as its comment; the binding ties it to the DaemonSet's ServiceAccount;
 - the admission policies that keep each daemon to its own node (``node-reach.yaml``): for
   that ServiceAccount only, every write the table grants on pods and IPAMBlocks looked at,
@@ -39,7 +39,7 @@ from netctl.cni.config import parse_chain
 from netctl.commands import cli
 from netctl.engine import selection
 from netctl.engine.networks import NAD
-from netctl.kubeapi import access
+from tests import access
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 KUBE = DEPLOY / "kubernetes"

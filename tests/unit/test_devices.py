@@ -15,11 +15,12 @@ import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from netctl_kit import protoencode
 
 from netctl.cni.config import parse_chain, plugin_config
 from netctl.cni.hostroot import HostRoot
 from netctl.cni.request import Pod
-from netctl.devices import devinfo, proto
+from netctl.devices import devinfo
 from netctl.devices.podresources import ClaimedDevice, parse_list
 from netctl.engine.devices import assign, cni_file, device_info, give
 from netctl.errors import INVALID_CONFIG, CNIError, Refusal
@@ -41,7 +42,7 @@ RES = "example.com/vf"
 
 def list_answer(pods: dict[tuple[str, str], list[tuple[str, dict[str, list[str]]]]]) -> bytes:
     """A ListPodResourcesResponse: (ns, name) → [(container, {resource: ids})]."""
-    return proto.encode([
+    return protoencode.encode([
         (1, [(1, name), (2, ns), *[
             (3, [(1, cname), *[(2, [(1, res), *[(2, i) for i in ids]])
                                 for res, ids in devs.items()]])
@@ -65,7 +66,7 @@ def test_the_kubelets_answer_is_read_by_pod_and_resource_each_id_once() -> None:
 
 def test_unknown_fields_of_a_newer_kubelet_are_ignored() -> None:
     # ContainerResources with cpu_ids (3, packed) and memory (4) — fields v1.24 lacks
-    answer = proto.encode([(1, [(1, "p"), (2, "ns"), (3, [
+    answer = protoencode.encode([(1, [(1, "p"), (2, "ns"), (3, [
         (1, "main"), (2, [(1, RES), (2, "d1")]), (3, b"\x01\x02"), (4, [(1, "memory")])])])])
     assert parse_list(answer)[("ns", "p")].devices == {RES: ["d1"]}
 
@@ -78,7 +79,7 @@ def test_the_kubelets_dra_devices_are_read_by_claim() -> None:
           (4, "vf0")]
     gpu = [(2, "gpu.example.com"), (3, "node-a"), (4, "gpu1")]
     dynamic = (5, [(2, "p1-net-x7k2p"), (3, "default"), (4, vf), (4, gpu)])
-    answer = proto.encode([(1, [(1, "p1"), (2, "default"), (3, [(1, "main"), dynamic]),
+    answer = protoencode.encode([(1, [(1, "p1"), (2, "default"), (3, [(1, "main"), dynamic]),
                                 (3, [(1, "side"), dynamic])])])
     got = parse_list(answer)[("default", "p1")]
     assert got.devices == {}

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from netctl_kit import protoencode
 from netctl_kit.devices import unix_call
 from netctl_kit.dradriver import (
     DRA_SERVICE,
@@ -53,7 +54,7 @@ def play_kubelet(socket: Path, registered: bool, seen: dict[str, object]) -> thr
         info = proto.decode(unix_call(socket, f"/{REGISTRATION_SERVICE}/GetInfo", b""))
         seen["info"] = (proto.text(info, 1), proto.text(info, 2), proto.text(info, 3),
                         proto.texts(info, 4))
-        status = proto.encode([(1, registered), (2, "" if registered else "no, thanks")])
+        status = protoencode.encode([(1, registered), (2, "" if registered else "no, thanks")])
         unix_call(socket, f"/{REGISTRATION_SERVICE}/NotifyRegistrationStatus", status)
     thread = threading.Thread(target=run)
     thread.start()

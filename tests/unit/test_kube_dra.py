@@ -24,11 +24,11 @@ from netctl_kit.kubefake.objects import claim_ref
 from netctl.cni.config import parse_chain
 from netctl.cni.request import Pod as PodRef
 from netctl.journal.records import Attachment
-from netctl.kubeapi import access
 from netctl.kubeapi.api import Api, KubeSettings
 from netctl.kubeapi.dra import ClaimDevices
 from netctl.kubeapi.objects import Pod
 from netctl.metrics import Metrics
+from tests import access
 
 NODE, DRIVER, RES = "node-a", "net.example.com", "example.com/vf"
 SA, TOKEN = "system:serviceaccount:kube-system:netctl", "daemonset-token"

@@ -26,7 +26,6 @@ import trio
 import trio_asyncio
 from netctl_kit.kubefake import FakeKube, crd, pod
 
-from netctl.kubeapi import access
 from netctl.kubeapi.api import Api, ApiError, KubeSettings
 from netctl.kubeapi.whereabouts import (
     Hold,
@@ -35,6 +34,7 @@ from netctl.kubeapi.whereabouts import (
     read_holds,
     reservation_addresses,
 )
+from tests import access
 
 GROUP = "whereabouts.cni.cncf.io"
 IPPOOLS = crd(GROUP, "v1alpha1", "ippools", "IPPool", namespaced=True, status=False)
