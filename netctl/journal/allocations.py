@@ -1,12 +1,7 @@
-"""The IPAM's records in the journal: allocations, pools, sticky reservations and the cluster
-IPAM's blocks, as :mod:`netctl.ipam` keeps them across restarts.
-
-:class:`IpamRecords` is the journal's part the IPAM stores talk to (``journal.ipam``): the
-start-up load of every live allocation, pool cursor and open reservation; reservations
-ended (each a ``RELEASE`` operation, so the journal shows when an address stopped being
-reserved); the pools' sizes; the cluster IPAM's block records. The allocations a step
-makes or releases are written with that step by :class:`~netctl.journal.store.Journal`
-(its transaction); these are the rest. Same group commit, same deadline.
+"""The IPAM's records in the journal (``journal.ipam``): the start-up load of live
+allocations, pool cursors and open reservations; reservations ended; the pools' sizes;
+the cluster IPAM's blocks. The allocations a step makes or releases are written with that
+step by :class:`~netctl.journal.store.Journal`; these are the rest.
 """
 
 from __future__ import annotations
@@ -30,9 +25,8 @@ Ended = Literal["expired", "taken_back"]
 
 
 class Follower(Protocol):
-    """What follows the live allocations and reservations as the journal commits them
-    (the IPAM's store, :mod:`netctl.ipam.store`): told in the step that committed each
-    change, so no caller keeps the two in step."""
+    """What follows the live allocations and reservations (the IPAM's store), told in the
+    step that committed each change."""
 
     def recorded(self, new: list[Allocation]) -> None: ...
 
@@ -42,8 +36,6 @@ class Follower(Protocol):
 
 
 class IpamRecords:
-    """The IPAM's rows of one journal (module doc)."""
-
     def __init__(self, io: Committer, clock: Callable[[], float] = time.time) -> None:
         self._io = io
         self.clock = clock
@@ -51,8 +43,7 @@ class IpamRecords:
 
     async def live_allocations(self) -> tuple[list[Allocation], dict[str, int],
                                               list[Reservation]]:
-        """Every live allocation, every pool's cursor and the open sticky reservations (the
-        store's start-up load)."""
+        """Every live allocation, every pool's cursor and the open sticky reservations."""
         def fn(db: sqlite3.Connection) -> tuple[list[Allocation], dict[str, int],
                                                 list[Reservation]]:
             rows = db.execute("SELECT * FROM ipam_allocations WHERE released_at IS NULL"
@@ -67,10 +58,9 @@ class IpamRecords:
 
     async def end_reservations(self, ended: Sequence[Reservation], how: Ended = "expired",
                                why: str = "expired") -> None:
-        """Sticky reservations ended in one transaction (``how``), then the follower told:
-        a RELEASE operation (origin ``sticky``) for each, its reason naming the address,
-        the identity and ``why``, so the journal shows when and how the address stopped
-        being reserved (its ``reservation_end``: ``expired`` or ``taken back``)."""
+        """Sticky reservations ended (``how``) in one transaction, a RELEASE operation (origin
+        ``sticky``) each, its reason naming the address, the identity and ``why``; then the
+        follower told."""
         end = "taken back" if how == "taken_back" else how
 
         def fn(db: sqlite3.Connection) -> None:
@@ -92,15 +82,14 @@ class IpamRecords:
             self.follower.ended(list(ended), how)
 
     async def pool_sizes(self) -> dict[str, int]:
-        """Every pool's size (``ipam_pools``, kept as text: an IPv6 pool's size passes
-        SQLite's integers), for the metrics and the degraded status."""
+        """Every pool's size (kept as text: an IPv6 pool's size passes SQLite's integers)."""
         rows = await self._io.read(lambda db: db.execute(
             "SELECT key, size FROM ipam_pools").fetchall())
         return {str(key): int(size) for key, size in rows}
 
     async def open_block(self, block: BlockRecord) -> int:
-        """Record a block from now on (this node's intent to claim it, in state
-        ``claiming``, before the API request; or another node's, ``seen``)."""
+        """Record a block from now on (this node's claim, before the API request; or another
+        node's, ``seen``)."""
         def fn(db: sqlite3.Connection) -> int:
             cur = db.execute(
                 "INSERT INTO ipam_blocks (name, pool, scope, cidr, node, state, since)"
@@ -112,8 +101,7 @@ class IpamRecords:
         return await self._io.write(fn)
 
     async def set_block(self, block_id: int, state: str, *, ended: bool = False) -> None:
-        """A block's new state; ``ended``: it is no longer this record's (released, lost,
-        taken, or another node's block gone or handed over)."""
+        """A block's new state; ``ended``: the record ends (released, lost, taken, gone)."""
         def fn(db: sqlite3.Connection) -> None:
             db.execute("UPDATE ipam_blocks SET state=?, until=? WHERE id=?",
                        (state, self.clock() if ended else None, block_id))
@@ -121,8 +109,7 @@ class IpamRecords:
         await self._io.write(fn)
 
     async def open_blocks(self) -> list[BlockRecord]:
-        """Every block record not ended: this node's claims and held blocks, and the other
-        nodes' blocks last seen."""
+        """Every block record not ended, this node's and the others' last seen."""
         rows = await self._io.read(lambda db: db.execute(
             "SELECT * FROM ipam_blocks WHERE until IS NULL ORDER BY id").fetchall())
         return [BlockRecord(name=r["name"], pool=r["pool"], scope=r["scope"], cidr=r["cidr"],

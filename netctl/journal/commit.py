@@ -1,23 +1,14 @@
 """The journal's database thread and group commit. It knows no table.
 
 :class:`DatabaseThread` owns the journal's one ``sqlite3.Connection`` and the one thread
-that uses it: a function of the connection is put on its queue, run there, and its outcome
-handed back to the waiting trio task through trio's own token (``run_sync_soon``, which
-reschedules the task) — no asyncio loop, future or task in between. (aiosqlite does the
-same for asyncio callers; from trio, its documented API costs a turn of a trio-asyncio
-loop per statement, and it has no call for "run this function in one trip": the group
-commit below needs exactly that, so netctl keeps this thread of its own:
-docs/architecture.md, "The journal".)
+that uses it: a function of the connection is queued, run there, and its outcome handed
+back to the waiting trio task through trio's token (``run_sync_soon``). Why not aiosqlite:
+docs/architecture.md, "The layers".
 
-:class:`Committer` runs functions on that thread, each a trip across
-(:meth:`Committer.read`, :meth:`Committer.write`): one trip per transaction, not one per
-statement. Writes are group-committed: a write
-queues its function; whichever writer goes next runs every queued one in one transaction
-(one that fails is rolled back alone and the others still commit) and wakes their callers.
-Writes are shielded from cancellation — a journal write, once asked for, completes — but
-bounded by ``write_deadline``: a database that hangs fails the request with code 5 instead
-of hanging the daemon. What the journal's tables are is :class:`netctl.journal.store.Journal`'s
-business; this module only moves functions to the thread and answers back.
+:class:`Committer` runs functions on that thread, one trip per transaction. Writes are
+group-committed: whichever writer goes next runs every queued write in one transaction
+(one that fails is rolled back alone) and wakes their callers. A write, once asked for,
+completes whatever cancellation comes, but within ``write_deadline`` (else code 5).
 """
 
 from __future__ import annotations
@@ -42,10 +33,8 @@ Sync = Callable[[sqlite3.Connection], T]
 
 
 class _Write:
-    """One queued write and, once its batch committed, its outcome; ``indexed`` updates
-    :attr:`Journal.live` with the result, right when the batch commits. ``task``: the
-    writer, parked while another writer commits (woken when its write is done, or when it
-    is its turn to commit what is queued)."""
+    """One queued write and, once its batch committed, its outcome; ``indexed`` is applied
+    to the result as the batch commits. ``task``: the writer, parked while another commits."""
 
     __slots__ = ("done", "error", "fn", "indexed", "result", "task")
 
@@ -60,9 +49,8 @@ class _Write:
 
 class JournalUnwritable(CNIError):
     """The journal's disk refused a write (full, read-only, an I/O error): nothing that
-    write was to record happened. The daemon says so (degraded, with :attr:`reason`),
-    keeps a DEL aside (:func:`netctl.reconcile.pending.keep`) and answers an ADD with
-    this error."""
+    write was to record happened. The daemon is degraded, keeps a DEL aside
+    (:func:`netctl.reconcile.pending.keep`) and answers an ADD with this error."""
 
     def __init__(self, path: str, exc: sqlite3.Error) -> None:
         self.reason = unwritable_reason(path, exc)
@@ -93,10 +81,9 @@ def _no_abort(_: object) -> trio.lowlevel.Abort:
 
 
 def _run_batch(batch: list[_Write], db: sqlite3.Connection) -> None:
-    """On the database thread: the batch in one transaction. Should a write fail, that
-    transaction is rolled back and the batch run again with each write in a savepoint,
-    so that only the failed write is lost. Failures are rare, and a savepoint around
-    every write cost a tenth of the journal's SQL."""
+    """On the database thread: the batch in one transaction; should a write fail, the
+    batch again with each write in a savepoint, so that only the failed write is lost
+    (savepoints around every write cost a tenth of the journal's SQL)."""
     try:
         _transaction(batch, db, savepoints=False)
     except Exception:
@@ -128,9 +115,8 @@ def _transaction(batch: list[_Write], db: sqlite3.Connection, *, savepoints: boo
 
 
 class _Answer:
-    """One trip's answer: the database thread delivers its outcome through trio's token,
-    whose callback reschedules the waiting task at once. Cancelled (:meth:`cancel`, on
-    trio's side), it is done: the thread's late answer is dropped."""
+    """One trip's answer, delivered through trio's token; once cancelled, the thread's late
+    answer is dropped."""
 
     __slots__ = ("_done", "_task", "_token")
 
@@ -143,7 +129,6 @@ class _Answer:
         self._done = True
 
     def deliver(self, answer: outcome.Outcome[Any]) -> None:
-        """On the database thread: the outcome handed to trio."""
         try:
             self._token.run_sync_soon(self._resolve, answer)
         except trio.RunFinishedError:
@@ -157,7 +142,7 @@ class _Answer:
 
 class DatabaseThread:
     """The journal's connection to ``path`` (``pragmas`` applied) and the thread that
-    alone uses it (see the module's doc): :meth:`open`, :meth:`call`, :meth:`close`."""
+    alone uses it."""
 
     def __init__(self, path: str, pragmas: Sequence[str] = ()) -> None:
         self.path = path
@@ -171,7 +156,7 @@ class DatabaseThread:
         self._open = False
 
     async def open(self) -> None:
-        """The thread started and the connection made on it (its error raised here)."""
+        """Start the thread and connect on it (its error raised here)."""
         self._thread.start()
         self._open = True
         try:
@@ -197,9 +182,8 @@ class DatabaseThread:
             self._conn = None
 
     async def call(self, fn: Sync[T]) -> T:
-        """``fn(connection)`` run on the thread, after what is queued before it; its
-        result or its exception. Cancelled while it waits, the caller goes on and the
-        call's late answer is dropped (it runs all the same)."""
+        """``fn(connection)`` run on the thread, after what is queued before it. Cancelled
+        while it waits, the caller goes on (``fn`` runs all the same)."""
         if not self._open:
             raise ValueError(f"journal {self.path}: the connection is closed")
         answer = _Answer()
@@ -222,10 +206,7 @@ class DatabaseThread:
 
 class Committer:
     """Reads and group-committed writes on the journal's database thread, from trio
-    (module doc).
-    ``path`` names the database in errors; ``commits``, ``writes`` and ``trips`` count
-    batches, writes and calls on the database thread (the status and the benches read
-    them)."""
+    (module doc), with their counts (the status and the benches read them)."""
 
     def __init__(self, db: DatabaseThread, write_deadline: float) -> None:
         self.db = db
@@ -241,21 +222,17 @@ class Committer:
         self.refused = 0  # writes the disk refused (netctl_journal_writes_refused_total)
 
     async def _on_thread(self, fn: Sync[T]) -> T:
-        """Run ``fn(connection)`` on the database thread: one trip to it and back."""
         self.trips += 1
         return await self.db.call(fn)
 
     async def write(self, fn: Sync[T], indexed: Callable[[T], None] | None = None) -> T:
         """Commit ``fn`` (with whatever else is queued), then, in the same step, apply
-        ``indexed(result)`` (the journal updates its live index there): the index never lags
-        behind a commit, even one another writer's batch made while this caller has not
-        resumed yet.
+        ``indexed(result)``: an index kept so never lags behind a commit.
 
         While a batch is on the database thread, writes queue and their callers park; when
         it commits, its writers are woken, and the first writer queued meanwhile commits
-        the next batch (no lock handed from writer to writer: each write costs one wake-up).
-        A write, once asked for, is waited for whatever cancellation comes (shielded), and
-        fails with code 5 when its batch does not commit within ``write_deadline``."""
+        the next batch (one wake-up per write). Shielded; code 5 when its batch does not
+        commit within ``write_deadline``."""
         item = _Write(fn, indexed)
         self._queue.append(item)
         if self._committing:
@@ -273,8 +250,8 @@ class Committer:
         return cast(T, item.result)
 
     async def _commit(self) -> None:
-        """Commit the queued writes as one batch (shielded, within ``write_deadline``),
-        wake their writers, and hand the next turn to the first writer queued meanwhile."""
+        """Commit the queued writes as one batch, wake their writers, and hand the next turn
+        to the first writer queued meanwhile."""
         self._committing = True
         # one turn of the scheduler first: the writers it wakes (the other chains of a
         # pod, the writers of the batch just committed) queue theirs to go along
@@ -320,7 +297,7 @@ class Committer:
 
     def _disk(self, refused: sqlite3.Error | None, count: int) -> None:
         """A batch's end: its disk refused ``count`` of its writes (``refused``: why), or
-        none — then the journal is writable again."""
+        none (writable again)."""
         if refused is None:
             if self.trouble is not None:
                 log.warning("journal %s is written again", self.path)

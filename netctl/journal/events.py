@@ -1,28 +1,11 @@
-"""The journal's history as a stream of events, one self-contained record each: what
-``netctl journal export`` writes (JSON lines or CSV) and what the daemon logs with
-``journal-log: true``, so that the history outlives the node in whatever keeps a
-cluster's logs.
-
-Events, each with the fields of :data:`FIELDS` (empty ones ``None``):
-
-- ``operation``: one per operation (ADD, DEL, CHECK, GC, RELEASE, FORGET…), at its start
-  (``at``), with its outcome (``state``: done, failed, compensated…, or running while it
-  runs), ``code``, ``error``, ``reason`` and ``finished``; ``network`` and ``address`` are
-  those of the attachments it added or removed (comma-separated, in attachment order),
-  else the network the runtime called;
-- ``allocated`` and ``released``: one per change of an address of the central IPAM
-  (``netctl-ipam``, sqlite backend), at the time of the change, with the operation that
-  made it (``op``, ``verb``, ``origin``, ``reason``) and the pool.
-
-Times are RFC 3339 in UTC with milliseconds (``2026-11-27T07:28:19.123Z``); ``node`` is
-the name the caller gives (the daemon's node name in Kubernetes mode, else the host
-name: :func:`node_name`).
+"""The journal's history as a stream of self-contained events (``operation``,
+``allocated``, ``released``, each with the fields of :data:`FIELDS`): what ``netctl
+journal export`` writes and what the daemon logs with ``journal-log: true``
+(docs/journal.md, "Exporting the journal").
 
 :func:`stream` reads a time window in time order, in constant memory: one cursor per
-kind of event, each in its own time order (an index where there is one, SQLite's sorter,
-which spills to disk, where not), merged as they are read. :func:`of_operations` reads
-the events of operations just closed, inside the transaction that closed them (the
-daemon's log lines: :class:`EventLog`).
+kind of event, merged as they are read. :func:`of_operations` reads the events of
+operations just closed, inside the transaction that closed them (:class:`EventLog`).
 """
 
 from __future__ import annotations
@@ -36,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from netctl import logs
+from netctl.journal.query import has_column, pod_of, sql_where
 
 FIELDS: Final = ("node", "at", "event", "op", "verb", "pod", "uid", "container", "ifname",
                  "network", "address", "pool", "origin", "state", "code", "error", "reason",
@@ -46,20 +30,12 @@ Event = dict[str, Any]
 
 
 def node_name(configured: str | None = None) -> str:
-    """The node an event happened on: ``configured`` (``--node-name``), else
-    ``$NODE_NAME`` (a DaemonSet's, from the downward API), else the host name."""
+    """``configured`` (``--node-name``), else ``$NODE_NAME``, else the host name."""
     return configured or os.environ.get("NODE_NAME", "") or socket.gethostname()
 
 
-def _pod(namespace: str, name: str) -> str | None:
-    if not name:
-        return None
-    return f"{namespace}/{name}" if namespace else name
-
-
 def _reason(conn: sqlite3.Connection) -> str:
-    names = {str(r[1]) for r in conn.execute("PRAGMA table_info(operations)")}
-    return "o.reason" if "reason" in names else "NULL"
+    return "o.reason" if has_column(conn, "operations", "reason") else "NULL"
 
 
 def _ops_sql(conn: sqlite3.Connection, where: str) -> str:
@@ -76,7 +52,7 @@ def _ops_sql(conn: sqlite3.Connection, where: str) -> str:
         " (SELECT group_concat(aa.address, ',') FROM"
         f" (SELECT id FROM ({touched}) ORDER BY id) t"
         " JOIN attachment_addresses aa ON aa.attachment_id = t.id) AS addresses"
-        f" FROM operations o WHERE {where}")
+        f" FROM operations o{where}")
 
 
 def _allocs_sql(conn: sqlite3.Connection, kind: str, where: str) -> str:
@@ -90,7 +66,7 @@ def _allocs_sql(conn: sqlite3.Connection, kind: str, where: str) -> str:
         f" o.verb, o.origin, {_reason(conn)} AS reason FROM ipam_allocations al"
         " LEFT JOIN ipam_pools p ON p.key = al.pool"
         " LEFT JOIN attachments a ON a.id = al.attachment_id"
-        f" LEFT JOIN operations o ON o.id = al.{op} WHERE {where}")
+        f" LEFT JOIN operations o ON o.id = al.{op}{where}")
 
 
 def _time(t: float | None) -> str | None:
@@ -101,7 +77,7 @@ def _operation(row: sqlite3.Row, node: str) -> Event:
     return {
         "node": node, "at": _time(row["started_at"]), "event": "operation",
         "op": row["id"], "verb": row["verb"],
-        "pod": _pod(row["pod_namespace"], row["pod_name"]), "uid": row["pod_uid"] or None,
+        "pod": pod_of(row) or None, "uid": row["pod_uid"] or None,
         "container": row["container_id"] or None, "ifname": row["ifname"] or None,
         "network": row["networks"] or row["caller_network"] or None,
         "address": row["addresses"], "pool": None, "origin": row["origin"],
@@ -112,7 +88,7 @@ def _operation(row: sqlite3.Row, node: str) -> Event:
 def _allocation(row: sqlite3.Row, kind: str, node: str) -> Event:
     return {
         "node": node, "at": _time(row["at"]), "event": kind, "op": row["op"],
-        "verb": row["verb"], "pod": _pod(row["pod_namespace"], row["pod_name"]),
+        "verb": row["verb"], "pod": pod_of(row) or None,
         "uid": row["pod_uid"] or None, "container": row["container_id"] or None,
         "ifname": row["ifname"] or None, "network": row["network"],
         "address": row["address"], "pool": row["pool"], "origin": row["origin"],
@@ -120,22 +96,16 @@ def _allocation(row: sqlite3.Row, kind: str, node: str) -> Event:
         "finished": None}
 
 
-def _window(column: str, since: float | None, until: float | None) -> tuple[str, list[float]]:
-    where, params = [f"{column} IS NOT NULL"], []
-    if since is not None:
-        where.append(f"{column} >= ?")
-        params.append(since)
-    if until is not None:
-        where.append(f"{column} < ?")
-        params.append(until)
-    return " AND ".join(where), params
+def _window(column: str, since: float | None, until: float | None) -> tuple[str, list[Any]]:
+    return sql_where((f"{column} IS NOT NULL", []),
+                     None if since is None else (f"{column} >= ?", [since]),
+                     None if until is None else (f"{column} < ?", [until]))
 
 
 def stream(conn: sqlite3.Connection, node: str, since: float | None = None,
            until: float | None = None) -> Iterator[Event]:
-    """Every event at or after ``since`` and before ``until`` (UNIX seconds; None: no
-    bound), in time order (ties: :data:`KINDS`' order, then by id), read as they are
-    written out."""
+    """Every event at or after ``since`` and before ``until`` (None: no bound), in time
+    order (ties: :data:`KINDS`' order, then by id)."""
     def ops() -> Iterator[tuple[tuple[float, int, int], Event]]:
         where, params = _window("o.started_at", since, until)
         for row in conn.execute(_ops_sql(conn, where) + " ORDER BY o.started_at, o.id",
@@ -157,18 +127,17 @@ def stream(conn: sqlite3.Connection, node: str, since: float | None = None,
 
 def of_operations(conn: sqlite3.Connection, op_ids: Iterable[int], node: str
                   ) -> list[Event]:
-    """The events of these operations — each operation, and the allocations it made and
-    released — in time order."""
+    """The events of these operations and of the allocations they changed, in time order."""
     wanted = sorted(set(op_ids))
     found: list[tuple[tuple[float, int, int], Event]] = []
     for i in range(0, len(wanted), 500):  # SQLite's bound parameters per statement
         ids = wanted[i:i + 500]
         marks = ",".join("?" * len(ids))
-        for row in conn.execute(_ops_sql(conn, f"o.id IN ({marks})"), ids):
+        for row in conn.execute(_ops_sql(conn, f" WHERE o.id IN ({marks})"), ids):
             found.append(((row["started_at"], 0, row["id"]), _operation(row, node)))
         for kind in ("allocated", "released"):
             op = "allocated_op" if kind == "allocated" else "released_op"
-            for row in conn.execute(_allocs_sql(conn, kind, f"al.{op} IN ({marks})"), ids):
+            for row in conn.execute(_allocs_sql(conn, kind, f" WHERE al.{op} IN ({marks})"), ids):
                 if row["at"] is not None:
                     found.append(((row["at"], KINDS.index(kind), row["id"]),
                                   _allocation(row, kind, node)))
@@ -184,9 +153,8 @@ def summary(event: Event) -> str:
 
 
 class EventLog:
-    """Writes events as log lines of ``netctl.journal.events`` (INFO), one each, in the
-    daemon's log format: the event's fields stand in for the task's log context
-    (:func:`netctl.logs.fields_of`), so a line holds the event and nothing else."""
+    """Writes events as log lines of ``netctl.journal.events`` (INFO), one each, whose
+    fields are the event's alone (:func:`netctl.logs.fields_of`)."""
 
     def __init__(self, node: str) -> None:
         self.node = node

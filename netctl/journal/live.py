@@ -1,16 +1,10 @@
 """Where the live attachments and allocations are, in memory: the journal's own index of
 which container holds which netns path and which host-side link.
 
-:class:`~netctl.journal.store.Journal` loads it when it opens and keeps it as it
-writes, once each write has committed: an attachment begun (its netns), a result
-recorded (its host links: :func:`netctl.cni.types.host_interfaces`), a DEL begun
-(the attachment is *leaving*: a DEL of it is under way in this daemon), an operation
-finished (removed ones leave the index; kept ones are no longer leaving), an
-allocation recorded or released. So it never lags behind the database once a write
-has returned, and the reconciler on kernel events can tell which containers a
-deleted host link or netns path concerns without reading the database
-(:func:`netctl.reconcile.events.concerned`); what to do about them is still decided
-from the journal's rows. Pure data: no I/O.
+:class:`~netctl.journal.store.Journal` loads it when it opens and updates it in the step
+each write commits, so it never lags behind the database; the reconciler on kernel events
+asks it which containers a deleted host link or netns path concerns without a read
+(:func:`netctl.reconcile.events.concerned`). Pure data: no I/O.
 """
 
 from __future__ import annotations

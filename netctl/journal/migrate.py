@@ -1,16 +1,9 @@
 """The migrations runner: applies ``migrations/NNNN_name.sql`` in order, once each.
 
-Applied versions are recorded in ``schema_migrations``. A database that has a
-version this code does not know (written by a newer netctl) is refused rather
-than used: an older daemon must not write into a schema it does not understand.
-Runs synchronously with the stdlib ``sqlite3``: it happens once, before serving.
-
-The file is kept in ``auto_vacuum=INCREMENTAL`` mode, so the pages that pruning
-(:mod:`netctl.journal.retention`) frees can be handed back to the file system a few at
-a time (``PRAGMA incremental_vacuum``). SQLite sets that mode only on a file without
-tables, or with a ``VACUUM`` (which rewrites the whole file, outside any transaction):
-a new journal gets it before its first table; a journal made by an older netctl is
-converted once, by :func:`ensure_incremental_vacuum`, when it is first opened here.
+A database with a version this code does not know (a newer netctl's) is refused. The file
+is kept in ``auto_vacuum=INCREMENTAL`` mode, so the pages pruning frees can be handed back
+a few at a time; SQLite sets that mode only on a file without tables or with a ``VACUUM``,
+so an older journal is converted once (:func:`ensure_incremental_vacuum`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The daemon's background pruning of the journal (the rules: :mod:`netctl.journal.retention`).
 
-A round prunes in small batches — at most ``batch`` rows of each kind (removed
-attachments, operations, released allocations, ended blocks) and their steps per
-transaction — with ``pause`` seconds between batches, until a batch finds less than it
-could take; then it gives the freed pages back to the file system ``vacuum_step`` pages
-per transaction (``PRAGMA incremental_vacuum``), leaving ``keep_free`` free pages for the
-next writes. Every batch is one write through the journal's normal path
-(:meth:`~netctl.journal.store.Journal.prune`): group-committed with the requests' writes
-and bound by the same write deadline, so a round never holds the database for longer
-than one small batch. Rounds run every ``interval`` seconds, the first right away.
-
-``clock`` is the pruner's "now" (the wall clock): the retention bench and the tests pass
-a simulated clock, the same one the journal stamps its rows with
-(:attr:`~netctl.journal.store.Journal.clock`), to age a week of history in seconds.
+A round prunes in batches of at most ``batch`` rows of each kind, ``pause`` seconds apart,
+until a batch finds less than it could take; then it gives the freed pages back
+``vacuum_step`` pages per transaction, leaving ``keep_free``. Every batch is one ordinary
+journal write (:meth:`~netctl.journal.store.Journal.prune`), so a round never holds the
+database longer than one small batch. ``clock``: the pruner's "now" (the retention bench
+passes the journal's simulated clock).
 """
 
 from __future__ import annotations
@@ -31,9 +24,7 @@ from netctl.journal.store import Journal
 
 log = logging.getLogger("netctl.journal")
 
-# rows of each kind per transaction: with their steps ≈ 125-175 rows, ≈ 3-8 ms on this
-# machine (bench journal --lifecycles; the rows bench's fat rows: 6.6 ms at 20, 12 ms at 50)
-BATCH = 25
+BATCH = 25  # rows of each kind per transaction: a few ms (docs/benchmarks.md)
 PAUSE = 0.025  # between batches: the requests' writes get the database most of the time
 INTERVAL = 600.0
 VACUUM_STEP = 64  # pages per transaction (≈ 2 ms)

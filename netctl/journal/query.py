@@ -1,8 +1,5 @@
-"""Read-only questions to the journal, for people (``netctl journal``).
-
-Plain sqlite3 opened read-only: works while the daemon writes (WAL) and while
-it is down. Each function returns plain dicts, ready for a table or JSON.
-"""
+"""Read-only questions to the journal, for people (``netctl journal``), with plain sqlite3
+(works while the daemon writes, and while it is down); plain dicts out."""
 
 from __future__ import annotations
 
@@ -68,11 +65,6 @@ def read_time(value: str, now: float | None = None, *, local: bool = False) -> T
                     ZONE_NOTE.format(value=value, how="UTC"))
 
 
-def parse_time(value: str, now: float | None = None, *, local: bool = False) -> float:
-    """:func:`read_time`'s seconds alone."""
-    return read_time(value, now, local=local).seconds
-
-
 JOURNAL_FILE = "journal.db"
 
 
@@ -103,7 +95,9 @@ def _addresses(result: bytes | None) -> list[str]:
     return [str(ip.get("address", "")) for ip in obj.get("ips") or []]
 
 
-def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+def has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    """Whether ``table`` has ``column``: a journal an older netctl's daemon still writes
+    may not be migrated that far yet."""
     return any(r[1] == column for r in conn.execute(f"PRAGMA table_info({table})"))
 
 
@@ -127,10 +121,35 @@ def pod_selector(pod: str | None, namespace: str | None) -> str | None:
     return pod
 
 
-def _pod_filter(pod: str) -> tuple[str, list[str]]:
+Filter = tuple[str, list[Any]] | None  # a WHERE clause and its parameters; None: no filter
+
+
+def sql_where(*filters: Filter) -> tuple[str, list[Any]]:
+    """The filters given, ANDed: `` WHERE …`` ("" for none) and the parameters."""
+    given = [f for f in filters if f is not None]
+    if not given:
+        return "", []
+    return " WHERE " + " AND ".join(c for c, _ in given), [p for _, ps in given for p in ps]
+
+
+def _equal(column: str, value: str | None) -> Filter:
+    return (f"{column}=?", [value]) if value else None
+
+
+def _alive(start: str, end: str, at: float | None, since: float | None) -> list[Filter]:
+    """Rows that began by ``at`` and had not ended then; rows alive at some time since
+    ``since``."""
+    return [None if at is None else (f"{start}<=? AND ({end} IS NULL OR {end}>?)", [at, at]),
+            None if since is None else (f"({start}>=? OR {end}>=? OR {end} IS NULL)",
+                                        [since, since])]
+
+
+def _pod_filter(pod: str | None) -> Filter:
     """``NS/NAME`` matches that pod (``/NAME``: a pod with no namespace, as podman's);
     ``NS/*`` every pod of namespace NS; a bare ``NAME`` matches a pod of that name in
     any namespace."""
+    if not pod:
+        return None
     if "/" not in pod:
         return "pod_name=?", [pod]
     ns, _, name = pod.partition("/")
@@ -139,15 +158,15 @@ def _pod_filter(pod: str) -> tuple[str, list[str]]:
     return "pod_namespace=? AND pod_name=?", [ns, name]
 
 
-def _pod(row: sqlite3.Row) -> str:
-    """``ns/name``, or the name alone for a pod with no namespace (podman's)."""
+def pod_of(row: sqlite3.Row) -> str:
+    """``ns/name``, or the name alone for a pod with no namespace (podman's); "": none."""
     if not row["pod_name"]:
         return ""
     return f"{row['pod_namespace']}/{row['pod_name']}" if row["pod_namespace"] \
         else str(row["pod_name"])
 
 
-def _network_filter(name: str, table: str = "") -> tuple[str, list[str]]:
+def _network_filter(name: str, table: str = "") -> tuple[str, list[Any]]:
     """An attachment's network by name: its NAD ``ns/name``, its NAD name in any
     namespace, or its chain's CNI name."""
     t = f"{table}." if table else ""
@@ -166,12 +185,9 @@ class AmbiguousContainer(ValueError):
 
 def resolve_container(conn: sqlite3.Connection, prefix: str, limit: int = 10) -> str:
     """The full container id that ``prefix`` names: the id itself when the journal has it,
-    else the one id that starts with it (runtimes print 12 characters of 64); an unknown
-    prefix is returned as given (it matches nothing). :class:`AmbiguousContainer`, naming
-    up to ``limit`` candidates, when several ids start with it.
-
-    Every container the journal saw has an operation, so the search is one range scan of
-    the operations' container index."""
+    else the one id that starts with it; an unknown prefix as given (it matches nothing).
+    :class:`AmbiguousContainer`, naming up to ``limit`` candidates, when several ids start
+    with it. One range scan of the operations' container index."""
     if not prefix:
         return prefix
     rows = conn.execute(
@@ -194,43 +210,22 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
     thousands in a week: they are read newest first from the index, never all).
 
     With ``ip``, the candidates come from the address index (``attachment_addresses``,
-    migrations/0003: the addresses of every result, as the plugins wrote them), then each
-    is confirmed on its decoded result; a journal not migrated that far yet (the daemon of
-    an older netctl still running) is searched by decoding every result."""
-    where: list[str] = []
-    params: list[Any] = []
+    migrations/0003), then each is confirmed on its decoded result (a journal without the
+    index: every result is decoded)."""
     wanted = ipaddress.ip_interface(ip.strip()).ip if ip else None  # "10.1.0.5[/24]"
+    by_address: Filter = None
     if ip and wanted is not None and _has_table(conn, "attachment_addresses"):
         # the canonical text plugins write, and the text as given (lower case, no prefix)
         forms = sorted({str(wanted), ip.strip().split("/")[0].lower()})
-        where.append("id IN (SELECT attachment_id FROM attachment_addresses WHERE address IN"
-                     f" ({','.join('?' * len(forms))}))")
-        params += forms
-    if pod:
-        clause, values = _pod_filter(pod)
-        where.append(clause)
-        params += values
-    if container:
-        where.append("container_id=?")
-        params.append(container)
-    if device:
-        if not _has_column(conn, "attachments", "device_id"):
-            return []  # a journal from before device networks (migrations/0009)
-        where.append("device_id=?")
-        params.append(device)
-    if network:
-        clause, values = _network_filter(network)
-        where.append(clause)
-        params += values
-    if at is not None:
-        where.append("created_at<=? AND (removed_at IS NULL OR removed_at>?)")
-        params += [at, at]
-    if since is not None:
-        where.append("(created_at>=? OR removed_at>=? OR removed_at IS NULL)")
-        params += [since, since]
-    sql = "SELECT * FROM attachments"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
+        by_address = ("id IN (SELECT attachment_id FROM attachment_addresses WHERE address"
+                      f" IN ({','.join('?' * len(forms))}))", forms)
+    if device and not has_column(conn, "attachments", "device_id"):
+        return []  # a journal from before device networks (migrations/0009)
+    clause, params = sql_where(by_address, _pod_filter(pod), _equal("container_id", container),
+                           _equal("device_id", device),
+                           _network_filter(network) if network else None,
+                           *_alive("created_at", "removed_at", at, since))
+    sql = "SELECT * FROM attachments" + clause
     newest_first = bool(limit) and since is None and wanted is None
     if newest_first:
         sql += " ORDER BY id DESC LIMIT ?"
@@ -247,7 +242,7 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
             continue
         out.append({
             "attachment": row["id"], "container": row["container_id"],
-            "pod": _pod(row),
+            "pod": pod_of(row),
             "pod_uid": row["pod_uid"], "network": row["network"], "ifname": row["ifname"],
             "netns": row["netns"], "addresses": addrs, "state": row["state"],
             "since": row["created_at"], "until": row["removed_at"], "add_op": row["add_op"],
@@ -268,16 +263,14 @@ OPS_PAGE = 200  # `netctl journal`: the newest operations a filter matches
 
 
 def _op_columns(conn: sqlite3.Connection) -> str:
-    """The operation columns a journal shows; ``reason`` is NULL in a journal not migrated
-    to 0007 yet (the daemon of an older netctl still running)."""
-    names = {str(r[1]) for r in conn.execute("PRAGMA table_info(operations)")}
-    reason = "reason" if "reason" in names else "NULL AS reason"
+    """The operation columns a journal shows (``reason`` NULL before migrations/0007)."""
+    reason = "reason" if has_column(conn, "operations", "reason") else "NULL AS reason"
     return ("id, verb, container_id, ifname, pod_namespace, pod_name, origin, state, code,"
             f" error, {reason}, started_at, finished_at")
 
 
 def _operation(row: sqlite3.Row) -> dict[str, Any]:
-    return {**dict(row), "pod": _pod(row)}
+    return {**dict(row), "pod": pod_of(row)}
 
 
 def operations(conn: sqlite3.Connection, *, container: str | None = None,
@@ -286,22 +279,9 @@ def operations(conn: sqlite3.Connection, *, container: str | None = None,
     """The newest ``limit`` operations of ``container`` and/or ``pod`` (a
     :func:`_pod_filter` selector: ``NS/NAME``, ``NAME``, ``NS/*``) started since
     ``since``, oldest first. Without a filter: the newest of all."""
-    where: list[str] = []
-    params: list[Any] = []
-    if container:
-        where.append("container_id=?")
-        params.append(container)
-    if pod:
-        clause, values = _pod_filter(pod)
-        where.append(clause)
-        params += values
-    if since is not None:
-        where.append("started_at>=?")
-        params.append(since)
-    sql = f"SELECT {_op_columns(conn)} FROM operations"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY id DESC LIMIT ?"
+    clause, params = sql_where(_equal("container_id", container), _pod_filter(pod),
+                           None if since is None else ("started_at>=?", [since]))
+    sql = f"SELECT {_op_columns(conn)} FROM operations{clause} ORDER BY id DESC LIMIT ?"
     return [_operation(r) for r in conn.execute(sql, [*params, limit])][::-1]
 
 
@@ -335,18 +315,12 @@ class Filters:
 
 
 def journal(conn: sqlite3.Connection, f: Filters) -> dict[str, Any]:
-    """The one answer of ``netctl journal``: ``--json`` prints it whole and the table is
-    rendered from it (:mod:`netctl.commands.journalview`), so a script never sees less than a
-    person.
-
-    ``attachments``: the newest ``limit`` matching (``older_attachments`` when more match);
-    ``allocations``: with ``ip``, the IPAM's record of the address; ``operations``: those
-    of the container, pod or namespace asked for (the newest :data:`OPS_PAGE`,
-    ``older_operations`` when more match) — without a filter, or with ``since`` alone,
-    the newest of all — plus every operation that made or removed an attachment or an
-    allocation shown, with its ``origin`` and ``reason``; ``blocks``: with ``ip``, the
-    cluster IPAM's blocks that held it; ``notes``: how the times given were read.
-    ``running``: every running operation and the attachments they touch."""
+    """The one answer of ``netctl journal`` (``--json`` prints it whole, the tables are
+    rendered from it: docs/journal.md): the newest ``limit`` matching attachments; with
+    ``ip``, the IPAM's allocations of the address and the cluster IPAM's blocks that held it;
+    the operations of the container or pod asked for (the newest :data:`OPS_PAGE`; without a
+    filter, the newest of all) and every operation the rows shown name; ``running``: every
+    running operation and the attachments they touch."""
     container = resolve_container(conn, f.container) if f.container else None
     limit = 0 if f.running else max(f.limit, 0)
     atts = attachments(conn, pod=f.pod, container=container, ip=f.ip, at=f.at,
@@ -410,7 +384,7 @@ def _allocation(row: sqlite3.Row) -> dict[str, Any]:
     return {
         "pool": row["pool"], "address": f"{row['address']}/{row['prefix']}",
         "container": row["container_id"],
-        "pod": _pod(row),
+        "pod": pod_of(row),
         "pod_uid": row["pod_uid"], "ifname": row["ifname"], "netns": row["netns"],
         "attachment": row["attachment_id"], "since": row["allocated_at"],
         "until": row["released_at"], "allocated_op": row["allocated_op"],
@@ -424,14 +398,10 @@ def _allocation(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-def _has_sticky(conn: sqlite3.Connection) -> bool:
-    return "sticky_key" in {r[1] for r in conn.execute("PRAGMA table_info(ipam_allocations)")}
-
-
 def reservations_ended(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
     """How the sticky reservations of each pool that the journal still keeps ended
     (``expired``, ``taken back``, ``replaced``)."""
-    if not _has_sticky(conn):
+    if not has_column(conn, "ipam_allocations", "sticky_key"):
         return {}
     out: dict[str, dict[str, int]] = {}
     for pool, end, n in conn.execute(
@@ -444,11 +414,11 @@ def reservations_ended(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
 def reservations(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     """The open sticky reservations (migrations/0008), by pool and address: each with its
     identity, interface, until when, and the container that released it."""
-    if not _has_sticky(conn):
+    if not has_column(conn, "ipam_allocations", "sticky_key"):
         return []
     rows = [{"pool": r["pool"], "address": r["address"], "identity": r["sticky_key"],
              "ifname": r["ifname"], "until": r["reserved_until"], "container": r["container_id"],
-             "pod": _pod(r)}
+             "pod": pod_of(r)}
             for r in conn.execute("SELECT * FROM ipam_allocations WHERE reserved_until IS NOT"
                                   " NULL AND reservation_end IS NULL")]
     rows.sort(key=lambda r: (r["pool"], _address_order(r["address"])))
@@ -490,23 +460,20 @@ def held_addresses(conn: sqlite3.Connection) -> list[dict[str, Any]]:
 
 def blocks_at(conn: sqlite3.Connection, ip: str, at: float | None = None
               ) -> list[dict[str, Any]]:
-    """The cluster-wide IPAM's blocks holding ``ip`` (migrations/0005): this node's and the
-    other nodes' as this node saw them, held at ``at`` (default: now) — the node whose
-    block held an address is the node whose journal knows who had it."""
+    """The cluster-wide IPAM's blocks holding ``ip`` at ``at`` (default: now), this node's
+    and the others' as it saw them: whose block held an address, whose journal knows who
+    had it."""
     if not _has_table(conn, "ipam_blocks"):
         return []
     try:
         addr = ipaddress.ip_address(ip)
     except ValueError:
         return []
-    where, params = "state IN ('held', 'seen', 'released', 'lost')", []
-    if at is None:
-        where += " AND until IS NULL"
-    else:
-        where += " AND since<=? AND (until IS NULL OR until>?)"
-        params = [at, at]
+    clause, params = sql_where(("state IN ('held', 'seen', 'released', 'lost')", []),
+                               _alive("since", "until", at, None)[0] if at is not None
+                               else ("until IS NULL", []))
     out = []
-    for row in conn.execute(f"SELECT * FROM ipam_blocks WHERE {where} ORDER BY id", params):
+    for row in conn.execute(f"SELECT * FROM ipam_blocks{clause} ORDER BY id", params):
         try:
             if addr not in ipaddress.ip_network(row["cidr"]):
                 continue
@@ -532,9 +499,8 @@ def blocks_by_pool(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
 
 def network_pools(conn: sqlite3.Connection, name: str) -> list[str]:
     """The keys of the pools a network allocates from, by its name: the IPAM section's
-    ``network_name``; else the network (its NAD ``ns/name``, NAD name or CNI name) of the
-    attachments that held addresses of a pool; else the CNI name a plain-plugin
-    allocation's request carried. Empty when nothing matches."""
+    ``network_name``; else the network of the attachments that held their addresses; else
+    the CNI name a plain-plugin allocation's request carried."""
     keys = [str(r[0]) for r in conn.execute(
         "SELECT key FROM ipam_pools WHERE network_name=? ORDER BY key", (name,))]
     if keys:
@@ -567,30 +533,15 @@ def allocations_at(conn: sqlite3.Connection, ip: str, at: float | None = None, *
                    pod: str | None = None) -> list[dict[str, Any]]:
     """Who held address ``ip`` (``10.1.0.5`` or ``10.1.0.5/24``): the allocations live at
     time ``at``, or its whole history without it; oldest first."""
-    address = str(ipaddress.ip_interface(ip.strip()).ip)
-    where = ["address=?"]
-    params: list[Any] = [address]
-    if at is not None:
-        where.append("allocated_at<=? AND (released_at IS NULL OR released_at>?)")
-        params += [at, at]
-    if since is not None:
-        where.append("(allocated_at>=? OR released_at>=? OR released_at IS NULL)")
-        params += [since, since]
-    if container:
-        where.append("container_id=?")
-        params.append(container)
-    if pod:
-        clause, values = _pod_filter(pod)
-        where.append(clause)
-        params += values
-    sql = f"SELECT * FROM ipam_allocations WHERE {' AND '.join(where)} ORDER BY allocated_at, id"
+    clause, params = sql_where(("address=?", [str(ipaddress.ip_interface(ip.strip()).ip)]),
+                           *_alive("allocated_at", "released_at", at, since),
+                           _equal("container_id", container), _pod_filter(pod))
+    sql = f"SELECT * FROM ipam_allocations{clause} ORDER BY allocated_at, id"
     return [_allocation(r) for r in conn.execute(sql, params)]
 
 
 def running_operations(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Every operation still ``running``, oldest first, with no limit: the requests in
-    flight while the daemon runs; while it is down, those a crash cut short (its start-up
-    replay closes them)."""
+    """Every operation still ``running``, oldest first."""
     return [_operation(r) for r in conn.execute(
         f"SELECT {_op_columns(conn)} FROM operations WHERE state='running' ORDER BY id")]
 
@@ -624,11 +575,10 @@ def unremoved_attachments(conn: sqlite3.Connection,
 
 def removed_results(conn: sqlite3.Connection, after: float,
                     names: Sequence[str]) -> list[tuple[int, bytes | None]]:
-    """(id, result) of the attachments removed after ``after`` by a DEL whose result names
-    one of ``names`` among its interfaces (the host's veths, for the sweep: it unlinks
-    nothing else, so nothing else is read — SQLite's JSON functions pick the rows). An
-    attachment an operator forgot (``netctl forget``, maybe with --force while its pod
-    ran) was never DELeted, and its host links are not the sweep's to delete."""
+    """(id, result) of the attachments removed by a DEL after ``after`` whose result names one
+    of ``names`` among its interfaces (the host's veths: all the sweep may unlink). A
+    forgotten attachment (``netctl forget``) was never DELeted: its links are not the
+    sweep's."""
     if not names:
         return []
     return [(int(r[0]), r[1]) for r in conn.execute(

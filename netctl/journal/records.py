@@ -1,14 +1,7 @@
 """The journal's typed records: what callers hand to :class:`~netctl.journal.store.Journal`
-and get back from it. No I/O here.
-
-The IPAM's records live here too — an :class:`Allocation` and its :class:`Owner`, a pool's
-:class:`PoolInfo`, a sticky :class:`Reservation` — because the journal stores them: the
-IPAM (:mod:`netctl.ipam`, a layer above) decides them, the journal keeps them, and neither
-package imports the other's upper half.
-
-:class:`Attachment` is the one shape of "one network of one container": the
-engine plans it, the journal stores it (and fills in its id), chains run on
-it, and a later DEL, the replay and the reconciler read it back from the journal.
+and get back from it, the IPAM's too (:mod:`netctl.ipam`, a layer above, decides them; the
+journal keeps them). :class:`Attachment` is the one shape of "one network of one
+container", from plan to journal to DEL. No I/O here.
 """
 
 from __future__ import annotations
@@ -38,12 +31,8 @@ class Attachment(msgspec.Struct, kw_only=True):
     capability_args: dict[str, Any] = {}
     cni_args: dict[str, Any] = {}
     identity: str = ""  # who owns its sticky addresses (netctl/ipam/sticky.py)
-    # the selection's default-route: the pod's default route goes via this gateway on
-    # this interface once the ADD's chains have run (netctl/engine/gateways.py)
-    default_route: list[str] = []
-    # a device network's (netctl/engine/devices.py): the resource its NAD names and the
-    # device of it the attachment holds (journaled with its first write)
-    resource: str = ""
+    default_route: list[str] = []  # the gateways it asks for (netctl/engine/gateways.py)
+    resource: str = ""  # a device network's resource and device (netctl/engine/devices.py)
     device: str = ""
     # filled in by the journal and the chain as the attachment lives:
     id: int = 0
@@ -134,9 +123,6 @@ class BlockRecord(msgspec.Struct, kw_only=True):
     id: int = 0
     since: float = 0.0
     until: float | None = None
-
-
-# -- the IPAM's records (netctl/ipam decides them, the journal keeps them) ----------------
 
 
 @dataclass(frozen=True, slots=True)

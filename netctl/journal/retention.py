@@ -1,33 +1,7 @@
-"""What the journal forgets, and when: the retention rules, and the statements that prune.
-
-Two ages, both durations (``7d``, ``12h``, ``30m``, ``90s``, plain seconds; ``0`` or
-``off`` keeps everything):
-
-- ``journal-retention`` (default 7 days): finished operations and their steps, and
-  removed attachments (with their steps and the addresses their results held),
-  once they ended (``finished_at``, ``removed_at``) longer ago than that;
-- ``allocation-retention`` (default 90 days): the central IPAM's history — released
-  allocations (``ipam_allocations``: who held which address when) and the cluster IPAM's
-  ended block records (``ipam_blocks``), by ``released_at`` and ``until``.
-
-Never pruned, whatever the age: attachments not removed (live, adding, removing — what a
-DEL, the replay, the stuck-attachment back-off and the plugin's recorded DELs work from),
-the operations a kept attachment names (``add_op``, ``del_op``) with their steps,
-running operations (and the attachments they add or remove), live allocations and the
-operation that made each, attachments a live allocation still names (the reconciler's
-``attachment-removed`` leak), attachments removed less than :data:`REMOVED_KEPT` ago
-(the reconciler's sweep for leftover host links reads their results), pools.
-
-``netctl journal --ip ADDR --at TIME``: an allocation outlives the attachment and the
-operations it names when ``allocation-retention`` is the longer; those references are
-then cleared (``attachment_id``, ``allocated_op``, ``released_op`` set to NULL), while the
-row keeps the address, container, pod, interface, netns and times — so the question is
-answered from ``ipam_allocations`` for the whole ``allocation-retention``. Addresses a
-delegate's own IPAM handed out (host-local) are known only from the attachments'
-results, so for those the answer reaches back ``journal-retention``.
-
-Every function taking ``db`` runs on the journal's database thread inside one
-group-committed write (:meth:`netctl.journal.store.Journal.prune`); the rest is pure.
+"""What the journal forgets, and when: the retention rules (docs/journal.md, "Retention":
+what each age prunes, and what is never pruned), and the statements that prune. Every
+function taking ``db`` runs inside one group-committed write
+(:meth:`netctl.journal.store.Journal.prune`); the rest is pure.
 """
 
 from __future__ import annotations
@@ -53,9 +27,8 @@ def duration_seconds(text: str) -> float | None:
 
 
 def parse_duration(value: str | float) -> float:
-    """A retention setting → seconds, 0.0 meaning off: a duration (``7d``), plain seconds
-    (``3600``, ``"3600"``), ``0`` or ``off`` (also YAML's ``off``: false). ValueError for
-    anything else."""
+    """A retention setting → seconds, 0.0 meaning off: a duration (``7d``), plain seconds,
+    ``0`` or ``off`` (also YAML's ``off``: false). ValueError for anything else."""
     if isinstance(value, bool):
         if value:
             raise ValueError(f"{value!r} is not a duration")
@@ -148,9 +121,8 @@ def _marks(ids: list[int]) -> str:
 
 
 def prune_batch(db: sqlite3.Connection, cut: Cutoffs, limit: int) -> Pruned:
-    """One batch: up to ``limit`` removed attachments, ``limit`` operations, ``limit``
-    released allocations and ``limit`` ended blocks past their cut-offs, with their steps
-    (foreign keys on: children first, references from kept rows cleared)."""
+    """One batch: up to ``limit`` rows of each kind past their cut-offs, with their steps
+    (children first, references from kept rows cleared)."""
     out = Pruned()
     if cut.removed is not None:
         ids = _ids(db, (
@@ -202,10 +174,9 @@ def prune_batch(db: sqlite3.Connection, cut: Cutoffs, limit: int) -> Pruned:
 
 
 def vacuum_pages(db: sqlite3.Connection, pages: int, keep_free: int = 0) -> int:
-    """Hand up to ``pages`` free pages back to the file system, leaving ``keep_free``
-    (free pages are reused by the next writes: no need to shrink and grow the file);
-    returns how many. One ``PRAGMA incremental_vacuum`` per page: Python's sqlite3 steps
-    that pragma once, and each step frees one page (≈ 35 µs)."""
+    """Hand up to ``pages`` free pages back to the file system, leaving ``keep_free``; how
+    many. One ``PRAGMA incremental_vacuum`` per page: Python's sqlite3 steps that pragma
+    once, and each step frees one page."""
     free = int(db.execute("PRAGMA freelist_count").fetchone()[0])
     todo = max(0, min(pages, free - keep_free))
     for _ in range(todo):

@@ -1,7 +1,6 @@
-"""The journal's rows: the SQL that writes and reads each record, on a connection (run on the
-database thread inside a transaction of :mod:`netctl.journal.commit`). No trio, no asyncio:
-:class:`~netctl.journal.store.Journal` and :class:`~netctl.journal.allocations.IpamRecords`
-compose these into their transactions."""
+"""The journal's rows: the SQL that writes and reads each record, as functions of a
+connection that :class:`~netctl.journal.store.Journal` and
+:class:`~netctl.journal.allocations.IpamRecords` compose into their transactions."""
 
 from __future__ import annotations
 
@@ -77,9 +76,6 @@ def reservation_of(row: sqlite3.Row) -> Reservation:
                        row["container_id"])
 
 
-# -- the statements, each a function of (connection, …) run on the database thread ------------
-
-
 def insert_operation(db: sqlite3.Connection, op: OpStart, now: float) -> int:
     cur = db.execute(
         "INSERT INTO operations (verb, container_id, netns, ifname, caller_network,"
@@ -150,15 +146,15 @@ def insert_step(db: sqlite3.Connection, step: StepStart, now: float) -> int:
         (step.op_id, step.attachment, step.position, step.verb, step.plugin_type,
          step.config, step.netns, step.ifname, now))
     assert cur.lastrowid is not None
-    if step.verb == "ADD":  # begun, it counts as started: a DEL is owed for it
+    if step.verb == "ADD":  # a DEL is owed for it
         db.execute("UPDATE attachments SET steps_started=MAX(steps_started, ?) WHERE id=?",
                    (step.position + 1, step.attachment))
     return cur.lastrowid
 
 
 def load_live(db: sqlite3.Connection) -> LiveIndex:
-    """On the database thread: the index as the database has it — every live attachment
-    and allocation, none leaving (read when the journal opens)."""
+    """The index as the database has it: every live attachment and allocation, none
+    leaving."""
     attachments = db.execute("SELECT id, container_id, netns, result, del_failures, pod_uid"
                              " FROM attachments WHERE state != 'removed'").fetchall()
     allocations = db.execute("SELECT scope, address, container_id, netns, attachment_id"

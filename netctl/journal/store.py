@@ -1,23 +1,11 @@
 """The journal store: typed, trio-facing operations on the journal database.
 
-Callers name what happened — :meth:`Journal.begin` an operation with the
-attachments it adds or removes, :meth:`~Journal.begin_step` /
-:meth:`~Journal.end_step` around every plugin run (with the addresses the step
-allocates or releases), :meth:`~Journal.finish` — and never see SQL: it lives here.
-
-Every call is one synchronous function of the connection, run on the journal's database
-thread (:class:`~netctl.journal.commit.DatabaseThread`) by the group commit
-(:mod:`netctl.journal.commit`, which knows no table): one trip per
-transaction, writes of concurrent callers committed together, shielded from
-cancellation but bounded by ``write_deadline`` (code 5).
-
-The journal also keeps :attr:`Journal.live`, an in-memory index of where the live
-attachments and allocations are (netns paths, host links, which are being DELeted),
-loaded when it opens and updated after each write commits
-(:mod:`netctl.journal.live`).
-
-The CLI reads the same file read-only with plain sqlite3 (WAL lets it read
-while the daemon writes); see :mod:`netctl.journal.query`.
+Callers name what happened — :meth:`Journal.begin` an operation with the attachments it
+adds or removes, :meth:`~Journal.begin_step` / :meth:`~Journal.end_step` around every
+plugin run (with the addresses the step allocates or releases), :meth:`~Journal.finish` —
+and never see SQL. Each call is one transaction, group-committed on the database thread
+(:mod:`netctl.journal.commit`); :attr:`Journal.live` (:mod:`netctl.journal.live`) is
+updated in the step each write commits.
 """
 
 from __future__ import annotations
@@ -87,27 +75,21 @@ class Journal:
 
     def __init__(self, db: DatabaseThread, write_deadline: float,
                  clock: Callable[[], float] = time.time, next_attachment: int = 1) -> None:
-        # where the rows' timestamps come from: the wall clock; the retention bench and
-        # tests pass a simulated one, to write a week of history in seconds
-        self.clock = clock
-        self._io = Committer(db, write_deadline)  # the group commit (commit.py)
-        path = db.path
-        # the IPAM's rows: allocations, pools, reservations, blocks (allocations.py)
-        self.ipam = IpamRecords(self._io, clock)
+        self.clock = clock  # the rows' timestamps (the retention bench passes a simulated one)
+        self._io = Committer(db, write_deadline)
+        self.ipam = IpamRecords(self._io, clock)  # allocations, pools, reservations, blocks
         self._next_attachment = next_attachment  # the id :meth:`number` gives next
-        self.path = path
-        self.live = LiveIndex()  # where live attachments and allocations are (live.py)
+        self.path = db.path
+        self.live = LiveIndex()
         self._outer: dict[int, logs.Context] = {}  # op id → the log context it was begun in
         # op id → how it ended, when the disk refused that record (:meth:`write_unwritten`)
         self._unwritten: dict[int, tuple[OpEnd, Callable[[int], float] | None]] = {}
         # attachment id → the result its row holds, recorded by its last step's end: the
         # operation's close does not write it again (its trigger re-indexes the addresses)
         self._recorded: dict[int, dict[str, Any]] = {}
-        # journal-log: the events of every operation closed, logged once it commits
-        # (netctl/journal/events.py)
-        self.event_log: EventLog | None = None
+        self.event_log: EventLog | None = None  # journal-log: closed operations' events
 
-    # -- plumbing ---------------------------------------------------------------------------
+    # -- plumbing (the counts: :class:`~netctl.journal.commit.Committer`'s) -----------------
 
     @property
     def write_deadline(self) -> float:
@@ -115,33 +97,26 @@ class Journal:
 
     @property
     def commits(self) -> int:
-        """Transactions committed (batches of writes)."""
         return self._io.commits
 
     @property
     def writes(self) -> int:
-        """Writes committed."""
         return self._io.writes
 
     @property
     def trips(self) -> int:
-        """Calls run on the database thread (reads and batches)."""
         return self._io.trips
 
     @property
     def trouble(self) -> str | None:
-        """Why the journal cannot be written now (its disk refused the last batch: full,
-        read-only, an I/O error), or None."""
         return self._io.trouble
 
     @property
     def refused(self) -> int:
-        """Writes the disk refused since the start."""
         return self._io.refused
 
     def _events(self, db: sqlite3.Connection, op_ids: Sequence[int]) -> list[Event]:
-        """On the database thread, in the transaction that closes ``op_ids``: their events
-        for :attr:`event_log` (none without one)."""
+        """In the transaction that closes ``op_ids``: their events for :attr:`event_log`."""
         if self.event_log is None:
             return []
         return of_operations(db, op_ids, self.event_log.node)
@@ -157,11 +132,10 @@ class Journal:
                     new: Sequence[Allocation] = (), pools: dict[str, PoolInfo] | None = None
                     ) -> Begun:
         """Record an operation before its first side effect, in one transaction with the
-        attachments it will add (state ``adding``; their ids, unless :meth:`number` gave
-        them) and those it will remove (state ``removing``), the first step of some of its
-        chains (``first``: their ``op_id`` is this operation's, set here) and the addresses
-        those steps are given (``new``): one commit for all of it. Returns the operation's
-        id and the steps' ids, in ``first``'s order."""
+        attachments it will add (state ``adding``) and remove (``removing``), the first step
+        of some of its chains (``first``: their ``op_id`` set here) and the addresses those
+        steps are given (``new``). The operation's id and the steps' ids, in ``first``'s
+        order."""
         self.number(adding)  # never SQLite's own rowid: it could be one numbered already
 
         def fn(db: sqlite3.Connection) -> tuple[int, list[int], list[int]]:
@@ -207,17 +181,15 @@ class Journal:
             att.id, att.state, att.add_op = att_id, "adding", op_id
         for att in removing:
             att.state, att.del_op = "removing", op_id
-        # the lines logged until it finishes (here and in the tasks started meanwhile)
-        # carry the operation
+        # the lines logged until it finishes carry the operation
         self._outer[op_id] = logs.current()
         logs.bind(op=op_id, verb=op.verb, container=op.container_id,
                   pod=logs.pod_name(op.pod.namespace, op.pod.name))
         return Begun(op_id, steps)
 
     def number(self, atts: Sequence[Attachment]) -> None:
-        """Give ``atts`` their ids now, before :meth:`begin` records them: what is worked
-        out for them before (the addresses of their first step) can name them. Ids come
-        after the largest the journal holds; one never recorded is never used again."""
+        """Give ``atts`` their ids before :meth:`begin` records them (the addresses of their
+        first step name them); an id never recorded is never used again."""
         for att in atts:
             if not att.id:
                 att.id = self._next_attachment
@@ -229,20 +201,16 @@ class Journal:
                       ) -> AsyncIterator[Closing]:
         """The life of operation ``op_id``, begun: the one way every journaled operation
         ends. Its body sets ``closing.end`` (and ``retry_at``); left unset, the operation
-        ends done, or — when the body raises — ``failed(exc)``: None leaves it running, for
-        the replay at the next start to finish (an ADD whose compensation was itself
-        interrupted) — unless the journal's disk refused a write of it: then it ends
-        ``compensate_failed`` once the journal can be written (:meth:`write_unwritten`),
-        and the reconciler removes what it left. ``retry_at``: when the attachments an
-        operation that raised keeps may be tried again. The record is finished (the write
-        shielded from cancellation and bounded by ``write_deadline``) before the body's
-        exception goes on."""
+        ends done, or — when the body raises — ``failed(exc)``: None leaves it running for
+        the next start's replay — unless the journal's disk refused a write of it: then it
+        ends ``compensate_failed`` once the journal can be written (:meth:`write_unwritten`).
+        ``retry_at``: when kept attachments may be tried again. The record is finished
+        (shielded, within ``write_deadline``) before the body's exception goes on."""
         closing = Closing()
         try:
             yield closing
         except BaseException as exc:
             end = closing.end or failed(exc)
-            # its compensation could not be journaled: ended once the journal takes writes
             if end is None and first_of(exc, JournalUnwritable) is not None:
                 end = OpEnd(state="compensate_failed", code=IO_FAILURE, error=describe(exc))
                 self._unwritten[op_id] = (end, closing.retry_at or retry_at)
@@ -261,9 +229,8 @@ class Journal:
             raise
 
     async def write_unwritten(self) -> int:
-        """Write the ends of the operations whose end the disk refused (:meth:`running`:
-        their work ended, their record still says running): each as it ended. How many
-        were written; the rest wait for the next call (the reconciler's rounds)."""
+        """Write the ends the disk refused (:meth:`running`), each as it ended; how many.
+        The rest wait for the next call (the reconciler's rounds)."""
         written = 0
         for op_id, (end, retry_at) in list(self._unwritten.items()):
             await self.finish(op_id, end, retry_at=retry_at)
@@ -275,8 +242,7 @@ class Journal:
                      = None) -> None:
         """Close an operation: attached ones go live with their results, removed ones
         are removed, kept ones keep their state with the error and one more DEL failure
-        (``retry_at(failures)`` says when the reconciler may try them again). The log
-        context goes back to what it was before :meth:`begin`."""
+        (``retry_at(failures)``: when the reconciler may try them again)."""
         outer = self._outer.pop(op_id, None)
         if outer is not None and logs.current().get("op") == op_id:
             logs.replace(outer)
@@ -324,8 +290,8 @@ class Journal:
                               pools: dict[str, PoolInfo] | None = None,
                               failure: CNIError | None = None) -> int:
         """An operation whose only side effects are journal rows (a plain IPAM request, a
-        release by the reconciler): begun, done and closed in one transaction, so it
-        happened entirely or not at all; with ``failure``, recorded as failed."""
+        release by the reconciler), begun and closed in one transaction; with ``failure``,
+        recorded as failed."""
         def fn(db: sqlite3.Connection) -> tuple[int, list[Event]]:
             now = self.clock()
             op_id = insert_operation(db, op, now)
@@ -346,9 +312,8 @@ class Journal:
 
     async def forget(self, op: OpStart, atts: Sequence[Attachment],
                      gone: Sequence[Allocation]) -> int:
-        """An operator ends attachments by hand (``netctl forget``): the operation, the
-        attachments marked removed without any DEL, and their addresses released — in
-        one transaction, so all of it happened or none."""
+        """``netctl forget``: the operation, the attachments marked removed without any DEL,
+        and their addresses released, in one transaction."""
         def fn(db: sqlite3.Connection) -> tuple[int, list[Event]]:
             now = self.clock()
             op_id = insert_operation(db, op, now)
@@ -369,8 +334,7 @@ class Journal:
         return op_id
 
     async def operation_request(self, op_id: int) -> bytes | None:
-        """The request an operation was begun with (a runtime's ADD: its stdin); None
-        when it had none. An operation that made a live attachment is never pruned."""
+        """The request an operation was begun with (a runtime's ADD: its stdin), or None."""
         rows = await self._io.read(lambda db: db.execute(
             "SELECT request FROM operations WHERE id=?", (op_id,)).fetchall())
         return bytes(rows[0][0]) if rows and rows[0][0] is not None else None
@@ -382,10 +346,8 @@ class Journal:
         return [Operation(**dict(row)) for row in rows]
 
     async def unannotated(self) -> list[OpStart]:
-        """The containers whose last ANNOTATE (network-status written to their pod) failed
-        and that still have live attachments: each as that ANNOTATE began (its pod, netns,
-        interface, network), to be tried again when a daemon starts — the retries of the
-        daemon that journaled them ended with it."""
+        """The containers with live attachments whose last ANNOTATE (network-status written
+        to their pod) failed, each as that ANNOTATE began: retried when a daemon starts."""
         rows = await self._io.read(lambda db: db.execute(
             "SELECT o.container_id, o.netns, o.ifname, o.caller_network, o.pod_namespace,"
             " o.pod_name, o.pod_uid FROM operations o"
@@ -415,8 +377,8 @@ class Journal:
     # -- attachments ------------------------------------------------------------------------
 
     async def live_attachments(self, container_id: str | None = None) -> list[Attachment]:
-        """Attachments not yet removed (all of them, or one container's; none without a
-        read when :attr:`live` knows the container has none, as for a new pod's ADD)."""
+        """Attachments not yet removed: all, or one container's (no read when :attr:`live`
+        says it has none)."""
         if container_id is not None and not self.live.holds(container_id):
             return []
         if container_id is None:
@@ -429,8 +391,7 @@ class Journal:
         return [attachment_of(r) for r in rows]
 
     async def seen(self, container_id: str) -> bool:
-        """Whether the journal has any operation of this container (its live index
-        answers without a read while the container has something live)."""
+        """Whether the journal has any operation of this container."""
         if self.live.holds(container_id):
             return True
         rows = await self._io.read(lambda db: db.execute(
@@ -450,21 +411,18 @@ class Journal:
 
     async def begin_step(self, step: StepStart, *, new: Sequence[Allocation] = (),
                          pools: dict[str, PoolInfo] | None = None) -> int:
-        """Record a step before its plugin runs, with the addresses it is given (``new``,
-        recorded in the same transaction: committed with the step, or not at all)."""
+        """Record a step before its plugin runs, with the addresses it is given (``new``)."""
         def fn(db: sqlite3.Connection) -> int:
             now = self.clock()
             record_allocations(db, new, step.op_id, pools or {}, now)
-            step_id = insert_step(db, step, now)
-            return step_id
+            return insert_step(db, step, now)
 
         return await self._io.write(fn, lambda _: self._allocations_changed(new, ()))
 
     async def end_step(self, end: StepEnd, *, op_id: int,
                        gone: Sequence[Allocation] = ()) -> None:
-        """Record a step's outcome, with the addresses it released (``gone``). A step
-        that did not start (refused before any side effect) no longer counts as
-        started, so no DEL is ever sent for it."""
+        """Record a step's outcome, with the addresses it released (``gone``). A step that
+        did not start (refused before any side effect) no longer counts as started."""
         def fn(db: sqlite3.Connection) -> None:
             now = self.clock()
             release_allocations(db, gone, op_id, now)
@@ -494,9 +452,8 @@ class Journal:
 
     def _allocations_changed(self, new: Sequence[Allocation], gone: Sequence[Allocation]
                              ) -> None:
-        """A committed write's allocations (``new``) and releases (``gone``) into the
-        journal's own index and to the IPAM's store (:attr:`IpamRecords.follower`), in the
-        step that committed them."""
+        """A committed write's allocations and releases into :attr:`live` and to the IPAM's
+        store (:attr:`IpamRecords.follower`), in the step that committed them."""
         for alloc in new:
             self.live.allocated((alloc.scope, alloc.address), alloc.owner.container_id,
                                 alloc.owner.netns, alloc.owner.attachment_id)
@@ -512,8 +469,7 @@ class Journal:
 
     async def prune(self, cut: Cutoffs, limit: int) -> Pruned:
         """Delete one batch of what ended before ``cut`` (at most ``limit`` rows of each
-        kind, with their steps), through the normal write path: group-committed with the
-        requests' writes, under the same deadline."""
+        kind, with their steps), group-committed with the requests' writes."""
         return await self._io.write(partial(prune_batch, cut=cut, limit=limit))
 
     async def vacuum(self, pages: int, keep_free: int = 0) -> int:
@@ -528,8 +484,7 @@ class Journal:
 @asynccontextmanager
 async def open_journal(state_dir: str | Path, write_deadline: float = 30.0,
                        clock: Callable[[], float] = time.time) -> AsyncIterator[Journal]:
-    """Migrate and open the journal of ``state_dir`` (:func:`journal_path`). ``clock``: the
-    rows' timestamps (see :attr:`Journal.clock`)."""
+    """Migrate and open the journal of ``state_dir`` (:func:`journal_path`)."""
     directory = Path(state_dir)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # noqa: ASYNC240 - start-up
     path = str(journal_path(directory))
