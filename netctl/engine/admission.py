@@ -1,10 +1,9 @@
 """Admission: requests for one container one at a time, and a bound on all of them.
 
-- Requests for one container are serialized; a DEL cancels a running ADD of the
-  same container (which compensates) and runs after it.
-- Different containers run concurrently up to ``max_concurrent``; beyond that
-  requests wait, and when ``max_queue`` are waiting, everything but DEL is
-  refused with code 11 (a DEL always waits: it frees resources).
+- Requests for one container are serialized; a DEL cancels a running ADD of the same
+  container (which compensates) and runs after it.
+- Different containers run concurrently up to ``max_concurrent``; beyond that requests
+  wait, and when ``max_queue`` are waiting, everything but DEL is refused with code 11.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ T = TypeVar("T")
 
 
 async def _take(lock: trio.Lock | trio.CapacityLimiter) -> None:
-    """Acquire ``lock`` at once when it is free and nobody waits for it (no turn of the
-    scheduler for that: nothing can have happened meanwhile), else wait in line."""
+    """Acquire ``lock`` without a turn of the scheduler when it is free, else wait in line."""
     try:
         lock.acquire_nowait()
     except trio.WouldBlock:
@@ -59,10 +57,8 @@ class Admission:
     @asynccontextmanager
     async def turn(self, container_id: str | None, verb: str) -> AsyncIterator[None]:
         """The body runs as ``verb`` of ``container_id``, after that container's other
-        requests and within ``max_concurrent`` (:meth:`admitted`); a DEL first cancels the
-        container's running ADDs, and an ADD so cancelled ends in code 9 (what it had done
-        undone). ``container_id`` None: a request of no container (GC, STATUS, VERSION),
-        which runs at once."""
+        requests and within ``max_concurrent``; a DEL first cancels the container's running
+        ADDs (code 9). ``container_id`` None (GC, STATUS, VERSION) runs at once."""
         if container_id is None:
             yield
             return
@@ -101,9 +97,8 @@ class Admission:
 
     async def delete_in_turn(self, container_id: str, fn: Callable[[], Awaitable[T]], *,
                              skip_busy: bool = False) -> T | None:
-        """Run the DEL ``fn`` in the container's turn (:meth:`serialized`). With
-        ``skip_busy`` — the reconciler, which never acts under a request — a container
-        with a request running or waiting is left alone: None, nothing run."""
+        """Run the DEL ``fn`` in the container's turn; with ``skip_busy`` (the reconciler), a
+        container with a request running or waiting is left alone: None."""
         # no checkpoint between this test and serialized() registering the container
         if skip_busy and container_id in self._gates:
             return None
@@ -111,8 +106,7 @@ class Admission:
 
     @asynccontextmanager
     async def _admitted(self, verb: str) -> AsyncIterator[None]:
-        """Within ``max_concurrent``; refused (code 11) when the queue is full (never a
-        DEL: it frees resources)."""
+        """Within ``max_concurrent``; code 11 when the queue is full (never a DEL)."""
         if self._limiter.available_tokens == 0 and verb != "DEL" \
                 and self._waiting >= self.max_queue:
             raise CNIError(TRY_AGAIN_LATER, f"daemon busy: {self.in_flight} requests running and "

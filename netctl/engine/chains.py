@@ -1,33 +1,20 @@
 """Running one attachment's delegate chain: ADD forward, DEL in reverse, CHECK forward.
 
-Every step is journaled before the plugin starts and after it ends (config
-bytes, netns, ifname, result or error, stderr, seconds). A chain's first step (an
-ADD's first, a DEL's last started) is worked out before its operation begins
-(:meth:`Chains.prepare_first`) and journaled in the operation's own transaction
-(:meth:`Chains.begin`); the others each in one of their own. A chain runs as a
-:class:`Run`, which keeps its latest result and how many steps started (the
-attachment it was given is never changed), which is exactly what a DEL needs: the
-started steps, in reverse, with that result as ``prevResult`` — from the run during
-compensation, from the journal later. A step is an I/O shell around :func:`ended`, the
-pure decision of how it ended.
+Every step is journaled before its plugin starts and after it ends; a chain's first step
+is worked out before its operation begins (:meth:`Chains.prepare_first`) and journaled in
+the operation's own transaction (:meth:`Chains.begin`). A chain runs as a :class:`Run`,
+which keeps its latest result and how many steps started: what a DEL needs (the started
+steps, in reverse, with that result as ``prevResult``). :func:`ended` decides, pure, how a
+step ended.
 
-For a delegate whose ``ipam.type`` netctl serves (``netctl-ipam``, or a type
-taken over), the ADD step allocates in-process — planned and reserved before
-the step, recorded in the step's journal transaction — and the delegate runs
-with a ``static`` IPAM section holding the addresses; the DEL step releases them
-in its end transaction. Such a section is parsed once per attachment
-(:class:`Served`): when the ADD plans it, and the ADD's steps and their
-compensation use that; a DEL read back from the journal parses it when its step
-first needs it. The addresses a runtime asked for were checked when the ADD was
-planned (:mod:`netctl.engine.plan`) and are taken as they are here.
+For a delegate whose ``ipam.type`` netctl serves (``netctl-ipam``, or a type taken over),
+the ADD step allocates in-process, recorded in the step's transaction, and the delegate
+gets a ``static`` IPAM section holding the addresses; the DEL step releases them.
 
-A DEL whose netns is gone (missing, or not a network namespace any more) gives
-the delegates an empty ``CNI_NETNS``, as the spec allows, so their IPAM still
-releases; and the addresses netctl allocated itself are released then even when the
-delegate's DEL fails (nothing can be using them without the netns), so a broken
-delegate never holds a pool's address for ever. A step whose ADD the plugin refused
-with code 1 (incompatible version) did nothing, so it does not count as started and
-is never DELeted.
+A DEL whose netns is gone gives the delegates an empty ``CNI_NETNS``, as the spec allows,
+and releases netctl's addresses even when the delegate's DEL fails (nothing can be using
+them), so a broken delegate never holds a pool's address for ever. A step whose ADD the
+plugin refused with code 1 did nothing: it does not count as started.
 """
 
 from __future__ import annotations
@@ -90,7 +77,7 @@ class StepError(CNIError):
 @dataclass(frozen=True)
 class Prepared:
     """A step worked out before it is journaled: its row, the addresses it is given (and
-    their pools), and its id once it is begun (0 before)."""
+    their pools), and its id once begun."""
 
     start: StepStart
     new: list[Allocation]
@@ -100,21 +87,15 @@ class Prepared:
 
 @dataclass
 class Run:
-    """One attachment's chain as an operation runs it: the attachment as it was journaled
-    (never changed here), its parsed IPAM sections, the step begun with the operation
-    (``opening``), and how far the chain got — steps started and the latest result, what a
-    DEL of it needs. An ADD starts from nothing; a DEL from what the journal has."""
+    """One attachment's chain as an operation runs it: the attachment as journaled (never
+    changed here), its parsed IPAM sections, the step begun with the operation
+    (``opening``), and how far it got (steps started, the latest result)."""
 
     att: Attachment
     served: Served
     opening: Prepared | None = None
     started: int = 0
     result: dict[str, Any] | None = None
-
-    @classmethod
-    def resumed(cls, att: Attachment, served: Served, opening: Prepared | None = None) -> Run:
-        """A run that goes on from ``att`` as the journal has it (a DEL, a CHECK)."""
-        return cls(att, served, opening, att.steps_started, att.result)
 
     def attachment(self) -> Attachment:
         """The attachment as this run left it."""
@@ -124,9 +105,8 @@ class Run:
 
 @dataclass(frozen=True)
 class Ended:
-    """How a step ended, decided from its plugin run (:func:`ended`, pure): the row that
-    closes it, whether it counts as started (a DEL is owed for it), whether the addresses
-    netctl gave it are freed with that row, its result, and the error to raise."""
+    """How a step ended (:func:`ended`): the row that closes it, whether it counts as
+    started, whether netctl's addresses are freed with that row, its result, its error."""
 
     end: StepEnd
     started: bool = True
@@ -137,9 +117,8 @@ class Ended:
 
 def ended(ready: Prepared, att: Attachment, out: PluginOutput | CNIError | Cancellation,
           grace: float) -> Ended:
-    """How the step ``ready`` of ``att`` ended, given its plugin's output, the error it
-    failed with, or what its cancellation left (the plugin may have finished within
-    ``grace``)."""
+    """How the step ``ready`` of ``att`` ended, given its plugin's output, its error, or
+    what its cancellation left (the plugin may have finished within ``grace``)."""
     s = ready.start
     end = StepEnd(step_id=ready.step_id, attachment=att.id, verb=s.verb, position=s.position)
     if isinstance(out, PluginOutput):
@@ -157,9 +136,7 @@ def ended(ready: Prepared, att: Attachment, out: PluginOutput | CNIError | Cance
     # refused for its version: it did nothing, and is never DELeted
     end.started = not (s.verb == "ADD" and out.code == INCOMPATIBLE_VERSION
                        and isinstance(out, PluginError))
-    # A DEL that failed with the netns gone still frees the addresses netctl gave the
-    # step: no interface can be using them. The DEL itself is retried for what the
-    # plugin may hold outside the netns; those retries get no addresses.
+    # a DEL that failed with the netns gone still frees netctl's addresses (module doc)
     return Ended(end, started=end.started, frees=s.verb == "DEL" and not s.netns,
                  error=StepError(out.code, f"{att.where(s.position)}: {s.verb} failed: "
                                  f"{out.msg}", out.details))
@@ -168,8 +145,7 @@ def ended(ready: Prepared, att: Attachment, out: PluginOutput | CNIError | Cance
 def requests_as_args(plugin: dict[str, Any], index: int, caps: dict[str, Any],
                      served: bool) -> dict[str, Any]:
     """The requested MAC and addresses for a delegate that does not declare the
-    ``mac``/``ips`` capability, as ``args.cni`` keys the reference plugins read too
-    (bridge and macvlan ``mac`` on the chain's first plugin; host-local ``ips``)."""
+    ``mac``/``ips`` capability, as the ``args.cni`` keys the reference plugins read."""
     declared = plugin.get("capabilities")
     declared = declared if isinstance(declared, dict) else {}
     out: dict[str, Any] = {}
@@ -182,8 +158,8 @@ def requests_as_args(plugin: dict[str, Any], index: int, caps: dict[str, Any],
 
 
 def unhonoured(att: Attachment, result: dict[str, Any] | None) -> str | None:
-    """What of the requested addresses and MAC the chain's result does not show, if any:
-    a request is honoured or the ADD is refused (code 7), never silently ignored."""
+    """What of the requested addresses and MAC the chain's result does not show, if any
+    (the ADD is then refused: code 7)."""
     caps = att.capability_args
     if "ips" not in caps and "mac" not in caps:
         return None
@@ -217,14 +193,6 @@ def served_ipam(plugin: dict[str, Any], types: frozenset[str]) -> dict[str, Any]
     return None
 
 
-def served_config(plugin: dict[str, Any], types: frozenset[str]
-                  ) -> tuple[ranges_mod.IPAMConfig, list[ranges_mod.Range]] | None:
-    """The plugin's served ``ipam`` section parsed (code 7 when it is bad), with the
-    gateway defaulted when the plugin takes one (a bridge with ``isGateway``); else None."""
-    ipam = served_ipam(plugin, types)
-    return None if ipam is None else ipam_config(plugin, ipam)
-
-
 def ipam_config(plugin: dict[str, Any], ipam: dict[str, Any]
                 ) -> tuple[ranges_mod.IPAMConfig, list[ranges_mod.Range]]:
     """``plugin``'s ``ipam`` section parsed (code 7 when it is bad), with the gateway
@@ -233,10 +201,9 @@ def ipam_config(plugin: dict[str, Any], ipam: dict[str, Any]
 
 
 class Served:
-    """The IPAM sections netctl serves in-process in one attachment's chain, each parsed
-    once (:func:`served_config`) and kept: all of them when an ADD plans the attachment
-    (:meth:`Chains.served`), else each when a step first needs it (a DEL read back from
-    the journal: a bad section refuses that step only)."""
+    """The IPAM sections netctl serves in one attachment's chain, each parsed once: all of
+    them when an ADD plans it (:meth:`Chains.served`), else each when a step first needs
+    it (a DEL read back from the journal: a bad section refuses that step only)."""
 
     def __init__(self, chain: Chain, types: frozenset[str]) -> None:
         self.chain, self.types = chain, types
@@ -251,7 +218,9 @@ class Served:
                 ) -> tuple[ranges_mod.IPAMConfig, list[ranges_mod.Range]] | None:
         """Step ``index``'s served section parsed (code 7 when it is bad); None: not served."""
         if index not in self._parsed:
-            self._parsed[index] = served_config(self.chain.plugins[index], self.types)
+            plugin = self.chain.plugins[index]
+            ipam = served_ipam(plugin, self.types)
+            self._parsed[index] = None if ipam is None else ipam_config(plugin, ipam)
         return self._parsed[index]
 
 
@@ -265,8 +234,8 @@ class Chains:
     metrics: Metrics = field(default_factory=Metrics)  # each plugin run's time
 
     def served(self, att: Attachment) -> Served:
-        """``att``'s served IPAM sections, every one parsed now: code 7 naming the network
-        when one is bad (an ADD refuses it before anything runs)."""
+        """``att``'s served IPAM sections, every one parsed now (code 7 naming the network
+        when one is bad)."""
         served = Served(att.chain, self.delegates.ipam_types)
         for index in range(len(att.chain.plugins)):
             try:
@@ -276,9 +245,8 @@ class Chains:
         return served
 
     async def check_versions(self, runs: Sequence[Run]) -> None:
-        """Refuse (code 1) a network whose cniVersion one of its delegates does not speak,
-        asking each binary once (its VERSION answer is cached while it is unchanged); a
-        type and version seen for one network is not looked at again for the next."""
+        """Refuse (code 1) a network whose cniVersion one of its delegates does not speak
+        (each binary's VERSION answer is cached while it is unchanged)."""
         d = self.delegates
         checked: set[tuple[str, str]] = set()
         for run in runs:
@@ -303,8 +271,8 @@ class Chains:
     async def _config(self, att: Attachment, index: int, verb: str,
                       prev: dict[str, Any] | None, netns: str, ipam: Served
                       ) -> tuple[bytes, list[Allocation], Any]:
-        """The step's stdin, and for a served IPAM the addresses it gets (new ones to
-        record with the step, and the planner's decision)."""
+        """The step's stdin, and for a served IPAM the new addresses and the planner's
+        decision."""
         plugin = att.chain.plugins[index]
         served = ipam.section(index)
         extra = requests_as_args(plugin, index, att.capability_args, served is not None)
@@ -329,8 +297,8 @@ class Chains:
 
     async def prepare(self, run: Run, index: int, verb: str,
                       prev: dict[str, Any] | None) -> Prepared:
-        """Step ``index``'s stdin and addresses, worked out before it is journaled (its
-        ``op_id`` left for the journal to set); :class:`StepError` when it cannot be."""
+        """Step ``index`` worked out before it is journaled (``op_id`` left to the journal);
+        :class:`StepError` when it cannot be."""
         att = run.att
         netns = att.netns if verb == "ADD" or is_netns(att.netns) else ""
         try:
@@ -346,10 +314,9 @@ class Chains:
 
     async def prepare_first(self, runs: Sequence[Run], verb: str) -> None:
         """Each chain's first step (an ADD's first, a DEL's last started), to begin with
-        the operation (:meth:`begin`). An ADD's get their addresses reserved, all or none:
-        when one cannot be worked out none is (nothing is then held, and each chain works
-        its steps out in turn, the one that cannot failing the ADD). A DEL's that cannot
-        be is left to its chain's own turn, which fails it as before."""
+        the operation (:meth:`begin`). An ADD's are reserved all or none (when one cannot
+        be, each chain works its steps out in turn, and that one fails the ADD); a DEL's
+        that cannot be is left to its chain's own turn."""
         done: list[Run] = []
         try:
             for run in runs:
@@ -370,9 +337,8 @@ class Chains:
 
     async def begin(self, op: OpStart, runs: Sequence[Run], *, adding: bool) -> int:
         """Journal ``op`` with its attachments (``adding``, else removing) and the first
-        steps :meth:`prepare_first` worked out, with their addresses: one transaction, the
-        store told the addresses are recorded, or unreserved when they are not. Returns
-        the operation's id; each run's ``opening`` gets its step's id."""
+        steps :meth:`prepare_first` worked out, in one transaction; the operation's id
+        (each run's ``opening`` gets its step's)."""
         atts = [run.att for run in runs]
         begun = [run for run in runs if run.opening is not None]
         opening = [run.opening for run in begun if run.opening is not None]
@@ -388,8 +354,7 @@ class Chains:
 
     async def _begin_step(self, op_id: int, run: Run, index: int, verb: str,
                           prev: dict[str, Any] | None) -> Prepared:
-        """Step ``index`` worked out and journaled in its own transaction (the store told
-        its addresses are recorded, or unreserved)."""
+        """Step ``index`` worked out and journaled in its own transaction."""
         ready = await self.prepare(run, index, verb, prev)
         ready.start.op_id = op_id
         step_id = await record(self.ipam, ready.new, partial(
@@ -398,8 +363,8 @@ class Chains:
 
     async def step(self, op_id: int, run: Run, index: int, verb: str,
                    prev: dict[str, Any] | None) -> dict[str, Any] | None:
-        """Journal step ``index`` (unless it is ``run.opening``: begun with the operation),
-        run its plugin, journal how it ended (:func:`ended` decides), return its result."""
+        """Journal step ``index`` (unless begun with the operation), run its plugin, journal
+        how it ended, return its result."""
         opening = run.opening
         ready = opening if opening is not None and opening.start.position == index and \
             opening.start.verb == verb else await self._begin_step(op_id, run, index, verb, prev)
@@ -430,8 +395,7 @@ class Chains:
         gone = self.ipam.index.of_attachment(att.id) if how.frees and run.served.has(index) else []
         await self.journal.end_step(how.end, op_id=op_id, gone=gone)
         if how.error is not None:
-            # the message only: what the plugin printed on stderr is the step's, in the
-            # journal, never in the log
+            # the plugin's stderr is in the journal, never in the log
             log.debug("%s %s of %s failed (code %d): %s", start.plugin_type, verb, att.ifname,
                       how.error.code, how.end.error)
             raise how.error from out if isinstance(out, CNIError) else None
@@ -440,8 +404,7 @@ class Chains:
         return how.result
 
     async def add(self, op_id: int, run: Run) -> None:
-        """ADD every step in order, each getting the previous result; the run keeps the
-        latest result and how many steps started (what undoing it needs)."""
+        """ADD every step in order, each getting the previous result."""
         att = run.att
         with logs.bound(network=att.network):
             for index in range(len(att.chain.plugins)):
@@ -452,11 +415,8 @@ class Chains:
                             f"{missing}")
 
     async def delete(self, op_id: int, run: Run) -> list[StepError]:
-        """DEL every started step in reverse with the latest result; go on past failures.
-
-        Returns the failures (empty when all went); things already gone are the
-        plugins' business to tolerate, as the spec asks of them.
-        """
+        """DEL every started step in reverse with the latest result, on past failures;
+        the failures (empty when all went)."""
         errors: list[StepError] = []
         att = run.att
         with logs.bound(network=att.network):
@@ -471,21 +431,20 @@ class Chains:
 
     async def check(self, op_id: int, att: Attachment) -> None:
         """CHECK every step in order with the stored final result."""
-        run = Run.resumed(att, Served(att.chain, self.delegates.ipam_types))
+        (run,) = self.runs([att])
         with logs.bound(network=att.network):
             for index in range(len(att.chain.plugins)):
                 await self.step(op_id, run, index, "CHECK", att.result)
 
     def runs(self, atts: Sequence[Attachment]) -> list[Run]:
-        """Runs going on from ``atts`` as the journal has them (each step parses the IPAM
-        section it needs: a bad one refuses that step only)."""
-        return [Run.resumed(att, Served(att.chain, self.delegates.ipam_types)) for att in atts]
+        """Runs going on from ``atts`` as the journal has them."""
+        return [Run(att, Served(att.chain, self.delegates.ipam_types),
+                    started=att.steps_started, result=att.result) for att in atts]
 
     async def delete_all(self, op_id: int, runs: Sequence[Run],
                          outcome: dict[int, list[StepError]]) -> None:
-        """DEL several chains concurrently; as each finishes, ``outcome[att.id]`` gets
-        its errors (empty: all removed). Filled in as it goes, so a caller that is
-        cancelled or runs out of time still knows which chains finished."""
+        """DEL several chains concurrently; as each finishes, ``outcome[att.id]`` gets its
+        errors (a caller cancelled meanwhile still knows which chains finished)."""
 
         async def one(run: Run) -> None:
             outcome[run.att.id] = await self.delete(op_id, run)
@@ -497,7 +456,7 @@ class Chains:
 
 def retry_at(failures: int, now: float | None = None) -> float:
     """When the reconciler may next try an attachment whose clean-up failed ``failures``
-    times: exponential back-off, capped."""
+    times (exponential back-off, capped)."""
     delay = min(RETRY_CAP, RETRY_BASE * 2.0 ** max(0, failures - 1))
     return (time.time() if now is None else now) + delay
 
@@ -505,7 +464,7 @@ def retry_at(failures: int, now: float | None = None) -> float:
 def del_end(state: str, code: int | None, error: str | None, atts: list[Attachment],
              outcome: dict[int, list[StepError]]) -> OpEnd:
     """An operation's end after DELs: attachments whose chain DEL finished cleanly are
-    removed; the others keep their state with their errors (or "not finished")."""
+    removed; the others kept with their errors."""
     removed = [a for a in atts if a.id in outcome and not outcome[a.id]]
     kept = [(a, "; ".join(e.msg for e in outcome.get(a.id) or []) or "DEL did not finish")
             for a in atts if a.id not in outcome or outcome[a.id]]

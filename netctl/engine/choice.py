@@ -1,8 +1,7 @@
 """Where a pod's networks come from: the :class:`Selector` that finds a pod's
-:class:`Choice` (standalone: :class:`ArgsSelector`, from CNI_ARGS; Kubernetes mode:
-:class:`~netctl.kube.select.KubeSelector`, from the pod) and the :class:`Resolver` that
-looks a network up (standalone: :class:`~netctl.engine.networks.NetworkDir`; Kubernetes
-mode: :class:`~netctl.kube.nads.NadResolver`). The engine is given one of each."""
+:class:`Choice` (standalone: :class:`ArgsSelector`; Kubernetes mode:
+:class:`~netctl.kube.select.KubeSelector`) and the :class:`Resolver` that looks a network
+up (:class:`~netctl.engine.networks.NetworkDir`; :class:`~netctl.kube.nads.NadResolver`)."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ class Resolver(Protocol):
 
     async def wait_listed(self) -> None:
         """After a :class:`~netctl.errors.NotListedYet`: wait, a bounded time, until
-        :meth:`resolve` can answer (it says why when it still cannot)."""
+        :meth:`resolve` can answer."""
         ...
 
 
@@ -49,9 +48,8 @@ class Selector(Protocol):
 
 
 class ArgsSelector:
-    """Standalone mode: ``NETCTL_NETWORKS=<annotation syntax>`` in CNI_ARGS; the
-    addresses a network asks for are checked here, before anything runs, as
-    Kubernetes mode checks the annotation's."""
+    """Standalone mode: ``NETCTL_NETWORKS=<annotation syntax>`` in CNI_ARGS, its
+    requested addresses checked before anything runs."""
 
     async def select(self, conf: NetctlConf, inv: Invocation) -> Choice:
         chosen = selection.parse(inv.args.get(SELECTION_ARG, ""))

@@ -15,10 +15,8 @@ SYSTEM_NAMESPACES = ["kube-system"]  # Multus' default (copied for each conf)
 
 
 class NetctlConf(GCList, kw_only=True, forbid_unknown_fields=False):
-    """The meta-plugin's own network config, as the runtime passes it.
-
-    Multus' keys keep Multus' names and defaults (its ``pkg/types/conf.go``) and, as
-    Multus reads them, match in any letter case (:data:`MULTUS_KEYS`)."""
+    """The meta-plugin's own network config. Multus' keys keep Multus' names and defaults
+    and match in any letter case (:data:`MULTUS_KEYS`)."""
 
     cniVersion: str
     name: str
@@ -39,8 +37,7 @@ class NetctlConf(GCList, kw_only=True, forbid_unknown_fields=False):
 
     def global_namespaces(self) -> list[str]:
         """The namespaces any pod may take NADs from under ``namespaceIsolation``:
-        ``globalNamespaces`` (comma-separated, or a list), or only ``default`` when it is
-        not set — set, it replaces ``default``, as in Multus."""
+        ``globalNamespaces`` (comma-separated, or a list), else ``default``."""
         raw = self.globalNamespaces
         names = raw.split(",") if isinstance(raw, str) else raw
         names = [n.strip() for n in names if n.strip()]
@@ -64,10 +61,9 @@ def decode_conf(inv: Invocation) -> NetctlConf:
 
 @dataclass
 class Call:
-    """One invocation of netctl-cni and its netctl conf, each decoded once: what the
-    engine's handlers get. The conf is decoded when first asked for — by the version
-    gate, for every verb that has one — and kept; a DEL, which needs none, never asks
-    unless its container is unknown (:mod:`netctl.engine.foreign`)."""
+    """One invocation of netctl-cni and its netctl conf, decoded when first asked for (by
+    the version gate, for every verb that has one); a DEL never asks unless its container
+    is unknown (:mod:`netctl.engine.foreign`)."""
 
     inv: Invocation
     _conf: NetctlConf | None = None

@@ -1,17 +1,13 @@
-"""DELs of containers netctl never saw: the pods created before the switch from Multus.
-
-A DEL for a container the journal has no record of is run as Multus would have run it:
-its delegates from Multus' cache of it (which goes once they are all DELeted), else the
-cluster network (:mod:`netctl.engine.foreign` reads the caches). :class:`ForeignDels` does
-it for the engine's DEL: journaled as one DEL whose attachments are those networks, tried
-once, never an error (a delegate whose DEL fails is journaled and named in a warning).
+"""DELs of containers netctl never saw (:mod:`netctl.engine.foreign`): :class:`ForeignDels`
+finds what ran for one and DELs it as one journaled DEL, tried once, never an error.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 
 import trio
 
@@ -31,8 +27,8 @@ log = logging.getLogger("netctl.engine")
 
 @dataclass(frozen=True)
 class Cutover:
-    """Where a DEL for a container netctl never saw finds what ran for it
-    (:mod:`netctl.engine.foreign`); ``enabled`` False answers such a DEL "nothing"."""
+    """Where a DEL for a container netctl never saw finds what ran for it; ``enabled``
+    False answers such a DEL "nothing"."""
 
     enabled: bool = True
     multus_cache: str = foreign.DEFAULT_MULTUS_CACHE
@@ -41,7 +37,7 @@ class Cutover:
 
 @dataclass(frozen=True)
 class Found:
-    """What ran for a container netctl never saw — (network, interface, chain) each — and
+    """What ran for a container netctl never saw, (network, interface, chain) each, and
     where that was read."""
 
     chains: list[tuple[str, str, Chain]]
@@ -55,8 +51,7 @@ class Found:
 
 @dataclass
 class ForeignDels:
-    """The DEL of a container netctl never saw (module doc), with where its cut-over reads
-    (``where``), the journal, the chains and the networks the engine has."""
+    """The DEL of a container netctl never saw (module doc)."""
 
     where: Cutover
     journal: Journal
@@ -64,15 +59,10 @@ class ForeignDels:
     networks: Resolver
 
     async def delete(self, call: Call, origin: str, found: Found) -> Reply:
-        """DEL a container the journal has never seen, as Multus would have: its
-        delegates (``found``: from Multus' cache, which goes once they are all DELeted,
-        else the cluster network); journaled as one DEL whose attachments are those
-        networks.
-
-        One try, never an error: a delegate whose DEL fails is journaled with its error
-        and named in the warning, and its attachment ends all the same — netctl cannot
-        tell a pod that had that network from one that never did (an ADD it refused), so
-        it keeps nothing stuck on its account."""
+        """DEL what ``found`` names, journaled as one DEL whose attachments are those
+        networks; Multus' cache goes once they are all DELeted. One try, never an error: a
+        failing delegate is named in the warning and its attachment ends all the same
+        (netctl cannot tell a pod that had that network from one whose ADD it refused)."""
         inv = call.inv
         chains, source = found.chains, found.source
         results = await trio.to_thread.run_sync(lambda: [foreign.cached_result(
@@ -104,13 +94,12 @@ class ForeignDels:
                          + "; ".join(failures))
         path = foreign.cache_path(self.where.multus_cache, inv.container_id)
         if path is not None and source.startswith("Multus' cache"):
-            await trio.to_thread.run_sync(_remove, path)
+            await trio.to_thread.run_sync(partial(Path(path).unlink, missing_ok=True))
         return Reply()
 
     async def find(self, call: Call) -> Found:
-        """What ran for a container netctl never saw: Multus' cache of it (read in a
-        worker thread), else the cluster network (looked up here, on the loop, like every
-        other lookup)."""
+        """What ran for a container netctl never saw: Multus' cache of it, else the
+        cluster network."""
         inv = call.inv
         path = foreign.cache_path(self.where.multus_cache, inv.container_id)
         why = ""
@@ -141,10 +130,3 @@ class ForeignDels:
         except CNIError as exc:
             return Found([], f"its cluster network cannot be read ({exc.msg}){why}")
         return Found([(net.key, inv.ifname, net.chain)], f"its cluster network {net.key}{why}")
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

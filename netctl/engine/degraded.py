@@ -1,28 +1,12 @@
-"""Degraded: the daemon serves, but something wants an operator. Pure.
+"""Degraded: the daemon serves, but something wants an operator (docs/operating.md, "Is it
+up, and can it serve?"). Pure.
 
-*Ready* says whether the daemon can serve ADDs (:mod:`netctl.engine.readiness`). A ready
-daemon is **degraded** while:
-
-- the journal's disk refuses its writes (full, read-only, failing: the status names the
-  journal's error): ADDs fail, DELs are kept aside (:mod:`netctl.reconcile.pending`);
-- an attachment is **stuck**: its clean-up (a DEL: the runtime's, the reconciler's, a
-  compensation's) failed and the reconciler retries it with back-off; what it holds may
-  stay held until a DEL succeeds;
-- a pool is **exhausted or nearly**: the addresses of the pool this node can no longer
-  hand out reach ``pool-degraded-at`` (a daemon setting, :data:`DEFAULT_POOL_DEGRADED_AT`)
-  of the pool's assignable addresses; 0 turns the check off, 1 says degraded only once
-  full. The count is the IPAM store's ``pool_fill()``:
-
-  - ``ipam-backend: sqlite``: the node's live allocations of the pool;
-  - ``ipam-backend: kubernetes``: nodes share the pool in blocks, so the node's own
-    usage says little (a node with two pods may find no block left to claim). What this
-    node can no longer hand out is its own live allocations plus every address in other
-    nodes' blocks; what is left is the free addresses of its own blocks and of the
-    blocks nobody holds. A node is degraded on a pool when the cluster is short of
-    room for *its* next pods.
-
-Degraded never makes the STATUS verb fail nor refuses an ADD: ``netctl status`` says it
-(its own exit code), and so does the ``netctl_degraded`` gauge.
+A ready daemon is degraded while its journal's disk refuses writes, while an attachment is
+stuck (its clean-up failed; the reconciler retries it with back-off), or while a pool is
+exhausted or nearly: what this node can no longer hand out of it (the IPAM store's
+``pool_fill()``: with the cluster IPAM, its own allocations plus other nodes' blocks)
+reaches ``pool-degraded-at`` of its addresses (0: off). Degraded never fails STATUS nor
+refuses an ADD.
 """
 
 from __future__ import annotations
@@ -54,7 +38,7 @@ class PoolFill:
 
 def parse_threshold(value: object) -> float:
     """``pool-degraded-at`` as a fraction: a number from 0 (off) to 1, or a percentage
-    (``"90%"``). Raises ValueError saying what is expected."""
+    (``"90%"``); ValueError saying what is expected."""
     text = str(value).strip()
     try:
         if isinstance(value, bool):
@@ -76,8 +60,7 @@ def pool_fills(pools: Mapping[str, tuple[int | None, int]]) -> list[PoolFill]:
 
 
 def full_pools(pools: Mapping[str, tuple[int | None, int]], at: float) -> list[PoolFill]:
-    """The pools exhausted or nearly: filled to ``at`` of their size (none when ``at`` is 0),
-    fullest first."""
+    """The pools filled to ``at`` of their size (none when ``at`` is 0), fullest first."""
     if at <= 0:
         return []
     full = [p for p in pool_fills(pools) if p.used >= math.ceil(at * p.size - 1e-9)]
@@ -91,8 +74,8 @@ def is_degraded(stuck: int, pools: Mapping[str, tuple[int | None, int]], at: flo
 
 def reasons(stuck: Sequence[Mapping[str, Any]], full: Sequence[PoolFill], at: float
             ) -> list[str]:
-    """Why the daemon is degraded, one line per stuck attachment and full pool (empty: it
-    is not). ``stuck``: the journal's stuck attachments (``stuck_attachments()``)."""
+    """Why the daemon is degraded, one line per stuck attachment (the journal's
+    ``stuck_attachments()``) and full pool."""
     out = []
     for s in stuck:
         n = s.get("failures")

@@ -1,25 +1,14 @@
-"""Device networks: each attachment of a NAD that names a resource gets one of the pod's devices.
+"""Device networks: each attachment of a NAD that names a resource gets one of the pod's
+devices (docs/networks.md, "Device networks").
 
-A NAD annotated ``k8s.v1.cni.cncf.io/resourceName: VENDOR/RESOURCE`` (its
-:class:`~netctl.engine.networks.Network`'s ``resource``) is a device network: SR-IOV VFs,
-RDMA NICs and the like, advertised by a device plugin or a DRA driver and allocated to
-the pod by the kubelet before its sandbox exists. For an ADD, after planning and before
-anything runs (:func:`give`):
-
-1. the pod's allocated devices come from a :class:`DeviceSource` (Kubernetes mode: the
-   kubelet's PodResources API, and the pod's ResourceClaims) — asked only when some
-   network of the ADD names a resource;
-2. :func:`assign` gives each device network a distinct device of its resource, in plan
-   order, never one that another live attachment of the container holds (a hot-plugged
-   network beside the ADD's); too few devices is code 7 naming the network, the resource
-   and the pod — the pod did not request it, or requested fewer than its networks need;
-3. the attachment records the resource and the device (journaled with its first row, so
-   a DEL later and ``netctl journal --device`` need nothing else); its delegates get the
-   device as the conf keys ``deviceID`` and ``pciBusID``, and as the ``deviceID`` and
-   ``CNIDeviceInfoFile`` capabilities (:func:`netctl.cni.config.plugin_config`);
-4. the device plugin's device-info file is copied for the CNI
-   (:mod:`netctl.devices.devinfo`); after the ADD it is read into network-status
-   (:func:`device_info`), and the chain's DEL removes it.
+For an ADD, after planning and before anything runs (:func:`give`): the pod's allocated
+devices come from a :class:`DeviceSource` (the kubelet's PodResources API and the pod's
+ResourceClaims); :func:`assign` gives each device network a distinct device of its
+resource, never one another live attachment of the container holds (too few: code 7); the
+attachment records the resource and the device, and its delegates get the device as
+``deviceID``/``pciBusID`` and the ``deviceID``/``CNIDeviceInfoFile`` capabilities; the
+device plugin's device-info file is copied for the CNI, read into network-status after the
+ADD (:func:`device_info`) and removed by the chain's DEL.
 """
 
 from __future__ import annotations
@@ -44,16 +33,16 @@ class DeviceSource(Protocol):
     """Where a pod's allocated devices come from."""
 
     async def allocated(self, pod: Pod, resources: Collection[str]) -> Mapping[str, list[str]]:
-        """The device ids of each of ``resources`` allocated to ``pod`` (a resource it has
-        none of may be missing); code 11 when the source cannot be asked."""
+        """The device ids of each of ``resources`` allocated to ``pod`` (one it has none of
+        may be missing); code 11 when the source cannot be asked."""
         ...
 
 
 def assign(wanted: Sequence[tuple[str, str]], allocated: Mapping[str, Sequence[str]],
            held: Collection[str], pod: str) -> list[str]:
     """For each (network, resource) in ``wanted``, in order, a device of its resource from
-    ``allocated``, each at most once and none of ``held``. Code 7 (a
-    :class:`~netctl.errors.Refusal`, the pod's Event) when a resource has too few."""
+    ``allocated``, each at most once and none of ``held``; code 7 (a
+    :class:`~netctl.errors.Refusal`) when a resource has too few."""
     taken = set(held)
     out = []
     for network, resource in wanted:
@@ -78,8 +67,7 @@ def assign(wanted: Sequence[tuple[str, str]], allocated: Mapping[str, Sequence[s
 
 
 def cni_file(att: Attachment) -> str:
-    """The device-info file for the CNI of a device attachment (its capability; else the
-    name it would have)."""
+    """The device-info file for the CNI of a device attachment."""
     given = att.capability_args.get(DEVICE_INFO_FILE)
     if isinstance(given, str) and given:
         return given
@@ -88,9 +76,8 @@ def cni_file(att: Attachment) -> str:
 
 async def give(atts: Sequence[Attachment], source: DeviceSource | None, root: HostRoot,
                held: Collection[str] = ()) -> None:
-    """Give every device network of ``atts`` its device (module doc, steps 1 to 4), or
-    refuse the ADD before anything ran; ``held``: devices the container's other live
-    attachments hold."""
+    """Give every device network of ``atts`` its device (module doc), or refuse the ADD;
+    ``held``: devices the container's other live attachments hold."""
     devices = [a for a in atts if a.resource]
     if not devices:
         return
@@ -119,8 +106,7 @@ def _copy_device_info(atts: Sequence[Attachment], root: HostRoot) -> None:
 
 def device_info(atts: Sequence[Attachment], root: HostRoot
                 ) -> dict[str, dict[str, object]]:
-    """The device-info of each device attachment that has one, by interface name (the
-    network-status entries' ``device-info``)."""
+    """The device-info of each device attachment that has one, by interface name."""
     out: dict[str, dict[str, object]] = {}
     for att in atts:
         if att.device:
@@ -131,6 +117,6 @@ def device_info(atts: Sequence[Attachment], root: HostRoot
 
 
 def remove_device_info(att: Attachment, root: HostRoot) -> None:
-    """The CNI's copy of the device-info file of a device attachment removed (its DEL)."""
+    """Remove the CNI's copy of a device attachment's device-info file."""
     if att.device:
         devinfo.remove(cni_file(att), root)

@@ -1,30 +1,13 @@
-"""``netctl doctor``: what in the runtime's CNI config dir will cost a user time.
+"""``netctl doctor``: what in the runtime's CNI config dir will cost a user time
+(docs/operating.md, "The doctor").
 
-A runtime (its libcni) hands a plugin entry only the ``runtimeConfig`` values whose
-capabilities the entry declares, and drops the others without a word; netctl passes
-what it gets on to the cluster network's plugins that declare the same capability.
-So a capability the cluster network's plugins declare (``portMappings`` for portmap)
-that the netctl-cni entry does not is lost before netctl sees it: published ports
-silently do nothing. And a netctl conf at cniVersion 1.1.0 is refused by runtimes whose
-libcni predates v1.2.0 ("unsupported CNI result version").
-
-:func:`diagnose` decides, pure over the parsed files and a network resolver (the
-networks dir, as the daemon resolves names); :func:`netctl.cni.confdir.read_conf_dir` is
-the thin I/O.
-Findings, per file:
-
-- ``missing-capability`` (warning): the cluster network's plugins (or the first inline
-  delegate's) declare a capability the netctl-cni entry does not;
-- ``capability-not-passed`` (note): another network it names (``defaultNetworks``, a
-  later delegate) declares one: netctl passes the runtime's values to the cluster
-  network only, so that network gets it only from a pod's JSON selection;
-- ``cni-version`` (warning): the netctl conf is at 1.1.0;
-- ``unknown-network`` (warning): a network it names cannot be resolved (every ADD
-  would fail with code 7), so its capabilities could not be checked;
-- ``invalid`` / ``unreadable`` (warning): a netctl entry netctl cannot decode or that
-  names no network; a file of the dir that is not a JSON object (libcni skips or fails
-  on it);
-- ``no-netctl-conf`` (warning): no file of the dir has a netctl-cni entry.
+A runtime hands a plugin entry only the ``runtimeConfig`` values whose capabilities the
+entry declares; netctl passes them on to the cluster network's plugins. So a capability
+those plugins declare that the netctl-cni entry does not is lost (``missing-capability``);
+one declared by another network is passed only from a pod's selection
+(``capability-not-passed``, a note). Also: ``cni-version`` (1.1.0, refused by older
+runtimes), ``unknown-network``, ``invalid``/``unreadable``, ``no-netctl-conf``.
+:func:`diagnose` decides, pure; :func:`netctl.cni.confdir.read_conf_dir` reads.
 """
 
 from __future__ import annotations
@@ -77,8 +60,8 @@ def _wanted(chain: Chain) -> dict[str, list[str]]:
 
 
 def _entries(conf: dict[str, Any]) -> list[dict[str, Any]]:
-    """The netctl-cni entries of a conf or conflist, each with the list's ``name`` and
-    ``cniVersion`` as libcni gives them to the plugin."""
+    """The netctl-cni entries of a conf or conflist, with the list's ``name`` and
+    ``cniVersion`` as libcni gives them."""
     if "plugins" not in conf:
         return [conf] if conf.get("type") == PLUGIN_TYPE else []
     plugins = conf["plugins"] if isinstance(conf["plugins"], list) else []

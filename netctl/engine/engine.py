@@ -1,26 +1,13 @@
 """The engine: one CNI invocation → journaled, concurrent, compensated delegate chains.
 
-The verbs are a table (:data:`VERBS`, checked by :func:`netctl.engine.verbs.admit`, as
-netctl-ipam's are); :meth:`Engine.handle` runs the handler in the container's turn, and
-the handlers only do the work.
-
-- ADD plans every attachment (refusing a netns that is not one, a bad IPAM
-  section, a delegate that does not speak the network's cniVersion — before
-  anything is journaled), journals the operation with all its attachments,
-  then runs every chain in one nursery. Any failure or cancellation cancels
-  the siblings, and every step that started is DELeted again in reverse
-  (shielded, with its own deadline).
-- DEL needs nothing but the journal; CHECK replays the stored results. A DEL for a
-  container the journal has never seen (a pod created before the switch from Multus)
-  is carried out as Multus would: from Multus' own cache of the container, else the
-  cluster network alone (:mod:`netctl.engine.foreign`); it never fails for that.
-- GC DELetes this network's attachments that the runtime's valid list does not
-  name (and that are older than ``gc_grace``); a GC without any list collects
-  nothing.
-- A DEL from the runtime fails (code 107, so it retries) only while retrying can
-  help: when a delegate refuses for good (codes 1, 2, 4, 7), or the attachment
-  has failed ``MAX_DEL_FAILURES`` DELs, the DEL succeeds with a warning and the
-  attachment is left, visible, to the reconciler and its back-off.
+The verbs are a table (:data:`VERBS`, checked by :func:`netctl.engine.verbs.admit`);
+:meth:`Engine.handle` runs the handler in the container's turn (docs/cni.md says what each
+verb does). ADD plans and checks every attachment before anything is journaled, then runs
+the chains in one nursery; on any failure every step that started is DELeted again, in
+reverse, shielded, within its own deadline. A runtime's DEL fails (code 107, so it
+retries) only while retrying can help: a delegate that refuses for good (:data:`PERMANENT`)
+or ``MAX_DEL_FAILURES`` failed DELs leave the attachment to the reconciler, and the DEL
+succeeds with a warning.
 """
 
 from __future__ import annotations
@@ -82,8 +69,8 @@ class Limits:
 
 
 class DelIncomplete(CNIError):
-    """A DEL that could not remove everything: what was kept, and which of those a
-    retry cannot help (a delegate refused for good)."""
+    """A DEL that could not remove everything: what was kept, and which of those a retry
+    cannot help."""
 
     def __init__(self, msg: str, kept: list[Attachment], permanent: set[int],
                  details: str = "") -> None:
@@ -92,8 +79,7 @@ class DelIncomplete(CNIError):
 
 
 def failed_end(exc: BaseException) -> OpEnd:
-    """An operation's end when it raised ``exc``: failed, with its first CNI error's code
-    and message, or cancelled."""
+    """An operation's end when it raised ``exc``: failed, or cancelled."""
     cause = first_error(exc)
     return OpEnd(state="failed", code=cause.code if cause else None,
                  error=cause.msg if cause else "cancelled")
@@ -126,31 +112,25 @@ class Engine:
                  refused: Refused | None = None) -> None:
         self.journal = journal
         self.chains = chains
-        self.root = root  # where the host's files are seen (readiness indicator files)
+        self.root = root  # where the host's files are seen
         self.networks = networks
         self.selector = selector
         self.admission = admission
         self.limits = limits or Limits()
-        # Kubernetes mode writes the pod's network-status here: a warning (journaled, and
-        # passed to the runtime's stderr) or, when the write is required, a CNIError
-        self.after_add = after_add
+        self.after_add = after_add  # Kubernetes mode writes the pod's network-status
         self.health = health  # the daemon's readiness, for the STATUS verb
         self.metrics = metrics or Metrics()
         self.cutover = cutover or Cutover()
         self.foreign = ForeignDels(self.cutover, journal, chains, networks)  # cutover.py
-        # why a pod's netns may be missing here though the runtime made it (a mount that
-        # does not propagate: netctl.cni.mounts); added to that ADD's error
-        self.netns_unseen = netns_unseen
+        self.netns_unseen = netns_unseen  # why a netns may be missing (netctl.cni.mounts)
         self.devices = devices  # a pod's allocated devices (Kubernetes mode)
         self.refused = refused  # Kubernetes mode gives a refused pod a Warning Event
 
     # -- entry point ------------------------------------------------------------------------
 
     async def handle(self, inv: Invocation) -> Reply:
-        """Serve one invocation of netctl-cni; raise CNIError to refuse it. Its conf is
-        decoded once, by the version gate (DEL and VERSION have none: see :class:`Call`).
-        A refusal that names a pod is told to the pod too (``refused``: Kubernetes mode's
-        Warning Event)."""
+        """Serve one invocation of netctl-cni; raise CNIError to refuse it. A refusal that
+        names a pod is told to the pod too (``refused``)."""
         call = Call(inv)
         verb = VERBS[inv.verb]
         admit(verb, inv, call.conf.cniVersion if verb.gated else None)
@@ -182,8 +162,7 @@ class Engine:
         except NotListedYet:  # a NAD before the first list: wait for it, within pod-wait
             await self.networks.wait_listed()
             atts = plan(conf, inv, choice, self.networks)  # code 11 if still not listed
-        # a bad netctl-ipam section is refused before anything runs (code 7, naming the
-        # network and the key); parsed here once, for the steps and their compensation
+        # a bad netctl-ipam section is refused before anything runs (code 7)
         runs = [Run(att, self.chains.served(att)) for att in atts]
         await self.chains.check_versions(runs)
         live = await self.journal.live_attachments(inv.container_id)
@@ -198,7 +177,6 @@ class Engine:
                 verb="DEL", container_id=inv.container_id, origin="runtime",
                 reason="leftovers of an earlier ADD that failed and was not undone, "
                 "removed before this ADD"), "ADD")
-        # device networks: each its device, before anything runs (netctl/engine/devices.py)
         gone = {a.id for a in mine}
         await devices.give(atts, self.devices, self.root,
                            held={a.device for a in live if a.device and a.id not in gone})
@@ -212,21 +190,16 @@ class Engine:
 
     async def run_adds(self, op: OpStart, runs: list[Run]) -> tuple[int, list[Attachment]]:
         """Journal the ADD ``op`` with its attachments, then run their chains in one
-        nursery (``runs``: each attachment with its parsed IPAM sections); the operation's
-        id and the attachments as they ended. Any failure or cancellation cancels the
-        others and every step that started is DELeted again (:meth:`_compensate`): the
-        first error is raised with its code, and what the compensation could not undo is
-        named in it. A runtime's ADD and ``netctl attach`` (:mod:`netctl.engine.hotplug`)
-        both come here."""
+        nursery; the operation's id and the attachments as they ended. On any failure every
+        step that started is DELeted again (:meth:`_compensate`) and the first error raised,
+        naming what could not be undone. A runtime's ADD and hot-plug both come here."""
         started = time.monotonic()
-        # each chain's first step is begun with the operation, its addresses recorded
-        # with it: one commit for what was one per chain more (numbered first: the
-        # addresses name their attachment)
+        # each chain's first step is begun with the operation, in its commit (numbered first:
+        # the addresses name their attachment)
         self.journal.number([run.att for run in runs])
         await self.chains.prepare_first(runs, "ADD")
         op_id = await self.chains.begin(op, runs, adding=True)
-        # a compensation itself interrupted leaves the operation running: the replay at the
-        # next start compensates it
+        # a compensation itself interrupted leaves the operation running, for the replay
         async with self.journal.running(op_id, lambda exc: None) as closing:
             try:
                 async with trio.open_nursery() as nursery:
@@ -259,9 +232,8 @@ class Engine:
         return op_id, attached
 
     async def _default_routes(self, atts: list[Attachment]) -> None:
-        """The pod's default routes where its ``default-route`` asks (once every chain has
-        run: :mod:`netctl.engine.gateways`), and each result rewritten to say so. Failing
-        here fails the ADD, which is then undone like any other."""
+        """The pod's default routes where its ``default-route`` asks, once every chain has
+        run (:mod:`netctl.engine.gateways`), and each result rewritten to say so."""
         moves = gateways.plan(atts)
         if not moves:
             return
@@ -276,9 +248,8 @@ class Engine:
                  ", ".join(f"via {m.gateway} on {m.ifname}" for m in moves))
 
     async def _after_add(self, inv: Invocation, atts: list[Attachment]) -> str:
-        """Run the after-ADD hook. What it could not do is journaled as a failed ANNOTATE
-        operation of the container; a refusal from it undoes the ADD (the attachments are
-        DELeted) and fails it with the hook's code."""
+        """Run the after-ADD hook. What it could not do is journaled as a failed ANNOTATE;
+        a refusal from it undoes the ADD and fails it with the hook's code."""
         if self.after_add is None:
             return ""
         try:
@@ -304,9 +275,8 @@ class Engine:
 
     async def _compensate(self, op_id: int, runs: list[Run]
                           ) -> tuple[dict[int, list[StepError]], bool]:
-        """DEL what the failed ADD started, shielded, within ``compensate_timeout``.
-
-        Returns the errors of every chain whose DEL finished, and whether all did."""
+        """DEL what the failed ADD started, shielded, within ``compensate_timeout``: the
+        errors of every chain whose DEL finished, and whether all did."""
         outcome: dict[int, list[StepError]] = {}
         with trio.CancelScope(shield=True):
             with trio.move_on_after(self.limits.compensate_timeout) as scope:
@@ -318,9 +288,8 @@ class Engine:
     async def targets_of_del(self, inv: Invocation, before: float | None = None
                              ) -> list[Attachment]:
         """The live attachments a runtime's DEL removes: the container's on its interface
-        and network (any network when the DEL's config has no name), and with ``before``
-        only those that existed then (a DEL recorded while the daemon was down never
-        removes what a later ADD made)."""
+        and network (any, when the DEL's config has no name); with ``before``, only those
+        that existed then (a recorded DEL never removes what a later ADD made)."""
         name = inv.conf_name or None
         return [a for a in await self.journal.live_attachments(inv.container_id)
                 if a.caller_ifname == inv.ifname and (name is None or a.caller_network == name)
@@ -355,7 +324,6 @@ class Engine:
         """DEL ``atts`` through their chains as one operation; CNIError 107 naming what
         could not be removed (those keep their state, one more failure counted)."""
         started = time.monotonic()
-        # each chain's first DEL step is begun with the operation (one commit)
         runs = self.chains.runs(atts)
         await self.chains.prepare_first(runs, "DEL")
         op_id = await self.chains.begin(op, runs, adding=False)
@@ -435,8 +403,8 @@ class Engine:
         return Reply()
 
     async def status(self, call: Call) -> Reply:
-        """Code 50 while the daemon cannot serve ADDs (:attr:`health` says why) or the
-        cluster network's readiness indicator is missing."""
+        """Code 50 while the daemon cannot serve ADDs or the cluster network's readiness
+        indicator is missing."""
         reasons = self.health() if self.health is not None else []
         if reasons:
             raise readiness.daemon_not_ready(reasons)
@@ -447,12 +415,11 @@ class Engine:
         return Reply()
 
     async def _wait_ready(self, conf: NetctlConf) -> None:
-        """An ADD waits (up to ``readiness_wait``) for the cluster network's readiness
-        indicator file, when the conf names one; code 11 naming it when it never comes."""
+        """Wait up to ``readiness_wait`` for the conf's readiness indicator file (code 11)."""
         path = readiness.indicator(conf)
         if path is None:
             return
-        root = self.root  # the host's file, seen where the host is
+        root = self.root
         with trio.move_on_after(self.limits.readiness_wait):
             while not await trio.Path(root.host(path)).exists():  # noqa: ASYNC110 - a file, no event to wait on
                 await trio.sleep(0.25)
@@ -465,14 +432,13 @@ class Engine:
 
 
 def _origin(op: OpStart) -> str:
-    """How an ADD's log lines name its origin: a runtime's as they always did ("ADD done"),
-    another's in parentheses ("ADD (hotplug) done")."""
+    """How an ADD's log lines name its origin: "" for a runtime's, else " (hotplug)"."""
     return "" if op.origin == "runtime" else f" ({op.origin})"
 
 
 def _of_the_add(mine: list[Attachment]) -> list[Attachment]:
-    """The attachments the runtime's ADD made (those of its default attachment's operation):
-    what ``netctl attach`` plugged in later is no part of what a repeated ADD asks for."""
+    """The attachments the runtime's ADD made (its default attachment's operation), not
+    what was hot-plugged later."""
     first = next((a.add_op for a in mine if a.is_default), None)
     return mine if first is None else [a for a in mine if a.add_op == first]
 

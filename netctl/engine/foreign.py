@@ -1,40 +1,21 @@
-"""DELs for containers netctl never saw: pods created before the switch from Multus.
+"""DELs for containers netctl never saw: pods created before the switch from Multus, whose
+DEL is carried out as Multus would have (docs/migrating.md, step 3). Pure: the engine reads
+the files and runs the chains (:mod:`netctl.engine.cutover`).
 
-After a node switches from Multus (thick or thin) to netctl, the pods created before
-the switch are still there, and when they are deleted their DEL reaches netctl — which
-has no record of them. Answering "nothing to do" would leak what their delegates hold
-(an IPAM reservation, a host veth) for ever. So a DEL for a container the journal has
-never seen is carried out as Multus would have carried it out:
+Multus' scratch cache of a container (``<cniDir>/<containerID>``) is a JSON list of the
+delegates it ran, cluster network first; each entry's config is read, in this order, from
+(:func:`multus_cache`):
 
-- **Multus' own record** of the container, when there is one: its scratch cache,
-  ``<cniDir>/<containerID>`` (``cniDir`` defaults to ``/var/lib/cni/multus``), a JSON
-  list of the delegates it ran, the cluster network first, each with its interface: the
-  cluster network on the DEL's CNI_IFNAME, each other on its ``ifnameRequest``, else
-  ``net<position>``. Each entry's config is read in this order (:func:`multus_cache`):
+1. ``CNINetworkConfigList`` (Multus v4.2.1 and later), when its ``Plugins`` hold configs:
+   the conflist libcni ran, ``name`` and ``cniVersion`` from its ``Name`` and
+   ``CNIVersion``, the plugins from each ``Plugins[].Bytes``, other keys from its
+   ``Bytes``. Its top-level ``Bytes`` alone keeps only the keys every config has, which
+   host-local cannot release by.
+2. ``Bytes``: the raw conf or conflist (base64): Multus v4.1 and earlier, a NAD's delegate.
+3. ``ConfList`` (with plugins), else ``Conf``: Multus' parsed forms (a last resort).
 
-  1. ``CNINetworkConfigList`` (Multus v4.2.1 and later; libcni's ``NetworkConfigList`` as
-     Go encodes it), when its ``Plugins`` hold configs: the conflist libcni ran at ADD —
-     ``name`` and ``cniVersion`` from the struct's ``Name`` and ``CNIVersion`` (the
-     version libcni settled on), the plugins from each ``Plugins[].Bytes`` (those of the
-     file and any loaded from ``<confdir>/<name>/``), other top-level keys from its
-     ``Bytes`` (the file as read). Multus keeps a conflist cluster network there; its
-     top-level ``Bytes`` then holds a re-encoding of its parsed form that keeps only the
-     keys every config has (``{"ipam": {"type": "host-local"}, "type": "bridge"}``: no
-     bridge, no subnet, no ``dataDir``), which host-local cannot release by. A NAD's
-     delegate leaves it empty (``"Plugins": null``).
-  2. ``Bytes``: the raw conf or conflist (base64, as Go encodes a byte slice) — the whole
-     config in Multus v4.1 and earlier, and for a NAD's delegate in every version.
-  3. ``ConfList`` (when it has plugins), else ``Conf``: Multus' parsed forms, which keep
-     only those common keys too (a last resort).
-- **Otherwise** the runtime's cluster network alone (the conf's ``clusterNetwork``, or
-  its first delegate), on CNI_IFNAME: what Multus does when its cache is gone.
-
-Each chain gets its DEL in reverse, with the result libcni cached for it
-(``/var/lib/cni/results/<network>-<container>-<ifname>``) as ``prevResult`` when there
-is one. A DEL of what is already gone succeeds, by the spec, so running these for a
-container that in fact had nothing (an ADD netctl refused before it journaled anything)
-costs an exec per plugin and harms nothing. Pure: the daemon's engine reads the files and
-runs the chains (:meth:`netctl.engine.engine.Engine.delete`).
+Without a cache, the runtime's cluster network alone runs. Each chain gets libcni's cached
+result (``/var/lib/cni/results/<network>-<container>-<ifname>``) as ``prevResult``.
 """
 
 from __future__ import annotations
@@ -71,9 +52,8 @@ def _go_bytes(raw: Any) -> dict[str, Any] | None:
 
 
 def _network_config_list(item: dict[str, Any]) -> dict[str, Any] | None:
-    """The conflist libcni ran, from a delegate's ``CNINetworkConfigList`` (module doc),
-    or None when it holds none (a NAD's delegate, Multus before v4.2.1) or a plugin's
-    config is unreadable."""
+    """The conflist libcni ran, from a delegate's ``CNINetworkConfigList`` (module doc), or
+    None when it holds none or a plugin's config is unreadable."""
     ncl = item.get("CNINetworkConfigList")
     if not isinstance(ncl, dict) or not isinstance(ncl.get("Plugins"), list):
         return None
@@ -105,10 +85,9 @@ def _config(item: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def multus_cache(raw: bytes, ifname: str) -> list[ForeignNet]:
-    """The delegates Multus recorded for a container (its scratch cache file's bytes),
-    cluster network first, each with the interface Multus gave it. Raises ValueError
-    when the file is not such a list (a truncated file: the caller falls back to the
-    cluster network)."""
+    """The delegates Multus recorded for a container (its cache file's bytes), cluster
+    network first, each with the interface Multus gave it; ValueError when the file is not
+    such a list (the caller falls back to the cluster network)."""
     items = json.loads(raw)
     if not isinstance(items, list) or not items:
         raise ValueError("not a non-empty JSON list of delegates")
@@ -129,8 +108,8 @@ def multus_cache(raw: bytes, ifname: str) -> list[ForeignNet]:
 
 
 def cache_path(directory: str, container_id: str) -> str | None:
-    """Multus' scratch cache file of ``container_id`` (None for an id that is not a plain
-    file name: never a path outside the directory)."""
+    """Multus' cache file of ``container_id`` (None for an id that is not a plain file
+    name)."""
     if not container_id or os.sep in container_id or container_id in (".", ".."):
         return None
     return os.path.join(directory, container_id)
@@ -138,8 +117,7 @@ def cache_path(directory: str, container_id: str) -> str | None:
 
 def cached_result(directory: str, network: str, container_id: str,
                   ifname: str) -> dict[str, Any] | None:
-    """The ADD result libcni cached for a network of a container, if it did (read-only;
-    any problem reads as none)."""
+    """The ADD result libcni cached for a network of a container (any problem: None)."""
     name = f"{network}-{container_id}-{ifname}"
     if os.sep in name:
         return None

@@ -1,25 +1,12 @@
-"""``default-route``: which network of a pod carries its default route. Pure.
+"""``default-route``: which network of a pod carries its default route (docs/networks.md,
+"The pod's default route"). Pure.
 
-A selection element may ask for the pod's default route through one of its networks'
-gateways (``"default-route": ["10.243.0.1"]``). After every chain of the ADD has run,
-:func:`plan` decides, per address family, what the pod's netns must look like, as Multus
-does it (``CheckGatewayConfig``, then ``DeleteDefaultGW``/``SetDefaultGW`` per delegate):
-
-- at most one gateway per family across the pod (no ECMP), refused with code 7 otherwise
-  (Kubernetes mode refuses it earlier, as the pod's annotation: ``kubeselect``);
-- the gateway must be reachable on the network that asks for it: inside the subnet of
-  one of the addresses its result gave (its result's gateways are), or the kernel
-  could not route through it — refused with code 7 naming the network, the gateway and
-  the subnets, and the ADD is undone;
-- then every default route of that family in the pod (the cluster network's, another
-  network's) goes, and one default route via the gateway on that network's interface
-  takes its place; the chains' results are rewritten to match (:func:`rewritten`), so
-  the runtime's result, the journal and network-status (its ``gateway`` lists) say
-  where the default route is.
-
-Families nobody asks for are left alone: a pod asking for an IPv4 default route keeps
-its IPv6 one where its delegates put it (Multus would also drop the IPv6 default routes
-of every other network; that surprises dual-stack pods, so netctl does not).
+Once every chain of the ADD has run, :func:`plan` decides per address family, as Multus
+does: at most one gateway per family (code 7 otherwise), inside a subnet of the asking
+network's result (code 7, the ADD undone); then every default route of that family in the
+pod goes and one via the gateway takes its place, and the results are rewritten to match
+(:func:`rewritten`). Families nobody asks for are left alone (Multus would drop the other
+networks' IPv6 default routes too).
 """
 
 from __future__ import annotations
@@ -44,8 +31,8 @@ class DefaultRoute:
 
 
 def plan(atts: list[Attachment]) -> list[DefaultRoute]:
-    """The default routes the pod's ``default-route`` requests ask for (none: nothing to
-    do), checked against the chains' results; :class:`CNIError` 7 when one cannot be."""
+    """The default routes the pod's ``default-route`` requests ask for, checked against the
+    chains' results (code 7)."""
     moves = []
     for version in (4, 6):
         asked = [(att, gw) for att in atts for gw in att.default_route
@@ -72,9 +59,7 @@ def plan(atts: list[Attachment]) -> list[DefaultRoute]:
 
 def rewritten(result: dict[str, Any] | None, ifname: str, moves: list[DefaultRoute]
               ) -> dict[str, Any] | None:
-    """``result`` (of the attachment on ``ifname``) as the pod's routes now are: its
-    default routes of each moved family dropped, the one via the chosen gateway added
-    where it now is."""
+    """``result`` (of the attachment on ``ifname``) as the pod's routes now are."""
     if result is None or not moves:
         return result
     versions = {m.version for m in moves}

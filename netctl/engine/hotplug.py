@@ -1,31 +1,13 @@
 """Hot-plug: one network plugged into, or unplugged from, a running container
-(``netctl attach`` / ``netctl detach`` over the admin socket).
+(``netctl attach`` / ``netctl detach``: docs/standalone.md, "Plugging a network into a
+running container").
 
-What the container is comes from the journal alone: its live attachments give the
-netns, the pod and the runtime's call (network and CNI_IFNAME) that created it. The new
-attachment shares them, so the runtime's DEL of the container removes it too.
-
-- **attach** plans one attachment as a ``NETCTL_NETWORKS`` element would
-  (:func:`one_more`): the network looked up as for the pod, the
-  requested addresses, the interface as given or the first free ``netN``
-  (:func:`~netctl.engine.selection.next_ifname`: no attachment of the container has it,
-  no link in its netns). It runs in the container's turn as an ADD (a runtime's DEL
-  cancels it, and it is compensated), journaled with origin ``hotplug``, through
-  :meth:`Engine.run_adds <netctl.engine.engine.Engine.run_adds>` like a runtime's ADD.
-  The same network asked again — on the same interface, or without one when the network
-  is already plugged — answers the live attachment (idempotent).
-- **detach** DELs one live attachment, chosen by :func:`target` (by interface, or by
-  network when it is attached once; never the runtime's own interface), through
-  :meth:`Engine.delete_attachments <netctl.engine.engine.Engine.delete_attachments>`,
-  journaled as a DEL with origin ``hotplug``, in the container's turn.
-
-Kubernetes mode's hot-plug (:mod:`netctl.kube.hotplug`) takes the same steps: a round in
-the container's turn (:meth:`Hotplug.in_turn`) that unplugs (:meth:`Hotplug.unplug`) and
-plugs whole selections — addresses, MAC, ``cni-args`` … — (:meth:`Hotplug.plug`) as the
-pod's annotation asks.
-
-Refusals: code 3 when the container has no live attachment or its netns is gone; code 7
-for a network or an interface that does not fit; code 4 for an invalid interface name.
+The container is what the journal says: its live attachments give the netns, the pod and
+the runtime's call, which the new attachment shares, so the runtime's DEL of the container
+removes it too. Both run in the container's turn, journaled with origin ``hotplug``:
+attach as an ADD (:meth:`Engine.run_adds <netctl.engine.engine.Engine.run_adds>`), detach
+as a DEL. Kubernetes mode's hot-plug (:mod:`netctl.kube.hotplug`) takes the same steps
+(:meth:`Hotplug.in_turn`, :meth:`Hotplug.plug`, :meth:`Hotplug.unplug`).
 """
 
 from __future__ import annotations
@@ -66,8 +48,8 @@ def describe(att: Attachment) -> dict[str, Any]:
 
 
 def names_network(att: Attachment, ref: str) -> bool:
-    """Whether ``ref`` names the attachment's network: its key (``ns/name`` or a file
-    path), a bare NAD name looked up as for the pod, or its CNI name."""
+    """Whether ``ref`` names the attachment's network: its key, a bare NAD name looked up
+    as for the pod, or its CNI name."""
     if ref == att.network:
         return True
     return "/" not in ref and (att.network in lookups(ref, att.pod.namespace or "default")
@@ -76,9 +58,8 @@ def names_network(att: Attachment, ref: str) -> bool:
 
 def base(container: str, live: list[Attachment]) -> Attachment:
     """The attachment a plugged one shares its netns, pod and runtime's call with: the
-    container's attached cluster network, else any attached one; code 3 when there is
-    none (its ADD failed or has not finished, or a DEL is under way) or its netns is
-    gone."""
+    attached cluster network, else any attached one; code 3 when there is none or its
+    netns is gone."""
     of = next((a for a in live if a.is_default and a.state == "attached"),
               next((a for a in live if a.state == "attached"), None))
     if of is None:
@@ -92,8 +73,8 @@ def base(container: str, live: list[Attachment]) -> Attachment:
 
 def target(live: list[Attachment], ifname: str = "", network: str = "") -> Attachment:
     """The live attachment ``netctl detach`` removes: the one on ``ifname``, else the one
-    of ``network`` when it is attached exactly once. Never the runtime's own interface
-    (its cluster network: the runtime's DEL removes it). Code 7 naming the fault."""
+    of ``network`` when it is attached exactly once; never the runtime's own interface
+    (code 7)."""
     container = live[0].container_id if live else "?"
     found = [a for a in live if (not ifname or a.ifname == ifname)
              and (not network or names_network(a, network))]
@@ -117,16 +98,14 @@ def target(live: list[Attachment], ifname: str = "", network: str = "") -> Attac
 
 @dataclass
 class Hotplug:
-    """``netctl attach`` and ``netctl detach``, carried out by the engine; the same steps,
-    taken in the container's turn (:meth:`in_turn`: :meth:`plug`, :meth:`unplug`), serve
-    Kubernetes mode's hot-plug (:mod:`netctl.kube.hotplug`)."""
+    """``netctl attach`` and ``netctl detach``, carried out by the engine (module doc)."""
 
     engine: Engine
 
     async def attach(self, prefix: str, network: str, ifname: str = "",
                      ips: list[str] | None = None) -> dict[str, Any]:
         """Plug ``network`` into the container whose id starts with ``prefix``; what was
-        attached (``existing`` True when it already was)."""
+        attached (``existing``: it already was)."""
         engine = self.engine
         container = engine.journal.live.container(prefix, UNKNOWN_CONTAINER)
         if ifname:
@@ -154,8 +133,8 @@ class Hotplug:
 
     async def in_turn(self, container: str,
                       act: Callable[[list[Attachment]], Awaitable[T]]) -> T:
-        """``act`` on the container's live attachments, in its turn as an ADD: after its
-        other requests, cancelled (and what it plugged compensated) by a runtime's DEL."""
+        """``act`` on the container's live attachments, in its turn as an ADD (a runtime's
+        DEL cancels it)."""
         async def turn() -> T:
             return await act(await self.engine.journal.live_attachments(container))
 
@@ -163,12 +142,10 @@ class Hotplug:
 
     async def plug(self, live: list[Attachment], chose: Selection, ref: str, reason: str,
                    origin: str = ORIGIN) -> tuple[Attachment, int]:
-        """In the container's turn (:meth:`in_turn`, ``live`` its attachments): one more
-        attachment, of network ``ref`` (looked up in the pod's namespace) with what
-        ``chose`` asks for (addresses, MAC, ``cni-args`` …), on ``chose.interface``, else the
-        first free ``netN``; run as an ADD journaled with ``origin`` (``reason`` names it,
-        the interface appended), compensated when it fails. The attachment and the
-        operation's id."""
+        """In the container's turn (``live``: its attachments): one more attachment, of
+        network ``ref`` with what ``chose`` asks for, on ``chose.interface`` or the first
+        free ``netN``, run as an ADD journaled with ``origin`` and ``reason``. The
+        attachment and the operation's id."""
         engine = self.engine
         container = live[0].container_id if live else "?"
         of = base(container, live)
@@ -182,7 +159,6 @@ class Hotplug:
         att = one_more(of, net, chose, ifname or next_ifname(taken))
         run = Run(att, engine.chains.served(att))
         await engine.chains.check_versions([run])
-        # a device network: a device of the pod's none of its live networks holds
         await devices.give([att], engine.devices, engine.root,
                            held={a.device for a in live if a.device})
         op_id, attached = await engine.run_adds(OpStart(
@@ -193,16 +169,16 @@ class Hotplug:
         return attached[0], op_id
 
     async def unplug(self, att: Attachment, reason: str, origin: str = ORIGIN) -> None:
-        """In the container's turn: DEL the live attachment ``att``, journaled with
-        ``origin`` (code 107 naming what could not be removed)."""
+        """In the container's turn: DEL the live attachment ``att`` (code 107 naming what
+        could not be removed)."""
         await self.engine.delete_attachments(att.container_id, [att], OpStart(
             verb="DEL", container_id=att.container_id, netns=att.netns, ifname=att.ifname,
             caller_network=att.caller_network, pod=att.pod, origin=origin,
             reason=reason), "detach")
 
     async def detach(self, prefix: str, ifname: str = "", network: str = "") -> dict[str, Any]:
-        """Unplug one network from the container whose id starts with ``prefix``, by
-        interface or by network (:func:`target`); what was detached."""
+        """Unplug one network (:func:`target`) from the container whose id starts with
+        ``prefix``; what was detached."""
         engine = self.engine
         if not ifname and not network:
             raise CNIError(INVALID_CONFIG, "detach: name the interface (--ifname) or the "
@@ -219,10 +195,8 @@ class Hotplug:
 
 def one_more(of: Attachment, net: Network, chose: Selection,
              ifname: str) -> Attachment:
-    """One more attachment of a running container, beside ``of`` (one of its live ones:
-    the netns, the pod and the runtime's call it shares, so the runtime's DEL of the
-    container removes it too): network ``net`` on ``ifname``, with what ``chose`` asks
-    for, as a ``NETCTL_NETWORKS`` element would (``netctl attach``)."""
+    """One more attachment of a running container, sharing ``of``'s netns, pod and
+    runtime's call: network ``net`` on ``ifname``, with what ``chose`` asks for."""
     requested_ips(chose.ips, f"network {ref(chose)!r}")
     return Attachment(container_id=of.container_id, ifname=ifname, network=net.key,
                       chain=net.chain, resource=net.resource,

@@ -1,11 +1,7 @@
-"""``netctl-ipam`` run as a plain IPAM plugin: a main plugin (bridge, macvlan, …)
-execs it, it forwards to the daemon, and the daemon allocates from the same
-planner and store the engine uses, owned by (container id, ifname).
-
-Each request is one journal transaction — the operation and its allocation or
-release together — so no crash can split them. The verbs are a table like the
-engine's, checked by the same :func:`netctl.engine.verbs.admit`, each run in the
-container's turn.
+"""``netctl-ipam`` run as a plain IPAM plugin: a main plugin execs it, it forwards to the
+daemon, and the daemon allocates from the engine's planner and store, owned by (container
+id, ifname). Each request is one journal transaction; the verbs are a table like the
+engine's, each run in the container's turn.
 """
 
 from __future__ import annotations
@@ -70,8 +66,6 @@ class IpamPlugin:
         if ipam is None:
             raise CNIError(INVALID_CONFIG, "netctl-ipam: the config has no 'ipam' section of "
                            "type netctl-ipam")
-        # under a bridge with isGateway the gateway is defaulted (chains.ipam_config), as
-        # for a delegate the engine runs
         verb = IPAM_VERBS[inv.verb]
         admit(verb, inv, conf.cniVersion, who="netctl-ipam: ")
         req = _Request(inv, conf, *ipam_config(plugin, ipam))

@@ -1,10 +1,6 @@
-"""Networks in standalone mode: NetworkAttachmentDefinition files in a directory.
-
-Each ``*.yaml|*.yml|*.json`` file holds one NAD (``metadata.name``,
-``metadata.namespace`` default ``default``, ``spec.config`` a conf or conflist
-as a string). The directory is re-read only when a file changed (mtime and
-size per file), so a lookup costs a few ``stat`` calls. A broken file is kept
-aside with its error, so a lookup of that network names the file and the fault.
+"""Networks in standalone mode: NetworkAttachmentDefinition files in a directory
+(``*.yaml``, ``*.yml``, ``*.json``), re-read only when a file changed (mtime and size); a
+broken file is kept aside with its error, for the lookup of that network to name.
 """
 
 from __future__ import annotations
@@ -47,9 +43,7 @@ class NAD(msgspec.Struct):
 class Network:
     key: str  # "ns/name" of its NAD, or the file path
     chain: Chain
-    # the NAD's k8s.v1.cni.cncf.io/resourceName: each attachment gets a device of this
-    # resource allocated to the pod (netctl/engine/devices.py); "": none
-    resource: str = ""
+    resource: str = ""  # the NAD's resourceName: a device network (netctl/engine/devices.py)
 
 
 @dataclass
@@ -124,8 +118,8 @@ class NetworkDir:
 
 
 def from_file(path: str, root: HostRoot = HostRoot()) -> Network:
-    """A network given by the absolute path of its conf or conflist file (its key): the
-    host's file, read in the host ``root`` when the daemon has one."""
+    """A network given by the absolute path of its conf or conflist file (its key), read in
+    the host ``root``."""
     seen, named = root.host(path), root.describe(path)
     try:
         st = os.stat(seen)
@@ -148,8 +142,7 @@ def lookups(ref: str, namespace: str) -> list[str]:
 
 
 def not_found(ref: str, candidates: list[str], directory: str, broken: dict[str, str]) -> str:
-    """Says once what was looked for and where: the NAD keys, the CNI name (bare names
-    only), the directory, and the files that could not be read."""
+    """What was looked for and where, and the files that could not be read."""
     looked = f"no NetworkAttachmentDefinition {' or '.join(candidates)}"
     if "/" not in ref:
         looked += f" and no network whose CNI name is {ref!r}"

@@ -1,14 +1,9 @@
 """From one invocation to the list of attachments it needs. Pure but for network lookup.
 
-The netctl conf names the pod's cluster network (``clusterNetwork`` on
-CNI_IFNAME), networks every pod gets (``defaultNetworks``), or Multus-style
-inline ``delegates`` (the first on CNI_IFNAME); the pod's own selection adds
-more. The selection comes in as data, a :class:`Choice` — from CNI_ARGS in
-standalone mode (:class:`ArgsSelector`), from the pod in Kubernetes mode
-(:class:`~netctl.kube.select.KubeSelector`, which may also replace the
-cluster network, skip ``defaultNetworks`` and look them up in ``multusNamespace``)
-— and each network becomes an :class:`~netctl.journal.records.Attachment` with its
-interface name, chain and arguments, ready to be journaled.
+The netctl conf names the pod's cluster network (``clusterNetwork`` on CNI_IFNAME),
+networks every pod gets (``defaultNetworks``) or inline ``delegates`` (the first on
+CNI_IFNAME); the pod's own selection (a :class:`~netctl.engine.choice.Choice`) adds more,
+and may replace the cluster network or skip ``defaultNetworks``.
 """
 
 from __future__ import annotations
@@ -80,8 +75,8 @@ def plan(conf: NetctlConf, inv: Invocation, choice: Choice,
 
 
 def _as_pods(exc: CNIError, choice: Choice) -> CNIError:
-    """In Kubernetes mode a network the pod cannot have is refused as the pod's: the
-    message names the pod, and the pod gets an Event (:class:`~netctl.errors.Refusal`)."""
+    """In Kubernetes mode a network the pod cannot have is refused as the pod's (its
+    message names the pod, the pod gets an Event)."""
     if choice.pod is None or isinstance(exc, NotListedYet):  # not the pod's fault: no Event
         return exc
     if isinstance(exc, Refusal):

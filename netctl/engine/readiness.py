@@ -1,15 +1,11 @@
 """Readiness: the cluster network's indicator (Multus' ``readinessindicatorfile``) and the
 daemon's own. Pure.
 
-A file whose existence says that the node's own network is up: the conf flannel or
-calico writes once their agent runs, say. With ``readinessindicatorfile`` set, an ADD
-first waits for that file and fails with code 11 naming it when it does not come, and
-STATUS answers "not ready" (code 50) while it is missing. The waiting is the daemon's
-I/O; this module says what to wait for (:func:`indicator`) and what to answer when it
-is not there (:func:`not_ready`). The daemon's own readiness — what keeps it from serving
-ADDs — is decided here too (:func:`daemon_reasons`), for ``netctl status`` and the STATUS
-verb alike (:func:`daemon_not_ready`). Multus polls every second for 45 s; how long netctl
-waits is a setting of the daemon.
+With ``readinessindicatorfile`` set (a file the node's network writes once it is up), an
+ADD first waits for it (code 11 when it does not come) and STATUS answers code 50 while it
+is missing: :func:`indicator` says what to wait for, :func:`not_ready` what to answer.
+:func:`daemon_reasons` says what keeps the daemon from serving ADDs, for ``netctl status``
+and STATUS alike.
 """
 
 from __future__ import annotations
@@ -21,16 +17,15 @@ from netctl.errors import NOT_AVAILABLE, TRY_AGAIN_LATER, CNIError
 
 
 def indicator(conf: NetctlConf) -> str | None:
-    """The file to wait for, as an absolute, normalized path; None when none is set.
-    A relative path is taken from ``/`` (Multus takes it from its working directory,
-    which is ``/`` in its DaemonSet)."""
+    """The file to wait for, absolute (a relative path from ``/``, Multus' working
+    directory); None when none is set."""
     path = conf.readinessindicatorfile.strip()
     return posixpath.normpath(posixpath.join("/", path)) if path else None
 
 
 def not_ready(path: str, verb: str, waited: float = 0.0) -> CNIError:
-    """The answer while the indicator is missing: STATUS says the plugin is not
-    available (code 50); ADD, after waiting ``waited`` seconds, to try again later."""
+    """The answer while the indicator is missing: code 50 for STATUS; for an ADD, after
+    ``waited`` seconds, code 11."""
     if verb == "STATUS":
         return CNIError(NOT_AVAILABLE, f"the cluster network is not ready: its readiness "
                         f"indicator {path} (readinessindicatorfile) does not exist")
@@ -43,13 +38,10 @@ def daemon_reasons(*, journal_writable: bool, pods_synced: bool | None = None,
                    nads_synced: bool | None = None, ipam_ready: bool | None = None,
                    node: str = "", node_exists: bool | None = None,
                    unreachable: str = "") -> list[str]:
-    """Why the daemon cannot serve ADDs now (empty: it can). ``None``: not in this mode
-    (no Kubernetes, or ``ipam-backend: sqlite``). In Kubernetes mode ``node`` is the
-    daemon's ``--node-name`` and ``node_exists`` whether the API server has a Node of that
-    name (``None``: not read yet): a wrong name (the short hostname where kubelet
-    registered the FQDN) watches no pod at all, so it is a reason of its own. While a cache
-    is not listed, ``unreachable`` (why the last call did not reach the API server: its
-    address, the step, the cause) comes first: it is why they are not."""
+    """Why the daemon cannot serve ADDs now (empty: it can); ``None``: not in this mode.
+    ``node_exists``: whether the API server has the Node ``node`` (a wrong name watches no
+    pod at all). While a cache is not listed, ``unreachable`` (why the API server was not
+    reached) comes first."""
     reasons = []
     if unreachable and (node_exists is None or pods_synced is False or nads_synced is False
                         or ipam_ready is False):

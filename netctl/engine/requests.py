@@ -1,9 +1,5 @@
-"""Requested addresses and MACs: what a runtime or a selection asks a network for, checked
-before anything runs (code 7 naming the bad value). Pure.
-
-``ips`` and ``mac`` come as ``runtimeConfig`` capabilities (CRI-O, containerd, podman with
-the capability declared), as ``IP=``/``MAC=`` in CNI_ARGS (podman's ``--ip``,
-``--mac-address`` and ``network reload``), or in a network selection element."""
+"""Requested addresses and MACs, checked before anything runs (code 7 naming the bad value;
+docs/networks.md, "Requested addresses and MACs"). Pure."""
 
 from __future__ import annotations
 
@@ -44,10 +40,8 @@ def requested_mac(value: Any, where: str) -> str | None:
 
 
 def requested_addresses(runtime: dict[str, Any], args: dict[str, str]) -> list[str]:
-    """The addresses a runtime asked for either way: ``runtimeConfig.ips`` (CRI-O,
-    containerd, podman with the capability declared) or ``IP=`` in CNI_ARGS (podman's
-    ``--ip`` and ``network reload``; comma-separated for several). Both given and
-    different: refused with code 7."""
+    """The addresses a runtime asked for either way: ``runtimeConfig.ips`` or ``IP=`` in
+    CNI_ARGS (comma-separated); both given and different: code 7."""
     ips = requested_ips(runtime.get("ips"), "runtimeConfig")
     if "IP" not in args:
         return ips
@@ -60,8 +54,7 @@ def requested_addresses(runtime: dict[str, Any], args: dict[str, str]) -> list[s
 
 def runtime_requests(runtime: dict[str, Any], args: dict[str, str]) -> dict[str, Any]:
     """The cluster network's capability arguments: the runtime's ``runtimeConfig`` with
-    the address (:func:`requested_addresses`) and the MAC it asked for either way —
-    ``runtimeConfig.mac`` or ``MAC=`` in CNI_ARGS (podman's ``--mac-address``)."""
+    the addresses and the MAC it asked for either way (``runtimeConfig.mac`` or ``MAC=``)."""
     caps = dict(runtime)
     ips = requested_addresses(runtime, args)
     if ips:

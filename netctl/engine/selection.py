@@ -1,11 +1,8 @@
-"""Network selection: the ``k8s.v1.cni.cncf.io/networks`` syntax, both forms. Pure.
+"""Network selection: the ``k8s.v1.cni.cncf.io/networks`` syntax, both forms
+(docs/networks.md), also ``NETCTL_NETWORKS`` in standalone mode. Pure.
 
-Comma form: ``[ns/]name[@ifname], …`` (one '@' at most, as Multus has it). JSON
-form: a list of objects with ``name``, ``namespace``, ``interface``, ``ips``,
-``mac``, ``default-route``, ``cni-args``, ``portMappings``, ``bandwidth``,
-``deviceID``, ``infiniband-guid``; a JSON object or string instead of the list is
-refused for what it is. Interface names are checked as the kernel counts them (bytes).
-In standalone mode the same value comes in CNI_ARGS as ``NETCTL_NETWORKS``.
+Comma form: ``[ns/]name[@ifname], …``. JSON form: a list of :class:`Selection` objects; a
+JSON object or string instead of the list is refused for what it is.
 """
 
 from __future__ import annotations
@@ -100,11 +97,8 @@ def parse(value: str) -> list[Selection]:
 
 
 def assign_ifnames(primary: str, requested: list[str | None]) -> list[str]:
-    """Interface names for additional networks: as requested, else ``net1``, ``net2``, …
-
-    Numbering follows each network's position, as Multus does; any clash
-    (with the primary interface or another request) is refused.
-    """
+    """Interface names for additional networks: as requested, else ``net<position>``, as
+    Multus does; any clash is refused."""
     names = [req if req else f"net{i + 1}" for i, req in enumerate(requested)]
     seen = {primary}
     for name in names:
@@ -116,7 +110,6 @@ def assign_ifnames(primary: str, requested: list[str | None]) -> list[str]:
 
 
 def next_ifname(taken: Iterable[str]) -> str:
-    """The first of ``net1``, ``net2``, … that is not ``taken`` (a network plugged into a
-    running container: the names its attachments have, and the links in its netns)."""
+    """The first of ``net1``, ``net2``, … that is not ``taken``."""
     used = set(taken)
     return next(name for n in itertools.count(1) if (name := f"net{n}") not in used)

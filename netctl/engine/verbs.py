@@ -1,11 +1,7 @@
-"""The verbs as a table, and the one sequence both front doors put a request through.
-
-Both the engine (netctl-cni) and :mod:`netctl.engine.ipam_plugin` (netctl-ipam run as
-a plain IPAM plugin) serve CNI verbs the same way: a :class:`Verb` names the oldest
-cniVersion that has it, whether it names a container (then CNI_CONTAINERID,
-CNI_IFNAME and CNI_ARGS must be valid and it runs in the container's turn, see
-:class:`~netctl.engine.admission.Admission`), and its handler. :func:`admit` applies
-the table's checks; the front door runs the handler; the handlers only do the work.
+"""The verbs as a table, and the checks both front doors make: the engine (netctl-cni) and
+:mod:`netctl.engine.ipam_plugin` (netctl-ipam) each have a table of :class:`Verb`; they
+:func:`admit` a request, then run its handler (a per-container verb in the container's
+turn).
 """
 
 from __future__ import annotations
@@ -43,12 +39,10 @@ ANY = (0, 0, 0)
 
 
 def admit(verb: Verb[S, R], inv: Invocation, version: str | None, who: str = "") -> None:
-    """The checks every front door makes before it runs ``verb``'s handler for ``inv``
-    (pure): code 1 when the conf's cniVersion (``version``; None for a verb that is not
-    gated: it has no conf to read) predates the verb; for a verb that names a container,
-    an invalid container, interface or CNI_ARGS refused. ``who`` prefixes the version
-    refusal. The caller runs the handler, a per-container verb in the container's turn
-    (:meth:`~netctl.engine.admission.Admission.turn`)."""
+    """The checks before ``verb``'s handler runs for ``inv`` (pure): code 1 when the
+    conf's cniVersion (``version``; None when not gated) predates the verb; for a verb that
+    names a container, an invalid container, interface or CNI_ARGS refused. ``who``
+    prefixes the version refusal."""
     if verb.gated and version is not None and versions.parse(version) < verb.min_version:
         need = ".".join(map(str, verb.min_version))
         raise CNIError(INCOMPATIBLE_VERSION, f"{who}{inv.verb} needs cniVersion {need} "
