@@ -81,11 +81,16 @@ def open_read_only(path: str | Path, timeout: float = 5.0) -> sqlite3.Connection
     return conn
 
 
-def connect(state_dir: str | Path) -> sqlite3.Connection:
+def existing_journal(state_dir: str | Path) -> Path:
+    """The journal's file in ``state_dir``; FileNotFoundError when there is none."""
     path = journal_path(state_dir)
     if not path.exists():
         raise FileNotFoundError(f"no journal at {path}")
-    return open_read_only(path)
+    return path
+
+
+def connect(state_dir: str | Path) -> sqlite3.Connection:
+    return open_read_only(existing_journal(state_dir))
 
 
 def _addresses(result: bytes | None) -> list[str]:

@@ -1,30 +1,11 @@
-"""What the kernel said, and which attachments it concerns. Pure: no I/O.
+"""What the kernel said, and which attachments it concerns (docs/operating.md, "On kernel
+events"). Pure: no I/O.
 
-The daemon listens to two kinds of events (:mod:`netctl.reconcile.watch` does the
-listening) and turns each into :class:`Hints`:
-
-- netlink, in the host's netns: ``RTM_DELLINK`` names a host link that went away
-  (the host end of a pod's veth dies with the pod's netns); ``RTM_DELNSID`` says a
-  netns that had an id in the host's netns is gone, without saying which one;
-- inotify on the runtimes' netns dirs (``/run/netns``, ``/var/run/netns``): a
-  name deleted (or moved away) there is a netns path that is gone (under each
-  spelling of the dir the watcher knows; a path spelled otherwise matches by its
-  name, once it is no longer a netns).
-
-A queue overflow on either (``ENOBUFS``, ``IN_Q_OVERFLOW``) loses events, so it
-asks for the same as an nsid deletion: look at every attachment's netns.
-
-:func:`concerned` maps hints to containers, from the journal's in-memory index of
-live attachments and allocations (:class:`~netctl.journal.live.LiveIndex`): a
-deleted link to the attachments whose result names it as a host interface, a
-deleted path to the attachments and allocations with that netns, an nsid
-deletion (or a lost event) to those whose netns is no longer a network namespace
-(:func:`netns_to_check` says which paths to look at). What a DEL under way is
-removing concerns nobody: a runtime's DEL deletes the pod's host veth, and its
-netns goes right after. Hints that concern nobody cost no journal read; for the
-others, the reconciler reads the facts about those containers only, and its one
-plan (:func:`netctl.reconcile.plan.plan`) decides what to do with them: a hint
-only says where to look, never what is leaked.
+:mod:`netctl.reconcile.watch` turns netlink (``RTM_DELLINK``, ``RTM_DELNSID``) and inotify
+(a netns dir's names deleted) into :class:`Hints`; a queue overflow asks, as an nsid
+deletion does, to look at every attachment's netns. :func:`concerned` maps hints to
+containers from the journal's index of what is live; what a DEL under way is removing
+concerns nobody. A hint only says where to look; the reconciler's plan decides.
 """
 
 from __future__ import annotations
@@ -82,11 +63,9 @@ class Hints:
 
 
 def netlink_hints(datagram: bytes) -> Hints:
-    """The hints in one netlink datagram: a name per ``RTM_DELLINK``, a recheck for an
-    ``RTM_DELNSID``; every other message (and a truncated one) is skipped, and so is a
-    bridge port's ``RTM_DELLINK`` (family ``AF_BRIDGE``: the port left its bridge; the
-    link's own deletion has its own message). Only the message header and the one
-    attribute are read: a node reboot brings thousands."""
+    """The hints in one netlink datagram: a name per ``RTM_DELLINK`` (not a bridge port's:
+    ``AF_BRIDGE``), a recheck for an ``RTM_DELNSID``; only the header and one attribute
+    are read (a node reboot brings thousands)."""
     out = Hints()
     for kind, _seq, payload in messages(datagram):
         if kind == RTM_DELLINK and payload and payload[0] != AF_BRIDGE:
@@ -117,8 +96,7 @@ def inotify_events(buf: bytes) -> Iterator[tuple[int, int, str]]:
 
 def netns_to_check(live: LiveIndex, hints: Hints) -> set[str]:
     """The live netns paths whose existence :func:`concerned` needs: every one on a
-    recheck; else those a deleted name may mean under another spelling of a watched dir
-    (a link, a bind mount): the same name, once it is no longer a netns."""
+    recheck; else those a deleted name may mean under another spelling of its dir."""
     if hints.recheck:
         return live.netns_paths()
     names = {os.path.basename(p) for p in hints.netns}
@@ -127,11 +105,8 @@ def netns_to_check(live: LiveIndex, hints: Hints) -> set[str]:
 
 def concerned(live: LiveIndex, hints: Hints, netns_exists: Mapping[str, bool]
               ) -> frozenset[str]:
-    """The containers the hints point at (see the module docstring), from the journal's
-    index of live attachments and allocations and the existence of the paths
-    :func:`netns_to_check` named (a path not in ``netns_exists`` exists). A holder a
-    DEL under way is removing (:meth:`~netctl.journal.live.LiveIndex.is_leaving`)
-    concerns nobody: that DEL takes care of it."""
+    """The containers the hints point at, given the existence of the paths
+    :func:`netns_to_check` named (a path not in ``netns_exists`` exists)."""
     out = set(hints.containers)
     gone = set(hints.netns) | {path for path, exists in netns_exists.items() if not exists}
     holders = [h for path in gone for h in live.at_netns(path)]

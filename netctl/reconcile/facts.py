@@ -1,10 +1,6 @@
-"""Gathering the reconciler's facts: the journal (read-only, :mod:`netctl.journal.query`),
-netns paths, host links.
-
-Synchronous on purpose: the daemon runs it in a worker thread, and
-``netctl reconcile --dry-run`` runs it directly while the daemon is down. A
-read-only WAL reader never blocks the daemon's writer. Host links come from one
-route-netlink dump in the host's own netns (:mod:`netctl.cni.rtnl`; no setns anywhere).
+"""Gathering the reconciler's facts: the journal (read-only), netns paths, host links (one
+route-netlink dump in the host's netns). Synchronous: the daemon runs it in a worker thread,
+``netctl reconcile --dry-run`` directly while the daemon is down.
 """
 
 from __future__ import annotations
@@ -44,9 +40,8 @@ def _result(blob: bytes | None) -> dict[str, object] | None:
 def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None = None,
            links: dict[str, Link] | None = None, *, sweep: bool = True,
            containers: Collection[str] | None = None) -> Facts:
-    """The facts; without ``sweep`` neither removed attachments nor host links (what only
-    the sweep for leftover host veths needs), for a run on kernel events; with
-    ``containers``, only those containers' attachments and allocations."""
+    """The facts; without ``sweep`` (a run on events) no removed attachments nor host
+    links; with ``containers``, only theirs."""
     now = time.time() if now is None else now
     on_host = (host_links() if links is None else links) if sweep else {}
     conn = query.open_read_only(journal_path)
@@ -58,8 +53,7 @@ def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None
                            result=_result(r[8]), del_failures=r[9], retry_at=r[10],
                            error=r[11])
             for r in query.unremoved_attachments(conn, containers)]
-        # only those naming a veth on the host now: the sweep unlinks nothing else, and a
-        # day of a busy node's removed attachments is tens of thousands of results
+        # only those naming a veth on the host now: all the sweep may unlink
         veths = sorted(name for name, link in on_host.items() if link.kind == "veth")
         removed = [(i, _result(blob)) for i, blob in query.removed_results(
             conn, now - REMOVED_WINDOW, veths)] if sweep else []
@@ -67,7 +61,7 @@ def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None
             AllocationFact(id=r[0], pool=r[1], address=r[2], container_id=r[3], ifname=r[4],
                            netns=r[5], attachment_id=r[6], attachment_state=r[7],
                            age=now - r[8], scope=r[9], prefix=r[10], since=r[8],
-                           pod=f"{r[11]}/{r[12]}" if r[12] else "")
+                           pod=query.pod_of(r))
             for r in query.live_allocations(conn, containers)]
     finally:
         conn.close()

@@ -1,19 +1,12 @@
-"""The reconciler's acting shell: gather facts, plan (pure), carry the plan out, journal it.
+"""The reconciler's acting shell: gather facts, plan (pure), carry the plan out, journal it
+(docs/operating.md, "Reconcile").
 
-Runs on demand (``netctl reconcile``), right after the start-up replay, every
-``reconcile-interval`` seconds in the daemon, and on kernel events
-(:meth:`Reconciler.run_for`: the same plan over the containers the events concern, see
-:mod:`netctl.reconcile.events`). A run that finds work is an operation of its own (verb
-RECONCILE, origin ``reconcile`` or ``event``): begun with the plan as its request, then
-finished with its outcome and errors. Each attachment is DELeted through its own chain
-from the journal in its container's turn with the runtime's requests, up to 16
-containers at once (at most half of ``max-concurrent``); a container with a request in
-flight is left alone (for the next round, or the next look on events). Allocations are
-released through the IPAM store (one journaled RELEASE each); host links are deleted
-with pyroute2. A whole round first finishes the DELs the plugin recorded while the
-daemon was down (:mod:`netctl.reconcile.pending`). A clean-up that fails counts a
-failure on its attachment, and the next rounds leave it be until its back-off passes
-(see :func:`netctl.engine.engine.retry_at`).
+A round runs on demand, after the start-up replay, every ``reconcile-interval`` and, over
+the containers kernel events concern, on events (:meth:`Reconciler.run_for`). A run that
+finds work is a RECONCILE operation of its own; each attachment is DELeted through its
+chain in its container's turn (``parallel`` containers at once, one with a request in
+flight left alone), each allocation released as a journaled RELEASE, each host link
+deleted with pyroute2.
 """
 
 from __future__ import annotations
@@ -69,13 +62,12 @@ class Reconciler:
     ipam: Store
     grace: float = 30.0
     pending: str | None = None  # the plugin's recorded DELs (netctl.reconcile.pending)
-    parallel: int = PARALLEL  # containers DELeted at once (the daemon: at most half of
-    # max-concurrent, so the runtime's requests keep the other half)
+    parallel: int = PARALLEL  # containers DELeted at once
     metrics: Metrics = field(default_factory=Metrics)  # what the rounds found, by reason
 
     async def run(self, *, dry_run: bool) -> dict[str, Any]:
-        """A whole round: the ends of operations the journal's disk refused, the recorded
-        DELs, then every leak the plan finds, and the sweep of leftover host veths."""
+        """A whole round: the operation ends the disk refused, the recorded DELs, then every
+        leak the plan finds, the sweep of leftover host veths, the sticky expiries."""
         if not dry_run and (written := await self.journal.write_unwritten()):
             log.info("reconcile: the ends of %d operations written, refused before", written)
         if self.pending and not dry_run:
@@ -91,9 +83,7 @@ class Reconciler:
         return report
 
     async def expire_sticky(self, now: float | None = None) -> int:
-        """End the sticky reservations whose time is up (journaled first: a RELEASE of
-        origin ``sticky`` each, its reason naming the address and the identity); their
-        addresses are free again. How many ended."""
+        """End the sticky reservations whose time is up; how many."""
         ended = self.ipam.index.expired(time.time() if now is None else now)
         if not ended:
             return 0
@@ -103,12 +93,9 @@ class Reconciler:
         return len(ended)
 
     async def run_for(self, hints: Hints) -> tuple[dict[str, Any], frozenset[str]]:
-        """A round on kernel events: the same plan, over the containers ``hints`` concern
-        (:func:`~netctl.reconcile.events.concerned`, from the journal's index of what
-        is live) only, their facts read for them alone; journaled with origin
-        ``event``. Hints that concern no container cost no read. Returns the report and
-        the concerned containers left alone because a request of theirs is in flight
-        (to look at again later)."""
+        """A round on kernel events: the same plan, over the facts of the containers
+        ``hints`` concern only (none: no read). The report, and the concerned containers
+        left alone for a request in flight (to look at again later)."""
         live = self.journal.live
         paths = netns_to_check(live, hints)
         exists = await trio.to_thread.run_sync(netns_exist, paths) if paths else {}
@@ -199,10 +186,8 @@ class Reconciler:
 
     async def _free_stuck(self, container: str, att_id: int, reason: str, origin: str,
                           errors: list[str], deferred: set[str]) -> None:
-        """Release the addresses of a stuck attachment whose netns is gone, in its
-        container's turn, without running its DEL (which keeps backing off for what the
-        delegate may hold outside the netns): read again under the turn, and only while
-        the attachment is still live and its netns still gone."""
+        """Release the addresses of a stuck attachment whose netns is gone, without its DEL,
+        in its container's turn, while it is still live and its netns still gone."""
         if container in self.admission.busy():
             deferred.add(container)
             return
@@ -230,10 +215,8 @@ class Reconciler:
 
     async def _delete(self, container: str, ids: set[int], origin: str,
                       reason: str = "") -> int:
-        """DEL the planned attachments of ``container`` that are still live: read again
-        under the container's turn, so a DEL that ran meanwhile (the runtime's, another
-        round's) is not repeated. ``reason`` is journaled with the DEL (default: the
-        origin's, :data:`REASONS_BY_ORIGIN`). How many were DELeted."""
+        """DEL the planned attachments of ``container`` still live (read again in its turn,
+        so a DEL that ran meanwhile is not repeated); how many."""
         atts = [a for a in await self.journal.live_attachments(container)
                 if a.id in ids]
         if atts:
@@ -243,15 +226,12 @@ class Reconciler:
         return len(atts)
 
     async def pod_deleted(self, pod: Pod) -> list[str]:
-        """Kubernetes mode: ``pod`` (its namespace, name and uid) is gone from the API.
-        DEL the live attachments journaled for that pod — matched by UID, never by name
-        alone (a StatefulSet's next pod has the same name) — each container in its turn,
-        skipping one with a request in flight (kubelet's own DEL). The containers DELeted."""
+        """Kubernetes mode: ``pod`` is gone from the API. DEL its live attachments, matched
+        by UID (a StatefulSet's next pod has the same name), each container in its turn,
+        skipping one with a request in flight; the containers DELeted."""
         if not pod.uid:
             return []
         mine: dict[str, set[int]] = {}
-        # the journal's live index names the pod's containers: a pod with nothing live
-        # (kubelet's DEL came first, as it nearly always does) costs no journal read
         for container in sorted(self.journal.live.of_pod(pod.uid)):
             for att in await self.journal.live_attachments(container):
                 if att.pod == pod:
@@ -268,14 +248,9 @@ class Reconciler:
 
     async def forget(self, prefix: str, *, ifname: str = "", network: str = "",
                      force: bool = False, who: str = "", why: str = "") -> dict[str, Any]:
-        """An operator ends a container's live attachments by hand (``netctl forget``):
-        no DEL is run; they are marked removed and the addresses netctl allocated for
-        them released, journaled as one FORGET operation naming who asked and why.
-
-        ``prefix`` names one container (a unique prefix of its id); ``ifname`` and
-        ``network`` narrow the attachments. Refused (code 7, nothing changed) while the
-        attachments' netns still exists — their interfaces may be in use — unless
-        ``force``. Runs in the container's turn, after its requests in flight."""
+        """``netctl forget`` (docs/operating.md): a container's live attachments marked
+        removed without a DEL, their addresses released, as one FORGET operation. Refused
+        (code 7) while their netns still exists, unless ``force``."""
         container = self.journal.live.container(prefix)
 
         async def act() -> dict[str, Any]:
@@ -317,10 +292,8 @@ class Reconciler:
         return await self.admission.serialized(container, "FORGET", act)
 
     async def every(self, interval: float) -> None:
-        """The daemon's reconcile rounds: the first at once (the daemon starts this right
-        after its start-up replay, so what vanished while it was down is released within
-        seconds), then every ``interval`` seconds (0: the first only). A failing round is
-        logged and retried later."""
+        """The daemon's rounds: the first at once, then every ``interval`` seconds (0: the
+        first only); a failing round is logged."""
         while True:
             try:
                 await self.run(dry_run=False)

@@ -1,33 +1,14 @@
-"""DELs the plugin recorded while the daemon was down, finished by the daemon.
+"""DELs the plugin recorded while the daemon was down (docs/cni.md), finished by the daemon.
 
-When the plugin cannot reach the daemon, a DEL still exits 0 (a runtime must not
-retry a DEL for ever), so the plugin first leaves its request — the very frame it
-would have sent — in ``pending-del/`` beside the socket: written to a hidden
-temporary name, fsynced, renamed to ``<time_ns>-<pid>.del``. The daemon finishes
-these in its start-up replay, before the socket accepts requests, and again at
-every reconcile round (for a record that landed while the daemon was starting).
-
-Each record is a runtime DEL as it would have arrived, with one limit: it removes
-only attachments created before it was written, so a record can never undo an ADD
-that came after it. A record for a container the journal has nothing live of is
-dropped unjournaled; one that does not decode (corrupt, not a DEL) is logged and
-removed; one whose DEL fails stays for the next round, and the engine's DEL rules
-(a stuck attachment is left to the reconciler after three failures) end it.
-A temporary file older than a minute is a plugin that died writing it — that DEL
-never exited 0, so the runtime retries it — and is removed.
-
-A record is the plugin's frame, of any protocol this daemon serves (the Python plugin's,
-without ``proto``; the static plugin's, with it). One of a newer protocol — written by
-an upgraded plugin that this older daemon refused, during a rolling upgrade — is kept,
-neither carried out nor removed, and counted as failed: the upgraded daemon's start-up
-replay finishes it.
-
-The daemon keeps a DEL there too when its journal's disk refuses the DEL's first write
-(full, read-only: :func:`keep`): it answers the runtime 0 with a warning, and the next
-reconcile round that can write finishes it.
-
-On a tmpfs ``/run`` the records do not outlive a node reboot, and need not: a reboot
-takes every pod's netns with it, and the first reconcile releases those.
+The plugin leaves the frame it would have sent in ``pending-del/`` beside the socket
+(hidden temporary name, fsync, rename to ``<time_ns>-<pid>.del``). The daemon finishes
+them in its start-up replay and at every reconcile round. A record removes only
+attachments created before it was written; one for a container with nothing live is
+dropped unjournaled; one that does not decode is logged and removed; one whose DEL fails
+stays for the next round; one of a newer frame protocol (an upgraded plugin) is kept for
+the upgraded daemon. A temporary file older than :data:`STALE_TMP` is a plugin that died
+writing it, and is removed. The daemon keeps a DEL there too when its journal's disk
+refuses it (:func:`keep`).
 """
 
 from __future__ import annotations
@@ -37,6 +18,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import msgspec
 import trio
@@ -111,10 +93,8 @@ def _read(path: str, name: str) -> Record:
 
 
 def keep(directory: str, frame: bytes) -> str:
-    """Record a DEL the daemon could not journal (its disk refused the write) as the plugin
-    records one while the daemon is down: ``frame`` written to a hidden name, fsynced,
-    renamed into ``directory``. The record's path; OSError when there is no room there
-    either."""
+    """Record a DEL the daemon could not journal as the plugin records one; the record's
+    path (OSError when there is no room there either)."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
     name = f"{time.time_ns()}-{os.getpid()}.del"
     tmp = os.path.join(directory, f".{name}")
@@ -126,30 +106,22 @@ def keep(directory: str, frame: bytes) -> str:
         os.fsync(fd)
     except BaseException:
         os.close(fd)
-        _remove(tmp)
+        Path(tmp).unlink(missing_ok=True)
         raise
     os.close(fd)
     os.rename(tmp, os.path.join(directory, name))
     return os.path.join(directory, name)
 
 
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
 async def finish_pending(engine: Engine, admission: Admission,
                          directory: str) -> PendingReport:
-    """Carry out every recorded DEL in ``directory`` (see the module's docstring) through
-    ``engine``, each in its container's turn."""
+    """Carry out every recorded DEL in ``directory``, each in its container's turn."""
     report = PendingReport()
     for rec in await trio.to_thread.run_sync(read_records, directory):
         if rec.request is None:
             log.warning("pending DEL record %s ignored and removed: %s", rec.path, rec.problem)
             report.corrupt += 1
-            await trio.to_thread.run_sync(_remove, rec.path)
+            await trio.to_thread.run_sync(partial(Path(rec.path).unlink, missing_ok=True))
             continue
         if protocol_refusal(rec.request) is not None:
             report.failed.append(f"{os.path.basename(rec.path)}: written by a plugin of frame "
@@ -170,5 +142,5 @@ async def finish_pending(engine: Engine, admission: Admission,
         except CNIError as exc:
             report.failed.append(f"{os.path.basename(rec.path)}: {exc.msg}")
             continue
-        await trio.to_thread.run_sync(_remove, rec.path)
+        await trio.to_thread.run_sync(partial(Path(rec.path).unlink, missing_ok=True))
     return report

@@ -1,35 +1,14 @@
-"""What is leaked, decided from facts alone. Pure: no I/O, tested without an event loop.
+"""What is leaked, decided from facts alone. Pure: no I/O.
 
-The facts are what the journal says netctl made (attachments, allocations, the
-host-side interfaces in their results) and what the node has now (which netns
-paths exist, which host links exist with their kind and MAC). The plan lists
-three kinds of clean-up, each with its reason:
-
-- attachments to DEL through their chain: attached ones whose netns is gone
-  (node reboot, runtime crash, a DEL that never came), and ``adding`` or
-  ``removing`` ones whose operation is no longer running (a failed ADD that
-  could not be undone, a DEL that failed half-way);
-- allocations to release: live ones whose attachment is removed or missing,
-  and plain-plugin ones whose netns is gone — older than the grace period, so
-  an allocation a runtime is still setting up is never taken;
-- host links to delete: the host end of a pod's veth, named in the result of an
-  attachment that is removed, still present with the same MAC and kind veth,
-  and named by no live attachment. Bridges and other shared links are never
-  touched.
-
-Containers with a request in flight are left alone this round, and so is an
-attachment whose clean-up failed before, until its back-off (``retry_at``)
-passes; such *stuck* attachments are listed in the plan either way, so that
-``netctl status`` and ``netctl ipam leaks`` show them. One thing is not left to the
-back-off: once a stuck attachment's netns is gone, the addresses netctl allocated for
-it are freed at once (``free``), without its DEL — no interface can be using them —
-so a delegate whose DEL keeps failing never holds a pool's address for ever.
-
-Each item is also counted under a short, fixed reason (:data:`REASONS`) in
-:attr:`Plan.found`: the ``netctl_reconcile_findings_total`` metric's label.
-
-The same plan answers ``netctl ipam leaks`` (:func:`leaks`): the addresses it
-would free, each with its reason — one decision, whoever asks.
+The facts are what the journal says netctl made and what the node has now (netns paths,
+host links). The plan (docs/operating.md, "Reconcile"): attachments to DEL (netns gone, or
+left ``adding``/``removing`` by an operation no longer running), allocations to release
+(their attachment removed or missing, a plain-plugin one's netns gone; older than the
+grace), host veths of removed attachments to delete, and the addresses of stuck
+attachments whose netns is gone to free without their DEL. Busy containers and attachments
+backing off (``retry_at``) are left alone; stuck ones are listed either way. Each item is
+counted under a reason of :data:`REASONS` (a metric's label). The same plan answers
+``netctl ipam leaks`` (:func:`leaks`).
 """
 
 from __future__ import annotations
@@ -188,16 +167,8 @@ def plan(facts: Facts, grace: float) -> Plan:
 
 def leaks(facts: Facts, todo: Plan) -> list[dict[str, Any]]:
     """The live addresses ``todo`` frees or cannot free yet, each with its reason:
-
-    - ``attachment-removed`` / ``attachment-missing``: an allocation whose attachment
-      is removed, or not in the journal;
-    - ``netns-gone``: a plain-plugin allocation whose netns is gone, or an
-      attachment's whose netns is gone (its DEL releases it; a stuck one's is
-      released without waiting for its DEL);
-    - ``failed-add`` / ``unfinished-del``: held by the leftovers of a failed ADD or
-      an unfinished DEL;
-    - ``stuck``: held by an attachment whose clean-up keeps failing (backing off).
-    """
+    ``attachment-removed``, ``attachment-missing``, ``netns-gone``, ``failed-add``,
+    ``unfinished-del``, ``stuck`` (held by an attachment backing off)."""
     by_att: dict[int, list[AllocationFact]] = {}
     for alloc in facts.allocations:
         if alloc.attachment_id is not None:

@@ -1,12 +1,9 @@
-"""The read-only answers about one node: its journal, its pools, its leaks — one function
-each, used by the local commands (``netctl journal``, ``netctl ipam pools|leaks``) and by
-the daemon's query endpoint (:mod:`netctl.kube.queryserver`, what ``kubectl netctl`` asks)
-alike, so the two cannot answer differently. Each opens the journal read-only (plain
-sqlite3: it works while the daemon writes and while it is down), answers one document, and
-closes it; nothing here writes."""
+"""The read-only answers about one node (its journal, pools, leaks), one function each, for
+the local commands and the daemon's query endpoint (:mod:`netctl.kube.queryserver`) alike."""
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +13,14 @@ from netctl.journal.query import Filters
 
 def journal(state_dir: str | Path, filters: Filters) -> dict[str, Any]:
     """``netctl journal``'s document (:func:`netctl.journal.query.journal`)."""
-    conn = query.connect(state_dir)
-    try:
+    with closing(query.connect(state_dir)) as conn:
         return query.journal(conn, filters)
-    finally:
-        conn.close()
 
 
 def pools(state_dir: str | Path) -> dict[str, Any]:
     """``netctl ipam pools``: every pool with its size, use and blocks."""
-    conn = query.connect(state_dir)
-    try:
+    with closing(query.connect(state_dir)) as conn:
         return {"pools": query.pools(conn)}
-    finally:
-        conn.close()
 
 
 def leaks(state_dir: str | Path, grace: float = 0.0) -> dict[str, Any]:
@@ -39,8 +30,5 @@ def leaks(state_dir: str | Path, grace: float = 0.0) -> dict[str, Any]:
     from netctl.reconcile.plan import leaks as leaked
     from netctl.reconcile.plan import plan
 
-    path = query.journal_path(state_dir)
-    if not path.exists():
-        raise FileNotFoundError(f"no journal at {path}")
-    facts = gather(path, links={})
+    facts = gather(query.existing_journal(state_dir), links={})
     return {"leaks": leaked(facts, plan(facts, grace))}

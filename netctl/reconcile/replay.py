@@ -1,11 +1,7 @@
-"""Start-up replay: finish or compensate what a previous run left unfinished.
-
-Runs before the socket accepts requests. Every attachment the journal has in
-``adding`` (an ADD that never completed, or whose compensation failed) or
-``removing`` (a DEL that never completed) is DELeted through its chain from
-the journal alone; then every operation still ``running`` is closed: an ADD
-as ``compensated`` (or ``compensate_failed`` if something could not be
-removed), a DEL as ``done``/``failed``, anything else as ``abandoned``.
+"""Start-up replay, before the socket accepts: every attachment left ``adding`` or
+``removing`` is DELeted through its chain; then every operation still ``running`` is
+closed (an ADD ``compensated`` or ``compensate_failed``, a DEL ``done``, anything else
+``abandoned``).
 """
 
 from __future__ import annotations

@@ -1,43 +1,21 @@
-"""Reconcile on kernel events: a sandbox whose netns vanishes without a DEL is released
-within a second or two, with or without the periodic round.
+"""Reconcile on kernel events (docs/operating.md, "On kernel events"): a sandbox whose netns
+vanishes without a DEL is released within a second or two.
 
-Two sources, each a non-blocking file descriptor waited on with
-``trio.lowlevel.wait_readable`` (never a thread parked in a read, never a blocking
-call on the event loop):
+Two sources, each a non-blocking fd waited on with ``trio.lowlevel.wait_readable``:
 
-- a netlink route socket in the host's netns, subscribed to ``RTNLGRP_LINK`` (for
-  ``RTM_DELLINK``: the host end of a pod's veth dies with its netns) and
-  ``RTNLGRP_NSID`` (``RTM_DELNSID``). It is a plain ``AF_NETLINK`` socket with
-  pyroute2's constants: pyroute2's own sockets run an asyncio loop in the calling
-  thread, and its message decoder costs ≈0.3 ms a message, where a node reboot
-  brings thousands (:func:`~netctl.reconcile.events.netlink_hints` reads the header
-  and one attribute). A classic BPF filter on the socket lets only what that reads
-  through: the group also carries every ``RTM_NEWLINK`` (a pod's ADD and DEL bring
-  a dozen) and a bridge port's ``RTM_DELLINK`` beside the link's own, which the
-  kernel then drops instead of waking the daemon for each. A 4 MiB receive buffer
-  absorbs bursts; an overflow (``ENOBUFS``) makes the next batch check every
-  attachment's netns.
-- inotify on the runtimes' netns dirs (setting ``netns-dirs``: ``/run/netns`` and
-  ``/var/run/netns``), through ctypes on libc (``inotify_init1``,
-  ``inotify_add_watch``, ``inotify_rm_watch``: three calls, so no dependency).
-  Spellings of one directory (``/var/run`` is a link to ``/run``) share one watch,
-  and a deleted name is reported under each spelling, as the journal has whichever
-  path the runtime passed. A dir that does not exist yet (``ip netns add`` makes
-  ``/run/netns`` on first use) is waited for through a watch on its nearest
-  existing parent; a watched dir that goes away is watched for again.
+- a plain ``AF_NETLINK`` route socket in the host's netns, subscribed to link and nsid
+  events (pyroute2's sockets run an asyncio loop, and its decoder costs ≈0.3 ms a
+  message); a classic BPF filter lets only the deletions through, and a 4 MiB receive
+  buffer absorbs bursts (an overflow rechecks every netns);
+- inotify on the netns dirs, through ctypes on libc. Spellings of one directory share
+  one watch, and a deleted name is reported under each; a dir that does not exist yet is
+  waited for through a watch on its nearest existing parent.
 
-:class:`EventWatcher` gathers what the sources report into one set of
-:class:`~netctl.reconcile.events.Hints`, and once :data:`WINDOW` has passed after
-the first of them, hands the whole batch to
-:meth:`~netctl.reconcile.leaks.Reconciler.run_for`: a burst (a node reboot, a
-thousand sandboxes at once) becomes a few runs, not a thousand, and what arrives
-during a run waits for the next. A source wakes the daemon for its first event of a
-batch only: what comes during the window waits in the kernel's queue, and is read
-all at once when the window closes (a pod's teardown brings three events). Requests
-are never delayed by it: the run's facts are read on a worker thread, and its DELs
-take a few request slots at most, each in its container's turn. A container with a
-request in flight is not touched; it is looked at again :data:`RETRY` seconds later,
-until it is idle.
+:class:`EventWatcher` gathers hints for :data:`WINDOW` after the first, then hands the
+batch to :meth:`~netctl.reconcile.leaks.Reconciler.run_for`: a burst becomes a few runs.
+A source wakes the daemon for its first event of a batch only; the rest is read when the
+window closes. A container with a request in flight is looked at again :data:`RETRY`
+seconds later.
 """
 
 from __future__ import annotations
@@ -108,10 +86,8 @@ def _big_endian_type(kind: int) -> int:
 
 
 def deletions_only() -> bytes:
-    """A classic BPF program that keeps what :func:`~netctl.reconcile.events.netlink_hints`
-    reads — ``RTM_DELNSID``, and ``RTM_DELLINK`` but a bridge port's (family
-    ``AF_BRIDGE``) — and drops the rest. Each notification is one message:
-    ``nlmsg_type`` at offset 4, ``ifi_family`` at 16."""
+    """A classic BPF program that keeps ``RTM_DELNSID`` and ``RTM_DELLINK`` but a bridge
+    port's, and drops the rest (``nlmsg_type`` at offset 4, ``ifi_family`` at 16)."""
     return b"".join(_BPF_INSN.pack(*insn) for insn in (
         (_BPF_LDH_ABS, 0, 0, 4),
         (_BPF_JEQ_K, 4, 0, _big_endian_type(RTM_DELNSID)),  # → keep
@@ -131,8 +107,7 @@ def _attach_filter(sock: socket.socket, program: bytes) -> None:
 
 
 def open_netlink() -> socket.socket:
-    """A non-blocking netlink route socket subscribed to link and nsid events, filtered
-    down to the deletions."""
+    """A non-blocking netlink route socket, subscribed and filtered (module doc)."""
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_NONBLOCK
                          | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
     try:
@@ -273,8 +248,8 @@ class EventWatcher:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
-        """Subscribe, report started, then read and reconcile until :meth:`stop`. A
-        source that cannot be opened is logged and left out: the periodic round stays."""
+        """Subscribe, report started, then read and reconcile until :meth:`stop`; a source
+        that cannot be opened is logged and left out."""
         with self._scope, contextlib.ExitStack() as opened:
             async with trio.open_nursery() as nursery:
                 try:
@@ -302,9 +277,8 @@ class EventWatcher:
                 await self._batches(nursery)
 
     async def _watch(self, name: str, fd: int, read: Callable[[], Awaitable[bool]]) -> None:
-        """Read ``fd`` when it has something; while a batch is being gathered, leave what
-        comes to :meth:`_batches`, which reads every source when its window closes.
-        ``read`` returns False when the source stopped."""
+        """Read ``fd`` when it has something, but leave what comes while a batch is gathered
+        to :meth:`_batches`; ``read`` returns False when the source stopped."""
         self._drains[name] = read
         while name in self._drains:
             await trio.lowlevel.wait_readable(fd)
@@ -314,8 +288,7 @@ class EventWatcher:
                 await self._taken.wait()
 
     async def _read_netlink(self, sock: socket.socket) -> bool:
-        """Everything queued on the netlink socket, :data:`READ_BURST` datagrams at a
-        time with a checkpoint between; False when it stopped."""
+        """Everything queued, :data:`READ_BURST` datagrams at a time; False when it stopped."""
         while True:
             hints, more = Hints(), True
             for _ in range(READ_BURST):
