@@ -1,19 +1,15 @@
 """The daemon's second door: netctl's own calls over the socket (``netctl status``,
-``reconcile``, ``forget``, ``attach``, ``detach``), both ends.
-
-- :class:`AdminRequest`, the frame (``kind: admin``), beside the runtime's CNI requests on
-  the same socket (:mod:`netctl.daemon.server` tells them apart, :func:`classify`);
-- :data:`CALLS`, the verb table — each call and the handler that serves it, shaped like the
-  engine's (:mod:`netctl.engine.verbs`) — and :func:`dispatch`;
-- :func:`call`, the one client: the commands and the kit send an :class:`AdminRequest` and
-  get the daemon's document back, decoded once; a refusal comes back as the CNI error
-  document it is (``code``, ``msg``).
+``reconcile``, ``forget``, ``attach``, ``detach``), both ends: the frame
+(:class:`AdminRequest`, ``kind: admin``, told from a CNI request by
+:func:`netctl.daemon.server.classify`), the handlers (:class:`AdminHandlers`, one per call)
+with :func:`dispatch`, and :func:`call`, the one client (a refusal comes back as the CNI
+error document it is).
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,12 +21,8 @@ from netctl.cni.request import Response
 
 class AdminRequest(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="kind",
                    tag="admin"):
-    """An operator's call over the socket: ``status``, ``reconcile``, ``forget`` (a
-    container's live attachments ended by hand: ``container`` a unique id prefix,
-    ``ifname``/``network`` narrowing them, ``force`` past a netns that still exists,
-    ``who`` and ``why`` for the journal), ``attach`` (``network`` plugged into the running
-    ``container``, on ``ifname`` if given, with ``ips``) or ``detach`` (by ``ifname`` or
-    ``network``). Its ``kind`` (``admin``) is its tag: always in the frame."""
+    """An operator's call over the socket, with what the command line gave it. Its
+    ``kind`` (``admin``) is its tag: always in the frame."""
 
     call: Literal["status", "reconcile", "forget", "attach", "detach"] = "status"
     dry_run: bool = False
@@ -44,47 +36,34 @@ class AdminRequest(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="
 
 
 Doc = dict[str, Any]
+Handler = Callable[[AdminRequest], Awaitable[Doc]]
 
 
 @dataclass(frozen=True)
 class AdminHandlers:
-    """What the daemon serves admin calls with (composed by :mod:`netctl.daemon.run`)."""
+    """The handler of each call, by its name (composed by :mod:`netctl.daemon.run`)."""
 
-    status: Callable[[], Awaitable[Doc]]
-    reconcile: Callable[[bool], Awaitable[Doc]]  # dry_run → report
-    forget: Callable[[AdminRequest], Awaitable[Doc]]  # netctl forget → report
-    attach: Callable[[AdminRequest], Awaitable[Doc]]  # netctl attach → what
-    detach: Callable[[AdminRequest], Awaitable[Doc]]  # netctl detach → what
-
-
-Peer = tuple[int, int]  # the caller's (pid, uid), as the kernel gives them
-Call = Callable[[AdminHandlers, AdminRequest, Peer], Awaitable[Doc]]
+    status: Handler
+    reconcile: Handler
+    forget: Handler
+    attach: Handler
+    detach: Handler
 
 
-def _forget(h: AdminHandlers, req: AdminRequest, peer: Peer) -> Awaitable[Doc]:
-    """``forget`` is journaled with the caller's name and its uid and pid."""
-    pid, uid = peer
-    return h.forget(msgspec.structs.replace(req, who=f"{req.who or '?'} (uid {uid}, pid {pid})"))
-
-
-CALLS: Mapping[str, Call] = {
-    "status": lambda h, req, peer: h.status(),
-    "reconcile": lambda h, req, peer: h.reconcile(req.dry_run),
-    "forget": _forget,
-    "attach": lambda h, req, peer: h.attach(req),
-    "detach": lambda h, req, peer: h.detach(req),
-}
-
-
-async def dispatch(handlers: AdminHandlers, req: AdminRequest, peer: Peer) -> Doc:
-    """Serve one admin call (its ``call`` is one of :data:`CALLS`: the frame's type says so)."""
-    return await CALLS[req.call](handlers, req, peer)
+async def dispatch(handlers: AdminHandlers, req: AdminRequest, peer: tuple[int, int]) -> Doc:
+    """Serve one admin call (the frame's type allows only the calls there are handlers
+    of); ``forget`` is journaled with the caller's name and the (pid, uid) ``peer``."""
+    if req.call == "forget":
+        pid, uid = peer
+        req = msgspec.structs.replace(req, who=f"{req.who or '?'} (uid {uid}, pid {pid})")
+    handler: Handler = getattr(handlers, req.call)
+    return await handler(req)
 
 
 def call(socket_path: str, req: AdminRequest, timeout: float = 5.0) -> Doc:
-    """Send ``req`` to the daemon on ``socket_path`` and return its document (a refusal:
-    the CNI error document, ``code`` and ``msg``). ``OSError`` when it cannot be reached,
-    ``ValueError`` for an answer that is not one."""
+    """Send ``req`` to the daemon on ``socket_path``; its document (a refusal: the CNI
+    error document). ``OSError`` when it cannot be reached, ``ValueError`` for an answer
+    that is not one."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(socket_path)

@@ -1,10 +1,5 @@
-"""``netctl daemon``: the composition of the parts, and their lifecycle.
-
-:func:`run` builds every part once and hands each what it needs — the journal, Kubernetes
-mode (:mod:`netctl.kube.mode`), the IPAM store loaded from the journal, the delegates, the
-engine, the plain IPAM plugin, the reconciler, the status (:mod:`netctl.daemon.status`), the
-server — then kills orphans, replays, reconciles, serves, and drains on SIGTERM. The
-settings are :mod:`netctl.settings`'. Nothing else reaches through one part to another.
+"""``netctl daemon``: every part built once and handed what it needs (:func:`run`), then
+orphans killed, the replay, the reconcile rounds, serving, and the drain on SIGTERM.
 """
 
 from __future__ import annotations
@@ -25,7 +20,7 @@ import trio
 from netctl.cni import mounts
 from netctl.cni.hostroot import HostRoot, resolve
 from netctl.cni.invoke import kill_orphans, owned_processes
-from netctl.daemon.admin import AdminHandlers, AdminRequest
+from netctl.daemon.admin import AdminHandlers
 from netctl.daemon.server import Handlers, Server, ServerConfig
 from netctl.daemon.status import Health, StatusDocument
 from netctl.engine.admission import Admission
@@ -135,8 +130,7 @@ async def run(cfg: DaemonConfig, *,
 
 def _query_server(cfg: DaemonConfig, client: kube_mode.KubeClient | None,
                   status: StatusDocument) -> QueryServer | None:
-    """``query-addr``: the read-only endpoint kubectl netctl asks, its callers checked by
-    the API server: Kubernetes mode only (:func:`run` refuses it otherwise)."""
+    """``query-addr``: the read-only endpoint kubectl netctl asks (Kubernetes mode only)."""
     if not cfg.query_addr or client is None:
         return None
     from netctl.kubeapi.review import Reviews
@@ -160,7 +154,7 @@ async def _kill_orphans(owner: str) -> None:
 
 
 async def _wait_gone(owner: str, timeout: float = 5.0) -> None:
-    """Wait until killed orphans have stopped (nothing to notify us: poll /proc)."""
+    """Wait until killed orphans have stopped (polling /proc)."""
     with trio.move_on_after(timeout):
         while owned_processes(owner):  # noqa: ASYNC110
             await trio.sleep(0.01)
@@ -170,7 +164,7 @@ async def _ipam_store(cfg: DaemonConfig, journal: Journal,
                       client: kube_mode.KubeClient | None
                       ) -> tuple[Store, ClusterStore | None]:
     """The store of ``ipam-backend``, loaded with the journal's live allocations; and the
-    cluster store, when that is what it is (Kubernetes mode runs it)."""
+    cluster store, when that is what it is."""
     live = await journal.ipam.live_allocations()
     cluster = None
     if cfg.ipam_backend == "kubernetes":
@@ -190,9 +184,8 @@ async def _ipam_store(cfg: DaemonConfig, journal: Journal,
 
 
 def _mount_propagation(cfg: DaemonConfig, root: HostRoot) -> list[str]:
-    """In a container (``host-root`` set): whether pods' netns mounted on the host from
-    now on will appear in the netns dirs, as the daemon and its chrooted delegates see
-    them (:mod:`netctl.cni.mounts`); each problem logged as an error, with its fix."""
+    """In a container (``host-root`` set): the problems that keep pods' netns mounted on the
+    host from appearing in the netns dirs (:mod:`netctl.cni.mounts`), each logged."""
     if not root.path:
         return []
     found = mounts.check([*(os.path.realpath(d) for d in cfg.netns_dirs),
@@ -206,8 +199,7 @@ def _engine(cfg: DaemonConfig, root: HostRoot, journal: Journal, chains: Chains,
             admission: Admission, client: kube_mode.KubeClient | None,
             statuses: kube_mode.NetworkStatus | None, health: Health,
             metrics: Metrics) -> Engine:
-    """netctl-cni's engine: networks from ``networks-dir`` selected by CNI_ARGS, or in
-    Kubernetes mode from the NADs selected by the pod's annotations."""
+    """netctl-cni's engine, standalone or in Kubernetes mode."""
     limits = Limits(cfg.compensate_timeout, gc_grace=cfg.reconcile_grace,
                     readiness_wait=cfg.readiness_wait)
     cutover = Cutover(cfg.cutover_dels, root.host(cfg.multus_cache_dir),
@@ -227,8 +219,7 @@ def _engine(cfg: DaemonConfig, root: HostRoot, journal: Journal, chains: Chains,
 
 async def _replay(journal: Journal, engine: Engine, admission: Admission,
                   recorded: str) -> tuple[ReplayReport, PendingReport]:
-    """The start-up replay: the unfinished operations undone, then the DELs the plugin
-    recorded in ``recorded`` while the daemon was down carried out; logged."""
+    """The start-up replay, then the DELs the plugin recorded in ``recorded``; logged."""
     report = await replay(journal, engine)
     log.info("start-up replay: %d unfinished operations, %d attachments of %d containers "
              "undone, %d failures", report.operations, report.attachments,
@@ -260,37 +251,22 @@ def _handlers(cfg: DaemonConfig, engine: Engine, ipam_plugin: IpamPlugin,
     """What the server hands each request to; the CNI requests counted in the metrics."""
     admission = status.health.admission
     hotplug = Hotplug(engine) if kube is None else None
+    admin = AdminHandlers(
+        status=lambda req: status.read(),
+        reconcile=lambda req: reconciler.run(dry_run=req.dry_run),
+        forget=lambda req: reconciler.forget(req.container, ifname=req.ifname,
+                                             network=req.network, force=req.force,
+                                             who=req.who, why=req.why),
+        attach=lambda req: _hotplugging(hotplug).attach(req.container, req.network,
+                                                        ifname=req.ifname, ips=req.ips),
+        detach=lambda req: _hotplugging(hotplug).detach(req.container, ifname=req.ifname,
+                                                        network=req.network))
     return Handlers(cni=engine.handle, ipam=ipam_plugin.handle, served=metrics.request,
-                    admin=AdminHandlers(status=status.read,
-                                        reconcile=partial(_reconcile, reconciler),
-                                        forget=partial(_forget, reconciler),
-                                        attach=partial(_attach, hotplug),
-                                        detach=partial(_detach, hotplug)),
-                    in_flight=lambda: admission.in_flight)
-
-
-async def _reconcile(reconciler: Reconciler, dry_run: bool) -> dict[str, Any]:
-    return await reconciler.run(dry_run=dry_run)
-
-
-async def _forget(reconciler: Reconciler, req: AdminRequest) -> dict[str, Any]:
-    return await reconciler.forget(req.container, ifname=req.ifname, network=req.network,
-                                   force=req.force, who=req.who, why=req.why)
-
-
-async def _attach(hotplug: Hotplug | None, req: AdminRequest) -> dict[str, Any]:
-    return await _hotplugging(hotplug).attach(req.container, req.network, ifname=req.ifname,
-                                              ips=req.ips)
-
-
-async def _detach(hotplug: Hotplug | None, req: AdminRequest) -> dict[str, Any]:
-    return await _hotplugging(hotplug).detach(req.container, ifname=req.ifname,
-                                              network=req.network)
+                    admin=admin, in_flight=lambda: admission.in_flight)
 
 
 def _hotplugging(hotplug: Hotplug | None) -> Hotplug:
-    """``netctl attach``/``detach`` serve standalone mode; in Kubernetes mode the pod's
-    annotation is the source of truth (:mod:`netctl.kube.hotplug` follows it)."""
+    """``netctl attach``/``detach`` serve standalone mode only."""
     if hotplug is None:
         raise CNIError(INVALID_CONFIG, "netctl attach/detach serve standalone mode only: in "
                        "Kubernetes mode the pod's k8s.v1.cni.cncf.io/networks annotation is "
@@ -301,9 +277,7 @@ def _hotplugging(hotplug: Hotplug | None) -> Hotplug:
 
 @dataclass
 class Serving:
-    """The server and what runs beside it, until SIGTERM or SIGINT: the kernel events, the
-    Kubernetes watches, the metrics endpoint, the journal's pruning, the periodic
-    reconcile rounds."""
+    """The server and what runs beside it, until SIGTERM or SIGINT."""
 
     server: Server
     reconciler: Reconciler
@@ -318,7 +292,7 @@ class Serving:
     async def serve(self, cfg: DaemonConfig, journal: str,
                     task_status: trio.TaskStatus[Server]) -> None:
         """Start every part, tell ``task_status`` once the socket listens, and on the
-        first signal stop them (:meth:`stop`) and wait for them to end."""
+        first signal stop them and wait for them to end."""
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 await self._start(nursery, cfg)
@@ -348,15 +322,12 @@ class Serving:
             except OSError as exc:
                 raise CNIError(INVALID_CONFIG, f"query-addr {cfg.query_addr}: {exc}") from exc
         await nursery.start(self.server.serve)
-        # in the background, batch by batch
         nursery.start_soon(_in_scope, self.pruning, self.pruner.run)
-        # the first round now, then periodic ones
         nursery.start_soon(_in_scope, self.periodic, partial(
             self.reconciler.every, cfg.reconcile_interval))
 
     def stop(self) -> None:
-        """Drain: the server stops accepting and finishes what it has (the other parts
-        are stopped meanwhile)."""
+        """Drain: the server stops accepting and finishes what it has; the rest stop."""
         self.server.stop()
         if self.metrics is not None:
             self.metrics.stop()
@@ -371,12 +342,10 @@ class Serving:
 
 
 def collect_less() -> None:
-    """Once started: what start-up made (modules, classes, the caches so far) lives as
-    long as the daemon, and is kept out of the cyclic collector's full passes
-    (``gc.freeze``); young objects are looked at after 7,000 allocations, not 700 (the
-    garbage a request leaves is freed by reference counts, not by the collector).
-    Measured in ``netctl bench kube --networks 3``: the collector's CPU over the run
-    0.27 s, then 0.17 s."""
+    """Once started: what start-up made lives as long as the daemon, so it is kept out of
+    the cyclic collector's passes (``gc.freeze``), and young objects are looked at after
+    7,000 allocations, not 700 (a request's garbage goes by reference counts). The
+    collector's CPU in ``netctl bench kube --networks 3``: 0.27 s, then 0.17 s."""
     gc.freeze()
     gc.set_threshold(7000, 10, 10)
 

@@ -1,28 +1,15 @@
 """The Unix socket server: framing, peer credentials, dispatch, graceful drain.
 
-Wire format (:mod:`netctl.cni.frame`), both ways: a 4-byte big-endian length,
-then that many bytes of JSON (a :class:`~netctl.cni.request.Request` or an
-:class:`~netctl.daemon.admin.AdminRequest` in, told apart by ``kind``: :func:`classify`; a
-:class:`~netctl.cni.request.Response` out). One request per connection. A CNI
-request is decoded once, here, into an :class:`~netctl.cni.request.Invocation`
-and handed to the engine (``netctl-cni``) or the plain IPAM plugin
-(``netctl-ipam``); an admin request to the daemon's status or reconciler.
+One request per connection, framed both ways (:mod:`netctl.cni.frame`): a
+:class:`~netctl.cni.request.Request` or an :class:`~netctl.daemon.admin.AdminRequest` in
+(:func:`classify`), a :class:`~netctl.cni.request.Response` out, carrying the daemon's
+frame protocol. A CNI request is decoded once, here, and handed to the engine
+(``netctl-cni``) or the plain IPAM plugin (``netctl-ipam``).
 
-The socket's directory is 0700 and the socket 0600; on top of that every peer's
-uid is read with SO_PEERCRED and must be in ``allowed_uids``. Malformed frames
-are answered with code 6. Nothing a client sends can stop the server.
-
-Size (:func:`readable`, :func:`admitted`): a frame of at most ``max_request_bytes``
-is served; a larger one is answered with code 105 naming the limit and the setting
-that raises it — unread above ``DEL_CEILING`` (16 MiB), and up to that ceiling read,
-and still served when it is a well-formed CNI DEL. No DEL is refused for its size: it needs
-nothing that is large (its targets come from the journal), and a refused DEL is
-retried by the runtime for ever. A plugin from before the raw ``config`` field
-grows stdin in its frame (up to about 7 times the pod's annotations, which Kubernetes
-caps at 256 KiB), which the ceiling leaves ample room for.
-
-Every answer carries the daemon's frame protocol (``proto``); a frame of a newer one is
-refused before anything is done (:func:`~netctl.cni.request.protocol_refusal`).
+The socket's directory is 0700, the socket 0600, and every peer's uid (SO_PEERCRED) must
+be in ``allowed_uids``. A frame over ``max-request-bytes`` gets code 105 — but a CNI DEL,
+served up to :data:`~netctl.cni.request.DEL_CEILING` (a refused DEL is retried for ever;
+docs/configuration.md). Nothing a client sends can stop the server.
 """
 
 from __future__ import annotations
@@ -91,8 +78,7 @@ class Handlers:
 
 
 async def _read_until(stream: trio.SocketStream, buf: bytearray, n: int) -> None:
-    """Read into ``buf`` until it holds ``n`` bytes (a client sends its whole frame at
-    once: the header and the body mostly come in one read)."""
+    """Read into ``buf`` until it holds ``n`` bytes."""
     while len(buf) < n:
         chunk = await stream.receive_some(max(65536, n - len(buf)))
         if not chunk:
@@ -119,9 +105,8 @@ def too_large(size: int, limit: int) -> CNIError:
 
 def classify(body: bytes, size: int, limit: int) -> Request | AdminRequest:
     """What a frame is — a CNI request or an admin call — or the CNI error it gets (pure):
-    code 6 for one that is not a frame of either, 105 for one over ``limit`` that is not a
-    CNI DEL (:func:`admitted`), the protocol's refusal for a newer frame
-    (:func:`~netctl.cni.request.protocol_refusal`)."""
+    code 6 for neither, 105 over ``limit`` (:func:`admitted`), the protocol's refusal for a
+    newer frame."""
     try:
         kind = msgspec.json.decode(body, type=Envelope).kind
         if kind == "admin":
@@ -157,7 +142,6 @@ class Server:
     started_at: float = field(default_factory=time.time)
     served: int = 0
     _accept_scope: trio.CancelScope | None = None
-    _listener: trio.socket.SocketType | None = None
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen, tell the caller we are listening, serve until :meth:`stop`, then drain."""
@@ -175,7 +159,6 @@ class Server:
             os.umask(old)
         os.chmod(path, 0o600)
         sock.listen(512)
-        self._listener = sock
         listener = trio.SocketListener(sock)
         async with trio.open_nursery() as handlers:
             with trio.CancelScope() as self._accept_scope:
@@ -209,8 +192,8 @@ class Server:
                 log.warning("client went away before its answer")
 
     async def _respond(self, stream: trio.SocketStream) -> Response:
-        """Read one frame, classify it (:func:`classify`), serve it; every failure answered
-        as the CNI error it is, in the caller's cniVersion once that is known."""
+        """Read one frame, classify it, serve it; every failure answered as the CNI error it
+        is, in the caller's cniVersion once that is known."""
         version = LATEST
         try:
             peer = self._check_peer(stream)
@@ -248,7 +231,7 @@ class Server:
 
     async def _read_frame(self, stream: trio.SocketStream) -> tuple[int, bytes]:
         """The frame's size and body, within ``read_timeout``; code 105 unread when it is
-        larger than anything served (:func:`readable`)."""
+        larger than anything served."""
         limit = self.config.max_request_bytes
         with trio.fail_after(self.config.read_timeout):
             buf = bytearray()
@@ -260,9 +243,8 @@ class Server:
         return size, bytes(buf[HEADER.size:HEADER.size + size])
 
     async def _serve(self, inv: Invocation, frame: bytes) -> Response:
-        """A CNI request to its plugin's handler, every log line of it saying whose. A DEL
-        the journal's disk refused is kept (``frame`` recorded beside the socket) and
-        answered 0: :meth:`_keep`."""
+        """A CNI request to its plugin's handler, every log line of it saying whose; a DEL
+        the journal's disk refused is kept (:meth:`_keep`)."""
         logs.bind(verb=inv.verb, container=inv.container_id,
                   pod=logs.pod_name(inv.pod.namespace, inv.pod.name),
                   network=inv.conf_name if inv.plugin == "netctl-ipam" else None)
@@ -306,8 +288,7 @@ class Server:
                 pass
 
     async def _admin(self, req: AdminRequest, peer: tuple[int, int]) -> dict[str, Any]:
-        """An admin call (:func:`netctl.daemon.admin.dispatch`); ``status`` with the
-        server's own counts."""
+        """An admin call; ``status`` with the server's own counts."""
         doc = await dispatch(self.handlers.admin, req, peer)
         if req.call == "status":
             doc = {**doc, "served": self.served,
@@ -316,10 +297,9 @@ class Server:
         return doc
 
     async def _keep(self, frame: bytes, refused: JournalUnwritable, exc: Exception) -> Reply:
-        """A DEL the journal could not record: kept as the plugin keeps one while the daemon
-        is down (``pending-del/``, carried out by the next reconcile round that can
-        write), and answered 0 with a warning; when there is no room there either, the
-        journal's error goes back (the runtime tries again)."""
+        """A DEL the journal could not record, kept in ``pending-del/`` for the next
+        reconcile round and answered 0 with a warning; no room there either: the journal's
+        error."""
         directory = pending_dir(self.config.socket_path)
         try:
             path = await trio.to_thread.run_sync(keep, directory, frame)

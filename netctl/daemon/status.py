@@ -1,7 +1,5 @@
-"""What the daemon says about itself: :class:`Health` — whether it can serve ADDs and why
-not (``netctl status``, STATUS, the engine's gate) and the metrics' snapshot, read from
-memory at each scrape — and :class:`StatusDocument`, the whole document ``netctl status``
-prints: ready or not, degraded or not, and the numbers."""
+"""What the daemon says about itself: :class:`Health` (whether it can serve ADDs and why
+not; the metrics' snapshot) and :class:`StatusDocument` (what ``netctl status`` prints)."""
 
 from __future__ import annotations
 
@@ -64,8 +62,7 @@ class Health:
 
 @dataclass
 class StatusDocument:
-    """The status document (``netctl status``, ``--json`` whole): :class:`Health`'s
-    answer, the degraded reasons, then the numbers of every part."""
+    """The status document: ready or not and why, degraded or not and why, the numbers."""
 
     health: Health
     kube: KubeMode | None  # Kubernetes mode
@@ -75,8 +72,6 @@ class StatusDocument:
     replay: dict[str, Any]  # the start-up replay's report
 
     async def read(self) -> dict[str, Any]:
-        """Ready (ADDs can be served) or not and why; degraded (ready, but stuck
-        attachments or full pools) and why; then the numbers."""
         health, journal, kube = self.health, self.health.journal, self.kube
         reasons = health.not_ready()
         stuck = await journal.stuck_attachments()
