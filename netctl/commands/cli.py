@@ -19,6 +19,8 @@ from netctl import (
     DEFAULT_STATE_DIR,
     logs,
 )
+from netctl.commands.journalview import render as render_journal
+from netctl.commands.journalview import table, timed
 from netctl.errors import CNIError
 from netctl.journal.query import PAGE as JOURNAL_LIMIT
 from netctl.journal.query import journal_path
@@ -35,16 +37,8 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
     from netctl import settings
     from netctl.daemon import run as daemon
 
-    overrides = {
-        "state_dir": args.state_dir, "socket": args.socket, "cni_bin_dir": args.cni_bin_dir,
-        "networks_dir": args.networks_dir, "kubeconfig": args.kubeconfig,
-        "in_cluster": args.in_cluster or None, "node_name": args.node_name,
-        "metrics_addr": args.metrics_addr, "query_addr": args.query_addr,
-        "log_level": args.log_level,
-        "log_format": args.log_format, "host_root": args.host_root,
-        "exit_after_replay": args.exit_after_replay or None,
-        "journal_log": args.journal_log or None,
-    }
+    # every flag of `netctl daemon` is a setting; one not given (None) leaves it to the file
+    overrides = {k: v for k, v in vars(args).items() if k not in ("cmd", "fn", "config")}
     cfg = settings.load_config(args.config, overrides)
     logs.configure(cfg.log_level, cfg.log_format)
     import trio  # only the daemon needs it: the read-only commands start faster
@@ -96,20 +90,6 @@ def _cmd_install_cni(args: argparse.Namespace) -> int:
                           replace_multus=args.replace_multus)
 
 
-def _fmt_time(t: float | None) -> str:
-    """RFC 3339 in UTC, as ``netctl journal`` prints times."""
-    from netctl.commands.journalview import rfc3339
-
-    return rfc3339(t)
-
-
-def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
-    """The commands' one plain table (:func:`netctl.commands.journalview.table`)."""
-    from netctl.commands.journalview import table
-
-    return table(rows, cols)
-
-
 def journal_filters(args: argparse.Namespace) -> Any:
     """``netctl journal``'s flags as :class:`netctl.journal.query.Filters` (the times read
     here, on the caller's side, with a note for a time without a zone)."""
@@ -128,18 +108,21 @@ def journal_filters(args: argparse.Namespace) -> Any:
 def _cmd_journal(args: argparse.Namespace) -> int:
     """One query (:func:`netctl.reconcile.readonly.journal`), printed whole with ``--json`` or
     rendered as tables from that same document."""
-    from netctl.commands.journalview import render
     from netctl.reconcile import readonly
 
     doc = readonly.journal(args.state_dir, journal_filters(args))
     if args.json:
         print(json.dumps(doc, indent=2))
-        return 0
-    lines, notes = render(doc, local=args.local)
+    else:
+        _print_journal(doc, args.local)
+    return 0
+
+
+def _print_journal(doc: dict[str, Any], local: bool) -> None:
+    lines, notes = render_journal(doc, local=local)
     for note in notes:
         print(note, file=sys.stderr)
     print("\n".join(lines))
-    return 0
 
 
 def _cmd_journal_rebuild(args: argparse.Namespace) -> int:
@@ -226,12 +209,6 @@ def _cmd_journal_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _timed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Copies of allocation rows with ``since``/``until`` readable, for a table."""
-    return [{**r, "since": _fmt_time(r["since"]), "until": _fmt_time(r.get("until"))}
-            for r in rows]
-
-
 def _cmd_ipam(args: argparse.Namespace) -> int:
     """``netctl ipam pools|show POOL|leaks``: read-only, from the journal (daemon up or down)."""
     from netctl.journal import query
@@ -275,7 +252,7 @@ def _ipam_handback(args: argparse.Namespace, conn: sqlite3.Connection) -> int:
     if args.json:
         print(json.dumps({"records": rows, "recorded_dels": pending}, indent=2))
     else:
-        print(_table(rows, ["address", "pod", "ifname", "record", "outcome", "detail"]))
+        print(table(rows, ["address", "pod", "ifname", "record", "outcome", "detail"]))
         counts: dict[str, int] = {}
         for row in rows:
             counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
@@ -317,8 +294,8 @@ def _ipam_report(args: argparse.Namespace, conn: sqlite3.Connection) -> None:
             print(("\n" if i else "") + f"pool {pool['key']}: range {pool['range']}, "
                   f"IPv{pool['family']}, size {pool['size']}, in use {pool['in_use']}, "
                   f"free {pool['free']}")
-            print(_table(_timed(item["allocations"]),
-                         alloc_cols + (["until"] if args.all else [])))
+            print(table(timed(item["allocations"]),
+                        alloc_cols + (["until"] if args.all else [])))
     else:
         doc = readonly.leaks(args.state_dir, args.grace)
         if args.json:
@@ -335,12 +312,12 @@ def pools_table(rows: list[dict[str, Any]], first: tuple[str, ...] = ()) -> str:
     """``netctl ipam pools`` as a table (``first``: columns before the pool's, ``node``)."""
     shown = [{**r, "blocks": " ".join(f"{n}:{c}" for n, c in r["blocks"].items()) or "-"}
              for r in rows]
-    return _table(shown, [*first, *POOL_COLUMNS])
+    return table(shown, [*first, *POOL_COLUMNS])
 
 
 def leaks_table(rows: list[dict[str, Any]], first: tuple[str, ...] = ()) -> str:
     """``netctl ipam leaks`` as a table."""
-    return _table(_timed(rows), [*first, *LEAK_COLUMNS])
+    return table(timed(rows), [*first, *LEAK_COLUMNS])
 
 
 def admin_request(socket_path: str, timeout: float = 5.0, call: str = "status",
@@ -419,24 +396,39 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if warnings else 0
 
 
-# `netctl status` exit codes
+# `netctl status` exit codes, by the state the daemon says (statusview.state_of)
 STATUS_READY, STATUS_NOT_READY, STATUS_DOWN, STATUS_DEGRADED = 0, 1, 2, 3
+STATUS_CODES = {"not ready": STATUS_NOT_READY, "down": STATUS_DOWN,
+                "degraded": STATUS_DEGRADED}
 
 
 def status_code(health: dict[str, Any], degraded_ok: bool = False) -> int:
-    """The exit code of a status document's state (the daemon's word:
-    :func:`~netctl.commands.statusview.state_of`): not ready wins over degraded (a degraded
-    daemon is ready: it serves); ``--degraded-ok`` makes degraded 0, for a probe."""
+    """The exit code of a status document; ``--degraded-ok`` makes degraded 0 (a probe)."""
     from netctl.commands.statusview import state_of
 
     state = state_of(health)
-    if state == "down":
-        return STATUS_DOWN
-    if state == "not ready":
-        return STATUS_NOT_READY
-    if state == "degraded" and not degraded_ok:
-        return STATUS_DEGRADED
-    return STATUS_READY
+    return STATUS_READY if degraded_ok and state == "degraded" else \
+        STATUS_CODES.get(state, STATUS_READY)
+
+
+def _ask_daemon(args: argparse.Namespace, call: str, timeout: float, needs: str,
+                **fields: Any) -> dict[str, Any] | None:
+    """An admin call that only the daemon can serve (``needs`` says why); its document, or
+    None when it is unreachable or refused (said on stderr; ``--json`` prints a refusal)."""
+    try:
+        report = admin_request(args.socket, timeout=timeout, call=call, **fields)
+    except OSError as exc:
+        print(f"netctl: daemon not reachable at {args.socket} ({exc}); {call} needs the "
+              f"daemon{needs}", file=sys.stderr)
+        return None
+    if "msg" in report and "code" in report:  # refused: a CNI error document
+        if args.json:
+            print(json.dumps(report, indent=2))
+        print(f"netctl {call}: {report['msg']} (code {report['code']})", file=sys.stderr)
+        return None
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return report
 
 
 def _cmd_forget(args: argparse.Namespace) -> int:
@@ -447,23 +439,13 @@ def _cmd_forget(args: argparse.Namespace) -> int:
 
     who = os.environ.get("SUDO_USER") or os.environ.get("USER") or \
         os.environ.get("LOGNAME") or pwd.getpwuid(os.getuid()).pw_name
-    try:
-        report = admin_request(args.socket, timeout=60, call="forget",
-                               container=args.container, ifname=args.ifname or "",
-                               network=args.network or "", force=args.force,
-                               who=who, why=args.why or "")
-    except OSError as exc:
-        print(f"netctl: daemon not reachable at {args.socket} ({exc}); forget needs the "
-              "daemon (it holds the addresses and serializes with the runtime)",
-              file=sys.stderr)
-        return 1
-    if "msg" in report and "code" in report:  # refused: a CNI error document
-        if args.json:
-            print(json.dumps(report, indent=2))
-        print(f"netctl forget: {report['msg']}", file=sys.stderr)
+    report = _ask_daemon(args, "forget", 60, " (it holds the addresses and serializes with "
+                         "the runtime)", container=args.container, ifname=args.ifname or "",
+                         network=args.network or "", force=args.force, who=who,
+                         why=args.why or "")
+    if report is None:
         return 1
     if args.json:
-        print(json.dumps(report, indent=2))
         return 0
     forced = " (forced: its netns still existed)" if report["forced"] else ""
     print(f"forgot {len(report['forgotten'])} attachments of container "
@@ -484,16 +466,8 @@ def _cmd_hotplug(args: argparse.Namespace) -> int:
                               "network": args.network or ""}
     if verb == "attach":
         fields["ips"] = args.ip or []
-    try:
-        report = admin_request(args.socket, timeout=120, call=verb, **fields)
-    except OSError as exc:
-        print(f"netctl: daemon not reachable at {args.socket} ({exc}); {verb} needs the "
-              "daemon", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(report, indent=2))
-    if "msg" in report and "code" in report:  # refused: a CNI error document
-        print(f"netctl {verb}: {report['msg']} (code {report['code']})", file=sys.stderr)
+    report = _ask_daemon(args, verb, 120, "", **fields)
+    if report is None:
         return 1
     if not args.json:
         where = f"{report['network']} as {report['ifname']}"
@@ -585,11 +559,11 @@ def _add_daemon(sub: Commands) -> None:
     p.add_argument("--host-root", metavar="DIR", help="where the host's / is mounted when "
                    "the daemon runs in a container: delegates run chrooted into it and "
                    "host files are read there (default: none, run as is)")
-    p.add_argument("--exit-after-replay", action="store_true", help="do the start-up replay "
-                   "(unfinished operations, the DELs the plugin recorded while the daemon was "
-                   "down), then exit without serving: for an uninstall")
+    p.add_argument("--exit-after-replay", action="store_true", default=None, help="do the "
+                   "start-up replay (unfinished operations, the DELs the plugin recorded "
+                   "while the daemon was down), then exit without serving: for an uninstall")
     p.add_argument("--kubeconfig")
-    p.add_argument("--in-cluster", action="store_true")
+    p.add_argument("--in-cluster", action="store_true", default=None)
     p.add_argument("--node-name")
     p.add_argument("--metrics-addr")
     p.add_argument("--query-addr", metavar="HOST:PORT", help="Kubernetes mode: serve the "
@@ -600,9 +574,9 @@ def _add_daemon(sub: Commands) -> None:
                    "debug,pyroute2=debug")
     p.add_argument("--log-format", choices=logs.FORMATS, help="one line per event: text "
                    "(default), json (one object per line) or logfmt")
-    p.add_argument("--journal-log", action="store_true", help="also log every operation "
-                   "and allocation change as it commits, one line each with the fields of "
-                   "`netctl journal export` (for the cluster's log shipping)")
+    p.add_argument("--journal-log", action="store_true", default=None, help="also log every "
+                   "operation and allocation change as it commits, one line each with the "
+                   "fields of `netctl journal export` (for the cluster's log shipping)")
     p.set_defaults(fn=_cmd_daemon)
 
 
@@ -894,18 +868,13 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
     elif what == "journal":
-        from netctl.commands.journalview import render
-
-        lines, said = render(doc, local=args.local)
-        for note in said:
-            print(note, file=sys.stderr)
-        print("\n".join(lines))
+        _print_journal(doc, args.local)
     elif what == "pools":
         print(pools_table(doc["pools"], ("node",)))
     elif what == "leaks":
         print(leaks_table(doc["leaks"], ("node",)))
     else:
-        print(_table([{**s, "reasons": "; ".join(s.get("reasons") or
+        print(table([{**s, "reasons": "; ".join(s.get("reasons") or
                                                  s.get("degraded_reasons") or []) or "-"}
                       for s in doc["statuses"]], ["node", "state", "ready", "degraded",
                                                   "reasons"]))

@@ -51,7 +51,8 @@ def table(rows: list[dict[str, Any]], cols: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _timed(rows: list[dict[str, Any]], local: bool) -> list[dict[str, Any]]:
+def timed(rows: list[dict[str, Any]], local: bool = False) -> list[dict[str, Any]]:
+    """Copies of ``rows`` with ``since`` and ``until`` as RFC 3339 times."""
     return [{**r, "since": rfc3339(r.get("since"), local),
              "until": rfc3339(r.get("until"), local)} for r in rows]
 
@@ -81,16 +82,16 @@ def render(doc: Mapping[str, Any], local: bool = False) -> tuple[list[str], list
         notes.append(f"(the newest {len(doc['operations'])} operations of what was asked; "
                      "older ones not shown: narrow it with --since)")
     atts = [{**a, "addresses": ",".join(a["addresses"]) or "-"}
-            for a in _timed(list(doc["attachments"]), local)]
+            for a in timed(list(doc["attachments"]), local)]
     # a DEVICE column when some attachment held a device (a device network's)
     columns = ATTACHMENT_COLUMNS + (["device"] if any(a.get("device") for a in atts) else [])
     out = table(atts, first + columns).splitlines()
     if doc.get("allocations"):
         allocs = [{**a, "identity": a.get("identity") or "-", "reserved": _reserved(a, local)}
-                  for a in _timed(list(doc["allocations"]), local)]
+                  for a in timed(list(doc["allocations"]), local)]
         out += ["", *table(allocs, first + ALLOCATION_COLUMNS).splitlines()]
     if doc.get("blocks"):  # ipam-backend: kubernetes — whose block held it, so whose journal
-        out += ["", *table(_timed(list(doc["blocks"]), local),
+        out += ["", *table(timed(list(doc["blocks"]), local),
                            (["seen_by"] if first else []) + BLOCK_COLUMNS).splitlines()]
     if doc.get("operations"):
         ops = [{**op, "container": op["container_id"],

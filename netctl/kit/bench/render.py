@@ -1,8 +1,7 @@
 """The one renderer of ``netctl bench`` reports, with rich.
 
 A bench turns its report (the dict ``--json`` prints) into a list of blocks: lines of
-text and tables built by :func:`~netctl.commands.console.table`, printed by
-:func:`show` (the product's command line prints with the same helpers).
+text and tables built by :func:`table`, printed by :func:`show`.
 Long work shows its progress the same way (:func:`steps`, :func:`~netctl.commands.console.waiting`):
 a bar or a spinner on a terminal, plain lines elsewhere.
 The helpers below build the rows and lines several benches share (netctl beside its
@@ -16,7 +15,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any
 
-from rich.console import Console, RenderableType
+from rich import box
+from rich.console import Console, Group, RenderableType
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -26,18 +26,31 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
 from rich.text import Text
 
-# the product's table and spinner, which the benches use through this module
-from netctl.commands.console import WIDTH as WIDTH
-from netctl.commands.console import Row as Row
-from netctl.commands.console import table as table
+# the product's spinner, which the benches use through this module
 from netctl.commands.console import waiting as waiting
+
+WIDTH = 100  # columns, when stdout is not a terminal
+
+Row = Sequence[str]
+
+
+def table(columns: Row, rows: Iterable[Row], title: str = "") -> RenderableType:
+    """A table of strings: ``columns`` its header, the first column left-aligned, the
+    others right-aligned; under ``title``, when given."""
+    out = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    for i, name in enumerate(columns):
+        out.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
+    for row in rows:
+        out.add_row(*row)
+    return Group(Text(title, style="bold"), out) if title else out
 
 
 def show(blocks: Iterable[RenderableType], file: IO[str] | None = None) -> None:
-    """Print ``blocks`` (tables, text) as the product's console does: plain text at most
-    :data:`WIDTH` columns wide on a pipe or a file."""
+    """Print ``blocks`` (tables, text): on a terminal with colour and its width, to a pipe
+    or a file as plain text at most :data:`WIDTH` columns wide."""
     out = file or sys.stdout
     console = Console(file=out, width=None if out.isatty() else WIDTH, markup=False,
                       highlight=False)
