@@ -101,11 +101,9 @@ class LiveIndex:
     # -- asked by the reconciler -----------------------------------------------------------
 
     def holds(self, container_id: str) -> bool:
-        """Whether the container has a live attachment."""
         return container_id in self._by_container
 
     def of_container(self, container_id: str) -> frozenset[int]:
-        """The ids of the container's live attachments."""
         return frozenset(self._by_container.get(container_id, ()))
 
     def container(self, prefix: str, code: int = INVALID_CONFIG) -> str:

@@ -69,7 +69,6 @@ JOURNAL_FILE = "journal.db"
 
 
 def journal_path(state_dir: str | Path) -> Path:
-    """The journal's file in ``state_dir``."""
     return Path(state_dir) / JOURNAL_FILE
 
 
@@ -546,13 +545,11 @@ def allocations_at(conn: sqlite3.Connection, ip: str, at: float | None = None, *
 
 
 def running_operations(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Every operation still ``running``, oldest first."""
     return [_operation(r) for r in conn.execute(
         f"SELECT {_op_columns(conn)} FROM operations WHERE state='running' ORDER BY id")]
 
 
 def running_ids(conn: sqlite3.Connection) -> set[int]:
-    """The ids of the operations still ``running``."""
     return {int(row[0]) for row in conn.execute("SELECT id FROM operations WHERE state='running'")}
 
 

@@ -29,28 +29,20 @@ def duration_seconds(text: str) -> float | None:
 def parse_duration(value: str | float) -> float:
     """A retention setting → seconds, 0.0 meaning off: a duration (``7d``), plain seconds,
     ``0`` or ``off`` (also YAML's ``off``: false). ValueError for anything else."""
+    bad = ValueError(f"{value!r} is not a duration (7d, 12h, 30m, 90s, seconds, or 0/off)")
     if isinstance(value, bool):
         if value:
-            raise ValueError(f"{value!r} is not a duration")
+            raise bad
         return 0.0
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        text = value.strip().lower()
-        if text in ("off", "0"):
-            return 0.0
-        found = duration_seconds(text)
-        if found is None:
-            try:
-                found = float(text)
-            except ValueError:
-                found = None
-        if found is None:
-            raise ValueError(f"{value!r} is not a duration (7d, 12h, 30m, 90s, seconds, "
-                             "or 0/off)")
-        seconds = found
-    if not seconds >= 0 or seconds == float("inf"):
-        raise ValueError(f"{value!r} is not a duration (7d, 12h, 30m, 90s, seconds, or 0/off)")
+    text = str(value).strip().lower()
+    seconds = 0.0 if text == "off" else duration_seconds(text)
+    if seconds is None:
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise bad from None
+    if not 0 <= seconds < float("inf"):
+        raise bad
     return seconds
 
 

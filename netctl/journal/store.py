@@ -71,8 +71,6 @@ class Closing:
 
 
 class Journal:
-    """Typed writes and reads of the journal (see the module's docstring)."""
-
     def __init__(self, db: DatabaseThread, write_deadline: float,
                  clock: Callable[[], float] = time.time, next_attachment: int = 1) -> None:
         self.clock = clock  # the rows' timestamps (the retention bench passes a simulated one)
@@ -447,7 +445,6 @@ class Journal:
         await self._io.write(fn, indexed)
 
     async def read_live(self) -> LiveIndex:
-        """:attr:`live` as the database has it (read when the journal opens)."""
         return await self._io.read(load_live)
 
     def _allocations_changed(self, new: Sequence[Allocation], gone: Sequence[Allocation]
@@ -477,7 +474,6 @@ class Journal:
         return await self._io.write(partial(vacuum_pages, pages=pages, keep_free=keep_free))
 
     async def size(self) -> Size:
-        """The file, its WAL, its pages and free pages (for status)."""
         return await self._io.read(partial(journal_size, path=self.path))
 
 
