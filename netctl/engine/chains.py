@@ -60,8 +60,6 @@ RETRY_CAP = 3600.0
 
 @dataclass(frozen=True)
 class Delegates:
-    """How delegate plugins are run."""
-
     bin_dirs: Sequence[str]
     timeout: float = 60.0
     owner: str = ""  # marks every child, see netctl.cni.invoke.kill_orphans
@@ -226,8 +224,6 @@ class Served:
 
 @dataclass
 class Chains:
-    """Runs chains with the journal, the delegates and the node's IPAM store."""
-
     journal: Journal
     delegates: Delegates
     ipam: Store
@@ -437,7 +433,6 @@ class Chains:
                 await self.step(op_id, run, index, "CHECK", att.result)
 
     def runs(self, atts: Sequence[Attachment]) -> list[Run]:
-        """Runs going on from ``atts`` as the journal has them."""
         return [Run(att, Served(att.chain, self.delegates.ipam_types),
                     started=att.steps_started, result=att.result) for att in atts]
 

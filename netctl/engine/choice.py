@@ -42,8 +42,6 @@ class Choice:
 
 
 class Selector(Protocol):
-    """Where a pod's network selection comes from."""
-
     async def select(self, conf: NetctlConf, inv: Invocation) -> Choice: ...
 
 

@@ -30,8 +30,6 @@ DEVICE_INFO_FILE = "CNIDeviceInfoFile"  # the capability naming the device-info 
 
 
 class DeviceSource(Protocol):
-    """Where a pod's allocated devices come from."""
-
     async def allocated(self, pod: Pod, resources: Collection[str]) -> Mapping[str, list[str]]:
         """The device ids of each of ``resources`` allocated to ``pod`` (one it has none of
         may be missing); code 11 when the source cannot be asked."""

@@ -52,7 +52,6 @@ def _check_name(value: str, what: str) -> str:
 
 
 def parse(value: str) -> list[Selection]:
-    """Parse either form into a list of :class:`Selection`."""
     text = value.strip()
     if not text:
         return []
