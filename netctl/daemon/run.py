@@ -47,8 +47,8 @@ from netctl.kube.select import KubeSelector
 from netctl.metrics import Metrics, metrics_server
 from netctl.reconcile.leaks import PARALLEL as RECONCILE_PARALLEL
 from netctl.reconcile.leaks import Reconciler
-from netctl.reconcile.pending import PendingReport, finish_pending, pending_dir
-from netctl.reconcile.replay import ReplayReport, replay
+from netctl.reconcile.pending import finish_pending, pending_dir
+from netctl.reconcile.replay import replay
 from netctl.reconcile.watch import EventWatcher
 from netctl.settings import DaemonConfig
 
@@ -110,11 +110,10 @@ async def run(cfg: DaemonConfig, *,
                                                     cfg.max_concurrent // 2)),
                                 metrics=metrics)
         events = EventWatcher(reconciler, cfg.netns_dirs) if cfg.reconcile_events else None
-        report, dels = await _replay(journal, engine, admission, recorded)
+        started = await _replay(journal, engine, admission, recorded, metrics)
         if cfg.exit_after_replay:
             log.info("start-up replay done; exiting (exit-after-replay)")
             return
-        started = _count_replay(metrics, report, dels)
         metrics.watch(health.snapshot)
         pruner = Pruner(journal, Retention(cfg.journal_retention, cfg.allocation_retention))
         status = StatusDocument(health, kube, cfg.networks_dir, pruner, events, started)
@@ -145,19 +144,15 @@ def _query_server(cfg: DaemonConfig, client: kube_mode.KubeClient | None,
 
 
 async def _kill_orphans(owner: str) -> None:
-    """The delegate processes a previous run left behind, killed, and waited for."""
+    """The delegate processes a previous run left behind, killed, and waited for (up to
+    5 s, polling /proc: nothing notifies us)."""
     orphans = await trio.to_thread.run_sync(kill_orphans, owner)
     if orphans:
         log.warning("killed %d delegate processes a previous run left behind: %s",
                     len(orphans), orphans)
-        await _wait_gone(owner)
-
-
-async def _wait_gone(owner: str, timeout: float = 5.0) -> None:
-    """Wait until killed orphans have stopped (polling /proc)."""
-    with trio.move_on_after(timeout):
-        while owned_processes(owner):  # noqa: ASYNC110
-            await trio.sleep(0.01)
+        with trio.move_on_after(5.0):
+            while owned_processes(owner):  # noqa: ASYNC110
+                await trio.sleep(0.01)
 
 
 async def _ipam_store(cfg: DaemonConfig, journal: Journal,
@@ -217,9 +212,10 @@ def _engine(cfg: DaemonConfig, root: HostRoot, journal: Journal, chains: Chains,
                   refused=partial(kube_mode.tell_refused, client.events, cfg.api_timeout))
 
 
-async def _replay(journal: Journal, engine: Engine, admission: Admission,
-                  recorded: str) -> tuple[ReplayReport, PendingReport]:
-    """The start-up replay, then the DELs the plugin recorded in ``recorded``; logged."""
+async def _replay(journal: Journal, engine: Engine, admission: Admission, recorded: str,
+                  metrics: Metrics) -> dict[str, Any]:
+    """The start-up replay, then the DELs the plugin recorded in ``recorded``: logged,
+    counted in the metrics, and its report for the status document."""
     report = await replay(journal, engine)
     log.info("start-up replay: %d unfinished operations, %d attachments of %d containers "
              "undone, %d failures", report.operations, report.attachments,
@@ -231,12 +227,6 @@ async def _replay(journal: Journal, engine: Engine, admission: Admission,
              dels.corrupt, len(dels.failed))
     for failure in report.failed + dels.failed:
         log.warning("replay: %s", failure)
-    return report, dels
-
-
-def _count_replay(metrics: Metrics, report: ReplayReport,
-                  dels: PendingReport) -> dict[str, Any]:
-    """The replay's counts into the metrics; its report for the status document."""
     metrics.replayed({
         "unfinished_operation": report.operations, "attachment_undone": report.attachments,
         "replay_failure": len(report.failed), "recorded_del_finished": dels.finished,

@@ -250,7 +250,7 @@ class Server:
                   network=inv.conf_name if inv.plugin == "netctl-ipam" else None)
         handler = self.handlers.ipam if inv.plugin == "netctl-ipam" and \
             inv.verb != "VERSION" else self.handlers.cni
-        began, code = time.monotonic(), IO_FAILURE  # a bug: answered with code 5
+        began, code = time.monotonic(), IO_FAILURE
         try:
             try:
                 reply = await handler(inv)
@@ -261,10 +261,7 @@ class Server:
                     raise
                 reply = await self._keep(frame, refused, exc)
             code = 0
-        except CNIError as exc:
-            code = exc.code
-            raise
-        except Exception as exc:
+        except Exception as exc:  # a CNI error (or a group of them): its code; a bug: 5
             code = err.code if (err := first_error(exc)) else IO_FAILURE
             raise
         except trio.Cancelled:
