@@ -23,7 +23,6 @@ from netctl.commands.journalview import render as render_journal
 from netctl.commands.journalview import table, timed
 from netctl.errors import CNIError
 from netctl.journal.query import PAGE as JOURNAL_LIMIT
-from netctl.journal.query import journal_path
 
 
 class Commands(Protocol):
@@ -345,14 +344,13 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
                   "daemon (it serializes with the runtime's requests). --dry-run plans from "
                   "the journal alone.", file=sys.stderr)
             return 1
+        from netctl.journal.query import existing_journal
         from netctl.reconcile.facts import gather
         from netctl.reconcile.plan import plan
 
-        path = journal_path(args.state_dir)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"no journal at {path}") from None
+        facts = gather(existing_journal(args.state_dir))
         report = {"dry_run": True, "offline": True,
-                  "plan": plan(gather(path), args.grace).to_json(), "errors": []}
+                  "plan": plan(facts, args.grace).to_json(), "errors": []}
     if args.json:
         print(json.dumps(report, indent=2))
         return 1 if report["errors"] else 0
@@ -679,10 +677,10 @@ def _add_status_doctor(sub: Commands) -> None:
     conf_dirs.add_argument("--networks-dir", default=DEFAULT_NETWORKS_DIR, metavar="DIR",
                            help="the daemon's networks dir")
 
-    p = sub.add_parser("status", parents=[conf_dirs], help="health of the daemon, over its "
-                       "socket, and the doctor's warnings; exits 0 ready, 1 not ready, 2 down, "
-                       "3 degraded (ready, but attachments stuck or a pool nearly full)")
-    p.add_argument("--socket", default=DEFAULT_SOCKET)
+    p = sub.add_parser("status", parents=[conf_dirs, _asks_daemon()], help="health of the "
+                       "daemon, over its socket, and the doctor's warnings; exits 0 ready, 1 "
+                       "not ready, 2 down, 3 degraded (ready, but attachments stuck or a pool "
+                       "nearly full)")
     p.add_argument("--degraded-ok", action="store_true", help="exit 0 when degraded (a "
                    "readiness probe: a degraded daemon still serves)")
     p.add_argument("--live", action="store_true", help="exit 0 whenever the daemon answers, "
@@ -690,7 +688,6 @@ def _add_status_doctor(sub: Commands) -> None:
                    "daemon that stopped answering)")
     p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                    help="how long to wait for the answer (default 5): no answer is down")
-    p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_status)
 
     p = sub.add_parser("doctor", parents=[conf_dirs], help="check the runtime's CNI config "
@@ -701,55 +698,56 @@ def _add_status_doctor(sub: Commands) -> None:
 
 def _add_reconcile(sub: Commands) -> None:
     """``netctl reconcile``: clean what nothing owns, or plan it."""
-    p = sub.add_parser("reconcile", help="find and clean what nothing owns any more")
-    p.add_argument("--socket", default=DEFAULT_SOCKET)
+    p = sub.add_parser("reconcile", parents=[_asks_daemon()],
+                       help="find and clean what nothing owns any more")
     p.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     p.add_argument("--dry-run", action="store_true", help="only print the plan")
     p.add_argument("--grace", type=float, default=30.0,
                    help="offline --dry-run: allocations younger than this are kept")
-    p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_reconcile)
+
+
+def _asks_daemon(container: bool = False) -> argparse.ArgumentParser:
+    """The flags of a command that asks the daemon (and of one that names a container)."""
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("--socket", default=DEFAULT_SOCKET)
+    flags.add_argument("--json", action="store_true")
+    if container:
+        flags.add_argument("--container", required=True, metavar="ID",
+                           help="the container (a unique prefix of its id)")
+    return flags
 
 
 def _add_forget(sub: Commands) -> None:
     """``netctl forget``: a container's stuck attachments ended by hand."""
-    p = sub.add_parser("forget", help="end a container's stuck attachments by hand: "
-                       "no DEL run, their addresses released, journaled with who and why")
-    p.add_argument("--container", required=True, metavar="ID",
-                   help="the container (a unique prefix of its id)")
+    p = sub.add_parser("forget", parents=[_asks_daemon(container=True)], help="end a "
+                       "container's stuck attachments by hand: no DEL run, their addresses "
+                       "released, journaled with who and why")
     p.add_argument("--ifname", help="only the attachment on this interface")
     p.add_argument("--network", help="only the attachments of this network")
     p.add_argument("--why", help="the reason, kept in the journal")
     p.add_argument("--force", action="store_true",
                    help="forget even though the netns still exists (its interfaces may be "
                    "in use: their addresses can then be given to another pod)")
-    p.add_argument("--socket", default=DEFAULT_SOCKET)
-    p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_forget)
 
 
 def _add_hotplug(sub: Commands) -> None:
     """``netctl attach`` and ``netctl detach``: a network plugged into a running container."""
-    p = sub.add_parser("attach", help="plug a network into a running container")
-    p.add_argument("--container", required=True, metavar="ID",
-                   help="the container (a unique prefix of its id)")
+    p = sub.add_parser("attach", parents=[_asks_daemon(container=True)],
+                       help="plug a network into a running container")
     p.add_argument("--network", required=True, metavar="NAME",
                    help="the network, as NETCTL_NETWORKS names it")
     p.add_argument("--ifname", metavar="IF", help="its interface (default: the first free netN)")
     p.add_argument("--ip", action="append", metavar="ADDR",
                    help="an address to ask for (repeat for several)")
-    p.add_argument("--socket", default=DEFAULT_SOCKET)
-    p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_hotplug)
-    p = sub.add_parser("detach", help="unplug a network from a running container")
-    p.add_argument("--container", required=True, metavar="ID",
-                   help="the container (a unique prefix of its id)")
+    p = sub.add_parser("detach", parents=[_asks_daemon(container=True)],
+                       help="unplug a network from a running container")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--ifname", metavar="IF", help="the interface to unplug")
     which.add_argument("--network", metavar="NAME",
                        help="the network to unplug (when it is attached once)")
-    p.add_argument("--socket", default=DEFAULT_SOCKET)
-    p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_hotplug)
 
 
