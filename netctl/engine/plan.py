@@ -33,45 +33,36 @@ def plan(conf: NetctlConf, inv: Invocation, choice: Choice,
         except CNIError as exc:
             raise _as_pods(exc, choice) from None
 
-    # each: the network, is it the cluster network, its capability and CNI args, its
-    # interface, the default-route it asks for
-    planned: list[tuple[Network, bool, dict[str, Any], dict[str, Any], str | None,
-                        list[str] | None]] = []
-    extra: list[tuple[Network, selection.Selection | None]]
+    def attachment(net: Network, ifname: str, sel: selection.Selection | None,
+                   caps: dict[str, Any] | None = None) -> Attachment:
+        """``caps``: the cluster network's (the runtime's requests), else the selection's."""
+        return Attachment(
+            container_id=inv.container_id, ifname=ifname, network=net.key, chain=net.chain,
+            resource=net.resource, is_default=caps is not None, caller_network=conf.name,
+            caller_ifname=inv.ifname, netns=inv.netns, pod=inv.pod,
+            capability_args=caps if caps is not None else sel.capability_args() if sel else {},
+            cni_args=dict(sel.cni_args or {}) if sel else {},
+            identity=choice.identity or sticky.identity(inv.pod),
+            default_route=list(sel.default_route or []) if sel else [])
+
     cluster_caps = runtime_requests(conf.runtimeConfig, inv.args)
     override = resolve(ref(choice.cluster), home) if choice.cluster else None
-    cluster_args = dict(choice.cluster.cni_args or {}) if choice.cluster else {}
-    cluster_route = choice.cluster.default_route if choice.cluster else None
-    if conf.delegates:
-        first, *rest = [inline(d, i) for i, d in enumerate(conf.delegates)]
-        planned.append((override or first, True, cluster_caps, cluster_args, inv.ifname,
-                        cluster_route))
-        extra = [(net, None) for net in rest]
+    delegates = [inline(d, i) for i, d in enumerate(conf.delegates)]
+    extra: list[tuple[Network, selection.Selection | None]]
+    if delegates:
+        cluster, extra = override or delegates[0], [(net, None) for net in delegates[1:]]
     else:
         cluster = override or resolve(conf.clusterNetwork, home)
-        planned.append((cluster, True, cluster_caps, cluster_args, inv.ifname,
-                        cluster_route))
         extra = [] if choice.skip_defaults else [
             (resolve(ref, home), None) for ref in conf.defaultNetworks]
-    for chose in choice.networks:
-        extra.append((resolve(ref(chose), namespace), chose))
+    extra += [(resolve(ref(chose), namespace), chose) for chose in choice.networks]
     try:
         names = selection.assign_ifnames(inv.ifname,
                                          [s.interface if s else None for _, s in extra])
     except CNIError as exc:
         raise _as_pods(exc, choice) from None
-    for (net, sel), name in zip(extra, names, strict=True):
-        planned.append((net, False, sel.capability_args() if sel else {},
-                        dict(sel.cni_args) if sel and sel.cni_args else {}, name,
-                        sel.default_route if sel else None))
-    return [Attachment(container_id=inv.container_id, ifname=str(ifname), network=net.key,
-                       chain=net.chain, resource=net.resource, is_default=default,
-                       caller_network=conf.name,
-                       caller_ifname=inv.ifname, netns=inv.netns, pod=inv.pod,
-                       capability_args=caps, cni_args=cni_args,
-                       identity=choice.identity or sticky.identity(inv.pod),
-                       default_route=list(gateways or []))
-            for net, default, caps, cni_args, ifname, gateways in planned]
+    return [attachment(cluster, inv.ifname, choice.cluster, cluster_caps),
+            *(attachment(net, name, sel) for (net, sel), name in zip(extra, names, strict=True))]
 
 
 def _as_pods(exc: CNIError, choice: Choice) -> CNIError:
