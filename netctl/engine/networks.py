@@ -17,26 +17,9 @@ from netctl.cni.confdir import MAX_CONF_BYTES
 from netctl.cni.config import Chain, parse_chain
 from netctl.cni.hostroot import HostRoot
 from netctl.errors import INVALID_CONFIG, CNIError
-from netctl.kubeapi.objects import RESOURCE_NAME
+from netctl.kubeapi.objects import RESOURCE_NAME, Nad
 
 _SUFFIXES = (".yaml", ".yml", ".json")
-
-
-class _Meta(msgspec.Struct):
-    name: str
-    namespace: str = "default"
-    annotations: dict[str, str] = {}
-
-
-class _Spec(msgspec.Struct):
-    config: str = ""
-
-
-class NAD(msgspec.Struct):
-    metadata: _Meta
-    spec: _Spec
-    apiVersion: str = "k8s.cni.cncf.io/v1"
-    kind: str = "NetworkAttachmentDefinition"
 
 
 @dataclass(frozen=True)
@@ -77,9 +60,11 @@ class NetworkDir:
             try:
                 with open(path, "rb") as fh:
                     raw = fh.read()
-                nad = (msgspec.json.decode(raw, type=NAD) if name.endswith(".json")
-                       else msgspec.yaml.decode(raw, type=NAD))
-                key = f"{nad.metadata.namespace}/{nad.metadata.name}"
+                nad = (msgspec.json.decode(raw, type=Nad) if name.endswith(".json")
+                       else msgspec.yaml.decode(raw, type=Nad))
+                key = f"{nad.metadata.namespace or 'default'}/{nad.metadata.name}"
+                if not nad.metadata.name:
+                    raise CNIError(INVALID_CONFIG, "metadata.name is empty")
                 if not nad.spec.config:
                     raise CNIError(INVALID_CONFIG, "spec.config is empty")
                 chain = parse_chain(nad.spec.config, f"network {key}")

@@ -38,7 +38,7 @@ from netctl import settings
 from netctl.cni.config import parse_chain
 from netctl.commands import cli
 from netctl.engine import selection
-from netctl.engine.networks import NAD
+from netctl.kubeapi.objects import Nad
 from tests import access
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -305,7 +305,7 @@ def test_the_nad_crd_and_the_examples() -> None:
     for doc in nads:
         assert doc["apiVersion"] == f"{spec['group']}/{version['name']}"
         assert doc["kind"] == spec["names"]["kind"]
-        nad = msgspec.convert(doc, NAD)  # as netctl reads a NAD
+        nad = msgspec.convert(doc, Nad)  # as netctl reads a NAD
         chain = parse_chain(nad.spec.config, nad.metadata.name)
         assert chain.name == nad.metadata.name
 
