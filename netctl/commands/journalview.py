@@ -1,11 +1,6 @@
-"""``netctl journal`` for a person: the one answer of :func:`netctl.journal.query.journal`
-(``--json`` prints it whole) as tables. Pure: the document in, lines out, nothing left out —
-every attachment, allocation, block and operation of the document is a row, so the table
-and the JSON cannot say different things.
-
-Times are RFC 3339 with milliseconds: UTC with ``Z`` (``2026-11-25T23:41:07.123Z``), or
-with ``local`` this machine's local time with its offset (``2026-11-26T00:41:07.123+01:00``).
-The document keeps UNIX seconds.
+"""``netctl journal`` for a person: the document of :func:`netctl.journal.query.journal` as
+tables, every row of it (the table and ``--json`` cannot say different things). Times are
+RFC 3339 with milliseconds, UTC (``Z``) or with ``local`` this machine's offset. Pure.
 """
 
 from __future__ import annotations

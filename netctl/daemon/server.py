@@ -1,15 +1,10 @@
 """The Unix socket server: framing, peer credentials, dispatch, graceful drain.
 
-One request per connection, framed both ways (:mod:`netctl.cni.frame`): a
-:class:`~netctl.cni.request.Request` or an :class:`~netctl.daemon.admin.AdminRequest` in
-(:func:`classify`), a :class:`~netctl.cni.request.Response` out, carrying the daemon's
-frame protocol. A CNI request is decoded once, here, and handed to the engine
-(``netctl-cni``) or the plain IPAM plugin (``netctl-ipam``).
-
-The socket's directory is 0700, the socket 0600, and every peer's uid (SO_PEERCRED) must
-be in ``allowed_uids``. A frame over ``max-request-bytes`` gets code 105 — but a CNI DEL,
-served up to :data:`~netctl.cni.request.DEL_CEILING` (a refused DEL is retried for ever;
-docs/configuration.md). Nothing a client sends can stop the server.
+One request per connection, framed both ways (:mod:`netctl.cni.frame`): a CNI request or an
+admin call in (:func:`classify`), a :class:`~netctl.cni.request.Response` out. The socket
+is 0600 in a 0700 directory and every peer's uid must be in ``allowed_uids``. A frame over
+``max-request-bytes`` gets code 105, but a CNI DEL (docs/configuration.md). Nothing a
+client sends can stop the server.
 """
 
 from __future__ import annotations

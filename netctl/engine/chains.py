@@ -1,20 +1,12 @@
 """Running one attachment's delegate chain: ADD forward, DEL in reverse, CHECK forward.
 
-Every step is journaled before its plugin starts and after it ends; a chain's first step
-is worked out before its operation begins (:meth:`Chains.prepare_first`) and journaled in
-the operation's own transaction (:meth:`Chains.begin`). A chain runs as a :class:`Run`,
-which keeps its latest result and how many steps started: what a DEL needs (the started
-steps, in reverse, with that result as ``prevResult``). :func:`ended` decides, pure, how a
-step ended.
-
-For a delegate whose ``ipam.type`` netctl serves (``netctl-ipam``, or a type taken over),
-the ADD step allocates in-process, recorded in the step's transaction, and the delegate
-gets a ``static`` IPAM section holding the addresses; the DEL step releases them.
-
-A DEL whose netns is gone gives the delegates an empty ``CNI_NETNS``, as the spec allows,
-and releases netctl's addresses even when the delegate's DEL fails (nothing can be using
-them), so a broken delegate never holds a pool's address for ever. A step whose ADD the
-plugin refused with code 1 did nothing: it does not count as started.
+Every step is journaled before its plugin starts and after it ends (a chain's first step
+in its operation's own transaction: :meth:`Chains.begin`). A chain runs as a :class:`Run`,
+which keeps what a DEL needs: how many steps started and the latest result. A delegate
+whose ``ipam.type`` netctl serves gets a ``static`` IPAM section holding the addresses
+netctl allocated with the step. A DEL whose netns is gone gives the delegates an empty
+``CNI_NETNS`` and releases netctl's addresses even when the delegate fails (nothing can be
+using them). A step whose ADD the plugin refused with code 1 did nothing: not started.
 """
 
 from __future__ import annotations

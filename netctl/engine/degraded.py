@@ -1,12 +1,7 @@
 """Degraded: the daemon serves, but something wants an operator (docs/operating.md, "Is it
-up, and can it serve?"). Pure.
-
-A ready daemon is degraded while its journal's disk refuses writes, while an attachment is
-stuck (its clean-up failed; the reconciler retries it with back-off), or while a pool is
-exhausted or nearly: what this node can no longer hand out of it (the IPAM store's
-``pool_fill()``: with the cluster IPAM, its own allocations plus other nodes' blocks)
-reaches ``pool-degraded-at`` of its addresses (0: off). Degraded never fails STATUS nor
-refuses an ADD.
+up, and can it serve?"): the journal's disk refuses writes, an attachment is stuck, or a
+pool is filled to ``pool-degraded-at`` (what this node can no longer hand out: the IPAM
+store's ``pool_fill()``). Never fails STATUS nor refuses an ADD. Pure.
 """
 
 from __future__ import annotations

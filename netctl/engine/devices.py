@@ -1,14 +1,8 @@
 """Device networks: each attachment of a NAD that names a resource gets one of the pod's
-devices (docs/networks.md, "Device networks").
-
-For an ADD, after planning and before anything runs (:func:`give`): the pod's allocated
-devices come from a :class:`DeviceSource` (the kubelet's PodResources API and the pod's
-ResourceClaims); :func:`assign` gives each device network a distinct device of its
-resource, never one another live attachment of the container holds (too few: code 7); the
-attachment records the resource and the device, and its delegates get the device as
-``deviceID``/``pciBusID`` and the ``deviceID``/``CNIDeviceInfoFile`` capabilities; the
-device plugin's device-info file is copied for the CNI, read into network-status after the
-ADD (:func:`device_info`) and removed by the chain's DEL.
+devices (docs/networks.md, "Device networks"): :func:`give`, before anything of the ADD runs,
+asks the :class:`DeviceSource`, :func:`assign` picks, the attachment records the device,
+and the device plugin's device-info file is copied for the CNI (removed by the chain's
+DEL).
 """
 
 from __future__ import annotations

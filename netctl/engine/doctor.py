@@ -1,13 +1,7 @@
 """``netctl doctor``: what in the runtime's CNI config dir will cost a user time
-(docs/operating.md, "The doctor").
-
-A runtime hands a plugin entry only the ``runtimeConfig`` values whose capabilities the
-entry declares; netctl passes them on to the cluster network's plugins. So a capability
-those plugins declare that the netctl-cni entry does not is lost (``missing-capability``);
-one declared by another network is passed only from a pod's selection
-(``capability-not-passed``, a note). Also: ``cni-version`` (1.1.0, refused by older
-runtimes), ``unknown-network``, ``invalid``/``unreadable``, ``no-netctl-conf``.
-:func:`diagnose` decides, pure; :func:`netctl.cni.confdir.read_conf_dir` reads.
+(docs/operating.md, "The doctor"). A runtime hands the netctl-cni entry only the
+``runtimeConfig`` values whose capabilities it declares, so one the cluster network's
+plugins declare and the entry does not is lost. :func:`diagnose` decides, pure.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """``default-route``: which network of a pod carries its default route (docs/networks.md,
-"The pod's default route"). Pure.
-
-Once every chain of the ADD has run, :func:`plan` decides per address family, as Multus
-does: at most one gateway per family (code 7 otherwise), inside a subnet of the asking
-network's result (code 7, the ADD undone); then every default route of that family in the
-pod goes and one via the gateway takes its place, and the results are rewritten to match
-(:func:`rewritten`). Families nobody asks for are left alone (Multus would drop the other
-networks' IPv6 default routes too).
+"The pod's default route"). Pure: :func:`plan` checks the requests against the chains'
+results, :func:`rewritten` makes the results say where the default route is. Families
+nobody asks for are left alone (Multus would drop the other networks' IPv6 defaults too).
 """
 
 from __future__ import annotations

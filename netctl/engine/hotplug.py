@@ -1,13 +1,8 @@
 """Hot-plug: one network plugged into, or unplugged from, a running container
-(``netctl attach`` / ``netctl detach``: docs/standalone.md, "Plugging a network into a
-running container").
-
-The container is what the journal says: its live attachments give the netns, the pod and
-the runtime's call, which the new attachment shares, so the runtime's DEL of the container
-removes it too. Both run in the container's turn, journaled with origin ``hotplug``:
-attach as an ADD (:meth:`Engine.run_adds <netctl.engine.engine.Engine.run_adds>`), detach
-as a DEL. Kubernetes mode's hot-plug (:mod:`netctl.kube.hotplug`) takes the same steps
-(:meth:`Hotplug.in_turn`, :meth:`Hotplug.plug`, :meth:`Hotplug.unplug`).
+(docs/standalone.md, "Plugging a network into a running container"). The new attachment
+shares the netns, pod and runtime's call of the container's live ones (so the runtime's DEL
+removes it too); it runs in the container's turn, journaled with origin ``hotplug``.
+Kubernetes mode's hot-plug (:mod:`netctl.kube.hotplug`) takes the same steps.
 """
 
 from __future__ import annotations

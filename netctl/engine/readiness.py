@@ -1,11 +1,6 @@
-"""Readiness: the cluster network's indicator (Multus' ``readinessindicatorfile``) and the
-daemon's own. Pure.
-
-With ``readinessindicatorfile`` set (a file the node's network writes once it is up), an
-ADD first waits for it (code 11 when it does not come) and STATUS answers code 50 while it
-is missing: :func:`indicator` says what to wait for, :func:`not_ready` what to answer.
-:func:`daemon_reasons` says what keeps the daemon from serving ADDs, for ``netctl status``
-and STATUS alike.
+"""Readiness: the cluster network's indicator (Multus' ``readinessindicatorfile``: an ADD
+waits for it, code 11; STATUS answers code 50 while it is missing) and the daemon's own
+(:func:`daemon_reasons`). Pure.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The journal's database thread and group commit. It knows no table.
 
-:class:`DatabaseThread` owns the journal's one ``sqlite3.Connection`` and the one thread
-that uses it: a function of the connection is queued, run there, and its outcome handed
-back to the waiting trio task through trio's token (``run_sync_soon``). Why not aiosqlite:
-docs/architecture.md, "The layers".
-
-:class:`Committer` runs functions on that thread, one trip per transaction. Writes are
-group-committed: whichever writer goes next runs every queued write in one transaction
-(one that fails is rolled back alone) and wakes their callers. A write, once asked for,
-completes whatever cancellation comes, but within ``write_deadline`` (else code 5).
+:class:`DatabaseThread` owns the one ``sqlite3.Connection`` and the thread that uses it
+(why not aiosqlite: docs/architecture.md, "The layers"). :class:`Committer` runs functions
+there, one trip per transaction; writes are group-committed (one that fails is rolled
+back alone), shielded, within ``write_deadline`` (else code 5).
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, TypeGuard, TypeVar, cast
 
 import outcome
 import trio
@@ -62,7 +57,7 @@ class JournalUnwritable(CNIError):
 _DISK_CODES = {8: "read-only", 10: "an I/O error", 13: "full", 14: "cannot be opened"}
 
 
-def disk_refused(exc: BaseException) -> bool:
+def disk_refused(exc: BaseException | None) -> TypeGuard[sqlite3.Error]:
     """Whether ``exc`` is SQLite saying the disk refused a write."""
     return isinstance(exc, sqlite3.Error) and \
         (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _DISK_CODES
@@ -244,7 +239,7 @@ class Committer:
         if item.error is not None:
             if isinstance(item.error, CNIError):
                 raise item.error
-            if isinstance(item.error, sqlite3.Error) and disk_refused(item.error):
+            if disk_refused(item.error):
                 raise JournalUnwritable(self.path, item.error) from item.error
             raise CNIError(IO_FAILURE, f"journal {self.path}: {item.error}") from item.error
         return cast(T, item.result)
@@ -265,17 +260,15 @@ class Committer:
                     await self._on_thread(partial(_run_batch, batch))
                     committed = True
                     self.commits += 1
-                    refused = next((e for e in (o.error for o in batch)
-                                    if isinstance(e, sqlite3.Error) and disk_refused(e)), None)
-                    self._disk(refused, sum(disk_refused(o.error) for o in batch
-                                            if o.error is not None))
+                    refused = [o.error for o in batch if disk_refused(o.error)]
+                    self._disk(refused[0] if refused else None, len(refused))
                     for other in batch:
                         if other.error is None and other.indexed is not None:
                             other.indexed(other.result)
                 except Exception as exc:
                     for other in batch:
                         other.error = other.error or exc
-                    if isinstance(exc, sqlite3.Error) and disk_refused(exc):
+                    if disk_refused(exc):
                         self._disk(exc, len(batch))
         finally:
             if not committed:  # past the deadline (or interrupted): no writer goes on as if

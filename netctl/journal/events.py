@@ -1,11 +1,7 @@
-"""The journal's history as a stream of self-contained events (``operation``,
-``allocated``, ``released``, each with the fields of :data:`FIELDS`): what ``netctl
-journal export`` writes and what the daemon logs with ``journal-log: true``
-(docs/journal.md, "Exporting the journal").
-
-:func:`stream` reads a time window in time order, in constant memory: one cursor per
-kind of event, merged as they are read. :func:`of_operations` reads the events of
-operations just closed, inside the transaction that closed them (:class:`EventLog`).
+"""The journal's history as a stream of self-contained events: what ``netctl journal
+export`` writes and ``journal-log`` logs (docs/journal.md, "Exporting the journal").
+:func:`stream` reads a window in time order, in constant memory (one cursor per kind,
+merged); :func:`of_operations` reads those of operations just closed.
 """
 
 from __future__ import annotations

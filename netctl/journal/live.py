@@ -1,10 +1,6 @@
-"""Where the live attachments and allocations are, in memory: the journal's own index of
-which container holds which netns path and which host-side link.
-
-:class:`~netctl.journal.store.Journal` loads it when it opens and updates it in the step
-each write commits, so it never lags behind the database; the reconciler on kernel events
-asks it which containers a deleted host link or netns path concerns without a read
-(:func:`netctl.reconcile.events.concerned`). Pure data: no I/O.
+"""Where the live attachments and allocations are, in memory: which container holds which
+netns path and host-side link. The journal updates it in the step each write commits, so it
+never lags behind the database. Pure data.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The daemon's background pruning of the journal (the rules: :mod:`netctl.journal.retention`).
-
-A round prunes in batches of at most ``batch`` rows of each kind, ``pause`` seconds apart,
-until a batch finds less than it could take; then it gives the freed pages back
-``vacuum_step`` pages per transaction, leaving ``keep_free``. Every batch is one ordinary
-journal write (:meth:`~netctl.journal.store.Journal.prune`), so a round never holds the
-database longer than one small batch. ``clock``: the pruner's "now" (the retention bench
-passes the journal's simulated clock).
+"""The daemon's background pruning of the journal (docs/journal.md, "Retention"): batches of
+at most ``batch`` rows of each kind, ``pause`` apart, each an ordinary journal write; then
+the freed pages given back ``vacuum_step`` at a time, ``keep_free`` left.
 """
 
 from __future__ import annotations

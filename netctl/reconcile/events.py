@@ -1,11 +1,6 @@
-"""What the kernel said, and which attachments it concerns (docs/operating.md, "On kernel
-events"). Pure: no I/O.
-
-:mod:`netctl.reconcile.watch` turns netlink (``RTM_DELLINK``, ``RTM_DELNSID``) and inotify
-(a netns dir's names deleted) into :class:`Hints`; a queue overflow asks, as an nsid
-deletion does, to look at every attachment's netns. :func:`concerned` maps hints to
-containers from the journal's index of what is live; what a DEL under way is removing
-concerns nobody. A hint only says where to look; the reconciler's plan decides.
+"""What the kernel said (:class:`Hints`), and which containers it concerns
+(:func:`concerned`, from the journal's index of what is live; what a DEL under way removes
+concerns nobody). A hint only says where to look; the plan decides. Pure.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The reconciler's acting shell: gather facts, plan (pure), carry the plan out, journal it
-(docs/operating.md, "Reconcile").
-
-A round runs on demand, after the start-up replay, every ``reconcile-interval`` and, over
-the containers kernel events concern, on events (:meth:`Reconciler.run_for`). A run that
-finds work is a RECONCILE operation of its own; each attachment is DELeted through its
-chain in its container's turn (``parallel`` containers at once, one with a request in
-flight left alone), each allocation released as a journaled RELEASE, each host link
-deleted with pyroute2.
+(docs/operating.md, "Reconcile"): a RECONCILE operation whose DELs run in each container's
+turn (``parallel`` at once, a busy container left for later), each release a journaled
+RELEASE, each host link deleted.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""DELs the plugin recorded while the daemon was down (docs/cni.md), finished by the daemon.
+"""DELs the plugin recorded while the daemon was down (docs/cni.md), finished by the daemon
+in its start-up replay and at every reconcile round.
 
-The plugin leaves the frame it would have sent in ``pending-del/`` beside the socket
-(hidden temporary name, fsync, rename to ``<time_ns>-<pid>.del``). The daemon finishes
-them in its start-up replay and at every reconcile round. A record removes only
-attachments created before it was written; one for a container with nothing live is
-dropped unjournaled; one that does not decode is logged and removed; one whose DEL fails
-stays for the next round; one of a newer frame protocol (an upgraded plugin) is kept for
-the upgraded daemon. A temporary file older than :data:`STALE_TMP` is a plugin that died
-writing it, and is removed. The daemon keeps a DEL there too when its journal's disk
-refuses it (:func:`keep`).
+A record (``pending-del/<time_ns>-<pid>.del``) removes only attachments created before it
+was written; one for a container with nothing live is dropped, one that does not decode is
+removed, one whose DEL fails stays, one of a newer frame protocol is kept for the upgraded
+daemon. The daemon keeps a DEL there too when its journal's disk refuses it (:func:`keep`).
 """
 
 from __future__ import annotations

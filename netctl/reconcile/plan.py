@@ -1,14 +1,9 @@
-"""What is leaked, decided from facts alone. Pure: no I/O.
+"""What is leaked, decided from facts alone (docs/operating.md, "Reconcile"). Pure.
 
-The facts are what the journal says netctl made and what the node has now (netns paths,
-host links). The plan (docs/operating.md, "Reconcile"): attachments to DEL (netns gone, or
-left ``adding``/``removing`` by an operation no longer running), allocations to release
-(their attachment removed or missing, a plain-plugin one's netns gone; older than the
-grace), host veths of removed attachments to delete, and the addresses of stuck
-attachments whose netns is gone to free without their DEL. Busy containers and attachments
-backing off (``retry_at``) are left alone; stuck ones are listed either way. Each item is
-counted under a reason of :data:`REASONS` (a metric's label). The same plan answers
-``netctl ipam leaks`` (:func:`leaks`).
+The plan: attachments to DEL, allocations to release (older than the grace), host veths of
+removed attachments to delete, and stuck attachments whose netns is gone to free without
+their DEL. Busy containers and attachments backing off are left alone. Each item counts
+under a reason of :data:`REASONS`. The same plan answers ``netctl ipam leaks``.
 """
 
 from __future__ import annotations

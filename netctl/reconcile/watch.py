@@ -1,21 +1,11 @@
-"""Reconcile on kernel events (docs/operating.md, "On kernel events"): a sandbox whose netns
-vanishes without a DEL is released within a second or two.
-
-Two sources, each a non-blocking fd waited on with ``trio.lowlevel.wait_readable``:
-
-- a plain ``AF_NETLINK`` route socket in the host's netns, subscribed to link and nsid
-  events (pyroute2's sockets run an asyncio loop, and its decoder costs ≈0.3 ms a
-  message); a classic BPF filter lets only the deletions through, and a 4 MiB receive
-  buffer absorbs bursts (an overflow rechecks every netns);
-- inotify on the netns dirs, through ctypes on libc. Spellings of one directory share
-  one watch, and a deleted name is reported under each; a dir that does not exist yet is
-  waited for through a watch on its nearest existing parent.
-
-:class:`EventWatcher` gathers hints for :data:`WINDOW` after the first, then hands the
-batch to :meth:`~netctl.reconcile.leaks.Reconciler.run_for`: a burst becomes a few runs.
-A source wakes the daemon for its first event of a batch only; the rest is read when the
-window closes. A container with a request in flight is looked at again :data:`RETRY`
-seconds later.
+"""Reconcile on kernel events (docs/operating.md, "On kernel events"), from two
+non-blocking fds waited on with ``trio.lowlevel.wait_readable``: a plain ``AF_NETLINK``
+route socket (pyroute2's run an asyncio loop and decode slowly) with a BPF filter that
+keeps only the deletions, and inotify on the netns dirs through libc (a dir not there yet
+is watched for through its nearest existing parent). :class:`EventWatcher` gathers hints
+for :data:`WINDOW` after the first, then hands the batch to
+:meth:`~netctl.reconcile.leaks.Reconciler.run_for`; a container with a request in flight
+is looked at again :data:`RETRY` seconds later.
 """
 
 from __future__ import annotations
