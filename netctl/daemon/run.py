@@ -300,17 +300,15 @@ class Serving:
             await nursery.start(self.events.run)
         if self.kube is not None:
             await nursery.start(self.kube.run, self.reconciler, cfg.pod_deleted_grace)
-        if self.metrics is not None:
+        endpoints: list[tuple[Any, str, str | None]] = [
+            (self.metrics, "metrics-addr", cfg.metrics_addr),
+            (self.query, "query-addr", cfg.query_addr)]
+        for endpoint, setting, addr in endpoints:
             try:
-                await nursery.start(self.metrics.serve)
+                if endpoint is not None:
+                    await nursery.start(endpoint.serve)
             except OSError as exc:
-                raise CNIError(INVALID_CONFIG, f"metrics-addr {cfg.metrics_addr}: "
-                               f"{exc}") from exc
-        if self.query is not None:
-            try:
-                await nursery.start(self.query.serve)
-            except OSError as exc:
-                raise CNIError(INVALID_CONFIG, f"query-addr {cfg.query_addr}: {exc}") from exc
+                raise CNIError(INVALID_CONFIG, f"{setting} {addr}: {exc}") from exc
         await nursery.start(self.server.serve)
         nursery.start_soon(_in_scope, self.pruning, self.pruner.run)
         nursery.start_soon(_in_scope, self.periodic, partial(
@@ -319,16 +317,11 @@ class Serving:
     def stop(self) -> None:
         """Drain: the server stops accepting and finishes what it has; the rest stop."""
         self.server.stop()
-        if self.metrics is not None:
-            self.metrics.stop()
-        if self.query is not None:
-            self.query.stop()
         self.periodic.cancel()  # an interrupted round is finished by the next start
         self.pruning.cancel()  # a batch is one write: it completes or never began
-        if self.events is not None:
-            self.events.stop()
-        if self.kube is not None:
-            self.kube.stop()  # ends kube.run; the server drains meanwhile
+        for part in (self.metrics, self.query, self.events, self.kube):
+            if part is not None:
+                part.stop()  # kube's ends kube.run; the server drains meanwhile
 
 
 def collect_less() -> None:

@@ -123,6 +123,10 @@ def classify(body: bytes, size: int, limit: int) -> Request | AdminRequest:
     return req
 
 
+def _refusal(err: CNIError, version: str) -> Response:
+    return Response(status=1, output=msgspec.json.encode(err.to_json(version)).decode())
+
+
 def _only_cancelled(exc: BaseException) -> bool:
     """A trio cancellation, possibly grouped by the nurseries it passed through."""
     if isinstance(exc, BaseExceptionGroup):
@@ -206,7 +210,7 @@ class Server:
         except CNIError as exc:
             if exc.code >= 100 or exc.code in (IO_FAILURE,):
                 log.info("request failed: %s (code %d)", exc.msg, exc.code)
-            return Response(status=1, output=msgspec.json.encode(exc.to_json(version)).decode())
+            return _refusal(exc, version)
         except (EOFError, trio.BrokenResourceError, trio.TooSlowError):
             raise
         except Exception as exc:
@@ -216,7 +220,7 @@ class Server:
                 err = CNIError(IO_FAILURE, f"netctl internal error: {describe(exc)}")
             else:  # concurrent parts failed: the first CNI error answers for them
                 log.info("request failed: %s", describe(exc))
-            return Response(status=1, output=msgspec.json.encode(err.to_json(version)).decode())
+            return _refusal(err, version)
         except BaseException as exc:
             if _only_cancelled(exc):
                 # The drain deadline ran out; the engine compensated (shielded) on the way
@@ -271,8 +275,7 @@ class Server:
         err = CNIError(CANCELLED, "the netctl daemon shut down before this request finished "
                        f"(its drain-timeout of {self.config.drain_timeout:g}s ran out); what "
                        "it had done is undone, or left to the next start-up replay to finish")
-        data = msgspec.json.encode(Response(status=1, output=msgspec.json.encode(
-            err.to_json(version)).decode(), proto=PROTO))
+        data = msgspec.json.encode(msgspec.structs.replace(_refusal(err, version), proto=PROTO))
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             try:
                 await stream.send_all(frame(data))
