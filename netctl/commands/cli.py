@@ -873,9 +873,9 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
         print(leaks_table(doc["leaks"], ("node",)))
     else:
         print(table([{**s, "reasons": "; ".join(s.get("reasons") or
-                                                 s.get("degraded_reasons") or []) or "-"}
-                      for s in doc["statuses"]], ["node", "state", "ready", "degraded",
-                                                  "reasons"]))
+                                                s.get("degraded_reasons") or []) or "-"}
+                     for s in doc["statuses"]], ["node", "state", "ready", "degraded",
+                                                 "reasons"]))
     problems = cq.incomplete(doc)
     for line in problems:
         print(f"kubectl netctl: {line}", file=sys.stderr)

@@ -13,8 +13,7 @@ from rich.console import Console
 
 @contextlib.contextmanager
 def waiting(what: str, file: IO[str] | None = None) -> Iterator[None]:
-    """A spinner saying ``what`` while one long call runs, on a terminal; nothing
-    elsewhere."""
+    """A spinner saying ``what`` while one long call runs, on a terminal; nothing elsewhere."""
     out = file or sys.stderr
     if not out.isatty():
         yield

@@ -19,8 +19,7 @@ OPERATION_COLUMNS = ["id", "verb", "container", "pod", "origin", "state", "code"
 
 
 def rfc3339(t: float | None, local: bool = False) -> str:
-    """UNIX seconds as RFC 3339 with milliseconds, UTC (``Z``) or local with its offset;
-    ``-`` for no time."""
+    """UNIX seconds as RFC 3339 with ms, UTC (``Z``) or local with its offset; ``-``: none."""
     if t is None:
         return "-"
     when = datetime.fromtimestamp(t, UTC)

@@ -222,8 +222,7 @@ class Chains:
     metrics: Metrics = field(default_factory=Metrics)  # each plugin run's time
 
     def served(self, att: Attachment) -> Served:
-        """``att``'s served IPAM sections, every one parsed now (code 7 naming the network
-        when one is bad)."""
+        """``att``'s served IPAM sections, all parsed now (code 7 naming the network)."""
         served = Served(att.chain, self.delegates.ipam_types)
         for index in range(len(att.chain.plugins)):
             try:
@@ -259,8 +258,7 @@ class Chains:
     async def _config(self, att: Attachment, index: int, verb: str,
                       prev: dict[str, Any] | None, netns: str, ipam: Served
                       ) -> tuple[bytes, list[Allocation], Any]:
-        """The step's stdin, and for a served IPAM the new addresses and the planner's
-        decision."""
+        """The step's stdin; for a served IPAM, the new addresses and the planner's decision."""
         plugin = att.chain.plugins[index]
         served = ipam.section(index)
         extra = requests_as_args(plugin, index, att.capability_args, served is not None)

@@ -37,8 +37,7 @@ class Cutover:
 
 @dataclass(frozen=True)
 class Found:
-    """What ran for a container netctl never saw, (network, interface, chain) each, and
-    where that was read."""
+    """What ran for a container netctl never saw, (network, interface, chain) each, and where."""
 
     chains: list[tuple[str, str, Chain]]
     source: str
@@ -98,8 +97,7 @@ class ForeignDels:
         return Reply()
 
     async def find(self, call: Call) -> Found:
-        """What ran for a container netctl never saw: Multus' cache of it, else the
-        cluster network."""
+        """What ran for an unknown container: Multus' cache of it, else the cluster network."""
         inv = call.inv
         path = foreign.cache_path(self.where.multus_cache, inv.container_id)
         why = ""

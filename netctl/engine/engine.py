@@ -69,8 +69,7 @@ class Limits:
 
 
 class DelIncomplete(CNIError):
-    """A DEL that could not remove everything: what was kept, and which of those a retry
-    cannot help."""
+    """A DEL that could not remove everything: what was kept, and what a retry cannot help."""
 
     def __init__(self, msg: str, kept: list[Attachment], permanent: set[int],
                  details: str = "") -> None:

@@ -108,8 +108,7 @@ def multus_cache(raw: bytes, ifname: str) -> list[ForeignNet]:
 
 
 def cache_path(directory: str, container_id: str) -> str | None:
-    """Multus' cache file of ``container_id`` (None for an id that is not a plain file
-    name)."""
+    """Multus' cache file of ``container_id`` (None for an id that is not a plain file name)."""
     if not container_id or os.sep in container_id or container_id in (".", ".."):
         return None
     return os.path.join(directory, container_id)

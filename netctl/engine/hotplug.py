@@ -128,8 +128,7 @@ class Hotplug:
 
     async def in_turn(self, container: str,
                       act: Callable[[list[Attachment]], Awaitable[T]]) -> T:
-        """``act`` on the container's live attachments, in its turn as an ADD (a runtime's
-        DEL cancels it)."""
+        """``act`` on the container's live attachments, in its turn as an ADD."""
         async def turn() -> T:
             return await act(await self.engine.journal.live_attachments(container))
 

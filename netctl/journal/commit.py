@@ -136,8 +136,7 @@ class _Answer:
 
 
 class DatabaseThread:
-    """The journal's connection to ``path`` (``pragmas`` applied) and the thread that
-    alone uses it."""
+    """The journal's connection (``pragmas`` applied) and the one thread that uses it."""
 
     def __init__(self, path: str, pragmas: Sequence[str] = ()) -> None:
         self.path = path

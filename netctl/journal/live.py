@@ -137,8 +137,7 @@ class LiveIndex:
         return set(self._by_netns)
 
     def is_leaving(self, holder: Holder) -> bool:
-        """An attachment a DEL is removing, or an allocation of one (that DEL releases
-        it)."""
+        """An attachment a DEL is removing, or an allocation of one (that DEL releases it)."""
         if isinstance(holder, LiveAttachment):
             return holder.leaving
         att = self.attachments.get(holder.attachment_id) \
@@ -178,8 +177,7 @@ class LiveIndex:
 
 
 def _discard(index: dict[K, set[V]], key: K, value: V) -> bool:
-    """Take ``value`` out of ``index[key]``, and the key with its last value; True when
-    the key went."""
+    """Take ``value`` out of ``index[key]`` (the key with its last value: True)."""
     values = index.get(key)
     if values is None:
         return False

@@ -141,8 +141,7 @@ def _equal(column: str, value: str | None) -> Filter:
 
 
 def _alive(start: str, end: str, at: float | None, since: float | None) -> list[Filter]:
-    """Rows that began by ``at`` and had not ended then; rows alive at some time since
-    ``since``."""
+    """Rows that began by ``at`` and had not ended then; rows alive at any time since ``since``."""
     return [None if at is None else (f"{start}<=? AND ({end} IS NULL OR {end}>?)", [at, at]),
             None if since is None else (f"({start}>=? OR {end}>=? OR {end} IS NULL)",
                                         [since, since])]
@@ -290,8 +289,7 @@ def operations(conn: sqlite3.Connection, *, container: str | None = None,
 
 
 def operations_by_id(conn: sqlite3.Connection, ids: set[int]) -> list[dict[str, Any]]:
-    """The operations with these ids (those the attachments and allocations shown name),
-    oldest first."""
+    """The operations with these ids (those the rows shown name), oldest first."""
     wanted = sorted(ids)
     out: list[dict[str, Any]] = []
     for i in range(0, len(wanted), 500):  # SQLite's bound parameters per statement
@@ -566,8 +564,7 @@ def containers_filter(containers: Collection[str] | None,
 
 def unremoved_attachments(conn: sqlite3.Connection,
                           containers: Collection[str] | None = None) -> list[sqlite3.Row]:
-    """The attachments not removed (of ``containers`` only, when given), by id: what the
-    reconciler checks."""
+    """The attachments not removed (of ``containers`` only, when given), by id."""
     only, args = containers_filter(containers)
     return conn.execute(
         "SELECT id, container_id, network, ifname, netns, state, add_op, del_op, result,"

@@ -153,8 +153,7 @@ def insert_step(db: sqlite3.Connection, step: StepStart, now: float) -> int:
 
 
 def load_live(db: sqlite3.Connection) -> LiveIndex:
-    """The index as the database has it: every live attachment and allocation, none
-    leaving."""
+    """The index as the database has it: every live attachment and allocation, none leaving."""
     attachments = db.execute("SELECT id, container_id, netns, result, del_failures, pod_uid"
                              " FROM attachments WHERE state != 'removed'").fetchall()
     allocations = db.execute("SELECT scope, address, container_id, netns, attachment_id"

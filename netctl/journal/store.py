@@ -375,17 +375,14 @@ class Journal:
     # -- attachments ------------------------------------------------------------------------
 
     async def live_attachments(self, container_id: str | None = None) -> list[Attachment]:
-        """Attachments not yet removed: all, or one container's (no read when :attr:`live`
-        says it has none)."""
+        """Attachments not removed: all, or one container's (no read when :attr:`live` has none)."""
         if container_id is not None and not self.live.holds(container_id):
             return []
-        if container_id is None:
-            rows = await self._io.read(lambda db: db.execute(
-                "SELECT * FROM attachments WHERE state != 'removed' ORDER BY id").fetchall())
-        else:
-            rows = await self._io.read(lambda db: db.execute(
-                "SELECT * FROM attachments WHERE state != 'removed' AND container_id=?"
-                " ORDER BY id", (container_id,)).fetchall())
+        only, args = ("", ()) if container_id is None else (" AND container_id=?",
+                                                            (container_id,))
+        rows = await self._io.read(lambda db: db.execute(
+            f"SELECT * FROM attachments WHERE state != 'removed'{only} ORDER BY id",
+            args).fetchall())
         return [attachment_of(r) for r in rows]
 
     async def seen(self, container_id: str) -> bool:

@@ -17,9 +17,6 @@ from netctl.journal import query
 from netctl.journal.retention import REMOVED_KEPT
 from netctl.reconcile.plan import AllocationFact, AttachmentFact, Facts, Link
 
-# removed attachments whose host links are still checked (pruning never takes them)
-REMOVED_WINDOW = REMOVED_KEPT
-
 
 def host_links() -> dict[str, Link]:
     return {link.name: Link(link.kind, link.mac) for link in rtnl.links()}
@@ -53,10 +50,11 @@ def gather(journal_path: str | Path, busy: Iterable[str] = (), now: float | None
                            result=_result(r[8]), del_failures=r[9], retry_at=r[10],
                            error=r[11])
             for r in query.unremoved_attachments(conn, containers)]
-        # only those naming a veth on the host now: all the sweep may unlink
+        # removed attachments pruning keeps, naming a veth on the host now: all the sweep
+        # may unlink
         veths = sorted(name for name, link in on_host.items() if link.kind == "veth")
         removed = [(i, _result(blob)) for i, blob in query.removed_results(
-            conn, now - REMOVED_WINDOW, veths)] if sweep else []
+            conn, now - REMOVED_KEPT, veths)] if sweep else []
         allocations = [
             AllocationFact(id=r[0], pool=r[1], address=r[2], container_id=r[3], ifname=r[4],
                            netns=r[5], attachment_id=r[6], attachment_state=r[7],

@@ -161,8 +161,7 @@ class NetnsDirs:
         return int(wd)
 
     def arm(self) -> None:
-        """Watch every netns dir that exists, and the nearest existing parent of each
-        one that does not."""
+        """Watch every netns dir that exists, and the nearest existing parent of each other."""
         watched = {d for dirs in self._dirs.values() for d in dirs}
         for real in self.spellings:
             if real in watched:
