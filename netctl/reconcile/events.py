@@ -16,14 +16,6 @@ from netctl.journal.live import LiveIndex
 AF_BRIDGE = 7  # ifi_family of a bridge port's own link messages
 
 _INOTIFY_EVENT = struct.Struct("=iIII")  # wd, mask, cookie, len; then the name
-IN_MOVED_FROM = 0x40
-IN_MOVED_TO = 0x80
-IN_CREATE = 0x100
-IN_DELETE = 0x200
-IN_DELETE_SELF = 0x400
-IN_MOVE_SELF = 0x800
-IN_Q_OVERFLOW = 0x4000
-IN_IGNORED = 0x8000
 
 
 @dataclass

@@ -44,11 +44,6 @@ def _unlink(name: str) -> str | None:
     return None
 
 
-REASONS_BY_ORIGIN = {  # the reason journaled with a DEL its caller gave none for
-    "pod-deleted": "the pod was deleted through the API (its UID matched)",
-}
-
-
 @dataclass
 class Reconciler:
     journal: Journal  # what is live, and where the reconciler's operations are journaled
@@ -208,8 +203,7 @@ class Reconciler:
         except CNIError as exc:
             errors.append(exc.msg)
 
-    async def _delete(self, container: str, ids: set[int], origin: str,
-                      reason: str = "") -> int:
+    async def _delete(self, container: str, ids: set[int], origin: str, reason: str) -> int:
         """DEL the planned attachments of ``container`` still live (read again in its turn,
         so a DEL that ran meanwhile is not repeated); how many."""
         atts = [a for a in await self.journal.live_attachments(container)
@@ -217,7 +211,7 @@ class Reconciler:
         if atts:
             await self.engine.delete_attachments(container, atts, OpStart(
                 verb="DEL", container_id=container, netns=atts[0].netns, pod=atts[0].pod,
-                origin=origin, reason=reason or REASONS_BY_ORIGIN.get(origin)), origin)
+                origin=origin, reason=reason), origin)
         return len(atts)
 
     async def pod_deleted(self, pod: Pod) -> list[str]:
@@ -235,7 +229,8 @@ class Reconciler:
         for container, ids in mine.items():
             try:
                 if await self.admission.delete_in_turn(container, partial(
-                        self._delete, container, ids, "pod-deleted"), skip_busy=True) is not None:
+                        self._delete, container, ids, "pod-deleted", "the pod was deleted "
+                        "through the API (its UID matched)"), skip_busy=True) is not None:
                     done.append(container)
             except CNIError as exc:
                 log.warning("pod %s deleted: %s", pod.key, exc.msg)

@@ -1,10 +1,7 @@
-"""DELs the plugin recorded while the daemon was down (docs/cni.md), finished by the daemon
-in its start-up replay and at every reconcile round.
-
-A record (``pending-del/<time_ns>-<pid>.del``) removes only attachments created before it
-was written; one for a container with nothing live is dropped, one that does not decode is
-removed, one whose DEL fails stays, one of a newer frame protocol is kept for the upgraded
-daemon. The daemon keeps a DEL there too when its journal's disk refuses it (:func:`keep`).
+"""DELs the plugin recorded while the daemon was down (docs/cni.md), and those the daemon
+kept when its journal's disk refused them (:func:`keep`), finished in the start-up replay
+and at every reconcile round. A record removes only attachments created before it was
+written.
 """
 
 from __future__ import annotations

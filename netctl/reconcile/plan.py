@@ -1,9 +1,6 @@
-"""What is leaked, decided from facts alone (docs/operating.md, "Reconcile"). Pure.
-
-The plan: attachments to DEL, allocations to release (older than the grace), host veths of
-removed attachments to delete, and stuck attachments whose netns is gone to free without
-their DEL. Busy containers and attachments backing off are left alone. Each item counts
-under a reason of :data:`REASONS`. The same plan answers ``netctl ipam leaks``.
+"""What is leaked, decided from facts alone (docs/operating.md, "Reconcile"). Pure. Busy
+containers and attachments backing off are left alone; each item counts under a reason of
+:data:`REASONS`. The same plan answers ``netctl ipam leaks`` (:func:`leaks`).
 """
 
 from __future__ import annotations

@@ -34,20 +34,7 @@ from netctl.cni.rtnl import (
     SOL_NETLINK,
 )
 from netctl.errors import CNIError
-from netctl.reconcile.events import (
-    AF_BRIDGE,
-    IN_CREATE,
-    IN_DELETE,
-    IN_DELETE_SELF,
-    IN_IGNORED,
-    IN_MOVE_SELF,
-    IN_MOVED_FROM,
-    IN_MOVED_TO,
-    IN_Q_OVERFLOW,
-    Hints,
-    inotify_events,
-    netlink_hints,
-)
+from netctl.reconcile.events import AF_BRIDGE, Hints, inotify_events, netlink_hints
 from netctl.reconcile.leaks import Reconciler
 
 log = logging.getLogger("netctl.reconcile")
@@ -57,6 +44,14 @@ RETRY = 1.0  # seconds before a container left alone (request in flight) is look
 RCVBUF = 4 << 20  # the netlink socket's receive buffer
 READ_BURST = 256  # reads before yielding to the other tasks
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+IN_MOVED_FROM = 0x40
+IN_MOVED_TO = 0x80
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
+IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
 IN_ONLYDIR = 0x01000000

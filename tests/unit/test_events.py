@@ -34,8 +34,6 @@ from netctl.journal.live import LiveIndex
 from netctl.reconcile import watch
 from netctl.reconcile.events import (
     AF_BRIDGE,
-    IN_DELETE,
-    IN_Q_OVERFLOW,
     Hints,
     concerned,
     inotify_events,
@@ -43,7 +41,7 @@ from netctl.reconcile.events import (
     netns_to_check,
 )
 from netctl.reconcile.plan import AttachmentFact, Facts, plan
-from netctl.reconcile.watch import EventWatcher, NetnsDirs
+from netctl.reconcile.watch import IN_DELETE, IN_Q_OVERFLOW, EventWatcher, NetnsDirs
 
 
 def rtattr(kind: int, payload: bytes) -> bytes:
