@@ -1,9 +1,6 @@
-"""The daemon's second door: netctl's own calls over the socket (``netctl status``,
-``reconcile``, ``forget``, ``attach``, ``detach``), both ends: the frame
-(:class:`AdminRequest`, ``kind: admin``, told from a CNI request by
-:func:`netctl.daemon.server.classify`), the handlers (:class:`AdminHandlers`, one per call)
-with :func:`dispatch`, and :func:`call`, the one client (a refusal comes back as the CNI
-error document it is).
+"""The daemon's second door, netctl's own calls over the socket, both ends: the frame
+(:class:`AdminRequest`), one handler per call (:class:`AdminHandlers`, :func:`dispatch`),
+and :func:`call`, the one client.
 """
 
 from __future__ import annotations

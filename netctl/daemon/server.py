@@ -1,10 +1,7 @@
-"""The Unix socket server: framing, peer credentials, dispatch, graceful drain.
-
-One request per connection, framed both ways (:mod:`netctl.cni.frame`): a CNI request or an
-admin call in (:func:`classify`), a :class:`~netctl.cni.request.Response` out. The socket
-is 0600 in a 0700 directory and every peer's uid must be in ``allowed_uids``. A frame over
-``max-request-bytes`` gets code 105, but a CNI DEL (docs/configuration.md). Nothing a
-client sends can stop the server.
+"""The Unix socket server: framing (:mod:`netctl.cni.frame`), peer credentials (the uid
+must be in ``allowed_uids``), a CNI request or admin call per connection
+(:func:`classify`), the size limit (a CNI DEL is never refused for its size:
+docs/configuration.md), graceful drain. Nothing a client sends can stop the server.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Admission: requests for one container one at a time, and a bound on all of them.
-
-- Requests for one container are serialized; a DEL cancels a running ADD of the same
-  container (which compensates) and runs after it.
-- Different containers run concurrently up to ``max_concurrent``; beyond that requests
-  wait, and when ``max_queue`` are waiting, everything but DEL is refused with code 11.
+"""Admission (docs/cni.md): requests for one container one at a time (a DEL cancels a running
+ADD of it), different containers up to ``max_concurrent``; with ``max_queue`` waiting,
+everything but DEL gets code 11.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Running one attachment's delegate chain: ADD forward, DEL in reverse, CHECK forward.
 
-Every step is journaled before its plugin starts and after it ends (a chain's first step
-in its operation's own transaction: :meth:`Chains.begin`). A chain runs as a :class:`Run`,
-which keeps what a DEL needs: how many steps started and the latest result. A delegate
-whose ``ipam.type`` netctl serves gets a ``static`` IPAM section holding the addresses
-netctl allocated with the step. A DEL whose netns is gone gives the delegates an empty
-``CNI_NETNS`` and releases netctl's addresses even when the delegate fails (nothing can be
-using them). A step whose ADD the plugin refused with code 1 did nothing: not started.
+Every step is journaled before its plugin starts and after it ends. A chain runs as a
+:class:`Run`, which keeps what a DEL needs: how many steps started, the latest result. A
+delegate whose ``ipam.type`` netctl serves gets a ``static`` section holding the addresses
+netctl allocated with the step. A DEL whose netns is gone passes an empty ``CNI_NETNS`` and
+releases netctl's addresses even when the delegate fails (nothing can be using them).
 """
 
 from __future__ import annotations

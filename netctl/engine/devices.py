@@ -1,8 +1,6 @@
-"""Device networks: each attachment of a NAD that names a resource gets one of the pod's
-devices (docs/networks.md, "Device networks"): :func:`give`, before anything of the ADD runs,
-asks the :class:`DeviceSource`, :func:`assign` picks, the attachment records the device,
-and the device plugin's device-info file is copied for the CNI (removed by the chain's
-DEL).
+"""Device networks (docs/networks.md, "Device networks"): before anything of an ADD runs,
+:func:`give` hands each attachment of a NAD that names a resource one of the pod's devices
+(:func:`assign`), and copies its device-info file for the CNI.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""``netctl doctor``: what in the runtime's CNI config dir will cost a user time
-(docs/operating.md, "The doctor"). A runtime hands the netctl-cni entry only the
-``runtimeConfig`` values whose capabilities it declares, so one the cluster network's
-plugins declare and the entry does not is lost. :func:`diagnose` decides, pure.
+"""``netctl doctor`` (docs/operating.md, "The doctor"): a runtime hands the netctl-cni entry
+only the ``runtimeConfig`` values whose capabilities it declares, so one the cluster
+network's plugins declare and the entry does not is lost. :func:`diagnose` decides, pure.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""The engine: one CNI invocation → journaled, concurrent, compensated delegate chains.
-
-The verbs are a table (:data:`VERBS`, checked by :func:`netctl.engine.verbs.admit`);
-:meth:`Engine.handle` runs the handler in the container's turn (docs/cni.md says what each
-verb does). ADD plans and checks every attachment before anything is journaled, then runs
-the chains in one nursery; on any failure every step that started is DELeted again, in
-reverse, shielded, within its own deadline. A runtime's DEL fails (code 107, so it
-retries) only while retrying can help: a delegate that refuses for good (:data:`PERMANENT`)
-or ``MAX_DEL_FAILURES`` failed DELs leave the attachment to the reconciler, and the DEL
-succeeds with a warning.
+"""The engine: one CNI invocation → journaled, concurrent, compensated delegate chains
+(docs/cni.md). The verbs are a table (:data:`VERBS`); :meth:`Engine.handle` runs the handler
+in the container's turn. A failed ADD DELs every step that started, shielded, within its
+own deadline. A runtime's DEL fails (code 107) only while retrying can help: not after a
+delegate refused for good (:data:`PERMANENT`) nor after ``MAX_DEL_FAILURES``.
 """
 
 from __future__ import annotations

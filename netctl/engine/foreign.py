@@ -1,21 +1,10 @@
-"""DELs for containers netctl never saw: pods created before the switch from Multus, whose
-DEL is carried out as Multus would have (docs/migrating.md, step 3). Pure: the engine reads
-the files and runs the chains (:mod:`netctl.engine.cutover`).
-
-Multus' scratch cache of a container (``<cniDir>/<containerID>``) is a JSON list of the
-delegates it ran, cluster network first; each entry's config is read, in this order, from
-(:func:`multus_cache`):
-
-1. ``CNINetworkConfigList`` (Multus v4.2.1 and later), when its ``Plugins`` hold configs:
-   the conflist libcni ran, ``name`` and ``cniVersion`` from its ``Name`` and
-   ``CNIVersion``, the plugins from each ``Plugins[].Bytes``, other keys from its
-   ``Bytes``. Its top-level ``Bytes`` alone keeps only the keys every config has, which
-   host-local cannot release by.
-2. ``Bytes``: the raw conf or conflist (base64): Multus v4.1 and earlier, a NAD's delegate.
-3. ``ConfList`` (with plugins), else ``Conf``: Multus' parsed forms (a last resort).
-
-Without a cache, the runtime's cluster network alone runs. Each chain gets libcni's cached
-result (``/var/lib/cni/results/<network>-<container>-<ifname>``) as ``prevResult``.
+"""DELs for containers netctl never saw (pods created before the switch from Multus), run as
+Multus would have (docs/migrating.md, step 3). Pure: :mod:`netctl.engine.cutover` reads the
+files and runs the chains. Multus' cache of a container lists the delegates it ran, cluster
+network first; each config is read from the first of (:func:`_config`): the
+``CNINetworkConfigList`` libcni ran (Multus v4.2.1+; its ``Bytes`` alone keep only the keys
+every config has, which host-local cannot release by), ``Bytes`` (the raw conf or
+conflist), ``ConfList`` or ``Conf`` (Multus' parsed forms).
 """
 
 from __future__ import annotations

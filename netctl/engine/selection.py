@@ -1,8 +1,6 @@
-"""Network selection: the ``k8s.v1.cni.cncf.io/networks`` syntax, both forms
-(docs/networks.md), also ``NETCTL_NETWORKS`` in standalone mode. Pure.
-
-Comma form: ``[ns/]name[@ifname], …``. JSON form: a list of :class:`Selection` objects; a
-JSON object or string instead of the list is refused for what it is.
+"""Network selection: the ``k8s.v1.cni.cncf.io/networks`` syntax (docs/networks.md), its
+comma form and its JSON form (a list of :class:`Selection`); ``NETCTL_NETWORKS`` in
+standalone mode. Pure.
 """
 
 from __future__ import annotations

@@ -144,12 +144,9 @@ def prune_batch(db: sqlite3.Connection, cut: Cutoffs, limit: int) -> Pruned:
         if ids:
             out.steps += db.execute(
                 f"DELETE FROM steps WHERE operation_id IN ({_marks(ids)})", ids).rowcount
-            db.execute(f"UPDATE ipam_allocations SET allocated_op=NULL WHERE allocated_op IN"
-                       f" ({_marks(ids)})", ids)
-            db.execute(f"UPDATE ipam_allocations SET released_op=NULL WHERE released_op IN"
-                       f" ({_marks(ids)})", ids)
-            db.execute(f"UPDATE ipam_allocations SET reservation_op=NULL WHERE reservation_op"
-                       f" IN ({_marks(ids)})", ids)
+            for column in ("allocated_op", "released_op", "reservation_op"):
+                db.execute(f"UPDATE ipam_allocations SET {column}=NULL WHERE {column} IN"
+                           f" ({_marks(ids)})", ids)
             out.operations += db.execute(
                 f"DELETE FROM operations WHERE id IN ({_marks(ids)})", ids).rowcount
     if cut.allocations is not None:

@@ -1,11 +1,7 @@
-"""The journal store: typed, trio-facing operations on the journal database.
-
-Callers name what happened — :meth:`Journal.begin` an operation with the attachments it
-adds or removes, :meth:`~Journal.begin_step` / :meth:`~Journal.end_step` around every
-plugin run (with the addresses the step allocates or releases), :meth:`~Journal.finish` —
-and never see SQL. Each call is one transaction, group-committed on the database thread
-(:mod:`netctl.journal.commit`); :attr:`Journal.live` (:mod:`netctl.journal.live`) is
-updated in the step each write commits.
+"""The journal store: typed, trio-facing operations on the journal database. Callers name
+what happened (:meth:`Journal.begin`, :meth:`~Journal.begin_step`, :meth:`~Journal.end_step`,
+:meth:`~Journal.finish`) and never see SQL; each call is one group-committed transaction
+(:mod:`netctl.journal.commit`), and :attr:`Journal.live` is updated as it commits.
 """
 
 from __future__ import annotations
