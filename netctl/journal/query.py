@@ -225,9 +225,9 @@ def attachments(conn: sqlite3.Connection, *, pod: str | None = None,
     if device and not has_column(conn, "attachments", "device_id"):
         return []  # a journal from before device networks (migrations/0009)
     clause, params = sql_where(by_address, _pod_filter(pod), _equal("container_id", container),
-                           _equal("device_id", device),
-                           _network_filter(network) if network else None,
-                           *_alive("created_at", "removed_at", at, since))
+                               _equal("device_id", device),
+                               _network_filter(network) if network else None,
+                               *_alive("created_at", "removed_at", at, since))
     sql = "SELECT * FROM attachments" + clause
     newest_first = bool(limit) and since is None and wanted is None
     if newest_first:
@@ -283,7 +283,7 @@ def operations(conn: sqlite3.Connection, *, container: str | None = None,
     :func:`_pod_filter` selector: ``NS/NAME``, ``NAME``, ``NS/*``) started since
     ``since``, oldest first. Without a filter: the newest of all."""
     clause, params = sql_where(_equal("container_id", container), _pod_filter(pod),
-                           None if since is None else ("started_at>=?", [since]))
+                               None if since is None else ("started_at>=?", [since]))
     sql = f"SELECT {_op_columns(conn)} FROM operations{clause} ORDER BY id DESC LIMIT ?"
     return [_operation(r) for r in conn.execute(sql, [*params, limit])][::-1]
 
@@ -536,8 +536,8 @@ def allocations_at(conn: sqlite3.Connection, ip: str, at: float | None = None, *
     """Who held address ``ip`` (``10.1.0.5`` or ``10.1.0.5/24``): the allocations live at
     time ``at``, or its whole history without it; oldest first."""
     clause, params = sql_where(("address=?", [str(ipaddress.ip_interface(ip.strip()).ip)]),
-                           *_alive("allocated_at", "released_at", at, since),
-                           _equal("container_id", container), _pod_filter(pod))
+                               *_alive("allocated_at", "released_at", at, since),
+                               _equal("container_id", container), _pod_filter(pod))
     sql = f"SELECT * FROM ipam_allocations{clause} ORDER BY allocated_at, id"
     return [_allocation(r) for r in conn.execute(sql, params)]
 
