@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -603,3 +606,178 @@ def test_uninstall_then_reinstall_with_the_api_server_address_from_its_configmap
     wait_for(lambda: settled(node, (BLUE,), (f"{node.prefix}b1", node.primary_bridge)), 60,
              "every address released, the survivor's too", interval=0.5)
     TIMINGS["h: uninstall and reinstall"] = time.monotonic() - t0
+
+
+REBUILD_POD = "netctl-journal-rebuild"
+DAEMON_LABEL = "app.kubernetes.io/name=netctl"
+BROKEN_TABLES = ("attachments", "ipam_allocations", "operations")
+JOURNAL = "/var/lib/netctl/journal.db"  # the node's (the DaemonSet's state dir)
+
+
+def daemon_pods_on(node: RealNode) -> list[dict[str, Any]]:
+    """The DaemonSet's pods on the node (terminating ones too)."""
+    return [p for p in node.pods("kube-system", DAEMON_LABEL)
+            if p["spec"].get("nodeName") == node.name]
+
+
+def daemon_exits(pod: dict[str, Any]) -> list[int]:
+    """The exit codes the pod's ``netctl`` container ended with (this run and the last)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    (status,) = [s for s in statuses if s["name"] == "netctl"] or [{}]
+    return [int(s["terminated"]["exitCode"]) for s in (status.get("state") or {},
+                                                        status.get("lastState") or {})
+            if s.get("terminated")]
+
+
+def daemon_failure_log(node: RealNode) -> str:
+    """The log of the daemon's container that exited 1 (``kubectl logs``, else
+    ``--previous``: the container may have been started again meanwhile)."""
+    def failed() -> str | None:
+        for pod in daemon_pods_on(node):
+            if 1 in daemon_exits(pod):
+                return str(pod["metadata"]["name"])
+        return None
+    name = wait_for(failed, 120, "the daemon's container exiting 1", interval=0.5)
+    for previous in ((), ("--previous",)):
+        log = node.kubectl("-n", "kube-system", "logs", name, "-c", "netctl", *previous,
+                           check=False)
+        if "fails its integrity check" in log:
+            return log
+    return log
+
+
+def on_node(node: RealNode, code: str) -> Any:
+    """What Python ``code`` prints (JSON), run by this interpreter in the node's mount
+    namespace: SQLite resolves the machine's ``/proc/PID/root`` link to its own ``/``, so
+    the node's journal is opened from inside the node."""
+    return json.loads(node.in_node(sys.executable, "-c", code, timeout=60).stdout)
+
+
+def journal_problems(node: RealNode) -> list[str]:
+    """What the integrity check finds wrong with the node's journal ([]: sound)."""
+    problems: list[str] = on_node(node, "import json; from netctl.journal import rebuild; "
+                                        f"print(json.dumps(rebuild.check({JOURNAL!r})))")
+    return problems
+
+
+def set_daemonset_node_selector(node: RealNode, selector: dict[str, str] | None) -> None:
+    """netctl's DaemonSet scheduled only where ``selector`` matches (None: everywhere, as
+    deploy/kubernetes/daemonset.yaml has it)."""
+    node.kubectl("-n", "kube-system", "patch", "daemonset", "netctl", "--type=merge", "-p",
+                 json.dumps({"spec": {"template": {"spec": {"nodeSelector": selector}}}}))
+
+
+def test_a_broken_journal_is_rebuilt_by_the_documented_pod_and_the_pods_keep_everything(
+        node: RealNode) -> None:
+    """docs/operating.md, "A broken journal", in Kubernetes: the daemon stopped (its
+    DaemonSet kept, scheduled nowhere), every leaf page of the journal's attachments,
+    allocations and operations overwritten; the daemon's pod started again fails, its log
+    saying why and naming ``netctl journal rebuild``; deploy/kubernetes/journal-rebuild.yaml
+    run as the guide says (sed, apply, wait Succeeded, logs, delete, the daemon's pod
+    deleted) reads the three live pods' addresses back from their netns; the daemon then
+    holds exactly them, the pods keep their interfaces and addresses, three new pods get
+    other addresses, and everything is released once all are gone."""
+    t0 = time.monotonic()
+    want = {"eth0": "primary", "net1": "default/blue"}
+    journal = node.node_path(JOURNAL)
+    node.apply([deployment("rebuilt", 3, "blue")])
+    node.wait_ready("deployment", "rebuilt", NS)
+    assert node.held() == {str(BLUE): 3}
+    before = {p["metadata"]["name"]: check_networks(node, p, want)["net1"]
+              for p in node.pods(NS, "app=rebuilt")}
+    assert len(set(before.values())) == 3
+    try:
+        # the daemon stopped, its DaemonSet kept: scheduled on no node
+        set_daemonset_node_selector(node, {"netctl.test/nowhere": "true"})
+        wait_for(lambda: not daemon_pods_on(node) and not node.daemon_pids(), 120,
+                 "the daemon's pod and process gone", interval=0.5)
+        for suffix in ("-wal", "-shm"):  # a daemon stopped cleanly checkpointed its WAL
+            side = journal.with_name(journal.name + suffix)
+            assert not side.exists() or suffix == "-shm" or side.stat().st_size == 0, side
+
+        # every leaf page of the three tables overwritten past its header
+        pages, size = on_node(node, (
+            "import json; from netctl.journal import query; from netctl_kit import journaldb\n"
+            f"conn = query.open_read_only({JOURNAL!r})\n"
+            f"print(json.dumps([[p for t in {BROKEN_TABLES!r} for p in journaldb.leaf_pages("
+            "conn, t)], journaldb.page_size(conn)]))"))
+        assert pages
+        with open(journal, "r+b") as fh:
+            for page in pages:
+                fh.seek((page - 1) * size + 8)
+                fh.write(os.urandom(size - 8))
+        assert journal_problems(node)
+        TIMINGS["i: journal broken"] = time.monotonic() - t0
+
+        # the daemon started again: it refuses, saying why and what to run
+        set_daemonset_node_selector(node, None)
+        log = daemon_failure_log(node)
+        assert "fails its integrity check" in log and "netctl journal rebuild" in log, log
+
+        # the documented procedure, as written
+        t1 = time.monotonic()
+        manifest = subprocess.run(
+            ["sed", f"s/NODE_NAME/{node.name}/", str(realnode.MANIFESTS / "journal-rebuild.yaml")],
+            capture_output=True, text=True, timeout=30, check=True).stdout
+        node.kubectl("apply", "-f", "-", data=manifest)
+
+        def finished() -> str | None:
+            pod = node.get("pods", REBUILD_POD, "kube-system") or {}
+            phase = (pod.get("status") or {}).get("phase")
+            return phase if phase in ("Succeeded", "Failed") else None
+        try:
+            phase = wait_for(finished, 180, f"pod {REBUILD_POD} finished", interval=0.5)
+        except realnode.HarnessError as exc:
+            raise AssertionError(node.kubectl("-n", "kube-system", "describe", "pod",
+                                              REBUILD_POD, check=False)) from exc
+        report = node.kubectl("-n", "kube-system", "logs", REBUILD_POD)
+        assert phase == "Succeeded", (phase, report, node.kubectl(
+            "-n", "kube-system", "get", "pod", REBUILD_POD, "-o", "json"))
+        assert "rebuilt; the old one is kept as /var/lib/netctl/journal.db.broken-" in report, \
+            report
+        for address in before.values():
+            (line,) = [ln for ln in report.splitlines() if ln.strip().startswith(f"{address} ")]
+            assert "held again for container" in line and "(unknown)" not in line and \
+                "on net1 (named by runtime cache)" in line, report
+        print(f"\n{REBUILD_POD}'s log:\n{report}")
+        node.kubectl("-n", "kube-system", "delete", "pod", REBUILD_POD)
+        node.kubectl("-n", "kube-system", "delete", "pod", "--field-selector",
+                     f"spec.nodeName={node.name}", "-l", DAEMON_LABEL)
+        node.wait_ready("daemonset", "netctl", "kube-system", timeout=180)
+        assert journal_problems(node) == []
+        TIMINGS["i: rebuild to daemon ready"] = time.monotonic() - t1
+    finally:  # the node as the next tests need it, also when this failed
+        set_daemonset_node_selector(node, None)
+        node.kubectl("-n", "kube-system", "delete", "pod", REBUILD_POD, "--ignore-not-found")
+        if journal.exists() and journal_problems(node):  # still broken: moved aside
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            for suffix in ("", "-wal", "-shm"):
+                side = journal.with_name(journal.name + suffix)
+                if side.exists():
+                    side.rename(side.with_name(f"journal.db.broken-test-{stamp}{suffix}"))
+            node.kubectl("-n", "kube-system", "delete", "pod", "--field-selector",
+                         f"spec.nodeName={node.name}", "-l", DAEMON_LABEL)
+        node.wait_ready("daemonset", "netctl", "kube-system", timeout=180)
+
+    # the daemon holds exactly the live pods' addresses; the pods keep them
+    wait_for(lambda: node.held() == {str(BLUE): 3}, 60, "the 3 pods' addresses held",
+             interval=0.5)
+    pods = node.pods(NS, "app=rebuilt")
+    assert {p["metadata"]["name"]: check_networks(node, p, want)["net1"]
+            for p in pods} == before
+    scale(node, "deployment", "rebuilt", 6)
+    node.wait_ready("deployment", "rebuilt", NS)
+    after = {p["metadata"]["name"]: check_networks(node, p, want)["net1"]
+             for p in node.pods(NS, "app=rebuilt")}
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert len(after) == 6 and len(set(after.values())) == 6  # no address given twice
+    wait_for(lambda: node.held() == {str(BLUE): 6}, 60, "the 6 pods' addresses held",
+             interval=0.5)
+
+    t2 = time.monotonic()
+    scale(node, "deployment", "rebuilt", 0)
+    node.wait_pods_gone(NS, "app=rebuilt")
+    wait_for(lambda: settled(node, (BLUE,), (f"{node.prefix}b1", node.primary_bridge)), 150,
+             "every address released, the recovered ones too", interval=0.5)
+    TIMINGS["i: scale to 0, released"] = time.monotonic() - t2
+    TIMINGS["i: broken journal"] = time.monotonic() - t0

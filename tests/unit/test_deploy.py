@@ -196,7 +196,8 @@ def test_the_commands_are_netctls_and_agree_on_the_socket(tmp_path: Path) -> Non
 def test_the_journal_rebuild_pod_reads_what_the_daemon_reads() -> None:
     """``journal-rebuild.yaml``: one pod on the named node, the daemon's config, state dir,
     netns mounts and host root, its processes seen (a running daemon refuses it), allowed
-    into the pods' netns; run once, its resources measured."""
+    into the pods' netns, on the node's network (a pod network's sandbox needs the daemon
+    that is down); run once, its resources measured."""
     pod = one(KUBE / "journal-rebuild.yaml", "Pod")
     spec = pod["spec"]
     (rebuild,) = spec["containers"]
@@ -211,6 +212,8 @@ def test_the_journal_rebuild_pod_reads_what_the_daemon_reads() -> None:
     assert {v["name"]: v.get("configMap") for v in spec["volumes"]}["config"] == \
         {v["name"]: v.get("configMap") for v in daemon["volumes"]}["config"]
     assert rebuild["securityContext"] == {"privileged": True} and spec["hostPID"] is True
+    # no pod network: its sandbox's ADD would go to the daemon that is down
+    assert spec["hostNetwork"] is True
     assert (spec["nodeName"], spec["restartPolicy"]) == ("NODE_NAME", "Never")
     assert spec["tolerations"] == [{"operator": "Exists"}]
     res = rebuild["resources"]
