@@ -158,9 +158,10 @@ def _cmd_journal_rebuild(args: argparse.Namespace) -> int:
         for problem in report.problems[:5]:
             print(f"  found: {problem}")
         for table, n in report.copied.items():
-            lost = report.lost.get(table, 0)
-            print(f"  {table}: {n} rows copied" + (f", {lost} row ids unreadable" if lost
-                                                   else ""))
+            spans = report.broken_spans.get(table, 0)
+            print(f"  {table}: {n} rows copied" + (
+                f"; the read broke at {spans} broken page(s), whose rows are lost" if spans
+                else ""))
         for table in report.unreadable:
             print(f"  {table}: not readable at all")
         for item in report.recovered:

@@ -16,7 +16,8 @@ then settle the addresses those rows held (:mod:`netctl.journal.recover`). The r
 settled when the daemon starts: its replay closes what was running and undoes half-done
 ADDs; the DELs recorded beside the socket are carried out; its first reconcile round
 releases what a vanished sandbox held; the cluster IPAM adopts this node's blocks from the
-API server. The report says how many rows of each table were lost and what was recovered.
+API server. The report says how many rows of each table were copied, where reads broke, and what was
+recovered.
 """
 
 from __future__ import annotations
@@ -86,13 +87,16 @@ class RebuildReport:
     kept_aside: list[str] = field(default_factory=list)  # the broken files, moved
     problems: list[str] = field(default_factory=list)  # what the check found
     copied: dict[str, int] = field(default_factory=dict)  # rows per table
-    lost: dict[str, int] = field(default_factory=dict)  # rows that could not be read
+    # per table, the places where a broken page stopped the read (the rows there are lost;
+    # how many is not known: a broken page's row ids are not to be trusted)
+    broken_spans: dict[str, int] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)  # tables not read at all
     recovered: list[dict[str, Any]] = field(default_factory=list)  # from the live netns
 
     def to_json(self) -> dict[str, Any]:
         return {"journal": self.journal, "kept_aside": self.kept_aside,
-                "problems": self.problems, "copied": self.copied, "lost": self.lost,
+                "problems": self.problems, "copied": self.copied,
+                "broken_spans": self.broken_spans,
                 "unreadable_tables": self.unreadable,
                 "recovered": self.recovered}
 
@@ -106,14 +110,22 @@ def rebuild(path: str, *, force: bool = False, netns_dirs: tuple[str, ...] = (),
     if not os.path.exists(path) or (not report.problems and not force):
         return report
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    aside = f"{path}.broken-{stamp}"
-    for suffix in ("", "-wal", "-shm"):
+    aside, building = f"{path}.broken-{stamp}", f"{path}.rebuilding"
+    # the broken file keeps its name until the new one replaces it in one rename: a daemon
+    # restarted meanwhile (a crash-looping pod) finds the broken journal and refuses it,
+    # or the new one whole, never one half built
+    os.link(path, aside)
+    report.kept_aside.append(aside)
+    for suffix in ("-wal", "-shm"):
         if os.path.exists(path + suffix):
             os.rename(path + suffix, aside + suffix)
             report.kept_aside.append(aside + suffix)
-    migrate(path)
+    for suffix in ("", "-wal", "-shm"):  # what an interrupted rebuild left
+        if os.path.exists(building + suffix):
+            os.unlink(building + suffix)
+    migrate(building)
     old = _read_only(aside)
-    new = sqlite3.connect(path, isolation_level=None)
+    new = sqlite3.connect(building, isolation_level=None)
     try:
         new.execute("PRAGMA foreign_keys=OFF")  # a parent on a broken page keeps its rows
         new.execute("BEGIN IMMEDIATE")
@@ -123,7 +135,11 @@ def rebuild(path: str, *, force: bool = False, netns_dirs: tuple[str, ...] = (),
         new.execute("COMMIT")
     finally:
         old.close()
-        new.close()
+        new.close()  # the last connection: its WAL is checkpointed into the file
+    if os.path.exists(building + "-wal"):
+        raise OSError(f"{building}-wal is left after the rebuild: the new journal is not "
+                      f"whole; {path} is left as it was")
+    os.rename(building, path)
     return report
 
 
@@ -145,7 +161,7 @@ def _copy(old: sqlite3.Connection, new: sqlite3.Connection, table: str,
     select = f"SELECT rowid, {names} FROM {table} WHERE rowid > ? ORDER BY rowid"
     insert = f"INSERT OR IGNORE INTO {table} ({names}) VALUES " \
              f"({', '.join('?' * len(columns))})"
-    copied = lost = 0
+    copied = spans = 0
     last = 0
     while True:
         try:
@@ -155,22 +171,21 @@ def _copy(old: sqlite3.Connection, new: sqlite3.Connection, table: str,
                 copied += 1
             break
         except sqlite3.DatabaseError:
+            spans += 1
             after = _past(old, table, last)
             if after is None:  # nothing readable after the broken page
-                lost += 1
                 break
-            lost += after - last - 1
             try:  # that row alone, so that every turn moves on by one row id at least
                 row = old.execute(f"SELECT rowid, {names} FROM {table} WHERE rowid = ?",
                                   (after,)).fetchone()
                 new.execute(insert, row[1:])
                 copied += 1
             except (sqlite3.DatabaseError, TypeError):
-                lost += 1
+                pass  # counted with its span
             last = after
     report.copied[table] = copied
-    if lost:
-        report.lost[table] = lost
+    if spans:
+        report.broken_spans[table] = spans
 
 
 def _past(conn: sqlite3.Connection, table: str, last: int) -> int | None:
