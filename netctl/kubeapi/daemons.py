@@ -26,7 +26,7 @@ from netctl.kubeapi.api import Api
 from netctl.kubeapi.blocks import BLOCKS
 from netctl.kubeapi.errors import ApiError, KubeSettings, Query
 from netctl.kubeapi.lite import lean_config
-from netctl.kubeapi.objects import Block
+from netctl.kubeapi.objects import Block, Borrow, decode_blocks
 
 
 class Lister(Protocol):
@@ -120,7 +120,7 @@ def owners_at(blocks: list[Block], ip: str, at: float | None) -> list[dict[str, 
                 if since is not None and since <= at and (until is None or at < until):
                     owner = h.node
         out.append({"block": b.spec.cidr, "pool": b.spec.pool, "node": owner,
-                    "borrowed": bool(b.spec.parent)})
+                    "borrowed": isinstance(b, Borrow)})
     return out
 
 
@@ -133,8 +133,7 @@ async def block_owners(api: Lister, ip: str, at: float | None) -> list[dict[str,
         if exc.status in (403, 404):
             return []
         raise
-    items = msgspec.json.decode(data).get("items") or []
-    return owners_at([msgspec.convert(i, Block) for i in items], ip, at)
+    return owners_at(decode_blocks(data), ip, at)
 
 
 def with_api(settings: KubeSettings, fn: Callable[[Api], Awaitable[T]]) -> T:

@@ -77,11 +77,16 @@ class Informer(Generic[T]):
     def __init__(self, api: Api, kind: type[T], path: str, query: list[tuple[str, str]],
                  on_delete: Callable[[T], None] | None = None,
                  on_put: Callable[[T], None] | None = None, *,
-                 metadata_only: bool = False) -> None:
+                 metadata_only: bool = False,
+                 decode: Callable[[msgspec.Raw], T] | None = None) -> None:
         self.api, self.path, self.query = api, path, query
         # the objects' metadata only, listed and watched (the cache reads nothing else)
         self.accept = (METADATA_LIST, METADATA_WATCH) if metadata_only else (JSON, JSON)
         self.kind: type[T] = kind
+        # an object's JSON read as a ``kind``, or by ``decode`` (IPAMBlocks: a Block or a
+        # Borrow, objects.decode_block), a list's items then one by one
+        self._decode: Callable[[msgspec.Raw], T] = decode or msgspec.json.Decoder(kind).decode
+        self._each = decode is not None
         self.on_delete: Callable[[T], None] | None = on_delete
         self.on_put: Callable[[T], None] | None = on_put  # every object listed or changed
         self.cache: dict[Key, T] = {}
@@ -97,7 +102,8 @@ class Informer(Generic[T]):
         self._list_type = msgspec.defstruct(
             "List", [("metadata", _ListMeta, msgspec.field(default_factory=_ListMeta)),
                      # a metadata-only list of nothing says "items": null
-                     ("items", list[kind] | None, msgspec.field(default_factory=list))],  # type: ignore[valid-type]
+                     ("items", list[msgspec.Raw if self._each else kind] | None,  # type: ignore[misc]
+                      msgspec.field(default_factory=list))],
             forbid_unknown_fields=False)
 
     def age(self) -> float | None:
@@ -184,7 +190,7 @@ class Informer(Generic[T]):
         self.lists += 1
         fresh: dict[Key, T] = {(o.metadata.namespace, o.metadata.name): o
                                for page in pages
-                               for o in page.items or ()}
+                               for o in self._objects(page.items)}
         listed = pages[-1]
         for key in [k for k in self.cache if k not in fresh]:
             self._drop(key)  # deleted while we were not watching
@@ -196,6 +202,10 @@ class Informer(Generic[T]):
         waiter = self._waiters.pop(None, None)
         if waiter is not None:
             waiter.set()
+
+    def _objects(self, items: list[Any] | None) -> list[Any]:
+        """A list's items as objects."""
+        return [self._decode(raw) for raw in items or ()] if self._each else items or []
 
     async def _page(self, extra: list[tuple[str, str]]) -> Any:
         data = await self.api.list(self.path, [*self.query, *extra], accept=self.accept[0])
@@ -230,7 +240,7 @@ class Informer(Generic[T]):
             self.resource_version = msgspec.json.decode(
                 event.object, type=_RvOnly).metadata.resourceVersion
             return
-        obj = msgspec.json.decode(event.object, type=self.kind)
+        obj = self._decode(event.object)
         if event.type in ("ADDED", "MODIFIED"):
             self._put(obj)
         elif event.type == "DELETED":

@@ -45,7 +45,7 @@ from netctl.kubeapi import blocks as block_objects
 from netctl.kubeapi.api import ApiError
 from netctl.kubeapi.informer import Informer
 from netctl.kubeapi.objects import Block as IPAMBlock
-from netctl.kubeapi.objects import Node, StickyEntry
+from netctl.kubeapi.objects import Borrow, Node, StickyEntry
 
 log = logging.getLogger("netctl.ipam")
 
@@ -262,7 +262,7 @@ class ClusterStore:
                 continue
             found, obj = published
             try:
-                if obj.spec.parent:  # a borrowed address: its borrower hands it over
+                if isinstance(obj, Borrow):  # its borrower hands it over
                     await self.borrows.take(cfg, rng, key, obj, owner.identity, owner.ifname)
                 else:
                     await self.borrows.place(cfg, [rng], [found], owner.identity,
@@ -410,7 +410,7 @@ class ClusterStore:
         other nodes' blocks (:func:`~netctl.ipam.cluster.blocks.held_elsewhere`). Capped
         at the pool's size (netctl/engine/degraded.py)."""
         usage = self.holdings.index.pool_fill()  # live and reserved
-        others = held_elsewhere([b.spec for b in self.cluster.known()],
+        others = held_elsewhere(self.cluster.known(),
                                 self.cluster.settings.node, usage, self.holdings.held)
         return {pool: (size, used + others.get(pool, 0) if size is None
                        else min(size, used + others.get(pool, 0)))
