@@ -78,9 +78,7 @@ def cluster_store(api: Api, journal: Journal, settings: ClusterSettings,
                   live_pods: Callable[[], AbstractSet[str] | None]) -> ClusterStore:
     """The cluster store over ``api``, its allocations ``live`` (the journal's live
     allocations and cursors); ``live_pods`` gives this node's pod UIDs (None until
-    known). Its caches and loops run in the daemon (``blocks.run``, ``nodes.run``,
-    :meth:`~ClusterStore.answer_borrows`, :meth:`~ClusterStore.start`,
-    :meth:`~ClusterStore.maintain`)."""
+    known). Its caches and loops run in :meth:`~ClusterStore.run`."""
     holdings = Holdings(IndexStore.of(*live))
     ask, asked = trio.open_memory_channel[Borrow](math.inf)
 

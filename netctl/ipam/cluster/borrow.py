@@ -112,9 +112,8 @@ class Borrows:
                        f"block {parent.spec.cidr} of node {owner}, which did not answer "
                        f"within {wait:g} s; try again later")
 
-    async def place(self, cfg: IPAMConfig, ranges: list[Range],
-                               wanted: list[str], identity: str = "", ifname: str = ""
-                               ) -> None:
+    async def place(self, cfg: IPAMConfig, ranges: list[Range], wanted: list[str],
+                    identity: str = "", ifname: str = "") -> None:
         """Each requested address inside a block of this node: the block claimed when nobody
         holds it; borrowed (or refused, code 7) when another node does — for sticky
         ``identity`` on ``ifname`` when given, so that its node grants it a reserved
@@ -140,8 +139,7 @@ class Borrows:
                 if other is not None and other.spec.node != node:
                     single = Block(rng.version, ip, BITS[rng.version])
                     if block_name(scope, single) not in held:
-                        await self.borrow(cfg, rng, key, ip, text, other,
-                                                  identity, ifname)
+                        await self.borrow(cfg, rng, key, ip, text, other, identity, ifname)
                     break
                 raise CNIError(TRY_AGAIN_LATER, f"requested address {text} in pool {key}: "
                                f"block {blk.cidr} was claimed meanwhile; try again")
@@ -153,13 +151,11 @@ class Borrows:
             await self.answer(obj)
 
     async def answer_cached(self) -> None:
-        """Answer the asks the watch brought before this node held their block."""
-        for obj in [b for b in self._seen() if asks(b, self.holdings)]:
+        """Answer the asks the watch brought before this node held their block (from the
+        caches of this node's blocks and of the borrow objects asking it)."""
+        seen = [*self.cluster.blocks.cache.values(), *self.cluster.asking.cache.values()]
+        for obj in [b for b in seen if asks(b, self.holdings)]:
             await self.answer(obj)
-
-    def _seen(self) -> list[IPAMBlock]:
-        """This node's blocks and the borrow objects asking it, from their caches."""
-        return [*self.cluster.blocks.cache.values(), *self.cluster.asking.cache.values()]
 
     async def answer(self, obj: Borrow) -> None:
         """Grant the address when it is free here, or reserved here for the sticky identity

@@ -265,8 +265,7 @@ class ClusterStore:
                 if isinstance(obj, Borrow):  # its borrower hands it over
                     await self.borrows.take(cfg, rng, key, obj, owner.identity, owner.ifname)
                 else:
-                    await self.borrows.place(cfg, [rng], [found], owner.identity,
-                                                owner.ifname)
+                    await self.borrows.place(cfg, [rng], [found], owner.identity, owner.ifname)
             except CNIError as exc:
                 if exc.code != INVALID_CONFIG:
                     raise
@@ -342,9 +341,6 @@ class ClusterStore:
         self.holdings.lent = self.borrows.lent_now()
         self.ready.set()
 
-    async def take_over_whereabouts(self) -> int:
-        return await self.whereabouts.take_over()
-
     async def run(self, block_check: float, takeover: bool = False) -> None:
         """Everything the store runs, for ever (cancel to stop): its caches, the answers to
         other nodes' asks, the reservations published, its start (after taking over
@@ -355,22 +351,19 @@ class ClusterStore:
             nursery.start_soon(self.blocks.run)
             nursery.start_soon(self.cluster.asking.run)
             nursery.start_soon(self.maintenance.gone.run)  # the Lease; Nodes while held
-            nursery.start_soon(self.answer_borrows)
+            nursery.start_soon(self.borrows.answer_borrows)
             nursery.start_soon(self.publish_reservations)
             while True:
                 try:
                     if not self.ready.is_set():
                         if takeover:
-                            await self.take_over_whereabouts()
+                            await self.whereabouts.take_over()
                         await self.start()
                     else:
                         await self.maintain()
                 except (ApiError, CNIError) as exc:
                     log.warning("cluster IPAM: %s; retrying", exc)
                 await trio.sleep(block_check if self.ready.is_set() else 1.0)
-
-    async def answer_borrows(self) -> None:
-        await self.borrows.answer_borrows()
 
     async def maintain(self, now: float | None = None) -> dict[str, Any]:
         """One round, once ready: settle unfinished claims, read whereabouts' holds again
