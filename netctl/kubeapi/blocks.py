@@ -49,9 +49,9 @@ from netctl.kubeapi.objects import (
 if TYPE_CHECKING:  # the client itself: its callers have it (a command may not load it)
     from netctl.kubeapi.api import Api
 
+S = TypeVar("S", bound=BlockSpec)
 B = TypeVar("B", bound=Block)
-GROUP = BLOCK_GROUP
-BLOCKS = f"/apis/{GROUP}/v1/ipamblocks"
+BLOCKS = f"/apis/{BLOCK_GROUP}/v1/ipamblocks"
 NODES = "/api/v1/nodes"
 
 
@@ -112,10 +112,14 @@ async def get_borrow(api: Api, name: str) -> Borrow | None:
 async def hand_over(api: Api, block: Block, node: str) -> Block | None:
     """``block`` (as read) becomes ``node``'s, its previous owner kept in its history;
     None when it changed since it was read (another node took it, or it was released)."""
-    spec = block.spec
+    return await _update(api, block, _handed(block.spec, node))
+
+
+def _handed(spec: S, node: str) -> S:
+    """``spec`` made ``node``'s, its owner until now the last of its history."""
     owners = [*spec.history, BlockOwner(spec.node, spec.claimedAt, now_rfc3339())]
-    return await _update(api, block, msgspec.structs.replace(
-        spec, node=node, claimedAt=now_rfc3339(), history=owners[-20:]))
+    return msgspec.structs.replace(spec, node=node, claimedAt=now_rfc3339(),
+                                   history=owners[-20:])
 
 
 async def answer(api: Api, borrow: Borrow, grant: str) -> Borrow | None:
@@ -152,10 +156,9 @@ async def answer_transfer(api: Api, borrow: Borrow, granted: bool) -> Borrow | N
     if not granted:
         return await _update(api, borrow, msgspec.structs.replace(
             spec, transfer=msgspec.structs.replace(ask, refused=True)))
-    owners = [*spec.history, BlockOwner(spec.node, spec.claimedAt, now_rfc3339())]
     return await _update(api, borrow, msgspec.structs.replace(
-        spec, node=ask.node, claimedAt=now_rfc3339(), history=owners[-20:], transfer=None,
-        reserved=[], identity=ask.identity, ifname=ask.ifname))
+        _handed(spec, ask.node), transfer=None, reserved=[], identity=ask.identity,
+        ifname=ask.ifname))
 
 
 async def _update(api: Api, block: B, spec: BlockSpec, lender: str = "") -> B | None:
