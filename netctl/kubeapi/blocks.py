@@ -7,7 +7,8 @@ outcome the API server decides, so that nodes racing for a block end with one ow
 - :func:`release`: delete with the resourceVersion (and UID) as preconditions: a block
   changed meanwhile is not deleted.
 - :func:`answer`: the owner of a block grants or refuses an address of it that another
-  node asked to borrow (a requested address), on the borrow object.
+  node asked to borrow (a requested address), on the borrow object
+  (:class:`~netctl.kubeapi.objects.Borrow`).
 - :func:`set_reserved`: a block's node publishes the sticky reservations of its
   addresses, so that a node where the identity comes back can ask for the address.
 - :func:`ask_transfer`, :func:`answer_transfer`: a borrowed address reserved for a sticky
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
@@ -38,15 +39,19 @@ from netctl.kubeapi.objects import (
     BlockMeta,
     BlockOwner,
     BlockSpec,
+    Borrow,
     StickyEntry,
     TransferAsk,
+    decode_block,
+    decode_blocks,
 )
 
 if TYPE_CHECKING:  # the client itself: its callers have it (a command may not load it)
     from netctl.kubeapi.api import Api
 
-GROUP = BLOCK_GROUP
-BLOCKS = f"/apis/{GROUP}/v1/ipamblocks"
+S = TypeVar("S", bound=BlockSpec)
+B = TypeVar("B", bound=Block)
+BLOCKS = f"/apis/{BLOCK_GROUP}/v1/ipamblocks"
 NODES = "/api/v1/nodes"
 
 
@@ -69,10 +74,6 @@ def now_rfc3339() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _decode(data: bytes) -> Block:
-    return msgspec.json.decode(data, type=Block)
-
-
 def _body(block: Block) -> bytes:
     """``block`` as a request body. apiVersion and kind always go along: a custom resource
     without them is refused (400 "Object 'Kind' is missing"), and ``omit_defaults`` would
@@ -84,11 +85,12 @@ def _body(block: Block) -> bytes:
 
 async def claim(api: Api, name: str, spec: BlockSpec, lender: str = "") -> Block | None:
     """Create the block (the claim); None when it exists already (another claim won).
-    ``lender``: a borrow object's, the node whose block it asks an address of."""
+    ``lender``: a borrow's (``spec`` a BorrowSpec), the node whose block it asks an
+    address of."""
     body = _body(Block(metadata=BlockMeta(name=name, labels=labels_for(spec, lender)),
                        spec=spec))
     try:
-        return _decode(await api.request("create", "POST", BLOCKS, body=body))
+        return decode_block(await api.request("create", "POST", BLOCKS, body=body))
     except ApiError as exc:
         if exc.status == 409:
             return None
@@ -97,22 +99,33 @@ async def claim(api: Api, name: str, spec: BlockSpec, lender: str = "") -> Block
 
 async def get(api: Api, name: str) -> Block | None:
     data = await api.get(f"{BLOCKS}/{name}")
-    return None if data is None else _decode(data)
+    return None if data is None else decode_block(data)
+
+
+async def get_borrow(api: Api, name: str) -> Borrow | None:
+    """The borrow object ``name``; None when there is none of that name (gone, or the
+    name a block's)."""
+    found = await get(api, name)
+    return found if isinstance(found, Borrow) else None
 
 
 async def hand_over(api: Api, block: Block, node: str) -> Block | None:
     """``block`` (as read) becomes ``node``'s, its previous owner kept in its history;
     None when it changed since it was read (another node took it, or it was released)."""
-    spec = block.spec
+    return await _update(api, block, _handed(block.spec, node))
+
+
+def _handed(spec: S, node: str) -> S:
+    """``spec`` made ``node``'s, its owner until now the last of its history."""
     owners = [*spec.history, BlockOwner(spec.node, spec.claimedAt, now_rfc3339())]
-    return await _update(api, block, msgspec.structs.replace(
-        spec, node=node, claimedAt=now_rfc3339(), history=owners[-20:]))
+    return msgspec.structs.replace(spec, node=node, claimedAt=now_rfc3339(),
+                                   history=owners[-20:])
 
 
-async def answer(api: Api, block: Block, grant: str) -> Block | None:
+async def answer(api: Api, borrow: Borrow, grant: str) -> Borrow | None:
     """The owner's answer to a borrowed address (``granted`` or ``refused``), written on
-    the borrow object as read; None when it changed or went meanwhile."""
-    return await _update(api, block, msgspec.structs.replace(block.spec, grant=grant))
+    the borrow as read; None when it changed or went meanwhile."""
+    return await _update(api, borrow, msgspec.structs.replace(borrow.spec, grant=grant))
 
 
 async def set_reserved(api: Api, block: Block, entries: list[StickyEntry]) -> Block | None:
@@ -121,53 +134,49 @@ async def set_reserved(api: Api, block: Block, entries: list[StickyEntry]) -> Bl
     return await _update(api, block, msgspec.structs.replace(block.spec, reserved=entries))
 
 
-async def ask_transfer(api: Api, block: Block, ask: TransferAsk) -> Block | None:
-    """Ask the node of ``block`` (a borrow object, as read) to hand it over (``ask``:
-    for a sticky identity whose address it is); None when it changed meanwhile."""
-    return await _update(api, block, msgspec.structs.replace(block.spec, transfer=ask))
+async def ask_transfer(api: Api, borrow: Borrow, ask: TransferAsk) -> Borrow | None:
+    """Ask the node of ``borrow`` (as read) to hand it over (``ask``: for a sticky
+    identity whose address it is); None when it changed meanwhile."""
+    return await _update(api, borrow, msgspec.structs.replace(borrow.spec, transfer=ask))
 
 
-async def withdraw_transfer(api: Api, block: Block) -> Block | None:
-    """The ask on ``block`` (as read) taken back, unanswered; None when it changed
+async def withdraw_transfer(api: Api, borrow: Borrow) -> Borrow | None:
+    """The ask on ``borrow`` (as read) taken back, unanswered; None when it changed
     meanwhile (answered, perhaps handed over)."""
-    return await _update(api, block, msgspec.structs.replace(block.spec, transfer=None))
+    return await _update(api, borrow, msgspec.structs.replace(borrow.spec, transfer=None))
 
 
-async def answer_transfer(api: Api, block: Block, granted: bool) -> Block | None:
-    """The node of ``block`` answers an ask for it: granted, it becomes the asking node's
+async def answer_transfer(api: Api, borrow: Borrow, granted: bool) -> Borrow | None:
+    """The node of ``borrow`` answers an ask for it: granted, it becomes the asking node's
     (its previous owner in its history, no reservation on it any more); refused, the ask
     says so. None when it changed meanwhile."""
-    spec, ask = block.spec, block.spec.transfer
+    spec, ask = borrow.spec, borrow.spec.transfer
     if ask is None:
         return None
     if not granted:
-        return await _update(api, block, msgspec.structs.replace(
+        return await _update(api, borrow, msgspec.structs.replace(
             spec, transfer=msgspec.structs.replace(ask, refused=True)))
-    owners = [*spec.history, BlockOwner(spec.node, spec.claimedAt, now_rfc3339())]
-    return await _update(api, block, msgspec.structs.replace(
-        spec, node=ask.node, claimedAt=now_rfc3339(), history=owners[-20:], transfer=None,
-        reserved=[], identity=ask.identity, ifname=ask.ifname))
+    return await _update(api, borrow, msgspec.structs.replace(
+        _handed(spec, ask.node), transfer=None, reserved=[], identity=ask.identity,
+        ifname=ask.ifname))
 
 
-async def _update(api: Api, block: Block, spec: BlockSpec, lender: str = "") -> Block | None:
+async def _update(api: Api, block: B, spec: BlockSpec, lender: str = "") -> B | None:
     """``block`` (as read) with ``spec`` and its labels (:func:`labels_for`; the lender
     kept unless ``lender`` is given), under the resourceVersion read; None when it changed
-    or went meanwhile (409, 404)."""
+    or went meanwhile (409, 404) — or is no ``block`` any more."""
     labels = {**block.metadata.labels,
               **labels_for(spec, lender or block.metadata.labels.get(LENDER_LABEL, ""))}
     new = Block(metadata=BlockMeta(name=block.metadata.name, labels=labels,
                               resourceVersion=block.metadata.resourceVersion), spec=spec)
     try:
-        return _decode(await api.request("update", "PUT", f"{BLOCKS}/{block.metadata.name}",
-                                         body=_body(new)))
+        done = decode_block(await api.request(
+            "update", "PUT", f"{BLOCKS}/{block.metadata.name}", body=_body(new)))
     except ApiError as exc:
         if exc.status in (404, 409):
             return None
         raise
-
-
-class _Blocks(msgspec.Struct, forbid_unknown_fields=False):
-    items: list[Block] = []
+    return done if isinstance(done, type(block)) else None
 
 
 async def listed(api: Api, selector: str) -> list[Block]:
@@ -175,7 +184,7 @@ async def listed(api: Api, selector: str) -> list[Block]:
     what a node reads of other nodes' blocks, when it needs to (a claim, a sticky
     address published elsewhere), instead of watching them all."""
     data = await api.list(BLOCKS, [("labelSelector", selector), ("resourceVersion", "0")])
-    return msgspec.json.decode(data, type=_Blocks).items
+    return decode_blocks(data)
 
 
 async def label(api: Api, block: Block, lender: str = "") -> Block | None:

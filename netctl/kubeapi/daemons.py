@@ -22,7 +22,7 @@ import msgspec
 
 from netctl.kubeapi.blocks import BLOCKS
 from netctl.kubeapi.errors import ApiError, Query
-from netctl.kubeapi.objects import Block
+from netctl.kubeapi.objects import Block, Borrow, decode_blocks
 
 
 class Lister(Protocol):
@@ -115,7 +115,7 @@ def owners_at(blocks: list[Block], ip: str, at: float | None) -> list[dict[str, 
                 if since is not None and since <= at and (until is None or at < until):
                     owner = h.node
         out.append({"block": b.spec.cidr, "pool": b.spec.pool, "node": owner,
-                    "borrowed": bool(b.spec.parent)})
+                    "borrowed": isinstance(b, Borrow)})
     return out
 
 
@@ -128,5 +128,4 @@ async def block_owners(api: Lister, ip: str, at: float | None) -> list[dict[str,
         if exc.status in (403, 404):
             return []
         raise
-    items = msgspec.json.decode(data).get("items") or []
-    return owners_at([msgspec.convert(i, Block) for i in items], ip, at)
+    return owners_at(decode_blocks(data), ip, at)

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import aclosing
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import msgspec
 import trio
@@ -58,6 +58,10 @@ class _RvOnly(msgspec.Struct, forbid_unknown_fields=False):
     metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
 
 
+class _List(_RvOnly):
+    items: list[msgspec.Raw] | None = None  # a metadata-only list of nothing says null
+
+
 T = TypeVar("T", Pod, Nad, Block, Node, Slice)
 Key = tuple[str, str]
 
@@ -70,11 +74,15 @@ class Informer(Generic[T]):
     def __init__(self, api: Api, kind: type[T], path: str, query: list[tuple[str, str]],
                  on_delete: Callable[[T], None] | None = None,
                  on_put: Callable[[T], None] | None = None, *,
-                 metadata_only: bool = False) -> None:
+                 metadata_only: bool = False,
+                 decode: Callable[[msgspec.Raw], T] | None = None) -> None:
         self.api, self.path, self.query = api, path, query
         # the objects' metadata only, listed and watched (the cache reads nothing else)
         self.accept = (METADATA_LIST, METADATA_WATCH) if metadata_only else (JSON, JSON)
         self.kind: type[T] = kind
+        # an object's JSON (a list's items one by one) read as a ``kind``, or by ``decode``
+        # (IPAMBlocks: a Block or a Borrow, objects.decode_block)
+        self._decode: Callable[[msgspec.Raw], T] = decode or msgspec.json.Decoder(kind).decode
         self.on_delete: Callable[[T], None] | None = on_delete
         self.on_put: Callable[[T], None] | None = on_put  # every object listed or changed
         self.cache: dict[Key, T] = {}
@@ -86,11 +94,6 @@ class Informer(Generic[T]):
         self.event_bytes = 0  # the watch events' bytes, as received
         self.list_bytes = self.list_objects = 0  # what the lists brought
         self._waiters: dict[Key | None, trio.Event] = {}  # None: the first list
-        self._list_type = msgspec.defstruct(
-            "List", [("metadata", _ListMeta, msgspec.field(default_factory=_ListMeta)),
-                     # a metadata-only list of nothing says "items": null
-                     ("items", list[kind] | None, msgspec.field(default_factory=list))],  # type: ignore[valid-type]
-            forbid_unknown_fields=False)
 
     def age(self) -> float | None:
         """Seconds since the cache last heard from the API server (None: never)."""
@@ -173,10 +176,10 @@ class Informer(Generic[T]):
                 pages.append(await self._page([
                     ("limit", str(PAGE)),
                     ("continue", pages[-1].metadata.next_page)]))
-        self.lists += 1
         fresh: dict[Key, T] = {(o.metadata.namespace, o.metadata.name): o
                                for page in pages
-                               for o in page.items or ()}
+                               for o in map(self._decode, page.items or ())}
+        self.lists += 1
         listed = pages[-1]
         for key in [k for k in self.cache if k not in fresh]:
             self._drop(key)  # deleted while we were not watching
@@ -189,11 +192,11 @@ class Informer(Generic[T]):
         if waiter is not None:
             waiter.set()
 
-    async def _page(self, extra: list[tuple[str, str]]) -> Any:
+    async def _page(self, extra: list[tuple[str, str]]) -> _List:
         data = await self.api.list(self.path, [*self.query, *extra], accept=self.accept[0])
-        page = msgspec.json.decode(data, type=self._list_type)
+        page = msgspec.json.decode(data, type=_List)
         self.list_bytes += len(data)
-        self.list_objects += len(page.items or ())  # type: ignore[attr-defined]
+        self.list_objects += len(page.items or ())
         return page
 
     async def _watch(self) -> None:
@@ -222,7 +225,7 @@ class Informer(Generic[T]):
             self.resource_version = msgspec.json.decode(
                 event.object, type=_RvOnly).metadata.resourceVersion
             return
-        obj = msgspec.json.decode(event.object, type=self.kind)
+        obj = self._decode(event.object)
         if event.type in ("ADDED", "MODIFIED"):
             self._put(obj)
         elif event.type == "DELETED":

@@ -5,7 +5,9 @@
 a pod's identity, the annotations it reads, resourceVersion, deletionTimestamp and node, and
 the names of its DRA ResourceClaims (:func:`pod_claims`); a NetworkAttachmentDefinition's
 identity, resourceVersion and ``spec.config``. A pod listed for the addresses it holds
-(:class:`PodWithStatus`, the cluster IPAM's adoption) keeps its network-status too. The
+(:class:`PodWithStatus`, the cluster IPAM's adoption) keeps its network-status too. An
+IPAMBlock of the cluster IPAM is a :class:`Block`, or a :class:`Borrow` when its spec
+names the block it borrows an address of: :func:`decode_block` reads each as what it is. The
 annotation names Kubernetes mode reads and writes, and the reasons of the Events it
 posts, are here too.
 
@@ -232,9 +234,9 @@ class StickyEntry(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=Tru
 
 
 class TransferAsk(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
-    """Another node asks the node of a borrow object for it: the address is reserved
-    there for a sticky identity that came back on ``node``; ``refused`` is the answer
-    when it is not (granting it is handing the object over)."""
+    """Another node asks the node of a borrow for it: the address is reserved there for a
+    sticky identity that came back on ``node``; ``refused`` is the answer when it is not
+    (granting it is handing the borrow over)."""
 
     node: str
     identity: str
@@ -243,6 +245,9 @@ class TransferAsk(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=Tru
 
 
 class BlockSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """A node's block of a pool: the addresses of ``cidr`` that ``node`` hands out, and
+    the sticky reservations of them it publishes (``reserved``)."""
+
     pool: str = ""  # the pool's key: [network_name/]range
     scope: str = ""  # the uniqueness scope the block's addresses are unique in
     range: str = ""  # the pool's range (its key without network_name)
@@ -253,15 +258,20 @@ class BlockSpec(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True)
     node: str = ""  # the owner
     claimedAt: str = ""  # when the owner claimed it (RFC 3339)
     history: list[BlockOwner] = []  # the owners before
-    # a borrowed address: a single-address block inside another node's block (``parent``),
-    # asked for by ``node`` (a requested address); the parent's node grants or refuses it
-    parent: str = ""
+    reserved: list[StickyEntry] = []  # sticky reservations of its addresses, by its node
+
+
+class BorrowSpec(BlockSpec, kw_only=True):
+    """A borrow: the single-address block ``cidr`` inside another node's block
+    (``parent``), asked for by ``node`` (a requested address); the parent's node grants
+    or refuses it (``grant``). Asked for a sticky identity's reserved address, it names
+    the identity and its interface; another node may ask for it (``transfer``)."""
+
+    parent: str  # the name of the block it lies in
     grant: str = ""  # "" (asked) | granted | refused
-    # a borrow asked for a sticky identity's reserved address: which identity, interface
     identity: str = ""
     ifname: str = ""
-    reserved: list[StickyEntry] = []  # sticky reservations of its addresses, by its node
-    transfer: TransferAsk | None = None  # a borrow object asked for by another node
+    transfer: TransferAsk | None = None
 
 
 BLOCK_GROUP = "ipam.netctl.dev"
@@ -285,12 +295,48 @@ class BlockMeta(Meta):
 
 
 class Block(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
-    """An IPAMBlock (``ipam.netctl.dev/v1``, cluster-scoped): one node's block of a pool."""
+    """An IPAMBlock (``ipam.netctl.dev/v1``, cluster-scoped): one node's block of a pool,
+    or a :class:`Borrow`. Decoded by :func:`decode_block`."""
 
     metadata: BlockMeta = msgspec.field(default_factory=BlockMeta)
     spec: BlockSpec = msgspec.field(default_factory=BlockSpec)
     apiVersion: str = BLOCK_API_VERSION
     kind: str = BLOCK_KIND
+
+
+class Borrow(Block, kw_only=True):
+    """An IPAMBlock whose spec names a ``parent``: a :class:`BorrowSpec`."""
+
+    spec: BorrowSpec
+
+
+class _Parent(msgspec.Struct, forbid_unknown_fields=False):
+    parent: str = ""
+
+
+class _Kind(msgspec.Struct, forbid_unknown_fields=False):
+    spec: _Parent = msgspec.field(default_factory=_Parent)
+
+
+_KIND = msgspec.json.Decoder(_Kind)
+_BLOCK, _BORROW = msgspec.json.Decoder(Block), msgspec.json.Decoder(Borrow)
+
+
+def decode_block(data: bytes | msgspec.Raw) -> Block:
+    """An IPAMBlock's JSON as a :class:`Borrow` when its spec names a ``parent``, else as
+    a :class:`Block`: each read as what it is, never one as the other."""
+    if _KIND.decode(data).spec.parent:
+        return _BORROW.decode(data)
+    return _BLOCK.decode(data)
+
+
+class _Items(msgspec.Struct, forbid_unknown_fields=False):
+    items: list[msgspec.Raw] | None = None
+
+
+def decode_blocks(data: bytes) -> list[Block]:
+    """A list of IPAMBlocks (the API's ``IPAMBlockList``), each by :func:`decode_block`."""
+    return [decode_block(item) for item in msgspec.json.decode(data, type=_Items).items or ()]
 
 
 class Status(msgspec.Struct, forbid_unknown_fields=False):

@@ -47,7 +47,7 @@ from netctl.ipam.cluster.gone import LEASE_NAME, LEASE_NAMESPACE
 from netctl.kubeapi import blocks
 from netctl.kubeapi.api import Api, ApiError, KubeSettings
 from netctl.kubeapi.leases import LeaseHold
-from netctl.kubeapi.objects import Block, BlockSpec, StickyEntry, TransferAsk
+from netctl.kubeapi.objects import Block, BlockSpec, BorrowSpec, StickyEntry, TransferAsk
 from netctl.kubeapi.statuswrites import Write, patch_status
 from tests.conftest import TEST_PLUGINS, TEST_SETTINGS, Daemon, wait_for
 from tests.integration.test_cluster_ipam import address, ipam
@@ -148,8 +148,10 @@ async def connected(real: RealKube, path: Path, token: str) -> AsyncIterator[Api
 
 
 def spec_of(node: str, cidr: str, **more: Any) -> BlockSpec:
-    return BlockSpec(pool="p", scope="s", range="10.190.0.0/16", poolSize=65534, prefix=16,
-                     cidr=cidr, node=node, claimedAt=blocks.now_rfc3339(), **more)
+    """A block's spec, or with ``parent`` (and the rest of ``more``) a borrow's."""
+    kind = BorrowSpec if "parent" in more else BlockSpec
+    return kind(pool="p", scope="s", range="10.190.0.0/16", poolSize=65534, prefix=16,
+                cidr=cidr, node=node, claimedAt=blocks.now_rfc3339(), **more)
 
 
 async def refused(call: Awaitable[object], *words: str) -> None:

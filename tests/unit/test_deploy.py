@@ -381,11 +381,11 @@ def test_the_nad_crd_is_multus_own() -> None:
 
 def test_the_ipamblock_crd_matches_the_code() -> None:
     """The IPAMBlock CRD is cluster-scoped, named and grouped as the kube client calls it,
-    and its schema has every field netctl writes in a block's spec."""
+    and its schema has every field netctl writes in a block's or a borrow's spec."""
     import msgspec
 
     from netctl.kubeapi import blocks
-    from netctl.kubeapi.objects import BlockSpec
+    from netctl.kubeapi.objects import BorrowSpec  # a block's fields and a borrow's
 
     crd = one(DEPLOY / "crds" / "ipamblocks.yaml", "CustomResourceDefinition")
     spec = crd["spec"]
@@ -395,7 +395,7 @@ def test_the_ipamblock_crd_matches_the_code() -> None:
     assert access.allowed(spec["group"], spec["names"]["plural"], "create")
     (version,) = spec["versions"]
     props = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-    assert set(props) == {f.encode_name for f in msgspec.structs.fields(BlockSpec)}
+    assert set(props) == {f.encode_name for f in msgspec.structs.fields(BorrowSpec)}
 
 
 def test_the_journal_reader_role_grants_what_the_daemons_check() -> None:

@@ -68,7 +68,7 @@ from netctl.kubeapi.blocks import BLOCKS, LENDER_LABEL, NODE_LABEL, NODES
 from netctl.kubeapi.informer import Informer
 from netctl.kubeapi.leases import LeaseHold
 from netctl.kubeapi.objects import Block as IPAMBlock
-from netctl.kubeapi.objects import Node
+from netctl.kubeapi.objects import Borrow, Node, decode_block
 
 __all__ = ["ClusterSettings", "ClusterStore", "cluster_store"]
 
@@ -78,22 +78,20 @@ def cluster_store(api: Api, journal: Journal, settings: ClusterSettings,
                   live_pods: Callable[[], AbstractSet[str] | None]) -> ClusterStore:
     """The cluster store over ``api``, its allocations ``live`` (the journal's live
     allocations and cursors); ``live_pods`` gives this node's pod UIDs (None until
-    known). Its caches and loops run in the daemon (``blocks.run``, ``nodes.run``,
-    :meth:`~ClusterStore.answer_borrows`, :meth:`~ClusterStore.start`,
-    :meth:`~ClusterStore.maintain`)."""
+    known). Its caches and loops run in :meth:`~ClusterStore.run`."""
     holdings = Holdings(IndexStore.of(*live))
-    ask, asked = trio.open_memory_channel[IPAMBlock](math.inf)
+    ask, asked = trio.open_memory_channel[Borrow](math.inf)
 
     def on_block(obj: IPAMBlock) -> None:
-        if asks(holdings, obj):  # another node asks for an address of one of ours
+        if asks(obj, holdings):  # another node asks for an address of one of ours
             ask.send_nowait(obj)
 
-    me = settings.node
-    cluster = Cluster(api, journal, settings,
-                      Informer(api, IPAMBlock, BLOCKS, [("labelSelector", f"{NODE_LABEL}={me}")],
-                               on_put=on_block),
-                      Informer(api, IPAMBlock, BLOCKS,
-                               [("labelSelector", f"{LENDER_LABEL}={me}")], on_put=on_block))
+    def watched(label: str) -> Informer[IPAMBlock]:
+        """The blocks and borrows labelled ``label`` this node's name."""
+        return Informer(api, IPAMBlock, BLOCKS, [("labelSelector", f"{label}={settings.node}")],
+                        on_put=on_block, decode=decode_block)
+
+    cluster = Cluster(api, journal, settings, watched(NODE_LABEL), watched(LENDER_LABEL))
     claims = Claims(cluster, holdings)
     borrows = Borrows(cluster, holdings, claims, asked)
     adoption = Adoption(cluster, holdings, claims, live_pods)

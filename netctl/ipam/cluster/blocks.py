@@ -32,10 +32,11 @@ import ipaddress
 import itertools
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
 
 from netctl.ipam.ranges import Range, merge_intervals
 from netctl.kubeapi.blocks import scope_digest
+from netctl.kubeapi.objects import Block as IPAMBlock
+from netctl.kubeapi.objects import Borrow
 
 DEFAULT_PREFIX = {4: 26, 6: 122}
 MIN_BLOCKS = 16  # a default block size is shrunk until the pool holds this many
@@ -153,36 +154,26 @@ def narrow(rng: Range, blocks: Iterable[Block]) -> Range:
     return replace(rng, first=first, last=last, excluded=merge_intervals(inside + gaps))
 
 
-class _Spec(Protocol):
-    """What :func:`held_elsewhere` reads of a block's spec."""
-
-    node: str
-    pool: str
-    cidr: str
-    parent: str
-    grant: str
-
-
-def held_elsewhere(specs: Iterable[_Spec], node: str, pools: Collection[str],
+def held_elsewhere(blocks: Iterable[IPAMBlock], node: str, pools: Collection[str],
                    held: Collection[str]) -> dict[str, int]:
     """By pool (of ``pools``), the addresses of other nodes' blocks: a block counts its
-    size; a borrowed address (a block with a ``parent``) counts only when it was granted out
-    of one of ``node``'s blocks (``held``: their names) — the others lie in a block counted
-    already."""
+    size; a borrow counts only when it was granted out of one of ``node``'s blocks
+    (``held``: their names) — the others lie in a block counted already."""
     out: dict[str, int] = {}
-    for spec in specs:
+    for obj in blocks:
+        spec = obj.spec
         if spec.node == node or spec.pool not in pools:
             continue
-        if spec.parent:
-            n = 1 if spec.parent in held and spec.grant == "granted" else 0
+        if isinstance(obj, Borrow):
+            n = 1 if obj.spec.parent in held and obj.spec.grant == "granted" else 0
         else:
             n = cidr_size(spec.cidr)
         out[spec.pool] = out.get(spec.pool, 0) + n
     return out
 
 
-def published_for(blocks: Iterable[Any], node: str, pool: str, identity: str, ifname: str,
-                  now: float) -> tuple[str, Any] | None:
+def published_for(blocks: Iterable[IPAMBlock], node: str, pool: str, identity: str,
+                  ifname: str, now: float) -> tuple[str, IPAMBlock] | None:
     """The address of ``pool`` another node than ``node`` published as reserved for
     ``identity`` on ``ifname`` (not expired), and the block object of ``blocks`` it is
     published on (pure)."""

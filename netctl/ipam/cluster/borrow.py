@@ -1,6 +1,7 @@
 """Borrowing and lending single addresses: a requested address (``ips``, ``IP=``) in
-another node's block is asked for with a borrow object — a single-address block naming
-that block as its parent — which the owner grants (the address is free there, and it
+another node's block is asked for with a borrow object
+(:class:`~netctl.kubeapi.objects.Borrow`: a single-address block naming that block as its
+parent) which the owner grants (the address is free there, and it
 never hands it out while the object exists) or refuses (:meth:`Borrows.borrow`); this
 node answers the borrow objects naming its own blocks (:meth:`Borrows.answer`), and
 counts the addresses it granted as used (``lent``).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import trio
 
@@ -38,18 +40,20 @@ from netctl.journal.records import BlockRecord, Reservation
 from netctl.kubeapi import blocks as block_objects
 from netctl.kubeapi.api import ApiError
 from netctl.kubeapi.objects import Block as IPAMBlock
-from netctl.kubeapi.objects import TransferAsk
+from netctl.kubeapi.objects import Borrow, TransferAsk
 
 log = logging.getLogger("netctl.ipam")
 
 
-def asks(holdings: Holdings, obj: IPAMBlock) -> bool:
-    """Whether ``obj`` asks this node for an address of one of its blocks, or for one of
-    its borrow objects (a transfer)."""
+def asks(obj: IPAMBlock, holdings: Holdings) -> TypeGuard[Borrow]:
+    """Whether ``obj`` is a borrow that asks this node for an address of one of its
+    blocks, or for the borrow itself (a transfer)."""
+    if not isinstance(obj, Borrow):
+        return False
     ask = obj.spec.transfer
     if ask is not None:
         return not ask.refused and obj.metadata.name in holdings.held
-    return bool(obj.spec.parent) and not obj.spec.grant and obj.spec.parent in holdings.held
+    return not obj.spec.grant and obj.spec.parent in holdings.held
 
 
 @dataclass
@@ -57,7 +61,7 @@ class Borrows:
     cluster: Cluster
     holdings: Holdings
     claims: Claims
-    asked: trio.MemoryReceiveChannel[IPAMBlock]  # what the blocks' watch finds :func:`asks`
+    asked: trio.MemoryReceiveChannel[Borrow]  # what the blocks' watch finds :func:`asks`
     borrows: int = 0  # requested addresses granted by another node
 
     async def borrow(self, cfg: IPAMConfig, rng: Range, key: str, ip: int, text: str,
@@ -71,8 +75,8 @@ class Borrows:
         scope = scope_of(cfg, key)
         single = Block(rng.version, ip, BITS[rng.version])
         owner = parent.spec.node
-        obj = await self.claims.claim(key, scope, single, cfg, rng, parent=parent.metadata.name,
-                                      identity=identity, ifname=ifname, lender=owner)
+        obj = await self.claims.claim(key, scope, single, cfg, rng, parent=parent,
+                                      identity=identity, ifname=ifname)
         if obj is None:
             other = await block_objects.get(api, block_name(scope, single))
             who = f"node {other.spec.node}" if other is not None else "another node"
@@ -85,7 +89,7 @@ class Borrows:
             answer = ""
             with trio.move_on_after(wait):
                 while True:
-                    found = await block_objects.get(api, obj.metadata.name)
+                    found = await block_objects.get_borrow(api, obj.metadata.name)
                     answer = found.spec.grant if found is not None else "refused"
                     if answer:
                         break
@@ -108,9 +112,8 @@ class Borrows:
                        f"block {parent.spec.cidr} of node {owner}, which did not answer "
                        f"within {wait:g} s; try again later")
 
-    async def place(self, cfg: IPAMConfig, ranges: list[Range],
-                               wanted: list[str], identity: str = "", ifname: str = ""
-                               ) -> None:
+    async def place(self, cfg: IPAMConfig, ranges: list[Range], wanted: list[str],
+                    identity: str = "", ifname: str = "") -> None:
         """Each requested address inside a block of this node: the block claimed when nobody
         holds it; borrowed (or refused, code 7) when another node does — for sticky
         ``identity`` on ``ifname`` when given, so that its node grants it a reserved
@@ -136,8 +139,7 @@ class Borrows:
                 if other is not None and other.spec.node != node:
                     single = Block(rng.version, ip, BITS[rng.version])
                     if block_name(scope, single) not in held:
-                        await self.borrow(cfg, rng, key, ip, text, other,
-                                                  identity, ifname)
+                        await self.borrow(cfg, rng, key, ip, text, other, identity, ifname)
                     break
                 raise CNIError(TRY_AGAIN_LATER, f"requested address {text} in pool {key}: "
                                f"block {blk.cidr} was claimed meanwhile; try again")
@@ -149,15 +151,13 @@ class Borrows:
             await self.answer(obj)
 
     async def answer_cached(self) -> None:
-        """Answer the asks the watch brought before this node held their block."""
-        for obj in [b for b in self._seen() if asks(self.holdings, b)]:
+        """Answer the asks the watch brought before this node held their block (from the
+        caches of this node's blocks and of the borrow objects asking it)."""
+        seen = [*self.cluster.blocks.cache.values(), *self.cluster.asking.cache.values()]
+        for obj in [b for b in seen if asks(b, self.holdings)]:
             await self.answer(obj)
 
-    def _seen(self) -> list[IPAMBlock]:
-        """This node's blocks and the borrow objects asking it, from their caches."""
-        return [*self.cluster.blocks.cache.values(), *self.cluster.asking.cache.values()]
-
-    async def answer(self, obj: IPAMBlock) -> None:
+    async def answer(self, obj: Borrow) -> None:
         """Grant the address when it is free here, or reserved here for the sticky identity
         the borrow names (the reservation then ends: taken back by that node); else
         refuse it."""
@@ -199,7 +199,7 @@ class Borrows:
                 await self.cluster.journal.ipam.end_reservations(
                     [res], "taken_back", f"taken back by node {obj.spec.node}")
 
-    async def answer_transfer(self, obj: IPAMBlock) -> None:
+    async def answer_transfer(self, obj: Borrow) -> None:
         """Another node asks for this node's borrow object ``obj``: handed over when its
         address is reserved here for the identity the ask names (the reservation ends:
         taken back by that node, and the object is no longer this node's); else
@@ -237,7 +237,7 @@ class Borrows:
                 await self.claims.life.move(h.record, "released")
                 self.cluster.blocks.cache[("", done.metadata.name)] = done
 
-    async def take(self, cfg: IPAMConfig, rng: Range, key: str, obj: IPAMBlock,
+    async def take(self, cfg: IPAMConfig, rng: Range, key: str, obj: Borrow,
                    identity: str, ifname: str) -> None:
         """Ask another node for its borrow object ``obj``, whose address is reserved there
         for ``identity`` (see :meth:`answer_transfer`); held here once handed over. Code 7
@@ -269,13 +269,13 @@ class Borrows:
                            f"for {identity} on node {holder}, which did not answer within "
                            f"{wait:g} s; try again later")
 
-    async def _ask(self, obj: IPAMBlock, ask: TransferAsk
-                   ) -> tuple[IPAMBlock | None, IPAMBlock | None]:
+    async def _ask(self, obj: Borrow, ask: TransferAsk
+                   ) -> tuple[Borrow | None, Borrow | None]:
         """Ask for borrow object ``obj`` (under the resourceVersion read; read again when
         it changed) and wait for the answer; withdraw the ask when none came in time. The
         object as asked (None: not asked) and as last read."""
         api, holder = self.cluster.api, obj.spec.node
-        current: IPAMBlock | None = obj
+        current: Borrow | None = obj
         asked = None
         for _ in range(3):
             if current is None or current.spec.node != holder:
@@ -283,31 +283,32 @@ class Borrows:
             asked = await block_objects.ask_transfer(api, current, ask)
             if asked is not None:
                 break
-            current = await block_objects.get(api, obj.metadata.name)
+            current = await block_objects.get_borrow(api, obj.metadata.name)
         if asked is None:
             return None, current
 
-        def pending(b: IPAMBlock | None) -> bool:
+        def pending(b: Borrow | None) -> bool:
             return b is not None and b.spec.node != ask.node and b.spec.transfer is not None \
                 and not b.spec.transfer.refused
 
-        found: IPAMBlock | None = asked
+        found: Borrow | None = asked
         with trio.move_on_after(self.cluster.settings.ready_wait):
             while True:  # polled, as a borrow's answer is
-                found = await block_objects.get(api, obj.metadata.name)
+                found = await block_objects.get_borrow(api, obj.metadata.name)
                 if not pending(found):
                     break
                 await trio.sleep(0.05)
         if pending(found) and found is not None \
                 and await block_objects.withdraw_transfer(api, found) is None:
-            found = await block_objects.get(api, obj.metadata.name)  # answered meanwhile
+            found = await block_objects.get_borrow(api, obj.metadata.name)  # answered meanwhile
         return asked, found
 
     def lent_now(self) -> dict[int, set[int]]:
         """The addresses of this node's blocks granted to other nodes, from the cache."""
         lent: dict[int, set[int]] = {}
         for b in self.cluster.asking.cache.values():
-            if b.spec.parent in self.holdings.held and b.spec.grant == "granted" \
+            if isinstance(b, Borrow) and b.spec.parent in self.holdings.held \
+                    and b.spec.grant == "granted" \
                     and b.spec.node != self.cluster.settings.node:  # not taken over with it
                 found = parse_address(b.spec.cidr)
                 if found is not None:

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import msgspec
 import trio
 
 from netctl.errors import POOL_EXHAUSTED, TRY_AGAIN_LATER, CNIError
@@ -25,7 +26,7 @@ from netctl.journal.records import BlockRecord
 from netctl.kubeapi import blocks as block_objects
 from netctl.kubeapi.api import ApiError
 from netctl.kubeapi.objects import Block as IPAMBlock
-from netctl.kubeapi.objects import BlockSpec
+from netctl.kubeapi.objects import BlockSpec, Borrow, BorrowSpec
 
 log = logging.getLogger("netctl.ipam")
 
@@ -111,7 +112,7 @@ class Claims:
         api = self.cluster.api
         for obj in await block_objects.listed(api, f"!{block_objects.NODE_LABEL}"):
             lender = ""
-            if obj.spec.parent:
+            if isinstance(obj, Borrow):
                 parent = await block_objects.get(api, obj.spec.parent)
                 lender = parent.spec.node if parent is not None else ""
             new = await block_objects.label(api, obj, lender)
@@ -128,23 +129,27 @@ class Claims:
         return done
 
     async def claim(self, pool: str, scope: str, blk: Block, cfg: IPAMConfig, rng: Range,
-                    parent: str = "", identity: str = "", ifname: str = "", lender: str = ""
+                    parent: IPAMBlock | None = None, identity: str = "", ifname: str = ""
                     ) -> IPAMBlock | None:
-        """The claim itself: intent journaled, object created, outcome journaled (a borrow,
-        with ``parent``, is held only once granted: its record waits in ``pending``, and
-        ``lender``, the parent's node, is named in its label, so that node's watch brings
-        it; with ``identity``, it asks for that sticky identity's reserved address)."""
+        """The claim itself: intent journaled, object created, outcome journaled. With
+        ``parent``, another node's block, a borrow of ``blk`` (an address of it), held only
+        once granted: its record waits in ``pending``, and the parent's node is named in
+        its label (the lender), so that node's watch brings it; with ``identity``, it asks
+        for that sticky identity's reserved address."""
         api, node = self.cluster.api, self.cluster.settings.node
         name = block_name(scope, blk)
         rec = await self.life.open(BlockRecord(name=name, pool=pool, scope=scope,
                                                cidr=blk.cidr, node=node, state=CLAIMING))
         spec = BlockSpec(pool=pool, scope=scope, range=rng.key, networkName=cfg.network_name,
                          poolSize=rng.size, prefix=rng.cidr.prefixlen, cidr=blk.cidr,
-                         node=node, claimedAt=block_objects.now_rfc3339(), parent=parent,
-                         identity=identity, ifname=ifname)
+                         node=node, claimedAt=block_objects.now_rfc3339())
+        if parent is not None:
+            spec = BorrowSpec(**msgspec.structs.asdict(spec), parent=parent.metadata.name,
+                              identity=identity, ifname=ifname)
         self._claiming.add(rec.id)
         try:
-            obj = await block_objects.claim(api, name, spec, lender)
+            obj = await block_objects.claim(api, name, spec,
+                                            "" if parent is None else parent.spec.node)
         except ApiError as exc:  # the outcome is unknown: settled later by reading it
             self._claiming.discard(rec.id)
             raise CNIError(TRY_AGAIN_LATER, f"ipam: pool {pool} needs a new block and the API "
@@ -154,7 +159,7 @@ class Claims:
             if obj is None:
                 await self.life.move(rec, "refused")
                 return None
-            if parent:
+            if parent is not None:
                 self.pending[obj.metadata.name] = rec
                 return obj
             await self.hold(rec, obj)
@@ -195,7 +200,7 @@ class Claims:
                 if rec.state == "claiming" and obj is not None and obj.spec.node == node:
                     log.info("the claim of block %s (pool %s) had succeeded", rec.cidr,
                              rec.pool)
-            if obj is not None and obj.spec.node == node and obj.spec.parent \
+            if isinstance(obj, Borrow) and obj.spec.node == node \
                     and obj.spec.grant != "granted" \
                     and rec.name not in self.pending:  # a borrow asked before a crash
                 if await block_objects.release(api, obj):

@@ -30,7 +30,7 @@ from netctl.kubeapi.blocks import LENDER_LABEL, NODE_LABEL
 from netctl.kubeapi.informer import Informer
 from netctl.kubeapi.leases import LeaseHold
 from netctl.kubeapi.objects import Block as IPAMBlock
-from netctl.kubeapi.objects import Node
+from netctl.kubeapi.objects import Borrow, Node
 from netctl.kubeapi.pods import pods_on
 
 log = logging.getLogger("netctl.ipam")
@@ -123,7 +123,7 @@ class GoneNodes:
         stays lent here, never handed out again."""
         api, me = self.cluster.api, self.cluster.settings.node
         for obj in await block_objects.listed(api, f"{LENDER_LABEL}={node}"):
-            if obj.spec.parent in self.claims.holdings.held:
+            if isinstance(obj, Borrow) and obj.spec.parent in self.claims.holdings.held:
                 new = await block_objects.label(api, obj, lender=me)
                 if new is not None:
                     self.cluster.asking.cache[("", new.metadata.name)] = new

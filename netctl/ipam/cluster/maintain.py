@@ -25,6 +25,7 @@ from netctl.ipam.cluster.gone import GoneNodes
 from netctl.ipam.cluster.state import Cluster, Held, Holdings
 from netctl.kubeapi import blocks as block_objects
 from netctl.kubeapi.api import ApiError
+from netctl.kubeapi.objects import Borrow
 
 log = logging.getLogger("netctl.ipam")
 
@@ -75,9 +76,9 @@ class Maintenance:
                 continue
             elif now - h.empty_since < self.cluster.settings.block_idle:
                 continue
-            elif not h.obj.spec.parent and len(
+            elif not isinstance(h.obj, Borrow) and len(
                     [b for b in held.values() if b.record.pool == h.record.pool
-                     and not b.obj.spec.parent]) <= 1:
+                     and not isinstance(b.obj, Borrow)]) <= 1:
                 continue  # keep one block per pool (a borrowed address is given back)
             self.claims.life.withdraw(name)  # no allocation lands in it from here on
             try:

@@ -4,7 +4,8 @@ with the caches of blocks and nodes (:class:`Cluster`), and what this node holds
 besides). Built once by :func:`netctl.ipam.cluster.cluster_store`.
 
 A block has one shape per layer: the API object (:class:`~netctl.kubeapi.objects.Block`,
-imported here as ``IPAMBlock``), the journal's record
+imported here as ``IPAMBlock``; a :class:`~netctl.kubeapi.objects.Borrow` when it is a
+borrowed address), the journal's record
 (:class:`~netctl.journal.records.BlockRecord`), and the numbers the arithmetic works on
 (:class:`netctl.ipam.cluster.blocks.Block`); :class:`Held` ties the three of a block this
 node holds together.

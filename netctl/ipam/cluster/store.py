@@ -45,7 +45,7 @@ from netctl.kubeapi import blocks as block_objects
 from netctl.kubeapi.api import ApiError
 from netctl.kubeapi.informer import Informer
 from netctl.kubeapi.objects import Block as IPAMBlock
-from netctl.kubeapi.objects import Node, StickyEntry
+from netctl.kubeapi.objects import Borrow, Node, StickyEntry
 
 log = logging.getLogger("netctl.ipam")
 
@@ -262,11 +262,10 @@ class ClusterStore:
                 continue
             found, obj = published
             try:
-                if obj.spec.parent:  # a borrowed address: its borrower hands it over
+                if isinstance(obj, Borrow):  # its borrower hands it over
                     await self.borrows.take(cfg, rng, key, obj, owner.identity, owner.ifname)
                 else:
-                    await self.borrows.place(cfg, [rng], [found], owner.identity,
-                                                owner.ifname)
+                    await self.borrows.place(cfg, [rng], [found], owner.identity, owner.ifname)
             except CNIError as exc:
                 if exc.code != INVALID_CONFIG:
                     raise
@@ -342,9 +341,6 @@ class ClusterStore:
         self.holdings.lent = self.borrows.lent_now()
         self.ready.set()
 
-    async def take_over_whereabouts(self) -> int:
-        return await self.whereabouts.take_over()
-
     async def run(self, block_check: float, takeover: bool = False) -> None:
         """Everything the store runs, for ever (cancel to stop): its caches, the answers to
         other nodes' asks, the reservations published, its start (after taking over
@@ -355,22 +351,19 @@ class ClusterStore:
             nursery.start_soon(self.blocks.run)
             nursery.start_soon(self.cluster.asking.run)
             nursery.start_soon(self.maintenance.gone.run)  # the Lease; Nodes while held
-            nursery.start_soon(self.answer_borrows)
+            nursery.start_soon(self.borrows.answer_borrows)
             nursery.start_soon(self.publish_reservations)
             while True:
                 try:
                     if not self.ready.is_set():
                         if takeover:
-                            await self.take_over_whereabouts()
+                            await self.whereabouts.take_over()
                         await self.start()
                     else:
                         await self.maintain()
                 except (ApiError, CNIError) as exc:
                     log.warning("cluster IPAM: %s; retrying", exc)
                 await trio.sleep(block_check if self.ready.is_set() else 1.0)
-
-    async def answer_borrows(self) -> None:
-        await self.borrows.answer_borrows()
 
     async def maintain(self, now: float | None = None) -> dict[str, Any]:
         """One round, once ready: settle unfinished claims, read whereabouts' holds again
@@ -410,7 +403,7 @@ class ClusterStore:
         other nodes' blocks (:func:`~netctl.ipam.cluster.blocks.held_elsewhere`). Capped
         at the pool's size (netctl/engine/degraded.py)."""
         usage = self.holdings.index.pool_fill()  # live and reserved
-        others = held_elsewhere([b.spec for b in self.cluster.known()],
+        others = held_elsewhere(self.cluster.known(),
                                 self.cluster.settings.node, usage, self.holdings.held)
         return {pool: (size, used + others.get(pool, 0) if size is None
                        else min(size, used + others.get(pool, 0)))
