@@ -64,8 +64,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     modules are compiled once here: the daemons and commands the tests start (hundreds)
     then load its bytecode, also where ``PYTHONDONTWRITEBYTECODE`` keeps Python from
     writing it on import (each would compile the modules it imports again: 0.1 to 0.3 s).
+    For the same reason this process writes bytecode whatever that variable says: pytest
+    then keeps each test module's assertion-rewritten code beside it and reuses it while the
+    module is unchanged (the collection took 8 to 22 s here, 2 to 6 s with that kept).
     With :data:`SANITIZED`, ``make plugin-sanitized`` too, and its old reports are
     removed."""
+    sys.dont_write_bytecode = False
     targets = ["plugin", "plugin-sanitized"] if SANITIZED else ["plugin"]
     proc = subprocess.run(["make", "-s", "-C", str(ROOT), *targets], capture_output=True,
                           text=True)

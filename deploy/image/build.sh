@@ -67,19 +67,22 @@ if [ ! -d "$ctx/deps" ] || [ "$(cat "$work/deps.key" 2>/dev/null)" != "$key" ]; 
 fi
 
 # 2b. netctl, built from a copy of the working tree (setuptools writes build/ and
-# *.egg-info next to the sources it builds, and this tree is shared)
-rm -rf "${work:?}/src" "${ctx:?}/app" "${ctx:?}/bin"
-mkdir -p "$work/src" "$ctx/bin"
-cp -r pyproject.toml netctl migrations "$work/src/"
-find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
-"$PY" -m pip install --quiet --disable-pip-version-check --target "$ctx/app" --no-deps \
-  --no-compile "$work/src"
-# Not on a node: the kit (netctl/kit: benches, the fake API server, the harness, the
-# demo's scaffolding) is a distribution of its own (netctl-kit), not in netctl's wheel;
-# nothing of it is left in the image. `netctl` offers no `netctl bench` there.
-rm -rf "$ctx/app/bin" "$ctx/app/netctl/kit"
-# the console scripts of [project.scripts], for the image's /usr/bin/python3
-"$PY" - "$ctx/bin" <<'EOF'
+# *.egg-info next to the sources it builds, and this tree is shared); built again only when
+# one of its files changed (pip's isolated build takes 5 to 15 s; the tests run make image
+# twice a session: the node-density bench, then the DaemonSet's test)
+build_app() {
+  rm -rf "${work:?}/src" "${ctx:?}/app" "${ctx:?}/bin"
+  mkdir -p "$work/src" "$ctx/bin"
+  cp -r pyproject.toml netctl migrations "$work/src/"
+  find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
+  "$PY" -m pip install --quiet --disable-pip-version-check --target "$ctx/app" --no-deps \
+    --no-compile "$work/src"
+  # Not on a node: the kit (netctl/kit: benches, the fake API server, the harness, the
+  # demo's scaffolding) is a distribution of its own (netctl-kit), not in netctl's wheel;
+  # nothing of it is left in the image. `netctl` offers no `netctl bench` there.
+  rm -rf "$ctx/app/bin" "$ctx/app/netctl/kit"
+  # the console scripts of [project.scripts], for the image's /usr/bin/python3
+  "$PY" - "$ctx/bin" <<'EOF'
 import sys, tomllib
 for name, ref in tomllib.load(open("pyproject.toml", "rb"))["project"]["scripts"].items():
     module, func = ref.split(":")
@@ -88,6 +91,15 @@ for name, ref in tomllib.load(open("pyproject.toml", "rb"))["project"]["scripts"
                  f"from {module} import {func}\n\nif __name__ == \"__main__\":\n"
                  f"    sys.exit({func}())\n")
 EOF
+}
+app_key=$({ find pyproject.toml netctl migrations -name __pycache__ -prune -o -type f -print0 \
+              | LC_ALL=C sort -z | xargs -0 sha256sum; "$PY" -VV; } | sha256sum)
+if [ ! -d "$ctx/app" ] || [ ! -d "$ctx/bin" ] \
+    || [ "$(cat "$work/app.key" 2>/dev/null)" != "$app_key" ]; then
+  rm -f "$work/app.key"
+  build_app
+  echo "$app_key" > "$work/app.key"
+fi
 cp "$PLUGIN" "$ctx/netctl-cni"
 
 # 3. the image

@@ -278,6 +278,9 @@ def held_hotplug(daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_p
 def test_a_runtime_del_cancels_a_hotplug_in_flight(
         daemon: Daemon, kube: FakeKube, netns: Callable[[], str], tmp_path: Path) -> None:
     gate = tmp_path / "gate"
+    # cancel-grace: the cancelled gate step waits through it and is killed after it (the
+    # default, 5 s, is no part of what this test checks)
+    daemon.settings["cancel-grace"] = 0.5
     uid, ns = held_hotplug(daemon, kube, netns, tmp_path, "p6", gate)
     assert "net1" in netns_links(ns)
     res = cni(daemon, "DEL", "cp6", ns, "p6", uid)

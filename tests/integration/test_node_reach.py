@@ -60,19 +60,33 @@ LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{LEAS
 
 
 @pytest.fixture(scope="module")
-def real() -> Iterator[RealKube]:
-    """A real API server of its own (the policies would refuse the session's other tests'
-    tokens, which name no node) with the policies applied and enforced."""
+def real(request: pytest.FixtureRequest) -> Iterator[RealKube]:
+    """The session's real API server (``real_kube``) with the policies applied and enforced
+    for this module's tests, then removed, and waited for until they no longer refuse
+    anything: they would refuse the session's other tests' tokens, which name no node.
+    That server runs the newest selected version: 1.30 or later whenever
+    :func:`~netctl_kit.kubebins.pick` finds one (a server of the module's own took another
+    7 s or more to start)."""
     version = kubebins.pick(MIN_MINOR, names=kubebins.SERVER_BINARIES)
     reason = realkube.unavailable() or (
         kubebins.missing(MIN_MINOR, names=kubebins.SERVER_BINARIES) if version is None else "")
     if reason:
         pytest.skip(f"real kube-apiserver: {reason}")
-    with RealKube(kube=version) as kube:
-        kube.apply(manifest(POLICIES))
-        wait_for(lambda: dry_run(kube, kube.sa_token, "POST", blocks.BLOCKS, block_doc(
-            "b-probe", "node-a")) == (403, REACH), 60, f"policy {REACH} enforced")
+    kube: RealKube = request.getfixturevalue("real_kube")
+    policies = manifest(POLICIES)
+
+    def probe() -> tuple[int, str]:  # a block made with a token that names no node
+        return dry_run(kube, kube.sa_token, "POST", blocks.BLOCKS, block_doc("b-probe", "node-a"))
+
+    kube.apply(policies)
+    try:
+        wait_for(lambda: probe() == (403, REACH), 60, f"policy {REACH} enforced")
         yield kube
+    finally:
+        # (the gone-nodes policy looks only at tokens bound to a pod on a node, which no
+        # other module makes)
+        kube.remove(policies)
+        wait_for(lambda: probe() == (200, ""), 60, f"policy {REACH} no longer enforced")
 
 
 @pytest.fixture

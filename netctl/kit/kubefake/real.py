@@ -610,6 +610,15 @@ class RealKube(Opened):
             if doc["kind"] == "CustomResourceDefinition":
                 self._wait_established(doc)
 
+    def remove(self, docs: Iterable[dict[str, Any]]) -> None:
+        """Delete the objects of a manifest that :meth:`apply` created, as the admin, the
+        last first; one already gone is no error."""
+        for doc in reversed(builtins.list(docs)):
+            prefix, plural, namespaced = _MANIFEST_KINDS[doc["kind"]]
+            ns = doc["metadata"].get("namespace", "default") if namespaced else None
+            path = f"{prefix}/namespaces/{ns}/{plural}" if ns else f"{prefix}/{plural}"
+            self.request("DELETE", f"{path}/{doc['metadata']['name']}", ok_missing=True)
+
     def _wait_established(self, doc: dict[str, Any]) -> None:
         name = doc["metadata"]["name"]
         spec = doc["spec"]
