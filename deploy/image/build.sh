@@ -69,7 +69,8 @@ fi
 # 2b. netctl, built from a copy of the working tree (setuptools writes build/ and
 # *.egg-info next to the sources it builds, and this tree is shared); built again only when
 # one of its files changed (pip's isolated build takes 5 to 15 s; the tests run make image
-# twice a session: the node-density bench, then the DaemonSet's test)
+# twice a session: the node-density bench, then the DaemonSet's test). The key is kept in
+# the copy, which every build of the app removes first (this script's older versions too).
 build_app() {
   rm -rf "${work:?}/src" "${ctx:?}/app" "${ctx:?}/bin"
   mkdir -p "$work/src" "$ctx/bin"
@@ -95,10 +96,9 @@ EOF
 app_key=$({ find pyproject.toml netctl migrations -name __pycache__ -prune -o -type f -print0 \
               | LC_ALL=C sort -z | xargs -0 sha256sum; "$PY" -VV; } | sha256sum)
 if [ ! -d "$ctx/app" ] || [ ! -d "$ctx/bin" ] \
-    || [ "$(cat "$work/app.key" 2>/dev/null)" != "$app_key" ]; then
-  rm -f "$work/app.key"
+    || [ "$(cat "$work/src/.app-key" 2>/dev/null)" != "$app_key" ]; then
   build_app
-  echo "$app_key" > "$work/app.key"
+  echo "$app_key" > "$work/src/.app-key"
 fi
 cp "$PLUGIN" "$ctx/netctl-cni"
 
