@@ -142,9 +142,10 @@ def _cmd_journal_rebuild(args: argparse.Namespace) -> int:
         print(f"netctl: journal {path} is open in process {', '.join(map(str, users))} "
               "(a running daemon): stop it first", file=sys.stderr)
         return 1
-    # as the daemon reads them: the netns dirs mounted as they are or under host-root,
+    # as the daemon reads them: the netns dirs mounted as they are and under host-root,
     # libcni's results under host-root
-    netns_dirs = (*cfg.netns_dirs, *(resolve(cfg.host_root, d) for d in cfg.netns_dirs))
+    netns_dirs = (*cfg.netns_dirs, *(resolve(cfg.host_root, d) for d in cfg.netns_dirs
+                                     if cfg.host_root))
     report = rebuild.rebuild(path, force=args.force, netns_dirs=netns_dirs,
                              results_dir=resolve(cfg.host_root, cfg.cni_results_dir))
     if args.json:

@@ -135,16 +135,24 @@ class Holder:
     source: str  # where the container was named: journal | runtime cache
 
 
-def _holders_in_journal(db: sqlite3.Connection) -> dict[Key, Holder]:
-    """Each live netns the rebuilt journal still names: its live attachment's container,
-    else its latest ADD's."""
+def _named(path: object, names: set[str]) -> Key | None:
+    """The netns at ``path`` when it is called one of ``names`` (the live ones that need an
+    owner: other paths are not looked at) and exists."""
+    if not isinstance(path, str) or os.path.basename(path) not in names:
+        return None
+    return _key(path)
+
+
+def _holders_in_journal(db: sqlite3.Connection, names: set[str]) -> dict[Key, Holder]:
+    """Each live netns called one of ``names`` the rebuilt journal still names: its live
+    attachment's container, else its latest ADD's."""
     out: dict[Key, Holder] = {}
     for sql in ("SELECT container_id, netns, pod_namespace, pod_name, pod_uid FROM"
                 " operations WHERE verb = 'ADD' AND netns != '' ORDER BY id",
                 "SELECT container_id, netns, pod_namespace, pod_name, pod_uid FROM"
                 " attachments WHERE state != 'removed' AND netns != '' ORDER BY id"):
         for row in db.execute(sql):
-            key = _key(row["netns"])
+            key = _named(row["netns"], names)
             if key is not None:
                 out[key] = Holder(row["container_id"], Pod(
                     namespace=row["pod_namespace"], name=row["pod_name"],
@@ -152,16 +160,17 @@ def _holders_in_journal(db: sqlite3.Connection) -> dict[Key, Holder]:
     return out
 
 
-def _holders_in_cache(results_dir: str) -> dict[Key, Holder]:
-    """Each netns a runtime's cached ADD result names as a sandbox: its container."""
+def _holders_in_cache(results_dir: str, names: set[str]) -> dict[Key, Holder]:
+    """Each netns called one of ``names`` a runtime's cached ADD result names as a sandbox:
+    its container."""
     out: dict[Key, Holder] = {}
     try:
-        names = os.listdir(results_dir)
+        files = os.listdir(results_dir)
     except OSError:
         return out
-    for name in names:
+    for file in files:
         try:
-            with open(os.path.join(results_dir, name), "rb") as fh:
+            with open(os.path.join(results_dir, file), "rb") as fh:
                 entry = json.load(fh)
             args = dict(entry.get("cniArgs") or [])
             container = str(entry["containerId"])
@@ -172,7 +181,7 @@ def _holders_in_cache(results_dir: str) -> dict[Key, Holder]:
                   name=str(args.get("K8S_POD_NAME", "")),
                   uid=str(args.get("K8S_POD_UID", "")))
         for sandbox in sandboxes:
-            key = _key(sandbox) if isinstance(sandbox, str) and sandbox else None
+            key = _named(sandbox, names)
             if key is not None:
                 out.setdefault(key, Holder(container, pod, "runtime cache"))
     return out
@@ -200,13 +209,17 @@ def recover(db: sqlite3.Connection, netns_dirs: tuple[str, ...], results_dir: st
              if (p := _pool(r, scopes.get(r["key"]))) is not None]
     held = {(scope, ipaddress.ip_address(address)) for scope, address in db.execute(
         "SELECT scope, address FROM ipam_allocations WHERE released_at IS NULL")}
-    holders = {**_holders_in_cache(results_dir), **_holders_in_journal(db)}
-    by_netns: dict[str, list[Allocation]] = {}
+    wanted: list[tuple[Found, Pool]] = []  # addresses no live allocation holds
     for found in addresses(netns_dirs):
         pool = next((p for p in pools if p.holds(found.address)), None)
-        if pool is None or (pool.scope, found.address.ip) in held:
-            continue
-        held.add((pool.scope, found.address.ip))
+        if pool is not None and (pool.scope, found.address.ip) not in held:
+            held.add((pool.scope, found.address.ip))
+            wanted.append((found, pool))
+    names = {os.path.basename(found.netns) for found, _ in wanted}
+    holders = {**_holders_in_cache(results_dir, names), **_holders_in_journal(db, names)} \
+        if wanted else {}
+    by_netns: dict[str, list[Allocation]] = {}
+    for found, pool in wanted:
         key = _key(found.netns)
         holder = holders.get(key) if key is not None else None
         owner = Owner(holder.container_id if holder else "", found.ifname, found.netns,
