@@ -36,7 +36,8 @@ from netctl.journal.recover import recover
 # filled by their triggers as the rows come in
 TABLES = ("operations", "attachments", "steps", "ipam_pools", "ipam_allocations",
           "ipam_blocks")
-CHUNK = 512  # rows read at once while the pages hold
+MAX_ROWID = (1 << 63) - 1
+MAX_SPANS = 10_000  # broken places read past in one table before its read stops
 
 
 class JournalBroken(CNIError):
@@ -151,7 +152,8 @@ def _copy(old: sqlite3.Connection, new: sqlite3.Connection, table: str,
           report: RebuildReport) -> None:
     """Every readable row of ``table`` from ``old`` into ``new`` (the columns both have):
     read in row-id order; where a broken page stops the read, the first row id after it
-    that reads is found (:func:`_past`) and the read goes on from there."""
+    that reads is found (:func:`_past`) and the read goes on from there. A broken page
+    can yield row ids out of order: such rows are skipped, so that every turn moves on."""
     try:
         columns = [c for c in _columns(old, table) if c in set(_columns(new, table))]
     except sqlite3.DatabaseError:
@@ -163,9 +165,11 @@ def _copy(old: sqlite3.Connection, new: sqlite3.Connection, table: str,
              f"({', '.join('?' * len(columns))})"
     copied = spans = 0
     last = 0
-    while True:
+    while spans < MAX_SPANS:
         try:
             for row in old.execute(select, (last,)):
+                if int(row[0]) <= last:  # out of order: from a broken page
+                    continue
                 new.execute(insert, row[1:])
                 last = int(row[0])
                 copied += 1
@@ -175,7 +179,7 @@ def _copy(old: sqlite3.Connection, new: sqlite3.Connection, table: str,
             after = _past(old, table, last)
             if after is None:  # nothing readable after the broken page
                 break
-            try:  # that row alone, so that every turn moves on by one row id at least
+            try:  # that row alone: every turn moves on by one row id at least
                 row = old.execute(f"SELECT rowid, {names} FROM {table} WHERE rowid = ?",
                                   (after,)).fetchone()
                 new.execute(insert, row[1:])
@@ -190,7 +194,8 @@ def _copy(old: sqlite3.Connection, new: sqlite3.Connection, table: str,
 
 def _past(conn: sqlite3.Connection, table: str, last: int) -> int | None:
     """The first row id above ``last`` that a read starting there reaches without error
-    (None: none does): found by doubling the jump past ``last``, then by halving back."""
+    (None: none does): found by doubling the jump past ``last``, then by halving back. A
+    read from ``start`` that yields a row id below ``start`` (a broken page's) fails."""
     probe = f"SELECT rowid FROM {table} WHERE rowid >= ? ORDER BY rowid LIMIT 1"
 
     def reads(start: int) -> tuple[bool, int | None]:
@@ -198,19 +203,21 @@ def _past(conn: sqlite3.Connection, table: str, last: int) -> int | None:
             row = conn.execute(probe, (start,)).fetchone()
         except sqlite3.DatabaseError:
             return False, None
-        return True, None if row is None else int(row[0])
+        if row is None:
+            return True, None
+        return int(row[0]) >= start, int(row[0])
 
     bad, step = last, 1
     while True:
+        if last + step > MAX_ROWID:
+            return None
         ok, found = reads(last + step)
         if ok:
             break
         bad = last + step
         step *= 2
-        if step > 1 << 48:
-            return None
     good = last + step
-    while good - bad > 1:  # the lowest start that reads lies in (bad, good]
+    while good - bad > 1:  # a start that reads lies in (bad, good]: the lowest found
         mid = (bad + good) // 2
         ok, at = reads(mid)
         if ok:
