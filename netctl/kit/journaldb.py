@@ -21,7 +21,7 @@ import sqlite3
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
-from netctl.journal.migrate import applied, available
+from netctl.journal.migrate import applied, available, migrate
 from netctl.journal.query import containers_filter
 
 
@@ -451,3 +451,36 @@ def leaf_pages(conn: sqlite3.Connection, table: str) -> list[int]:
     return [int(r[0]) for r in conn.execute(
         "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path",
         (table,))]
+
+
+def simulate_filler_journal(path: str | Path, tables: Iterable[str], rows: int) -> None:
+    """A journal whose ``tables`` hold ``rows`` rows each of filler values (no foreign
+    keys), checkpointed into the file: pages a test can overwrite."""
+    migrate(str(path))
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys=OFF")
+    for table in tables:
+        columns = [r for r in conn.execute(f"PRAGMA table_info({table})") if not r[5]]
+        names = ", ".join(r[1] for r in columns)
+        for i in range(rows):
+            values = [i if "INT" in (r[2] or "").upper() else f"{r[1]}-{i}-" + "x" * 30
+                      for r in columns]
+            conn.execute(f"INSERT INTO {table} ({names}) VALUES "
+                         f"({', '.join('?' * len(columns))})", values)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
+def copy_target(path: str | Path) -> sqlite3.Connection:
+    """A connection to a new journal as the rebuild writes it: foreign keys off, in one
+    transaction."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys=OFF")
+    conn.execute("BEGIN")
+    return conn
+
+
+def row_ids(conn: sqlite3.Connection, table: str) -> list[int]:
+    if table not in (*TABLES, "ipam_blocks"):
+        raise ValueError(f"{table!r} is not one of the journal's tables")
+    return [int(r[0]) for r in conn.execute(f"SELECT rowid FROM {table}")]

@@ -28,23 +28,6 @@ ROWS = 5  # per table: each table's only page is its root leaf, as on a young no
 BROKEN = ("attachments", "ipam_allocations", "operations")
 
 
-def fill(path: Path) -> None:
-    """A journal whose every table has ROWS rows of filler values (no foreign keys)."""
-    migrate(str(path))
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA foreign_keys=OFF")
-    for table in rebuild.TABLES:
-        columns = [r for r in conn.execute(f"PRAGMA table_info({table})") if not r[5]]
-        names = ", ".join(r[1] for r in columns)
-        for i in range(ROWS):
-            values = [i if "INT" in (r[2] or "").upper() else f"{r[1]}-{i}-" + "x" * 30
-                      for r in columns]
-            conn.execute(f"INSERT INTO {table} ({names}) VALUES "
-                         f"({', '.join('?' * len(columns))})", values)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-
-
 @pytest.fixture
 def deadline() -> Iterator[None]:
     """A copy that goes round for ever fails the test instead of hanging the suite."""
@@ -60,7 +43,7 @@ def deadline() -> Iterator[None]:
 def test_every_copy_of_a_broken_journal_ends_in_row_id_order(
         tmp_path: Path, deadline: None) -> None:
     base, empty = tmp_path / "base.db", tmp_path / "empty.db"
-    fill(base)
+    journaldb.simulate_filler_journal(base, rebuild.TABLES, ROWS)
     migrate(str(empty))
     with sqlite3.connect(base) as conn:
         pages = [page for table in BROKEN for page in journaldb.leaf_pages(conn, table)]
@@ -76,16 +59,14 @@ def test_every_copy_of_a_broken_journal_ends_in_row_id_order(
                 fh.write(randomness.randbytes(size - 8))
         shutil.copy(empty, built)
         old = sqlite3.connect(f"file:{broken}?mode=ro", uri=True)
-        new = sqlite3.connect(built, isolation_level=None)
-        new.execute("PRAGMA foreign_keys=OFF")
-        new.execute("BEGIN")  # as the rebuild does: one transaction
+        new = journaldb.copy_target(built)
         report = rebuild.RebuildReport(str(broken))
         for table in rebuild.TABLES:
             rebuild._copy(old, new, table, report)
         for table in set(rebuild.TABLES) - set(BROKEN):
             assert report.copied[table] == ROWS, (seed, report)
         for table in BROKEN:
-            ids = [r[0] for r in new.execute(f"SELECT rowid FROM {table}")]
+            ids = journaldb.row_ids(new, table)
             assert ids == sorted(set(ids)), (seed, table, ids)
         spans += sum(report.broken_spans.values())
         old.close()
