@@ -5,7 +5,8 @@ owner; steady churn writes nothing to the API; a crash between a block's claim a
 record is settled at the restart; a pool exhausted across nodes answers code 100 naming
 it, and released blocks are claimed again; a deleted node's blocks are taken over after
 the grace, never while its pods live, one owner when two nodes race; a node whose state
-dir was wiped hands out no address its pods still hold; whereabouts' records are taken.
+dir was wiped hands out no address its pods still hold; whereabouts' records are taken; a
+lender whose watch lags behind its own grant never hands the lent address out.
 
 Addresses are allocated through the plain ``netctl-ipam`` plugin (what a delegate with
 ``"ipam": {"type": "netctl-ipam"}`` execs): the node's allocator and its API traffic,
@@ -488,6 +489,52 @@ def test_a_borrow_answered_late_is_not_withdrawn_by_the_borrowers_own_rounds(
         b.proc.send_signal(signal.SIGCONT)
     assert [(x["node"], x["grant"]) for x in blocks(kube) if x.get("parent")] == [
         ("node-a", "granted")]
+
+
+@pytest.mark.servers("fake")  # the lender's watch held back from its grant: watches_held()
+def test_a_lender_whose_watch_lags_behind_its_grant_never_hands_the_address_out(
+        nodes: Callable[..., Daemon], kube: FakeKube) -> None:
+    """The lender's watch brings the borrow object it answered only after its grant (the
+    watch held from that change on, through several of its maintenance rounds): meanwhile
+    the address still counts as lent there — its rounds do not count the lent addresses
+    again from a cache that has not seen the grant (nor answer the ask again) — and 16
+    more addresses of the lender never include it; once the watch catches up it stays
+    lent, and when the borrower gives it back it is lent no more."""
+    pool = "10.185.176.0/24"  # blocks of /28
+    a, b = nodes("node-a", **{"block-idle": 0.3}), nodes("node-b")  # a gives back soon
+    address(ipam(b, "ADD", "on-b", pool))
+    b_block = next(x for x in blocks(kube) if x["node"] == "node-b")
+    lent = str(ipaddress.ip_network(b_block["cidr"])[-2])  # high in b's block: free
+
+    def granted(kind: str, obj: dict[str, Any]) -> bool:
+        return kind == "MODIFIED" and obj.get("spec", {}).get("grant") == "granted"
+
+    def lenders_view() -> dict[str, Any]:
+        return dict(b.status()["kubernetes"]["ipam"])
+
+    kube.reset_counts()
+    with kube.watches_held(from_event=granted):
+        assert address(ipam(a, "ADD", "borrower", pool, args=f"IP={lent}")) == lent
+        [borrow] = [x for x in kube.list("ipamblocks") if x["spec"].get("parent")]
+        written = int(borrow["metadata"]["resourceVersion"])
+        since = rounds(b)
+        wait_for(lambda: rounds(b) >= since + 3, 20, "three of the lender's rounds")
+        assert lenders_view()["lent"] == 1
+        got = [address(ipam(b, "ADD", f"b-fill{i}", pool)) for i in range(16)]
+        assert lent not in got  # b's whole block and more: never that one
+        behind = lenders_view()["asking_cache"]
+        assert int(behind["resource_version"]) < written  # its watch had not brought it
+        assert kube.count("update", "ipamblocks") == 1  # the ask answered once
+    wait_for(lambda: int(lenders_view()["asking_cache"]["resource_version"]) >= written,
+             20, "the lender's watch caught up")
+    since = rounds(b)
+    wait_for(lambda: rounds(b) >= since + 2, 20, "two more of the lender's rounds")
+    assert lenders_view()["lent"] == 1
+
+    assert ipam(a, "DEL", "borrower", pool).rc == 0
+    wait_for(lambda: not [x for x in blocks(kube) if x.get("parent")], 30,
+             "the borrowed address given back")
+    wait_for(lambda: lenders_view()["lent"] == 0, 20, "the address no longer lent")
 
 
 def test_each_node_names_its_own_blocks_and_journals_no_other_nodes(

@@ -15,7 +15,8 @@ kubernetes-asyncio client over real HTTP, in these aspects:
 - watches: from a list's resourceVersion in order; from nothing with the current state;
   bookmarks when allowed; 410 after ``compact()`` as the client surfaces it;
   ``drop_watches()`` clean or cut, and a resume that loses nothing; ``watches_held()``
-  (a lagging watch: GETs see a change its stream sends only after the block);
+  (a lagging watch: GETs see a change its stream sends only after the block), every
+  stream or, ``from_event``, only those from the event named on (the others flowing);
 - an outage (``stop``/``start`` on the same port) and a new etcd (``restart(new_history)``);
 - finalizers and graceful pod deletion; request counts per verb and resource; latency;
 - a kubeconfig with a token (401 without it) used by another process;
@@ -621,6 +622,45 @@ def test_held_watches_send_their_changes_in_order_after_the_block(kube: FakeKube
     assert sent_within == 0
     assert [(t, n) for t, n, _ in seen] == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")]
     assert seen[-1][2] == rv == kube.resource_version
+
+
+def test_watches_held_from_an_event_hold_only_the_streams_that_carry_it(
+        kube: FakeKube) -> None:
+    """``watches_held(from_event=…)``: a stream sends on until the event the test names,
+    then holds it and what follows until the block ends; a stream that does not carry
+    that event goes on sending."""
+    def from_b(kind: str, obj: dict[str, Any]) -> bool:
+        return kind == "ADDED" and obj["metadata"]["name"] == "b"
+
+    async def body(api: client.ApiClient) -> tuple[list[tuple[str, str, str]],
+                                                   list[tuple[str, str, str]], int]:
+        v1 = core(api)
+        listed = await v1.list_namespaced_pod("default")
+        every: list[tuple[str, str, str]] = []
+        other: list[tuple[str, str, str]] = []
+        async with watch.Watch() as w1, watch.Watch() as w2:
+            all_pods = w1.stream(v1.list_namespaced_pod, "default", timeout_seconds=10,
+                                 resource_version=listed.metadata.resource_version)
+            labelled = w2.stream(v1.list_namespaced_pod, "default", timeout_seconds=10,
+                                 label_selector="app=other",
+                                 resource_version=listed.metadata.resource_version)
+            await in_thread(lambda: kube.create("pods", pod("a", labels={"app": "other"})))
+            await collect(all_pods, 1, seen=every)
+            await collect(labelled, 1, seen=other)  # both streams are open
+            with kube.watches_held(from_event=from_b):
+                await in_thread(lambda: kube.create("pods", pod("b")))
+                await in_thread(lambda: kube.create("pods", pod("c", labels={"app": "other"})))
+                await collect(labelled, 1, seen=other)  # the other stream goes on: c
+                await v1.read_namespaced_pod("b", "default")  # requests go on
+                later = asyncio.ensure_future(collect(all_pods, 2, seen=every))
+                await asyncio.wait({later}, timeout=0.3)
+                sent_within = len(every) - 1
+            await later
+        return every, other, sent_within
+    every, other, sent_within = run(kube, body)
+    assert sent_within == 0
+    assert [(t, n) for t, n, _ in every] == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")]
+    assert [(t, n) for t, n, _ in other] == [("ADDED", "a"), ("ADDED", "c")]
 
 
 def test_request_counts_per_verb_and_resource(kube: FakeKube) -> None:

@@ -4,7 +4,12 @@ another node's block is asked for with a borrow object
 parent) which the owner grants (the address is free there, and it
 never hands it out while the object exists) or refuses (:meth:`Borrows.borrow`); this
 node answers the borrow objects naming its own blocks (:meth:`Borrows.answer`), and
-counts the addresses it granted as used (``lent``).
+counts the addresses it granted as used (``lent``). The lent addresses are counted again
+in each maintenance round from the cache of the borrow objects asking this node
+(:meth:`Borrows.lent_now`); an answer this node wrote that the cache has not brought yet
+(its watch lags behind the write) is counted from what this node wrote
+(:class:`Answered`) until the cache shows the object changed or gone: a grant is never
+forgotten, nor the ask answered twice, because the watch is late.
 
 Sticky addresses (:mod:`netctl.ipam.sticky`) move between nodes the same way: a node
 publishes the reservations of its blocks' addresses on the block objects
@@ -17,7 +22,7 @@ identity only, its reservation ending there (journaled: taken back by that node)
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeGuard
 
 import trio
@@ -56,6 +61,16 @@ def asks(obj: IPAMBlock, holdings: Holdings) -> TypeGuard[Borrow]:
     return not obj.spec.grant and obj.spec.parent in holdings.held
 
 
+@dataclass(frozen=True)
+class Answered:
+    """This node's answer on a borrow object, being written or written: the object's
+    resourceVersion it answered (the version its caches hold until their watch brings the
+    answer), and the address granted ((family, address); None when refused)."""
+
+    asked: str
+    granted: tuple[int, int] | None
+
+
 @dataclass
 class Borrows:
     cluster: Cluster
@@ -63,6 +78,9 @@ class Borrows:
     claims: Claims
     asked: trio.MemoryReceiveChannel[Borrow]  # what the blocks' watch finds :func:`asks`
     borrows: int = 0  # requested addresses granted by another node
+    # the answers this node wrote that its caches may not show yet, by borrow object's name
+    # (dropped by :meth:`lent_now` once the caches hold another version of it, or none)
+    answered: dict[str, Answered] = field(default_factory=dict)
 
     async def borrow(self, cfg: IPAMConfig, rng: Range, key: str, ip: int, text: str,
                      parent: IPAMBlock, identity: str = "", ifname: str = "") -> None:
@@ -164,9 +182,12 @@ class Borrows:
         if obj.spec.transfer is not None:
             await self.answer_transfer(obj)
             return
+        name, asked = obj.metadata.name, obj.metadata.resourceVersion
+        before = self.answered.get(name)
+        if before is not None and before.asked == asked:
+            return  # answered already: the cache has not brought the answer yet
         h = self.holdings.held.get(obj.spec.parent)
         found = parse_address(obj.spec.cidr)
-        lent = self.holdings.lent
         index = self.holdings.index
         grant = "refused"
         res: Reservation | None = None
@@ -183,13 +204,19 @@ class Borrows:
             else:
                 res = None
             if grant == "granted":
-                lent.setdefault(version, set()).add(ip)  # before any await
+                self.holdings.lent.setdefault(version, set()).add(ip)  # before any await
+        # before any await: a maintenance round meanwhile counts it lent (lent_now), and
+        # does not answer it again
+        self.answered[name] = Answered(asked, found if grant == "granted" else None)
         try:
             done = await block_objects.answer(self.cluster.api, obj, grant)
         except ApiError:
             done = None
+        if done is None:
+            self.answered.pop(name, None)  # not written: asked again from the cache
         if done is None and grant == "granted" and found is not None:
-            lent[found[0]].discard(found[1])  # not written: not lent
+            # not written: not lent (the lent set may have been counted again meanwhile)
+            self.holdings.lent.get(found[0], set()).discard(found[1])
             if res is not None:
                 index.restore_reservation(res, "taken_back")
         elif done is not None:
@@ -255,6 +282,7 @@ class Borrows:
                 await self.claims.hold(rec, found)
                 address = parse_address(found.spec.cidr)
                 if address is not None:  # lent from a block of this node: its own again
+                    self.answered.pop(found.metadata.name, None)
                     self.holdings.lent.get(address[0], set()).discard(address[1])
                 self.borrows += 1
                 log.info("took over borrowed address %s of pool %s from node %s for %s",
@@ -304,7 +332,9 @@ class Borrows:
         return asked, found
 
     def lent_now(self) -> dict[int, set[int]]:
-        """The addresses of this node's blocks granted to other nodes, from the cache."""
+        """The addresses of this node's blocks granted to other nodes: from the cache, and
+        from the answers this node wrote that the cache does not show yet (those it does
+        show, or no longer holds, are forgotten here: the cache says)."""
         lent: dict[int, set[int]] = {}
         for b in self.cluster.asking.cache.values():
             if isinstance(b, Borrow) and b.spec.parent in self.holdings.held \
@@ -313,4 +343,18 @@ class Borrows:
                 found = parse_address(b.spec.cidr)
                 if found is not None:
                     lent.setdefault(found[0], set()).add(found[1])
+        for name, answer in list(self.answered.items()):
+            if self._cached_version(name) != answer.asked:
+                del self.answered[name]  # the cache has the answer, a later change, or none
+            elif answer.granted is not None:
+                lent.setdefault(answer.granted[0], set()).add(answer.granted[1])
         return lent
+
+    def _cached_version(self, name: str) -> str | None:
+        """The resourceVersion of borrow object ``name`` in this node's caches (None: in
+        neither)."""
+        for cache in (self.cluster.asking.cache, self.cluster.blocks.cache):
+            obj = cache.get(("", name))
+            if obj is not None:
+                return obj.metadata.resourceVersion
+        return None

@@ -141,6 +141,7 @@ class _Watch:
         self.selector = selector
         self.bookmarks = bookmarks
         self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.held = False  # watches_held(from_event=…): this stream came to a held event
 
     def deliver(self, type_: str, obj: dict[str, Any]) -> None:
         self.queue.put_nowait((type_, obj))
@@ -186,6 +187,9 @@ class FakeKube:
         self._watches_changed = asyncio.Event()  # set, then replaced, at each open or close
         self._flowing = asyncio.Event()  # cleared within watches_held()
         self._flowing.set()
+        # watches_held(from_event=…): the event a stream holds from (None: every stream,
+        # from its next line)
+        self._hold_from: Callable[[str, dict[str, Any]], bool] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._done: asyncio.Future[None] | None = None
@@ -336,17 +340,32 @@ class FakeKube:
         return self._call(drop)
 
     @contextlib.contextmanager
-    def watches_held(self) -> Iterator[None]:
+    def watches_held(self, from_event: Callable[[str, dict[str, Any]], bool] | None = None,
+                     ) -> Iterator[None]:
         """Within the block, open watch streams send nothing: the changes made meanwhile
         wait in each stream's queue and go out in order when the block ends — a lagging
         watch (the API server's watch cache behind its writes, as under load), while
         requests, GETs included, are answered at once. No bookmark is sent meanwhile (it
-        would claim a resourceVersion whose changes have not been sent)."""
-        self._call(self._flowing.clear)
+        would claim a resourceVersion whose changes have not been sent).
+
+        With ``from_event`` (called with an event's type and object), each stream sends
+        on until the first event ``from_event`` is true for, and holds that one and every
+        line after it: a watch that lags from one change on (a client's own write it has
+        not seen yet), the streams that never carry such an event flowing."""
+        def hold() -> None:
+            self._hold_from = from_event
+            self._flowing.clear()
+
+        def flow() -> None:
+            self._hold_from = None
+            self._flowing.set()
+            for w in self._watches:
+                w.held = False
+        self._call(hold)
         try:
             yield
         finally:
-            self._call(self._flowing.set)
+            self._call(flow)
 
     @contextlib.contextmanager
     def answers_held(self, verb: str, resource: str) -> Iterator[None]:
@@ -632,9 +651,8 @@ class FakeKube:
         self._add_watch(watch)
         try:
             await response.prepare(request)
-            if initial:
-                await self._flowing.wait()  # watches_held(): a resume lags behind too
             for event in initial:
+                await self._may_send(watch, *event)  # watches_held(): a resume lags too
                 await response.write(_line(*event))
             if initial_state and watch.bookmarks:
                 await response.write(self._bookmark(res, self._store.rv, end_of_initial=True))
@@ -664,13 +682,23 @@ class FakeKube:
                 assert request.transport is not None
                 request.transport.abort()
                 return
-            await self._flowing.wait()  # watches_held(): sent when the block ends
+            await self._may_send(watch, kind, obj)
             if kind == _BOOKMARK:
                 await response.write(self._bookmark(watch.resource, obj))
                 if next_bookmark is not None:
                     next_bookmark = loop.time() + self.bookmark_interval
                 continue
             await response.write(_line(kind, obj))
+
+    async def _may_send(self, watch: _Watch, kind: str, obj: Any) -> None:
+        """Wait until ``watch`` may send this line: at once, or when the
+        :meth:`watches_held` block ends if the stream is held (from this line on)."""
+        if self._flowing.is_set():
+            return
+        if self._hold_from is None or watch.held \
+                or (kind != _BOOKMARK and self._hold_from(kind, obj)):
+            watch.held = True
+            await self._flowing.wait()  # sent when the block ends
 
     @staticmethod
     def _bookmark(res: Resource, rv: int, *, end_of_initial: bool = False) -> bytes:
