@@ -21,7 +21,6 @@ runtime retries, where a removed file would let pods come up on the primary alon
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
@@ -30,6 +29,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from netctl.cni import inotify
 from netctl.cni.confdir import ConfFile, capabilities, read_conf_dir
 from netctl.cni.config import parse_chain
 from netctl.cni.install import holds, remove, replace_file
@@ -204,27 +204,29 @@ def remove_conf(conf_dir: str) -> list[str]:
 
 
 class DirEvents:
-    """Wake-ups for changes in one directory: inotify through libc, re-armed at every
-    wait (so a dir created or replaced later is watched too); plain timeouts where
-    inotify is not to be had."""
+    """Wake-ups for changes in one directory: an inotify watch, re-armed at every wait (so
+    a dir created or replaced later is watched too); plain timeouts where inotify is not
+    to be had."""
 
-    _MASK = (0x2 | 0x8 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800)
-    # IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE,
-    # IN_DELETE_SELF, IN_MOVE_SELF
+    _MASK = (inotify.IN_MODIFY | inotify.IN_CLOSE_WRITE | inotify.IN_MOVED_FROM
+             | inotify.IN_MOVED_TO | inotify.IN_CREATE | inotify.IN_DELETE
+             | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF)
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-        self._fd = -1
         try:
-            self._libc = ctypes.CDLL(None, use_errno=True)
-            self._fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        except (OSError, AttributeError):
+            self._fd = inotify.init()
+        except OSError:
             self._fd = -1
 
     def wait(self, timeout: float) -> None:
         """Return after a change in the dir, or after ``timeout`` seconds."""
-        if self._fd < 0 or self._libc.inotify_add_watch(
-                self._fd, os.fsencode(self.directory), self._MASK) < 0:
+        try:
+            watched = self._fd >= 0 and inotify.add_watch(
+                self._fd, self.directory, self._MASK) is not None
+        except OSError:
+            watched = False
+        if not watched:
             time.sleep(timeout)
             return
         ready, _, _ = select.select([self._fd], [], [], timeout)

@@ -1,14 +1,7 @@
-"""What netctl takes from pyroute2, loaded without pyroute2's package ``__init__``.
-
-``import pyroute2`` imports every socket family pyroute2 has (IPDB, NDB, ipset, ipvs,
-nl80211, wireguard, ...); netctl needs :class:`IPRoute` and :class:`NetlinkError`, for a
-pod's default routes (:mod:`netctl.cni.routes`, which imports this module when a pod asks
-for one: the reconciler's two netlink calls need no pyroute2, :mod:`netctl.cni.rtnl`).
-So ``pyroute2`` is imported without its ``__init__`` (:mod:`netctl.partialimport`) and
-only ``pyroute2.iproute`` with what it imports is loaded: some 4 MiB less than the whole
-package.
-When pyroute2 is already imported, or the partial import fails (a release laid out
-otherwise), the ordinary import serves. :data:`PARTIAL` says which way was taken.
+"""What netctl takes from pyroute2 (:class:`IPRoute` and :class:`NetlinkError`, for a pod's
+default routes: :mod:`netctl.cni.routes`), loaded without pyroute2's package ``__init__``
+(:mod:`netctl.partialimport`), which imports every socket family pyroute2 has: some 4 MiB
+less. :data:`PARTIAL` says whether that way was taken.
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ class Commands(Protocol):
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
 
 
-
 def _cmd_daemon(args: argparse.Namespace) -> int:
     from netctl import settings
     from netctl.daemon import run as daemon
@@ -127,8 +126,6 @@ def _print_journal(doc: dict[str, Any], local: bool) -> None:
 def _cmd_journal_rebuild(args: argparse.Namespace) -> int:
     """``netctl journal rebuild``: a broken journal kept aside, a new one built from its
     readable rows (netctl/journal/rebuild.py); refused while a process has it open."""
-    import json
-
     from netctl.cni.hostroot import resolve
     from netctl.journal import query, rebuild
     from netctl.settings import load_config
@@ -912,8 +909,6 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     return code
-
-
 
 
 if __name__ == "__main__":

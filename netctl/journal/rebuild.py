@@ -1,23 +1,16 @@
 """A broken journal: found at start, never written over, rebuilt by a command.
 
 :func:`check` runs SQLite's ``quick_check`` on a read-only connection before the daemon
-migrates or opens the journal (:func:`netctl.journal.store.open_journal`): a file that
-fails it (pages overwritten, as a bad block or a lying ``fsync`` leaves them) is
-:class:`JournalBroken`, and the daemon stops, naming it and the command below. Nothing
-writes to it.
+migrates or opens the journal: a file that fails it is :class:`JournalBroken`, and the
+daemon stops, naming it and the command below.
 
 :func:`rebuild` (``netctl journal rebuild``, the daemon stopped) moves the broken file aside
-(``journal.db.broken-<time>``, with its ``-wal`` and ``-shm``: history kept, not lost),
-makes a new journal, and copies into it every row of the broken one that can still be
-read — its operations, attachments, steps, pools, allocations and blocks, in row-id
-order; where a broken page stops a read, the copy goes on from the first row id after it
-that reads, so that only the rows on broken pages are lost. The live network namespaces
-then settle the addresses those rows held (:mod:`netctl.journal.recover`). The rest is
-settled when the daemon starts: its replay closes what was running and undoes half-done
-ADDs; the DELs recorded beside the socket are carried out; its first reconcile round
-releases what a vanished sandbox held; the cluster IPAM adopts this node's blocks from the
-API server. The report says how many rows of each table were copied, where reads broke, and what was
-recovered.
+(``journal.db.broken-<time>``, with its ``-wal`` and ``-shm``), makes a new journal, and
+copies into it every row of the broken one that can still be read, in row-id order; where
+a broken page stops a read, the copy goes on from the first row id after it that reads.
+The live network namespaces then settle the addresses the lost rows held
+(:mod:`netctl.journal.recover`); the daemon's start settles the rest (replay, recorded
+DELs, the first reconcile round, the cluster IPAM's adoption).
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
-"""Kubernetes mode, built in one pass: the daemon makes each part finished and hands it on.
+"""Kubernetes mode, built in one pass: :func:`connect` makes the :class:`KubeClient` (the
+API and every part over it), :func:`cluster_store` the cluster-wide IPAM store over it,
+:class:`KubeHealth` says from both whether ADDs can be served, :class:`NetworkStatus` is
+the engine's after-ADD hook, and :class:`KubeMode` runs it all.
 
-1. :func:`connect` makes the :class:`KubeClient`: the API, this node's Node, its pods, the
-   cluster's NADs, the Events, the network-status writes retried in the background, the
-   pods' devices — and the two channels its parts tell the mode's tasks through (pods
-   deleted; pod events for the hot-plug: changed, chosen by an ADD, added);
-2. :func:`cluster_store` makes the cluster-wide IPAM store over it (``ipam-backend:
-   kubernetes``); :class:`KubeHealth` says from both whether ADDs can be served;
-3. :class:`NetworkStatus` writes a pod's network-status after an ADD (retried in the
-   background, or failing the ADD with ``network-status-required``) and its claims'
-   ``networkData`` — the engine's after-ADD hook;
-4. :class:`KubeMode` runs it all: the watches, the deleted pods' attachments DELeted, the
-   cluster IPAM's maintenance, the hot-plug (:mod:`netctl.kube.hotplug`, given the pod
-   events' channel when it is made), the Events on refused pods.
-
-The Kubernetes client is imported only here, in Kubernetes mode: it costs ≈ 50 MiB."""
+The Kubernetes client is imported only here, in Kubernetes mode: it costs ≈ 50 MiB.
+"""
 
 from __future__ import annotations
 

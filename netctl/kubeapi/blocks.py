@@ -1,22 +1,8 @@
-"""IPAMBlock objects through the API: claim, hand over, release — each one request whose
-outcome the API server decides, so that nodes racing for a block end with one owner.
-
-- :func:`claim`: create the block object; AlreadyExists (409) means another node has it.
-- :func:`hand_over`: a block of a node that is gone becomes this node's — an update
-  carrying the resourceVersion the caller read, so of two nodes racing one gets 409.
-- :func:`release`: delete with the resourceVersion (and UID) as preconditions: a block
-  changed meanwhile is not deleted.
-- :func:`answer`: the owner of a block grants or refuses an address of it that another
-  node asked to borrow (a requested address), on the borrow object
-  (:class:`~netctl.kubeapi.objects.Borrow`).
-- :func:`set_reserved`: a block's node publishes the sticky reservations of its
-  addresses, so that a node where the identity comes back can ask for the address.
-- :func:`ask_transfer`, :func:`answer_transfer`: a borrowed address reserved for a sticky
-  identity that comes back on a third node: that node asks the borrower for the borrow
-  object, which hands it over (or refuses).
-
-The caches of blocks and nodes are :class:`~netctl.kubeapi.informer.Informer`\\ s over
-:data:`BLOCKS` and :data:`NODES`.
+"""IPAMBlock objects through the API: claim, hand over, answer, release — each one request
+whose outcome the API server decides (create is the claim, AlreadyExists means another
+node has it; every change carries the resourceVersion read), so that nodes racing for a
+block end with one owner. The caches of blocks and nodes are
+:class:`~netctl.kubeapi.informer.Informer`\\ s over :data:`BLOCKS` and :data:`NODES`.
 """
 
 from __future__ import annotations
@@ -190,8 +176,7 @@ async def listed(api: Api, selector: str) -> list[Block]:
 async def label(api: Api, block: Block, lender: str = "") -> Block | None:
     """``block`` (as read) labelled as :func:`labels_for` says — ``lender``, a borrow
     object's: the node whose block it asks an address of now —; None when it changed
-    meanwhile. Blocks made before blocks carried labels; borrow objects of a block taken
-    over (the new node answers them)."""
+    meanwhile."""
     return await _update(api, block, block.spec, lender)
 
 

@@ -24,11 +24,10 @@ from functools import partial
 import msgspec
 
 from netctl.kubeapi.api import Api, ApiError, KubeSettings, with_api
-from netctl.kubeapi.whereabouts import GROUP
+from netctl.kubeapi.whereabouts import API_VERSION, ObjectMeta, ReservationSpec
 
 log = logging.getLogger("netctl.kube")
 
-VERSION = "v1alpha1"
 NAMESPACE = "kube-system"  # whereabouts' IPPools live in its own namespace, usually this
 ATTEMPTS = 5  # patches of one pool tried on resourceVersion conflicts
 
@@ -135,31 +134,22 @@ class Outcome(msgspec.Struct):
     detail: str = ""
 
 
-class _Meta(msgspec.Struct, forbid_unknown_fields=False):
-    resourceVersion: str = ""
-
-
 class _PoolSpec(msgspec.Struct, forbid_unknown_fields=False):
     range: str = ""
     allocations: dict[str, dict[str, str]] | None = None
 
 
 class _Pool(msgspec.Struct, forbid_unknown_fields=False):
-    metadata: _Meta = msgspec.field(default_factory=_Meta)
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: _PoolSpec = msgspec.field(default_factory=_PoolSpec)
 
 
-class _ResSpec(msgspec.Struct, forbid_unknown_fields=False):
-    podref: str = ""
-    ifname: str = ""
-
-
 class _Reservation(msgspec.Struct, forbid_unknown_fields=False):
-    spec: _ResSpec = msgspec.field(default_factory=_ResSpec)
+    spec: ReservationSpec = msgspec.field(default_factory=ReservationSpec)
 
 
 def _path(namespace: str, plural: str, name: str = "") -> str:
-    base = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}"
+    base = f"/apis/{API_VERSION}/namespaces/{namespace}/{plural}"
     return f"{base}/{name}" if name else base
 
 
@@ -198,7 +188,7 @@ async def _hand_back_pool(api: Api, namespace: str, pool: PoolPlan,
             return out
         try:
             if existing is None:
-                body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "IPPool",
+                body = {"apiVersion": API_VERSION, "kind": "IPPool",
                         "metadata": {"name": pool.name, "namespace": namespace},
                         "spec": {"range": pool.range, "allocations": add}}
                 await api.request("create", "POST", _path(namespace, "ippools"),
@@ -233,7 +223,7 @@ async def _hand_back_reservation(api: Api, namespace: str, name: str, h: Held,
         return _outcome(h, record, "conflict", f"held there by {spec.podref or 'nobody'}")
     if dry_run:
         return _outcome(h, record, "would write")
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "OverlappingRangeIPReservation",
+    body = {"apiVersion": API_VERSION, "kind": "OverlappingRangeIPReservation",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"containerid": h.container_id, "podref": h.podref, "ifname": h.ifname}}
     await api.request("create", "POST", _path(namespace, "overlappingrangeipreservations"),

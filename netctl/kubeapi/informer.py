@@ -1,19 +1,10 @@
-"""A watched cache of one kind of object: list, then watch from the list's resourceVersion.
-
-:class:`Informer` keeps only the fields netctl needs (msgspec structs of
-:mod:`netctl.kubeapi.objects`), keyed by (namespace, name):
-
-- it lists (with its selector), replaces the cache with the list — a key missing from
-  a relist is a deletion, reported like one — and watches from the list's
-  resourceVersion, with bookmarks, so a resumed watch starts where the last one ended;
-- a watch the server ends (its timeout) or that drops is resumed from the last
-  resourceVersion seen, without a relist; a watch whose resourceVersion is too old (410
-  Gone, as an ERROR event or an HTTP status) relists; an unreachable API server is
-  retried with a capped back-off (0.5 s doubling to 30 s), the cache kept meanwhile;
-- ``synced`` is set after the first list; :meth:`wait_for` waits for a key the watch has
-  not delivered yet (kubelet often runs a sandbox before the watch brings its pod);
-  :meth:`wake_waiters` ends every wait at once when nothing will come (a failed list or
-  watch renewal, or its owner finding the API server unreachable).
+"""A watched cache of one kind of object (msgspec structs of :mod:`netctl.kubeapi.objects`),
+keyed by (namespace, name): list, then watch from the list's resourceVersion with
+bookmarks. A key missing from a relist is reported as a deletion; a watch that ends or
+drops resumes from the last resourceVersion seen; a 410 Gone relists; an unreachable API
+server is retried with a capped back-off (0.5 s doubling to 30 s), the cache kept
+meanwhile. :meth:`Informer.wait_for` waits for a key the watch has not delivered yet
+(kubelet often runs a sandbox before the watch brings its pod).
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """kubernetes-asyncio's ``client`` and ``config``, loaded without its API classes and models.
 
-netctl uses four modules of the client (:data:`_CLIENT_MODULES`) and the ``config``
-package (:mod:`netctl.kubeapi.full`); the client package's ``__init__`` imports every API
-class and model (about 850 modules, some 35 MiB) that netctl never instantiates. So
-``kubernetes_asyncio``, its ``client`` and ``client.models`` are imported without their
-``__init__`` (:mod:`netctl.partialimport`), the four modules from their own files,
-``ApiClient`` and ``Configuration`` (what ``config`` imports from the client package) set
-on it, then ``config`` imported as it is. :data:`PARTIAL` says whether that way was taken
-(else kubernetes-asyncio was imported already, or the partial import failed).
+The client package's ``__init__`` imports every API class and model (about 850 modules,
+some 35 MiB) that netctl never instantiates. So the package is imported partly
+(:mod:`netctl.partialimport`): the four client modules netctl uses
+(:data:`_CLIENT_MODULES`) from their own files, ``ApiClient`` and ``Configuration`` set on
+the client package, then ``config`` as it is. :data:`PARTIAL` says whether that way was
+taken.
 """
 
 from __future__ import annotations

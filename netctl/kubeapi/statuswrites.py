@@ -1,19 +1,12 @@
 """The pod's network-status annotation written after a successful ADD: at once, and — when
-the API server does not take it (slow, overloaded, refusing) — again in the background
-until it does, so that a slow control plane delays the annotation instead of losing it.
+the API server does not take it — again in the background until it does, so that a slow
+control plane delays the annotation instead of losing it.
 
-- :func:`patch_status` is one attempt: a JSON merge patch with the pod's UID as a
-  precondition (a pod replaced under the same name answers 409, never gets another pod's
-  status); :func:`outcome_of` reads the answer.
-- The ADD makes the first attempt itself (kube/mode.py). :meth:`StatusWrites.retry` takes
-  a failed write over: one task per pod (a newer write supersedes an older one), which
-  before each attempt asks the write's ``current()`` whether the container's attachments
-  are still live — a DEL meanwhile ends the retries without writing a stale status — and
-  stops when the pod is written, gone or replaced; a success is passed to
-  ``on_written()`` (the daemon journals the done ANNOTATE).
-- Shutdown (:meth:`StatusWrites.stop`): every pending write makes one last attempt within
-  ``last_try`` seconds; what is still unwritten is logged and dropped (the journal keeps
-  the failed ANNOTATE).
+Each attempt is a JSON merge patch with the pod's UID as a precondition (a pod replaced
+under the same name answers 409). A failed write is retried by one task per pod (a newer
+write supersedes an older one), which asks before each attempt whether the container's
+attachments are still live, and stops when the pod is written, gone or replaced. At
+shutdown every pending write makes one last attempt; the journal keeps the failed ANNOTATE.
 """
 
 from __future__ import annotations

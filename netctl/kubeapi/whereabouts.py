@@ -42,8 +42,9 @@ from netctl.kubeapi.pods import pod_path
 log = logging.getLogger("netctl.kube")
 
 GROUP = "whereabouts.cni.cncf.io"
-IPPOOLS = f"/apis/{GROUP}/v1alpha1/ippools"
-RESERVATIONS = f"/apis/{GROUP}/v1alpha1/overlappingrangeipreservations"
+API_VERSION = f"{GROUP}/v1alpha1"
+IPPOOLS = f"/apis/{API_VERSION}/ippools"
+RESERVATIONS = f"/apis/{API_VERSION}/overlappingrangeipreservations"
 GET_CONCURRENCY = 8  # pod GETs in flight in :func:`live_holds`
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -66,15 +67,16 @@ class Hold(msgspec.Struct, frozen=True):
         return (self.pod_namespace, self.pod_name) if self.pod_name else None
 
 
-# -- the objects' JSON, as far as it is read -------------------------------------------------
+# -- the objects' JSON, as far as it is read (here, and written back by handback.py) --------
 
-class _Meta(msgspec.Struct, forbid_unknown_fields=False):
+class ObjectMeta(msgspec.Struct, forbid_unknown_fields=False):
     name: str = ""
     namespace: str = ""
+    resourceVersion: str = ""
 
 
 class _Item(msgspec.Struct, forbid_unknown_fields=False):
-    metadata: _Meta = msgspec.field(default_factory=_Meta)
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: msgspec.Raw = msgspec.Raw(b"{}")
 
 
@@ -97,7 +99,7 @@ class _Allocation(msgspec.Struct, forbid_unknown_fields=False):
     ifname: str = ""
 
 
-class _ReservationSpec(msgspec.Struct, forbid_unknown_fields=False):
+class ReservationSpec(msgspec.Struct, forbid_unknown_fields=False):
     containerid: str = ""
     podref: str = ""
     ifname: str = ""
@@ -185,7 +187,7 @@ def reservation_holds(name: str, namespace: str, spec: bytes,
     cannot be read."""
     what = f"OverlappingRangeIPReservation {namespace}/{name}"
     try:
-        decoded = msgspec.json.decode(spec, type=_ReservationSpec)
+        decoded = msgspec.json.decode(spec, type=ReservationSpec)
     except msgspec.MsgspecError as exc:
         log.warning("whereabouts %s skipped: %s", what, exc)
         return []

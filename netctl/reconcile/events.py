@@ -6,16 +6,13 @@ concerns nobody). A hint only says where to look; the plan decides. Pure.
 from __future__ import annotations
 
 import os
-import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from netctl.cni.rtnl import RTM_DELLINK, RTM_DELNSID, link_name, messages
 from netctl.journal.live import LiveIndex
 
 AF_BRIDGE = 7  # ifi_family of a bridge port's own link messages
-
-_INOTIFY_EVENT = struct.Struct("=iIII")  # wd, mask, cookie, len; then the name
 
 
 @dataclass
@@ -62,20 +59,6 @@ def netlink_hints(datagram: bytes) -> Hints:
         elif kind == RTM_DELNSID:
             out.recheck = True
     return out
-
-
-# -- inotify --------------------------------------------------------------------------------
-
-
-def inotify_events(buf: bytes) -> Iterator[tuple[int, int, str]]:
-    """(watch descriptor, mask, name) of each ``struct inotify_event`` in ``buf``."""
-    offset = 0
-    while offset + _INOTIFY_EVENT.size <= len(buf):
-        wd, mask, _, length = _INOTIFY_EVENT.unpack_from(buf, offset)
-        start = offset + _INOTIFY_EVENT.size
-        name = buf[start:start + length].split(b"\0", 1)[0].decode(errors="surrogateescape")
-        yield wd, mask, name
-        offset = start + length
 
 
 # -- which containers ---------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any
 
 import trio
 
+from netctl.cni import inotify
 from netctl.cni.rtnl import (
     NETLINK_ADD_MEMBERSHIP,
     NETLINK_ROUTE,
@@ -34,7 +35,7 @@ from netctl.cni.rtnl import (
     SOL_NETLINK,
 )
 from netctl.errors import CNIError
-from netctl.reconcile.events import AF_BRIDGE, Hints, inotify_events, netlink_hints
+from netctl.reconcile.events import AF_BRIDGE, Hints, netlink_hints
 from netctl.reconcile.leaks import Reconciler
 
 log = logging.getLogger("netctl.reconcile")
@@ -44,20 +45,9 @@ RETRY = 1.0  # seconds before a container left alone (request in flight) is look
 RCVBUF = 4 << 20  # the netlink socket's receive buffer
 READ_BURST = 256  # reads before yielding to the other tasks
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
-IN_MOVED_FROM = 0x40
-IN_MOVED_TO = 0x80
-IN_CREATE = 0x100
-IN_DELETE = 0x200
-IN_DELETE_SELF = 0x400
-IN_MOVE_SELF = 0x800
-IN_Q_OVERFLOW = 0x4000
-IN_IGNORED = 0x8000
-IN_NONBLOCK = os.O_NONBLOCK
-IN_CLOEXEC = os.O_CLOEXEC
-IN_ONLYDIR = 0x01000000
-IN_MASK_ADD = 0x20000000
-DIR_MASK = IN_DELETE | IN_MOVED_FROM | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
-PARENT_MASK = IN_CREATE | IN_MOVED_TO | IN_ONLYDIR
+DIR_MASK = (inotify.IN_DELETE | inotify.IN_MOVED_FROM | inotify.IN_DELETE_SELF
+            | inotify.IN_MOVE_SELF | inotify.IN_ONLYDIR | inotify.IN_MASK_ADD)
+PARENT_MASK = inotify.IN_CREATE | inotify.IN_MOVED_TO | inotify.IN_ONLYDIR | inotify.IN_MASK_ADD
 
 
 SO_ATTACH_FILTER = getattr(socket, "SO_ATTACH_FILTER", 26)
@@ -113,16 +103,6 @@ def open_netlink() -> socket.socket:
     return sock
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(ret: int, what: str) -> int:
-    if ret < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-    return ret
-
-
 class NetnsDirs:
     """inotify watches on the netns dirs; :meth:`hints` turns what is read from
     :attr:`fd` into the netns paths deleted (see the module docstring)."""
@@ -133,7 +113,7 @@ class NetnsDirs:
             real = os.path.realpath(d)
             self.spellings[real] = tuple(dict.fromkeys(
                 (*self.spellings.get(real, ()), os.path.normpath(d), real)))
-        self.fd = _check(_libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC), "inotify_init1")
+        self.fd = inotify.init()
         self._dirs: dict[int, set[str]] = {}  # wd → the netns dirs (real paths) it watches
         self._parents: set[int] = set()  # wds waiting for a missing netns dir to appear
         try:
@@ -146,51 +126,42 @@ class NetnsDirs:
     def watched(self) -> list[str]:
         return sorted(d for dirs in self._dirs.values() for d in dirs)
 
-    def _add(self, path: str, mask: int) -> int | None:
-        wd = _libc.inotify_add_watch(self.fd, os.fsencode(path), mask | IN_MASK_ADD)
-        if wd < 0:
-            err = ctypes.get_errno()
-            if err in (errno.ENOENT, errno.ENOTDIR):
-                return None  # gone again meanwhile: the next event re-arms
-            raise OSError(err, f"inotify_add_watch {path}: {os.strerror(err)}")
-        return int(wd)
-
     def arm(self) -> None:
         """Watch every netns dir that exists, and the nearest existing parent of each other."""
         watched = {d for dirs in self._dirs.values() for d in dirs}
         for real in self.spellings:
             if real in watched:
                 continue
-            wd = self._add(real, DIR_MASK)
+            wd = inotify.add_watch(self.fd, real, DIR_MASK)  # None: not there (now)
             if wd is not None:
                 self._dirs.setdefault(wd, set()).add(real)
                 continue
             parent = os.path.dirname(real)
             while parent != "/" and not os.path.isdir(parent):
                 parent = os.path.dirname(parent)
-            wd = self._add(parent, PARENT_MASK)
+            wd = inotify.add_watch(self.fd, parent, PARENT_MASK)
             if wd is not None:
                 self._parents.add(wd)
 
     def hints(self, buf: bytes) -> Hints:
         out = Hints()
         rearm = False
-        for wd, mask, name in inotify_events(buf):
-            if mask & IN_Q_OVERFLOW:
+        for wd, mask, name in inotify.events(buf):
+            if mask & inotify.IN_Q_OVERFLOW:
                 out.recheck = True
                 continue
             dirs = self._dirs.get(wd, set())
-            if mask & (IN_DELETE | IN_MOVED_FROM) and name:
+            if mask & (inotify.IN_DELETE | inotify.IN_MOVED_FROM) and name:
                 out.netns.update(os.path.join(spelling, name)
                                  for real in dirs for spelling in self.spellings[real])
-            if dirs and mask & IN_MOVE_SELF:
-                _libc.inotify_rm_watch(self.fd, wd)  # its IN_IGNORED follows
-            if mask & IN_IGNORED:  # the dir (or a parent) went away: watch for it again
+            if dirs and mask & inotify.IN_MOVE_SELF:
+                inotify.rm_watch(self.fd, wd)
+            if mask & inotify.IN_IGNORED:  # the dir (or a parent) went: watch for it again
                 out.recheck = out.recheck or bool(dirs)
                 self._dirs.pop(wd, None)
                 self._parents.discard(wd)
                 rearm = True
-            if wd in self._parents and mask & (IN_CREATE | IN_MOVED_TO):
+            if wd in self._parents and mask & (inotify.IN_CREATE | inotify.IN_MOVED_TO):
                 rearm = True
         if rearm:
             self.arm()

@@ -30,18 +30,19 @@ import pytest
 import trio
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID, RTM_NEWLINK
 
+from netctl.cni.inotify import IN_DELETE, IN_Q_OVERFLOW
+from netctl.cni.inotify import events as inotify_events
 from netctl.journal.live import LiveIndex
 from netctl.reconcile import watch
 from netctl.reconcile.events import (
     AF_BRIDGE,
     Hints,
     concerned,
-    inotify_events,
     netlink_hints,
     netns_to_check,
 )
 from netctl.reconcile.plan import AttachmentFact, Facts, plan
-from netctl.reconcile.watch import IN_DELETE, IN_Q_OVERFLOW, EventWatcher, NetnsDirs
+from netctl.reconcile.watch import EventWatcher, NetnsDirs
 
 
 def rtattr(kind: int, payload: bytes) -> bytes:

@@ -1,47 +1,15 @@
 """The cluster-wide IPAM store (``ipam-backend: kubernetes``): a node allocates inside the
-address blocks it claimed through the API, from its own journal.
-
-:class:`.ClusterStore` is the node's :class:`~netctl.ipam.store.Store`: the live
-allocations (the planner's view) plus the blocks this node holds. An allocation is
-planned by the same pure planner, on each range narrowed to this node's blocks of it
-(:func:`.blocks.narrow`): steady-state churn writes nothing to the API for IPAM.
-The API is called only when:
-
-- a range has no free address in this node's blocks: the address is planned in the
-  next block nobody holds (:func:`.blocks.candidates`, from the node's own starting
-  point), which the node **claims** as it reserves the address
-  (:meth:`.ClusterStore.allocate`): journaling the intent first (``ipam_blocks`` state
-  ``claiming``), then creating the block object — create is the claim, AlreadyExists
-  means another node has it — then recording it ``held``. A claim whose outcome was not
-  recorded (a crash, an API server that did not answer) is settled by
-  :meth:`.claims.Claims.settle` at start-up and in each maintenance round, by reading
-  the object;
-- a requested address (``ips``, ``IP=``) lies in a block nobody holds: that block is
-  claimed. One in another node's block is borrowed (:mod:`.borrow`): that node grants
-  it, or refuses it (code 7, naming the node);
-- :meth:`.ClusterStore.maintain` (every ``block-check`` seconds): a block this node has
-  held no address in for ``block-idle`` seconds (seen empty in two rounds that far
-  apart) is released — deleted with its resourceVersion as precondition — keeping at
-  least one block per pool; blocks of a node whose Node object has been gone for
-  ``node-gone-grace`` seconds, and that has no pod left in the API, are handed over to
-  the one daemon that holds the gone-nodes Lease, which alone watches the Nodes
-  (:mod:`~netctl.ipam.cluster.gone`: the cluster pays O(1) per gone node, not O(N));
-  other nodes' blocks are recorded as they come and go, so that ``netctl journal --ip``
-  can name the node that held an address at a time.
-
-At start, before it allocates anything (:attr:`.ClusterStore.ready`), the store settles
-its unfinished claims and **adopts** the blocks the API says are this node's that its
-journal does not hold (a wiped state dir): the addresses the node's pods hold in them,
-read from their network-status (one LIST of the node's pods), are recorded as held
-(``ADOPT`` operations, owner ``pod:<uid>``) until those pods are gone.
+address blocks it claimed through the API, from its own journal, so steady-state churn
+writes nothing to the API (docs/ipam.md has the rules).
 
 The package, by concern: :mod:`~netctl.ipam.cluster.blocks` (the arithmetic of blocks,
 pure), :mod:`~netctl.ipam.cluster.state` (what the parts share),
+:mod:`~netctl.ipam.cluster.lifecycle` (a block's states, one table),
 :mod:`~netctl.ipam.cluster.claims` (claims, releases, settling),
 :mod:`~netctl.ipam.cluster.borrow` (requested addresses in other nodes' blocks),
-:mod:`~netctl.ipam.cluster.adopt`, :mod:`~netctl.ipam.cluster.takeover` (whereabouts),
-:mod:`~netctl.ipam.cluster.gone` (the gone nodes' blocks, by the Lease's holder),
-:mod:`~netctl.ipam.cluster.maintain`, and :mod:`~netctl.ipam.cluster.store` (the
+:mod:`~netctl.ipam.cluster.adopt` (a wiped state dir), :mod:`~netctl.ipam.cluster.takeover`
+(whereabouts), :mod:`~netctl.ipam.cluster.gone` (the gone nodes' blocks, by the Lease's
+holder), :mod:`~netctl.ipam.cluster.maintain`, and :mod:`~netctl.ipam.cluster.store` (the
 :class:`~netctl.ipam.store.Store`). :func:`cluster_store` builds it complete.
 """
 

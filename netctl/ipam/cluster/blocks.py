@@ -1,28 +1,12 @@
 """Address blocks: how a pool is cut into the blocks nodes claim. Pure.
 
-In Kubernetes mode with ``ipam-backend: kubernetes`` a pool is shared by every node; a
-node claims aligned **blocks** of it (one API object each, created to claim) and hands
-out addresses inside its own blocks from its journal, with no API call per pod. This
-module is the arithmetic:
-
-- :func:`block_prefix`: a pool's block size — ``block_size`` from the ``ipam`` section
-  (a prefix length: up to 32 it sizes the IPv4 ranges, above the IPv6 ones), else /26
-  for IPv4 and /122 for IPv6, clamped so that the pool holds at least
-  :data:`MIN_BLOCKS` blocks (a /24 is cut into /28s); a pool too small for that
-  (smaller than a /26 in IPv4) uses single addresses: one claim object per address;
-- :func:`block_name`: the object's name, from the uniqueness scope and the block's CIDR,
-  so that two nodes claiming the same block create the same name and one of them is told
-  AlreadyExists;
-- :func:`candidates`: the blocks of a range in the order a node tries them, from a
-  starting point derived from the node's name (nodes spread over the pool instead of all
-  racing for its first block);
-- :func:`narrow`: a :class:`~netctl.ipam.ranges.Range` restricted to the blocks a node
-  holds (they may overlap: a borrowed address inside a block taken over since), which
-  the planner allocates from as from any range (``range_start``, ``range_end``,
-  ``exclude`` and the gateway still apply);
-- :func:`parse_block`, :func:`parse_address`, :func:`cidr_size`: the text an API object
-  carries (a block's ``spec.cidr``, an address of a pod's network-status) as this
-  module's numbers — the one place the cluster store turns text into a :class:`Block`.
+A node claims aligned blocks of a shared pool (one API object each, created to claim) and
+hands out addresses inside its own blocks. A pool's block size is ``block_size`` from the
+``ipam`` section, else /26 for IPv4 and /122 for IPv6, shrunk until the pool holds
+:data:`MIN_BLOCKS` blocks; a pool too small for that uses single addresses. A block's
+object name derives from the scope and the CIDR, so two nodes claiming one block create
+one name and one of them is told AlreadyExists. This module is the one place the cluster
+store turns an API object's text into a :class:`Block`.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""The upkeep of blocks in each maintenance round
-(:meth:`netctl.ipam.cluster.store.ClusterStore.maintain`, every ``block-check`` seconds):
-
-- the blocks of a node whose Node object has been gone for ``node-gone-grace`` seconds,
-  and that has no pod left in the API, handed over to this node — when it holds the
-  gone-nodes Lease (:mod:`netctl.ipam.cluster.gone`): one daemon does it for the cluster;
-- a block this node has held no address in for ``block-idle`` seconds (seen empty in two
-  rounds that far apart) released — deleted with its resourceVersion as precondition —
-  keeping at least one block per pool;
-- a block taken over from a gone node released in the next round that finds it empty (no
-  address held or lent in it — the lent ones counted again first — and no sticky
-  reservation on it still running), whatever ``block-idle`` says and without keeping
-  one: this node never asked for it, and in a nearly full pool the other nodes need it
-  now.
+"""The upkeep of blocks in each maintenance round (every ``block-check`` seconds): the gone
+nodes' blocks handed over (by the Lease's holder, :mod:`netctl.ipam.cluster.gone`); a
+block this node has held no address in for ``block-idle`` seconds (seen empty in two
+rounds that far apart) released, keeping one per pool; a block taken over from a gone
+node released in the first round that finds it empty, whatever ``block-idle`` says and
+without keeping one: this node never asked for it, and the other nodes may need it now.
 """
 
 from __future__ import annotations

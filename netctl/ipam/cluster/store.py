@@ -1,14 +1,8 @@
-"""The cluster store: the :class:`~netctl.ipam.store.Store` of ``ipam-backend:
-kubernetes`` (see :mod:`netctl.ipam.cluster`). Allocation places each requested address
-first (its block claimed when nobody holds it, borrowed when another node does), then
-plans with the same pure planner as every store, on each range narrowed to this node's
-blocks of it (:func:`~netctl.ipam.cluster.blocks.narrow`). When the node's blocks of a
-range are full, it plans in the block it would claim next (:meth:`.Claims.next_block`),
-claims that block before anything is recorded; when the claim lands on another block
-(another node took that one, or a request of this node claimed one meanwhile), the
-allocation is planned again. The live allocations are an
-:class:`~netctl.ipam.store.IndexStore`'s; the other questions go to the parts the factory
-built it with.
+"""The cluster store: the :class:`~netctl.ipam.store.Store` of ``ipam-backend: kubernetes``.
+Allocation places each requested address first (its block claimed when nobody holds it,
+borrowed when another node does), then plans with the pure planner on each range narrowed
+to this node's blocks; when those are full, it plans in the block it would claim next and
+claims it before anything is recorded, planning again when the claim lands elsewhere.
 """
 
 from __future__ import annotations
