@@ -1,7 +1,7 @@
 """The Kubernetes API as netctl calls it: raw JSON from trio.
 
 Where the API server is and who netctl is to it (an :class:`Access`) is read by netctl
-itself (:func:`netctl.kubeapi.lite.lean_config`), else by kubernetes-asyncio's loaders
+itself (:func:`netctl.kubeapi.lite.netctl_access`), else by kubernetes-asyncio's loaders
 (:mod:`netctl.kubeapi.full`). Every call goes over :class:`~netctl.kubeapi.http.Http`,
 with no model layer: bodies stay bytes, which the callers decode with msgspec. A 401
 reads the credentials again and retries once (a rotated service-account token).
@@ -29,7 +29,7 @@ from netctl.kubeapi.errors import KubeSettings as KubeSettings
 from netctl.kubeapi.errors import Query as Query
 from netctl.kubeapi.errors import reason_of
 from netctl.kubeapi.http import Endpoint, Headers, Http, HttpError, Stream
-from netctl.kubeapi.lite import lean_config
+from netctl.kubeapi.lite import netctl_access
 
 log = logging.getLogger("netctl.kube")
 T = TypeVar("T")
@@ -91,7 +91,7 @@ class Api:
     async def connect(cls, settings: KubeSettings) -> Api:
         """The configuration netctl reads itself, else kubernetes-asyncio's loaders' (they
         run on the asyncio loop trio-asyncio opened: :mod:`netctl.kubeapi.full`)."""
-        access: Access | None = lean_config(settings)
+        access: Access | None = netctl_access(settings)
         if access is None:
             from netctl.kubeapi import full
 
@@ -238,16 +238,16 @@ def with_api(settings: KubeSettings, fn: Callable[[Api], Awaitable[T]]) -> T:
     """``fn(api)`` from synchronous code (the CLI): its own trio run and API client, with
     the asyncio loop kubernetes-asyncio's loaders need only when the configuration is one
     netctl does not read itself (:mod:`netctl.kubeapi.full`)."""
-    lean = lean_config(settings)  # read once: the kubeconfig, its CA and key
+    own = netctl_access(settings)  # read once: the kubeconfig, its CA and key
 
     async def call() -> T:
-        api = Api(lean, settings) if lean is not None else await Api.connect(settings)
+        api = Api(own, settings) if own is not None else await Api.connect(settings)
         try:
             return await fn(api)
         finally:
             await api.close()
 
-    if lean is not None:
+    if own is not None:
         return trio.run(call)
 
     import trio_asyncio

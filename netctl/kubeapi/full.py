@@ -2,7 +2,7 @@
 ``exec`` credential plugin, an ``auth-provider``, a username and password, several files
 in ``$KUBECONFIG``, a ``proxy-url`` other than http (:mod:`netctl.kubeapi.lite` reads the
 rest). Only then are the loaders (and aiohttp, some 11 MiB) loaded. They fill a
-``Configuration`` (never a client session) from which :class:`FullConfig` gives the
+``Configuration`` (never a client session) from which :class:`LibraryAccess` gives the
 endpoint and credentials; the calls go over :class:`~netctl.kubeapi.http.Http` as every
 other. The loaders and their refresh hooks are asyncio code, run on the loop trio-asyncio
 opened (:func:`netctl.kubeapi.api.with_api`, the daemon's main).
@@ -44,7 +44,7 @@ async def _load(conf: Any, settings: KubeSettings) -> None:
                                        client_configuration=conf, persist_config=False)
 
 
-async def configuration(settings: KubeSettings) -> FullConfig:
+async def configuration(settings: KubeSettings) -> LibraryAccess:
     """``settings``' configuration as kubernetes-asyncio's loaders read it."""
     conf = kclient.Configuration()
     try:
@@ -52,7 +52,7 @@ async def configuration(settings: KubeSettings) -> FullConfig:
         endpoint = endpoint_of(conf)
     except (kconfig.ConfigException, OSError, ValueError, ssl.SSLError) as exc:
         raise ApiError(0, f"Kubernetes client configuration: {exc}") from exc
-    return FullConfig(conf, settings, endpoint, str(conf.host))
+    return LibraryAccess(conf, settings, endpoint, str(conf.host))
 
 
 def endpoint_of(conf: Any) -> Endpoint:
@@ -75,7 +75,7 @@ def endpoint_of(conf: Any) -> Endpoint:
 
 
 @dataclass
-class FullConfig:
+class LibraryAccess:
     """An :class:`~netctl.kubeapi.api.Access` on a kubernetes-asyncio
     ``Configuration``: its token refreshed by its own hooks (an exec plugin's, OIDC's)."""
 

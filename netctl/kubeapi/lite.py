@@ -1,7 +1,7 @@
 """The API server's address and credentials, read by netctl itself: kubernetes-asyncio is
 not loaded for them (docs/kubernetes.md, "How the daemon talks to the API server").
 
-:func:`lean_config` reads in-cluster (the service account's token and CA, the token read
+:func:`netctl_access` reads in-cluster (the service account's token and CA, the token read
 again once a minute and after a 401) and a kubeconfig (``--kubeconfig``, else a single
 ``$KUBECONFIG`` file, else ``~/.kube/config``: its current context's cluster — ``server``,
 its CA, ``insecure-skip-tls-verify``, ``tls-server-name``, an http ``proxy-url`` — and user
@@ -69,7 +69,7 @@ class Credentials:
 
 
 @dataclass
-class LeanConfig:
+class NetctlAccess:
     """Where the API server is and who we are to it, read without kubernetes-asyncio
     (an :class:`~netctl.kubeapi.api.Access`)."""
 
@@ -92,7 +92,7 @@ class LeanConfig:
         self.credentials.reload()
 
 
-def lean_config(settings: KubeSettings) -> LeanConfig | None:
+def netctl_access(settings: KubeSettings) -> NetctlAccess | None:
     """The server and credentials ``settings`` name, when this module reads them whole;
     None: kubernetes-asyncio's loaders' (see the module's docstring)."""
     if settings.in_cluster:
@@ -110,7 +110,7 @@ def lean_config(settings: KubeSettings) -> LeanConfig | None:
         return None  # kubernetes-asyncio's loader says what is wrong with it
 
 
-def in_cluster(account: Path = SERVICE_ACCOUNT) -> LeanConfig | None:
+def in_cluster(account: Path = SERVICE_ACCOUNT) -> NetctlAccess | None:
     """The in-cluster configuration: the server the pod's environment names, the service
     account's CA and token (``account``); None when any is missing (the loader says
     which)."""
@@ -126,7 +126,7 @@ def in_cluster(account: Path = SERVICE_ACCOUNT) -> LeanConfig | None:
     except (OSError, ValueError, ssl.SSLError):
         return None
     server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-    return LeanConfig(endpoint_at(urlsplit(server), tls), credentials, server,
+    return NetctlAccess(endpoint_at(urlsplit(server), tls), credentials, server,
                       _netrc_basic(host))
 
 
@@ -196,7 +196,7 @@ def _current(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | Non
     return cluster, user
 
 
-def _config(cluster: dict[str, Any], user: dict[str, Any], path: Path) -> LeanConfig | None:
+def _config(cluster: dict[str, Any], user: dict[str, Any], path: Path) -> NetctlAccess | None:
     base = path.parent
     server = str(cluster.get("server") or "")
     url = urlsplit(server)
@@ -219,7 +219,7 @@ def _config(cluster: dict[str, Any], user: dict[str, Any], path: Path) -> LeanCo
         return None  # socks5, https: kubernetes-asyncio's loader says what it makes of it
     endpoint = endpoint_at(url, tls, str(cluster.get("tls-server-name") or "") or None,
                            proxy_at(proxy) if proxy else None)
-    return LeanConfig(endpoint, Credentials(_token_of(user, base), lambda: _reread(path),
+    return NetctlAccess(endpoint, Credentials(_token_of(user, base), lambda: _reread(path),
                                             periodic=bool(user.get("tokenFile"))), server,
                       _netrc_basic(url.hostname))
 

@@ -1,4 +1,4 @@
-"""The configuration netctl reads itself (:func:`~netctl.kubeapi.lite.lean_config`): which
+"""The configuration netctl reads itself (:func:`~netctl.kubeapi.lite.netctl_access`): which
 kubeconfigs and in-cluster accounts it reads (no kubernetes-asyncio, no aiohttp), what it
 takes from them (a proxy too), which it leaves to kubernetes-asyncio's loaders; its token
 read again on a 401 and by age; and a daemon's connection that loads neither library for
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from netctl.kubeapi.errors import KubeSettings
-from netctl.kubeapi.lite import TOKEN_REREAD, in_cluster, lean_config
+from netctl.kubeapi.lite import TOKEN_REREAD, in_cluster, netctl_access
 
 
 def kubeconfig(tmp_path: Path, user: dict[str, Any], cluster: dict[str, Any] | None = None,
@@ -34,12 +34,12 @@ def kubeconfig(tmp_path: Path, user: dict[str, Any], cluster: dict[str, Any] | N
 
 
 def test_a_token_or_a_token_file_is_read_here(tmp_path: Path) -> None:
-    config = lean_config(KubeSettings(kubeconfig(tmp_path, {"token": "abc"})))
+    config = netctl_access(KubeSettings(kubeconfig(tmp_path, {"token": "abc"})))
     assert config is not None and config.credentials.authorization == "Bearer abc"
     e = config.endpoint
     assert (e.host, e.port, e.tls is not None, e.proxy) == ("api.example", 6443, True, None)
     (tmp_path / "tok").write_text("from-file\n")  # relative to the kubeconfig's directory
-    config = lean_config(KubeSettings(kubeconfig(tmp_path, {"tokenFile": "tok"}, name="c2")))
+    config = netctl_access(KubeSettings(kubeconfig(tmp_path, {"tokenFile": "tok"}, name="c2")))
     assert config is not None and config.credentials.authorization == "Bearer from-file"
 
 
@@ -50,7 +50,7 @@ def test_a_token_or_a_token_file_is_read_here(tmp_path: Path) -> None:
 ])
 def test_other_credentials_are_left_to_the_loaders(tmp_path: Path,
                                                    user: dict[str, Any]) -> None:
-    assert lean_config(KubeSettings(kubeconfig(tmp_path, user))) is None
+    assert netctl_access(KubeSettings(kubeconfig(tmp_path, user))) is None
 
 
 def test_proxies_are_read_here_several_files_are_left_to_the_loaders(
@@ -59,24 +59,24 @@ def test_proxies_are_read_here_several_files_are_left_to_the_loaders(
         monkeypatch.delenv(name, raising=False)
     path = kubeconfig(tmp_path, {"token": "t"}, {"server": "https://a:1",
                                                    "proxy-url": "http://u:p@p:3128"})
-    config = lean_config(KubeSettings(path))
+    config = netctl_access(KubeSettings(path))
     assert config is not None and config.endpoint.proxy is not None
     assert config.endpoint.proxy.url == "http://p:3128"
     assert dict(config.endpoint.proxy.headers) == {"Proxy-Authorization": "Basic dTpw"}
     socks = kubeconfig(tmp_path, {"token": "t"}, {"server": "https://a:1",
                                                     "proxy-url": "socks5://p:1080"},
                        name="socks")
-    assert lean_config(KubeSettings(socks)) is None
+    assert netctl_access(KubeSettings(socks)) is None
     plain = kubeconfig(tmp_path, {"token": "t"}, name="plain")
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    assert lean_config(KubeSettings(in_cluster=True)) is None  # no server named
+    assert netctl_access(KubeSettings(in_cluster=True)) is None  # no server named
     monkeypatch.setenv("KUBECONFIG", f"{plain}:{path}")
-    assert lean_config(KubeSettings()) is None
+    assert netctl_access(KubeSettings()) is None
     monkeypatch.setenv("KUBECONFIG", plain)
-    found = lean_config(KubeSettings())
+    found = netctl_access(KubeSettings())
     assert found is not None and found.endpoint.proxy is None
     monkeypatch.setenv("HTTPS_PROXY", "http://p:3128")
-    found = lean_config(KubeSettings(plain))
+    found = netctl_access(KubeSettings(plain))
     assert found is not None and found.endpoint.proxy is not None
     assert found.endpoint.proxy.url == "http://p:3128"
 
@@ -89,13 +89,13 @@ def test_client_certificate_data_is_loaded(tmp_path: Path) -> None:
                 (tmp_path / "c.pem").read_bytes()).decode(),
             "client-key-data": base64.b64encode((tmp_path / "k.pem").read_bytes()).decode()}
     cluster = {"server": "https://10.0.0.1:6443", "certificate-authority": "c.pem"}
-    config = lean_config(KubeSettings(kubeconfig(tmp_path, user, cluster)))
+    config = netctl_access(KubeSettings(kubeconfig(tmp_path, user, cluster)))
     assert config is not None and config.credentials.authorization == ""  # no token
     assert config.endpoint.tls is not None
 
 
 def test_no_kubeconfig_is_none(tmp_path: Path) -> None:
-    assert lean_config(KubeSettings(str(tmp_path / "missing"))) is None
+    assert netctl_access(KubeSettings(str(tmp_path / "missing"))) is None
 
 
 def test_a_netrc_entry_for_the_server_is_read_here(
@@ -103,10 +103,10 @@ def test_a_netrc_entry_for_the_server_is_read_here(
     path = kubeconfig(tmp_path, {"token": "t"})
     (tmp_path / "netrc").write_text("machine api.example login joe password secret\n")
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
-    config = lean_config(KubeSettings(path))
+    config = netctl_access(KubeSettings(path))
     assert config is not None and config.basic == "Basic am9lOnNlY3JldA=="
     (tmp_path / "netrc").write_text("machine elsewhere login joe password secret\n")
-    config = lean_config(KubeSettings(path))
+    config = netctl_access(KubeSettings(path))
     assert config is not None and config.basic == ""
 
 
@@ -139,7 +139,7 @@ def test_in_cluster_reads_the_service_account(tmp_path: Path,
 
 def test_a_kubeconfigs_new_token_is_read_on_reload(tmp_path: Path) -> None:
     path = kubeconfig(tmp_path, {"token": "old"})
-    config = lean_config(KubeSettings(path))
+    config = netctl_access(KubeSettings(path))
     assert config is not None and config.credentials.authorization == "Bearer old"
     kubeconfig(tmp_path, {"token": "new"})  # rewritten in place
     config.credentials.reload()
