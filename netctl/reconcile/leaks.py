@@ -44,6 +44,16 @@ def _unlink(name: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Later:
+    """What a round on events leaves to look at again: the containers left alone for a
+    request in flight (soon), and those holding an allocation no one holds that is
+    younger than the grace (when the grace ends: seconds, by container)."""
+
+    busy: frozenset[str] = frozenset()
+    ripening: dict[str, float] = field(default_factory=dict)
+
+
 @dataclass
 class Reconciler:
     journal: Journal  # what is live, and where the reconciler's operations are journaled
@@ -82,20 +92,21 @@ class Reconciler:
             f"{r.address} ({r.identity})" for r in ended))
         return len(ended)
 
-    async def run_for(self, hints: Hints) -> tuple[dict[str, Any], frozenset[str]]:
+    async def run_for(self, hints: Hints) -> tuple[dict[str, Any], Later]:
         """A round on kernel events: the same plan, over the facts of the containers
-        ``hints`` concern only (none: no read). The report, and the concerned containers
-        left alone for a request in flight (to look at again later)."""
+        ``hints`` concern only (none: no read). The report, and what to look at again
+        (:class:`Later`)."""
         live = self.journal.live
         paths = netns_to_check(live, hints)
         exists = await trio.to_thread.run_sync(netns_exist, paths) if paths else {}
         mine = concerned(live, hints, exists)
         if not mine:
-            return {"dry_run": False, "plan": Plan().to_json(), "errors": []}, frozenset()
+            return {"dry_run": False, "plan": Plan().to_json(), "errors": []}, Later()
         facts = await self._facts(sweep=False, containers=mine)
-        report, deferred = await self._act(facts, plan(facts, self.grace), dry_run=False,
-                                           origin="event", why=hints.describe())
-        return report, deferred | (mine & facts.busy)
+        todo = plan(facts, self.grace)
+        report, deferred = await self._act(facts, todo, dry_run=False, origin="event",
+                                           why=hints.describe())
+        return report, Later(deferred | (mine & facts.busy), todo.ripening)
 
     async def _facts(self, *, sweep: bool, containers: frozenset[str] | None = None
                      ) -> Facts:

@@ -73,6 +73,9 @@ class Plan:
     free: list[tuple[int, str, str]] = field(default_factory=list)  # (att, container, why)
     stuck: list[AttachmentFact] = field(default_factory=list)  # clean-up failed before
     found: dict[str, int] = field(default_factory=dict)  # reason (REASONS) → items
+    # containers with an allocation no one holds that is younger than the grace: the
+    # seconds until the first of them is old enough to release
+    ripening: dict[str, float] = field(default_factory=dict)
 
     def count(self, reason: str) -> None:
         self.found[reason] = self.found.get(reason, 0) + 1
@@ -92,6 +95,20 @@ class Plan:
                       for a, c, r in self.free],
             "stuck": [stuck_json(a) for a in self.stuck],
         }
+
+
+def _unheld(alloc: AllocationFact, facts: Facts) -> tuple[str, str] | None:
+    """Why no one holds ``alloc`` any more (its reason of :data:`REASONS`, and the words),
+    or None: it is held."""
+    if alloc.attachment_id is not None:
+        if alloc.attachment_state is None:
+            return "attachment-missing", f"attachment {alloc.attachment_id} is not in the journal"
+        if alloc.attachment_state == "removed":
+            return "attachment-removed", f"attachment {alloc.attachment_id} was removed"
+        return None
+    if alloc.netns and not facts.netns_exists.get(alloc.netns, True):
+        return "allocation-netns-gone", f"netns {alloc.netns} is gone"
+    return None
 
 
 def stuck_json(att: AttachmentFact) -> dict[str, Any]:
@@ -128,22 +145,20 @@ def plan(facts: Facts, grace: float) -> Plan:
             out.count("add-not-undone" if att.state == "adding" else "del-unfinished")
     deleting = {a for a, _, _ in out.delete} | {a for a, _, _ in out.free}
     for alloc in facts.allocations:
-        if alloc.container_id in facts.busy or alloc.age < grace:
+        if alloc.container_id in facts.busy or (
+                alloc.attachment_id is not None and alloc.attachment_id in deleting):
+            continue  # left to its request, or to its attachment's DEL
+        found = _unheld(alloc, facts)
+        if found is None:
             continue
-        if alloc.attachment_id is not None:
-            if alloc.attachment_id in deleting:
-                continue  # its attachment's DEL releases it
-            if alloc.attachment_state is None:
-                out.release.append((alloc.id, alloc.address,
-                                    f"attachment {alloc.attachment_id} is not in the journal"))
-                out.count("attachment-missing")
-            elif alloc.attachment_state == "removed":
-                out.release.append((alloc.id, alloc.address,
-                                    f"attachment {alloc.attachment_id} was removed"))
-                out.count("attachment-removed")
-        elif alloc.netns and not facts.netns_exists.get(alloc.netns, True):
-            out.release.append((alloc.id, alloc.address, f"netns {alloc.netns} is gone"))
-            out.count("allocation-netns-gone")
+        reason, why = found
+        if alloc.age < grace:
+            wait = grace - alloc.age
+            out.ripening[alloc.container_id] = min(
+                wait, out.ripening.get(alloc.container_id, wait))
+            continue
+        out.release.append((alloc.id, alloc.address, why))
+        out.count(reason)
     live_names = {name for att in facts.attachments for name, _ in host_interfaces(att.result)}
     for att_id, result in facts.removed_results:
         for name, mac in host_interfaces(result):

@@ -300,7 +300,7 @@ class EventWatcher:
             self.counts["batches"] += 1
             log.debug("events: %s", hints.describe())
             try:
-                report, deferred = await self.reconciler.run_for(hints)
+                report, later = await self.reconciler.run_for(hints)
             except (CNIError, OSError, sqlite3.Error) as exc:
                 log.warning("reconcile on events failed (%s); trying again in %gs", exc,
                             self.retry)
@@ -308,10 +308,13 @@ class EventWatcher:
                 continue
             self.counts["attachments_reconciled"] += len(report["plan"]["attachments"])
             self.counts["allocations_released"] += len(report["plan"]["allocations"])
-            if deferred:
-                self.counts["deferred"] += len(deferred)
-                nursery.start_soon(self._later, Hints(containers=set(deferred)))
+            if later.busy:
+                self.counts["deferred"] += len(later.busy)
+                nursery.start_soon(self._later, Hints(containers=set(later.busy)))
+            if later.ripening:  # looked at again once the first is old enough
+                nursery.start_soon(self._later, Hints(containers=set(later.ripening)),
+                                   min(later.ripening.values()))
 
-    async def _later(self, hints: Hints) -> None:
-        await trio.sleep(self.retry)
+    async def _later(self, hints: Hints, wait: float | None = None) -> None:
+        await trio.sleep(self.retry if wait is None else wait)
         self.note(hints)

@@ -12,12 +12,15 @@
   until that request is over, then released without being asked;
 - the events of a pod a runtime's DEL is removing (its veth, then its netns) are left to
   that DEL: no run, nothing looked at again;
+- an address a plain IPAM plugin holds for a netns deleted while the address is younger
+  than ``reconcile-grace`` is released once the grace ends, by the events' own look
+  again (no periodic round runs here);
 - ``reconcile-events: false`` leaves such a leak to the periodic round or to
   ``netctl reconcile`` (the other test modules that need a leak to persist say so);
 - the watcher's netlink socket gets only what it reads: a pod's host veth deleted and
   its nsid, not the link's creation, its changes, nor its leaving the bridge.
 
-Subnets: 10.187.0-3.0/24.
+Subnets: 10.187.0-4.0/24.
 """
 
 from __future__ import annotations
@@ -36,7 +39,16 @@ from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_DELNSID
 
 from netctl.reconcile.events import AF_BRIDGE, netlink_hints
 from netctl.reconcile.watch import open_netlink
-from tests.conftest import Daemon, attachment_states, bridge_ports, ip, live, step_states, wait_for
+from tests.conftest import (
+    Daemon,
+    attachment_states,
+    bridge_ports,
+    exec_direct,
+    ip,
+    live,
+    step_states,
+    wait_for,
+)
 
 pytestmark = pytest.mark.netns
 
@@ -104,6 +116,36 @@ def test_a_vanished_macvlan_only_sandbox_is_released_on_events(
                                                  "mode": "bridge"}, "10.187.1.0/24"))
     daemon.start()
     assert_vanished_pod_released(daemon, netns, "evmv")
+
+
+def test_a_young_plain_allocation_is_released_on_events_once_the_grace_ends(
+        daemon: Daemon, netns) -> None:
+    """The grace keeps the reconciler off an address for its first seconds; a netns
+    deleted within them is looked at again when they end, not left to a periodic round
+    (off here) — as after ``netctl journal rebuild``, whose recovered addresses are
+    young."""
+    daemon.settings["reconcile-grace"] = 3
+    br = daemon.name("e4")
+    daemon.start()
+    keep, gone = netns(), netns()
+    conf = {"cniVersion": "1.0.0", "name": "evplain", "type": "bridge", "bridge": br,
+            "ipam": {"type": "netctl-ipam", "socket": daemon.socket,
+                     "range": "10.187.4.0/24"}}
+    for container, ns in (("ev-plain-keep", keep), ("ev-plain-gone", gone)):
+        res = exec_direct(daemon, f"{SYSTEM_CNI}/bridge", "ADD", conf, container=container,
+                          ns=ns)
+        assert res.rc == 0, res.stdout + res.stderr
+    ip("netns", "del", gone)  # no DEL, while the address is younger than the grace
+    wait_for(lambda: held(daemon) == ["ev-plain-keep"], RELEASED_WITHIN,
+             "the vanished sandbox's address to be released once the grace ended")
+    (released,) = daemon.read(journaldb.allocation_rows, container="ev-plain-gone")
+    (by,) = daemon.read(journaldb.operation_rows, op_id=released["released_op"])
+    assert (by["verb"], by["origin"], by["state"]) == ("RELEASE", "event", "done")
+    # the start's round found nothing to do: no periodic round released it
+    assert daemon.read(journaldb.operation_rows, origin="reconcile") == []
+    assert exec_direct(daemon, f"{SYSTEM_CNI}/bridge", "DEL", conf, container="ev-plain-keep",
+                       ns=keep).rc == 0
+    assert held(daemon) == []
 
 
 def test_no_events_when_switched_off(daemon: Daemon, netns) -> None:

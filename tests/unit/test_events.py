@@ -41,6 +41,7 @@ from netctl.reconcile.events import (
     netlink_hints,
     netns_to_check,
 )
+from netctl.reconcile.leaks import Later
 from netctl.reconcile.plan import AttachmentFact, Facts, plan
 from netctl.reconcile.watch import EventWatcher, NetnsDirs
 
@@ -254,11 +255,11 @@ class Recorder:
         self.batches: list[set[str]] = []
         self.ran = trio.Event()
 
-    async def run_for(self, hints: Hints) -> tuple[dict[str, Any], frozenset[str]]:
+    async def run_for(self, hints: Hints) -> tuple[dict[str, Any], Later]:
         if hints.netns:
             self.batches.append(set(hints.netns))
             self.ran.set()
-        return {"plan": {"attachments": [], "allocations": []}}, frozenset()
+        return {"plan": {"attachments": [], "allocations": []}}, Later()
 
 
 def test_what_comes_during_a_window_is_read_with_its_batch(

@@ -65,6 +65,15 @@ def test_allocations_of_removed_missing_and_gone_netns() -> None:
     p = plan(f, grace=30)
     assert [a for a, _, _ in p.release] == [1, 2, 4]
     assert "removed" in p.release[0][2] and "not in the journal" in p.release[1][2]
+    # no one's but younger than the grace: looked at again when the grace ends
+    assert p.ripening == {"c5": 25}
+    young = facts(allocations=[alloc(1, 10, "removed", container="c", age=10),
+                               alloc(2, None, None, netns="/gone", container="c", age=20),
+                               alloc(3, None, None, netns="/here", container="d", age=1)],
+                  netns_exists={"/gone": False, "/here": True})
+    p = plan(young, grace=30)
+    assert p.empty and p.ripening == {"c": 10}  # the first of the container's to ripen
+    assert plan(young, grace=5).ripening == {}  # old enough: released, not ripening
 
 
 def test_allocation_of_an_attachment_being_deleted_is_left_to_its_del() -> None:
